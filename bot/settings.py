@@ -17,6 +17,8 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
+from infra.prices import PriceTableSetting, default_price_table
+
 ENV_FILE_VAR = "TPUBOT_ENV_FILE"
 DEFAULT_ENV_FILE = "tpu.env"
 
@@ -127,6 +129,10 @@ class Settings(BaseSettings):
     job_timeout: timedelta = Field(timedelta(minutes=5), description="worker job timeout")
     sandbox_time_scale: float = Field(
         1.0, description="sandbox only: multiply emulated cloud timings (lower is faster)"
+    )
+    prices: PriceTableSetting = Field(
+        default_factory=default_price_table,
+        description="TPU USD per chip-hour: JSON list of entries merged over the defaults (infra/prices.py)",
     )
 
     _split = field_validator("tpu_zones", "admins", mode="before")(_split_csv)

@@ -1,0 +1,193 @@
+"""TPU prices per chip-hour and the cost arithmetic built on them.
+
+Every rate lives in `DEFAULT_PRICE_ENTRIES` (dated, with its source) or in a deployment's
+`PRICES=` override in `tpu.env`; no other module holds a rate. An override is a JSON list of
+entries (or `{"entries": [...]}`) merged over the defaults: an entry with the same
+(accelerator, region, provisioning model) replaces the default, a new key is added.
+
+    PRICES=[{"accelerator":"v5e","region":"us-west4","provisioning_model":"spot",
+             "usd_per_chip_hour":0.55,"as_of":"2026-03-01","source":"our billing export"}]
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from typing_extensions import Annotated
+
+ProvisioningModel = Literal["on-demand", "flex-start", "spot"]
+PROVISIONING_MODELS: tuple[str, ...] = ("on-demand", "flex-start", "spot")
+
+# The TPU API names slices by family ("v5litepod-1"); prices are published per generation ("v5e").
+_GENERATION_OF_FAMILY = {"v5litepod": "v5e", "v5e": "v5e", "v6e": "v6e"}
+
+
+def generation_of(accelerator: str) -> str:
+    """`v5litepod-1`, `v5litepod` or `v5e` -> `v5e`; unknown names pass through lowercased."""
+    name = accelerator.strip().lower()
+    family = name.rsplit("-", 1)[0] if name.rsplit("-", 1)[-1].isdigit() else name
+    return _GENERATION_OF_FAMILY.get(family, family)
+
+
+def region_of(zone_or_region: str) -> str:
+    """`us-west4-a` -> `us-west4`; a region passes through."""
+    parts = zone_or_region.strip().lower().split("-")
+    return "-".join(parts[:2]) if len(parts) >= 3 else "-".join(parts)
+
+
+class PriceEntry(BaseModel):
+    """One rate: USD per chip-hour for a generation, region and provisioning model."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    accelerator: str = Field(description="TPU generation, e.g. v5e (v5litepod-1 is accepted)")
+    region: str = Field(description="GCP region, e.g. us-west4 (a zone is accepted)")
+    provisioning_model: ProvisioningModel
+    usd_per_chip_hour: float = Field(ge=0)
+    as_of: date = Field(description="when the source was read")
+    source: str = Field(min_length=1, description="where the number comes from")
+
+    @field_validator("accelerator")
+    @classmethod
+    def _generation(cls, value: str) -> str:
+        return generation_of(value)
+
+    @field_validator("region")
+    @classmethod
+    def _region(cls, value: str) -> str:
+        return region_of(value)
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return (self.accelerator, self.region, self.provisioning_model)
+
+
+_CATALOG_NOTE = (
+    "third-party note quoting the Cloud Billing Catalog for v5e in us-west4 "
+    "(shared/reference/gcp-apis.md §8; no authoritative v5e price page was read)"
+)
+_READ_ON = date(2026, 11, 29)  # when that reference was read into this project
+DEFAULT_PRICE_ENTRIES: tuple[PriceEntry, ...] = (
+    PriceEntry(
+        accelerator="v5e",
+        region="us-west4",
+        provisioning_model="on-demand",
+        usd_per_chip_hour=1.20,
+        as_of=_READ_ON,
+        source=_CATALOG_NOTE,
+    ),
+    PriceEntry(
+        accelerator="v5e",
+        region="us-west4",
+        provisioning_model="flex-start",
+        usd_per_chip_hour=0.60,
+        as_of=_READ_ON,
+        source=_CATALOG_NOTE + "; SKU 'DWS Defined Duration V5e'. Google itself publishes flex-start "
+        "only as a discount of up to 53% off on-demand",
+    ),
+    PriceEntry(
+        accelerator="v5e",
+        region="us-west4",
+        provisioning_model="spot",
+        usd_per_chip_hour=0.5779,
+        as_of=_READ_ON,
+        source=_CATALOG_NOTE + "; SKU 'TpuV5e attached to Spot Preemptible VMs'",
+    ),
+)
+
+
+class PriceNotFound(LookupError):
+    pass
+
+
+class PriceTable(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    entries: tuple[PriceEntry, ...] = DEFAULT_PRICE_ENTRIES
+
+    def get(self, accelerator: str, region: str, provisioning_model: str) -> PriceEntry:
+        key = (generation_of(accelerator), region_of(region), provisioning_model)
+        for entry in self.entries:
+            if entry.key == key:
+                return entry
+        known = ", ".join("/".join(e.key) for e in self.entries)
+        raise PriceNotFound(
+            f"no price for {'/'.join(key)}; known: {known}. Add it to PRICES in tpu.env "
+            '(a JSON list of {"accelerator","region","provisioning_model","usd_per_chip_hour","as_of","source"})'
+        )
+
+    def merged(self, overrides: "PriceTable | list[PriceEntry] | tuple[PriceEntry, ...]") -> "PriceTable":
+        """Entries of `overrides` replace same-key entries here; new keys are appended."""
+        new = overrides.entries if isinstance(overrides, PriceTable) else tuple(overrides)
+        by_key = {entry.key: entry for entry in self.entries}
+        for entry in new:
+            by_key[entry.key] = entry
+        return PriceTable(entries=tuple(by_key.values()))
+
+    def __str__(self) -> str:
+        # `tpubot config` prints settings with str(); keep it one readable line.
+        return "; ".join(f"{'/'.join(e.key)} ${e.usd_per_chip_hour:g}/chip-h" for e in self.entries)
+
+
+def default_price_table() -> PriceTable:
+    return PriceTable()
+
+
+def merge_over_defaults(value: Any) -> Any:
+    """Before-validator for the `prices` setting: JSON text, a list of entries or
+    `{"entries": [...]}` -> the default table with those entries merged over it."""
+    if isinstance(value, PriceTable):
+        return value
+    if isinstance(value, (str, bytes)):
+        value = json.loads(value) if str(value).strip() else []
+    if isinstance(value, dict):
+        value = value.get("entries", [value] if "usd_per_chip_hour" in value else [])
+    overrides = [entry if isinstance(entry, PriceEntry) else PriceEntry.model_validate(entry) for entry in value]
+    return default_price_table().merged(overrides)
+
+
+# The type of `Settings.prices`: whatever tpu.env holds is merged over the defaults.
+PriceTableSetting = Annotated[PriceTable, BeforeValidator(merge_over_defaults)]
+
+
+# --- cost arithmetic ------------------------------------------------------------------------
+
+Rate = PriceEntry | float  # a PriceEntry or a bare USD per chip-hour (e.g. one read from a table)
+
+
+def _usd_per_chip_hour(price: Rate) -> float:
+    return price.usd_per_chip_hour if isinstance(price, PriceEntry) else float(price)
+
+
+def cost_for(price: Rate, duration: timedelta, *, chips: int = 1) -> float:
+    hours = max(duration.total_seconds(), 0.0) / 3600
+    return _usd_per_chip_hour(price) * chips * hours
+
+
+def cost_so_far(price: Rate, start: datetime, now: datetime, *, chips: int = 1) -> float:
+    """What the lease has cost from `start` to `now` (0 before it starts)."""
+    return cost_for(price, now - start, chips=chips)
+
+
+def cost_to_deadline(price: Rate, now: datetime, deadline: datetime, *, chips: int = 1) -> float:
+    """What the rest of the lease will cost if it runs until `deadline` (flex-start bills until
+    the VMs are deleted at maxRunDuration, so this is the remaining commitment)."""
+    return cost_for(price, deadline - now, chips=chips)
+
+
+def usd_per_million_output_tokens(price: Rate, output_tokens_per_second: float, *, chips: int = 1) -> float:
+    """Cost of a million generated tokens when the slice sustains this output throughput."""
+    if output_tokens_per_second <= 0:
+        raise ValueError("output throughput must be positive")
+    usd_per_second = _usd_per_chip_hour(price) * chips / 3600
+    return usd_per_second / output_tokens_per_second * 1_000_000
+
+
+def output_throughput_for(price: Rate, usd_per_million: float, *, chips: int = 1) -> float:
+    """The inverse: the output tokens/s at which a million tokens cost `usd_per_million`."""
+    if usd_per_million <= 0:
+        raise ValueError("cost per million tokens must be positive")
+    return _usd_per_chip_hour(price) * chips / 3600 / usd_per_million * 1_000_000
