@@ -1,0 +1,27 @@
+"""Redis key names, in one place so every process agrees on them."""
+
+PREFIX = "tpubot"
+
+
+def lease(team: str, channel: str) -> str:
+    return f"{PREFIX}:lease:{team}:{channel}"
+
+
+def fence(team: str, channel: str) -> str:
+    return f"{PREFIX}:fence:{team}:{channel}"
+
+
+def lease_index() -> str:
+    return f"{PREFIX}:leases"
+
+
+def lock(team: str, channel: str) -> str:
+    return f"{PREFIX}:lock:{team}:{channel}"
+
+
+def dedupe(kind: str, value: str) -> str:
+    return f"{PREFIX}:dedupe:{kind}:{value}"
+
+
+def audit_stream() -> str:
+    return f"{PREFIX}:audit"

@@ -1,0 +1,206 @@
+"""The channel's lease: its claim on exactly one TPU.
+
+A lease is a Redis hash per (team, channel). Claiming is one Lua script, so any number of
+concurrent `/tpu up` from any number of replicas create exactly one lease. Every later write
+names the lease id it expects (a fenced write): a worker still holding an old lease's job
+cannot touch the channel's new lease.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from dataclasses import asdict, dataclass, fields
+from enum import Enum
+
+from redis.asyncio import Redis
+
+from infra.state import keys
+
+
+class LeaseState(str, Enum):
+    PENDING = "PENDING"  # claimed; the provision job has not created the QR yet
+    CREATING = "CREATING"
+    WAITING_FOR_RESOURCES = "WAITING_FOR_RESOURCES"
+    PROVISIONING = "PROVISIONING"
+    ACTIVE = "ACTIVE"
+    BOOTING_MODEL = "BOOTING_MODEL"
+    READY = "READY"
+    FAILED = "FAILED"
+    TEARING_DOWN = "TEARING_DOWN"
+
+    @property
+    def holds_tpu(self) -> bool:
+        return self in (LeaseState.ACTIVE, LeaseState.BOOTING_MODEL, LeaseState.READY)
+
+
+@dataclass
+class Lease:
+    lease_id: str
+    team: str
+    channel: str
+    holder: str
+    zone: str
+    qr_id: str
+    node_id: str
+    state: str
+    fence: int = 0
+    created_at: float = 0.0
+    deadline: float = 0.0  # the flex-start maxRunDuration end (epoch seconds); set at ACTIVE
+    run_seconds: int = 0
+    endpoint: str = ""
+    card_channel: str = ""
+    card_ts: str = ""
+    detail: str = ""  # the last failure or progress note shown on the card
+    state_since: float = 0.0
+    active_at: float = 0.0
+    watch_seq: int = 0
+    torn_down_by: str = ""
+
+    @property
+    def key(self) -> str:
+        return keys.lease(self.team, self.channel)
+
+    @property
+    def lease_state(self) -> LeaseState:
+        return LeaseState(self.state)
+
+    def to_redis(self) -> dict[str, str]:
+        return {name: str(value) for name, value in asdict(self).items()}
+
+    @classmethod
+    def from_redis(cls, raw: dict) -> "Lease":
+        decoded = {_text(k): _text(v) for k, v in raw.items()}
+        kwargs = {}
+        for f in fields(cls):
+            if f.name not in decoded:
+                continue
+            value = decoded[f.name]
+            if f.type in ("int", int):
+                kwargs[f.name] = int(float(value or 0))
+            elif f.type in ("float", float):
+                kwargs[f.name] = float(value or 0)
+            else:
+                kwargs[f.name] = value
+        return cls(**kwargs)
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def new_lease_id() -> str:
+    # Lower-case hex keeps QR/node ids and label values within GCP's naming rules.
+    return secrets.token_hex(5)
+
+
+def qr_id_for(lease_id: str) -> str:
+    return f"tpubot-{lease_id}"
+
+
+def node_id_for(lease_id: str) -> str:
+    return f"tpubot-{lease_id}-node"
+
+
+_CLAIM = """
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  return {0, redis.call('HGETALL', KEYS[1])}
+end
+local fence = redis.call('INCR', KEYS[2])
+redis.call('HSET', KEYS[1], unpack(ARGV))
+redis.call('HSET', KEYS[1], 'fence', fence)
+redis.call('SADD', KEYS[3], KEYS[1])
+return {1, redis.call('HGETALL', KEYS[1])}
+"""
+
+# Write fields only if the stored lease is still the one the caller means.
+_UPDATE = """
+if redis.call('HGET', KEYS[1], 'lease_id') ~= ARGV[1] then return 0 end
+for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+return 1
+"""
+
+_RELEASE = """
+if redis.call('HGET', KEYS[1], 'lease_id') ~= ARGV[1] then return 0 end
+redis.call('DEL', KEYS[1])
+redis.call('SREM', KEYS[2], KEYS[1])
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class ClaimResult:
+    created: bool
+    lease: Lease
+
+
+class LeaseStore:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+        self._claim = redis.register_script(_CLAIM)
+        self._update = redis.register_script(_UPDATE)
+        self._release = redis.register_script(_RELEASE)
+
+    async def claim(self, *, team: str, channel: str, holder: str, zone: str, run_seconds: int) -> ClaimResult:
+        lease_id = new_lease_id()
+        now = time.time()
+        candidate = Lease(
+            lease_id=lease_id, team=team, channel=channel, holder=holder, zone=zone,
+            qr_id=qr_id_for(lease_id), node_id=node_id_for(lease_id), state=LeaseState.PENDING.value,
+            created_at=now, state_since=now, run_seconds=run_seconds,
+        )
+        flat: list[str] = []
+        for name, value in candidate.to_redis().items():
+            if name != "fence":
+                flat += [name, value]
+        created, raw = await self._claim(
+            keys=[keys.lease(team, channel), keys.fence(team, channel), keys.lease_index()], args=flat
+        )
+        pairs = dict(zip(raw[::2], raw[1::2]))
+        return ClaimResult(created=bool(created), lease=Lease.from_redis(pairs))
+
+    async def restore(self, lease: Lease) -> bool:
+        """Recreate a lease from GCP's record (reconciler); never overwrites an existing one."""
+        flat: list[str] = []
+        for name, value in lease.to_redis().items():
+            if name != "fence":
+                flat += [name, value]
+        created, _ = await self._claim(
+            keys=[keys.lease(lease.team, lease.channel), keys.fence(lease.team, lease.channel), keys.lease_index()],
+            args=flat,
+        )
+        return bool(created)
+
+    async def get(self, team: str, channel: str) -> Lease | None:
+        raw = await self._redis.hgetall(keys.lease(team, channel))
+        return Lease.from_redis(raw) if raw else None
+
+    async def get_by_id(self, team: str, channel: str, lease_id: str) -> Lease | None:
+        lease = await self.get(team, channel)
+        return lease if lease and lease.lease_id == lease_id else None
+
+    async def update(self, lease: Lease, **changes: object) -> Lease | None:
+        """Fenced write of `changes`; returns the updated lease, or None if it was replaced or released."""
+        if "state" in changes and changes["state"] != lease.state:
+            changes.setdefault("state_since", time.time())
+        args: list[str] = [lease.lease_id]
+        for name, value in changes.items():
+            args += [name, value.value if isinstance(value, Enum) else str(value)]
+        ok = await self._update(keys=[lease.key], args=args)
+        if not ok:
+            return None
+        return await self.get_by_id(lease.team, lease.channel, lease.lease_id)
+
+    async def release(self, lease: Lease) -> bool:
+        return bool(await self._release(keys=[lease.key, keys.lease_index()], args=[lease.lease_id]))
+
+    async def all(self) -> list[Lease]:
+        members = await self._redis.smembers(keys.lease_index())
+        leases = []
+        for member in sorted(_text(m) for m in members):
+            raw = await self._redis.hgetall(member)
+            if raw:
+                leases.append(Lease.from_redis(raw))
+            else:
+                await self._redis.srem(keys.lease_index(), member)
+        return leases

@@ -1,0 +1,62 @@
+"""Per-channel operation lock: SET NX PX with a random token, released and extended only
+by the holder of the token (compare-and-delete / compare-and-expire scripts), TTL always."""
+
+from __future__ import annotations
+
+import secrets
+from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator
+
+from redis.asyncio import Redis
+
+from infra.state import keys
+
+_RELEASE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+_EXTEND = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 0
+"""
+
+
+class LockNotAcquired(Exception):
+    """Another operation holds this channel's lock."""
+
+
+class ChannelLocks:
+    def __init__(self, redis: Redis, ttl_ms: int = 60_000) -> None:
+        self._redis = redis
+        self._ttl_ms = ttl_ms
+        self._release = redis.register_script(_RELEASE)
+        self._extend = redis.register_script(_EXTEND)
+
+    async def acquire(self, team: str, channel: str, ttl_ms: int | None = None) -> str | None:
+        token = secrets.token_hex(16)
+        ok = await self._redis.set(keys.lock(team, channel), token, nx=True, px=ttl_ms or self._ttl_ms)
+        return token if ok else None
+
+    async def release(self, team: str, channel: str, token: str) -> bool:
+        return bool(await self._release(keys=[keys.lock(team, channel)], args=[token]))
+
+    async def extend(self, team: str, channel: str, token: str, ttl_ms: int | None = None) -> bool:
+        return bool(await self._extend(keys=[keys.lock(team, channel)], args=[token, ttl_ms or self._ttl_ms]))
+
+    async def holder_token(self, team: str, channel: str) -> str | None:
+        value = await self._redis.get(keys.lock(team, channel))
+        return value.decode() if isinstance(value, bytes) else value
+
+    async def force_unlock(self, team: str, channel: str) -> bool:
+        """Admin escape hatch; callers must check the actor is an admin."""
+        return bool(await self._redis.delete(keys.lock(team, channel)))
+
+    @asynccontextmanager
+    async def held(self, team: str, channel: str) -> AsyncIterator[str]:
+        token = await self.acquire(team, channel)
+        if token is None:
+            raise LockNotAcquired(f"{team}/{channel}")
+        try:
+            yield token
+        finally:
+            await self.release(team, channel, token)

@@ -1,0 +1,103 @@
+"""Lease, lock, dedupe and audit invariants against a real Redis-protocol server."""
+
+import asyncio
+
+import pytest
+from redis.asyncio import Redis
+
+from infra.state.audit import AuditLog
+from infra.state.dedupe import Dedupe
+from infra.state.leases import LeaseState, LeaseStore
+from infra.state.locks import ChannelLocks
+
+
+@pytest.fixture
+async def redis(redis_url):
+    client = Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
+async def test_concurrent_claims_create_exactly_one_lease(redis):
+    store = LeaseStore(redis)
+    results = await asyncio.gather(*[
+        store.claim(team="T1", channel="C1", holder=f"U{i}", zone="us-west4-a", run_seconds=3600) for i in range(50)
+    ])
+    created = [r for r in results if r.created]
+    assert len(created) == 1
+    winner = created[0].lease
+    assert all(r.lease.lease_id == winner.lease_id and r.lease.holder == winner.holder for r in results)
+    assert winner.fence == 1
+    assert winner.qr_id == f"tpubot-{winner.lease_id}"
+
+
+async def test_fence_increases_across_leases_and_old_lease_writes_are_rejected(redis):
+    store = LeaseStore(redis)
+    first = (await store.claim(team="T1", channel="C1", holder="U1", zone="z", run_seconds=1)).lease
+    assert await store.release(first)
+    second = (await store.claim(team="T1", channel="C1", holder="U2", zone="z", run_seconds=1)).lease
+    assert second.fence == first.fence + 1
+    # A job still holding the first lease can neither update nor release the second.
+    assert await store.update(first, state=LeaseState.ACTIVE) is None
+    assert not await store.release(first)
+    current = await store.get("T1", "C1")
+    assert current.lease_id == second.lease_id and current.state == LeaseState.PENDING.value
+
+
+async def test_update_is_fenced_and_records_state_change_time(redis):
+    store = LeaseStore(redis)
+    lease = (await store.claim(team="T1", channel="C2", holder="U1", zone="z", run_seconds=60)).lease
+    updated = await store.update(lease, state=LeaseState.ACTIVE, endpoint="http://1.2.3.4:8000/v1")
+    assert updated.state == "ACTIVE" and updated.endpoint.endswith("/v1")
+    assert updated.state_since >= lease.state_since
+    assert [l.lease_id for l in await store.all()] == [lease.lease_id]
+
+
+async def test_leases_are_per_team_and_channel(redis):
+    store = LeaseStore(redis)
+    a = await store.claim(team="T1", channel="C1", holder="U1", zone="z", run_seconds=1)
+    b = await store.claim(team="T1", channel="C2", holder="U1", zone="z", run_seconds=1)
+    c = await store.claim(team="T2", channel="C1", holder="U1", zone="z", run_seconds=1)
+    assert a.created and b.created and c.created
+    assert len({a.lease.lease_id, b.lease.lease_id, c.lease.lease_id}) == 3
+
+
+async def test_lock_excludes_releases_only_with_token_and_always_expires(redis):
+    locks = ChannelLocks(redis, ttl_ms=5_000)
+    token = await locks.acquire("T1", "C1")
+    assert token
+    assert await locks.acquire("T1", "C1") is None
+    assert not await locks.release("T1", "C1", "not-the-token")
+    assert 0 < await redis.pttl("tpubot:lock:T1:C1") <= 5_000
+    assert await locks.extend("T1", "C1", token, ttl_ms=20_000)
+    assert await redis.pttl("tpubot:lock:T1:C1") > 5_000
+    assert not await locks.extend("T1", "C1", "wrong")
+    assert await locks.release("T1", "C1", token)
+    assert await locks.acquire("T1", "C1") is not None
+
+
+async def test_lock_ttl_frees_a_crashed_holder(redis):
+    locks = ChannelLocks(redis, ttl_ms=50)
+    assert await locks.acquire("T1", "C9")
+
+    async def wait_free():
+        while (token := await locks.acquire("T1", "C9")) is None:
+            await asyncio.sleep(0.01)
+        return token
+
+    assert await asyncio.wait_for(wait_free(), timeout=5)
+
+
+async def test_dedupe_is_first_time_once(redis):
+    dedupe = Dedupe(redis)
+    results = await asyncio.gather(*[dedupe.first_time("event", "Ev1") for _ in range(20)])
+    assert results.count(True) == 1
+    assert await dedupe.first_time("event", "Ev2")
+
+
+async def test_audit_records_newest_first(redis):
+    audit = AuditLog(redis)
+    await audit.record(actor="U1", action="up", team="T1", channel="C1", outcome="claimed")
+    await audit.record(actor="U2", action="down", team="T1", channel="C1", outcome="denied")
+    entries = await audit.recent(10)
+    assert [(e.actor, e.action, e.outcome) for e in entries] == [("U2", "down", "denied"), ("U1", "up", "claimed")]
