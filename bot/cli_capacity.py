@@ -149,9 +149,14 @@ def show_cost(
                 continue
             per_m = prices.usd_per_million_output_tokens(price, cell["output_throughput"], chips=chips)
             console.print(f"{label} (context {cell['context']}, concurrency {cell['concurrency']}, "
-                          f"{cell['output_throughput']:.1f} output tok/s): [bold]${per_m:.3g}[/bold] per million output tokens")
+                          f"{cell['output_throughput']:.1f} output tok/s): [bold]${_money(per_m)}[/bold] per million output tokens")
         if single and best:
             console.print(f"spread: {best['output_throughput'] / single['output_throughput']:.1f}×")
+
+
+def _money(usd: float) -> str:
+    # cents for dollars, a tenth of a cent below ten cents (the batch figure is ~$0.09/M)
+    return f"{usd:.2f}" if usd >= 0.1 else f"{usd:.3f}"
 
 
 # --- bench ----------------------------------------------------------------------------------------

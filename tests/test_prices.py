@@ -130,3 +130,38 @@ def test_merge_replaces_by_key() -> None:
     assert merged.get("v5e", "us-west4", "on-demand") == entry
     assert len(merged.entries) == len(default_price_table().entries)
     assert isinstance(merged, PriceTable)
+
+
+def test_cli_cost_reports_lease_cost_and_dollars_per_million(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`tpubot cost` with a bench JSON whose throughputs are the ones the measured $/M imply."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from bot.cli import app
+
+    monkeypatch.delenv("PRICES", raising=False)
+    monkeypatch.setenv("TPUBOT_ENV_FILE", str(tmp_path / "none.env"))
+    bench = tmp_path / "bench.json"
+    cells = [
+        {"context": 128, "concurrency": 1, "completed": 4, "output_throughput": 127.3},
+        {"context": 8192, "concurrency": 1, "completed": 4, "output_throughput": 110.0},
+        {"context": 128, "concurrency": 64, "completed": 128, "output_throughput": 1880.0},
+        {"context": 8192, "concurrency": 64, "completed": 0, "output_throughput": 0.0},
+    ]
+    bench.write_text(json.dumps({"cells": cells}))
+    started = (datetime.now(timezone.utc) - timedelta(hours=1)).isoformat()
+    result = CliRunner().invoke(
+        app, ["cost", "--provisioning", "flex-start", "--hours", "4", "--started", started, "--bench", str(bench)],
+        env={"COLUMNS": "250"},
+    )
+    assert result.exit_code == 0, result.output
+    out = result.output
+    assert "so far $0.60" in out and "to deadline $1.80" in out and "total $2.40" in out
+    assert "$1.31 per million" in out and "$0.089 per million" in out and "spread: 14.8×" in out
+    assert "concurrency 1 (context 128" in out and "best measured batch (context 128, concurrency 64" in out
+
+    on_demand = CliRunner().invoke(app, ["cost", "--provisioning", "on-demand", "--hours", "2"], env={"COLUMNS": "250"})
+    assert on_demand.exit_code == 0 and "$2.40" in on_demand.output
+    missing = CliRunner().invoke(app, ["cost", "--region", "europe-west4-a"], env={"COLUMNS": "250"})
+    assert missing.exit_code == 1 and "no price for v5e/europe-west4/flex-start" in missing.output
