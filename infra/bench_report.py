@@ -84,7 +84,8 @@ def write_plots(result: SweepResult, path: str | Path) -> Path:
             xs = [c.context for c in result.cells if c.concurrency == concurrency]
             ys = [c.metrics["output_throughput"] for c in result.cells if c.concurrency == concurrency]
             left.plot(xs, ys, marker="o", label=f"concurrency {concurrency}")
-        left.set_xscale("log")
+        _ticks_at(left, contexts, base=10)
+        left.set_ylim(bottom=0)
         left.set_xlabel("context (prompt tokens)")
         left.set_ylabel("output throughput (tok/s)")
         left.set_title("Output throughput vs context")
@@ -94,7 +95,8 @@ def write_plots(result: SweepResult, path: str | Path) -> Path:
             xs = [c.concurrency for c in result.cells if c.context == context]
             ys = [c.metrics[f"{p}_ttft_ms"] for c in result.cells if c.context == context]
             right.plot(xs, ys, marker="o", label=f"context {context}")
-        right.set_xscale("log", base=2)
+        _ticks_at(right, concurrencies, base=2)
+        right.set_ylim(bottom=0)
         right.set_xlabel("concurrency")
         right.set_ylabel(f"TTFT {p} (ms)")
         right.set_title(f"TTFT {p} vs concurrency")
@@ -108,3 +110,13 @@ def write_plots(result: SweepResult, path: str | Path) -> Path:
     finally:
         plt.close(fig)
     return path
+
+
+def _ticks_at(axis: Any, values: list[int], base: int) -> None:
+    """Log x axis labelled with the swept values themselves (128, 1024, …), not powers."""
+    from matplotlib.ticker import NullLocator
+
+    axis.set_xscale("log", base=base)
+    axis.set_xticks(values)
+    axis.set_xticklabels([f"{v:,}" for v in values])
+    axis.xaxis.set_minor_locator(NullLocator())

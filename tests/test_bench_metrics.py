@@ -88,7 +88,7 @@ class SyntheticVllm:
         self._loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
         self._loop.run_until_complete(site.start())
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        port = self._runner.addresses[0][1]
         self.base_url = f"http://127.0.0.1:{port}/v1"
         self._ready.set()
         self._loop.run_forever()
