@@ -18,6 +18,7 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli_config",
     "bot.cli_capacity",
+    "bot.cli_sandbox",
 )
 
 

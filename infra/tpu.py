@@ -1,0 +1,395 @@
+"""The TPU client: flex-start queued resources and their nodes.
+
+Flex-start fields (`provisioningModel`, `runDuration`, `queueingPolicy.validUntilDuration`) exist
+only in the v2alpha1 REST API, which the typed `google-cloud-tpu` client cannot send
+(reference/gcp-apis.md §0). So create is one JSON POST through google-auth's `AuthorizedSession`
+(followed by a bounded wait on its v2alpha1 LRO), and everything else goes through
+`google.cloud.tpu_v2.TpuClient(transport="rest")`. The v2 client drops alpha-only fields, so state
+is always read from the queued resource itself, never from an LRO.
+
+Every error leaves this module as an `infra.tpu_errors.TpuError`; transient ones are retried here
+(a few tries, exponential backoff with jitter) before they do.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import time
+from collections.abc import Callable, Mapping
+from concurrent import futures
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any, TypeVar
+
+import google.auth
+import requests
+from google.api_core import exceptions as gexc
+from google.api_core.future import polling
+from google.auth import exceptions as auth_exc
+from google.auth.credentials import Credentials
+from google.auth.transport.requests import AuthorizedSession
+from google.cloud import tpu_v2
+
+from infra.tpu_errors import TpuError, TpuErrorKind, classify_exception, classify_failed_qr, classify_status
+
+__all__ = [
+    "NodeView", "QrSpec", "QueuedResourceView", "TpuConfig", "TpuError", "TpuErrorKind", "TpuService",
+    "bot_labels", "classify_failed_qr", "flex_start_body", "label_value",
+]
+
+T = TypeVar("T")
+
+DEFAULT_ENDPOINT = "https://tpu.googleapis.com"
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+MANAGED_BY = "tpubot"
+
+# Exceptions that mean "the call failed" (and get classified); anything else is a bug and propagates.
+_CALL_ERRORS = (gexc.GoogleAPICallError, gexc.RetryError, requests.RequestException, auth_exc.GoogleAuthError,
+                futures.TimeoutError, TimeoutError, ConnectionError)
+
+
+@dataclass(frozen=True)
+class TpuConfig:
+    project: str
+    accelerator_type: str = "v5litepod-1"
+    runtime_version: str = "v2-alpha-tpuv5-lite"
+    network: str = "default"
+    subnetwork: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)  # extra labels on every QR
+    max_run_duration: timedelta = timedelta(hours=4)
+    valid_until_duration: timedelta = timedelta(hours=4)
+    api_endpoint: str = ""  # "" -> the real https://tpu.googleapis.com ; "http://127.0.0.1:PORT" for the sandbox
+    timeout: float = 30.0  # explicit per-call timeout (seconds)
+
+
+@dataclass(frozen=True)
+class QrSpec:
+    """What to create; ids are chosen by the caller (deterministic, so a retry adopts instead of duplicating)."""
+
+    qr_id: str
+    node_id: str
+    zone: str
+    labels: Mapping[str, str]
+    startup_script: str
+    max_run_duration: timedelta | None = None  # None -> TpuConfig.max_run_duration
+    valid_until_duration: timedelta | None = None  # None -> TpuConfig.valid_until_duration
+
+
+@dataclass(frozen=True)
+class QueuedResourceView:
+    qr_id: str
+    name: str
+    zone: str
+    state: str  # QueuedResourceState enum name, e.g. "WAITING_FOR_RESOURCES"
+    state_initiator: str  # "USER" | "SERVICE" | "STATE_INITIATOR_UNSPECIFIED"
+    failure_message: str | None
+    failure_code: int | None  # google.rpc.Code of failedData.error
+    labels: dict[str, str]
+    node_id: str | None
+    create_time: datetime | None
+    valid_until_time: datetime | None
+
+    @property
+    def is_finished(self) -> bool:
+        """FAILED and SUSPENDED QRs hold no TPU but stay listed (and may hold quota) until deleted."""
+        return self.state in ("FAILED", "SUSPENDED")
+
+
+@dataclass(frozen=True)
+class NodeView:
+    node_id: str
+    name: str
+    state: str  # Node.State enum name, e.g. "READY"
+    health: str  # Node.Health enum name, e.g. "HEALTHY"
+    external_ip: str | None
+    internal_ip: str | None
+    labels: dict[str, str]
+
+
+# --- labels ------------------------------------------------------------------------------------
+
+_LABEL_INVALID = re.compile(r"[^a-z0-9_-]+")
+
+
+def label_value(text: str) -> str:
+    """A valid GCP label value: lowercase, [a-z0-9_-], at most 63 characters."""
+    return _LABEL_INVALID.sub("-", str(text).lower())[:63]
+
+
+def bot_labels(team: str, channel: str, lease_id: str) -> dict[str, str]:
+    """The labels that let the reconciler find and attribute every QR the bot created."""
+    return {
+        "managed-by": MANAGED_BY,
+        "tpubot-team": label_value(team),
+        "tpubot-channel": label_value(channel),
+        "tpubot-lease": label_value(lease_id),
+    }
+
+
+# --- request body --------------------------------------------------------------------------------
+
+def flex_start_body(config: TpuConfig, spec: QrSpec) -> dict[str, Any]:
+    """The v2alpha1 QueuedResource JSON gcloud sends for `--provisioning-model=flex-start` (reference §1.5)."""
+    parent = f"projects/{config.project}/locations/{spec.zone}"
+    network_config: dict[str, Any] = {"network": config.network, "enableExternalIps": True}
+    if config.subnetwork:
+        network_config["subnetwork"] = config.subnetwork
+    return {
+        "tpu": {"nodeSpec": [{
+            "parent": parent,
+            "nodeId": spec.node_id,
+            "node": {
+                "acceleratorType": config.accelerator_type,
+                "runtimeVersion": config.runtime_version,
+                "labels": {**config.labels, **spec.labels},
+                "metadata": {"startup-script": spec.startup_script},
+                "networkConfig": network_config,
+                "serviceAccount": {},
+            },
+        }]},
+        "provisioningModel": "FLEX_START",
+        "runDuration": {"maxRunDuration": _duration(spec.max_run_duration or config.max_run_duration)},
+        "queueingPolicy": {"validUntilDuration": _duration(spec.valid_until_duration or config.valid_until_duration)},
+    }
+
+
+# --- the service ---------------------------------------------------------------------------------
+
+class TpuService:
+    """Queued resources and nodes of one project, through the real Google clients."""
+
+    def __init__(
+        self,
+        config: TpuConfig,
+        credentials: Credentials | None = None,
+        *,
+        max_attempts: int = 3,
+        retry_base_delay: float = 0.5,
+        lro_timeout: float = 120.0,
+        lro_poll_interval: float = 1.0,
+    ) -> None:
+        self.config = config
+        self._max_attempts = max(1, max_attempts)
+        self._retry_base_delay = retry_base_delay
+        self._lro_timeout = lro_timeout
+        self._lro_poll_interval = lro_poll_interval
+        self._random = random.Random()
+        if credentials is None:
+            try:
+                credentials, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+            except auth_exc.GoogleAuthError as exc:
+                raise classify_exception(exc) from exc
+        endpoint = config.api_endpoint.rstrip("/")
+        self._base_url = endpoint if "://" in endpoint else f"https://{endpoint}" if endpoint else DEFAULT_ENDPOINT
+        self._session = AuthorizedSession(credentials)
+        self._client = tpu_v2.TpuClient(
+            transport="rest",
+            credentials=credentials,
+            client_options={"api_endpoint": endpoint} if endpoint else None,
+        )
+
+    def close(self) -> None:
+        self._session.close()
+        self._client.transport.close()
+
+    def __enter__(self) -> "TpuService":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- queued resources ------------------------------------------------------------------------
+    def create_queued_resource(self, spec: QrSpec) -> QueuedResourceView:
+        """Create the flex-start QR (or adopt the existing one with the same id) and return its view.
+
+        Waits (bounded by `lro_timeout`) for the create LRO so that a rejection such as FLEX_START
+        not supported in this zone is raised here as a classified `TpuError`.
+        """
+        url = f"{self._base_url}/v2alpha1/{self._parent(spec.zone)}/queuedResources"
+        body = flex_start_body(self.config, spec)
+
+        def post() -> dict | None:
+            response = self._session.post(url, params={"queuedResourceId": spec.qr_id}, json=body,
+                                          timeout=self.config.timeout)
+            if response.status_code == 409:
+                return None  # already exists: adopt it (ids are deterministic, so it is ours)
+            if response.status_code >= 400:
+                raise gexc.from_http_response(response)
+            return response.json()
+
+        operation = self._with_retries(spec.zone, post)
+        if operation is not None:
+            self._wait_for_create(spec.zone, operation)
+        view = self.get_queued_resource(spec.zone, spec.qr_id)
+        if view is None:
+            if operation is None:  # existed a moment ago, deleted since: a race with a teardown
+                raise TpuError(TpuErrorKind.NOT_FOUND, f"queued resource {spec.qr_id} vanished while adopting it",
+                               zone=spec.zone)
+            return self._creating_view(spec)
+        return view
+
+    def get_queued_resource(self, zone: str, qr_id: str) -> QueuedResourceView | None:
+        name = f"{self._parent(zone)}/queuedResources/{qr_id}"
+        resource = self._with_retries(zone, lambda: _none_if_missing(
+            lambda: self._client.get_queued_resource(name=name, retry=None, timeout=self.config.timeout)))
+        return None if resource is None else _queued_resource_view(resource)
+
+    def list_queued_resources(self, zone: str, label_filter: Mapping[str, str] | None = None
+                              ) -> list[QueuedResourceView]:
+        """Every QR in the zone (all pages), keeping those whose labels include `label_filter`.
+
+        The v2 list call has no server-side filter, so labels are matched here.
+        """
+        def fetch_all() -> list[QueuedResourceView]:
+            pager = self._client.list_queued_resources(parent=self._parent(zone), retry=None,
+                                                       timeout=self.config.timeout)
+            return [_queued_resource_view(resource) for resource in pager]
+
+        views = self._with_retries(zone, fetch_all)
+        wanted = dict(label_filter or {})
+        return [view for view in views if all(view.labels.get(key) == value for key, value in wanted.items())]
+
+    def delete_queued_resource(self, zone: str, qr_id: str, *, wait: bool = True) -> None:
+        """Force-delete the QR and its node. Already gone counts as success.
+
+        With `wait`, blocks until the delete LRO is done or `lro_timeout` passes; after a timeout the
+        deletion is still under way (the QR shows DELETING) and the call returns normally.
+        """
+        name = f"{self._parent(zone)}/queuedResources/{qr_id}"
+        request = tpu_v2.DeleteQueuedResourceRequest(name=name, force=True)
+        operation = self._with_retries(zone, lambda: _none_if_missing(
+            lambda: self._client.delete_queued_resource(request=request, retry=None, timeout=self.config.timeout)))
+        if operation is None or not wait:
+            return
+        poll = polling.DEFAULT_POLLING.with_delay(
+            initial=self._lro_poll_interval, maximum=self._lro_poll_interval * 10, multiplier=1.5
+        ).with_timeout(self._lro_timeout)
+
+        def wait_done() -> None:
+            try:
+                operation.result(timeout=self._lro_timeout, polling=poll)
+            except gexc.NotFound:
+                pass  # deleted by someone else meanwhile
+            except (futures.TimeoutError, gexc.RetryError):
+                pass  # still deleting; documented: the caller sees DELETING on the next read
+
+        self._with_retries(zone, wait_done)
+
+    # --- nodes -----------------------------------------------------------------------------------------
+    def get_node(self, zone: str, node_id: str) -> NodeView | None:
+        name = f"{self._parent(zone)}/nodes/{node_id}"
+        node = self._with_retries(zone, lambda: _none_if_missing(
+            lambda: self._client.get_node(name=name, retry=None, timeout=self.config.timeout)))
+        return None if node is None else _node_view(node)
+
+    # --- internals -------------------------------------------------------------------------------------
+    def _parent(self, zone: str) -> str:
+        return f"projects/{self.config.project}/locations/{zone}"
+
+    def _with_retries(self, zone: str | None, call: Callable[[], T]) -> T:
+        """Run `call`; retry transient failures with exponential backoff and jitter; classify the rest."""
+        for attempt in range(1, self._max_attempts + 1):
+            try:
+                return call()
+            except _CALL_ERRORS as exc:
+                error = classify_exception(exc, zone=zone)
+                if not error.retryable or attempt == self._max_attempts:
+                    raise error from exc
+            # Full jitter around the exponential step keeps replicas from retrying in lockstep.
+            delay = self._retry_base_delay * (2 ** (attempt - 1))
+            time.sleep(delay * (0.5 + self._random.random()))
+        raise AssertionError("unreachable")
+
+    def _wait_for_create(self, zone: str, operation: dict) -> None:
+        """Poll the v2alpha1 LRO (raw JSON: the alpha response would break the v2 parser) until done."""
+        deadline = time.monotonic() + self._lro_timeout
+        delay = self._lro_poll_interval
+        url = f"{self._base_url}/v2alpha1/{operation.get('name', '')}"
+
+        def poll() -> dict:
+            response = self._session.get(url, timeout=self.config.timeout)
+            if response.status_code >= 400:
+                raise gexc.from_http_response(response)
+            return response.json()
+
+        while not operation.get("done"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or not operation.get("name"):
+                return  # accepted but still being validated; the QR's own state tells the rest
+            time.sleep(min(delay, remaining))
+            delay = min(delay * 1.5, self._lro_poll_interval * 10)
+            operation = self._with_retries(zone, poll)
+        error = operation.get("error")
+        if error:
+            raise classify_status(error.get("code"), error.get("message", ""), zone=zone)
+
+    def _creating_view(self, spec: QrSpec) -> QueuedResourceView:
+        return QueuedResourceView(
+            qr_id=spec.qr_id, name=f"{self._parent(spec.zone)}/queuedResources/{spec.qr_id}", zone=spec.zone,
+            state="CREATING", state_initiator="USER", failure_message=None, failure_code=None,
+            labels={**self.config.labels, **spec.labels}, node_id=spec.node_id, create_time=None,
+            valid_until_time=None,
+        )
+
+
+# --- conversions -------------------------------------------------------------------------------------
+
+def _none_if_missing(call: Callable[[], T]) -> T | None:
+    try:
+        return call()
+    except gexc.NotFound:
+        return None
+
+
+def _queued_resource_view(resource: tpu_v2.QueuedResource) -> QueuedResourceView:
+    state = resource.state
+    failure = state.failed_data.error if "failed_data" in state else None
+    node_spec = resource.tpu.node_spec[0] if resource.tpu.node_spec else None
+    return QueuedResourceView(
+        qr_id=resource.name.rsplit("/", 1)[-1],
+        name=resource.name,
+        zone=_zone_of(resource.name),
+        state=_enum_name(state.state),
+        state_initiator=_enum_name(state.state_initiator),
+        failure_message=(failure.message or None) if failure is not None else None,
+        failure_code=failure.code if failure is not None else None,
+        labels=dict(node_spec.node.labels) if node_spec is not None else {},
+        node_id=(node_spec.node_id or None) if node_spec is not None else None,
+        create_time=_datetime(resource.create_time),
+        valid_until_time=_datetime(resource.queueing_policy.valid_until_time)
+        if "valid_until_time" in resource.queueing_policy else None,
+    )
+
+
+def _node_view(node: tpu_v2.Node) -> NodeView:
+    endpoint = node.network_endpoints[0] if node.network_endpoints else None
+    return NodeView(
+        node_id=node.name.rsplit("/", 1)[-1],
+        name=node.name,
+        state=_enum_name(node.state),
+        health=_enum_name(node.health),
+        external_ip=(endpoint.access_config.external_ip or None) if endpoint is not None else None,
+        internal_ip=(endpoint.ip_address or None) if endpoint is not None else None,
+        labels=dict(node.labels),
+    )
+
+
+def _zone_of(name: str) -> str:
+    match = re.search(r"/locations/([^/]+)/", name)
+    return match.group(1) if match else ""
+
+
+def _enum_name(value: Any) -> str:
+    # Unknown enum numbers come back as plain ints from proto-plus; keep them visible.
+    return getattr(value, "name", str(value))
+
+
+def _datetime(value: datetime | None) -> datetime | None:
+    if value is None:
+        return None
+    return datetime.fromtimestamp(value.timestamp(), timezone.utc)
+
+
+def _duration(delta: timedelta) -> str:
+    return f"{int(delta.total_seconds())}s"
