@@ -76,8 +76,8 @@ def state_of(tpu: TpuService, qr_id: str, zone: str = ZONE) -> str | None:
 # --- create ---------------------------------------------------------------------------------------
 
 def test_create_sends_the_flex_start_request(sandbox: TpuSandbox) -> None:
-    tpu = make_service(sandbox, labels={"cost-center": "ml"}, subnetwork="tpu-subnet")
-    view = tpu.create_queued_resource(spec(max_run_duration=timedelta(hours=2)))
+    with make_service(sandbox, labels={"cost-center": "ml"}, subnetwork="tpu-subnet") as tpu:
+        view = tpu.create_queued_resource(spec(max_run_duration=timedelta(hours=2)))
 
     [stored] = sandbox.queued_resources()
     body = stored["request"]
@@ -265,7 +265,8 @@ def test_missing_network_is_a_configuration_error(sandbox: TpuSandbox) -> None:
     assert error.kind is TpuErrorKind.NETWORK_NOT_FOUND and error.setting == "NETWORK"
     assert error.kind.stops_search and "prod-vpc" in error.fix
     assert f'Project "{PROJECT}" has no network named "prod-vpc".' in error.message
-    assert sandbox.queued_resources() == []
+    assert sandbox.queued_resources() == [] and sandbox.create_attempts == [(ZONE, "network_not_found")]
+    tpu.close()
 
 
 def test_unknown_zone(sandbox: TpuSandbox, tpu: TpuService) -> None:
@@ -287,11 +288,13 @@ def test_bad_accelerator_runtime_and_project(sandbox: TpuSandbox) -> None:
     for overrides, project, kind, setting in cases:
         tpu = TpuService(TpuConfig(project=project, api_endpoint=sandbox.base_url, **overrides),  # type: ignore[arg-type]
                          AnonymousCredentials(), retry_base_delay=0.01, lro_poll_interval=0.02)
-        with pytest.raises(TpuError) as caught:
+        with tpu, pytest.raises(TpuError) as caught:
             tpu.create_queued_resource(spec())
         assert (caught.value.kind, caught.value.setting) == (kind, setting), caught.value
         assert caught.value.kind.stops_search
     assert sandbox.queued_resources() == []
+    assert [outcome for _, outcome in sandbox.create_attempts] == ["bad_accelerator", "bad_runtime",
+                                                                   "permission_denied"]
 
 
 def test_no_capacity_fails_at_valid_until(sandbox: TpuSandbox, tpu: TpuService) -> None:

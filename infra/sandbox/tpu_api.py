@@ -37,6 +37,7 @@ import re
 import secrets
 import threading
 import time
+from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
@@ -107,7 +108,9 @@ class SandboxTimings:
 
 class CreateAttempt(NamedTuple):
     zone: str
-    outcome: str  # accepted | already_exists | flex_start_rejected | quota_exceeded | bad_zone | bad_request | ...
+    # accepted | queued_without_capacity | already_exists | flex_start_rejected | quota_exceeded | bad_zone |
+    # permission_denied | bad_accelerator | bad_runtime | network_not_found | bad_request
+    outcome: str
 
 
 class RecordedRequest(NamedTuple):
@@ -119,8 +122,9 @@ class RecordedRequest(NamedTuple):
 
 class _ApiError(Exception):
     def __init__(self, http_status: int, message: str, details: list[dict] | None = None,
-                 status: str | None = None) -> None:
+                 status: str | None = None, outcome: str = "bad_request") -> None:
         super().__init__(message)
+        self.outcome = outcome  # what a failed create is recorded as in `create_attempts`
         self.http_status = http_status
         self.message = message
         self.details = details or []
@@ -198,7 +202,8 @@ class TpuSandbox:
         self.on_node_gone = on_node_gone
         self.max_page_size = max_page_size
         self.create_attempts: list[CreateAttempt] = []
-        self.requests: list[RecordedRequest] = []
+        # Every request, newest last; bounded so a long-running sandbox does not grow without limit.
+        self.requests: deque[RecordedRequest] = deque(maxlen=10_000)
         self._zones = dict(DEFAULT_ZONES if zones is None else zones)
         self._networks = set(networks)
         self._subnetworks = None if subnetworks is None else set(subnetworks)
@@ -526,8 +531,8 @@ class TpuSandbox:
                                   "metadata": {"quota_limit": "TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI",
                                                "region": region}}])
         except _ApiError as error:
-            if error.http_status == 400:
-                self._record(zone, "bad_request")
+            if error.http_status not in (409, 429):  # those two recorded themselves above
+                self._record(zone, error.outcome)
             raise
         with self._lock:
             op = _Operation(name=f"projects/{self.project}/locations/{zone}/operations/{_operation_id(now)}",
@@ -565,19 +570,21 @@ class TpuSandbox:
             raise _ApiError(400, "Cloud TPU received a bad request. The requested accelerator configuration for "
                                  f'accelerator type, "{accel}", could not be found in the zonal accelerator '
                                  f'configurations for "{zone}".; the accelerator {accel} was not found in zone '
-                                 f"{zone} [EID: {_eid()}]")
+                                 f"{zone} [EID: {_eid()}]", outcome="bad_accelerator")
         runtime = str(node.get("runtimeVersion", ""))
         if runtime not in RUNTIME_VERSIONS:
             raise _ApiError(400, f'Cloud TPU received a bad request. The requested runtime version "{runtime}" is '
-                                 f'not supported for accelerator type "{accel}" in zone "{zone}". [EID: {_eid()}]')
+                                 f'not supported for accelerator type "{accel}" in zone "{zone}". [EID: {_eid()}]',
+                            outcome="bad_runtime")
         network_config = node.get("networkConfig") or {}
         network = str(network_config.get("network") or "default").rsplit("/", 1)[-1]
         if network not in self._networks:
-            raise _ApiError(400, f'Project "{self.project}" has no network named "{network}".')
+            raise _ApiError(400, f'Project "{self.project}" has no network named "{network}".',
+                            outcome="network_not_found")
         subnetwork = str(network_config.get("subnetwork") or "").rsplit("/", 1)[-1]
         if subnetwork and self._subnetworks is not None and subnetwork not in self._subnetworks:
             raise _ApiError(404, f"The resource 'projects/{self.project}/regions/{zone.rsplit('-', 1)[0]}"
-                                 f"/subnetworks/{subnetwork}' was not found")
+                                 f"/subnetworks/{subnetwork}' was not found", outcome="network_not_found")
 
     def _get_qr(self, zone: str, qr_id: str) -> _QueuedResource:
         with self._lock:
