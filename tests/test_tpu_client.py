@@ -167,6 +167,20 @@ def test_conflict_adopts_the_existing_queued_resource(sandbox: TpuSandbox, tpu: 
     assert sandbox.create_attempts == [(ZONE, "accepted"), (ZONE, "already_exists")]
 
 
+def test_concurrent_creates_of_one_id_make_one_queued_resource(sandbox: TpuSandbox, tpu: TpuService) -> None:
+    results: list = []
+    threads = [threading.Thread(target=lambda: results.append(tpu.create_queued_resource(spec())), daemon=True)
+               for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=10)
+    assert len(results) == 6 and len({view.name for view in results}) == 1
+    assert len(sandbox.queued_resources()) == 1
+    outcomes = sorted(outcome for _, outcome in sandbox.create_attempts)
+    assert outcomes == ["accepted"] + ["already_exists"] * 5
+
+
 # --- delete, list -------------------------------------------------------------------------------------
 
 def test_force_delete_removes_qr_and_node_and_is_idempotent(sandbox: TpuSandbox, tpu: TpuService) -> None:

@@ -164,7 +164,7 @@ class _Operation:
     qr_id: str
     verb: str
     created_at: float
-    done_at: float | None  # None = decided lazily (create: when the QR leaves CREATING)
+    done_at: float  # on the emulator clock; a create LRO ends when its QR leaves CREATING
     error: dict | None = None
     snapshot: dict | None = None  # last QR view, served if the QR is gone by the time of the poll
 
@@ -534,34 +534,36 @@ class TpuSandbox:
             if error.http_status not in (409, 429):  # those two recorded themselves above
                 self._record(zone, error.outcome)
             raise
+        policy = body.get("queueingPolicy") or {}
+        valid_until = None
+        if "validUntilDuration" in policy:
+            valid_until = now + _parse_duration(policy["validUntilDuration"])
+        elif "validUntilTime" in policy:
+            valid_until = _parse_rfc3339(policy["validUntilTime"])
+        run = body.get("runDuration") or {}
+        max_run_seconds = _parse_duration(run["maxRunDuration"]) if "maxRunDuration" in run else None
         with self._lock:
+            if (zone, qr_id) in self._qrs:  # a concurrent create with the same id won the race
+                self._record(zone, "already_exists")
+                raise _ApiError(409, f"Resource '{self._qr_name(zone, qr_id)}' already exists.")
+            # The create LRO ends when validation is over, i.e. when the QR leaves CREATING.
             op = _Operation(name=f"projects/{self.project}/locations/{zone}/operations/{_operation_id(now)}",
-                            zone=zone, qr_id=qr_id, verb="create", created_at=now, done_at=None)
+                            zone=zone, qr_id=qr_id, verb="create", created_at=now,
+                            done_at=now + self.timings.creating)
             self._operations[op.name] = op
             if behaviour is ZoneBehaviour.REJECT_FLEX_START and model == "FLEX_START":
-                op.done_at = now + self.timings.creating
                 accel = node.get("acceleratorType", "")
                 op.error = {"code": 3, "message": f'FLEX_START provisioning model is not supported for accelerator '
                                                   f'type "{accel}" in location "{zone}"', "details": []}
                 self._record(zone, "flex_start_rejected")
                 return 200, self._operation_json(op, version, now)
-            policy = body.get("queueingPolicy") or {}
-            valid_until = None
-            if "validUntilDuration" in policy:
-                valid_until = now + _parse_duration(policy["validUntilDuration"])
-            elif "validUntilTime" in policy:
-                valid_until = _parse_rfc3339(policy["validUntilTime"])
-            run = body.get("runDuration") or {}
-            qr = _QueuedResource(
+            no_capacity = behaviour is ZoneBehaviour.NO_CAPACITY
+            self._qrs[(zone, qr_id)] = _QueuedResource(
                 qr_id=qr_id, zone=zone, node_id=node_id, body=body, created_at=now, provisioning_model=model,
-                max_run_seconds=_parse_duration(run["maxRunDuration"]) if "maxRunDuration" in run else None,
-                valid_until=valid_until,
-                capacity_at=None if behaviour is ZoneBehaviour.NO_CAPACITY else now,
+                max_run_seconds=max_run_seconds, valid_until=valid_until, capacity_at=None if no_capacity else now,
                 node_number=next(self._node_numbers),
             )
-            self._qrs[(zone, qr_id)] = qr
-            op.done_at = now + self.timings.creating  # the create LRO ends when the QR leaves CREATING
-            self._record(zone, "accepted" if behaviour is ZoneBehaviour.ACCEPT else "queued_without_capacity")
+            self._record(zone, "queued_without_capacity" if no_capacity else "accepted")
             return 200, self._operation_json(op, version, now)
 
     def _validate_node(self, zone: str, node: dict) -> None:
