@@ -1,0 +1,60 @@
+"""Turn the digest's inputs into lines: pasted text, downloaded file bytes, Cloud Logging entries."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+from typing import Any
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def lines_from_text(text: str) -> list[str]:
+    """Lines of a paste; Slack code fences around a paste are dropped."""
+    lines = text.splitlines()
+    if lines and lines[0].strip().startswith("```"):
+        lines = lines[1:]
+    if lines and lines[-1].strip() == "```":
+        lines = lines[:-1]
+    return lines
+
+
+def lines_from_bytes(data: bytes) -> list[str]:
+    """Lines of a downloaded file: gzip recognised by its magic bytes, undecodable bytes replaced."""
+    if data[:2] == GZIP_MAGIC:
+        data = gzip.decompress(data)
+    return data.decode("utf-8", errors="replace").splitlines()
+
+
+def lines_from_entries(entries: Iterable[Any]) -> Iterator[str]:
+    """One line per Cloud Logging entry (google.cloud.logging entry objects or LogEntry dicts):
+    `<timestamp> <SEVERITY> [<resource.type>] <payload>`, a shape the header stripper knows."""
+    for entry in entries:
+        if isinstance(entry, dict):
+            timestamp = entry.get("timestamp")
+            severity = entry.get("severity") or "DEFAULT"
+            resource = (entry.get("resource") or {}).get("type") or "-"
+            payload = entry.get("textPayload")
+            if payload is None:
+                payload = entry.get("jsonPayload", entry.get("protoPayload"))
+        else:
+            timestamp = entry.timestamp
+            severity = entry.severity or "DEFAULT"
+            resource = getattr(entry.resource, "type", None) or "-"
+            payload = entry.payload
+        if isinstance(timestamp, datetime):
+            timestamp = timestamp.isoformat()
+        yield f"{timestamp or '-'} {severity} [{resource}] {_payload_text(payload)}"
+
+
+def _payload_text(payload: Any) -> str:
+    if payload is None:
+        return ""
+    if isinstance(payload, dict):
+        for key in ("message", "msg", "textPayload"):
+            if isinstance(payload.get(key), str):
+                return payload[key].replace("\n", " ")
+        return json.dumps(payload, separators=(",", ":"), sort_keys=True, default=str)
+    return str(payload).replace("\n", " ")

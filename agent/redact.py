@@ -1,0 +1,61 @@
+"""Secret redaction for anything that leaves the bot: digests, model prompts, Slack replies.
+
+`redact(text)` replaces credentials with `[REDACTED:<kind>]` and keeps the surrounding text, so a
+log line stays readable (`password=[REDACTED:password]`). Patterns are deliberately greedy on
+the secret and conservative on context: a false positive costs a few characters of log, a
+false negative leaks a token into a Slack channel or a model prompt.
+"""
+
+from __future__ import annotations
+
+import re
+
+_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+    # PEM private keys (RSA, EC, OPENSSH, ENCRYPTED, plain PKCS#8), possibly cut off at the end.
+    (
+        "private-key",
+        re.compile(
+            r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----.*?(?:-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----|\Z)",
+            re.S,
+        ),
+        "[REDACTED:private-key]",
+    ),
+    # Slack bot/user/app/refresh tokens and app-level tokens.
+    ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{8,}"), "[REDACTED:slack-token]"),
+    ("slack-app-token", re.compile(r"\bxapp-[A-Za-z0-9-]{8,}"), "[REDACTED:slack-token]"),
+    # `Authorization: Bearer …` / `Basic …` headers, and bare `Bearer <token>`.
+    (
+        "authorization",
+        re.compile(r"(?i)(\bauthorization\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)[^\s\"',;]+"),
+        r"\1[REDACTED:token]",
+    ),
+    ("bearer", re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1[REDACTED:token]"),
+    # Provider API keys: OpenAI/Anthropic-style sk-…, Google AIza…, Hugging Face hf_…, GitHub, AWS.
+    ("api-key", re.compile(r"\bsk-(?:[A-Za-z0-9_-]{16,})"), "[REDACTED:api-key]"),
+    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"), "[REDACTED:api-key]"),
+    ("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{20,}"), "[REDACTED:api-key]"),
+    ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"), "[REDACTED:api-key]"),
+    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "[REDACTED:api-key]"),
+    # Passwords inside URLs: scheme://user:password@host
+    (
+        "url-password",
+        re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(@)"),
+        r"\1[REDACTED:password]\2",
+    ),
+    # password=…, passwd: …, secret=…, api_key=…, token=… (key-value style, also JSON "key": "value").
+    (
+        "password",
+        re.compile(
+            r"(?i)(\b(?:password|passwd|pwd|secret|client_secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
+            r"[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)[^\s\"',;&]+"
+        ),
+        r"\1[REDACTED:password]",
+    ),
+)
+
+
+def redact(text: str) -> str:
+    """Return `text` with secrets replaced by `[REDACTED:<kind>]` markers."""
+    for _, pattern, replacement in _RULES:
+        text = pattern.sub(replacement, text)
+    return text

@@ -1,0 +1,291 @@
+"""The log digest engine: header stripping, masking, mining, ranking, budget, citations."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+
+from agent.digest import DEFAULT_BUDGET, build_digest, estimate_tokens, lines_from_bytes, lines_from_entries
+from agent.digest.headers import split_header
+from agent.digest.masking import mask
+from agent.digest.metrics import grouping_accuracy
+from agent.digest.miner import TemplateMiner
+from agent.digest.severity import CRITICAL, DEBUG, ERROR, INFO, WARNING
+
+# --- header stripping ------------------------------------------------------------------------
+
+HEADER_CASES = [
+    # (raw line, expected message, expected severity, expected timestamp text)
+    (
+        "Jun 14 15:16:01 combo sshd(pam_unix)[19939]: check pass; user unknown",
+        "check pass; user unknown",
+        None,
+        "Jun 14 15:16:01",
+    ),
+    (
+        "2024-03-01T12:00:01.123Z ERROR [main] com.example.Server: connection refused by db-1",
+        "connection refused by db-1",
+        ERROR,
+        "2024-03-01T12:00:01.123Z",
+    ),
+    (
+        "081109 203615 148 INFO dfs.DataNode$PacketResponder: PacketResponder 1 for block blk_38865049064139660 terminating",
+        "PacketResponder 1 for block blk_38865049064139660 terminating",
+        INFO,
+        "081109 203615",
+    ),
+    (
+        "- 1117838570 2005.06.03 R02-M1-N0-C:J12-U11 2005-06-03-15.42.50.675872 R02-M1-N0-C:J12-U11 RAS KERNEL FATAL data TLB error interrupt",
+        "data TLB error interrupt",
+        CRITICAL,
+        "1117838570 2005.06.03",
+    ),
+    (
+        "03-17 16:13:38.811  1702  2395 D WindowManager: printFreezingDisplayLogsopening app wtoken",
+        "printFreezingDisplayLogsopening app wtoken",
+        DEBUG,
+        "03-17 16:13:38.811",
+    ),
+    (
+        "2016-09-28 04:30:30, Info                  CBS    Loaded Servicing Stack v6.1.7601.23505",
+        "CBS    Loaded Servicing Stack v6.1.7601.23505",
+        INFO,
+        "2016-09-28 04:30:30",
+    ),
+    (
+        "[Sun Dec 04 04:47:44 2005] [error] mod_jk child workerEnv in error state 6",
+        "mod_jk child workerEnv in error state 6",
+        ERROR,
+        "Sun Dec 04 04:47:44 2005",
+    ),
+    (
+        "2015-07-29 17:41:44,747 - WARN  [QuorumPeer[myid=1]/0:0:0:0:0:0:0:0:2181:FastLeaderElection@774] - Notification time out: 3200",
+        "Notification time out: 3200",
+        WARNING,
+        "2015-07-29 17:41:44,747",
+    ),
+    ("20171223-22:15:29:606|Step_LSC|30002312|onStandStepChanged 3579", "onStandStepChanged 3579", None, "20171223-22:15:29:606"),
+    (
+        "[10.30 16:49:06] chrome.exe *64 - proxy.cse.cuhk.edu.hk:5070 open through proxy proxy.cse.cuhk.edu.hk:5070 HTTPS",
+        "proxy.cse.cuhk.edu.hk:5070 open through proxy proxy.cse.cuhk.edu.hk:5070 HTTPS",
+        None,
+        "10.30 16:49:06",
+    ),
+    (
+        '{"time": "2024-03-01T12:00:00Z", "level": "warning", "msg": "disk 91% full", "logger": "agent"}',
+        "disk 91% full",
+        WARNING,
+        "2024-03-01T12:00:00Z",
+    ),
+    ("plain message without any header", "plain message without any header", None, None),
+]
+
+
+@pytest.mark.parametrize(("line", "message", "severity", "timestamp"), HEADER_CASES)
+def test_header_is_stripped_without_configuration(line, message, severity, timestamp):
+    parsed = split_header(line)
+    assert parsed.message == message
+    assert parsed.severity == severity
+    assert parsed.timestamp == timestamp
+
+
+def test_json_line_without_message_field_keeps_the_other_fields():
+    parsed = split_header('{"severity": "ERROR", "event": "", "code": 503, "path": "/v1/chat"}')
+    assert parsed.severity == ERROR
+    assert '"code":503' in parsed.message and '"path":"/v1/chat"' in parsed.message
+
+
+# --- masking and mining ------------------------------------------------------------------------
+
+
+def test_masking_replaces_digit_runs_and_keeps_names():
+    assert mask("ready=true,policy=3,wakefulness=1") == "ready=true,policy=<*>,wakefulness=<*>"
+    assert mask("Received block blk_-1608999687919862906 of size 91178 from /10.250.10.6") == (
+        "Received block <*> of size <*> from <*>"
+    )
+    assert mask("session opened for user root by (uid=0)") == "session opened for user root by (uid=<*>)"
+    # one trailing digit on a word is a constant, not a variable
+    assert mask("open through proxy SOCKS5 port 1080 ssh2") == "open through proxy SOCKS5 port <*> ssh2"
+    assert mask("connection at Sun Jul 10 03:55:22 2005") == "connection at <*> <*> <*> <*> <*>"
+
+
+def test_miner_merges_rare_word_variables_and_keeps_frequent_alternatives_apart():
+    miner = TemplateMiner()
+    lines = []
+    users = ["webmaster", "test", "oracle", "admin", "guest", "pi", "ftp", "alice"]
+    for index in range(400):
+        lines.append(f"Invalid user {users[index % len(users)] if index % 3 else 'root'} from <*>")
+        lines.append("VM Started (Lifecycle Event)" if index % 2 else "VM Paused (Lifecycle Event)")
+    ids = [miner.add(line) for line in lines]
+    mined = miner.templates()
+    templates = {mined.templates[mined.cluster_of[i]] for i in ids}
+    assert "Invalid user <*> from <*>" in templates
+    assert {"VM Started (Lifecycle Event)", "VM Paused (Lifecycle Event)"} <= templates
+    assert len(templates) == 3
+
+
+def test_grouping_accuracy_definition():
+    # group {0,1} is exact; predicted group {2,3} mixes two truth groups; line 4 is alone in both
+    assert grouping_accuracy([1, 1, 2, 2, 3], ["a", "a", "b", "c", "d"]) == pytest.approx(3 / 5)
+    assert grouping_accuracy([1, 2], ["a", "a"]) == 0.0
+
+
+# --- ranking ---------------------------------------------------------------------------------
+
+
+def _syslog(second: int, text: str, level: str = "INFO") -> str:
+    return f"2024-03-01 12:{second // 60 % 60:02d}:{second % 60:02d},000 {level} [main] svc.Worker: {text}"
+
+
+def test_single_error_outranks_ten_thousand_info_lines():
+    lines = [_syslog(i, f"heartbeat {i} ok from worker-{i % 7}") for i in range(10_000)]
+    lines.insert(6_123, _syslog(6_123, "checkpoint write failed: disk quota exceeded", "ERROR"))
+    digest = build_digest(lines, budget_tokens=600)
+    top = digest.templates[0]
+    assert top.template == "checkpoint write failed: disk quota exceeded"
+    assert top.severity == ERROR and top.count == 1
+    assert top.exemplars[0].line == 6_124  # 1-based
+    assert "L6124 |" in digest.render()
+
+
+def test_first_error_before_a_cascade_is_kept_and_cited():
+    lines = [_syslog(i, f"request {i} served in {i % 50} ms") for i in range(3_000)]
+    lines.append(_syslog(3_000, "TPU runtime: HBM out of memory on chip 0", "ERROR"))
+    for i in range(2_000):  # the cascade: many distinct, louder errors after the cause
+        lines.append(_syslog(3_001 + i, f"rpc to worker-{i % 8} failed: channel {i % 3} closed by peer {chr(97 + i % 26)}x", "ERROR"))
+        lines.append(_syslog(3_001 + i, f"health check failed for replica-{i % 4}", "CRITICAL" if i % 100 == 0 else "ERROR"))
+    digest = build_digest(lines, budget_tokens=300)
+    first = digest.templates[0]
+    assert first.first_error
+    assert first.template == "TPU runtime: HBM out of memory on chip <*>"
+    assert first.exemplars[0].line == 3_001
+    rendered = digest.render()
+    assert "first-error" in rendered and "L3001 |" in rendered
+
+
+def test_bursts_rank_above_steady_templates_of_equal_severity():
+    lines = []
+    for i in range(5_000):
+        lines.append(_syslog(i, f"slow query took {i % 90} ms", "WARN"))
+        if 2_000 <= i < 2_050:
+            lines.append(_syslog(i, f"retrying upload of shard {i}", "WARN"))
+        if i % 100 == 50:  # as many lines, spread evenly
+            lines.append(_syslog(i, f"cache refill for key k{i}", "WARN"))
+    ranked = build_digest(lines).ranked
+    order = [t.template for t in ranked]
+    assert order.index("retrying upload of shard <*>") < order.index("cache refill for key <*>")
+
+
+# --- budget, citations, truncation -----------------------------------------------------------
+
+
+def _mixed_log(seed: int = 7, size: int = 6_000) -> list[str]:
+    rng = random.Random(seed)
+    levels = ["INFO"] * 8 + ["WARN", "ERROR"]
+    lines = []
+    for i in range(size):
+        kind = rng.randrange(60)
+        lines.append(
+            _syslog(i, f"event{kind % 20} kind {kind} from host-{rng.randrange(99)} took {rng.randrange(1000)} ms", rng.choice(levels))
+            if kind < 40
+            else _syslog(i, f"component {['alpha', 'beta', 'gamma'][kind % 3]} phase {kind} state changed to s{rng.randrange(9)}x", "INFO")
+        )
+    return lines
+
+
+@pytest.mark.parametrize("budget", [80, 150, 300, 700, 1_500, 4_000, DEFAULT_BUDGET])
+def test_digest_never_exceeds_its_token_budget(budget):
+    digest = build_digest(_mixed_log(), budget_tokens=budget)
+    assert digest.tokens == estimate_tokens(digest.render())
+    assert digest.tokens <= budget
+    data = digest.to_json()
+    assert data["tokens"] <= budget
+    assert data["omitted_templates"] + len(data["templates"]) == data["template_count"]
+
+
+def test_bigger_budget_shows_more():
+    small = build_digest(_mixed_log(), budget_tokens=300)
+    large = build_digest(_mixed_log(), budget_tokens=4_000)
+    assert len(large.templates) > len(small.templates)
+    shown = lambda d: sum(d.shown_exemplars.values())  # noqa: E731
+    assert shown(large) > shown(small)
+
+
+def test_exemplar_line_numbers_point_at_the_original_lines():
+    lines = _mixed_log(seed=3, size=2_000)
+    digest = build_digest(lines, budget_tokens=DEFAULT_BUDGET)
+    checked = 0
+    for template in digest.to_json()["templates"]:
+        assert 1 <= template["first_line"] <= len(lines)
+        assert lines[template["first_line"] - 1] == template["exemplars"][0]["text"] or template["first_error"]
+        for exemplar in template["exemplars"]:
+            assert lines[exemplar["line"] - 1] == exemplar["text"]
+            checked += 1
+    assert checked > 20
+    # the rendered text cites the same numbers
+    for line in digest.render().splitlines():
+        if line.startswith("  L"):
+            number, text = line.strip()[1:].split(" | ", 1)
+            assert lines[int(number) - 1] == text
+
+
+def test_template_json_shape_and_counts_add_up():
+    lines = _mixed_log(seed=5, size=3_000)
+    data = build_digest(lines, budget_tokens=DEFAULT_BUDGET).to_json()
+    assert data["total_lines"] == 3_000
+    for template in data["templates"]:
+        assert set(template) >= {"template", "count", "severity", "first_line", "exemplars"}
+        assert 1 <= len(template["exemplars"]) <= 3
+        assert template["severity"] in {"INFO", "WARNING", "ERROR"}
+    assert sum(t["count"] for t in data["templates"]) + data["omitted_lines"] == 3_000
+    json.dumps(data)  # serialisable
+
+
+def test_monster_lines_are_truncated():
+    blocks = " ".join(f"blk_{7_000_000_000_000 + i}" for i in range(3_000))
+    lines = [_syslog(1, "starting"), _syslog(2, f"ask 10.0.0.1:50010 to delete {blocks}", "WARN")]
+    digest = build_digest(lines, budget_tokens=2_000)
+    rendered = digest.render()
+    assert len(rendered) < 2_000
+    assert "chars]" in rendered
+    assert digest.tokens <= 2_000
+    warn = next(t for t in digest.templates if t.severity == WARNING)
+    assert warn.exemplars[0].line == 2
+
+
+def test_secrets_are_redacted_in_the_digest():
+    lines = [
+        _syslog(1, "calling https://admin:hunter2@db.internal:5432/app", "ERROR"),
+        _syslog(2, "slack auth with xoxb-1234567890-abcdefghijklmnop failed", "ERROR"),
+    ]
+    digest = build_digest(lines)
+    text = digest.render() + json.dumps(digest.to_json())
+    assert "hunter2" not in text and "xoxb-1234567890" not in text
+    assert "[REDACTED:password]" in text and "[REDACTED:slack-token]" in text
+
+
+def test_estimate_counts_digits_one_per_token_and_over_counts():
+    hdfs = "081109 203615 148 INFO dfs.DataNode$PacketResponder: PacketResponder 1 for block blk_38865049064139660 terminating"
+    assert estimate_tokens(hdfs) >= 53  # measured with the Gemma vocabulary
+    assert estimate_tokens("1234567890") == 10
+
+
+# --- inputs ------------------------------------------------------------------------------------
+
+
+def test_gzip_bytes_and_cloud_logging_entries_become_lines():
+    import gzip
+
+    assert lines_from_bytes(gzip.compress(b"a 1\nb 2\n")) == ["a 1", "b 2"]
+    entry = {
+        "timestamp": "2024-03-01T12:00:00Z",
+        "severity": "ERROR",
+        "resource": {"type": "tpu_worker", "labels": {}},
+        "jsonPayload": {"message": "XLA compile failed"},
+    }
+    (line,) = list(lines_from_entries([entry]))
+    parsed = split_header(line)
+    assert parsed.message == "XLA compile failed"
+    assert parsed.severity == ERROR
