@@ -1,0 +1,182 @@
+"""Read Cloud Logging entries for the digest: `query_cloud_logs`, over HTTP (not gRPC).
+
+The filter is built from plain parameters and always names `timestamp`, because the client
+silently appends `timestamp>="<now-24h>"` to any filter that does not (reference/gcp-apis.md §6),
+which would cap every query at one day and ignore the window asked for.
+
+Rate limits: Cloud Logging allows 60-120 read requests per minute per project and answers 429
+(`TooManyRequests` on the HTTP path). The query then backs off (exponential, full jitter,
+bounded) and resumes from the oldest entry already read rather than starting over: the client
+hides page tokens behind a generator, so the resume narrows the time window instead and drops
+the entries it has already seen by insertId.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+from google.api_core.exceptions import TooManyRequests
+
+SEVERITY_ORDER = ("DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL", "ALERT", "EMERGENCY")
+DEFAULT_WINDOW = timedelta(hours=1)
+DEFAULT_MAX_ENTRIES = 5_000
+DEFAULT_PAGE_SIZE = 1_000  # the API rejects more than 1,000 per page
+DEFAULT_MAX_RETRIES = 5
+DEFAULT_BASE_DELAY = 1.0  # seconds; the quota is per minute, so waits grow to tens of seconds
+MAX_DELAY = 32.0
+
+
+@dataclass(frozen=True)
+class CloudLoggingConfig:
+    """Where to read logs. `api_endpoint` points the client at a sandbox (http://127.0.0.1:PORT)."""
+
+    project: str
+    api_endpoint: str | None = None
+    credentials: Any = None  # google.auth credentials; None = application default
+    anonymous: bool = False  # sandbox: no credentials at all
+
+
+@dataclass
+class CloudLogsResult:
+    entries: list[Any]  # google.cloud.logging entries, oldest first
+    filter: str
+    truncated: bool  # stopped at max_entries; older entries in the window were not read
+    retries: int = 0
+    start: datetime | None = None
+    end: datetime | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def make_client(config: CloudLoggingConfig):
+    """A google-cloud-logging client on the HTTP transport."""
+    from google.cloud import logging as cloud_logging
+
+    credentials = config.credentials
+    if config.anonymous and credentials is None:
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
+    options = {"api_endpoint": config.api_endpoint} if config.api_endpoint else None
+    return cloud_logging.Client(
+        project=config.project, credentials=credentials, _use_grpc=False, client_options=options
+    )
+
+
+def quote(value: str) -> str:
+    """A Logging query language string literal."""
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def format_timestamp(moment: datetime) -> str:
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def build_filter(
+    *,
+    start: datetime,
+    end: datetime | None = None,
+    min_severity: str | None = "WARNING",
+    resource_type: str | None = None,
+    resource_labels: Mapping[str, str] | None = None,
+    text_contains: str | None = None,
+) -> str:
+    """A Logging filter from plain parameters; always includes `timestamp>=`."""
+    clauses = [f"timestamp>={quote(format_timestamp(start))}"]
+    if end is not None:
+        clauses.append(f"timestamp<{quote(format_timestamp(end))}")
+    if min_severity:
+        severity = min_severity.upper()
+        if severity not in SEVERITY_ORDER:
+            raise ValueError(f"unknown severity {min_severity!r}; use one of {', '.join(SEVERITY_ORDER)}")
+        clauses.append(f"severity>={quote(severity)}")
+    if resource_type:
+        clauses.append(f"resource.type={quote(resource_type)}")
+    for key, value in (resource_labels or {}).items():
+        if not key.replace("_", "").isalnum():
+            raise ValueError(f"resource label name {key!r} is not a plain identifier")
+        clauses.append(f"resource.labels.{key}={quote(str(value))}")
+    if text_contains:
+        text = quote(text_contains)
+        clauses.append(f"(textPayload:{text} OR jsonPayload.message:{text})")
+    return " AND ".join(clauses)
+
+
+def query_cloud_logs(
+    client_or_config: Any,
+    *,
+    min_severity: str | None = "WARNING",
+    resource_type: str | None = None,
+    resource_labels: Mapping[str, str] | None = None,
+    text_contains: str | None = None,
+    since: timedelta = DEFAULT_WINDOW,
+    start: datetime | None = None,
+    end: datetime | None = None,
+    max_entries: int = DEFAULT_MAX_ENTRIES,
+    page_size: int = DEFAULT_PAGE_SIZE,
+    max_retries: int = DEFAULT_MAX_RETRIES,
+    base_delay: float = DEFAULT_BASE_DELAY,
+    sleep: Callable[[float], None] = time.sleep,
+    now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
+    rng: random.Random | None = None,
+) -> CloudLogsResult:
+    """Entries matching the parameters, newest `max_entries` of the window, returned oldest first.
+
+    The window is `[start, end)` when `start` is given, else the last `since` (default 1 h).
+    Raises TooManyRequests when 429 persists through `max_retries` backoffs."""
+    if not 1 <= page_size <= 1_000:
+        raise ValueError("page_size must be between 1 and 1000")
+    client = make_client(client_or_config) if isinstance(client_or_config, CloudLoggingConfig) else client_or_config
+    if start is None:
+        start = (end or now()) - since
+    base_filter = build_filter(
+        start=start,
+        end=end,
+        min_severity=min_severity,
+        resource_type=resource_type,
+        resource_labels=resource_labels,
+        text_contains=text_contains,
+    )
+    jitter = rng or random.Random()
+    collected: list[Any] = []
+    seen: set[Any] = set()
+    oldest: datetime | None = None
+    retries = 0
+    exhausted = False
+    while len(collected) < max_entries:
+        query = base_filter if oldest is None else f"{base_filter} AND timestamp<={quote(format_timestamp(oldest))}"
+        try:
+            for entry in client.list_entries(filter_=query, order_by="timestamp desc", page_size=page_size):
+                key = entry.insert_id or (entry.timestamp, entry.log_name, repr(entry.payload))
+                if key in seen:
+                    continue
+                seen.add(key)
+                collected.append(entry)
+                oldest = entry.timestamp if entry.timestamp is not None else oldest
+                if len(collected) >= max_entries:
+                    break
+            else:
+                exhausted = True
+            break
+        except TooManyRequests:
+            retries += 1
+            if retries > max_retries:
+                raise
+            # full jitter: spread retries from several workers over the whole interval
+            delay = min(MAX_DELAY, base_delay * 2 ** (retries - 1))
+            sleep(delay * (0.5 + jitter.random() / 2))
+    collected.reverse()
+    return CloudLogsResult(
+        entries=collected,
+        filter=base_filter,
+        truncated=not exhausted and len(collected) >= max_entries,
+        retries=retries,
+        start=start,
+        end=end,
+    )
