@@ -1,0 +1,12 @@
+"""Emulated vLLM 0.33.0 OpenAI-compatible endpoint serving "google/gemma-4-E2B-it" (sandbox).
+
+Public API: `VllmEmulator`, `LatencyModel`, `Turn`; see server.py for an example.
+Modules: gemma_text (vLLM-side Gemma 4 parsing), responses (JSON/SSE shapes), scheduler
+(latency and KV model), tokens (token estimate, template render), script (turns), heuristic.
+"""
+
+from .scheduler import LatencyModel, simulate_closed_loop
+from .script import Turn
+from .server import METRICS_MODES, VllmEmulator
+
+__all__ = ["LatencyModel", "METRICS_MODES", "Turn", "VllmEmulator", "simulate_closed_loop"]
