@@ -1,0 +1,106 @@
+"""Download a file attached in Slack (a log the user dropped into the thread).
+
+`files.info` (slack_sdk WebClient) gives the metadata and `url_private`; the bytes come from a GET
+of that URL with `Authorization: Bearer <bot token>`. Two Slack habits shape this module:
+
+* without the `files:read` scope (or when the header is missing) Slack answers 200 with its HTML
+  sign-in page instead of the file, so `text/html` is treated as an error that names the scope;
+* `size` in files.info can be absent or wrong for snippets, so the cap is checked both before
+  the download and while streaming, and again while gunzipping (a small .gz can expand hugely).
+"""
+
+from __future__ import annotations
+
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+import requests
+from slack_sdk import WebClient
+from slack_sdk.errors import SlackApiError
+
+DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+CHUNK_BYTES = 64 * 1024
+GZIP_MAGIC = b"\x1f\x8b"
+SCOPE_HINT = "the bot token needs the files:read scope (reinstall the app after adding it)"
+
+
+class SlackFileError(Exception):
+    """A file could not be fetched; the message is fit to show to the user."""
+
+
+@dataclass(frozen=True)
+class SlackFile:
+    id: str
+    name: str
+    mimetype: str
+    data: bytes  # decompressed content
+    compressed: bool  # the download was gzip
+
+
+def download_slack_file(
+    client: WebClient,
+    file_id: str,
+    *,
+    max_bytes: int = DEFAULT_MAX_BYTES,
+    timeout: float = 30.0,
+    session: requests.Session | None = None,
+) -> SlackFile:
+    """Fetch one file by id; gzip is recognised by its magic bytes and decompressed."""
+    try:
+        info: dict[str, Any] = client.files_info(file=file_id)["file"]
+    except SlackApiError as exc:
+        error = exc.response.get("error", "unknown_error") if exc.response is not None else "unknown_error"
+        if error in ("missing_scope", "not_allowed_token_type"):
+            raise SlackFileError(f"files.info refused ({error}): {SCOPE_HINT}") from exc
+        if error == "file_not_found":
+            raise SlackFileError(f"file {file_id} not found (deleted, or not shared where the bot can see it)") from exc
+        raise SlackFileError(f"files.info failed for {file_id}: {error}") from exc
+    name = info.get("name") or file_id
+    size = info.get("size")
+    if isinstance(size, int) and size > max_bytes:
+        raise SlackFileError(f"{name} is {size:,} bytes; the limit is {max_bytes:,}")
+    url = info.get("url_private_download") or info.get("url_private")
+    if not url:
+        raise SlackFileError(f"{name} has no url_private (external or tombstoned file)")
+
+    http = session or requests.Session()
+    headers = {"Authorization": f"Bearer {client.token}"}
+    with http.get(url, headers=headers, stream=True, timeout=timeout) as response:
+        if response.status_code in (401, 403):
+            raise SlackFileError(f"Slack refused the download of {name} (HTTP {response.status_code}): {SCOPE_HINT}")
+        if response.status_code >= 400:
+            raise SlackFileError(f"download of {name} failed: HTTP {response.status_code}")
+        content_type = response.headers.get("Content-Type", "")
+        if content_type.lower().startswith("text/html") and not _expects_html(info):
+            raise SlackFileError(f"Slack sent a sign-in page instead of {name}: {SCOPE_HINT}")
+        declared = response.headers.get("Content-Length")
+        if declared and declared.isdigit() and int(declared) > max_bytes:
+            raise SlackFileError(f"{name} is {int(declared):,} bytes; the limit is {max_bytes:,}")
+        chunks: list[bytes] = []
+        received = 0
+        for chunk in response.iter_content(CHUNK_BYTES):
+            received += len(chunk)
+            if received > max_bytes:
+                raise SlackFileError(f"{name} is larger than the {max_bytes:,}-byte limit")
+            chunks.append(chunk)
+    data = b"".join(chunks)
+    compressed = data[:2] == GZIP_MAGIC
+    if compressed:
+        data = _gunzip(data, max_bytes, name)
+    return SlackFile(id=file_id, name=name, mimetype=info.get("mimetype", ""), data=data, compressed=compressed)
+
+
+def _expects_html(info: dict[str, Any]) -> bool:
+    return info.get("filetype") == "html" or info.get("mimetype") == "text/html"
+
+
+def _gunzip(data: bytes, max_bytes: int, name: str) -> bytes:
+    inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip container
+    try:
+        out = inflater.decompress(data, max_bytes + 1)
+    except zlib.error as exc:
+        raise SlackFileError(f"{name} looks like gzip but does not decompress: {exc}") from exc
+    if len(out) > max_bytes or inflater.unconsumed_tail:
+        raise SlackFileError(f"{name} expands beyond the {max_bytes:,}-byte limit")
+    return out
