@@ -17,6 +17,7 @@ app = typer.Typer(
 # One line per command module; a module's `register(app)` adds its commands.
 COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli_config",
+    "bot.cli_digest",
     "bot.cli_capacity",
     "bot.cli_sandbox",
 )
