@@ -232,6 +232,7 @@ class SimulationResult:
     output_tokens: int
     preemptions: int
     ttfts: list[float]
+    tpots: list[float]  # (finish − first token) / (output − 1), per request (vllm bench's TPOT)
 
     @property
     def output_throughput(self) -> float:
@@ -276,6 +277,7 @@ def simulate_closed_loop(
         output_tokens=sum(s.output_len for s in done),
         preemptions=core.num_preemptions,
         ttfts=[s.first_token_time - s.arrival for s in done],
+        tpots=[(s.finish_time - s.first_token_time) / (s.output_len - 1) for s in done if s.output_len > 1],
     )
 
 
