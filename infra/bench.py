@@ -34,23 +34,28 @@ import httpx
 METRICS = ("ttft", "tpot", "itl", "e2el")
 DEFAULT_PERCENTILES: tuple[float, ...] = (99,)
 
-# Prompt-length estimate. Each word below is a common lowercase English word that Gemma's
-# 262k-entry SentencePiece vocabulary holds as one token together with its leading space, so
-# a prompt of N words is ~N tokens. The chat template adds ~9 tokens around one user turn
-# (<bos>, <|turn>, "user", "\n", <turn|>, "\n", <|turn>, "model", "\n"). Before a sweep the
-# estimate is calibrated against the server's own `usage.prompt_tokens` (two tiny probes), and
-# every cell reports the server's count, so a tokenizer that disagrees shows up in the output.
+# Prompt-length estimate. Every word below is a common lowercase English word of at most 8
+# letters, which Gemma's 262k-entry SentencePiece vocabulary holds as one token together with its
+# leading space (and which the sandbox's tokenizer also counts as one), so a prompt of N words is
+# ~N tokens. The chat template adds ~9 tokens around one user turn (<bos>, <|turn>, "user", "\n",
+# <turn|>, "\n", <|turn>, "model", "\n"). Before a sweep the estimate is calibrated against the
+# server's own `usage.prompt_tokens` (two tiny probes), and every cell reports the server's count,
+# so a tokenizer that disagrees shows up in the output.
 TOKENS_PER_WORD_ESTIMATE = 1.0
 CHAT_TEMPLATE_OVERHEAD_TOKENS = 9
-_WORDS = (
+_WORDS = tuple(
     "the time people way year day man thing woman life child world school state family student "
     "group country problem hand part place case week company system program question work "
-    "government number night point home water room mother area money story fact month lot right "
+    "number night point home water room mother area money story fact month lot right "
     "study book eye job word business issue side kind head house service friend father power hour "
-    "game line end member law car city community name president team minute idea kid body "
-    "information back parent face others level office door health person art war history party "
-    "result change morning reason research girl guy moment air teacher force education"
-).split()
+    "game line end member law car city name team minute idea kid body "
+    "back parent face others level office door health person art war history party "
+    "result change morning reason research girl guy moment air teacher force".split()
+)
+_PROBE_SEED = 80_000_000  # calibration prompts, apart from the sweep's seeds (< 96**4)
+# A prompt starts with this many words that spell its seed in base len(_WORDS): unique prefixes
+# of a fixed token count (a number would vary in length with the seed).
+_SEED_WORDS = 4
 
 
 # --- statistics (numpy's definitions, without requiring numpy) -------------------------------
@@ -265,10 +270,15 @@ class PromptEstimate:
 
 
 def synthetic_prompt(words: int, seed: int) -> str:
-    """Unique text of `words` words. The first word is the seed itself so no two prompts share a
-    prefix block: vLLM's prefix cache would otherwise make prefill (and KV use) look cheaper."""
+    """Unique text of `words` words. It opens with the seed spelled in words, so no two prompts
+    share a prefix block: vLLM's prefix cache would otherwise make prefill (and KV use) look
+    cheaper than it is for distinct users."""
+    rest, head = seed, []
+    for _ in range(_SEED_WORDS):
+        rest, digit = divmod(rest, len(_WORDS))
+        head.append(_WORDS[digit])
     rng = random.Random(seed)
-    body = [str(seed)] + [rng.choice(_WORDS) for _ in range(words - 1)]
+    body = head[: max(words, 0)] + [rng.choice(_WORDS) for _ in range(words - len(head))]
     return " ".join(body)
 
 
@@ -372,7 +382,7 @@ async def calibrate_prompt_estimate(client: httpx.AsyncClient, config: SweepConf
     url = chat_completions_url(config.base_url)
     points: list[tuple[int, int]] = []
     for words in (32, 288):
-        payload = _payload(config, synthetic_prompt(words, seed=10_000_000 + words), 1, stream=False)
+        payload = _payload(config, synthetic_prompt(words, seed=_PROBE_SEED + words), 1, stream=False)
         try:
             response = await client.post(url, json=payload, timeout=config.connect_timeout_s + 60)
             tokens = int(response.json()["usage"]["prompt_tokens"])
@@ -393,13 +403,14 @@ async def run_cell(
     context: int,
     concurrency: int,
     on_request_done: Callable[[RequestOutcome], None] | None = None,
+    first_seed: int = 0,
 ) -> CellResult:
     """`requests_in(concurrency)` requests, all released at once (request rate inf) and at most
     `concurrency` in flight, like `vllm bench serve --max-concurrency`."""
     url = chat_completions_url(config.base_url)
     words = estimate.words_for(context)
     n = config.requests_in(concurrency)
-    prompts = [synthetic_prompt(words, seed=config.seed * 1_000_003 + context * 1000 + concurrency * 7919 + i)
+    prompts = [synthetic_prompt(words, seed=first_seed + i)
                for i in range(n)]
     gate = asyncio.Semaphore(concurrency)
 
@@ -451,11 +462,13 @@ async def run_sweep(
     async with _client(config) as client:
         estimate = await calibrate_prompt_estimate(client, config) if config.calibrate else PromptEstimate()
         cells = []
+        next_seed = config.seed * 1_000_000  # every request of the sweep gets its own prompt
         for context in config.contexts:
             for concurrency in config.concurrencies:
                 if on_cell_start is not None:
                     on_cell_start(context, concurrency)
-                cells.append(await run_cell(client, config, estimate, context, concurrency, on_request_done))
+                cells.append(await run_cell(client, config, estimate, context, concurrency, on_request_done, next_seed))
+                next_seed += config.requests_in(concurrency)
     return SweepResult(config=config, estimate=estimate, started_at=started_at, cells=cells)
 
 
