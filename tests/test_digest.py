@@ -289,3 +289,77 @@ def test_gzip_bytes_and_cloud_logging_entries_become_lines():
     parsed = split_header(line)
     assert parsed.message == "XLA compile failed"
     assert parsed.severity == ERROR
+
+
+def test_header_cache_gives_the_same_answer_as_the_full_parse():
+    from agent.digest.headers import HeaderParser
+
+    parser = HeaderParser()
+    variants = []
+    for line, *_ in HEADER_CASES:
+        variants += [line, line.replace("1", "7"), line.replace("0", "93"), line + " trailing words", line[: len(line) // 2]]
+    for line in variants * 2:  # the second pass is served from the cache
+        cached, full = parser.parse(line), split_header(line)
+        assert (cached.message, cached.severity, cached.timestamp) == (full.message, full.severity, full.timestamp)
+
+
+# --- exact token counts through vLLM's /tokenize ------------------------------------------------
+
+
+class _FakeTokenize:
+    """vLLM's POST /tokenize: {"model","prompt"} -> {"count","tokens","max_model_len"}; counts
+    one token per 2 characters so the answer differs from the offline estimate."""
+
+    def __init__(self):
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.prompts: list[dict] = []
+        fake = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                fake.prompts.append(body)
+                count = (len(body["prompt"]) + 1) // 2
+                payload = json.dumps({"count": count, "tokens": list(range(count)), "max_model_len": 16384}).encode()
+                self.send_response(200 if self.path == "/tokenize" else 404)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            def log_message(self, *args):
+                return
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+
+def test_exact_token_count_through_tokenize_route_fits_the_budget():
+    from agent.digest import VLLMTokenizer
+
+    fake = _FakeTokenize()
+    try:
+        tokenizer = VLLMTokenizer(fake.url, "google/gemma-4")
+        digest = build_digest(_mixed_log(), budget_tokens=1_000, tokenizer=tokenizer)
+    finally:
+        fake.server.shutdown()
+    assert digest.tokens_exact
+    assert digest.tokens == (len(digest.render()) + 1) // 2 <= 1_000
+    assert fake.prompts and fake.prompts[0]["model"] == "google/gemma-4"
+    # the estimate over-counts this fake tokenizer, so the exact count buys more content
+    assert len(digest.render()) > len(build_digest(_mixed_log(), budget_tokens=1_000).render())
+
+
+def test_tokenize_endpoint_down_falls_back_to_the_estimate():
+    from agent.digest import VLLMTokenizer
+
+    fake = _FakeTokenize()
+    url = fake.url
+    fake.server.shutdown()
+    fake.server.server_close()
+    digest = build_digest(_mixed_log(), budget_tokens=500, tokenizer=VLLMTokenizer(url, "m", timeout=2))
+    assert not digest.tokens_exact
+    assert digest.tokens == estimate_tokens(digest.render()) <= 500

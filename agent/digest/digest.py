@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.digest.headers import split_header
+from agent.digest.headers import HeaderParser, ParsedLine
 from agent.digest.masking import mask
 from agent.digest.miner import TemplateMiner
 from agent.digest.ranking import burst_factor, rank
@@ -144,37 +144,41 @@ class DigestBuilder:
         self.first_time: str | None = None
         self.last_time: str | None = None
         self._miner = TemplateMiner()
+        self._headers = HeaderParser()
         # per signature id
         self._first_line: list[int] = []
         self._last_line: list[int] = []
-        self._first_time: list[str | None] = []
-        self._last_time: list[str | None] = []
+        self._first_seen: list[ParsedLine] = []
+        self._last_seen: list[ParsedLine] = []
         self._first_text: list[str] = []
         self._last_text: list[str] = []
         self._severity: list[int] = []
         self._inferred: list[int] = []
         self._first_error: tuple[int, str, int] | None = None  # (line, text, signature id)
+        self._first_parsed: ParsedLine | None = None
+        self._last_parsed: ParsedLine | None = None
 
     def add(self, line: str) -> int:
         """Take the next line; return its signature id (stable; see `template_of`)."""
         self.total_lines = number = self.total_lines + 1
-        parsed = split_header(line)
+        parsed = self._headers.parse(line)
         message = parsed.message
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS]
         signature = self._miner.add(mask(message))
-        when = parsed.timestamp
-        if when is not None:
-            if self.first_time is None:
-                self.first_time = when
-            self.last_time = when
+        # keep the parsed line, not its time: the time text is only extracted for the few shown
+        when = parsed
+        if parsed.header or parsed.time_text is not None:
+            if self._first_parsed is None:
+                self._first_parsed = parsed
+            self._last_parsed = parsed
         if signature == len(self._first_line):
             inferred = infer_severity(message)
             severity = inferred if parsed.severity is None else parsed.severity
             self._first_line.append(number)
             self._last_line.append(number)
-            self._first_time.append(when)
-            self._last_time.append(when)
+            self._first_seen.append(when)
+            self._last_seen.append(when)
             self._first_text.append(line)
             self._last_text.append(line)
             self._severity.append(severity)
@@ -182,7 +186,7 @@ class DigestBuilder:
         else:
             severity = self._inferred[signature] if parsed.severity is None else parsed.severity
             self._last_line[signature] = number
-            self._last_time[signature] = when
+            self._last_seen[signature] = when
             self._last_text[signature] = line
             if severity > self._severity[signature]:
                 self._severity[signature] = severity
@@ -196,6 +200,8 @@ class DigestBuilder:
 
     def summaries(self) -> list[TemplateSummary]:
         """Every template, ranked."""
+        self.first_time = self._first_parsed.timestamp if self._first_parsed else None
+        self.last_time = self._last_parsed.timestamp if self._last_parsed else None
         mined = self._miner.templates()
         members: list[list[int]] = [[] for _ in mined.templates]
         for signature, cluster in enumerate(mined.cluster_of):
@@ -228,8 +234,8 @@ class DigestBuilder:
                 severity=max(self._severity[s] for s in signatures) if signatures else DEFAULT,
                 first_line=self._first_line[first],
                 last_line=self._last_line[last],
-                first_time=self._first_time[first],
-                last_time=self._last_time[last],
+                first_time=self._first_seen[first].timestamp,
+                last_time=self._last_seen[last].timestamp,
                 exemplars=exemplars,
                 first_error=is_first_error,
             )

@@ -58,20 +58,83 @@ _JSON_TIME_KEYS = ("time", "timestamp", "ts", "@timestamp", "asctime", "datetime
 class ParsedLine:
     message: str
     severity: int | None  # from the header; None when the line carried no level
-    timestamp: str | None  # the header's time text as written (not parsed)
-    component: str | None = None
+    time_text: str | None  # the time as written, when the format gave it directly
+    header: str = ""  # the stripped header tokens; the time is read from them only on demand
+
+    @property
+    def timestamp(self) -> str | None:
+        """The header's time text as written (not parsed); computed lazily because most
+        lines' times are never shown."""
+        if self.time_text is not None or not self.header:
+            return self.time_text
+        return _timestamp_text(self.header.split())
 
 
 def split_header(line: str) -> ParsedLine:
     """Detect and remove the header of one raw log line."""
-    text = line.strip()
+    return _split(line.strip())[0]
+
+
+class HeaderParser:
+    """`split_header` with a cache keyed by the line's first characters with digits zeroed.
+
+    The header decision depends on token shapes, never on digit values, so two lines whose
+    first characters agree once digits are zeroed get the same cut, as long as the
+    decision only looked inside those characters (checked before caching). Repetitive logs then
+    skip the token scan: this is most of the digest's per-line cost.
+    """
+
+    # Short keys hit more often (less message text in them); long headers (BGL, OpenStack)
+    # need long keys. A line is looked up under each length, shortest first.
+    KEY_LENGTHS = (64, 160, 320)
+    MAX_ENTRIES = 100_000
+
+    def __init__(self) -> None:
+        self._caches: tuple[dict[str, tuple[int, int | None]], ...] = tuple({} for _ in self.KEY_LENGTHS)
+
+    def parse(self, line: str) -> ParsedLine:
+        text = line.strip()
+        shape = text[: self.KEY_LENGTHS[-1]].translate(_ZERO_DIGITS)
+        for length, cache in zip(self.KEY_LENGTHS, self._caches):
+            hit = cache.get(shape[:length])
+            if hit is not None:
+                cut_offset, severity = hit
+                if cut_offset == 0:
+                    return ParsedLine(text, severity, None)
+                return ParsedLine(text[cut_offset:], severity, None, text[:cut_offset])
+        parsed, examined_end = _split(text)
+        if examined_end >= 0:
+            for length, cache in zip(self.KEY_LENGTHS, self._caches):
+                if examined_end < length - 1:
+                    if len(cache) < self.MAX_ENTRIES:
+                        cache[shape[:length]] = (len(text) - len(parsed.message), parsed.severity)
+                    break
+        return parsed
+
+
+_ZERO_DIGITS = str.maketrans("123456789", "000000000")
+_TOKEN_RE = re.compile(r"\S+")
+
+
+def _split(text: str) -> tuple[ParsedLine, int]:
+    """(parsed line, end offset of the last character the decision depended on; -1 = uncacheable)."""
     if not text:
-        return ParsedLine("", None, None)
+        return ParsedLine("", None, None), -1
     if text[0] == "{":
         parsed = _split_json(text)
         if parsed is not None:
-            return parsed
+            return parsed, -1
+        # not JSON after all; that depended on the whole line, so the result is not cached
+        return _split_tokens(text), -1
 
+    return _split_tokens_with_end(text)
+
+
+def _split_tokens(text: str) -> ParsedLine:
+    return _split_tokens_with_end(text)[0]
+
+
+def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
     timestamp: str | None = None
     started = False  # have we seen something that only a header starts with?
     if text[0] == "[":
@@ -84,8 +147,7 @@ def split_header(line: str) -> ParsedLine:
         for pipe_header in _PIPE_HEADER_RES:
             match = pipe_header.match(text)
             if match:
-                fields = match.group(2).split("|")
-                return ParsedLine(text[match.end() :], None, match.group(1), fields[1] if len(fields) > 1 else None)
+                return ParsedLine(text[match.end() :], None, match.group(1)), -1
 
     tokens = text.split(None, MAX_HEADER_TOKENS)
     scan = tokens if len(tokens) <= MAX_HEADER_TOKENS else tokens[:MAX_HEADER_TOKENS]
@@ -100,18 +162,19 @@ def split_header(line: str) -> ParsedLine:
         )
 
     severity: int | None = None
-    component: str | None = None
     cut: int | None = None
+    examined = 0  # tokens the decision looked at
     free_words = 0
     pending_free = 0  # free words since the last header token
     leading_header = 0  # tokens in the run of time/id tokens before the first free word
     for index, token in enumerate(scan):
+        examined = index + 1
         if index == len(scan) - 1 and len(tokens) == 1:
             break  # a lone token is the message
         level = _level_of(token)
         if level is not None and (started or index == 0):
             severity = level
-            cut, component = _after_level(tokens, index + 1)
+            cut = _after_level(tokens, index + 1)
             break
         if (
             started
@@ -122,10 +185,9 @@ def split_header(line: str) -> ParsedLine:
             and free_words == 0
         ):
             severity = LOGCAT_LETTERS[token]
-            cut, component = _after_level(tokens, index + 1)
+            cut = _after_level(tokens, index + 1)
             break
         if (started or index == 0) and free_words <= MAX_FREE_WORDS and _is_tag(token):
-            component = token[:-1]
             cut = index + 1
             break
         if not started:
@@ -154,10 +216,23 @@ def split_header(line: str) -> ParsedLine:
     if cut >= len(tokens):
         # Everything looked like header: keep the last token so the line is not empty.
         cut = len(tokens) - 1
-    if timestamp is None and cut:
-        timestamp = _timestamp_text(tokens[:cut])
-    message = text if cut == 0 else tokens[cut] if cut == len(tokens) - 1 else text.split(None, cut)[cut]
-    return ParsedLine(message, severity, timestamp, component)
+    if cut == 0:
+        parsed = ParsedLine(text, severity, timestamp)
+    else:
+        message = tokens[cut] if cut == len(tokens) - 1 else text.split(None, cut)[cut]
+        header = "" if timestamp is not None else text[: len(text) - len(message)]
+        parsed = ParsedLine(message, severity, timestamp, header)
+    if timestamp is not None or len(tokens) > MAX_HEADER_TOKENS and examined >= MAX_HEADER_TOKENS:
+        return parsed, -1  # bracketed time (text was cut) or a scan that ran to its limit
+    # The decision looked at `examined` tokens and one more (the lookahead after a level),
+    # and at whether anything follows them.
+    needed = min(len(tokens), max(examined, cut + 2))
+    end = len(text)
+    for number, match in enumerate(_TOKEN_RE.finditer(text), start=1):
+        if number == needed:
+            end = match.end()
+            break
+    return parsed, end
 
 
 def _level_of(token: str) -> int | None:
@@ -172,15 +247,13 @@ def _is_tag(token: str) -> bool:
     return token[-1] == ":" and len(token) > 1 and _TAG_RE.fullmatch(token) is not None
 
 
-def _after_level(tokens: list[str], index: int) -> tuple[int, str | None]:
-    """Skip what loggers print between the level and the message; return (cut, component)."""
-    component = None
+def _after_level(tokens: list[str], index: int) -> int:
+    """Skip what loggers print between the level and the message; return the cut."""
     count = len(tokens)
     if index < count - 1 and tokens[index] == "-":
         index += 1
     # OpenStack: `nova.compute.manager [req-… …] message`
     if index < count - 2 and tokens[index + 1][0] == "[" and _IDENT_RE.fullmatch(tokens[index]):
-        component = tokens[index]
         index += 1
     if index < count - 1 and tokens[index][0] == "[":
         end = index
@@ -193,14 +266,12 @@ def _after_level(tokens: list[str], index: int) -> tuple[int, str | None]:
         if depth <= 0:
             index = end + 1
     if index < count - 1 and _is_tag(tokens[index]):
-        component = tokens[index][:-1]
         index += 1
     elif index < count - 2 and tokens[index + 1] == ":":
-        component = tokens[index]
         index += 2
     if index < count - 1 and tokens[index] == "-":
         index += 1
-    return index, component
+    return index
 
 
 def _timestamp_text(header: list[str]) -> str | None:
@@ -233,13 +304,10 @@ def _split_json(text: str) -> ParsedLine | None:
         # No message field: the remaining fields, in order, are the message.
         rest = {k: v for k, v in record.items() if k not in _JSON_LEVEL_KEYS and k not in _JSON_TIME_KEYS}
         message = json.dumps(rest, separators=(",", ":"), sort_keys=False)
-    severity = parse_severity(level) if level is not None else None
-    component = _first(record, ("logger", "name", "component", "module"))
     return ParsedLine(
         str(message).strip().replace("\n", " "),
-        severity if severity else (None if level is None else severity),
+        None if level is None else parse_severity(level),
         None if when is None else str(when),
-        None if component is None else str(component),
     )
 
 
