@@ -19,6 +19,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli_config",
     "bot.cli_digest",
     "bot.cli_capacity",
+    "bot.cli_run",
     "bot.cli_sandbox",
 )
 

@@ -8,7 +8,7 @@ from typing import Any
 
 from arq.connections import ArqRedis
 
-QUEUE_NAME = "tpubot:jobs"
+QUEUE_NAME = "arq:queue:tpubot"
 
 
 class JobQueue:

@@ -1,0 +1,68 @@
+"""What an action runs with: who asked, the deployment's policy, and the services it may use.
+
+The composition root (bot/wiring.py) builds these from Settings; nothing here reads the
+environment, so tests and every process wire the same objects explicitly.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Callable, Protocol
+
+from infra.jobs import JobQueue
+from infra.state.audit import AuditLog
+from infra.state.dedupe import Dedupe
+from infra.state.leases import Lease, LeaseStore
+from infra.state.locks import ChannelLocks
+
+if TYPE_CHECKING:
+    from infra.tpu import TpuService
+
+
+@dataclass(frozen=True)
+class Actor:
+    """The person (or MCP identity) on whose behalf an action runs."""
+
+    user_id: str
+    team: str
+    channel: str
+
+
+@dataclass(frozen=True)
+class Policy:
+    admins: frozenset[str] = frozenset()
+    zones: tuple[str, ...] = ("us-west4-a",)
+    default_zone: str = "us-west4-a"
+    accelerator_type: str = "v5litepod-1"
+    max_run: timedelta = timedelta(hours=4)
+    longest_run: timedelta = timedelta(days=7)
+    poll_interval: timedelta = timedelta(seconds=10)
+    active_poll_interval: timedelta = timedelta(seconds=60)
+    teardown_wait: timedelta = timedelta(minutes=5)
+
+    def is_admin(self, user_id: str) -> bool:
+        return user_id in self.admins
+
+
+class LeaseObserver(Protocol):
+    """Tells people about a lease (the Slack status card); implemented in handlers/."""
+
+    async def lease_changed(self, lease: Lease) -> Lease:
+        """Post or refresh the lease's status card; returns the lease with its card reference."""
+
+    async def lease_released(self, lease: Lease, *, reason: str, by: str = "") -> None:
+        """Mark the card released and post the receipt in its thread."""
+
+
+@dataclass
+class Services:
+    leases: LeaseStore
+    locks: ChannelLocks
+    audit: AuditLog
+    dedupe: Dedupe
+    jobs: JobQueue
+    policy: Policy
+    observer: LeaseObserver | None = None
+    tpu: "TpuService | None" = None  # worker only: handlers never call GCP
+    startup_script: Callable[[Lease], str] = field(default=lambda lease: "#!/bin/bash\necho tpubot placeholder\n")

@@ -1,0 +1,104 @@
+"""The processes: `tpubot serve`, `worker`, `socket` and `shell`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+
+import typer
+from pydantic import ValidationError
+
+from bot.settings import Settings
+
+
+def register(app: typer.Typer) -> None:
+    app.command("serve", help="Run the web process: /slack/events, /healthz, /readyz.")(serve)
+    app.command("worker", help="Run the worker process: lease jobs, timers, resumption.")(worker)
+    app.command("socket", help="Run the bot over Socket Mode (no public URL); includes nothing else.")(socket_mode)
+    app.command("shell", help="A terminal stand-in for Slack; runs everything in one process.")(shell)
+
+
+def load_settings() -> Settings:
+    try:
+        return Settings.load()
+    except ValidationError as exc:
+        for error in exc.errors():
+            typer.echo(f"invalid setting: {error['msg'].removeprefix('Value error, ')}", err=True)
+        raise typer.Exit(code=2)
+
+
+def _require(settings: Settings, *names: str) -> None:
+    missing = [name.upper() for name in names if not getattr(settings, name).get_secret_value()]
+    if missing:
+        typer.echo(f"{', '.join(missing)} must be set (in tpu.env or the environment) for this process.", err=True)
+        raise typer.Exit(code=2)
+
+
+def _redis_url(settings: Settings):
+    from infra.state.redis_server import ensure_redis
+
+    endpoint = ensure_redis(settings.redis_url)
+    if endpoint.embedded:
+        typer.echo(f"REDIS_URL is unset: using an embedded Redis at {endpoint.url} (single process only).", err=True)
+    return endpoint
+
+
+def serve(port: int = typer.Option(0, help="port (default: PORT setting)"), host: str = "0.0.0.0") -> None:
+    import uvicorn
+
+    from bot.web import create_web_app
+
+    settings = load_settings()
+    _require(settings, "slack_signing_secret", "slack_bot_token")
+    logging.basicConfig(level=logging.INFO)
+    endpoint = _redis_url(settings)
+    try:
+        uvicorn.run(create_web_app(settings, redis_url=endpoint.url), host=host, port=port or settings.port,
+                    log_level="warning")
+    finally:
+        endpoint.stop()
+
+
+def worker() -> None:
+    from bot.worker import build_worker
+
+    settings = load_settings()
+    logging.basicConfig(level=logging.INFO)
+    endpoint = _redis_url(settings)
+    try:
+        build_worker(settings, redis_url=endpoint.url).run()
+    finally:
+        endpoint.stop()
+
+
+def socket_mode() -> None:
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+    from bot.wiring import build_services, command_limits_from, slack_client_from
+    from handlers.slack_app import build_bolt_app
+
+    settings = load_settings()
+    _require(settings, "slack_app_token", "slack_bot_token")
+    logging.basicConfig(level=logging.INFO)
+    endpoint = _redis_url(settings)
+
+    async def run() -> None:
+        client = slack_client_from(settings)
+        services, _redis, _pool = await build_services(settings, redis_url=endpoint.url, with_tpu=False, slack_client=client)
+        bolt = build_bolt_app(services, client=client, signing_secret=settings.slack_signing_secret.get_secret_value(),
+                              limits=command_limits_from(settings))
+        await AsyncSocketModeHandler(bolt, settings.slack_app_token.get_secret_value()).start_async()
+
+    try:
+        asyncio.run(run())
+    finally:
+        endpoint.stop()
+
+
+def shell() -> None:
+    from bot.shell import run_shell
+
+    settings = load_settings()
+    logging.basicConfig(level=logging.WARNING)
+    raise typer.Exit(code=run_shell(settings, sys.stdin, sys.stdout))

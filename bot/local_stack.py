@@ -1,0 +1,149 @@
+"""Everything in one process: embedded Redis, the sandbox emulators, web and worker.
+
+`tpubot shell` runs on this, so a newcomer needs nothing installed and no credentials. The
+web and worker are the same code the Procfile runs; only their transport to the outside
+world (Slack, GCP) is pointed at local stand-ins.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import signal
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import uvicorn
+from pydantic import SecretStr
+
+from bot.settings import Settings
+from bot.web import create_web_app
+from bot.worker import build_worker
+from infra.state.redis_server import RedisEndpoint, ensure_redis
+
+
+SANDBOX_POLL_INTERVAL = timedelta(milliseconds=500)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class _UvicornThread:
+    def __init__(self, app: Any, port: int) -> None:
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+        self.server = uvicorn.Server(config)
+        self.thread = threading.Thread(target=self.server.run, name="tpubot-web", daemon=True)
+
+    def start(self, timeout: float = 15.0) -> None:
+        self.thread.start()
+        deadline = time.monotonic() + timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the web server did not start")
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(timeout=10)
+
+
+class _WorkerThread:
+    def __init__(self, settings: Settings, redis_url: str) -> None:
+        self._settings = settings
+        self._redis_url = redis_url
+        self._ready = threading.Event()
+        self.worker = None
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.thread = threading.Thread(target=self._run, name="tpubot-worker", daemon=True)
+
+    def _run(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self.loop)
+        self.worker = build_worker(self._settings, redis_url=self._redis_url, handle_signals=False)
+        self._ready.set()
+        try:
+            self.worker.run()
+        except asyncio.CancelledError:
+            pass
+
+    def start(self) -> None:
+        self.thread.start()
+        self._ready.wait(10)
+
+    def stop(self) -> None:
+        if self.loop and self.worker:
+            self.loop.call_soon_threadsafe(self.worker.handle_sig, signal.SIGTERM)
+        self.thread.join(timeout=10)
+
+
+@dataclass
+class LocalStack:
+    settings: Settings
+    run_worker: bool = True
+    tpu_zones: dict | None = None
+    redis: RedisEndpoint | None = None
+    tpu_sandbox: Any = None
+    slack: Any = None
+    web_url: str = ""
+    _web: _UvicornThread | None = field(default=None, repr=False)
+    _worker: _WorkerThread | None = field(default=None, repr=False)
+
+    def start(self) -> "LocalStack":
+        self.redis = ensure_redis(self.settings.redis_url)
+        overrides: dict[str, Any] = {"redis_url": self.redis.url}
+        if self.settings.sandbox:
+            # The emulated cloud moves in seconds, not minutes: look at it as often.
+            overrides["poll_interval"] = min(self.settings.poll_interval, SANDBOX_POLL_INTERVAL)
+        if self.settings.sandbox and not self.settings.tpu_api_endpoint:
+            from infra.sandbox.tpu_api import TpuSandbox
+
+            self.tpu_sandbox = TpuSandbox(zones=self.tpu_zones, time_scale=self.settings.sandbox_time_scale,
+                                          project=self.settings.project)
+            overrides["tpu_api_endpoint"] = self.tpu_sandbox.start()
+        if not self.settings.slack_api_url:
+            from infra.sandbox.slack_api import SlackApiSandbox
+
+            token = self.settings.slack_bot_token.get_secret_value() or "xoxb-sandbox-" + secrets.token_hex(8)
+            self.slack = SlackApiSandbox(token=token)
+            overrides["slack_api_url"] = self.slack.start()
+            overrides["slack_bot_token"] = SecretStr(token)
+        if not self.settings.slack_signing_secret.get_secret_value():
+            overrides["slack_signing_secret"] = SecretStr(secrets.token_hex(16))
+        self.settings = self.settings.model_copy(update=overrides)
+        port = free_port()
+        self._web = _UvicornThread(create_web_app(self.settings, redis_url=self.redis.url), port)
+        self._web.start()
+        self.web_url = f"http://127.0.0.1:{port}"
+        if self.run_worker:
+            self._worker = _WorkerThread(self.settings, self.redis.url)
+            self._worker.start()
+        return self
+
+    @property
+    def signing_secret(self) -> str:
+        return self.settings.slack_signing_secret.get_secret_value()
+
+    def stop(self) -> None:
+        if self._worker:
+            self._worker.stop()
+        if self._web:
+            self._web.stop()
+        if self.slack:
+            self.slack.stop()
+        if self.tpu_sandbox:
+            self.tpu_sandbox.stop()
+        if self.redis:
+            self.redis.stop()
+
+    def __enter__(self) -> "LocalStack":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

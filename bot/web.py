@@ -1,0 +1,60 @@
+"""The `web` process: Slack's HTTP endpoint plus health, readiness and metrics."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from bot.settings import Settings
+from bot.wiring import build_services, command_limits_from, slack_client_from
+from handlers.slack_app import build_bolt_app
+
+log = logging.getLogger(__name__)
+
+
+def create_web_app(settings: Settings, *, redis_url: str) -> Starlette:
+    state: dict = {}
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        client = slack_client_from(settings)
+        services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False, slack_client=client)
+        bolt = build_bolt_app(
+            services, client=client, signing_secret=settings.slack_signing_secret.get_secret_value(),
+            limits=command_limits_from(settings),
+        )
+        state.update(handler=AsyncSlackRequestHandler(bolt), redis=redis, services=services)
+        try:
+            yield
+        finally:
+            await pool.aclose()
+            await redis.aclose()
+
+    async def slack_events(request: Request) -> Response:
+        return await state["handler"].handle(request)
+
+    async def healthz(request: Request) -> Response:
+        return PlainTextResponse("ok")
+
+    async def readyz(request: Request) -> Response:
+        try:
+            await state["redis"].ping()
+        except Exception as error:  # readiness reports any failure; it must never raise
+            return JSONResponse({"ready": False, "redis": type(error).__name__}, status_code=503)
+        return JSONResponse({"ready": True})
+
+    return Starlette(
+        routes=[
+            Route("/slack/events", slack_events, methods=["POST"]),
+            Route("/healthz", healthz),
+            Route("/readyz", readyz),
+        ],
+        lifespan=lifespan,
+    )

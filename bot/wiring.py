@@ -1,0 +1,112 @@
+"""The composition root: turns Settings into the clients and services every process uses.
+
+Nothing below bot/ reads Settings; this module hands each layer exactly the values it needs.
+Async clients are built inside the event loop that uses them (redis.asyncio binds to a loop).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from arq.connections import ArqRedis, RedisSettings, create_pool
+from redis.asyncio import Redis
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.context import Policy, Services
+from bot.settings import Settings
+from handlers.commands import CommandLimits
+from handlers.notifier import SlackLeaseObserver
+from infra.jobs import QUEUE_NAME, JobQueue
+from infra.state.audit import AuditLog
+from infra.state.dedupe import Dedupe
+from infra.state.leases import LeaseStore
+from infra.state.locks import ChannelLocks
+
+
+def policy_from(settings: Settings) -> Policy:
+    return Policy(
+        admins=frozenset(settings.admins),
+        zones=tuple(settings.tpu_zones),
+        default_zone=settings.tpu_zone,
+        accelerator_type=settings.tpu_accelerator_type,
+        max_run=settings.max_run_duration,
+        poll_interval=settings.poll_interval,
+        active_poll_interval=max(settings.poll_interval, min(settings.poll_interval * 6, timedelta(minutes=1))),
+    )
+
+
+def command_limits_from(settings: Settings) -> CommandLimits:
+    return CommandLimits(zones=tuple(settings.tpu_zones))
+
+
+def tpu_config_from(settings: Settings):
+    from infra.tpu import TpuConfig
+
+    return TpuConfig(
+        project=settings.project,
+        accelerator_type=settings.tpu_accelerator_type,
+        runtime_version=settings.tpu_runtime_version,
+        network=settings.network,
+        subnetwork=settings.subnetwork,
+        labels=dict(settings.tpu_labels),
+        max_run_duration=settings.max_run_duration,
+        valid_until_duration=settings.valid_until_duration,
+        api_endpoint=settings.tpu_api_endpoint,
+    )
+
+
+def tpu_service_from(settings: Settings):
+    from infra.tpu import TpuService
+
+    credentials = None
+    if settings.sandbox:
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
+    return TpuService(tpu_config_from(settings), credentials=credentials)
+
+
+def slack_client_from(settings: Settings) -> AsyncWebClient:
+    kwargs = {}
+    if settings.slack_api_url:
+        kwargs["base_url"] = settings.slack_api_url
+    return AsyncWebClient(
+        token=settings.slack_bot_token.get_secret_value() or None,
+        timeout=10,
+        retry_handlers=[AsyncConnectionErrorRetryHandler(max_retry_count=1), AsyncRateLimitErrorRetryHandler(max_retry_count=2)],
+        **kwargs,
+    )
+
+
+def redis_client(redis_url: str) -> Redis:
+    return Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2, health_check_interval=30)
+
+
+async def arq_pool(redis_url: str) -> ArqRedis:
+    return await create_pool(RedisSettings.from_dsn(redis_url), default_queue_name=JOB_QUEUE)
+
+
+JOB_QUEUE = QUEUE_NAME
+
+
+async def build_services(
+    settings: Settings, *, redis_url: str, with_tpu: bool, slack_client: AsyncWebClient | None = None
+) -> tuple[Services, Redis, ArqRedis]:
+    redis = redis_client(redis_url)
+    pool = await arq_pool(redis_url)
+    leases = LeaseStore(redis)
+    services = Services(
+        leases=leases,
+        locks=ChannelLocks(redis, ttl_ms=int(settings.lock_ttl.total_seconds() * 1000)),
+        audit=AuditLog(redis),
+        dedupe=Dedupe(redis),
+        jobs=JobQueue(pool, queue_name=JOB_QUEUE),
+        policy=policy_from(settings),
+        observer=SlackLeaseObserver(slack_client, leases) if slack_client is not None else None,
+        tpu=tpu_service_from(settings) if with_tpu else None,
+    )
+    return services, redis, pool

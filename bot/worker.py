@@ -1,0 +1,80 @@
+"""The `worker` process: runs lease jobs from the arq queue and resumes unfinished ones."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from arq import Retry, cron
+from arq.connections import RedisSettings
+from arq.worker import Worker
+
+from agent import lifecycle
+from bot.settings import Settings
+from bot.wiring import JOB_QUEUE, build_services, slack_client_from
+
+log = logging.getLogger(__name__)
+
+LOCK_RETRY_SECONDS = 1.0
+
+
+async def provision_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:
+    try:
+        return await lifecycle.provision_job(ctx["services"], team, channel, lease_id)
+    except lifecycle.LockBusy:
+        raise Retry(defer=LOCK_RETRY_SECONDS)
+
+
+async def watch_lease(ctx: dict, *, team: str, channel: str, lease_id: str, seq: int) -> str:
+    return await lifecycle.watch_job(ctx["services"], team, channel, lease_id, seq)
+
+
+async def teardown_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:
+    try:
+        return await lifecycle.teardown_job(ctx["services"], team, channel, lease_id)
+    except lifecycle.LockBusy:
+        raise Retry(defer=LOCK_RETRY_SECONDS)
+
+
+async def resume_leases(ctx: dict) -> int:
+    """Re-enqueue work a crash may have left between a lease write and its job."""
+    services = ctx["services"]
+    resumed = 0
+    for lease in await services.leases.all():
+        if await lifecycle.resume_job_for(services, lease):
+            resumed += 1
+    if resumed:
+        log.info("resumed %d lease jobs", resumed)
+    return resumed
+
+
+def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, handle_signals: bool = True) -> Worker:
+    async def on_startup(ctx: dict) -> None:
+        services, redis, pool = await build_services(
+            settings, redis_url=redis_url, with_tpu=True, slack_client=slack_client_from(settings)
+        )
+        ctx.update(services=services, state_redis=redis, state_pool=pool)
+        await resume_leases(ctx)
+
+    async def on_shutdown(ctx: dict) -> None:
+        if "state_pool" in ctx:
+            await ctx["state_pool"].aclose()
+            await ctx["state_redis"].aclose()
+
+    job_timeout = int(settings.job_timeout.total_seconds())
+    kwargs: dict[str, Any] = dict(
+        functions=[provision_lease, watch_lease, teardown_lease],
+        cron_jobs=[cron(resume_leases, second={0}, run_at_startup=False)],
+        redis_settings=RedisSettings.from_dsn(redis_url),
+        queue_name=JOB_QUEUE,
+        on_startup=on_startup,
+        on_shutdown=on_shutdown,
+        job_timeout=job_timeout,
+        max_tries=20,
+        max_jobs=20,
+        poll_delay=0.1 if settings.sandbox else 0.5,
+        burst=burst,
+        handle_signals=handle_signals,
+        keep_result=3600,
+    )
+    return Worker(**kwargs)

@@ -1,0 +1,145 @@
+"""Block Kit rendering: the lease status card, the teardown confirm card, small notices.
+
+Pure functions from state to (text, blocks); Slack's limits (section text 3,000, header 150,
+button value 2,000) are respected here so callers never have to think about them.
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timezone
+
+from infra.state.leases import Lease, LeaseState
+
+TEARDOWN_CONFIRM_ACTION = "teardown_confirm"
+TEARDOWN_CANCEL_ACTION = "teardown_cancel"
+
+STATE_BADGES = {
+    LeaseState.PENDING: ":hourglass_flowing_sand: Requested",
+    LeaseState.CREATING: ":hourglass_flowing_sand: CREATING",
+    LeaseState.WAITING_FOR_RESOURCES: ":double_vertical_bar: WAITING_FOR_RESOURCES",
+    LeaseState.PROVISIONING: ":gear: PROVISIONING",
+    LeaseState.ACTIVE: ":large_green_circle: ACTIVE",
+    LeaseState.BOOTING_MODEL: ":rocket: BOOTING MODEL",
+    LeaseState.READY: ":white_check_mark: READY",
+    LeaseState.FAILED: ":red_circle: FAILED",
+    LeaseState.TEARING_DOWN: ":wastebasket: TEARING DOWN",
+}
+
+
+def escape(text: str) -> str:
+    """mrkdwn escaping: only & < > (so pasted text can never ping a channel)."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def clock(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def duration(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    if hours:
+        return f"{hours}h{minutes:02d}m"
+    if minutes:
+        return f"{minutes}m{secs:02d}s"
+    return f"{secs}s"
+
+
+def _truncate(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def lease_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]]:
+    now = now or time.time()
+    state = LeaseState(lease.state)
+    fields = [
+        ("State", STATE_BADGES.get(state, lease.state)),
+        ("Zone", lease.zone),
+        ("Holder", f"<@{lease.holder}>"),
+        ("Queued resource", f"`{lease.qr_id}`"),
+        ("Requested", f"{clock(lease.created_at)} ({duration(now - lease.created_at)} ago)"),
+    ]
+    if state == LeaseState.WAITING_FOR_RESOURCES:
+        fields.append(("Waiting for", duration(now - lease.state_since)))
+    if lease.deadline:
+        fields.append(("Cloud deadline", f"{clock(lease.deadline)} (in {duration(lease.deadline - now)})"))
+    else:
+        fields.append(("Run time", duration(lease.run_seconds)))
+    if lease.endpoint:
+        fields.append(("Endpoint", f"`{lease.endpoint}`"))
+    return fields
+
+
+def status_card(lease: Lease, now: float | None = None) -> tuple[str, list[dict]]:
+    state = LeaseState(lease.state)
+    badge = STATE_BADGES.get(state, lease.state)
+    title = _truncate(f"TPU {lease.zone} · {lease.state}", 150)
+    fields = lease_fields(lease, now)
+    blocks: list[dict] = [
+        {"type": "header", "text": {"type": "plain_text", "text": title}},
+        {
+            "type": "section",
+            "fields": [{"type": "mrkdwn", "text": _truncate(f"*{name}*\n{value}", 2000)} for name, value in fields[:10]],
+        },
+    ]
+    if lease.detail:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _truncate(escape(lease.detail), 3000)}})
+    blocks.append({
+        "type": "context",
+        "elements": [{"type": "mrkdwn", "text": f"lease `{lease.lease_id}` · `/tpu status` · `/tpu down`"}],
+    })
+    text = f"TPU {lease.zone}: {badge} (lease {lease.lease_id})"
+    return text, blocks
+
+
+def released_card(lease: Lease, reason: str, by: str = "") -> tuple[str, list[dict]]:
+    who = f" by <@{by}>" if by else ""
+    text = f"TPU {lease.zone} released: {reason}{who}."
+    blocks = [
+        {"type": "header", "text": {"type": "plain_text", "text": _truncate(f"TPU {lease.zone} · RELEASED", 150)}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": _truncate(f"{escape(reason)}{who}.", 3000)}},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": f"lease `{lease.lease_id}` · QR `{lease.qr_id}`"}]},
+    ]
+    return text, blocks
+
+
+def receipt_text(lease: Lease, now: float | None = None, by: str = "") -> str:
+    now = now or time.time()
+    ran = now - lease.active_at if lease.active_at else 0
+    who = f" Torn down by <@{by}>." if by else ""
+    return (
+        f":receipt: Lease `{lease.lease_id}` in {lease.zone}: held {duration(now - lease.created_at)}, "
+        f"TPU ran {duration(ran)}.{who}"
+    )
+
+
+def teardown_confirm_card(lease: Lease) -> tuple[str, list[dict]]:
+    text = f"Tear down this channel's TPU in {lease.zone} (lease {lease.lease_id})?"
+    blocks = [
+        {"type": "section", "text": {"type": "mrkdwn", "text": f":warning: {text}\nThis deletes queued resource `{lease.qr_id}` and its node."}},
+        {
+            "type": "actions",
+            "elements": [
+                {
+                    "type": "button", "action_id": TEARDOWN_CONFIRM_ACTION, "style": "danger",
+                    "text": {"type": "plain_text", "text": "Tear down"}, "value": lease.lease_id,
+                    "confirm": {
+                        "title": {"type": "plain_text", "text": "Tear down the TPU?"},
+                        "text": {"type": "plain_text", "text": f"Deletes {lease.qr_id}; the model endpoint goes away."},
+                        "confirm": {"type": "plain_text", "text": "Tear down"},
+                        "deny": {"type": "plain_text", "text": "Keep it"},
+                        "style": "danger",
+                    },
+                },
+                {"type": "button", "action_id": TEARDOWN_CANCEL_ACTION,
+                 "text": {"type": "plain_text", "text": "Cancel"}, "value": lease.lease_id},
+            ],
+        },
+    ]
+    return text, blocks
+
+
+def notice(text: str) -> tuple[str, list[dict]]:
+    return text, [{"type": "section", "text": {"type": "mrkdwn", "text": _truncate(text, 3000)}}]

@@ -1,0 +1,303 @@
+"""A local stand-in for Slack's Web API (and for `response_url` and `url_private`).
+
+It speaks Slack's wire format as slack-sdk sends it (every method POSTed, JSON or form body,
+Bearer token in the header) and keeps what the bot posted as a tiny message store, so
+`tpubot shell` can print it and tests can count calls. Errors can be injected per method.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Callable
+from urllib.parse import parse_qs, urlparse
+
+BOT_USER_ID = "UTPUBOT"
+BOT_ID = "BTPUBOT"
+TEAM_ID = "T0SANDBOX"
+SCOPES = "commands,app_mentions:read,chat:write,files:read,channels:history,groups:history,usergroups:read,users:read"
+
+
+@dataclass
+class RecordedCall:
+    method: str
+    body: dict
+    headers: dict
+    at: float
+
+
+@dataclass
+class Message:
+    channel: str
+    ts: str
+    text: str
+    blocks: list = field(default_factory=list)
+    thread_ts: str | None = None
+    user: str = BOT_USER_ID
+    ephemeral_to: str | None = None
+    updates: int = 0
+
+
+@dataclass
+class InjectedError:
+    status: int = 200
+    body: dict = field(default_factory=lambda: {"ok": False, "error": "internal_error"})
+    headers: dict = field(default_factory=dict)
+
+
+class SlackApiSandbox:
+    def __init__(self, token: str = "xoxb-sandbox-token", host: str = "127.0.0.1", port: int = 0) -> None:
+        self.token = token
+        self.calls: list[RecordedCall] = []
+        self.messages: list[Message] = []
+        self.responses: list[dict] = []  # posts to response_url
+        self.files: dict[str, tuple[dict, bytes]] = {}
+        self.usergroups: dict[str, list[str]] = {}
+        self._errors: dict[str, list[InjectedError]] = defaultdict(list)
+        self._ts = itertools.count(1)
+        # Re-entrant: wait_for() holds it while predicates call calls_to()/channel_messages().
+        self._lock = threading.RLock()
+        self._changed = threading.Condition(self._lock)
+        self._listeners: list[Callable[[str, dict], None]] = []
+        handler = _make_handler(self)
+        self._server = ThreadingHTTPServer((host, port), handler)
+        self._server.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle -------------------------------------------------------------------------
+    def start(self) -> str:
+        self._thread = threading.Thread(target=self._server.serve_forever, name="slack-sandbox", daemon=True)
+        self._thread.start()
+        return self.base_url
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    @property
+    def root(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def base_url(self) -> str:
+        return f"{self.root}/api/"
+
+    def response_url(self, name: str = "cmd") -> str:
+        return f"{self.root}/hooks/{name}/{next(self._ts)}"
+
+    # --- test helpers ----------------------------------------------------------------------
+    def inject_error(self, method: str, error: InjectedError, times: int = 1) -> None:
+        with self._lock:
+            self._errors[method].extend([error] * times)
+
+    def add_file(self, file_id: str, name: str, content: bytes, mimetype: str = "text/plain") -> dict:
+        info = {
+            "id": file_id, "name": name, "mimetype": mimetype, "size": len(content),
+            "url_private": f"{self.root}/files-pri/{TEAM_ID}-{file_id}/{name}",
+            "url_private_download": f"{self.root}/files-pri/{TEAM_ID}-{file_id}/download/{name}",
+        }
+        self.files[file_id] = (info, content)
+        return info
+
+    def on_event(self, listener: Callable[[str, dict], None]) -> None:
+        self._listeners.append(listener)
+
+    def calls_to(self, method: str) -> list[RecordedCall]:
+        with self._lock:
+            return [c for c in self.calls if c.method == method]
+
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not predicate():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self._changed.wait(min(remaining, 0.2))
+        return True
+
+    def channel_messages(self, channel: str) -> list[Message]:
+        with self._lock:
+            return [m for m in self.messages if m.channel == channel and m.ephemeral_to is None]
+
+    # --- method implementations -------------------------------------------------------------
+    def _new_ts(self) -> str:
+        return f"{int(time.time())}.{next(self._ts):06d}"
+
+    def handle(self, method: str, body: dict, headers: dict) -> tuple[int, dict, dict]:
+        with self._changed:
+            self.calls.append(RecordedCall(method, body, headers, time.time()))
+            self._changed.notify_all()
+            if self._errors.get(method):
+                error = self._errors[method].pop(0)
+                return error.status, error.body, error.headers
+        if method != "auth.test" and headers.get("authorization") != f"Bearer {self.token}":
+            return 200, {"ok": False, "error": "invalid_auth"}, {}
+        result = self._dispatch(method, body)
+        for listener in self._listeners:
+            listener(method, result)
+        with self._changed:
+            self._changed.notify_all()
+        return 200, result, {"x-oauth-scopes": SCOPES} if method == "auth.test" else {}
+
+    def _dispatch(self, method: str, body: dict) -> dict:
+        if method == "auth.test":
+            return {"ok": True, "url": "https://sandbox.slack.local/", "team": "sandbox", "user": "tpubot",
+                    "team_id": TEAM_ID, "user_id": BOT_USER_ID, "bot_id": BOT_ID, "is_enterprise_install": False}
+        if method == "chat.postMessage":
+            message = Message(channel=body["channel"], ts=self._new_ts(), text=body.get("text", ""),
+                              blocks=_json_field(body.get("blocks")) or [], thread_ts=body.get("thread_ts"))
+            with self._lock:
+                self.messages.append(message)
+            return {"ok": True, "channel": message.channel, "ts": message.ts,
+                    "message": {"text": message.text, "ts": message.ts, "thread_ts": message.thread_ts,
+                                "user": BOT_USER_ID, "bot_id": BOT_ID}}
+        if method == "chat.postEphemeral":
+            message = Message(channel=body["channel"], ts=self._new_ts(), text=body.get("text", ""),
+                              blocks=_json_field(body.get("blocks")) or [], thread_ts=body.get("thread_ts"),
+                              ephemeral_to=body.get("user"))
+            with self._lock:
+                self.messages.append(message)
+            return {"ok": True, "message_ts": message.ts}
+        if method == "chat.update":
+            with self._lock:
+                for message in self.messages:
+                    if message.channel == body.get("channel") and message.ts == body.get("ts"):
+                        message.text = body.get("text", message.text)
+                        message.blocks = _json_field(body.get("blocks")) or []
+                        message.updates += 1
+                        return {"ok": True, "channel": message.channel, "ts": message.ts, "text": message.text}
+            return {"ok": False, "error": "message_not_found"}
+        if method in ("chat.startStream",):
+            message = Message(channel=body["channel"], ts=self._new_ts(), text=_chunks_text(body),
+                              thread_ts=body.get("thread_ts"))
+            with self._lock:
+                self.messages.append(message)
+            return {"ok": True, "channel": message.channel, "ts": message.ts}
+        if method in ("chat.appendStream", "chat.stopStream"):
+            with self._lock:
+                for message in self.messages:
+                    if message.channel == body.get("channel") and message.ts == body.get("ts"):
+                        message.text += _chunks_text(body)
+                        if body.get("blocks"):
+                            message.blocks = _json_field(body.get("blocks")) or []
+                        return {"ok": True, "channel": message.channel, "ts": message.ts}
+            return {"ok": False, "error": "message_not_in_streaming_state"}
+        if method == "files.info":
+            file = self.files.get(body.get("file", ""))
+            return {"ok": True, "file": file[0]} if file else {"ok": False, "error": "file_not_found"}
+        if method == "users.info":
+            user = body.get("user", "")
+            return {"ok": True, "user": {"id": user, "team_id": TEAM_ID, "name": user.lower(), "real_name": user,
+                                         "is_bot": False, "is_admin": False, "is_restricted": False,
+                                         "is_ultra_restricted": False, "deleted": False}}
+        if method == "usergroups.users.list":
+            return {"ok": True, "users": self.usergroups.get(body.get("usergroup", ""), [])}
+        if method == "conversations.replies":
+            thread = body.get("ts")
+            with self._lock:
+                replies = [m for m in self.messages if m.ts == thread or m.thread_ts == thread]
+            return {"ok": True, "has_more": False,
+                    "messages": [{"ts": m.ts, "text": m.text, "user": m.user, "thread_ts": m.thread_ts} for m in replies]}
+        if method == "files.getUploadURLExternal":
+            file_id = f"F{next(self._ts):08d}"
+            return {"ok": True, "upload_url": f"{self.root}/upload/{file_id}", "file_id": file_id}
+        if method == "files.completeUploadExternal":
+            files = _json_field(body.get("files")) or []
+            return {"ok": True, "files": [{"id": f.get("id"), "title": f.get("title")} for f in files]}
+        # views.publish, reactions.add, assistant.threads.setStatus, chat.delete …
+        return {"ok": True}
+
+    def handle_response_url(self, path: str, body: dict) -> None:
+        with self._changed:
+            self.responses.append({"path": path, **body})
+            self._changed.notify_all()
+        for listener in self._listeners:
+            listener("response_url", body)
+
+    def file_bytes(self, path: str, auth: str | None) -> tuple[int, str, bytes]:
+        # /files-pri/T-F1/name or /files-pri/T-F1/download/name
+        parts = path.split("/")
+        file_key = parts[2] if len(parts) > 2 else ""
+        file_id = file_key.split("-", 1)[1] if "-" in file_key else ""
+        if auth != f"Bearer {self.token}" or file_id not in self.files:
+            # What Slack really does without a valid token: a 200 HTML sign-in page.
+            return 200, "text/html; charset=utf-8", b"<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
+        info, content = self.files[file_id]
+        return 200, info["mimetype"], content
+
+
+def _json_field(value: Any) -> Any:
+    if isinstance(value, str):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def _chunks_text(body: dict) -> str:
+    text = body.get("markdown_text") or ""
+    for chunk in _json_field(body.get("chunks")) or []:
+        if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
+            text += chunk.get("text", "")
+    return text
+
+
+def _make_handler(sandbox: SlackApiSandbox) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:  # keep test output clean
+            pass
+
+        def _body(self) -> tuple[bytes, dict]:
+            length = int(self.headers.get("content-length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            ctype = self.headers.get("content-type", "")
+            if "json" in ctype:
+                try:
+                    return raw, json.loads(raw or b"{}")
+                except ValueError:
+                    return raw, {}
+            return raw, {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
+
+        def _send(self, status: int, payload: bytes, ctype: str, headers: dict | None = None) -> None:
+            self.send_response(status)
+            self.send_header("content-type", ctype)
+            self.send_header("content-length", str(len(payload)))
+            for key, value in (headers or {}).items():
+                self.send_header(key, str(value))
+            self.end_headers()
+            self.wfile.write(payload)
+
+        def do_POST(self) -> None:
+            path = urlparse(self.path).path
+            raw, body = self._body()
+            if path.startswith("/api/"):
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                status, result, extra = sandbox.handle(path[len("/api/"):], body, headers)
+                self._send(status, json.dumps(result).encode(), "application/json; charset=utf-8", extra)
+            elif path.startswith("/hooks/"):
+                sandbox.handle_response_url(path, body)
+                self._send(200, b"ok", "text/plain")
+            elif path.startswith("/upload/"):
+                self._send(200, b"OK", "text/plain")
+            else:
+                self._send(404, b"not found", "text/plain")
+
+        def do_GET(self) -> None:
+            path = urlparse(self.path).path
+            if path.startswith("/files-pri/"):
+                status, ctype, content = sandbox.file_bytes(path, self.headers.get("authorization"))
+                self._send(status, content, ctype)
+            else:
+                self._send(404, b"not found", "text/plain")
+
+    return Handler

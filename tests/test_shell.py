@@ -1,0 +1,41 @@
+"""`tpubot shell` as a user runs it: a piped script through the real CLI entry point."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TPUBOT = Path(sys.executable).with_name("tpubot")
+
+
+def run_shell(script: str, tmp_path, redis_url: str, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_"))}
+    env["REDIS_URL"] = redis_url
+    return subprocess.run([str(TPUBOT), "shell"], input=script, capture_output=True, text=True,
+                          cwd=tmp_path, env=env, timeout=timeout)
+
+
+def test_piped_lifecycle_prints_active_then_gone_and_exits_0(tmp_path, redis_url):
+    result = run_shell("/tpu up\n/tpu status\n/tpu down\n!click Tear down\n/tpu status\n", tmp_path, redis_url)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    active = out.index("· ACTIVE ==")
+    confirm = out.index("[Tear down]")
+    released = out.index("· RELEASED ==")
+    gone = out.rindex("This channel holds no TPU")
+    assert active < confirm < released < gone
+    assert "Torn down by @UALICE" in out
+    assert "Traceback" not in out + result.stderr
+
+
+def test_shell_users_and_unknown_buttons(tmp_path, redis_url):
+    script = "/tpu up\n!user bob\n/tpu down\n!click Nothing\n/tpu launch\n!user alice\n/tpu down\n!click Cancel\n/tpu status\n"
+    result = run_shell(script, tmp_path, redis_url)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "now acting as bob" in out
+    assert "Only @UALICE (the holder) or an admin" in out
+    assert "no button whose label contains 'Nothing'" in out
+    assert "Unknown subcommand `launch`" in out
+    assert "Kept the TPU; nothing changed." in out
+    assert "· ACTIVE ==" in out.split("alice> /tpu status")[-1]

@@ -1,0 +1,194 @@
+"""/tpu up, status and down end to end.
+
+The real bolt app behind a real HTTP server (uvicorn) receives signed requests; the worker runs
+real arq jobs against a real Redis-protocol server; the real google TPU clients talk to the
+sandbox emulator over HTTP; Slack's Web API is the local stand-in that records every call.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis as redis_sync
+
+from bot.local_stack import LocalStack
+from bot.settings import Settings
+from handlers import cards
+from infra.sandbox.slack_requests import SlackRequests, sign
+
+CHANNEL = "C0TEST"
+ALICE, BOB = "UALICE", "UBOB"
+
+
+def wait_until(predicate, timeout=30.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+@pytest.fixture
+def stack(redis_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # no stray tpu.env
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s", admins="UADMIN")
+    with LocalStack(settings) as running:
+        yield running
+
+
+@pytest.fixture
+def slack(stack):
+    requests = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
+                             team="T0SANDBOX", response_url_factory=stack.slack.response_url)
+    yield requests
+    requests.close()
+
+
+def card_texts(stack) -> list[str]:
+    return [c.body.get("text", "") for c in stack.slack.calls if c.method in ("chat.postMessage", "chat.update")]
+
+
+def redis_keys(stack) -> list[bytes]:
+    client = redis_sync.Redis.from_url(stack.redis.url)
+    try:
+        return sorted(k for k in client.keys("tpubot:*"))
+    finally:
+        client.close()
+
+
+# --- request verification ---------------------------------------------------------------
+
+
+def test_signed_request_is_accepted(slack):
+    reply = slack.slash("help", user=ALICE, channel=CHANNEL)
+    assert reply.status == 200
+    assert "/tpu up [zone] [hours]" in reply.text
+
+
+@pytest.mark.parametrize(
+    "kind",
+    ["bad_signature", "stale_timestamp", "missing_headers"],
+)
+def test_unsigned_or_stale_requests_get_401(stack, slack, kind):
+    body = slack.slash_body("up", user=ALICE, channel=CHANNEL)
+    if kind == "bad_signature":
+        reply = slack.post(body, "application/x-www-form-urlencoded", signature="v0=" + "0" * 64)
+    elif kind == "stale_timestamp":
+        old = str(int(time.time()) - 301)
+        reply = slack.post(body, "application/x-www-form-urlencoded", timestamp=old,
+                           signature=sign(stack.signing_secret, old, body))
+    else:
+        import httpx
+
+        reply_raw = httpx.post(slack.events_url, content=body, headers={"content-type": "application/x-www-form-urlencoded"})
+        assert reply_raw.status_code == 401
+        reply = None
+    if reply is not None:
+        assert reply.status == 401
+    assert redis_keys(stack) == []
+    assert stack.tpu_sandbox.queued_resources() == []
+
+
+# --- bad input --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("launch", "Unknown subcommand `launch`"),
+        ("up europe-north9-z", "is not one of the configured zones"),
+        ("up 0h", "must be more than 0 hours"),
+        ("up 200h", "at most 168 hours"),
+        ("up us-west4-a us-central1-a", "Give one zone"),
+        ("up 2h 3h", "Give the duration once"),
+        ("up banana", "neither a zone"),
+        ("status now", "`/tpu status` takes no arguments"),
+        ("down please", "`/tpu down` takes no arguments"),
+        ("x" * 600, "at most 500"),
+    ],
+)
+def test_bad_input_names_the_problem_and_changes_nothing(stack, slack, text, fragment):
+    reply = slack.slash(text, user=ALICE, channel=CHANNEL)
+    assert reply.status == 200
+    body = reply.json()
+    assert body["response_type"] == "ephemeral"
+    assert fragment in body["text"]
+    assert "Usage" in body["text"] or "Try" in body["text"]
+    assert redis_keys(stack) == []
+    assert stack.tpu_sandbox.queued_resources() == []
+
+
+def test_down_without_a_lease_changes_nothing(stack, slack):
+    reply = slack.slash("down", user=ALICE, channel=CHANNEL)
+    assert "nothing to tear down" in reply.text
+    assert redis_keys(stack) == []
+
+
+# --- the lifecycle ----------------------------------------------------------------------
+
+
+def test_up_status_down_lifecycle(stack, slack):
+    reply = slack.slash("up", user=ALICE, channel=CHANNEL)
+    assert reply.status == 200 and "Requested a v5litepod-1 flex-start TPU in us-west4-a" in reply.text
+
+    # The card is posted once and walks through the QR states to ACTIVE.
+    wait_until(lambda: any("ACTIVE" in t for t in card_texts(stack)))
+    texts = card_texts(stack)
+    assert len(stack.slack.calls_to("chat.postMessage")) == 1
+    order = ["CREATING", "ACTIVE"]
+    positions = [next(i for i, t in enumerate(texts) if s in t) for s in order]
+    assert positions == sorted(positions)
+    qrs = stack.tpu_sandbox.queued_resources()
+    assert len(qrs) == 1 and qrs[0]["state"] == "ACTIVE"
+
+    status = slack.slash("status", user=BOB, channel=CHANNEL).json()
+    fields = str(status["blocks"])
+    assert "ACTIVE" in fields and "us-west4-a" in fields and "<@UALICE>" in fields and "Endpoint" in fields
+
+    # A second /tpu up names the holder and creates nothing.
+    second = slack.slash("up", user=BOB, channel=CHANNEL)
+    assert "held by <@UALICE>" in second.text
+    assert len(stack.tpu_sandbox.queued_resources()) == 1
+
+    # Down asks for confirmation with a "Tear down" button.
+    confirm = slack.slash("down", user=ALICE, channel=CHANNEL).json()
+    button = next(e for b in confirm["blocks"] if b["type"] == "actions" for e in b["elements"]
+                  if e["action_id"] == cards.TEARDOWN_CONFIRM_ACTION)
+    assert "Tear down" in button["text"]["text"]
+
+    # A click by someone who is neither holder nor admin changes nothing.
+    slack.click(action_id=button["action_id"], value=button["value"], user=BOB, channel=CHANNEL, label="Tear down")
+    assert stack.slack.wait_for(lambda: any("Only <@UALICE>" in r.get("text", "") for r in stack.slack.responses))
+    assert stack.tpu_sandbox.queued_resources()[0]["state"] == "ACTIVE"
+    assert "ACTIVE" in slack.slash("status", user=ALICE, channel=CHANNEL).json()["text"]
+
+    # The holder's click deletes the QR and releases the lease.
+    slack.click(action_id=button["action_id"], value=button["value"], user=ALICE, channel=CHANNEL, label="Tear down")
+    wait_until(lambda: stack.tpu_sandbox.queued_resources() == [])
+    wait_until(lambda: "holds no TPU" in slack.slash("status", user=ALICE, channel=CHANNEL).text)
+    assert stack.slack.wait_for(lambda: any("RELEASED" in str(c.body.get("blocks")) for c in stack.slack.calls_to("chat.update")))
+    receipt = wait_until(lambda: [c for c in stack.slack.calls_to("chat.postMessage") if c.body.get("thread_ts")])
+    assert "Torn down by <@UALICE>" in receipt[0].body["text"]
+
+    # A replayed click after release is harmless.
+    slack.click(action_id=button["action_id"], value=button["value"], user=ALICE, channel=CHANNEL, label="Tear down")
+    assert stack.slack.wait_for(lambda: any("already gone" in r.get("text", "") for r in stack.slack.responses))
+
+
+def test_admin_may_tear_down_someone_elses_tpu(stack, slack):
+    slack.slash("up us-west4-a 1h", user=ALICE, channel=CHANNEL)
+    wait_until(lambda: any("ACTIVE" in t for t in card_texts(stack)))
+    confirm = slack.slash("down", user="UADMIN", channel=CHANNEL).json()
+    button = next(e for b in confirm["blocks"] if b["type"] == "actions" for e in b["elements"])
+    slack.click(action_id=button["action_id"], value=button["value"], user="UADMIN", channel=CHANNEL)
+    wait_until(lambda: stack.tpu_sandbox.queued_resources() == [])
+
+
+def test_down_by_non_holder_is_denied_before_any_card(stack, slack):
+    slack.slash("up", user=ALICE, channel=CHANNEL)
+    reply = slack.slash("down", user=BOB, channel=CHANNEL)
+    assert "Only <@UALICE>" in reply.text
+    assert "blocks" not in reply.json() or all(b["type"] != "actions" for b in reply.json()["blocks"])
