@@ -75,7 +75,7 @@ def worker() -> None:
 def socket_mode() -> None:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-    from bot.wiring import build_services, command_limits_from, slack_client_from
+    from bot.wiring import build_services, slack_client_from
     from handlers.slack_app import build_bolt_app
 
     settings = load_settings()
@@ -86,8 +86,7 @@ def socket_mode() -> None:
     async def run() -> None:
         client = slack_client_from(settings)
         services, _redis, _pool = await build_services(settings, redis_url=endpoint.url, with_tpu=False, slack_client=client)
-        bolt = build_bolt_app(services, client=client, signing_secret=settings.slack_signing_secret.get_secret_value(),
-                              limits=command_limits_from(settings))
+        bolt = build_bolt_app(services, client=client, signing_secret=settings.slack_signing_secret.get_secret_value())
         await AsyncSocketModeHandler(bolt, settings.slack_app_token.get_secret_value()).start_async()
 
     try:

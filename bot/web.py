@@ -13,7 +13,7 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from bot.settings import Settings
-from bot.wiring import build_services, command_limits_from, slack_client_from
+from bot.wiring import build_services, slack_client_from
 from handlers.slack_app import build_bolt_app
 
 log = logging.getLogger(__name__)
@@ -27,8 +27,7 @@ def create_web_app(settings: Settings, *, redis_url: str) -> Starlette:
         client = slack_client_from(settings)
         services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False, slack_client=client)
         bolt = build_bolt_app(
-            services, client=client, signing_secret=settings.slack_signing_secret.get_secret_value(),
-            limits=command_limits_from(settings),
+            services, client=client, signing_secret=settings.slack_signing_secret.get_secret_value()
         )
         state.update(handler=AsyncSlackRequestHandler(bolt), redis=redis, services=services)
         try:

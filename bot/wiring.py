@@ -18,7 +18,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import Policy, Services
 from bot.settings import Settings
-from handlers.commands import CommandLimits
 from handlers.notifier import SlackLeaseObserver
 from infra.jobs import QUEUE_NAME, JobQueue
 from infra.state.audit import AuditLog
@@ -37,10 +36,6 @@ def policy_from(settings: Settings) -> Policy:
         poll_interval=settings.poll_interval,
         active_poll_interval=max(settings.poll_interval, min(settings.poll_interval * 6, timedelta(minutes=1))),
     )
-
-
-def command_limits_from(settings: Settings) -> CommandLimits:
-    return CommandLimits(zones=tuple(settings.tpu_zones))
 
 
 def tpu_config_from(settings: Settings):

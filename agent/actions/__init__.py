@@ -1,0 +1,16 @@
+"""The action registry: every internal action declared once, with a typed argument model.
+
+Slash commands, model tool calls (and MCP tools) all end in these functions. Importing this
+package registers the built-in actions.
+"""
+
+from agent.actions.registry import (  # noqa: F401
+    Action,
+    ActionKind,
+    ActionResult,
+    REGISTRY,
+    get_action,
+    run_action,
+    tool_declarations,
+)
+from agent.actions import lease_actions  # noqa: F401,E402  (registers provision/teardown/status)

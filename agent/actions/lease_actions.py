@@ -1,0 +1,85 @@
+"""provision, teardown and status: the lease actions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
+
+from agent import lifecycle
+from agent.actions.registry import ActionKind, ActionResult, action
+from agent.context import Actor, Policy, Services
+
+
+class ProvisionArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    zone: str | None = Field(None, description="GCP zone, e.g. us-west4-a; omit to use the default zone")
+    hours: float | None = Field(None, description="how long the TPU runs, in hours (flex-start allows up to 168)")
+
+    @field_validator("zone")
+    @classmethod
+    def _configured_zone(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None:
+            return None
+        value = value.strip().lower()
+        policy: Policy | None = (info.context or {}).get("policy")
+        if policy and value not in policy.zones:
+            raise ValueError(f"`{value}` is not one of the configured zones ({', '.join(policy.zones)})")
+        return value
+
+    @field_validator("hours")
+    @classmethod
+    def _flex_start_hours(cls, value: float | None, info: ValidationInfo) -> float | None:
+        if value is None:
+            return None
+        policy: Policy | None = (info.context or {}).get("policy")
+        longest = policy.longest_run.total_seconds() / 3600 if policy else 168.0
+        if value <= 0:
+            raise ValueError("the duration must be more than 0 hours")
+        if value > longest:
+            raise ValueError(f"flex-start TPUs run at most {longest:g} hours (7 days)")
+        return value
+
+
+class NoArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+def lease_summary(lease: Any) -> dict:
+    return {
+        "lease_id": lease.lease_id, "state": lease.state, "zone": lease.zone, "holder": lease.holder,
+        "queued_resource": lease.qr_id, "endpoint": lease.endpoint or None,
+        "created_at": lease.created_at, "deadline": lease.deadline or None,
+    }
+
+
+@action("provision", "Request this channel's flex-start TPU v5e running Gemma (one per channel).",
+        ProvisionArgs, kind=ActionKind.WRITE, destructive=False)
+async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionResult:
+    outcome = await lifecycle.request_provision(svc, actor, zone=args.zone, hours=args.hours)
+    lease = outcome.lease
+    if outcome.created:
+        return ActionResult(True, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {lease.zone} "
+                                  f"(lease {lease.lease_id}).", lease_summary(lease), lease)
+    return ActionResult(False, f"This channel's TPU is already held by <@{lease.holder}> (lease {lease.lease_id}, "
+                               f"{lease.state}); nothing new was created.", lease_summary(lease), lease)
+
+
+@action("teardown", "Tear down this channel's TPU; always asks a person to confirm.",
+        NoArgs, kind=ActionKind.WRITE, destructive=True)
+async def teardown(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
+    outcome = await lifecycle.request_teardown(svc, actor)
+    if not outcome.ok:
+        return ActionResult(False, outcome.message, lease=outcome.lease)
+    return ActionResult(True, f"Confirm to tear down {outcome.lease.qr_id}.", lease_summary(outcome.lease),
+                        outcome.lease, needs_confirmation=True)
+
+
+@action("status", "Show this channel's TPU lease: state, zone, endpoint, deadline.", NoArgs)
+async def status(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
+    lease = await svc.leases.get(actor.team, actor.channel)
+    if lease is None:
+        return ActionResult(True, "This channel holds no TPU.", {"lease": None})
+    return ActionResult(True, f"TPU {lease.state} in {lease.zone} (lease {lease.lease_id}).",
+                        {"lease": lease_summary(lease)}, lease)

@@ -1,0 +1,96 @@
+"""Action declarations: name, description, pydantic argument model, kind, and the function.
+
+The argument model's JSON schema is the tool declaration sent to the model, so every
+parameter is typed (vLLM's gemma4 parser returns untyped values as strings) and flat.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from pydantic import BaseModel, ValidationError
+
+from agent.context import Actor, Services
+from infra.state.leases import Lease
+
+
+class ActionKind(str, enum.Enum):
+    READ = "read"  # status, zones, cost, logs: safe to run on a model's say-so
+    WRITE = "write"  # up, down: change cloud resources; a model may only propose them
+    ADMIN = "admin"  # force unlock, oncall, audit
+
+
+@dataclass
+class ActionResult:
+    ok: bool
+    text: str  # a plain summary for people and for the model
+    data: dict = field(default_factory=dict)
+    lease: Lease | None = None
+    needs_confirmation: bool = False  # the caller must show a confirm card before acting
+
+
+ActionFn = Callable[[Services, Actor, Any], Awaitable[ActionResult]]
+
+
+@dataclass(frozen=True)
+class Action:
+    name: str
+    description: str
+    args: type[BaseModel]
+    run: ActionFn
+    kind: ActionKind = ActionKind.READ
+    destructive: bool = False
+
+    @property
+    def read_only(self) -> bool:
+        return self.kind is ActionKind.READ
+
+    def tool_declaration(self) -> dict:
+        schema = self.args.model_json_schema()
+        schema.pop("title", None)
+        for prop in schema.get("properties", {}).values():
+            prop.pop("title", None)
+        return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": schema}}
+
+
+REGISTRY: dict[str, Action] = {}
+
+
+def action(name: str, description: str, args: type[BaseModel], *, kind: ActionKind = ActionKind.READ,
+           destructive: bool = False) -> Callable[[ActionFn], ActionFn]:
+    def register(fn: ActionFn) -> ActionFn:
+        if name in REGISTRY:
+            raise ValueError(f"action {name} declared twice")
+        REGISTRY[name] = Action(name, description, args, fn, kind, destructive)
+        return fn
+
+    return register
+
+
+def get_action(name: str) -> Action | None:
+    return REGISTRY.get(name)
+
+
+def validate_args(action_: Action, raw: dict, services: Services) -> BaseModel:
+    """Raises pydantic.ValidationError; the policy is available to validators as context."""
+    return action_.args.model_validate(raw, context={"policy": services.policy})
+
+
+async def run_action(name: str, services: Services, actor: Actor, raw_args: dict | BaseModel) -> ActionResult:
+    action_ = REGISTRY[name]
+    args = raw_args if isinstance(raw_args, BaseModel) else validate_args(action_, raw_args, services)
+    return await action_.run(services, actor, args)
+
+
+def tool_declarations(names: list[str] | None = None) -> list[dict]:
+    chosen = [REGISTRY[n] for n in names] if names else list(REGISTRY.values())
+    return [a.tool_declaration() for a in chosen]
+
+
+def first_error(error: ValidationError) -> str:
+    problem = error.errors()[0]
+    where = ".".join(str(p) for p in problem.get("loc", ()) if p != "__root__")
+    message = problem["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}" if where and where not in message else message

@@ -1,0 +1,70 @@
+"""`/tpu …`: parse, run the subcommand's action inside the ack window, answer ephemerally."""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import ValidationError
+from redis.exceptions import RedisError
+from slack_bolt.async_app import AsyncAck, AsyncApp
+
+from agent.actions import get_action, run_action
+from agent.actions.registry import first_error, validate_args
+from agent.context import Actor, Services
+from handlers import cards
+from handlers.commands import CommandError, ParsedCommand, help_text, parse
+
+log = logging.getLogger(__name__)
+
+STATE_STORE_DOWN = ":warning: The state store is unavailable, so nothing changed. Try again in a minute."
+
+
+def register(app: AsyncApp, services: Services) -> None:
+    @app.command("/tpu")
+    async def handle_tpu_command(ack: AsyncAck, command: dict) -> None:
+        actor = Actor(user_id=command["user_id"], team=command.get("team_id", ""), channel=command["channel_id"])
+        try:
+            parsed = parse(command.get("text", ""))
+            text, blocks = await run_subcommand(services, actor, parsed)
+        except CommandError as error:
+            text, blocks = cards.notice(f":warning: {error}")
+        except RedisError:
+            log.exception("state store unavailable during /tpu")
+            text, blocks = cards.notice(STATE_STORE_DOWN)
+        await ack(text=text, blocks=blocks, response_type="ephemeral")
+
+
+async def run_subcommand(services: Services, actor: Actor, parsed: ParsedCommand) -> tuple[str, list[dict]]:
+    if parsed.action is None:
+        return cards.notice(help_text())
+    action = get_action(parsed.action)
+    try:
+        args = validate_args(action, parsed.args, services)
+    except ValidationError as error:
+        raise CommandError(f"{first_error(error).capitalize()}. Usage: `{parsed.usage}`") from None
+    result = await run_action(parsed.action, services, actor, args)
+    return render_result(services, parsed.action, result)
+
+
+def render_result(services: Services, action_name: str, result) -> tuple[str, list[dict]]:
+    lease = result.lease
+    if action_name == "provision":
+        if result.ok:
+            return cards.notice(
+                f":white_check_mark: Requested a {services.policy.accelerator_type} flex-start TPU in {lease.zone} "
+                f"for {cards.duration(lease.run_seconds)} (lease `{lease.lease_id}`). The status card follows in this channel."
+            )
+        return cards.notice(
+            f":lock: This channel's TPU is held by <@{lease.holder}> since {cards.clock(lease.created_at)} "
+            f"(lease `{lease.lease_id}`, {lease.state}, {lease.zone}). Nothing new was created. "
+            "See `/tpu status`; the holder or an admin can release it with `/tpu down`."
+        )
+    if action_name == "status":
+        if lease is None:
+            return cards.notice("This channel holds no TPU. Start one with `/tpu up`.")
+        return cards.status_card(lease)
+    if action_name == "teardown":
+        if result.needs_confirmation:
+            return cards.teardown_confirm_card(lease)
+        return cards.notice(f":no_entry: {result.text}")
+    return cards.notice(result.text)
