@@ -55,6 +55,16 @@ class LeaseObserver(Protocol):
         """Mark the card released and post the receipt in its thread."""
 
 
+class LeaseHook(Protocol):
+    """Work that follows a lease's milestones (model boot, expiry timers…), one module per concern."""
+
+    async def on_active(self, svc: "Services", lease: Lease) -> None:
+        """The QR just became ACTIVE (called once per lease)."""
+
+    async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
+        """The lease was released (teardown, expiry, failure, or the QR vanished)."""
+
+
 @dataclass
 class Services:
     leases: LeaseStore
@@ -65,4 +75,5 @@ class Services:
     policy: Policy
     observer: LeaseObserver | None = None
     tpu: "TpuService | None" = None  # worker only: handlers never call GCP
+    hooks: list[LeaseHook] = field(default_factory=list)
     startup_script: Callable[[Lease], str] = field(default=lambda lease: "#!/bin/bash\necho tpubot placeholder\n")

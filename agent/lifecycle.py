@@ -1,17 +1,15 @@
 """The lease lifecycle: claim → create the QR → follow it to ACTIVE → tear down → release.
 
-The request side (`request_provision`, `request_teardown`, `confirm_teardown`) runs in the web
-process inside Slack's 3-second ack window: it only touches Redis and enqueues jobs. The job
-side (`provision_job`, `watch_job`, `teardown_job`) runs in the worker, re-reads the lease
-before acting, and is safe to run twice: job ids are deterministic and every write is fenced
-by the lease id.
+This module is the request side (`request_provision`, `request_teardown`, `confirm_teardown`),
+which runs in the web process inside Slack's 3-second ack window: it only touches Redis and
+enqueues jobs, plus the helpers the job modules share. The jobs live in `provisioning`,
+`watching` and `teardown`; each re-reads the lease before acting and is safe to run twice:
+job ids are deterministic and every write is fenced by the lease id.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -107,121 +105,10 @@ async def confirm_teardown(svc: Services, actor: Actor, lease_id: str) -> Teardo
     return TeardownOutcome(True, "Tearing down…", updated)
 
 
-# --- job side (worker) ------------------------------------------------------------------
-
-
-async def provision_job(svc: Services, team: str, channel: str, lease_id: str) -> str:
-    from infra.tpu import QrSpec, TpuError, bot_labels
-
-    lease = await svc.leases.get_by_id(team, channel, lease_id)
-    if lease is None or lease.state not in (LeaseState.PENDING.value, LeaseState.CREATING.value):
-        return "skipped: lease changed"
-    token = await svc.locks.acquire(team, channel)
-    if token is None:
-        raise LockBusy(f"{team}/{channel}")
-    try:
-        lease = await _notify(svc, lease)
-        lease = await svc.leases.update(lease, state=LeaseState.CREATING) or lease
-        lease = await _notify(svc, lease)
-        spec = QrSpec(
-            qr_id=lease.qr_id, node_id=lease.node_id, zone=lease.zone,
-            labels=bot_labels(team, channel, lease.lease_id),
-            startup_script=svc.startup_script(lease),
-            max_run_duration=timedelta(seconds=lease.run_seconds),
-        )
-        try:
-            qr = await asyncio.to_thread(svc.tpu.create_queued_resource, spec)
-        except TpuError as error:
-            await _fail(svc, lease, _explain(error))
-            return f"failed: {error.kind.value}"
-        lease = await svc.leases.update(lease, state=_lease_state_for(qr.state)) or lease
-        lease = await _notify(svc, lease)
-        await _schedule_watch(svc, lease, delay=svc.policy.poll_interval)
-        return f"created {lease.qr_id} in {lease.zone}"
-    finally:
-        await svc.locks.release(team, channel, token)
-
-
-async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: int) -> str:
-    """One look at the QR; re-schedules itself, so no job holds a worker for hours."""
-    from infra.tpu import TpuError
-
-    lease = await svc.leases.get_by_id(team, channel, lease_id)
-    if lease is None or lease.state in (LeaseState.TEARING_DOWN.value, LeaseState.FAILED.value):
-        return "stopped: lease changed"
-    try:
-        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
-    except TpuError as error:
-        if not error.retryable:
-            raise
-        await _schedule_watch(svc, lease, delay=svc.policy.poll_interval)
-        return f"retry: {error.kind}"
-    if qr is None:
-        await svc.leases.release(lease)
-        if svc.observer:
-            await svc.observer.lease_released(lease, reason="The queued resource no longer exists in GCP; the lease is released.")
-        return "released: QR gone"
-    if qr.state == "FAILED":
-        from infra.tpu import classify_failed_queued_resource
-
-        error = classify_failed_queued_resource(qr)
-        await _fail(svc, lease, _explain(error) if error else f"The queued resource failed: {qr.failure_message}")
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
-        return "failed"
-    new_state = _lease_state_for(qr.state)
-    changes: dict[str, object] = {}
-    if new_state != lease.lease_state and not (lease.lease_state.holds_tpu and new_state == LeaseState.ACTIVE):
-        changes["state"] = new_state
-    if new_state == LeaseState.ACTIVE and not lease.active_at:
-        now = time.time()
-        changes.update(active_at=now, deadline=now + lease.run_seconds)
-        node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
-        if node and node.external_ip:
-            changes["endpoint"] = f"http://{node.external_ip}:8000/v1"
-    if changes:
-        lease = await svc.leases.update(lease, **changes) or lease
-        lease = await _notify(svc, lease)
-    if qr.state in TERMINAL_QR_STATES:
-        # Flex-start deleted the VMs; the leftover QR still holds quota (expiry handling lives here).
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
-        await svc.leases.release(lease)
-        if svc.observer:
-            await svc.observer.lease_released(lease, reason=f"The TPU reached {qr.state}; its queued resource was deleted.")
-        return f"released: {qr.state}"
-    delay = svc.policy.active_poll_interval if lease.lease_state.holds_tpu else svc.policy.poll_interval
-    await _schedule_watch(svc, lease, delay=delay)
-    return f"watching: {qr.state}"
-
-
-async def teardown_job(svc: Services, team: str, channel: str, lease_id: str) -> str:
-    lease = await svc.leases.get_by_id(team, channel, lease_id)
-    if lease is None:
-        return "skipped: already released"
-    token = await svc.locks.acquire(team, channel)
-    if token is None:
-        raise LockBusy(f"{team}/{channel}")
-    try:
-        # force=true deletes the node too; a QR that is already gone counts as deleted.
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
-        deadline = time.monotonic() + svc.policy.teardown_wait.total_seconds()
-        while await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id) is not None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{lease.qr_id} still exists after {svc.policy.teardown_wait}")
-            await asyncio.sleep(min(1.0, svc.policy.poll_interval.total_seconds()))
-        released = await svc.leases.release(lease)
-        if released and svc.observer:
-            await svc.observer.lease_released(lease, reason="Torn down", by=lease.torn_down_by)
-        await svc.audit.record(actor=lease.torn_down_by or "tpubot", action="teardown", team=team,
-                               channel=channel, outcome="deleted", detail=lease.qr_id)
-        return f"deleted {lease.qr_id}"
-    finally:
-        await svc.locks.release(team, channel, token)
-
-
 # --- helpers ----------------------------------------------------------------------------
 
 
-def _lease_state_for(qr_state: str) -> LeaseState:
+def lease_state_for(qr_state: str) -> LeaseState:
     try:
         return LeaseState(qr_state)
     except ValueError:
@@ -229,29 +116,48 @@ def _lease_state_for(qr_state: str) -> LeaseState:
         return LeaseState.WAITING_FOR_RESOURCES if qr_state == "ACCEPTED" else LeaseState.PROVISIONING
 
 
-def _explain(error) -> str:
+def explain(error) -> str:
     text = error.message
     if getattr(error, "fix", None):
         text += f" Fix: {error.fix}"
     return text
 
 
-async def _fail(svc: Services, lease: Lease, reason: str) -> None:
+async def fail_lease(svc: Services, lease: Lease, reason: str) -> None:
     failed = await svc.leases.update(lease, state=LeaseState.FAILED, detail=reason)
     if failed is not None:
-        await _notify(svc, failed)
-        await svc.leases.release(failed)
+        await notify(svc, failed)
+        # The FAILED card stays as the record; hooks still learn the lease is gone.
+        if await svc.leases.release(failed):
+            for hook in svc.hooks:
+                await hook.on_released(svc, failed, reason)
     await svc.audit.record(actor="tpubot", action="provision", team=lease.team, channel=lease.channel,
                            outcome="failed", detail=reason)
 
 
-async def _notify(svc: Services, lease: Lease) -> Lease:
+async def release_lease(svc: Services, lease: Lease, *, reason: str, by: str = "") -> bool:
+    """Release (fenced), then tell the channel and every hook; False if someone else already did."""
+    if not await svc.leases.release(lease):
+        return False
+    if svc.observer:
+        await svc.observer.lease_released(lease, reason=reason, by=by)
+    for hook in svc.hooks:
+        await hook.on_released(svc, lease, reason)
+    return True
+
+
+async def lease_became_active(svc: Services, lease: Lease) -> None:
+    for hook in svc.hooks:
+        await hook.on_active(svc, lease)
+
+
+async def notify(svc: Services, lease: Lease) -> Lease:
     if svc.observer is None:
         return lease
     return await svc.observer.lease_changed(lease)
 
 
-async def _schedule_watch(svc: Services, lease: Lease, *, delay: timedelta) -> None:
+async def schedule_watch(svc: Services, lease: Lease, *, delay: timedelta) -> None:
     seq = lease.watch_seq + 1
     if await svc.leases.update(lease, watch_seq=seq) is None:
         return

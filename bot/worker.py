@@ -9,7 +9,7 @@ from arq import Retry, cron
 from arq.connections import RedisSettings
 from arq.worker import Worker
 
-from agent import lifecycle
+from agent import lifecycle, provisioning, teardown, watching
 from bot.settings import Settings
 from bot.wiring import JOB_QUEUE, build_services, slack_client_from
 
@@ -20,18 +20,18 @@ LOCK_RETRY_SECONDS = 1.0
 
 async def provision_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:
     try:
-        return await lifecycle.provision_job(ctx["services"], team, channel, lease_id)
+        return await provisioning.provision_job(ctx["services"], team, channel, lease_id)
     except lifecycle.LockBusy:
         raise Retry(defer=LOCK_RETRY_SECONDS)
 
 
 async def watch_lease(ctx: dict, *, team: str, channel: str, lease_id: str, seq: int) -> str:
-    return await lifecycle.watch_job(ctx["services"], team, channel, lease_id, seq)
+    return await watching.watch_job(ctx["services"], team, channel, lease_id, seq)
 
 
 async def teardown_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:
     try:
-        return await lifecycle.teardown_job(ctx["services"], team, channel, lease_id)
+        return await teardown.teardown_job(ctx["services"], team, channel, lease_id)
     except lifecycle.LockBusy:
         raise Retry(defer=LOCK_RETRY_SECONDS)
 

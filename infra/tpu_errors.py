@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import enum
 import re
-from dataclasses import dataclass
 from datetime import timedelta
 from typing import Protocol
 

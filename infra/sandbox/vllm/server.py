@@ -35,7 +35,7 @@ from .responses import (
     tool_call_body,
 )
 from .scheduler import AsyncEngine, LatencyModel, Sequence
-from .script import FILLER_WORDS, OutputPlan, Script, Turn, TurnSpec, plan_output, to_turn
+from .script import OutputPlan, Script, Turn, TurnSpec, plan_output, to_turn
 from .tokens import count_prompt_tokens, count_tokens, prompt_ends_in_open_channel, token_ids, render_prompt
 
 METRICS_MODES = ("ok", "unreachable", "garbage", "not_found")

@@ -1,0 +1,32 @@
+"""The teardown job: delete the QR (force), wait until it is gone, release the lease."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agent.context import Services
+from agent.lifecycle import LockBusy, release_lease
+
+
+async def teardown_job(svc: Services, team: str, channel: str, lease_id: str) -> str:
+    lease = await svc.leases.get_by_id(team, channel, lease_id)
+    if lease is None:
+        return "skipped: already released"
+    token = await svc.locks.acquire(team, channel)
+    if token is None:
+        raise LockBusy(f"{team}/{channel}")
+    try:
+        # force=true deletes the node too; a QR that is already gone counts as deleted.
+        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
+        deadline = time.monotonic() + svc.policy.teardown_wait.total_seconds()
+        while await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id) is not None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{lease.qr_id} still exists after {svc.policy.teardown_wait}")
+            await asyncio.sleep(min(1.0, svc.policy.poll_interval.total_seconds()))
+        await release_lease(svc, lease, reason="Torn down", by=lease.torn_down_by)
+        await svc.audit.record(actor=lease.torn_down_by or "tpubot", action="teardown", team=team,
+                               channel=channel, outcome="deleted", detail=lease.qr_id)
+        return f"deleted {lease.qr_id}"
+    finally:
+        await svc.locks.release(team, channel, token)

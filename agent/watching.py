@@ -1,0 +1,68 @@
+"""The watch job: one look at the QR per run, card kept current, re-scheduled until the lease ends."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from agent.context import Services
+from agent.lifecycle import (
+    TERMINAL_QR_STATES,
+    explain,
+    fail_lease,
+    lease_became_active,
+    lease_state_for,
+    release_lease,
+    notify,
+    schedule_watch,
+)
+from infra.state.leases import LeaseState
+
+
+async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: int) -> str:
+    """One look at the QR; re-schedules itself, so no job holds a worker for hours."""
+    from infra.tpu import TpuError
+
+    lease = await svc.leases.get_by_id(team, channel, lease_id)
+    if lease is None or lease.state in (LeaseState.TEARING_DOWN.value, LeaseState.FAILED.value):
+        return "stopped: lease changed"
+    try:
+        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+    except TpuError as error:
+        if not error.retryable:
+            raise
+        await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
+        return f"retry: {error.kind}"
+    if qr is None:
+        await release_lease(svc, lease, reason="The queued resource no longer exists in GCP; the lease is released")
+        return "released: QR gone"
+    if qr.state == "FAILED":
+        from infra.tpu import classify_failed_queued_resource
+
+        error = classify_failed_queued_resource(qr)
+        await fail_lease(svc, lease, explain(error) if error else f"The queued resource failed: {qr.failure_message}")
+        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
+        return "failed"
+    new_state = lease_state_for(qr.state)
+    changes: dict[str, object] = {}
+    if new_state != lease.lease_state and not (lease.lease_state.holds_tpu and new_state == LeaseState.ACTIVE):
+        changes["state"] = new_state
+    if new_state == LeaseState.ACTIVE and not lease.active_at:
+        now = time.time()
+        changes.update(active_at=now, deadline=now + lease.run_seconds)
+        node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
+        if node and node.external_ip:
+            changes["endpoint"] = f"http://{node.external_ip}:8000/v1"
+    if changes:
+        lease = await svc.leases.update(lease, **changes) or lease
+        lease = await notify(svc, lease)
+        if "active_at" in changes:
+            await lease_became_active(svc, lease)
+    if qr.state in TERMINAL_QR_STATES:
+        # Flex-start deleted the VMs; the leftover QR still holds quota (expiry handling lives here).
+        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
+        await release_lease(svc, lease, reason=f"The TPU reached {qr.state}; its queued resource was deleted")
+        return f"released: {qr.state}"
+    delay = svc.policy.active_poll_interval if lease.lease_state.holds_tpu else svc.policy.poll_interval
+    await schedule_watch(svc, lease, delay=delay)
+    return f"watching: {qr.state}"
