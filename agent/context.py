@@ -17,7 +17,14 @@ from infra.state.leases import Lease, LeaseStore
 from infra.state.locks import ChannelLocks
 
 if TYPE_CHECKING:
+    from agent.access import AccessPolicy, GroupDirectory
     from infra.tpu import TpuService
+
+
+def _open_access() -> "AccessPolicy":
+    from agent.access import AccessPolicy
+
+    return AccessPolicy()
 
 
 @dataclass(frozen=True)
@@ -76,4 +83,6 @@ class Services:
     observer: LeaseObserver | None = None
     tpu: "TpuService | None" = None  # worker only: handlers never call GCP
     hooks: list[LeaseHook] = field(default_factory=list)
+    access: "AccessPolicy" = field(default_factory=lambda: _open_access())
+    directory: "GroupDirectory | None" = None  # Slack user groups, for group-based access rules
     startup_script: Callable[[Lease], str] = field(default=lambda lease: "#!/bin/bash\necho tpubot placeholder\n")

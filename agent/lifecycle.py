@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass
 from datetime import timedelta
 
+from agent import access
 from agent.context import Actor, Services
 from infra.state.leases import Lease, LeaseState
 
@@ -64,8 +65,8 @@ async def request_provision(svc: Services, actor: Actor, *, zone: str | None, ho
     return ProvisionOutcome(created=claim.created, lease=claim.lease)
 
 
-def may_tear_down(svc: Services, lease: Lease, user_id: str) -> bool:
-    return user_id == lease.holder or svc.policy.is_admin(user_id)
+async def may_tear_down(svc: Services, lease: Lease, user_id: str) -> bool:
+    return user_id == lease.holder or await access.is_admin(svc.access, svc.directory, user_id)
 
 
 async def request_teardown(svc: Services, actor: Actor) -> TeardownOutcome:
@@ -73,7 +74,7 @@ async def request_teardown(svc: Services, actor: Actor) -> TeardownOutcome:
     lease = await svc.leases.get(actor.team, actor.channel)
     if lease is None:
         return TeardownOutcome(False, "This channel holds no TPU, so there is nothing to tear down.")
-    if not may_tear_down(svc, lease, actor.user_id):
+    if not await may_tear_down(svc, lease, actor.user_id):
         return TeardownOutcome(
             False, f"Only <@{lease.holder}> (the holder) or an admin can tear down this channel's TPU.", lease
         )
@@ -83,10 +84,16 @@ async def request_teardown(svc: Services, actor: Actor) -> TeardownOutcome:
 
 
 async def confirm_teardown(svc: Services, actor: Actor, lease_id: str) -> TeardownOutcome:
+    # The clicker is checked, not whoever asked for the card: anyone in the channel can click.
+    decision = await access.check(svc.access, svc.directory, actor, access.ActionKind.WRITE, "teardown")
+    if not decision.allowed:
+        await svc.audit.record(actor=actor.user_id, action="down", team=actor.team, channel=actor.channel,
+                               outcome="denied", detail=decision.message)
+        return TeardownOutcome(False, decision.message)
     lease = await svc.leases.get_by_id(actor.team, actor.channel, lease_id)
     if lease is None:
         return TeardownOutcome(False, "That TPU is already gone; nothing changed.")
-    if not may_tear_down(svc, lease, actor.user_id):
+    if not await may_tear_down(svc, lease, actor.user_id):
         await svc.audit.record(actor=actor.user_id, action="down", team=actor.team, channel=actor.channel,
                                outcome="denied", detail=lease_id)
         return TeardownOutcome(

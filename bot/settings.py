@@ -7,6 +7,7 @@ so a wrong value stops at start-up instead of looking like "no capacity" an hour
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from datetime import timedelta
@@ -107,11 +108,22 @@ class Settings(BaseSettings):
     tpu_labels: dict[str, str] = Field(default_factory=dict, description="extra labels on every QR, JSON")
     tpu_api_endpoint: str = Field("", description="override the TPU API base URL (sandbox sets it)")
     logging_api_endpoint: str = Field("", description="override the Cloud Logging API base URL")
+    compute_api_endpoint: str = Field("", description="override the Compute Engine API base URL (doctor)")
+    quotas_api_endpoint: str = Field("", description="override the Cloud Quotas API base URL (doctor)")
+    secretmanager_api_endpoint: str = Field("", description="override the Secret Manager API base URL (doctor)")
 
     # --- model -----------------------------------------------------------------------------
     model_name: str = Field("google/gemma-4-E2B-it", description="Hugging Face model vLLM serves")
     model_port: int = Field(8000, description="port vLLM listens on inside the TPU VM")
     hf_token_secret: str = Field("hf-token", description="Secret Manager secret holding the HF token")
+    vllm_image: str = Field("vllm/vllm-tpu:nightly", description="container image the TPU VM runs vLLM from")
+    vllm_max_model_len: int = Field(16384, description="vLLM --max-model-len")
+    vllm_max_num_batched_tokens: int = Field(4096, description="vLLM --max_num_batched_tokens")
+    vllm_limit_mm_per_prompt: str = Field('{"image":4,"audio":1}', description="vLLM --limit-mm-per-prompt (JSON)")
+    model_boot_timeout: timedelta = Field(
+        timedelta(minutes=45), description="how long after ACTIVE vLLM may take to answer before the lease FAILS"
+    )
+    preflight_ttl: timedelta = Field(timedelta(hours=6), description="how long a `tpubot doctor` result is trusted")
     gemma_base_url: str = Field("", description="a fixed OpenAI-compatible endpoint for the agent")
 
     # --- Slack -----------------------------------------------------------------------------
@@ -120,6 +132,22 @@ class Settings(BaseSettings):
     slack_app_token: SecretStr = Field(SecretStr(""), description="xapp- token, Socket Mode only")
     slack_api_url: str = Field("", description="Slack Web API base URL (tests and shell point it locally)")
     admins: CsvList = Field(default_factory=list, description="Slack user ids allowed to act on any lease")
+
+    # --- access control (empty users+groups: everyone; empty channels: every channel) ----
+    admin_groups: CsvList = Field(default_factory=list, description="user groups (S…) whose members are admins")
+    admin_channels: CsvList = Field(default_factory=list, description="channels where admin actions are allowed")
+    read_users: CsvList = Field(default_factory=list, description="users allowed read actions (status, zones, cost)")
+    read_groups: CsvList = Field(default_factory=list, description="user groups allowed read actions")
+    read_channels: CsvList = Field(default_factory=list, description="channels where read actions are allowed")
+    write_users: CsvList = Field(default_factory=list, description="users allowed write actions (up, down)")
+    write_groups: CsvList = Field(default_factory=list, description="user groups allowed write actions")
+    write_channels: CsvList = Field(default_factory=list, description="channels where write actions are allowed")
+
+    # --- MCP (`tpubot mcp`) ----------------------------------------------------------------
+    # The MCP identity is checked by the same rules as a Slack user (holder or ADMINS for teardown).
+    mcp_user: str = Field("mcp-local", min_length=1, description="user id an MCP session acts as (list it in ADMINS to act on any lease)")
+    mcp_team: str = Field("local", description="Slack team id whose channel lease an MCP session acts on")
+    mcp_channel: str = Field("mcp-local", min_length=1, description="Slack channel id whose lease an MCP session acts on (its status card goes there)")
 
     # --- state and processes ---------------------------------------------------------------
     redis_url: str = Field("", description="Redis URL; empty starts an embedded server")
@@ -135,7 +163,29 @@ class Settings(BaseSettings):
         description="TPU USD per chip-hour: JSON list of entries merged over the defaults (infra/prices.py)",
     )
 
-    _split = field_validator("tpu_zones", "admins", mode="before")(_split_csv)
+    _split = field_validator(
+        "tpu_zones", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
+        "write_users", "write_groups", "write_channels", mode="before",
+    )(_split_csv)
+
+    @field_validator("vllm_limit_mm_per_prompt")
+    @classmethod
+    def _mm_limits(cls, value: str) -> str:
+        try:
+            limits = json.loads(value)
+        except ValueError:
+            limits = None
+        if not isinstance(limits, dict) or not all(isinstance(v, int) and v >= 0 for v in limits.values()):
+            raise ValueError(
+                f"VLLM_LIMIT_MM_PER_PROMPT={value} is not a JSON object of counts; write it like "
+                '{"image":4,"audio":1}'
+            )
+        return json.dumps(limits, separators=(",", ":"))
+
+    @field_validator("model_boot_timeout", "preflight_ttl", mode="before")
+    @classmethod
+    def _other_durations(cls, value: Any) -> timedelta:
+        return parse_duration(value)
 
     @field_validator("max_run_duration", "valid_until_duration", "poll_interval", "lock_ttl", "job_timeout", mode="before")
     @classmethod

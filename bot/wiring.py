@@ -8,22 +8,39 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from arq.connections import ArqRedis, RedisSettings, create_pool
-from redis.asyncio import Redis
+from arq.connections import ArqRedis
+from redis.asyncio import ConnectionPool, Redis
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.access import AccessPolicy, ActionKind, ClassRule
 from agent.context import Policy, Services
 from bot.settings import Settings
+from handlers.directory import SlackGroupDirectory
 from handlers.notifier import SlackLeaseObserver
 from infra.jobs import QUEUE_NAME, JobQueue
 from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
 from infra.state.leases import LeaseStore
 from infra.state.locks import ChannelLocks
+
+
+def access_policy_from(settings: Settings) -> AccessPolicy:
+    def rule(users: list[str], groups: list[str], channels: list[str]) -> ClassRule:
+        return ClassRule(users=frozenset(users), groups=frozenset(groups), channels=frozenset(channels))
+
+    return AccessPolicy(
+        admins=frozenset(settings.admins),
+        admin_groups=frozenset(settings.admin_groups),
+        rules={
+            ActionKind.READ: rule(settings.read_users, settings.read_groups, settings.read_channels),
+            ActionKind.WRITE: rule(settings.write_users, settings.write_groups, settings.write_channels),
+            ActionKind.ADMIN: rule([], [], settings.admin_channels),
+        },
+    )
 
 
 def policy_from(settings: Settings) -> Policy:
@@ -82,7 +99,10 @@ def redis_client(redis_url: str) -> Redis:
 
 
 async def arq_pool(redis_url: str) -> ArqRedis:
-    return await create_pool(RedisSettings.from_dsn(redis_url), default_queue_name=JOB_QUEUE)
+    # No connection at construction: a web process starts (and answers "state store
+    # unavailable") while Redis is down, and recovers when it returns.
+    pool = ConnectionPool.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
+    return ArqRedis(pool, default_queue_name=JOB_QUEUE)
 
 
 JOB_QUEUE = QUEUE_NAME
@@ -103,5 +123,7 @@ async def build_services(
         policy=policy_from(settings),
         observer=SlackLeaseObserver(slack_client, leases) if slack_client is not None else None,
         tpu=tpu_service_from(settings) if with_tpu else None,
+        access=access_policy_from(settings),
+        directory=SlackGroupDirectory(slack_client, redis) if slack_client is not None else None,
     )
     return services, redis, pool

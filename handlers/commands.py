@@ -65,6 +65,14 @@ def _parse_up(tokens: list[str]) -> dict:
     return {"zone": zone, "hours": hours}
 
 
+def _parse_audit(tokens: list[str]) -> dict:
+    if not tokens:
+        return {}
+    if len(tokens) > 1 or not tokens[0].isdigit():
+        raise CommandError(f"`/tpu audit` takes one optional number of entries; got `{_code_safe(' '.join(tokens)[:40])}`. Usage: `/tpu audit [count]`")
+    return {"count": int(tokens[0])}
+
+
 UP_USAGE = "Usage: `/tpu up [zone] [hours]`, e.g. `/tpu up`, `/tpu up us-west4-a`, `/tpu up 2h`"
 
 
@@ -72,6 +80,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("up", "/tpu up [zone] [hours]", "Provision this channel's flex-start TPU running Gemma (one per channel).", _parse_up, "provision"),
     Subcommand("status", "/tpu status", "Show this channel's lease, TPU state, zone, endpoint and deadline.", _no_args("status"), "status"),
     Subcommand("down", "/tpu down", "Tear down this channel's TPU (asks for confirmation; holder or admin).", _no_args("down"), "teardown"),
+    Subcommand("audit", "/tpu audit [count]", "Show the most recent audited actions (admins).", _parse_audit, "audit"),
+    Subcommand("unlock", "/tpu unlock", "Force-release this channel's operation lock (admins).", _no_args("unlock"), "force_unlock"),
     Subcommand("help", "/tpu help", "Show this help.", _no_args("help")),
 )
 BY_NAME = {sub.name: sub for sub in SUBCOMMANDS}

@@ -43,6 +43,8 @@ async def run_subcommand(services: Services, actor: Actor, parsed: ParsedCommand
     except ValidationError as error:
         raise CommandError(f"{first_error(error).capitalize()}. Usage: `{parsed.usage}`") from None
     result = await run_action(parsed.action, services, actor, args)
+    if result.denied:
+        return cards.notice(f":no_entry: {result.text}")
     return render_result(services, parsed.action, result)
 
 

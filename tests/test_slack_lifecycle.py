@@ -52,9 +52,10 @@ def card_texts(stack) -> list[str]:
 
 
 def redis_keys(stack) -> list[bytes]:
+    """State keys; the audit stream is a record of attempts, not state."""
     client = redis_sync.Redis.from_url(stack.redis.url)
     try:
-        return sorted(k for k in client.keys("tpubot:*"))
+        return sorted(k for k in client.keys("tpubot:*") if k != b"tpubot:audit")
     finally:
         client.close()
 

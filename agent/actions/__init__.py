@@ -14,3 +14,4 @@ from agent.actions.registry import (  # noqa: F401
     tool_declarations,
 )
 from agent.actions import lease_actions  # noqa: F401,E402  (registers provision/teardown/status)
+from agent.actions import admin_actions  # noqa: F401,E402  (registers audit/force_unlock)

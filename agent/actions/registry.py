@@ -6,20 +6,15 @@ parameter is typed (vLLM's gemma4 parser returns untyped values as strings) and 
 
 from __future__ import annotations
 
-import enum
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
 from pydantic import BaseModel, ValidationError
 
+from agent import access
+from agent.access import ActionKind
 from agent.context import Actor, Services
 from infra.state.leases import Lease
-
-
-class ActionKind(str, enum.Enum):
-    READ = "read"  # status, zones, cost, logs: safe to run on a model's say-so
-    WRITE = "write"  # up, down: change cloud resources; a model may only propose them
-    ADMIN = "admin"  # force unlock, oncall, audit
 
 
 @dataclass
@@ -29,6 +24,7 @@ class ActionResult:
     data: dict = field(default_factory=dict)
     lease: Lease | None = None
     needs_confirmation: bool = False  # the caller must show a confirm card before acting
+    denied: bool = False  # access control refused the actor; `text` says who may
 
 
 ActionFn = Callable[[Services, Actor, Any], Awaitable[ActionResult]]
@@ -79,9 +75,25 @@ def validate_args(action_: Action, raw: dict, services: Services) -> BaseModel:
 
 
 async def run_action(name: str, services: Services, actor: Actor, raw_args: dict | BaseModel) -> ActionResult:
+    """The one entry to every action: access check, argument validation, run, audit."""
     action_ = REGISTRY[name]
+    decision = await access.check(services.access, services.directory, actor, action_.kind, name)
+    if not decision.allowed:
+        await _audit(services, actor, name, "denied", decision.message)
+        return ActionResult(False, decision.message, denied=True)
     args = raw_args if isinstance(raw_args, BaseModel) else validate_args(action_, raw_args, services)
-    return await action_.run(services, actor, args)
+    try:
+        result = await action_.run(services, actor, args)
+    except Exception as error:
+        await _audit(services, actor, name, "error", type(error).__name__)
+        raise
+    await _audit(services, actor, name, "ok" if result.ok else "refused", result.text)
+    return result
+
+
+async def _audit(services: Services, actor: Actor, name: str, outcome: str, detail: str) -> None:
+    await services.audit.record(actor=actor.user_id, action=name, team=actor.team, channel=actor.channel,
+                                outcome=outcome, detail=detail)
 
 
 def tool_declarations(names: list[str] | None = None) -> list[dict]:
