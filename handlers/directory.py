@@ -27,7 +27,8 @@ class SlackGroupDirectory:
             response = await self._client.usergroups_users_list(usergroup=group_id)
         except SlackApiError as error:
             # A group we cannot read grants nothing (fail closed), and is retried after the TTL.
-            log.warning("usergroups.users.list %s failed: %s", group_id, error.response.get("error"))
+            reason = error.response.data.get("error") if isinstance(error.response.data, dict) else error.response.status_code
+            log.warning("usergroups.users.list %s failed: %s", group_id, reason)
             return frozenset()
         users = list(response.get("users", []))
         await self._redis.set(key, json.dumps(users), ex=self._ttl)

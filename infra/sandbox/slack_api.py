@@ -293,8 +293,15 @@ def _make_handler(sandbox: SlackApiSandbox) -> type[BaseHTTPRequestHandler]:
                 self._send(404, b"not found", "text/plain")
 
         def do_GET(self) -> None:
-            path = urlparse(self.path).path
-            if path.startswith("/files-pri/"):
+            parsed = urlparse(self.path)
+            path = parsed.path
+            if path.startswith("/api/"):
+                # The async client sends methods slack-sdk tags http_verb="GET" as GET with a query.
+                headers = {k.lower(): v for k, v in self.headers.items()}
+                body = {k: v[0] for k, v in parse_qs(parsed.query).items()}
+                status, result, extra = sandbox.handle(path[len("/api/"):], body, headers)
+                self._send(status, json.dumps(result).encode(), "application/json; charset=utf-8", extra)
+            elif path.startswith("/files-pri/"):
                 status, ctype, content = sandbox.file_bytes(path, self.headers.get("authorization"))
                 self._send(status, content, ctype)
             else:
