@@ -1,0 +1,283 @@
+"""`tpubot mcp`: the action registry served to terminal AI clients over MCP (stdio).
+
+Tools are generated from `agent.actions.REGISTRY` — name, description and the argument model's
+JSON schema — so adding an action adds a tool and nothing is declared twice. The rules are the
+actions' own: a tool call runs the same action function a `/tpu` command runs, as the MCP
+identity from settings (`MCP_USER` in `MCP_TEAM`/`MCP_CHANNEL`), which is checked exactly like
+a Slack user (the holder or an admin may tear down; one lease per channel).
+
+What MCP adds is only the confirm step. In Slack a person clicks the confirm card; here every
+action that changes something requires `confirm: true`, and the MCP client's own approval
+prompt is that click. Without it the call is refused before any action runs.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import logging
+import re
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import mcp_types as types
+from mcp.server.lowlevel import Server
+from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
+from redis.exceptions import RedisError
+
+from agent import lifecycle
+from agent.actions import REGISTRY, Action, ActionKind, ActionResult, get_action, run_action
+from agent.actions.lease_actions import lease_summary
+from agent.actions.registry import first_error, validate_args
+from agent.context import Actor, Services
+from bot.settings import Settings
+
+log = logging.getLogger(__name__)
+
+SERVER_NAME = "tpubot"
+CONFIRM = "confirm"
+LEASES_URI = "tpubot://leases"
+ZONES_URI = "tpubot://zones"
+RESOURCE_NOT_FOUND = -32002  # the MCP spec's error code for an unknown resource URI
+
+STATE_STORE_DOWN = "The state store is unavailable, so nothing changed. Try again in a minute."
+INSTRUCTIONS = (
+    "tpubot manages one flex-start Cloud TPU v5e running Gemma per Slack channel. Read-only tools "
+    "are safe to call. Tools that change the TPU (provision, teardown) need `confirm: true`, which "
+    "you should send only after the person approved that exact call."
+)
+
+
+# --- tools, generated from the registry ---------------------------------------------------
+
+
+def needs_confirm(action: Action) -> bool:
+    """Actions that change cloud resources need the person's approval, like Slack's confirm card.
+
+    Admin actions (audit, force unlock) are gated by access control instead, as in Slack.
+    """
+    return action.kind is ActionKind.WRITE or action.destructive
+
+
+def input_schema(action: Action) -> dict:
+    schema = copy.deepcopy(action.tool_declaration()["function"]["parameters"])
+    if needs_confirm(action):
+        schema.setdefault("properties", {})[CONFIRM] = {
+            "type": "boolean",
+            "description": "must be true: set it only after the person approved this call; "
+                           "without it nothing happens",
+        }
+        schema["required"] = [*schema.get("required", []), CONFIRM]
+    return schema
+
+
+def annotations(action: Action) -> types.ToolAnnotations:
+    # MCP's destructiveHint means "not only additive". Provision is flagged too: it spends money
+    # and takes the channel's one TPU slot, which is why the issue asks for a confirm on both.
+    return types.ToolAnnotations(
+        title=action.name,
+        read_only_hint=action.read_only,
+        destructive_hint=needs_confirm(action),
+    )
+
+
+def description(action: Action) -> str:
+    if needs_confirm(action):
+        return f"{action.description} Changes the channel's TPU: requires confirm: true after the person approved."
+    return action.description
+
+
+def mcp_tool(action: Action) -> types.Tool:
+    return types.Tool(name=action.name, description=description(action), input_schema=input_schema(action),
+                      annotations=annotations(action))
+
+
+def mcp_tools() -> list[types.Tool]:
+    return [mcp_tool(action) for action in REGISTRY.values()]
+
+
+def tool_label(action: Action, confirm: str = f"{CONFIRM}: true") -> str:
+    """How `--list` and docs/commands.md describe a tool's class."""
+    if action.read_only:
+        return "read-only"
+    label = "admin only" if action.kind is ActionKind.ADMIN else action.kind.value
+    return f"{label}, destructive, needs {confirm}" if needs_confirm(action) else label
+
+
+# --- resources ----------------------------------------------------------------------------
+
+RESOURCES = (
+    types.Resource(uri=LEASES_URI, name="leases", mime_type="application/json",
+                   description="Every channel's TPU lease: holder, state, zone, queued resource, endpoint, deadline."),
+    types.Resource(uri=ZONES_URI, name="zones", mime_type="application/json",
+                   description="The zones /tpu up may use, best first, with what is known about each."),
+)
+
+
+async def lease_list(svc: Services) -> dict:
+    leases = sorted(await svc.leases.all(), key=lambda lease: lease.created_at)
+    return {"leases": [{"team": lease.team, "channel": lease.channel, **lease_summary(lease)} for lease in leases]}
+
+
+async def zone_board(svc: Services) -> dict:
+    # The zone scoreboard (issue 3) is not in the tree yet: expose what exists, the configured zones.
+    policy = svc.policy
+    return {
+        "source": "configured zones (no zone scoreboard yet)",
+        "zones": [{"zone": zone, "default": zone == policy.default_zone} for zone in policy.zones],
+    }
+
+
+RESOURCE_READERS: dict[str, Callable[[Services], Awaitable[dict]]] = {LEASES_URI: lease_list, ZONES_URI: zone_board}
+
+
+# --- tool calls ---------------------------------------------------------------------------
+
+
+@dataclass
+class McpSession:
+    """What every request of one `tpubot mcp` process runs with."""
+
+    services: Services
+    actor: Actor
+
+
+def actor_from(settings: Settings) -> Actor:
+    return Actor(user_id=settings.mcp_user.strip(), team=settings.mcp_team.strip(), channel=settings.mcp_channel.strip())
+
+
+def plain(text: str) -> str:
+    """Slack markup (`<@U123>`, `<#C123>`, `<!subteam^S123|name>`) as a terminal reads it."""
+    text = re.sub(r"<@([^>|]+)(\|[^>]*)?>", r"@\1", text)
+    text = re.sub(r"<#([^>|]+)(\|[^>]*)?>", r"#\1", text)
+    return re.sub(r"<!subteam\^([^>|]+)(\|[^>]*)?>", r"@\1", text)
+
+
+def refusal(message: str) -> types.CallToolResult:
+    return types.CallToolResult(content=[types.TextContent(text=message)], structured_content={"ok": False, "message": message},
+                                is_error=True)
+
+
+def tool_result(result: ActionResult) -> types.CallToolResult:
+    message = plain(result.text)
+    text = message if not result.data else f"{message}\n{json.dumps(result.data, default=str)}"
+    return types.CallToolResult(content=[types.TextContent(text=text)],
+                                structured_content={"ok": result.ok, "message": message, **result.data},
+                                is_error=not result.ok)
+
+
+async def confirm_teardown(svc: Services, actor: Actor, requested: ActionResult) -> ActionResult:
+    """The same call the Slack confirm button makes, with the lease the request step named."""
+    outcome = await lifecycle.confirm_teardown(svc, actor, requested.lease.lease_id)
+    data = lease_summary(outcome.lease) if outcome.lease else {}
+    text = f"Tearing down {outcome.lease.qr_id}." if outcome.ok else outcome.message
+    return ActionResult(outcome.ok, text, data, outcome.lease)
+
+
+# An action that answers `needs_confirmation` is finished by its confirm step (Slack: the button).
+CONFIRM_STEPS: dict[str, Callable[[Services, Actor, ActionResult], Awaitable[ActionResult]]] = {
+    "teardown": confirm_teardown,
+}
+
+
+async def call_tool(session: McpSession, name: str, arguments: dict | None) -> types.CallToolResult:
+    action = get_action(name)
+    if action is None:
+        return refusal(f"Unknown tool `{name}`. Tools: {', '.join(REGISTRY)}.")
+    raw = dict(arguments or {})
+    confirmed = raw.pop(CONFIRM, None) if needs_confirm(action) else None
+    svc = session.services
+    try:
+        args = validate_args(action, raw, svc)
+    except ValidationError as error:
+        return refusal(f"{first_error(error)}. Nothing changed.")
+    if needs_confirm(action) and confirmed is not True:
+        return refusal(f"`{name}` changes this channel's TPU, so it runs only with `confirm: true` "
+                       "once the person has approved the call. Nothing changed.")
+    try:
+        result = await run_action(name, svc, session.actor, args)
+        if result.needs_confirmation:
+            step = CONFIRM_STEPS.get(name)
+            if step is None:
+                return refusal(f"`{name}` needs a confirmation this server cannot give. Nothing changed.")
+            result = await step(svc, session.actor, result)
+    except RedisError:
+        log.exception("state store unavailable during MCP tool %s", name)
+        return refusal(STATE_STORE_DOWN)
+    return tool_result(result)
+
+
+async def read_resource(session: McpSession, uri: str) -> types.ReadResourceResult:
+    reader = RESOURCE_READERS.get(uri)
+    if reader is None:
+        raise MCPError(RESOURCE_NOT_FOUND, f"Unknown resource {uri}; resources: {', '.join(RESOURCE_READERS)}")
+    try:
+        body = await reader(session.services)
+    except RedisError:
+        raise MCPError(RESOURCE_NOT_FOUND, STATE_STORE_DOWN) from None
+    return types.ReadResourceResult(contents=[types.TextResourceContents(
+        uri=uri, mime_type="application/json", text=json.dumps(body, default=str, indent=1))])
+
+
+# --- the server ---------------------------------------------------------------------------
+
+
+def build_server(settings: Settings, *, redis_url: str) -> Server:
+    @asynccontextmanager
+    async def lifespan(_server: Server) -> AsyncIterator[McpSession]:
+        from bot.wiring import build_services, slack_client_from
+
+        # With a bot token, teardown refreshes the channel's Slack card from here too.
+        client = slack_client_from(settings) if settings.slack_bot_token.get_secret_value() else None
+        services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False, slack_client=client)
+        try:
+            yield McpSession(services, actor_from(settings))
+        finally:
+            await pool.aclose()
+            await redis.aclose()
+
+    async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
+        return types.ListToolsResult(tools=mcp_tools())
+
+    async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
+        return await call_tool(ctx.lifespan_context, params.name, params.arguments)
+
+    async def on_list_resources(ctx: Any, params: Any) -> types.ListResourcesResult:
+        return types.ListResourcesResult(resources=list(RESOURCES))
+
+    async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
+        return await read_resource(ctx.lifespan_context, str(params.uri))
+
+    return Server(SERVER_NAME, version=_version(), instructions=INSTRUCTIONS, lifespan=lifespan,
+                  on_list_tools=on_list_tools, on_call_tool=on_call_tool,
+                  on_list_resources=on_list_resources, on_read_resource=on_read_resource)
+
+
+async def serve_stdio(settings: Settings) -> None:
+    import anyio
+    from mcp.server.stdio import stdio_server
+
+    from infra.state.redis_server import ensure_redis
+
+    async with stdio_server() as (read_stream, write_stream):
+        # Started after stdio_server moved fd 1 to stderr: a child's output cannot reach the wire.
+        endpoint = await anyio.to_thread.run_sync(ensure_redis, settings.redis_url)
+        if endpoint.embedded:
+            log.warning("REDIS_URL is unset: using an embedded Redis at %s that no bot or worker shares; "
+                        "set REDIS_URL to the bot's Redis to act on real leases.", endpoint.url)
+        try:
+            server = build_server(settings, redis_url=endpoint.url)
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+        finally:
+            endpoint.stop()
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tpubot")
+    except PackageNotFoundError:
+        return "0"
