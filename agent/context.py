@@ -11,6 +11,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from infra.jobs import JobQueue
+from infra.metrics import Metrics
 from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
 from infra.state.leases import Lease, LeaseStore
@@ -83,6 +84,7 @@ class Services:
     observer: LeaseObserver | None = None
     tpu: "TpuService | None" = None  # worker only: handlers never call GCP
     hooks: list[LeaseHook] = field(default_factory=list)
+    metrics: Metrics = field(default_factory=Metrics)
     access: "AccessPolicy" = field(default_factory=lambda: _open_access())
     directory: "GroupDirectory | None" = None  # Slack user groups, for group-based access rules
     startup_script: Callable[[Lease], str] = field(default=lambda lease: "#!/bin/bash\necho tpubot placeholder\n")

@@ -40,6 +40,7 @@ SERVER_NAME = "tpubot"
 CONFIRM = "confirm"
 LEASES_URI = "tpubot://leases"
 ZONES_URI = "tpubot://zones"
+ZONES_ACTION = "zones"  # the zone scoreboard action (issue 3), read by the zones resource when registered
 RESOURCE_NOT_FOUND = -32002  # the MCP spec's error code for an unknown resource URI
 
 STATE_STORE_DOWN = "The state store is unavailable, so nothing changed. Try again in a minute."
@@ -116,21 +117,24 @@ RESOURCES = (
 )
 
 
-async def lease_list(svc: Services) -> dict:
-    leases = sorted(await svc.leases.all(), key=lambda lease: lease.created_at)
+async def lease_list(session: "McpSession") -> dict:
+    leases = sorted(await session.services.leases.all(), key=lambda lease: lease.created_at)
     return {"leases": [{"team": lease.team, "channel": lease.channel, **lease_summary(lease)} for lease in leases]}
 
 
-async def zone_board(svc: Services) -> dict:
-    # The zone scoreboard (issue 3) is not in the tree yet: expose what exists, the configured zones.
-    policy = svc.policy
+async def zone_board(session: "McpSession") -> dict:
+    """The `zones` action's scoreboard when one is registered; until then, the configured zones."""
+    if get_action(ZONES_ACTION) is not None:
+        result = await run_action(ZONES_ACTION, session.services, session.actor, {})
+        return {"source": "zone scoreboard", "ok": result.ok, "message": plain(result.text), **result.data}
+    policy = session.services.policy
     return {
-        "source": "configured zones (no zone scoreboard yet)",
+        "source": "configured zones (no zone scoreboard action registered)",
         "zones": [{"zone": zone, "default": zone == policy.default_zone} for zone in policy.zones],
     }
 
 
-RESOURCE_READERS: dict[str, Callable[[Services], Awaitable[dict]]] = {LEASES_URI: lease_list, ZONES_URI: zone_board}
+RESOURCE_READERS: dict[str, Callable[["McpSession"], Awaitable[dict]]] = {LEASES_URI: lease_list, ZONES_URI: zone_board}
 
 
 # --- tool calls ---------------------------------------------------------------------------
@@ -214,7 +218,7 @@ async def read_resource(session: McpSession, uri: str) -> types.ReadResourceResu
     if reader is None:
         raise MCPError(RESOURCE_NOT_FOUND, f"Unknown resource {uri}; resources: {', '.join(RESOURCE_READERS)}")
     try:
-        body = await reader(session.services)
+        body = await reader(session)
     except RedisError:
         raise MCPError(RESOURCE_NOT_FOUND, STATE_STORE_DOWN) from None
     return types.ReadResourceResult(contents=[types.TextResourceContents(
