@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import secrets
+import time
 from collections.abc import AsyncIterator
 
 from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
@@ -12,11 +14,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from bot.logging_setup import request_id
 from bot.settings import Settings
 from bot.wiring import build_services, slack_client_from
 from handlers.slack_app import build_bolt_app
 
 log = logging.getLogger(__name__)
+
+
+def _request_kind(content_type: str, body: bytes) -> str:
+    if "json" in content_type:
+        return "event"
+    return "interaction" if body.startswith(b"payload=") else "command"
 
 
 def create_web_app(settings: Settings, *, redis_url: str) -> Starlette:
@@ -37,7 +46,22 @@ def create_web_app(settings: Settings, *, redis_url: str) -> Starlette:
             await redis.aclose()
 
     async def slack_events(request: Request) -> Response:
-        return await state["handler"].handle(request)
+        started = time.perf_counter()
+        body = await request.body()  # cached on the request; bolt reads the same bytes
+        kind = _request_kind(request.headers.get("content-type", ""), body)
+        token = request_id.set(request.headers.get("x-slack-request-timestamp", "") + "-" + secrets.token_hex(4))
+        try:
+            response = await state["handler"].handle(request)
+        finally:
+            request_id.reset(token)
+        metrics = state["services"].metrics
+        metrics.ack_seconds.labels(kind).observe(time.perf_counter() - started)
+        metrics.requests.labels(kind, str(response.status_code)).inc()
+        return response
+
+    async def prometheus(request: Request) -> Response:
+        metrics = state["services"].metrics
+        return Response(metrics.render(), media_type=metrics.content_type)
 
     async def healthz(request: Request) -> Response:
         return PlainTextResponse("ok")
@@ -54,6 +78,7 @@ def create_web_app(settings: Settings, *, redis_url: str) -> Starlette:
             Route("/slack/events", slack_events, methods=["POST"]),
             Route("/healthz", healthz),
             Route("/readyz", readyz),
+            Route("/metrics", prometheus),
         ],
         lifespan=lifespan,
     )

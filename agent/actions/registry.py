@@ -92,6 +92,7 @@ async def run_action(name: str, services: Services, actor: Actor, raw_args: dict
 
 
 async def _audit(services: Services, actor: Actor, name: str, outcome: str, detail: str) -> None:
+    services.metrics.actions.labels(name, outcome).inc()
     await services.audit.record(actor=actor.user_id, action=name, team=actor.team, channel=actor.channel,
                                 outcome=outcome, detail=detail)
 
