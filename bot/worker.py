@@ -18,11 +18,18 @@ log = logging.getLogger(__name__)
 LOCK_RETRY_SECONDS = 1.0
 
 
+async def _lock_wait(ctx: dict, team: str, channel: str) -> float:
+    """Retry when the holder's lock can have expired: a killed job's lock only ends by TTL,
+    and short fixed retries would use up the job's tries before then."""
+    remaining = await ctx["services"].locks.remaining_seconds(team, channel)
+    return max(LOCK_RETRY_SECONDS, remaining + 0.1)
+
+
 async def provision_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:
     try:
         return await provisioning.provision_job(ctx["services"], team, channel, lease_id)
     except lifecycle.LockBusy:
-        raise Retry(defer=LOCK_RETRY_SECONDS)
+        raise Retry(defer=await _lock_wait(ctx, team, channel))
 
 
 async def watch_lease(ctx: dict, *, team: str, channel: str, lease_id: str, seq: int) -> str:
@@ -33,7 +40,7 @@ async def teardown_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -
     try:
         return await teardown.teardown_job(ctx["services"], team, channel, lease_id)
     except lifecycle.LockBusy:
-        raise Retry(defer=LOCK_RETRY_SECONDS)
+        raise Retry(defer=await _lock_wait(ctx, team, channel))
 
 
 async def resume_leases(ctx: dict) -> int:

