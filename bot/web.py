@@ -9,6 +9,7 @@ import time
 from collections.abc import AsyncIterator
 
 from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
+from slack_sdk.signature import SignatureVerifier
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -17,6 +18,7 @@ from starlette.routing import Route
 from bot.logging_setup import request_id
 from bot.settings import Settings
 from bot.wiring import build_services, slack_client_from
+from handlers.payload_guard import interaction_body, malformed_reason
 from handlers.slack_app import build_bolt_app
 
 log = logging.getLogger(__name__)
@@ -38,7 +40,8 @@ def create_web_app(settings: Settings, *, redis_url: str) -> Starlette:
         bolt = build_bolt_app(
             services, client=client, signing_secret=settings.slack_signing_secret.get_secret_value()
         )
-        state.update(handler=AsyncSlackRequestHandler(bolt), redis=redis, services=services)
+        state.update(handler=AsyncSlackRequestHandler(bolt), redis=redis, services=services,
+                     verifier=SignatureVerifier(settings.slack_signing_secret.get_secret_value() or "unset"))
         try:
             yield
         finally:
@@ -51,7 +54,19 @@ def create_web_app(settings: Settings, *, redis_url: str) -> Starlette:
         kind = _request_kind(request.headers.get("content-type", ""), body)
         token = request_id.set(request.headers.get("x-slack-request-timestamp", "") + "-" + secrets.token_hex(4))
         try:
-            response = await state["handler"].handle(request)
+            interaction = interaction_body(body)
+            reason = malformed_reason(interaction) if interaction is not None else None
+            if reason and state["verifier"].is_valid_request(body, dict(request.headers)):
+                response = JSONResponse({"error": f"malformed {reason}"}, status_code=400)
+            else:
+                response = await state["handler"].handle(request)
+        except Exception:
+            # bolt builds its context (user, channel…) before verifying the signature and raises
+            # on structurally impossible payloads: answer like bolt would, never with a 500.
+            log.warning("rejected a Slack request bolt could not parse (%s)", kind)
+            signed = state["verifier"].is_valid_request(body, dict(request.headers))
+            response = JSONResponse({"error": "malformed request" if signed else "invalid request"},
+                                    status_code=400 if signed else 401)
         finally:
             request_id.reset(token)
         metrics = state["services"].metrics
