@@ -1,0 +1,181 @@
+"""Ack latency under load: bursts of signed slash commands and events against `tpubot serve`
+(2 web processes, one real Redis) side by side with a bare bolt app that only acks (also 2
+processes), in the same run. Prints p50/p99/max and errors. Not a test: it prints figures.
+
+    python benchmarks/ack_latency.py [--requests 2000] [--concurrency 100]
+
+Target: p99 ≤ 100 ms and ≤ 1.5× the bare app, 0 errors (Slack's limit is 3,000 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import secrets
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from urllib.parse import urlencode
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bot.local_stack import free_port  # noqa: E402
+from infra.sandbox.slack_api import SlackApiSandbox  # noqa: E402
+from infra.sandbox.slack_requests import sign  # noqa: E402
+from infra.state.redis_server import ensure_redis  # noqa: E402
+
+TPUBOT = Path(sys.executable).with_name("tpubot")
+
+
+def slash_body(text: str, channel: str, user: str) -> tuple[str, str]:
+    body = urlencode({"team_id": "T0BENCH", "channel_id": channel, "user_id": user, "command": "/tpu",
+                      "text": text, "response_url": "http://127.0.0.1:9/none", "trigger_id": "t"})
+    return body, "application/x-www-form-urlencoded"
+
+
+def mention_body(channel: str, user: str) -> tuple[str, str]:
+    ts = f"{time.time():.6f}{random.randint(0, 999):03d}"
+    envelope = {"team_id": "T0BENCH", "api_app_id": "A0", "type": "event_callback",
+                "event_id": "Ev" + secrets.token_hex(6), "event_time": int(time.time()),
+                "event": {"type": "app_mention", "user": user, "text": "<@UTPUBOT> status please", "ts": ts,
+                          "channel": channel, "event_ts": ts}}
+    return json.dumps(envelope), "application/json"
+
+
+def requests_mix(n: int) -> list[tuple[str, str]]:
+    rng = random.Random(7)
+    out = []
+    for i in range(n):
+        channel = f"C{rng.randint(0, 199):04d}"
+        user = f"U{rng.randint(0, 49):03d}"
+        roll = rng.random()
+        if roll < 0.3:
+            out.append(slash_body("status", channel, user))
+        elif roll < 0.45:
+            out.append(slash_body("up", channel, user))
+        elif roll < 0.55:
+            out.append(slash_body("help", channel, user))
+        else:
+            out.append(mention_body(channel, user))
+    return out
+
+
+async def burst(urls: list[str], secret: str, bodies: list[tuple[str, str]], concurrency: int) -> dict:
+    latencies: list[float] = []
+    errors = 0
+    queue: asyncio.Queue = asyncio.Queue()
+    for i, item in enumerate(bodies):
+        queue.put_nowait((urls[i % len(urls)], *item))
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+    async with httpx.AsyncClient(timeout=10, limits=limits) as client:
+        async def worker() -> None:
+            nonlocal errors
+            while not queue.empty():
+                url, body, ctype = queue.get_nowait()
+                ts = str(int(time.time()))
+                headers = {"content-type": ctype, "x-slack-request-timestamp": ts,
+                           "x-slack-signature": sign(secret, ts, body)}
+                started = time.perf_counter()
+                try:
+                    response = await client.post(url, content=body.encode(), headers=headers)
+                    elapsed = time.perf_counter() - started
+                    if response.status_code != 200:
+                        errors += 1
+                    latencies.append(elapsed)
+                except httpx.HTTPError:
+                    errors += 1
+
+        wall = time.perf_counter()
+        await asyncio.gather(*[worker() for _ in range(concurrency)])
+        wall = time.perf_counter() - wall
+    latencies.sort()
+    return {
+        "requests": len(bodies), "errors": errors, "wall_s": wall,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))],
+        "max_ms": 1000 * latencies[-1],
+        "rps": len(latencies) / wall,
+    }
+
+
+def wait_healthy(url: str, path: str, timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if httpx.post(url + path, timeout=1).status_code in (200, 401, 404, 405):
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise SystemExit(f"{url} did not come up")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--requests", type=int, default=2000)
+    parser.add_argument("--concurrency", type=int, default=100)
+    args = parser.parse_args()
+
+    redis = ensure_redis(os.environ.get("REDIS_URL", ""))
+    slack = SlackApiSandbox(token="xoxb-bench")
+    secret = secrets.token_hex(16)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_"))}
+    env.update(REDIS_URL=redis.url if redis.url.count("/") > 2 else redis.url + "/12",
+               SLACK_API_URL=slack.start(), SLACK_BOT_TOKEN=slack.token, SLACK_SIGNING_SECRET=secret)
+    procs: list[subprocess.Popen] = []
+    try:
+        ours = []
+        for _ in range(2):
+            port = free_port()
+            procs.append(subprocess.Popen([str(TPUBOT), "serve", "--port", str(port), "--host", "127.0.0.1"],
+                                          env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            ours.append(f"http://127.0.0.1:{port}")
+        bare = []
+        for _ in range(2):
+            port = free_port()
+            procs.append(subprocess.Popen([sys.executable, str(Path(__file__).with_name("bare_bolt_app.py")),
+                                           str(port), secret], env=env,
+                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            bare.append(f"http://127.0.0.1:{port}")
+        for url in ours:
+            wait_healthy(url, "/healthz")
+        for url in bare:
+            wait_healthy(url, "/slack/events")
+
+        bodies = requests_mix(args.requests)
+        # Warm both (connection pools, first-request imports), then measure alternately.
+        asyncio.run(burst([u + "/slack/events" for u in ours], secret, requests_mix(100), 20))
+        asyncio.run(burst([u + "/slack/events" for u in bare], secret, requests_mix(100), 20))
+        results = {
+            "tpubot serve ×2": asyncio.run(burst([u + "/slack/events" for u in ours], secret, bodies, args.concurrency)),
+            "bare bolt ×2": asyncio.run(burst([u + "/slack/events" for u in bare], secret, bodies, args.concurrency)),
+        }
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            proc.wait(timeout=15)
+        slack.stop()
+        redis.stop()
+
+    print(f"\n{args.requests} signed requests (45% /tpu, 55% app_mention), {args.concurrency} concurrent, "
+          f"on {os.cpu_count()} cores\n")
+    print(f"{'app':<18}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'req/s':>9}{'errors':>8}")
+    for name, r in results.items():
+        print(f"{name:<18}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}{r['rps']:>9.0f}{r['errors']:>8}")
+    ours_r, bare_r = results["tpubot serve ×2"], results["bare bolt ×2"]
+    ratio = ours_r["p99_ms"] / bare_r["p99_ms"]
+    print(f"\np99 ratio tpubot/bare: {ratio:.2f}× (target ≤ 1.5×); p99 {ours_r['p99_ms']:.1f} ms (target ≤ 100 ms); "
+          f"errors {ours_r['errors']} (target 0)")
+
+
+if __name__ == "__main__":
+    main()
