@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from arq.connections import ArqRedis
-from redis.asyncio import ConnectionPool, Redis
+from redis.asyncio import BlockingConnectionPool, Redis
 from slack_sdk.http_retry.builtin_async_handlers import (
     AsyncConnectionErrorRetryHandler,
     AsyncRateLimitErrorRetryHandler,
@@ -94,15 +94,25 @@ def slack_client_from(settings: Settings) -> AsyncWebClient:
     )
 
 
+# A bounded pool: a burst of Slack requests reuses a few connections instead of opening one
+# per request (each new connection costs a handshake, and a burst of them can overflow the
+# server's accept queue into 1 s SYN retries).
+REDIS_POOL_SIZE = 32
+
+
+def _pool(redis_url: str) -> BlockingConnectionPool:
+    return BlockingConnectionPool.from_url(redis_url, max_connections=REDIS_POOL_SIZE, timeout=2,
+                                           socket_timeout=2, socket_connect_timeout=2, health_check_interval=30)
+
+
 def redis_client(redis_url: str) -> Redis:
-    return Redis.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2, health_check_interval=30)
+    return Redis(connection_pool=_pool(redis_url))
 
 
 async def arq_pool(redis_url: str) -> ArqRedis:
     # No connection at construction: a web process starts (and answers "state store
     # unavailable") while Redis is down, and recovers when it returns.
-    pool = ConnectionPool.from_url(redis_url, socket_timeout=2, socket_connect_timeout=2)
-    return ArqRedis(pool, default_queue_name=JOB_QUEUE)
+    return ArqRedis(_pool(redis_url), default_queue_name=JOB_QUEUE)
 
 
 JOB_QUEUE = QUEUE_NAME
