@@ -19,6 +19,10 @@ from infra.state.locks import ChannelLocks
 
 if TYPE_CHECKING:
     from agent.access import AccessPolicy, GroupDirectory
+    from agent.material import MentionInput
+    from agent.model_endpoint import ModelConfig
+    from infra.cloud_logging import CloudLoggingConfig
+    from infra.state.proposals import ProposalStore
     from infra.tpu import TpuService
 
 
@@ -88,3 +92,9 @@ class Services:
     access: "AccessPolicy" = field(default_factory=lambda: _open_access())
     directory: "GroupDirectory | None" = None  # Slack user groups, for group-based access rules
     startup_script: Callable[[Lease], str] = field(default=lambda lease: "#!/bin/bash\necho tpubot placeholder\n")
+    # The agent (issue 5): model settings, Cloud Logging, pending confirm-card proposals.
+    model: "ModelConfig | None" = None
+    cloud_logs: "CloudLoggingConfig | None" = None
+    proposals: "ProposalStore | None" = None
+    # Per agent run only (a `dataclasses.replace` copy): the mention's logs, for summarize_logs.
+    material: "MentionInput | None" = None

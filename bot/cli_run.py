@@ -95,9 +95,11 @@ def socket_mode() -> None:
         endpoint.stop()
 
 
-def shell() -> None:
+def shell(
+    no_model: bool = typer.Option(False, "--no-model", help="no sandbox model: mentions get the model-less answer"),
+) -> None:
     from bot.shell import run_shell
 
     settings = load_settings()
     logging.basicConfig(level=logging.WARNING)
-    raise typer.Exit(code=run_shell(settings, sys.stdin, sys.stdout))
+    raise typer.Exit(code=run_shell(settings, sys.stdin, sys.stdout, model=not no_model))

@@ -92,6 +92,9 @@ class LocalStack:
     tpu_sandbox: Any = None
     slack: Any = None
     web_url: str = ""
+    sandbox_model: bool = False  # start a sandbox vLLM (labelled heuristic) unless GEMMA_BASE_URL is set
+    model_emulator: Any = None
+    logging_emulator: Any = None
     _web: _UvicornThread | None = field(default=None, repr=False)
     _worker: _WorkerThread | None = field(default=None, repr=False)
 
@@ -107,6 +110,17 @@ class LocalStack:
             self.tpu_sandbox = TpuSandbox(zones=self.tpu_zones, time_scale=self.settings.sandbox_time_scale,
                                           project=self.settings.project)
             overrides["tpu_api_endpoint"] = self.tpu_sandbox.start()
+        if self.settings.sandbox and not self.settings.logging_api_endpoint:
+            from infra.sandbox.logging_api import LoggingEmulator, generate_entries
+
+            self.logging_emulator = LoggingEmulator(self.settings.project,
+                                                    generate_entries(self.settings.project, 500)).start()
+            overrides["logging_api_endpoint"] = self.logging_emulator.url
+        if self.sandbox_model and not self.settings.gemma_base_url:
+            from infra.sandbox.vllm import LatencyModel, VllmEmulator
+
+            self.model_emulator = VllmEmulator(latency=LatencyModel().scaled(0.25))
+            overrides["gemma_base_url"] = self.model_emulator.start()
         if not self.settings.slack_api_url:
             from infra.sandbox.slack_api import SlackApiSandbox
 
@@ -139,6 +153,10 @@ class LocalStack:
             self.slack.stop()
         if self.tpu_sandbox:
             self.tpu_sandbox.stop()
+        if self.model_emulator:
+            self.model_emulator.stop()
+        if self.logging_emulator:
+            self.logging_emulator.stop()
         if self.redis:
             self.redis.stop()
 

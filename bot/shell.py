@@ -30,7 +30,8 @@ from infra.state import keys
 from infra.state.leases import LeaseState
 
 CHANNEL = "C0SHELL"
-STABLE_STATES = {LeaseState.ACTIVE.value, LeaseState.READY.value}
+# FAILED is stable too: a model that failed to boot keeps its lease (and TPU) until `/tpu down`.
+STABLE_STATES = {LeaseState.ACTIVE.value, LeaseState.READY.value, LeaseState.FAILED.value}
 SETTLE_TIMEOUT = 180.0
 
 
@@ -200,7 +201,8 @@ class Shell:
             state = self._redis.hget(member, "state")
             if state is not None and state.decode() not in STABLE_STATES:
                 return True
-        if self._redis.keys("arq:in-progress:*"):
+        # arq keeps a cron job's in-progress key after it ran (so no other worker repeats it): not work.
+        if any(not key.startswith(b"arq:in-progress:cron:") for key in self._redis.keys("arq:in-progress:*")):
             return True
         for job_id in self._redis.zrange(QUEUE_NAME, 0, -1):
             if not job_id.decode().startswith("watch:"):
@@ -222,12 +224,20 @@ class Shell:
         return False
 
 
-def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.stdout) -> int:
+def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.stdout, *, model: bool = True) -> int:
     interactive = stream.isatty()
-    stack = LocalStack(settings).start()
+    # On the sandbox, mentions are answered by a sandbox model (a labelled heuristic, not Gemma)
+    # unless GEMMA_BASE_URL names a real endpoint or --no-model asks for the model-less path.
+    if not model:
+        settings = settings.model_copy(update={"gemma_base_url": "", "agent_use_model": False})
+    stack = LocalStack(settings, sandbox_model=model and settings.sandbox).start()
     try:
         shell = Shell(stack, out=out)
         mode = "sandbox GCP and Slack" if settings.sandbox else f"GCP project {settings.project}"
+        if stack.model_emulator is not None:
+            mode += ", sandbox model (heuristic, not Gemma)"
+        elif not model:
+            mode += ", no model"
         shell.say("", [f"tpubot shell — {mode}, channel #{CHANNEL}, acting as {shell.user}. "
                        "Type /tpu help, @tpubot …, !click TEXT, !user NAME, !quit."])
         lines = iter(stream.readline, "")

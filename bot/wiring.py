@@ -26,6 +26,7 @@ from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
 from infra.state.leases import LeaseStore
 from infra.state.locks import ChannelLocks
+from infra.state.proposals import ProposalStore
 
 
 def access_policy_from(settings: Settings) -> AccessPolicy:
@@ -41,6 +42,24 @@ def access_policy_from(settings: Settings) -> AccessPolicy:
             ActionKind.ADMIN: rule([], [], settings.admin_channels),
         },
     )
+
+
+def model_config_from(settings: Settings):
+    from agent.model_endpoint import ModelConfig
+
+    return ModelConfig(base_url=settings.gemma_base_url, model=settings.model_name,
+                       max_steps=settings.agent_max_steps, stream=settings.agent_stream,
+                       enabled=settings.agent_use_model)
+
+
+def cloud_logging_config_from(settings: Settings):
+    """None in the sandbox without a Logging emulator: anonymous calls to Google would only fail."""
+    from infra.cloud_logging import CloudLoggingConfig
+
+    if settings.sandbox and not settings.logging_api_endpoint:
+        return None
+    return CloudLoggingConfig(project=settings.project, api_endpoint=settings.logging_api_endpoint or None,
+                              anonymous=settings.sandbox)
 
 
 def policy_from(settings: Settings) -> Policy:
@@ -135,5 +154,8 @@ async def build_services(
         tpu=tpu_service_from(settings) if with_tpu else None,
         access=access_policy_from(settings),
         directory=SlackGroupDirectory(slack_client, redis) if slack_client is not None else None,
+        model=model_config_from(settings),
+        cloud_logs=cloud_logging_config_from(settings),
+        proposals=ProposalStore(redis),
     )
     return services, redis, pool

@@ -12,6 +12,7 @@ from arq.worker import Worker
 from agent import lifecycle, provisioning, teardown, watching
 from bot.settings import Settings
 from bot.wiring import JOB_QUEUE, build_services, slack_client_from
+from handlers import mention_job
 
 log = logging.getLogger(__name__)
 
@@ -55,12 +56,18 @@ async def resume_leases(ctx: dict) -> int:
     return resumed
 
 
+async def answer_mention(ctx: dict, **mention: Any) -> str:
+    """One @-mention: the agent's answer in the thread (handlers/mention_job.py)."""
+    return await mention_job.answer_mention(ctx["services"], ctx["slack"], **mention)
+
+
 def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, handle_signals: bool = True) -> Worker:
     async def on_startup(ctx: dict) -> None:
+        slack = slack_client_from(settings)
         services, redis, pool = await build_services(
-            settings, redis_url=redis_url, with_tpu=True, slack_client=slack_client_from(settings)
+            settings, redis_url=redis_url, with_tpu=True, slack_client=slack
         )
-        ctx.update(services=services, state_redis=redis, state_pool=pool)
+        ctx.update(services=services, state_redis=redis, state_pool=pool, slack=slack)
         await resume_leases(ctx)
 
     async def on_shutdown(ctx: dict) -> None:
@@ -70,7 +77,7 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
 
     job_timeout = int(settings.job_timeout.total_seconds())
     kwargs: dict[str, Any] = dict(
-        functions=[provision_lease, watch_lease, teardown_lease],
+        functions=[answer_mention, provision_lease, watch_lease, teardown_lease],
         cron_jobs=[cron(resume_leases, second={0}, run_at_startup=False)],
         redis_settings=RedisSettings.from_dsn(redis_url),
         queue_name=JOB_QUEUE,

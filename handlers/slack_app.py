@@ -16,6 +16,7 @@ LISTENER_MODULES: tuple[str, ...] = (
     "handlers.slash",
     "handlers.teardown_buttons",
     "handlers.mentions",
+    "handlers.proposal_buttons",
 )
 
 

@@ -20,6 +20,7 @@ from urllib.parse import parse_qs, urlparse
 BOT_USER_ID = "UTPUBOT"
 BOT_ID = "BTPUBOT"
 TEAM_ID = "T0SANDBOX"
+MARKDOWN_TEXT_LIMIT = 12_000  # markdown_text per streaming call
 SCOPES = "commands,app_mentions:read,chat:write,files:read,channels:history,groups:history,usergroups:read,users:read"
 
 
@@ -41,6 +42,7 @@ class Message:
     user: str = BOT_USER_ID
     ephemeral_to: str | None = None
     updates: int = 0
+    streaming: bool = False  # between chat.startStream and chat.stopStream
 
 
 @dataclass
@@ -169,26 +171,51 @@ class SlackApiSandbox:
             with self._lock:
                 for message in self.messages:
                     if message.channel == body.get("channel") and message.ts == body.get("ts"):
+                        if message.streaming:
+                            return {"ok": False, "error": "streaming_state_conflict"}
                         message.text = body.get("text", message.text)
                         message.blocks = _json_field(body.get("blocks")) or []
                         message.updates += 1
                         return {"ok": True, "channel": message.channel, "ts": message.ts, "text": message.text}
             return {"ok": False, "error": "message_not_found"}
         if method in ("chat.startStream",):
+            # Streams are replies (thread_ts); in channels the recipient must be named (slack.md §4.1).
+            if not body.get("thread_ts"):
+                return {"ok": False, "error": "invalid_arguments"}
+            if str(body.get("channel", "")).startswith(("C", "G")):
+                if not body.get("recipient_user_id"):
+                    return {"ok": False, "error": "missing_recipient_user_id"}
+                if not body.get("recipient_team_id"):
+                    return {"ok": False, "error": "missing_recipient_team_id"}
+            if len(body.get("markdown_text") or "") > MARKDOWN_TEXT_LIMIT:
+                return {"ok": False, "error": "msg_too_long"}
             message = Message(channel=body["channel"], ts=self._new_ts(), text=_chunks_text(body),
-                              thread_ts=body.get("thread_ts"))
+                              thread_ts=body.get("thread_ts"), streaming=True)
             with self._lock:
                 self.messages.append(message)
             return {"ok": True, "channel": message.channel, "ts": message.ts}
         if method in ("chat.appendStream", "chat.stopStream"):
+            if len(body.get("markdown_text") or "") > MARKDOWN_TEXT_LIMIT:
+                return {"ok": False, "error": "msg_too_long"}
             with self._lock:
                 for message in self.messages:
                     if message.channel == body.get("channel") and message.ts == body.get("ts"):
+                        if not message.streaming:
+                            return {"ok": False, "error": "message_not_in_streaming_state"}
                         message.text += _chunks_text(body)
                         if body.get("blocks"):
                             message.blocks = _json_field(body.get("blocks")) or []
+                        if method == "chat.stopStream":
+                            message.streaming = False
                         return {"ok": True, "channel": message.channel, "ts": message.ts}
-            return {"ok": False, "error": "message_not_in_streaming_state"}
+            return {"ok": False, "error": "message_not_found"}
+        if method == "chat.delete":
+            with self._lock:
+                for i, message in enumerate(self.messages):
+                    if message.channel == body.get("channel") and message.ts == body.get("ts"):
+                        del self.messages[i]
+                        return {"ok": True, "channel": message.channel, "ts": message.ts}
+            return {"ok": False, "error": "message_not_found"}
         if method == "files.info":
             file = self.files.get(body.get("file", ""))
             return {"ok": True, "file": file[0]} if file else {"ok": False, "error": "file_not_found"}
@@ -275,12 +302,18 @@ def _make_handler(sandbox: SlackApiSandbox) -> type[BaseHTTPRequestHandler]:
             for key, value in (headers or {}).items():
                 self.send_header(key, str(value))
             self.end_headers()
-            self.wfile.write(payload)
+            try:
+                self.wfile.write(payload)
+            except (BrokenPipeError, ConnectionResetError):
+                pass  # the client hung up (a process shutting down); nothing to answer
 
         def do_POST(self) -> None:
-            path = urlparse(self.path).path
+            parsed = urlparse(self.path)
+            path = parsed.path
             raw, body = self._body()
             if path.startswith("/api/"):
+                # Slack also reads arguments from the query string (slack-sdk sends chat.delete that way).
+                body = {**{k: v[0] for k, v in parse_qs(parsed.query).items()}, **body}
                 headers = {k.lower(): v for k, v in self.headers.items()}
                 status, result, extra = sandbox.handle(path[len("/api/"):], body, headers)
                 self._send(status, json.dumps(result).encode(), "application/json; charset=utf-8", extra)

@@ -75,14 +75,20 @@ class SlackRequests:
 
     def mention(self, text: str, *, user: str, channel: str, ts: str | None = None, thread_ts: str | None = None,
                 event_id: str | None = None, files: list[dict] | None = None, retry_num: int | None = None,
-                bot_user_id: str = "UTPUBOT") -> SlackReply:
+                bot_user_id: str = "UTPUBOT", edited_ts: str | None = None, subtype: str | None = None) -> SlackReply:
+        """An `app_mention` event, or with `subtype="file_share"` the `message` event Slack may send instead."""
         ts = ts or f"{time.time():.6f}"
-        event = {"type": "app_mention", "user": user, "text": text, "ts": ts, "channel": channel,
-                 "event_ts": ts, "team": self.team}
+        event = {"type": "message" if subtype else "app_mention", "user": user, "text": text, "ts": ts,
+                 "channel": channel, "event_ts": edited_ts or ts, "team": self.team}
+        if subtype:
+            event["subtype"] = subtype
+            event["channel_type"] = "channel"
         if thread_ts:
             event["thread_ts"] = thread_ts
         if files:
             event["files"] = files
+        if edited_ts:
+            event["edited"] = {"user": user, "ts": edited_ts}
         envelope = {
             "token": "legacy", "team_id": self.team, "api_app_id": "A0TPUBOT", "type": "event_callback",
             "event_id": event_id or f"Ev{secrets.token_hex(5).upper()}", "event_time": int(time.time()),

@@ -1,0 +1,64 @@
+"""Plain-language intent rules: what a person's own words ask for, without a model.
+
+Two uses: the model-less path (no endpoint reachable) answers from these rules, and the model
+loop asks `asked_for` before it turns a model's provision/teardown call into a confirm card,
+so words inside logs, files or the thread can never lead to one (they are not the request).
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+
+
+class Intent(str, enum.Enum):
+    UP = "up"
+    DOWN = "down"
+    STATUS = "status"
+    ZONES = "zones"
+    COST = "cost"
+    LOGS = "logs"
+
+
+_NEGATION = r"(?:don'?t|do not|never|no need to|not|without)\s+(?:\w+\s+){0,2}"
+_QUESTION_UP = re.compile(r"\b(?:is|are)\b[^.?!]*\b(?:up|running|ready|alive)\b|\b(?:up|running)\s*\?")
+_RULES: tuple[tuple[Intent, re.Pattern[str]], ...] = (
+    (Intent.DOWN, re.compile(
+        r"\b(?:tear(?:ing)?\s*(?:it\s+|the\s+\w+\s+)?down|teardown|shut\s*(?:it\s+|the\s+\w+\s+)?down|"
+        r"turn\s+(?:it\s+|the\s+\w+\s+)?off|release\s+(?:it|the\s+\w+)|delete\s+(?:it|the\s+\w+)|"
+        r"destroy|(?:take|bring)\s+(?:it\s+|the\s+\w+\s+)?down)\b")),
+    (Intent.UP, re.compile(
+        r"\b(?:bring\s+(?:it\s+|the\s+[\w-]+\s+|\w+\s+)?up|spin\s+(?:it\s+|one\s+|a\s+\w+\s+|the\s+\w+\s+)?up|"
+        r"provision|start\s+(?:a|the|one)\s+\w+|turn\s+(?:it\s+|the\s+\w+\s+)?on|launch|boot\s+(?:a|the)\s+\w+|"
+        r"(?:need|want|get)\s+(?:a|the)\s+(?:tpu|model|gemma))\b")),
+    (Intent.STATUS, re.compile(r"\b(?:status|state|health|deadline|expir\w*|lease|how long)\b")),
+    (Intent.ZONES, re.compile(r"\b(?:zones?|regions?|capacity|where can)\b")),
+    (Intent.COST, re.compile(r"(?:\bcosts?\b|\bprice\b|\bpricing\b|\bspend\b|\bbill\w*|how much|\$)")),
+    (Intent.LOGS, re.compile(r"\b(?:logs?|summari[sz]e|errors?|incident|what (?:happened|broke|failed)|"
+                             r"stack\s*trace|crash\w*|traceback)\b")),
+)
+ACTION_INTENTS = {"provision": Intent.UP, "teardown": Intent.DOWN}
+
+
+def classify(request: str) -> list[Intent]:
+    """Every intent the request expresses, in rule order; negated verbs do not count."""
+    text = " ".join((request or "").lower().split())
+    text = text.replace("/tpu up", "provision").replace("/tpu down", "teardown")
+    found: list[Intent] = []
+    for intent, pattern in _RULES:
+        for match in pattern.finditer(text):
+            if re.search(_NEGATION + r"$", text[: match.start()]):
+                continue
+            found.append(intent)
+            break
+    if _QUESTION_UP.search(text) and Intent.UP in found and not re.search(r"\b(?:bring|spin|start|provision)\b", text):
+        found.remove(Intent.UP)
+    if _QUESTION_UP.search(text) and Intent.STATUS not in found:
+        found.append(Intent.STATUS)
+    return found
+
+
+def asked_for(request: str, action_name: str) -> bool:
+    """Did the person's own words ask for this WRITE action? (Gate for model proposals.)"""
+    intent = ACTION_INTENTS.get(action_name)
+    return intent is not None and intent in classify(request)

@@ -1,0 +1,63 @@
+"""Which Gemma endpoint answers a mention, and the `openai` client that talks to it.
+
+Order: the channel's own READY lease (its vLLM on the TPU), else the fixed `GEMMA_BASE_URL`,
+else any READY bot-managed endpoint in the workspace. None means the model-less path.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import httpx
+from openai import AsyncOpenAI
+
+from agent.context import Actor, Services
+from infra.state.leases import LeaseState
+
+DEFAULT_MODEL = "google/gemma-4-E2B-it"
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    base_url: str = ""  # GEMMA_BASE_URL: a fixed OpenAI-compatible endpoint
+    model: str = DEFAULT_MODEL
+    api_key: str = "EMPTY"  # vLLM ignores it unless started with --api-key
+    connect_timeout: float = 3.0
+    read_timeout: float = 60.0  # one completion, streamed or not
+    max_retries: int = 1  # openai retries connection errors, 408/409/429 and 5xx with backoff
+    max_steps: int = 4
+    stream: bool = True
+    max_answer_tokens: int = 1024
+    temperature: float = 0.3
+    enabled: bool = True  # False: always the model-less path
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    base_url: str
+    source: str  # said to people: "this channel's TPU", "GEMMA_BASE_URL", "the TPU in <#C…>"
+
+
+def _usable(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
+async def resolve_endpoint(svc: Services, actor: Actor) -> ModelEndpoint | None:
+    config = svc.model or ModelConfig()
+    if not config.enabled:
+        return None
+    own = await svc.leases.get(actor.team, actor.channel)
+    if own is not None and own.state == LeaseState.READY.value and _usable(own.endpoint):
+        return ModelEndpoint(own.endpoint, "this channel's TPU")
+    if _usable(config.base_url):
+        return ModelEndpoint(config.base_url.rstrip("/"), "GEMMA_BASE_URL")
+    for lease in await svc.leases.all():
+        if lease.state == LeaseState.READY.value and _usable(lease.endpoint):
+            return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>")
+    return None
+
+
+def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:
+    timeout = httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
+    return AsyncOpenAI(base_url=endpoint.base_url, api_key=config.api_key, timeout=timeout,
+                       max_retries=config.max_retries)

@@ -1,0 +1,95 @@
+"""The deterministic answer, when no model is reachable: intent rules plus the log digest.
+
+Labelled as made without the model, and with an offer to bring the model up (a provision
+proposal, so it is still a person's click that provisions anything).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pydantic import ValidationError
+
+from agent import proposals as proposal_rules
+from agent.actions import get_action, run_action
+from agent.actions.log_actions import cited_lines
+from agent.context import Actor, Services
+from agent.digest import build_digest
+from agent.intents import Intent, classify
+from agent.material import MentionInput
+from agent.run import AgentRun
+from infra.state.leases import LeaseState
+
+log = logging.getLogger(__name__)
+
+SUMMARY_TOKENS = 1_500
+SHOWN_TEMPLATES = 8
+EXEMPLAR_CHARS = 160
+READ_INTENTS = {Intent.STATUS: "status", Intent.ZONES: "zones", Intent.COST: "estimate_cost"}
+HELP = ("I can answer without the model only in simple terms: ask for *status*, *zones*, *cost*, to bring the "
+        "TPU *up* or tear it *down*, or paste/attach logs to get a digest.")
+
+
+def _code(text: str, limit: int = EXEMPLAR_CHARS) -> str:
+    text = " ".join(text.split()).replace("`", "'")
+    return "`" + (text if len(text) <= limit else text[: limit - 1] + "…") + "`"
+
+
+def summarize(mention: MentionInput) -> tuple[str, list[int]]:
+    digest = build_digest(mention.log_lines(), budget_tokens=SUMMARY_TOKENS)
+    ranked = sorted(digest.templates, key=lambda t: (-t.severity, t.first_line))[:SHOWN_TEMPLATES]
+    errors = [t for t in digest.ranked if t.severity_name in ("ERROR", "CRITICAL", "ALERT", "EMERGENCY", "FATAL")]
+    first_error = min((t.first_line for t in errors), default=None)
+    head = (f"*Log summary*: {digest.total_lines} lines, {len(digest.ranked)} kinds of message"
+            + (f", {sum(t.count for t in errors)} error lines, first at L{first_error}" if errors else ", no errors")
+            + (f" ({mention.line_map()})" if len(mention.sources) > 1 else "") + ".")
+    lines = [head]
+    for t in ranked:
+        span = f"L{t.first_line}" if t.count == 1 else f"L{t.first_line}–L{t.last_line}"
+        example = t.exemplars[0] if t.exemplars else None
+        shown = f" e.g. L{example.line} {_code(example.text)}" if example else ""
+        lines.append(f"• {t.severity_name} ×{t.count} ({span}): {_code(t.template, 100)}{shown}")
+    if len(digest.ranked) > len(ranked):
+        lines.append(f"…and {len(digest.ranked) - len(ranked)} more kinds of message.")
+    return "\n".join(lines), cited_lines(digest)
+
+
+async def _read(svc: Services, actor: Actor, action_name: str) -> str:
+    if get_action(action_name) is None:
+        return f"`{action_name}` is not available in this deployment."
+    try:
+        return (await run_action(action_name, svc, actor, {})).text
+    except ValidationError:
+        return f"`{action_name}` needs details I can't guess without the model; try the slash command."
+
+
+async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: str) -> AgentRun:
+    intents = classify(mention.request)
+    parts: list[str] = []
+    cards: list = []
+    cited: list[int] = []
+    if mention.has_logs:
+        summary, cited = summarize(mention)
+        parts.append(summary)
+    elif Intent.LOGS in intents:
+        parts.append("No logs came with this message: paste them (in ``` fences) or attach a file.")
+    for intent in intents:
+        if intent in READ_INTENTS:
+            parts.append(await _read(svc, actor, READ_INTENTS[intent]))
+        elif intent in (Intent.UP, Intent.DOWN):
+            action_name = "provision" if intent is Intent.UP else "teardown"
+            check = await proposal_rules.precheck(svc, actor, action_name)
+            if check.ok:
+                cards.append(await proposal_rules.propose(svc, actor, action_name, {}, lease=check.lease))
+            else:
+                parts.append(check.message)
+    if not parts and not cards:
+        parts.append(HELP)
+    parts += list(mention.notes)
+    lease = await svc.leases.get(actor.team, actor.channel)
+    if lease is None and not any(p.action == "provision" for p in cards):
+        cards.append(await proposal_rules.propose(svc, actor, "provision", {}, label="Bring the model up"))
+    elif lease is not None and lease.state != LeaseState.READY.value:
+        parts.append(f"This channel's TPU is {lease.state}; its model answers once it is READY.")
+    return AgentRun(text="\n\n".join(parts), label=f"Made without the model: {reason}.", used_model=False,
+                    proposals=cards, cited=cited)

@@ -1,0 +1,82 @@
+"""Confirm cards for proposals (provision/teardown suggested by the agent) and their buttons.
+
+The button value is the proposal id only. On click the clicker is checked by
+`agent.proposals.confirm` (holder or admin for teardown; `/tpu up`'s rules for provision):
+anyone in the channel can click, so whoever asked for the card proves nothing.
+"""
+
+from __future__ import annotations
+
+from redis.exceptions import RedisError
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+
+from agent import proposals
+from agent.context import Services
+from agent.proposals import Proposal
+from handlers import cards
+from handlers.slash import STATE_STORE_DOWN
+from handlers.teardown_buttons import clicker
+
+PROPOSAL_CONFIRM_ACTION = "proposal_confirm"
+PROPOSAL_DISMISS_ACTION = "proposal_dismiss"
+
+
+def proposal_card(proposal: Proposal) -> tuple[str, list[dict]]:
+    what = proposal.describe()
+    who = ("Only the TPU's holder or an admin can confirm." if proposal.action == "teardown"
+           else "Anyone who may run `/tpu up` here can confirm.")
+    text = f"Proposed: {what}. Nothing happens until someone confirms."
+    confirm = {
+        "type": "button", "action_id": PROPOSAL_CONFIRM_ACTION, "value": proposal.id,
+        "text": {"type": "plain_text", "text": proposal.label[:75]},
+        "style": "danger" if proposal.action == "teardown" else "primary",
+    }
+    if proposal.action == "teardown":
+        confirm["confirm"] = {
+            "title": {"type": "plain_text", "text": "Tear down the TPU?"},
+            "text": {"type": "plain_text", "text": "The queued resource and its node are deleted; the model goes away."},
+            "confirm": {"type": "plain_text", "text": "Tear down"},
+            "deny": {"type": "plain_text", "text": "Keep it"},
+            "style": "danger",
+        }
+    blocks = [
+        {"type": "section", "text": {"type": "mrkdwn",
+                                     "text": f":robot_face: *Proposed:* {cards.escape(what)}.\n{who}"}},
+        {"type": "actions", "elements": [
+            confirm,
+            {"type": "button", "action_id": PROPOSAL_DISMISS_ACTION, "value": proposal.id,
+             "text": {"type": "plain_text", "text": "Dismiss"}},
+        ]},
+        {"type": "context", "elements": [{"type": "mrkdwn",
+                                          "text": f"asked by <@{proposal.proposed_for}> · proposal `{proposal.id}`"}]},
+    ]
+    return text, blocks
+
+
+def register(app: AsyncApp, services: Services) -> None:
+    @app.action(PROPOSAL_CONFIRM_ACTION)
+    async def handle_proposal_confirm(ack: AsyncAck, body: dict, respond: AsyncRespond) -> None:
+        await ack()
+        actor = clicker(body)
+        proposal_id = str(body["actions"][0].get("value", ""))[:64]
+        try:
+            outcome = await proposals.confirm(services, actor, proposal_id)
+        except RedisError:
+            await respond(text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
+            return
+        if outcome.ok:
+            await respond(text=f":white_check_mark: <@{actor.user_id}> confirmed. {outcome.message} "
+                               "The status card shows progress.", replace_original=True)
+        else:
+            await respond(text=f":no_entry: {outcome.message}", replace_original=False, response_type="ephemeral")
+
+    @app.action(PROPOSAL_DISMISS_ACTION)
+    async def handle_proposal_dismiss(ack: AsyncAck, body: dict, respond: AsyncRespond) -> None:
+        await ack()
+        actor = clicker(body)
+        try:
+            outcome = await proposals.dismiss(services, actor, str(body["actions"][0].get("value", ""))[:64])
+        except RedisError:
+            await respond(text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
+            return
+        await respond(text=outcome.message, replace_original=outcome.ok)
