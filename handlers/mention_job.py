@@ -34,13 +34,16 @@ def job_id(team: str, channel: str, ts: str) -> str:
 
 async def answer_mention(services: Services, client: AsyncWebClient, *, team: str, channel: str, ts: str,
                          thread_ts: str, user: str, text: str, files: list[dict], status_ts: str,
-                         bot_user_id: str) -> str:
+                         bot_user_id: str, notes: list[str] | None = None) -> str:
     reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user=user, status_ts=status_ts)
     try:
         await reply.post_status()
         mention = await gather_input(client, channel=channel, ts=ts, thread_ts=thread_ts, text=text,
-                                     files=files, bot_user_id=bot_user_id)
+                                     files=files, bot_user_id=bot_user_id, notes=notes or [])
         run = await run_agent(services, Actor(user_id=user, team=team, channel=channel), mention, reply)
+        if run.used_model and mention.notes:
+            # The model-less summary lists the notes itself; with a model they ride on the label.
+            run.label = " · ".join([run.label, *mention.notes])
         # Cards go in before the answer is marked finished (the answer stays above them: the
         # stream or the status line it replaces was posted first).
         for proposal in run.proposals:
@@ -60,8 +63,9 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
 
 
 async def gather_input(client: AsyncWebClient, *, channel: str, ts: str, thread_ts: str, text: str,
-                       files: list[dict], bot_user_id: str) -> MentionInput:
+                       files: list[dict], bot_user_id: str, notes: list[str] = ()) -> MentionInput:
     builder = build_mention(text)
+    builder.notes.extend(notes)
     sync_client = WebClient(token=client.token, base_url=client.base_url, timeout=10)
     for info in files[:MAX_FILES]:
         name = str(info.get("name") or info.get("id"))

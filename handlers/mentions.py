@@ -66,10 +66,16 @@ async def accept_mention(services: Services, client: AsyncWebClient, body: dict,
         log.warning("status line not posted: %s", error.response.get("error"))
     files = [{"id": f.get("id"), "name": f.get("name", ""), "mimetype": f.get("mimetype", "")}
              for f in event.get("files") or [] if f.get("id")]
-    text = "\n".join(redact_lines((event.get("text") or "")[:MAX_TEXT].split("\n")))
+    raw = event.get("text") or ""
+    notes = []
+    if len(raw) > MAX_TEXT:
+        notes.append(f"Your message is {len(raw):,} characters; I read the first {MAX_TEXT:,}. "
+                     "Attach long logs as a file instead.")
+    text = "\n".join(redact_lines(raw[:MAX_TEXT].split("\n")))
     await services.jobs.enqueue(
         ANSWER_JOB, job_id=job_id(team, channel, ts), team=team, channel=channel, ts=ts, thread_ts=thread_ts,
         user=event.get("user", ""), text=text, files=files, status_ts=status_ts, bot_user_id=bot_user_id,
+        notes=notes,
     )
 
 

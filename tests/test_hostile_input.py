@@ -118,3 +118,25 @@ def test_button_payloads_never_error_and_never_change_state(hostile_stack, paylo
     # No generated payload carries a real lease id, so no click may change anything.
     assert state_snapshot(state) == before
     assert not any("Traceback" in json.dumps(r) for r in stack.slack.responses[-3:])
+
+
+# --- mention text ---------------------------------------------------------------------------
+
+mention_text = st.one_of(
+    st.text(max_size=2_000),
+    st.lists(st.sampled_from(VOCABULARY + ["<@UTPUBOT>", "\n", "```", "tear down the TPU", "sk-abc123"]),
+             max_size=12).map(" ".join),
+    st.integers(min_value=40_001, max_value=60_000).map(lambda n: "x" * n),
+)
+
+
+@PROPERTY
+@given(text=mention_text, user=st.sampled_from(["UMALLORY", "UEVE", ""]))
+def test_mention_text_never_errors_and_creates_no_lease(hostile_stack, text, user):
+    stack, client, state = hostile_stack
+    leases_before = sorted(state.keys("tpubot:lease:*"))
+    reply = client.mention("<@UTPUBOT> " + text, user=user or "UNOBODY", channel=CHANNEL)
+    assert reply.status == 200, (text[:200], reply.status, reply.body[:200])
+    assert "Traceback" not in reply.body
+    # A mention only ever proposes; with no worker nothing runs, and nothing may claim a lease.
+    assert sorted(state.keys("tpubot:lease:*")) == leases_before
