@@ -130,19 +130,31 @@ class AgentLoop:
             kwargs.update(tools=self.tools, tool_choice="auto")
         else:
             kwargs["messages"] = messages + [{"role": "user", "content": "Answer now from what you have; no more tools."}]
+        metrics = self.svc.metrics
         try:
             if not self.config.stream:
                 completion = await self.client.chat.completions.create(**kwargs)
                 if not completion.choices:
                     raise ModelUnavailable("the model endpoint returned no choices")
+                self._count_usage(completion.usage)
+                metrics.model_calls.labels("ok").inc()
                 return normalize_choice(completion.choices[0])
-            return await self._complete_streaming(kwargs)
-        except openai.APIConnectionError as error:  # includes APITimeoutError
+            turn = await self._complete_streaming(kwargs)
+            metrics.model_calls.labels("ok").inc()
+            return turn
+        except openai.APIConnectionError as error:  # refused, timed out, or dropped mid-stream
+            metrics.model_calls.labels("unreachable").inc()
             raise ModelUnavailable(f"the model endpoint ({self.endpoint.source}) did not answer "
                                    f"({type(error).__name__})") from error
         except openai.APIStatusError as error:
+            metrics.model_calls.labels(f"http_{error.status_code}").inc()
             raise ModelUnavailable(f"the model endpoint ({self.endpoint.source}) answered HTTP "
                                    f"{error.status_code}") from error
+
+    def _count_usage(self, usage) -> None:
+        if usage is not None:
+            self.svc.metrics.model_tokens.labels("prompt").inc(usage.prompt_tokens or 0)
+            self.svc.metrics.model_tokens.labels("completion").inc(usage.completion_tokens or 0)
 
     async def _complete_streaming(self, kwargs: dict) -> NormalizedTurn:
         accumulator = StreamAccumulator()
@@ -157,6 +169,7 @@ class AgentLoop:
                     break
         finally:
             await stream.close()
+        self._count_usage(accumulator.usage)
         return accumulator.result()
 
     # --- tools -----------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import signal
@@ -210,3 +211,73 @@ def test_worker_sigkilled_mid_teardown_finishes_on_restart(processes):
     wait_until(lambda: "holds no TPU" in slack.slash("status", user=ALICE, channel=CHANNEL).text, timeout=60)
     released = [c for c in slack_api.calls_to("chat.update") if "RELEASED" in str(c.body.get("blocks"))]
     assert len(released) == 1
+
+
+# --- the model endpoint dies mid-answer --------------------------------------------------------
+
+
+class DyingModelServer:
+    """Speaks vLLM's SSE for two content chunks, then drops the connection, like a crashed server."""
+
+    def __init__(self) -> None:
+        import socket
+        import threading
+
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.requests = 0
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            with conn:
+                conn.recv(65536)
+                self.requests += 1
+                chunk = {"id": "chatcmpl-dying", "object": "chat.completion.chunk", "created": 1,
+                         "model": "google/gemma-4-E2B-it",
+                         "choices": [{"index": 0, "delta": {"content": "The disk on worker-3 "}, "logprobs": None,
+                                      "finish_reason": None}]}
+                first = dict(chunk, choices=[{"index": 0, "delta": {"role": "assistant", "content": ""},
+                                              "logprobs": None, "finish_reason": None}])
+                body = f"data: {json.dumps(first)}\n\ndata: {json.dumps(chunk)}\n\n"
+                conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+                             + f"{len(body):x}\r\n{body}\r\n".encode())
+                # No terminating chunk, no [DONE]: the process is gone.
+
+    def stop(self) -> None:
+        self.sock.close()
+
+
+def test_model_endpoint_gone_mid_answer_falls_back_to_the_model_less_path(redis_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    model = DyingModelServer()
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, gemma_base_url=model.base_url)
+    try:
+        with LocalStack(settings) as stack:
+            slack = requests_for(stack)
+            logs = "\n".join(f"2026-11-29T10:00:{i:02d}Z ERROR worker-3 disk full" for i in range(20))
+            slack.mention(f"<@UTPUBOT> what happened?\n```\n{logs}\n```", user=ALICE, channel=CHANNEL)
+
+            def final_answer():
+                texts = [m.text for m in stack.slack.messages if m.thread_ts]
+                return next((t for t in texts if "Made without the model" in t), None)
+
+            answer = wait_until(final_answer, timeout=60)
+            assert model.requests >= 1
+            assert "did not answer" in answer
+            assert "disk full" in answer
+            assert "Traceback" not in answer and "went wrong" not in answer
+            slack.close()
+    finally:
+        model.stop()
