@@ -18,6 +18,7 @@ from infra.state.leases import Lease, LeaseStore
 from infra.state.locks import ChannelLocks
 
 if TYPE_CHECKING:
+    from agent.alerts import Alerting
     from agent.access import AccessPolicy, GroupDirectory
     from agent.material import MentionInput
     from agent.model_endpoint import ModelConfig
@@ -87,6 +88,7 @@ class Services:
     policy: Policy
     observer: LeaseObserver | None = None
     tpu: "TpuService | None" = None  # worker only: handlers never call GCP
+    alerting: "Alerting | None" = None  # expiry timers, on-call alerts, idle clock, receipts (issue 4)
     hooks: list[LeaseHook] = field(default_factory=list)
     metrics: Metrics = field(default_factory=Metrics)
     access: "AccessPolicy" = field(default_factory=lambda: _open_access())

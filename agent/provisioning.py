@@ -32,7 +32,7 @@ async def provision_job(svc: Services, team: str, channel: str, lease_id: str) -
         lease = await notify(svc, lease)
         spec = QrSpec(
             qr_id=lease.qr_id, node_id=lease.node_id, zone=lease.zone,
-            labels=bot_labels(team, channel, lease.lease_id),
+            labels=bot_labels(team, channel, lease.lease_id, holder=lease.holder),
             startup_script=svc.startup_script(lease),
             max_run_duration=timedelta(seconds=lease.run_seconds),
         )

@@ -6,8 +6,10 @@ import asyncio
 import time
 
 from agent.context import Services
+from agent.expiry import expire_lease
 from agent.lifecycle import (
     TERMINAL_QR_STATES,
+    LockBusy,
     explain,
     fail_lease,
     lease_became_active,
@@ -34,6 +36,14 @@ async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: 
         await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
         return f"retry: {error.kind}"
     if qr is None:
+        if lease.deadline and time.time() >= lease.deadline - 1:
+            # At the deadline the expiry path (which holds the channel lock) may have just deleted
+            # the QR; let it finish, so the lease ends once, as an expiry.
+            try:
+                return await expire_lease(svc, lease, cause="watcher", qr_state="gone")
+            except LockBusy:
+                await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
+                return "retry: channel busy"
         await release_lease(svc, lease, reason="The queued resource no longer exists in GCP; the lease is released")
         return "released: QR gone"
     if qr.state == "FAILED":
@@ -59,10 +69,13 @@ async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: 
         if "active_at" in changes:
             await lease_became_active(svc, lease)
     if qr.state in TERMINAL_QR_STATES:
-        # Flex-start deleted the VMs; the leftover QR still holds quota (expiry handling lives here).
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
-        await release_lease(svc, lease, reason=f"The TPU reached {qr.state}; its queued resource was deleted")
-        return f"released: {qr.state}"
+        # Flex-start deleted the VMs; the leftover QR still holds quota. The deadline timer and
+        # this watcher share one expiry path, so the channel gets one expiry alert.
+        try:
+            return await expire_lease(svc, lease, cause="watcher", qr_state=qr.state)
+        except LockBusy:
+            await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
+            return "retry: channel busy"
     delay = svc.policy.active_poll_interval if lease.lease_state.holds_tpu else svc.policy.poll_interval
     await schedule_watch(svc, lease, delay=delay)
     return f"watching: {qr.state}"

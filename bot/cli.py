@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli_capacity",
     "bot.cli_run",
     "bot.cli_sandbox",
+    "bot.cli_reconcile",
     "bot.cli_mcp",
     "bot.cli_docs",
 )

@@ -71,6 +71,7 @@ def env_file_path() -> Path:
 
 
 CsvList = Annotated[list[str], NoDecode]
+DurationList = Annotated[list[timedelta], NoDecode]
 
 
 def _split_csv(value: Any) -> Any:
@@ -166,6 +167,23 @@ class Settings(BaseSettings):
         description="TPU USD per chip-hour: JSON list of entries merged over the defaults (infra/prices.py)",
     )
 
+    # --- alerts, idle clock, reconciler (issue 4) -----------------------------------------
+    alert_lead_times: DurationList = Field(
+        default_factory=lambda: [timedelta(minutes=30), timedelta(minutes=5)],
+        description="warnings this long before the cloud deadline (comma-separated, e.g. 30m,5m)",
+    )
+    alert_late_after: timedelta = Field(
+        timedelta(minutes=1), description="an alert posted this long after its time is marked late"
+    )
+    idle_teardown_minutes: float = Field(
+        0.0, ge=0, description="tear down a model nobody used for this many minutes (0: never)"
+    )
+    idle_check_interval: timedelta = Field(timedelta(minutes=1), description="how often vLLM's /metrics is read")
+    reconcile_interval: timedelta = Field(
+        timedelta(minutes=5), description="how often the worker repairs Redis from the labelled QRs in GCP"
+    )
+    alert_admin_channel: str = Field("", description="channel for admin alerts (empty: a DM to each of ADMINS)")
+
     _split = field_validator(
         "tpu_zones", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
         "write_users", "write_groups", "write_channels", mode="before",
@@ -189,6 +207,27 @@ class Settings(BaseSettings):
     @classmethod
     def _other_durations(cls, value: Any) -> timedelta:
         return parse_duration(value)
+
+    @field_validator("alert_late_after", "idle_check_interval", "reconcile_interval", mode="before")
+    @classmethod
+    def _alert_durations(cls, value: Any) -> timedelta:
+        return parse_duration(value)
+
+    @field_validator("alert_lead_times", mode="before")
+    @classmethod
+    def _lead_times(cls, value: Any) -> list[timedelta]:
+        items = _split_csv(value) if isinstance(value, str) else list(value)
+        leads = sorted({parse_duration(item) for item in items}, reverse=True)
+        if any(lead.total_seconds() <= 0 for lead in leads):
+            raise ValueError("ALERT_LEAD_TIMES must be positive durations, like 30m,5m")
+        return leads
+
+    @field_validator("idle_check_interval", "reconcile_interval")
+    @classmethod
+    def _positive_interval(cls, value: timedelta, info: Any) -> timedelta:
+        if value.total_seconds() <= 0:
+            raise ValueError(f"{info.field_name.upper()} must be longer than 0; write it like 1m")
+        return value
 
     @field_validator("max_run_duration", "valid_until_duration", "poll_interval", "lock_ttl", "job_timeout", mode="before")
     @classmethod
@@ -314,7 +353,7 @@ def _display(name: str, value: Any) -> str:
     if isinstance(value, timedelta):
         return format_duration(value)
     if isinstance(value, list):
-        return ",".join(value)
+        return ",".join(format_duration(v) if isinstance(v, timedelta) else str(v) for v in value)
     return str(value) if value != "" else "(unset)"
 
 

@@ -196,7 +196,7 @@ class Shell:
 
     # --- settling --------------------------------------------------------------------------
     def busy(self) -> bool:
-        """True while a lease is in motion or a job (other than a periodic watch) is queued or running."""
+        """True while a lease is in motion or a job (other than a periodic watch, timer or idle check) is queued or running."""
         for member in self._redis.smembers(keys.lease_index()):
             state = self._redis.hget(member, "state")
             if state is not None and state.decode() not in STABLE_STATES:
@@ -205,7 +205,8 @@ class Shell:
         if any(not key.startswith(b"arq:in-progress:cron:") for key in self._redis.keys("arq:in-progress:*")):
             return True
         for job_id in self._redis.zrange(QUEUE_NAME, 0, -1):
-            if not job_id.decode().startswith("watch:"):
+            # Watches, deadline timers and idle checks are queued for as long as a TPU runs.
+            if not job_id.decode().startswith(("watch:", "timer:", "idle:")):
                 return True
         return False
 

@@ -18,6 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.access import AccessPolicy, ActionKind, ClassRule
 from agent.context import Policy, Services
+from bot import alert_wiring
 from bot.settings import Settings
 from handlers.directory import SlackGroupDirectory
 from handlers.notifier import SlackLeaseObserver
@@ -143,6 +144,7 @@ async def build_services(
     redis = redis_client(redis_url)
     pool = await arq_pool(redis_url)
     leases = LeaseStore(redis)
+    alerting = alert_wiring.alerting_from(settings, redis, slack_client)
     services = Services(
         leases=leases,
         locks=ChannelLocks(redis, ttl_ms=int(settings.lock_ttl.total_seconds() * 1000)),
@@ -150,7 +152,9 @@ async def build_services(
         dedupe=Dedupe(redis),
         jobs=JobQueue(pool, queue_name=JOB_QUEUE),
         policy=policy_from(settings),
-        observer=SlackLeaseObserver(slack_client, leases) if slack_client is not None else None,
+        observer=SlackLeaseObserver(slack_client, leases, receipt=alert_wiring.receipt_for(alerting, settings))
+        if slack_client is not None else None,
+        alerting=alerting,
         tpu=tpu_service_from(settings) if with_tpu else None,
         access=access_policy_from(settings),
         directory=SlackGroupDirectory(slack_client, redis) if slack_client is not None else None,
@@ -158,4 +162,5 @@ async def build_services(
         cloud_logs=cloud_logging_config_from(settings),
         proposals=ProposalStore(redis),
     )
+    services.hooks.extend(alert_wiring.alert_hooks())
     return services, redis, pool

@@ -10,6 +10,7 @@ from arq.connections import RedisSettings
 from arq.worker import Worker
 
 from agent import lifecycle, provisioning, teardown, watching
+from bot import alert_jobs
 from bot.settings import Settings
 from bot.wiring import JOB_QUEUE, build_services, slack_client_from
 from handlers import mention_job
@@ -77,8 +78,8 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
 
     job_timeout = int(settings.job_timeout.total_seconds())
     kwargs: dict[str, Any] = dict(
-        functions=[answer_mention, provision_lease, watch_lease, teardown_lease],
-        cron_jobs=[cron(resume_leases, second={0}, run_at_startup=False)],
+        functions=[answer_mention, provision_lease, watch_lease, teardown_lease, *alert_jobs.FUNCTIONS],
+        cron_jobs=[cron(resume_leases, second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
         redis_settings=RedisSettings.from_dsn(redis_url),
         queue_name=JOB_QUEUE,
         on_startup=on_startup,

@@ -74,6 +74,23 @@ def _parse_audit(tokens: list[str]) -> dict:
 
 
 UP_USAGE = "Usage: `/tpu up [zone] [hours]`, e.g. `/tpu up`, `/tpu up us-west4-a`, `/tpu up 2h`"
+ONCALL_USAGE = "Usage: `/tpu oncall [@group-or-user…|clear]`, e.g. `/tpu oncall @sre-oncall @ann`"
+_MENTION_TOKEN = re.compile(r"<[^<>]*>|[^\s<>]+")
+
+
+def _parse_oncall(tokens: list[str]) -> dict:
+    """Mentions (`<!subteam^S1|@sre>`, `<@U1|ann>`), `clear`, or nothing (show the list)."""
+    from agent.oncall import MentionError, normalize_mentions
+
+    # Re-tokenize: a mention's label may contain spaces, so split around <…> groups.
+    parts = _MENTION_TOKEN.findall(" ".join(tokens))
+    if [p.lower() for p in parts] in (["clear"], ["reset"]):
+        return {"clear": True}
+    try:
+        return {"mentions": normalize_mentions(parts)}
+    except MentionError as error:
+        raise CommandError(f"{error}. {ONCALL_USAGE}") from None
+
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -82,6 +99,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("down", "/tpu down", "Tear down this channel's TPU (asks for confirmation; holder or admin).", _no_args("down"), "teardown"),
     Subcommand("audit", "/tpu audit [count]", "Show the most recent audited actions (admins).", _parse_audit, "audit"),
     Subcommand("unlock", "/tpu unlock", "Force-release this channel's operation lock (admins).", _no_args("unlock"), "force_unlock"),
+    Subcommand("oncall", "/tpu oncall [@group-or-user…|clear]", "Show or set who is paged for this channel's TPU alerts (holder or admin to change).", _parse_oncall, "oncall"),
+    Subcommand("cost", "/tpu cost", "What this channel's TPU has cost and will cost, $ per million output tokens, capacity.", _no_args("cost"), "estimate_cost"),
     Subcommand("help", "/tpu help", "Show this help.", _no_args("help")),
 )
 BY_NAME = {sub.name: sub for sub in SUBCOMMANDS}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from typing import Awaitable, Callable
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -14,9 +15,11 @@ log = logging.getLogger(__name__)
 
 
 class SlackLeaseObserver:
-    def __init__(self, client: AsyncWebClient, leases: LeaseStore) -> None:
+    def __init__(self, client: AsyncWebClient, leases: LeaseStore,
+                 receipt: Callable[[Lease, str, str], Awaitable[str]] | None = None) -> None:
         self._client = client
         self._leases = leases
+        self._receipt = receipt  # the cost receipt (handlers/alerts.receipt_writer); None: a plain one
 
     async def lease_changed(self, lease: Lease) -> Lease:
         text, blocks = cards.status_card(lease)
@@ -39,8 +42,10 @@ class SlackLeaseObserver:
         text, blocks = cards.released_card(lease, reason, by)
         if lease.card_ts:
             await self._client.chat_update(channel=lease.card_channel, ts=lease.card_ts, text=text, blocks=blocks)
+            receipt = await self._receipt(lease, reason, by) if self._receipt else cards.receipt_text(lease, by=by)
             await self._client.chat_postMessage(
-                channel=lease.card_channel, thread_ts=lease.card_ts, text=cards.receipt_text(lease, by=by)
+                channel=lease.card_channel, thread_ts=lease.card_ts, text=receipt,
+                unfurl_links=False, unfurl_media=False,
             )
         else:
             await self._client.chat_postMessage(channel=lease.channel, text=text, blocks=blocks)

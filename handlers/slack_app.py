@@ -15,6 +15,7 @@ from agent.context import Services
 LISTENER_MODULES: tuple[str, ...] = (
     "handlers.slash",
     "handlers.teardown_buttons",
+    "handlers.alert_buttons",
     "handlers.mentions",
     "handlers.proposal_buttons",
 )

@@ -34,7 +34,7 @@ from google.cloud import tpu_v2
 from infra.tpu_errors import TpuError, TpuErrorKind, classify_exception, classify_failed_qr, classify_status
 
 __all__ = [
-    "NodeView", "QrSpec", "QueuedResourceView", "TpuConfig", "TpuError", "TpuErrorKind", "TpuService",
+    "NodeView", "QrSpec", "QueuedResourceView", "RunWindow", "TpuConfig", "TpuError", "TpuErrorKind", "TpuService",
     "bot_labels", "classify_failed_qr", "flex_start_body", "label_value",
 ]
 
@@ -97,6 +97,14 @@ class QueuedResourceView:
 
 
 @dataclass(frozen=True)
+class RunWindow:
+    """A flex-start QR's `runDuration`: its length, and when the cloud deletes the VM (once ACTIVE)."""
+
+    max_run_seconds: float | None
+    termination_time: float | None  # epoch seconds
+
+
+@dataclass(frozen=True)
 class NodeView:
     node_id: str
     name: str
@@ -117,14 +125,18 @@ def label_value(text: str) -> str:
     return _LABEL_INVALID.sub("-", str(text).lower())[:63]
 
 
-def bot_labels(team: str, channel: str, lease_id: str) -> dict[str, str]:
-    """The labels that let the reconciler find and attribute every QR the bot created."""
-    return {
+def bot_labels(team: str, channel: str, lease_id: str, holder: str = "") -> dict[str, str]:
+    """The labels that let the reconciler find and attribute every QR the bot created
+    (and, with the holder, rebuild a lost lease with the same tear-down rights)."""
+    labels = {
         "managed-by": MANAGED_BY,
         "tpubot-team": label_value(team),
         "tpubot-channel": label_value(channel),
         "tpubot-lease": label_value(lease_id),
     }
+    if holder:
+        labels["tpubot-holder"] = label_value(holder)
+    return labels
 
 
 # --- request body --------------------------------------------------------------------------------
@@ -234,6 +246,30 @@ class TpuService:
         resource = self._with_retries(zone, lambda: _none_if_missing(
             lambda: self._client.get_queued_resource(name=name, retry=None, timeout=self.config.timeout)))
         return None if resource is None else _queued_resource_view(resource)
+
+    def get_run_window(self, zone: str, qr_id: str) -> "RunWindow | None":
+        """The flex-start run window (v2alpha1 only: the v2 client drops `runDuration`); None if the QR is gone."""
+        url = f"{self._base_url}/v2alpha1/{self._parent(zone)}/queuedResources/{qr_id}"
+
+        def fetch() -> dict | None:
+            response = self._session.get(url, timeout=self.config.timeout)
+            if response.status_code == 404:
+                return None
+            if response.status_code >= 400:
+                raise gexc.from_http_response(response)
+            return response.json()
+
+        body = self._with_retries(zone, fetch)
+        if body is None:
+            return None
+        run = body.get("runDuration") or {}
+        max_run = run.get("maxRunDuration")
+        termination = run.get("terminationTime")
+        return RunWindow(
+            max_run_seconds=float(str(max_run).rstrip("s")) if max_run else None,
+            termination_time=datetime.fromisoformat(termination.replace("Z", "+00:00")).timestamp()
+            if termination else None,
+        )
 
     def list_queued_resources(self, zone: str, label_filter: Mapping[str, str] | None = None
                               ) -> list[QueuedResourceView]:

@@ -16,3 +16,5 @@ from agent.actions.registry import (  # noqa: F401
 from agent.actions import lease_actions  # noqa: F401,E402  (registers provision/teardown/status)
 from agent.actions import log_actions  # noqa: F401,E402  (registers summarize_logs/query_cloud_logs)
 from agent.actions import admin_actions  # noqa: F401,E402  (registers audit/force_unlock)
+from agent.actions import oncall_actions  # noqa: F401,E402  (registers oncall)
+from agent.actions import cost_actions  # noqa: F401,E402  (registers estimate_cost)

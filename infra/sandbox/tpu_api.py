@@ -333,6 +333,16 @@ class TpuSandbox:
             return _Phase("SUSPENDED", "SERVICE", None, False)
         return _Phase("ACTIVE", "USER", None, True)
 
+    def _active_at(self, qr: _QueuedResource) -> float | None:
+        """When the QR became (or will become) ACTIVE on the emulator clock; None if never."""
+        t = self.timings
+        if qr.capacity_at is None:
+            return None
+        provisioning_at = max(qr.created_at + t.creating, qr.capacity_at) + t.waiting
+        if qr.valid_until is not None and provisioning_at > qr.valid_until:
+            return None
+        return provisioning_at + t.provisioning
+
     def _purge(self, now: float) -> None:
         for key, qr in list(self._qrs.items()):
             if qr.delete_done_at is not None and now >= qr.delete_done_at:
@@ -379,6 +389,10 @@ class TpuSandbox:
         view["provisioningModel"] = qr.provisioning_model
         if qr.max_run_seconds is not None:
             view["runDuration"] = {"maxRunDuration": _duration(qr.max_run_seconds)}
+            active_at = self._active_at(qr)
+            if active_at is not None and now >= active_at and qr.deleting_since is None:
+                # Output only: when the cloud deletes the VM (the flex-start deadline).
+                view["runDuration"]["terminationTime"] = _rfc3339(active_at + qr.max_run_seconds)
         if "spot" in qr.body:
             view["spot"] = qr.body["spot"]
         return view

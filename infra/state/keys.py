@@ -25,3 +25,23 @@ def dedupe(kind: str, value: str) -> str:
 
 def audit_stream() -> str:
     return f"{PREFIX}:audit"
+
+
+def alert_mark(lease_id: str, kind: str) -> str:
+    return f"{PREFIX}:alert:{lease_id}:{kind}"
+
+
+def alert_acks(lease_id: str) -> str:
+    return f"{PREFIX}:acks:{lease_id}"
+
+
+def oncall(team: str, channel: str) -> str:
+    return f"{PREFIX}:oncall:{team}:{channel}"
+
+
+def usage(lease_id: str) -> str:
+    return f"{PREFIX}:usage:{lease_id}"
+
+
+def bench_result(team: str, channel: str) -> str:
+    return f"{PREFIX}:bench:{team}:{channel}"

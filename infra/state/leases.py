@@ -56,6 +56,7 @@ class Lease:
     active_at: float = 0.0
     watch_seq: int = 0
     torn_down_by: str = ""
+    idle_since: float = 0.0  # the idle clock's start (agent/idle.py); 0 = unknown (no metrics)
 
     @property
     def key(self) -> str:

@@ -1,0 +1,41 @@
+"""oncall: who is paged for this channel's TPU alerts (show, set, clear)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from agent import oncall
+from agent.actions.registry import ActionKind, ActionResult, action
+from agent.context import Actor, Services
+
+
+class OnCallArgs(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mentions: list[str] = Field(
+        default_factory=list,
+        description="Slack mentions to page, e.g. <!subteam^S123> or <@U123>; empty shows the current list",
+    )
+    clear: bool = Field(False, description="true: forget the list, so alerts page the lease holder again")
+
+    @field_validator("mentions")
+    @classmethod
+    def _mentions(cls, value: list[str]) -> list[str]:
+        try:
+            return oncall.normalize_mentions(value)
+        except oncall.MentionError as error:
+            raise ValueError(str(error)) from None
+
+
+# WRITE, not ADMIN: the rule "the lease holder or an admin" lives in agent/oncall.py, and the
+# access layer would stop a holder at an ADMIN gate before that rule runs.
+@action("oncall", "Show or set who is paged for this channel's TPU alerts (holder or admin to change).",
+        OnCallArgs, kind=ActionKind.WRITE)
+async def set_oncall(svc: Services, actor: Actor, args: OnCallArgs) -> ActionResult:
+    if svc.alerting is None:
+        return ActionResult(False, "Alerts are not configured in this process.")
+    if not args.mentions and not args.clear:
+        outcome = await oncall.show_oncall(svc, actor)
+    else:
+        outcome = await oncall.set_oncall(svc, actor, args.mentions, clear=args.clear)
+    return ActionResult(outcome.ok, outcome.text, {"oncall": list(outcome.mentions), "default": outcome.default})

@@ -1,0 +1,210 @@
+"""Expiry: timers before a lease's deadline, the alert at it, and the one expiry path.
+
+The lease's `deadline` (the flex-start maxRunDuration end) is the single source. When a lease
+becomes ACTIVE, `ExpiryHook` enqueues one timer job per lead time and one at the deadline.
+Job ids name the lease *and* the deadline (`timer:{lease}:{deadline}:{kind}`), so enqueueing
+twice (a second worker, the reconciler) is a no-op, and a timer for a replaced lease or a moved
+deadline finds nothing to do when it fires.
+
+At the deadline the cloud has already deleted the VM and left the QR SUSPENDED, which still
+holds quota: `expire_lease` deletes the QR, posts the expiry alert and releases the lease. The
+watcher calls the same function when it sees SUSPENDED first, so there is one alert either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from agent import alerts, receipts
+from agent.alerts import ACK_DEADLINE, EXPIRY, Alert
+from agent.lifecycle import LockBusy, release_lease
+from infra.state.leases import Lease, LeaseState
+
+if TYPE_CHECKING:
+    from agent.context import Services
+
+log = logging.getLogger(__name__)
+
+TIMER_JOB = "fire_timer"
+DEADLINE_TOLERANCE = 0.5  # seconds; a deadline that moved less than this is the same deadline
+
+
+def warning_kind(lead_seconds: float) -> str:
+    return f"warn-{int(lead_seconds)}"
+
+
+def timer_job_id(lease_id: str, deadline: float, kind: str) -> str:
+    return f"timer:{lease_id}:{int(deadline)}:{kind}"
+
+
+def planned_timers(svc: "Services", lease: Lease) -> list[tuple[str, float]]:
+    """(kind, when) for every timer this lease should have: warnings after ACTIVE, then expiry."""
+    if not lease.deadline or svc.alerting is None:
+        return []
+    timers = []
+    for lead in sorted(svc.alerting.policy.lead_times, reverse=True):
+        when = lease.deadline - lead.total_seconds()
+        if lease.active_at and when <= lease.active_at:
+            continue  # a warning before the TPU even started says nothing
+        timers.append((warning_kind(lead.total_seconds()), when))
+    timers.append((EXPIRY, lease.deadline))
+    return timers
+
+
+async def schedule_timers(svc: "Services", lease: Lease, *, now: float | None = None,
+                          skip_past_warnings: bool = True) -> list[str]:
+    """Enqueue the lease's timers; returns the ids this call queued (existing ones are no-ops).
+
+    `skip_past_warnings`: a warning whose time has passed is not re-created (the reconciler
+    cannot know whether it was posted before the state was lost; the expiry alert still comes).
+    """
+    now = now or time.time()
+    queued = []
+    for kind, when in planned_timers(svc, lease):
+        if kind != EXPIRY and skip_past_warnings and when < now:
+            continue
+        job_id = timer_job_id(lease.lease_id, lease.deadline, kind)
+        if await svc.jobs.enqueue(
+            TIMER_JOB, job_id=job_id, defer_until=datetime.fromtimestamp(when, tz=timezone.utc),
+            team=lease.team, channel=lease.channel, lease_id=lease.lease_id, kind=kind, deadline=lease.deadline,
+            due=when,
+        ):
+            queued.append(job_id)
+    return queued
+
+
+async def missing_timers(svc: "Services", lease: Lease, *, now: float | None = None) -> list[str]:
+    """Ids of timers that should still fire but are not queued (for the reconciler's report)."""
+    now = now or time.time()
+    missing = []
+    for kind, when in planned_timers(svc, lease):
+        if kind != EXPIRY and when < now:
+            continue
+        job_id = timer_job_id(lease.lease_id, lease.deadline, kind)
+        if not await svc.jobs.exists(job_id) and not await svc.alerting.marks.claimed(lease.lease_id, kind):
+            missing.append(job_id)
+    return missing
+
+
+async def cloud_deadline(svc: "Services", lease: Lease) -> float | None:
+    """The cloud's own termination time for the QR, if the API reports it."""
+    if svc.tpu is None:
+        return None
+    from infra.tpu import TpuError
+
+    try:
+        window = await asyncio.to_thread(svc.tpu.get_run_window, lease.zone, lease.qr_id)
+    except TpuError as error:
+        log.warning("run window of %s unavailable: %s", lease.qr_id, error)
+        return None
+    return window.termination_time if window else None
+
+
+class ExpiryHook:
+    """On ACTIVE: align the deadline with the cloud's termination time, then schedule the timers."""
+
+    async def on_active(self, svc: "Services", lease: Lease) -> None:
+        if svc.alerting is None:
+            return
+        termination = await cloud_deadline(svc, lease)
+        if termination and abs(termination - lease.deadline) > DEADLINE_TOLERANCE:
+            lease = await svc.leases.update(lease, deadline=termination) or lease
+        await schedule_timers(svc, lease)
+
+    async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
+        return None  # fired timers re-read the lease and find it gone
+
+
+# --- the timer job -------------------------------------------------------------------------
+
+
+async def fire_timer(svc: "Services", team: str, channel: str, lease_id: str, kind: str, deadline: float,
+                     due: float) -> str:
+    lease = await svc.leases.get_by_id(team, channel, lease_id)
+    if lease is None:
+        return "skipped: lease gone"
+    if abs(lease.deadline - deadline) > DEADLINE_TOLERANCE:
+        return "skipped: deadline moved"
+    if lease.state == LeaseState.TEARING_DOWN.value:
+        return "skipped: tearing down"
+    if kind == EXPIRY:
+        return await expire_lease(svc, lease, cause="timer")
+    return await warn(svc, lease, kind, due)
+
+
+async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> str:
+    now = time.time()
+    alerting = svc.alerting
+    if now >= lease.deadline:
+        return "skipped: past the deadline (the expiry alert covers it)"
+    if any(ack.kind == ACK_DEADLINE for ack in await alerting.marks.acks(lease.lease_id)):
+        return "skipped: acknowledged"
+    left = lease.deadline - now
+    cost = receipts.cost_so_far(alerting, svc.policy.accelerator_type, lease, now)
+    late = alerts.late_by(alerting, due, now)
+    alert = Alert(
+        lease=lease, marker=kind, title=f"TPU in {lease.zone} expires in {_minutes(left)}",
+        body=(f"The flex-start TPU of this channel (`{lease.qr_id}`, lease `{lease.lease_id}`) is deleted by "
+              f"Google Cloud at *{_clock(lease.deadline)}*. Save what you need; it cannot be extended."),
+        mentions=await alerts.mentions_for(alerting, lease), ack_kind=ACK_DEADLINE, late_by=late,
+        cost_so_far=cost,
+    )
+    posted = await alerts.post_once(alerting, alert)
+    return f"warned {kind}{' (late)' if late else ''}" if posted else "skipped: already posted"
+
+
+# --- the one expiry path ------------------------------------------------------------------
+
+
+async def expire_lease(svc: "Services", lease: Lease, *, cause: str, qr_state: str = "") -> str:
+    """Delete the leftover QR, post the expiry alert once, release the lease (with its receipt).
+
+    Called by the deadline timer and by the watcher when the QR turns SUSPENDED. Raises
+    `LockBusy` when another operation holds the channel (the caller retries).
+    """
+    token = await svc.locks.acquire(lease.team, lease.channel)
+    if token is None:
+        raise LockBusy(f"{lease.team}/{lease.channel}")
+    try:
+        current = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
+        if current is None:
+            return "skipped: already released"
+        if current.state == LeaseState.TEARING_DOWN.value:
+            return "skipped: tearing down"
+        # SUSPENDED and FAILED QRs still hold quota; force-delete (already gone is fine).
+        await asyncio.to_thread(svc.tpu.delete_queued_resource, current.zone, current.qr_id)
+        now = time.time()
+        reason = (f"Expired at {_clock(current.deadline)}: the flex-start run time ended, Google Cloud deleted "
+                  f"the VM and the bot deleted the leftover queued resource" if current.deadline else
+                  f"The TPU reached {qr_state or 'SUSPENDED'}; its queued resource was deleted")
+        if svc.alerting is not None:
+            late = alerts.late_by(svc.alerting, current.deadline, now) if current.deadline else 0.0
+            cost = receipts.cost_so_far(svc.alerting, svc.policy.accelerator_type, current, now)
+            await alerts.post_once(svc.alerting, Alert(
+                lease=current, marker=EXPIRY, title=f"TPU in {current.zone} expired",
+                body=f"{reason}. The receipt is in the status card's thread; `/tpu up` starts a new one.",
+                mentions=await alerts.mentions_for(svc.alerting, current), late_by=late, cost_so_far=cost,
+            ))
+        await release_lease(svc, current, reason=reason)
+        await svc.audit.record(actor="tpubot", action="expire", team=current.team, channel=current.channel,
+                               outcome=cause, detail=current.qr_id)
+        return f"expired {current.qr_id} ({cause})"
+    finally:
+        await svc.locks.release(lease.team, lease.channel, token)
+
+
+def _clock(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _minutes(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"

@@ -1,0 +1,135 @@
+"""The idle clock: read the endpoint's vLLM metrics every interval, and (when configured) warn
+about, then tear down, a model nobody used for IDLE_TEARDOWN_MINUTES.
+
+"Used" means requests running or waiting, or the request/token counters moved since the last
+reading. A reading that fails (unreachable, not Prometheus, not vLLM) restarts the clock:
+unknown never counts as idle. The readings also feed the cost receipt's usage figures.
+
+Checks are a chain of deferred jobs whose ids are time slots (`idle:{lease}:{slot}`), so two
+workers — or the reconciler re-arming a lost chain — enqueue the same next check once.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+from agent import alerts, receipts
+from agent.alerts import ACK_IDLE, Alert
+from agent.lifecycle import TEARDOWN_JOB, notify
+from infra.state.leases import Lease, LeaseState
+from infra.vllm_metrics import read_usage
+
+if TYPE_CHECKING:
+    from agent.context import Services
+
+log = logging.getLogger(__name__)
+
+IDLE_JOB = "check_idle"
+
+
+def idle_job_id(lease_id: str, slot: int) -> str:
+    return f"idle:{lease_id}:{slot}"
+
+
+async def schedule_check(svc: "Services", lease: Lease, *, after: float | None = None) -> bool:
+    """Enqueue the next check in the slot after `after`; False if that slot is already queued."""
+    interval = svc.alerting.policy.idle_check_interval.total_seconds()
+    slot = int((after or time.time()) // interval) + 1
+    return await svc.jobs.enqueue(
+        IDLE_JOB, job_id=idle_job_id(lease.lease_id, slot),
+        defer_until=datetime.fromtimestamp(slot * interval, tz=timezone.utc),
+        team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
+    )
+
+
+class IdleHook:
+    async def on_active(self, svc: "Services", lease: Lease) -> None:
+        if svc.alerting is not None:
+            await schedule_check(svc, lease)
+
+    async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
+        return None  # the next check finds the lease gone and ends the chain
+
+
+async def check_idle(svc: "Services", team: str, channel: str, lease_id: str) -> str:
+    lease = await svc.leases.get_by_id(team, channel, lease_id)
+    if lease is None or svc.alerting is None:
+        return "stopped: lease gone"
+    if not lease.lease_state.holds_tpu:
+        return f"stopped: {lease.state}"
+    alerting = svc.alerting
+    now = time.time()
+    timeout = max(0.5, min(5.0, alerting.policy.idle_check_interval.total_seconds()))
+    reading = await read_usage(lease.endpoint, timeout=timeout)
+    usage = await alerting.usage.record(lease_id, reading, now)
+    idle = usage.idle_seconds(now)
+    idle_since = usage.last_used_at if idle is not None else 0.0
+    if abs(lease.idle_since - idle_since) > 0.5:
+        lease = await svc.leases.update(lease, idle_since=idle_since) or lease
+    outcome = "unknown" if idle is None else f"idle {idle:.0f}s"
+    if idle is not None and alerting.policy.idle_teardown is not None:
+        acked = any(ack.kind == ACK_IDLE for ack in await alerting.marks.acks(lease_id))
+        if not acked:
+            decided = await _warn_or_tear_down(svc, lease, idle, usage.last_used_at, now)
+            if decided == "teardown":
+                return "idle teardown"
+            outcome += f", {decided}" if decided else ""
+    await schedule_check(svc, lease, after=now)
+    return outcome
+
+
+async def _warn_or_tear_down(svc: "Services", lease: Lease, idle: float, idle_since: float, now: float) -> str:
+    alerting = svc.alerting
+    limit = alerting.policy.idle_teardown.total_seconds()
+    warn_from = limit - alerting.policy.idle_warning_lead.total_seconds()
+    if idle < warn_from:
+        return ""
+    # One warning per idle stretch: the marker names when the stretch began.
+    marker = f"idle-{int(idle_since)}"
+    warned_before = await alerting.marks.claimed(lease.lease_id, marker)
+    if not warned_before:
+        left = max(0.0, limit - idle)
+        await alerts.post_once(alerting, Alert(
+            lease=lease, marker=marker, title=f"Idle TPU in {lease.zone}: tear down in {_span(left)}",
+            body=(f"Nobody has used the model on `{lease.qr_id}` for {_span(idle)}. Unless it gets a request, "
+                  f"it is torn down after {_span(limit)} idle. *Acknowledge* keeps it until its deadline."),
+            mentions=await alerts.mentions_for(alerting, lease), ack_kind=ACK_IDLE,
+            cost_so_far=receipts.cost_so_far(alerting, svc.policy.accelerator_type, lease, now),
+        ))
+        return "warned"
+    if idle < limit:
+        return "warned earlier"
+    await tear_down_idle(svc, lease, idle)
+    return "teardown"
+
+
+async def tear_down_idle(svc: "Services", lease: Lease, idle: float) -> bool:
+    """Hand the lease to the teardown job (the same one `/tpu down` uses)."""
+    note = f"Nobody used the model for {_span(idle)}: torn down automatically (IDLE_TEARDOWN_MINUTES)"
+    updated = await svc.leases.update(lease, state=LeaseState.TEARING_DOWN, torn_down_by="", detail=note)
+    if updated is None:
+        return False
+    await svc.jobs.enqueue(TEARDOWN_JOB, job_id=f"teardown:{lease.lease_id}", team=lease.team,
+                           channel=lease.channel, lease_id=lease.lease_id)
+    await alerts.post_once(svc.alerting, Alert(
+        lease=updated, marker="idle-teardown", title=f"Idle TPU in {lease.zone} is being torn down",
+        body=f"{note}. The receipt follows in the status card's thread.",
+        mentions=await alerts.mentions_for(svc.alerting, updated),
+        cost_so_far=receipts.cost_so_far(svc.alerting, svc.policy.accelerator_type, updated),
+    ))
+    await notify(svc, updated)
+    await svc.audit.record(actor="tpubot", action="idle_teardown", team=lease.team, channel=lease.channel,
+                           outcome="requested", detail=lease.lease_id)
+    return True
+
+
+def _span(seconds: float) -> str:
+    seconds = max(0, int(round(seconds)))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"

@@ -1,0 +1,213 @@
+"""The reconciler: GCP is the source of truth for resources; Redis is repaired from it.
+
+One pass lists the bot-labelled queued resources (`managed-by=tpubot`, with team, channel
+and lease labels) in every configured zone and in every zone a lease names, then:
+
+- a QR whose lease is missing from Redis → the lease is rebuilt (`LeaseStore.restore`) with a
+  new status card, its timers, its idle clock and its watcher;
+- a known lease whose timers are missing → they are re-created (ids are deterministic, so
+  existing ones are untouched);
+- a lease whose QR is gone → the lease is released and the channel told;
+- a SUSPENDED/FAILED QR no lease owns → deleted (it still holds quota), the channel told;
+- a bot-labelled QR with no channel label, or a second QR in a channel that has another
+  lease → the admins are alerted once a day (a running TPU is never deleted on a guess).
+
+Passes are serialized across workers by a lock; a pass that finds the lock held skips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from agent import expiry, idle
+from agent.lifecycle import lease_state_for, notify, release_lease, resume_job_for
+from infra.state.leases import Lease, LeaseState
+
+if TYPE_CHECKING:
+    from agent.context import Services
+    from infra.tpu import QueuedResourceView
+
+log = logging.getLogger(__name__)
+
+LOCK_SCOPE = ("tpubot", "reconciler")
+LOCK_TTL_MS = 5 * 60 * 1000
+ADMIN_ALERT_TTL = 86_400
+# Leases the provision or teardown jobs own right now: a missing QR is expected there.
+IN_FLIGHT = {LeaseState.PENDING.value, LeaseState.CREATING.value, LeaseState.TEARING_DOWN.value,
+             LeaseState.FAILED.value}
+RESTORED_NOTE = "Restored from Google Cloud by the reconciler after the bot's state was lost."
+
+
+@dataclass
+class ReconcileReport:
+    skipped: bool = False
+    zones: list[str] = field(default_factory=list)
+    zones_failed: list[str] = field(default_factory=list)
+    restored: list[str] = field(default_factory=list)  # lease ids rebuilt from GCP
+    timers: list[str] = field(default_factory=list)  # timer/idle job ids re-created
+    released: list[str] = field(default_factory=list)  # lease ids whose QR was gone
+    deleted: list[str] = field(default_factory=list)  # leftover QR ids deleted
+    admin_alerts: list[str] = field(default_factory=list)  # QR ids the admins were told about
+
+    def summary(self) -> str:
+        if self.skipped:
+            return "skipped: another reconcile pass is running"
+        parts = [f"{len(self.zones)} zones"]
+        for name in ("restored", "timers", "released", "deleted", "admin_alerts", "zones_failed"):
+            items = getattr(self, name)
+            if items:
+                parts.append(f"{name.replace('_', ' ')}: {', '.join(items)}")
+        return "; ".join(parts)
+
+
+async def reconcile(svc: "Services", *, now: float | None = None) -> ReconcileReport:
+    token = await svc.locks.acquire(*LOCK_SCOPE, ttl_ms=LOCK_TTL_MS)
+    if token is None:
+        return ReconcileReport(skipped=True)
+    try:
+        return await _pass(svc, now or time.time())
+    finally:
+        await svc.locks.release(*LOCK_SCOPE, token)
+
+
+async def _pass(svc: "Services", now: float) -> ReconcileReport:
+    from infra.tpu import MANAGED_BY, TpuError
+
+    report = ReconcileReport()
+    leases = await svc.leases.all()
+    report.zones = sorted(set(svc.policy.zones) | {lease.zone for lease in leases if lease.zone})
+    seen_leases: set[str] = set()
+    for zone in report.zones:
+        try:
+            qrs = await asyncio.to_thread(svc.tpu.list_queued_resources, zone, {"managed-by": MANAGED_BY})
+        except TpuError as error:
+            log.warning("reconcile: cannot list %s: %s", zone, error)
+            report.zones_failed.append(zone)
+            continue
+        for qr in qrs:
+            lease_id = qr.labels.get("tpubot-lease", "")
+            seen_leases.add(lease_id)
+            await _repair_from_qr(svc, report, qr, now)
+    for lease in leases:
+        if lease.lease_id in seen_leases or lease.zone in report.zones_failed or lease.state in IN_FLIGHT:
+            continue
+        await _release_if_gone(svc, report, lease)
+    if any((report.restored, report.timers, report.released, report.deleted, report.admin_alerts)):
+        log.info("reconcile: %s", report.summary())
+    return report
+
+
+async def _repair_from_qr(svc: "Services", report: ReconcileReport, qr: "QueuedResourceView", now: float) -> None:
+    labels = qr.labels
+    team, channel, lease_id = (labels.get(k, "") for k in ("tpubot-team", "tpubot-channel", "tpubot-lease"))
+    if qr.state == "DELETING":
+        return
+    if not (team and channel and lease_id):
+        await _tell_admins(svc, report, qr, f":rotating_light: Queued resource `{qr.qr_id}` in {qr.zone} ({qr.state}) "
+                           "is labelled managed-by=tpubot but names no channel, so no channel is paged for it. "
+                           "Delete it if nobody needs it.")
+        return
+    # Slack ids are upper-case; GCP label values are lower-case (infra/tpu.label_value).
+    team, channel = team.upper(), channel.upper()
+    lease = await svc.leases.get(team, channel)
+    if lease is not None and lease.lease_id == lease_id:
+        await _ensure_timers(svc, report, lease, now)
+        return
+    if qr.state in ("SUSPENDED", "FAILED", "SUSPENDING"):
+        await asyncio.to_thread(svc.tpu.delete_queued_resource, qr.zone, qr.qr_id)
+        report.deleted.append(qr.qr_id)
+        if svc.alerting and svc.alerting.sink:
+            await svc.alerting.sink.post_notice(
+                channel, f":broom: Deleted leftover queued resource `{qr.qr_id}` in {qr.zone} ({qr.state}): it ran "
+                         "no TPU any more but still held quota.")
+        return
+    if lease is not None:
+        await _tell_admins(svc, report, qr, f":rotating_light: Channel <#{channel}> holds lease `{lease.lease_id}`, but "
+                           f"queued resource `{qr.qr_id}` in {qr.zone} ({qr.state}) is labelled with its older lease "
+                           f"`{lease_id}`. It was left running; delete it if nobody needs it.")
+        return
+    await _restore(svc, report, qr, team, channel, lease_id, now)
+
+
+async def _restore(svc: "Services", report: ReconcileReport, qr: "QueuedResourceView", team: str, channel: str,
+                   lease_id: str, now: float) -> None:
+    from infra.tpu import TpuError
+
+    try:
+        window = await asyncio.to_thread(svc.tpu.get_run_window, qr.zone, qr.qr_id)
+    except TpuError:
+        window = None
+    state = lease_state_for(qr.state)
+    run_seconds = int(window.max_run_seconds) if window and window.max_run_seconds else \
+        int(svc.policy.max_run.total_seconds())
+    deadline = 0.0
+    if state == LeaseState.ACTIVE:
+        # The cloud's termination time when it reports one; otherwise the latest it can be
+        # (ACTIVE no later than now), so the bot never expires a TPU early on a guess.
+        deadline = window.termination_time if window and window.termination_time else now + run_seconds
+    endpoint = ""
+    if state == LeaseState.ACTIVE and qr.node_id:
+        try:
+            node = await asyncio.to_thread(svc.tpu.get_node, qr.zone, qr.node_id)
+        except TpuError:
+            node = None
+        if node and node.external_ip:
+            endpoint = f"http://{node.external_ip}:8000/v1"
+    lease = Lease(
+        lease_id=lease_id, team=team, channel=channel, holder=qr.labels.get("tpubot-holder", "").upper(),
+        zone=qr.zone, qr_id=qr.qr_id, node_id=qr.node_id or "", state=state.value,
+        created_at=qr.create_time.timestamp() if qr.create_time else now, deadline=deadline,
+        run_seconds=run_seconds, endpoint=endpoint, state_since=now,
+        active_at=deadline - run_seconds if deadline else 0.0, detail=RESTORED_NOTE,
+    )
+    if not await svc.leases.restore(lease):
+        return  # another pass (or a /tpu up) wrote this channel's lease meanwhile
+    restored = await svc.leases.get_by_id(team, channel, lease_id) or lease
+    report.restored.append(lease_id)
+    restored = await notify(svc, restored)  # a new status card: the old card's reference was lost
+    await _ensure_timers(svc, report, restored, now)
+    await resume_job_for(svc, restored)
+    await svc.audit.record(actor="tpubot", action="reconcile", team=team, channel=channel, outcome="restored",
+                           detail=qr.qr_id)
+
+
+async def _ensure_timers(svc: "Services", report: ReconcileReport, lease: Lease, now: float) -> None:
+    if svc.alerting is None or not lease.lease_state.holds_tpu:
+        return
+    if lease.deadline:
+        report.timers += await expiry.schedule_timers(svc, lease, now=now)
+    if await idle.schedule_check(svc, lease, after=now):
+        report.timers.append(f"idle:{lease.lease_id}")
+
+
+async def _release_if_gone(svc: "Services", report: ReconcileReport, lease: Lease) -> None:
+    from infra.tpu import TpuError
+
+    try:  # the list may predate a QR created since; ask for this one before releasing
+        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+    except TpuError:
+        return
+    if qr is not None:
+        return
+    current = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
+    if current is None or current.state in IN_FLIGHT:
+        return
+    if await release_lease(svc, current, reason="The reconciler found this TPU's queued resource gone from "
+                                                "Google Cloud; the lease is released"):
+        report.released.append(lease.lease_id)
+        await svc.audit.record(actor="tpubot", action="reconcile", team=lease.team, channel=lease.channel,
+                               outcome="released", detail=lease.qr_id)
+
+
+async def _tell_admins(svc: "Services", report: ReconcileReport, qr: "QueuedResourceView", text: str) -> None:
+    if svc.alerting is None:
+        return
+    if not await svc.alerting.marks.claim(qr.qr_id, f"admin-{qr.zone}", ttl_seconds=ADMIN_ALERT_TTL):
+        return
+    report.admin_alerts.append(qr.qr_id)
+    if svc.alerting.sink is not None:
+        await svc.alerting.sink.notify_admins(text)

@@ -1,0 +1,50 @@
+"""Worker jobs for issue 4: deadline timers, the idle clock and the reconciler's schedule.
+
+bot/worker.py registers `FUNCTIONS` and `cron_jobs(settings)`; the bodies live in agent/.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from arq import Retry, cron
+from arq.cron import CronJob
+
+from agent import expiry, idle, lifecycle, reconcile
+from bot.settings import Settings
+
+LOCK_RETRY_SECONDS = 1.0
+
+
+async def fire_timer(ctx: dict, *, team: str, channel: str, lease_id: str, kind: str, deadline: float,
+                     due: float) -> str:
+    try:
+        return await expiry.fire_timer(ctx["services"], team, channel, lease_id, kind, deadline, due)
+    except lifecycle.LockBusy:
+        raise Retry(defer=LOCK_RETRY_SECONDS)
+
+
+async def check_idle(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:
+    return await idle.check_idle(ctx["services"], team, channel, lease_id)
+
+
+async def reconcile_gcp(ctx: dict) -> str:
+    """One reconcile pass (at worker start and every RECONCILE_INTERVAL)."""
+    return (await reconcile.reconcile(ctx["services"])).summary()
+
+
+FUNCTIONS = [fire_timer, check_idle]
+
+
+def cron_schedule(interval: timedelta) -> dict:
+    """arq cron fields for "every `interval`", aligned to the clock so all workers agree."""
+    seconds = max(1, int(interval.total_seconds()))
+    if seconds < 60:
+        return {"second": set(range(0, 60, seconds))}
+    if seconds < 3600:
+        return {"minute": set(range(0, 60, max(1, seconds // 60))), "second": {0}}
+    return {"hour": set(range(0, 24, max(1, seconds // 3600))), "minute": {0}, "second": {0}}
+
+
+def cron_jobs(settings: Settings) -> list[CronJob]:
+    return [cron(reconcile_gcp, run_at_startup=True, **cron_schedule(settings.reconcile_interval))]

@@ -1,0 +1,60 @@
+"""Alert bookkeeping shared by every worker: "this alert was posted" markers and acknowledgements.
+
+A marker is `SET NX` with a TTL that outlives the lease, so however many workers fire the
+same timer (or a watcher and a timer both see the expiry), one of them posts. An
+acknowledgement is kept per lease and kind, with who and when, for the cost receipt.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from redis.asyncio import Redis
+
+from infra.state import keys
+
+DAY = 86_400
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class Ack:
+    kind: str
+    user: str
+    at: float
+
+
+class AlertMarks:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+
+    async def claim(self, lease_id: str, kind: str, *, ttl_seconds: int) -> bool:
+        """True exactly once per (lease, kind) while the marker lives: the caller posts."""
+        return bool(await self._redis.set(keys.alert_mark(lease_id, kind), f"{time.time():.3f}", nx=True,
+                                          ex=max(int(ttl_seconds), 60)))
+
+    async def unclaim(self, lease_id: str, kind: str) -> None:
+        """Give the claim back after a failed post, so a retry can post."""
+        await self._redis.delete(keys.alert_mark(lease_id, kind))
+
+    async def claimed(self, lease_id: str, kind: str) -> bool:
+        return bool(await self._redis.exists(keys.alert_mark(lease_id, kind)))
+
+    async def acknowledge(self, lease_id: str, kind: str, user: str, *, ttl_seconds: int = 7 * DAY) -> bool:
+        """Record the first acknowledgement of (lease, kind); False if it was already acknowledged."""
+        key = keys.alert_acks(lease_id)
+        created = await self._redis.hsetnx(key, kind, f"{user}|{time.time():.3f}")
+        await self._redis.expire(key, ttl_seconds)
+        return bool(created)
+
+    async def acks(self, lease_id: str) -> list[Ack]:
+        raw = await self._redis.hgetall(keys.alert_acks(lease_id))
+        acks = []
+        for kind, value in raw.items():
+            user, _, at = _text(value).partition("|")
+            acks.append(Ack(kind=_text(kind), user=user, at=float(at or 0)))
+        return sorted(acks, key=lambda ack: ack.at)
