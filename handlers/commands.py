@@ -120,9 +120,17 @@ def parse(text: str) -> ParsedCommand:
     return ParsedCommand(sub.name, sub.action, sub.parse(tokens), sub.usage)
 
 
+HELP_TITLE = "tpubot — one flex-start TPU v5e with Gemma per channel"
+
+
+def help_line(sub: Subcommand) -> str:
+    """One subcommand as `/tpu help` shows it; docs/commands.md (bot/docs.py) renders the same line."""
+    return f"`{sub.usage}` — {sub.summary}"
+
+
 def help_text() -> str:
-    lines = ["*tpubot* — one flex-start TPU v5e with Gemma per channel"]
-    lines += [f"• `{sub.usage}` — {sub.summary}" for sub in SUBCOMMANDS]
+    lines = [f"*{HELP_TITLE}*"]
+    lines += [f"• {help_line(sub)}" for sub in SUBCOMMANDS]
     return "\n".join(lines)
 
 

@@ -18,6 +18,7 @@ LISTENER_MODULES: tuple[str, ...] = (
     "handlers.alert_buttons",
     "handlers.mentions",
     "handlers.proposal_buttons",
+    "handlers.app_home",
 )
 
 

@@ -21,7 +21,7 @@ BOT_USER_ID = "UTPUBOT"
 BOT_ID = "BTPUBOT"
 TEAM_ID = "T0SANDBOX"
 MARKDOWN_TEXT_LIMIT = 12_000  # markdown_text per streaming call
-SCOPES = "commands,app_mentions:read,chat:write,files:read,channels:history,groups:history,usergroups:read,users:read"
+SCOPES = "commands,app_mentions:read,chat:write,files:read,channels:history,groups:history,usergroups:read"
 
 
 @dataclass

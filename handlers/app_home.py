@@ -1,0 +1,57 @@
+"""The App Home tab: on `app_home_opened` (tab `home`), publish the workspace's leases and the
+zone scoreboard to the user who opened it.
+
+Both lists come from actions (`leases`, `zones`), so the access rules for read actions apply to
+the Home tab as to `/tpu status` (the Home tab is no channel: a deployment that limits reads to
+some channels shows the refusal here). Opening the Messages tab also sends `app_home_opened`
+(tab `messages`); it is ignored.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from redis.exceptions import RedisError
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.actions import get_action, run_action
+from agent.context import Actor, Services
+from handlers import cards
+from handlers.home_view import home_view
+
+log = logging.getLogger(__name__)
+
+ZONES_ACTION = "zones"
+
+
+def register(app: AsyncApp, services: Services) -> None:
+    @app.event("app_home_opened")
+    async def handle_app_home_opened(body: dict, event: dict, client: AsyncWebClient) -> None:
+        if event.get("tab", "home") != "home" or not event.get("user"):
+            return
+        actor = Actor(user_id=event["user"], team=body.get("team_id") or event.get("team", ""), channel="")
+        try:
+            view = await build_home(services, actor)
+        except RedisError:
+            log.exception("state store unavailable; Home tab not refreshed for %s", actor.user_id)
+            view = {"type": "home", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text":
+                    ":warning: The state store is unavailable. Reopen this tab in a minute."}}]}
+        try:
+            await client.views_publish(user_id=actor.user_id, view=view)
+        except SlackApiError as error:
+            log.warning("views.publish for %s failed: %s", actor.user_id, error.response.get("error"))
+
+
+async def build_home(services: Services, actor: Actor) -> dict:
+    listed = await run_action("leases", services, actor, {})
+    zones = None
+    if get_action(ZONES_ACTION) is not None:
+        result = await run_action(ZONES_ACTION, services, actor, {})
+        if result.ok:
+            zones = cards.zones_card(result.data.get("zones", []), result.data.get("order", []))
+        else:
+            zones = (result.text, [{"type": "context", "elements": [
+                {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])
+    return home_view({"ok": listed.ok, "text": listed.text, "data": listed.data}, zones)

@@ -1,0 +1,74 @@
+"""The App Home tab: the workspace's TPU leases and the zone scoreboard, as one `home` view.
+
+Pure rendering from the `leases` and `zones` action results. Slack caps a Home view at 100
+blocks, so the lease list is cut to what fits and the rest is counted, never dropped silently.
+"""
+
+from __future__ import annotations
+
+import time
+
+from handlers import cards
+from infra.state.leases import LeaseState
+
+MAX_HOME_BLOCKS = 100  # Slack's limit for Home tabs and modals (messages: 50)
+FIXED_BLOCKS = 4  # header, summary context, divider, and the "… more" context when the list is cut
+
+
+def cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def money(usd: float | None) -> str:
+    if usd is None:
+        return "—"
+    return f"${usd:.2f}" if usd >= 0.1 else f"${usd:.3f}"
+
+
+def deadline_text(row: dict, now: float) -> str:
+    if row.get("deadline"):
+        left = row["deadline"] - now
+        when = f"in {cards.duration(left)}" if left > 0 else "passed"
+        return f"{cards.clock(row['deadline'])} ({when})"
+    return "set when ACTIVE"
+
+
+def lease_section(row: dict, now: float) -> dict:
+    try:
+        state = cards.STATE_BADGES.get(LeaseState(row["state"]), row["state"])
+    except ValueError:
+        state = cards.escape(row["state"])
+    fields = [
+        ("Channel", f"<#{row['channel']}>"),
+        ("Holder", f"<@{row['holder']}>"),
+        ("State", state),
+        ("Zone", cards.escape(row["zone"])),
+        ("Deadline", deadline_text(row, now)),
+        ("Cost so far", money(row.get("cost_so_far"))),
+    ]
+    return {"type": "section", "fields": [{"type": "mrkdwn", "text": cut(f"*{name}*\n{value}", 2000)}
+                                          for name, value in fields]}
+
+
+def home_view(leases: dict, zones: tuple[str, list[dict]] | None, now: float | None = None) -> dict:
+    """`leases`: the `leases` action's (ok, text, data) as a dict {ok, text, data}; `zones`: the
+    zones card's (text, blocks), or None when the scoreboard is not available here."""
+    now = now or time.time()
+    blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": "TPUs in this workspace"}}]
+    rows = leases.get("data", {}).get("leases", []) if leases.get("ok") else []
+    summary = cards.escape(leases.get("text", "")) if leases.get("ok") else f":no_entry: {leases.get('text', '')}"
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": cut(
+        f"{summary} Updated {cards.clock(now)}. In a channel: `/tpu up`, `/tpu status`, `/tpu down`, `/tpu help`.",
+        3000)}]})
+    zone_blocks = zones[1] if zones else [{"type": "context", "elements": [
+        {"type": "mrkdwn", "text": "The zone scoreboard is not available in this process."}]}]
+    room = MAX_HOME_BLOCKS - FIXED_BLOCKS - len(zone_blocks)
+    shown = rows[:room]
+    blocks += [lease_section(row, now) for row in shown]
+    if len(rows) > len(shown):
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text":
+                       f"… and {len(rows) - len(shown)} more leases (oldest first; the Home tab shows at most "
+                       f"{len(shown)})."}]})
+    blocks.append({"type": "divider"})
+    blocks += zone_blocks
+    return {"type": "home", "blocks": blocks}
