@@ -24,6 +24,8 @@ if TYPE_CHECKING:
     from agent.model_endpoint import ModelConfig
     from infra.cloud_logging import CloudLoggingConfig
     from infra.state.proposals import ProposalStore
+    from infra.preflight import PreflightGate
+    from infra.scoreboard import ZoneScoreboard
     from infra.tpu import TpuService
 
 
@@ -53,6 +55,13 @@ class Policy:
     poll_interval: timedelta = timedelta(seconds=10)
     active_poll_interval: timedelta = timedelta(seconds=60)
     teardown_wait: timedelta = timedelta(minutes=5)
+    # Zone search and model boot (issue 3).
+    valid_until: timedelta = timedelta(hours=4)  # how long a flex-start request may queue
+    search_budget: timedelta = timedelta(minutes=2)  # one provision job's share of a zone search
+    model_port: int = 8000
+    model_name: str = "google/gemma-4-E2B-it"
+    model_boot_timeout: timedelta = timedelta(minutes=45)
+    boot_poll_interval: timedelta = timedelta(seconds=15)
 
     def is_admin(self, user_id: str) -> bool:
         return user_id in self.admins
@@ -100,3 +109,6 @@ class Services:
     proposals: "ProposalStore | None" = None
     # Per agent run only (a `dataclasses.replace` copy): the mention's logs, for summarize_logs.
     material: "MentionInput | None" = None
+    # Zone scoreboard and the cached `tpubot doctor` verdict (issue 3).
+    scoreboard: "ZoneScoreboard | None" = None
+    preflight: "PreflightGate | None" = None

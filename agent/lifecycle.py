@@ -49,9 +49,13 @@ class TeardownOutcome:
 
 async def request_provision(svc: Services, actor: Actor, *, zone: str | None, hours: float | None) -> ProvisionOutcome:
     run = timedelta(hours=hours) if hours else svc.policy.max_run
+    # Without a zone the provision job searches; the card starts on the zone it will try first.
+    from agent.zone_search import first_choice_zone
+
     claim = await svc.leases.claim(
         team=actor.team, channel=actor.channel, holder=actor.user_id,
-        zone=zone or svc.policy.default_zone, run_seconds=int(run.total_seconds()),
+        zone=zone or await first_choice_zone(svc), run_seconds=int(run.total_seconds()),
+        zone_explicit=zone is not None,
     )
     if claim.created:
         await svc.jobs.enqueue(
@@ -177,8 +181,10 @@ async def schedule_watch(svc: Services, lease: Lease, *, delay: timedelta) -> No
 async def resume_job_for(svc: Services, lease: Lease) -> bool:
     """Re-enqueue whatever job a lease is waiting on (after a crash between a write and its enqueue)."""
     if lease.state == LeaseState.PENDING.value or (lease.state == LeaseState.CREATING.value and not lease.watch_seq):
-        return await svc.jobs.enqueue(PROVISION_JOB, job_id=f"provision:{lease.lease_id}",
-                                      team=lease.team, channel=lease.channel, lease_id=lease.lease_id)
+        round_ = lease.search_round  # a zone search may be in its nth job run
+        return await svc.jobs.enqueue(PROVISION_JOB, job_id=f"provision:{lease.lease_id}" + (f":{round_}" if round_ else ""),
+                                      team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
+                                      **({"search_round": round_} if round_ else {}))
     if lease.state == LeaseState.TEARING_DOWN.value:
         return await svc.jobs.enqueue(TEARDOWN_JOB, job_id=f"teardown:{lease.lease_id}",
                                       team=lease.team, channel=lease.channel, lease_id=lease.lease_id)

@@ -1,12 +1,23 @@
-"""The provision job: create the channel's queued resource, then hand over to the watcher."""
+"""The provision job: create the channel's queued resource, then hand over to the watcher.
+
+With an explicit `/tpu up ZONE` the QR is created in that zone only. Without one, the job runs a
+zone search (agent/zone_search.py): best-known zones first, every attempt on the scoreboard,
+configuration errors stop the search with the setting to fix.
+
+Idempotent: the QR id is derived from the lease, so a retried job (or a second worker) adopts the
+QR an earlier run created (409) instead of creating another; a search longer than one run's budget
+continues in a new job (`provision:{lease}:{round}`) and skips what the scoreboard now knows.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 
 from agent.context import Services
 from agent.lifecycle import (
+    PROVISION_JOB,
     LockBusy,
     explain,
     fail_lease,
@@ -14,36 +25,113 @@ from agent.lifecycle import (
     notify,
     schedule_watch,
 )
-from infra.state.leases import LeaseState
+from agent.zone_search import SearchOutcome, ZoneSearch, nothing_to_try_message
+from infra.state.leases import Lease, LeaseState
+
+WORKING_STATES = (LeaseState.PENDING.value, LeaseState.CREATING.value)
 
 
-async def provision_job(svc: Services, team: str, channel: str, lease_id: str) -> str:
-    from infra.tpu import QrSpec, TpuError, bot_labels
+def provision_job_id(lease_id: str, search_round: int = 0) -> str:
+    return f"provision:{lease_id}" if not search_round else f"provision:{lease_id}:{search_round}"
 
+
+async def provision_job(svc: Services, team: str, channel: str, lease_id: str, search_round: int = 0) -> str:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
-    if lease is None or lease.state not in (LeaseState.PENDING.value, LeaseState.CREATING.value):
+    if lease is None or lease.state not in WORKING_STATES or lease.search_round != search_round:
         return "skipped: lease changed"
     token = await svc.locks.acquire(team, channel)
     if token is None:
         raise LockBusy(f"{team}/{channel}")
     try:
-        lease = await notify(svc, lease)
-        lease = await svc.leases.update(lease, state=LeaseState.CREATING) or lease
-        lease = await notify(svc, lease)
-        spec = QrSpec(
-            qr_id=lease.qr_id, node_id=lease.node_id, zone=lease.zone,
-            labels=bot_labels(team, channel, lease.lease_id, holder=lease.holder),
-            startup_script=svc.startup_script(lease),
-            max_run_duration=timedelta(seconds=lease.run_seconds),
-        )
-        try:
-            qr = await asyncio.to_thread(svc.tpu.create_queued_resource, spec)
-        except TpuError as error:
-            await fail_lease(svc, lease, explain(error))
-            return f"failed: {error.kind.value}"
-        lease = await svc.leases.update(lease, state=lease_state_for(qr.state)) or lease
-        lease = await notify(svc, lease)
-        await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
-        return f"created {lease.qr_id} in {lease.zone}"
+        if lease.state == LeaseState.PENDING.value:
+            lease = await notify(svc, lease)
+            lease = await svc.leases.update(lease, state=LeaseState.CREATING) or lease
+            lease = await notify(svc, lease)
+        return await _provision(svc, lease, token)
     finally:
         await svc.locks.release(team, channel, token)
+
+
+async def _provision(svc: Services, lease: Lease, token: str) -> str:
+    from infra.tpu import QrSpec, bot_labels
+
+    # A QR this lease already created (a crash between the create and the state write) is adopted.
+    if lease.zone and (existing := await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)):
+        return await _created(svc, lease, SearchOutcome(status="created", zone=lease.zone, qr=existing))
+
+    board = svc.scoreboard
+    if board is None:
+        raise RuntimeError("Services.scoreboard is not wired; bot/wiring.py builds it")
+    zones = [lease.zone] if lease.zone_explicit else list(svc.policy.zones)
+    search = ZoneSearch(svc.tpu, board, zones=zones, default_zone=svc.policy.default_zone)
+    if lease.zone_explicit:
+        order = [lease.zone]  # the user chose: no skips, no filter — the error (if any) says why
+    else:
+        plan = await search.plan()
+        order = plan.order
+        if not order:
+            await fail_lease(svc, lease, nothing_to_try_message(plan, svc.policy.accelerator_type))
+            return "failed: no zone to try"
+
+    current = lease
+
+    async def create(zone: str, n: int, total: int):
+        nonlocal current
+        await svc.locks.extend(current.team, current.channel, token)
+        note = f"Trying {zone} ({n} of {total})…" if total > 1 else f"Requesting a TPU in {zone}…"
+        current = await svc.leases.update(current, zone=zone, detail=note) or current
+        current = await notify(svc, current)
+        spec = QrSpec(
+            qr_id=current.qr_id, node_id=current.node_id, zone=zone,
+            labels=bot_labels(current.team, current.channel, current.lease_id),
+            startup_script=svc.startup_script(current),
+            max_run_duration=timedelta(seconds=current.run_seconds),
+        )
+        return await asyncio.to_thread(svc.tpu.create_queued_resource, spec)
+
+    async def still_wanted() -> bool:
+        fresh = await svc.leases.get_by_id(current.team, current.channel, current.lease_id)
+        return fresh is not None and fresh.state in WORKING_STATES
+
+    deadline = time.monotonic() + svc.policy.search_budget.total_seconds()
+    outcome = await search.run(order, create, lease_id=lease.lease_id, deadline=deadline, still_wanted=still_wanted)
+    if outcome.created:
+        return await _created(svc, current, outcome)
+    if outcome.status == "cancelled":
+        return "stopped: lease changed during the search"
+    if outcome.status == "budget":
+        return await _continue_later(svc, current)
+    if lease.zone_explicit and outcome.status == "exhausted" and outcome.last_error is not None:
+        await fail_lease(svc, current, f"{explain(outcome.last_error)} (You asked for {lease.zone}; `/tpu up` "
+                                       "without a zone searches the other configured zones.)")
+        return f"failed: {outcome.last_error.kind.value}"
+    await fail_lease(svc, current, outcome.message or "No zone could be tried.")
+    return f"failed: {outcome.status}"
+
+
+async def _created(svc: Services, lease: Lease, outcome: SearchOutcome) -> str:
+    qr = outcome.qr
+    now = time.time()
+    valid_until = qr.valid_until_time.timestamp() if getattr(qr, "valid_until_time", None) else \
+        now + svc.policy.valid_until.total_seconds()
+    lease = await svc.leases.update(
+        lease, state=lease_state_for(qr.state), zone=outcome.zone, queued_at=lease.queued_at or now,
+        valid_until=valid_until, detail="",
+    ) or lease
+    lease = await notify(svc, lease)
+    await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
+    tries = len(outcome.attempts)
+    return f"created {lease.qr_id} in {lease.zone}" + (f" after {tries} attempts" if tries > 1 else "")
+
+
+async def _continue_later(svc: Services, lease: Lease) -> str:
+    next_round = lease.search_round + 1
+    updated = await svc.leases.update(lease, search_round=next_round)
+    if updated is None:
+        return "stopped: lease changed"
+    await svc.jobs.enqueue(PROVISION_JOB, job_id=provision_job_id(lease.lease_id, next_round), team=lease.team,
+                           channel=lease.channel, lease_id=lease.lease_id, search_round=next_round)
+    return f"continuing the zone search (round {next_round})"
+
+
+__all__ = ["provision_job", "provision_job_id", "explain"]

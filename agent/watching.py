@@ -18,6 +18,7 @@ from agent.lifecycle import (
     notify,
     schedule_watch,
 )
+from infra.endpoint_probe import endpoint_url
 from infra.state.leases import LeaseState
 
 
@@ -62,7 +63,7 @@ async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: 
         changes.update(active_at=now, deadline=now + lease.run_seconds)
         node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
         if node and node.external_ip:
-            changes["endpoint"] = f"http://{node.external_ip}:8000/v1"
+            changes["endpoint"] = endpoint_url(node.external_ip, svc.policy.model_port)
     if changes:
         lease = await svc.leases.update(lease, **changes) or lease
         lease = await notify(svc, lease)

@@ -27,6 +27,7 @@ from infra.state.redis_server import RedisEndpoint, ensure_redis
 
 
 SANDBOX_POLL_INTERVAL = timedelta(milliseconds=500)
+SANDBOX_MODEL_BOOT_SECONDS = 1.0  # how long a sandbox node's "vLLM" takes to come up after ACTIVE
 
 
 def free_port() -> int:
@@ -95,8 +96,28 @@ class LocalStack:
     sandbox_model: bool = False  # start a sandbox vLLM (labelled heuristic) unless GEMMA_BASE_URL is set
     model_emulator: Any = None
     logging_emulator: Any = None
+    world: Any = None  # infra.sandbox.world.SandboxWorld; None: the default world (tpu_zones if given)
+    cloud: Any = None  # the running CloudSandbox (TPU + project APIs)
+    node_models: Any = None  # sandbox vLLM per ACTIVE node
     _web: _UvicornThread | None = field(default=None, repr=False)
     _worker: _WorkerThread | None = field(default=None, repr=False)
+
+    def _start_cloud(self) -> dict[str, Any]:
+        """The emulated project, with a labelled sandbox vLLM on every ACTIVE node at http://127.0.1.N:PORT/v1."""
+        from infra.sandbox.node_models import NodeModels
+        from infra.sandbox.world import CloudSandbox, SandboxWorld
+
+        world = self.world or (SandboxWorld(zones=dict(self.tpu_zones)) if self.tpu_zones else SandboxWorld())
+        self.node_models = NodeModels(model=self.settings.model_name, max_model_len=self.settings.vllm_max_model_len,
+                                      preferred_port=self.settings.model_port,
+                                      boot_seconds=SANDBOX_MODEL_BOOT_SECONDS * self.settings.sandbox_time_scale)
+        self.cloud = CloudSandbox(world, project=self.settings.project, time_scale=self.settings.sandbox_time_scale,
+                                  on_node_ready=self.node_models.on_node_ready,
+                                  on_node_gone=self.node_models.on_node_gone).start()
+        self.tpu_sandbox = self.cloud.tpu
+        overrides = {key: value for key, value in self.cloud.endpoint_overrides().items() if not getattr(self.settings, key)}
+        overrides["model_port"] = self.node_models.port
+        return overrides
 
     def start(self) -> "LocalStack":
         self.redis = ensure_redis(self.settings.redis_url)
@@ -105,11 +126,7 @@ class LocalStack:
             # The emulated cloud moves in seconds, not minutes: look at it as often.
             overrides["poll_interval"] = min(self.settings.poll_interval, SANDBOX_POLL_INTERVAL)
         if self.settings.sandbox and not self.settings.tpu_api_endpoint:
-            from infra.sandbox.tpu_api import TpuSandbox
-
-            self.tpu_sandbox = TpuSandbox(zones=self.tpu_zones, time_scale=self.settings.sandbox_time_scale,
-                                          project=self.settings.project)
-            overrides["tpu_api_endpoint"] = self.tpu_sandbox.start()
+            overrides.update(self._start_cloud())
         if self.settings.sandbox and not self.settings.logging_api_endpoint:
             from infra.sandbox.logging_api import LoggingEmulator, generate_entries
 
@@ -151,8 +168,12 @@ class LocalStack:
             self._web.stop()
         if self.slack:
             self.slack.stop()
-        if self.tpu_sandbox:
+        if self.cloud:
+            self.cloud.stop()
+        elif self.tpu_sandbox:
             self.tpu_sandbox.stop()
+        if self.node_models:
+            self.node_models.stop_all()
         if self.model_emulator:
             self.model_emulator.stop()
         if self.logging_emulator:

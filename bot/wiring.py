@@ -72,6 +72,49 @@ def policy_from(settings: Settings) -> Policy:
         max_run=settings.max_run_duration,
         poll_interval=settings.poll_interval,
         active_poll_interval=max(settings.poll_interval, min(settings.poll_interval * 6, timedelta(minutes=1))),
+        valid_until=settings.valid_until_duration,
+        search_budget=min(timedelta(minutes=2), settings.job_timeout / 2),
+        model_port=settings.model_port,
+        model_name=settings.model_name,
+        model_boot_timeout=settings.model_boot_timeout,
+        boot_poll_interval=min(timedelta(seconds=15), settings.poll_interval * 1.5),
+    )
+
+
+def vllm_config_from(settings: Settings):
+    from infra.vllm_flags import VllmConfig
+
+    return VllmConfig(
+        model=settings.model_name, port=settings.model_port, image=settings.vllm_image,
+        max_model_len=settings.vllm_max_model_len, max_num_batched_tokens=settings.vllm_max_num_batched_tokens,
+        limit_mm_per_prompt=settings.vllm_limit_mm_per_prompt, tensor_parallel_size=settings.tensor_parallel_size,
+    )
+
+
+def startup_script_config_from(settings: Settings):
+    from infra.startup_script import StartupScriptConfig
+
+    return StartupScriptConfig(project=settings.project, hf_token_secret=settings.hf_token_secret,
+                               vllm=vllm_config_from(settings))
+
+
+def startup_script_from(settings: Settings):
+    """`Services.startup_script`: the same rendered script for every lease (no secret in it)."""
+    from infra.startup_script import render_startup_script
+
+    script = render_startup_script(startup_script_config_from(settings))
+    return lambda lease: script
+
+
+def preflight_config_from(settings: Settings):
+    from infra.preflight import PreflightConfig
+
+    return PreflightConfig(
+        project=settings.project, zone=settings.tpu_zone, accelerator=settings.tpu_accelerator_type,
+        network=settings.network, subnetwork=settings.subnetwork, hf_token_secret=settings.hf_token_secret,
+        sandbox=settings.sandbox, tpu_endpoint=settings.tpu_api_endpoint,
+        compute_endpoint=settings.compute_api_endpoint, quotas_endpoint=settings.quotas_api_endpoint,
+        secretmanager_endpoint=settings.secretmanager_api_endpoint,
     )
 
 
@@ -99,7 +142,9 @@ def tpu_service_from(settings: Settings):
         from google.auth.credentials import AnonymousCredentials
 
         credentials = AnonymousCredentials()
-    return TpuService(tpu_config_from(settings), credentials=credentials)
+    # The emulator settles a create LRO in a fraction of a second; polling it each second would only wait.
+    return TpuService(tpu_config_from(settings), credentials=credentials,
+                      lro_poll_interval=0.05 if settings.sandbox else 1.0)
 
 
 def slack_client_from(settings: Settings) -> AsyncWebClient:
@@ -163,4 +208,18 @@ async def build_services(
         proposals=ProposalStore(redis),
     )
     services.hooks.extend(alert_wiring.alert_hooks())
+    _wire_provisioning(services, settings, redis)
     return services, redis, pool
+
+
+def _wire_provisioning(services: Services, settings: Settings, redis: Redis) -> None:
+    """Zone scoreboard, cached doctor verdict, startup script, and the post-ACTIVE hooks (issue 3)."""
+    from agent.model_boot import ModelBootHook
+    from agent.zone_search import ZoneOutcomeHook
+    from infra.preflight import PreflightGate, PreflightStore
+    from infra.scoreboard import ZoneScoreboard
+
+    services.scoreboard = ZoneScoreboard(redis, settings.tpu_accelerator_type)
+    services.preflight = PreflightGate(PreflightStore(redis), preflight_config_from(settings).fingerprint())
+    services.startup_script = startup_script_from(settings)
+    services.hooks.extend([ZoneOutcomeHook(), ModelBootHook()])

@@ -27,9 +27,9 @@ async def _lock_wait(ctx: dict, team: str, channel: str) -> float:
     return max(LOCK_RETRY_SECONDS, remaining + 0.1)
 
 
-async def provision_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:
+async def provision_lease(ctx: dict, *, team: str, channel: str, lease_id: str, search_round: int = 0) -> str:
     try:
-        return await provisioning.provision_job(ctx["services"], team, channel, lease_id)
+        return await provisioning.provision_job(ctx["services"], team, channel, lease_id, search_round)
     except lifecycle.LockBusy:
         raise Retry(defer=await _lock_wait(ctx, team, channel))
 
@@ -57,6 +57,13 @@ async def resume_leases(ctx: dict) -> int:
     return resumed
 
 
+async def boot_model(ctx: dict, *, team: str, channel: str, lease_id: str, seq: int) -> str:
+    """After ACTIVE: wait for vLLM, then measure TTFT/TPOT (agent/model_boot.py)."""
+    from agent import model_boot
+
+    return await model_boot.boot_job(ctx["services"], team, channel, lease_id, seq)
+
+
 async def answer_mention(ctx: dict, **mention: Any) -> str:
     """One @-mention: the agent's answer in the thread (handlers/mention_job.py)."""
     return await mention_job.answer_mention(ctx["services"], ctx["slack"], **mention)
@@ -78,7 +85,7 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
 
     job_timeout = int(settings.job_timeout.total_seconds())
     kwargs: dict[str, Any] = dict(
-        functions=[answer_mention, provision_lease, watch_lease, teardown_lease, *alert_jobs.FUNCTIONS],
+        functions=[answer_mention, provision_lease, watch_lease, teardown_lease, boot_model],
         cron_jobs=[cron(resume_leases, second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
         redis_settings=RedisSettings.from_dsn(redis_url),
         queue_name=JOB_QUEUE,

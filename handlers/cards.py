@@ -63,6 +63,11 @@ def lease_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]
     ]
     if state == LeaseState.WAITING_FOR_RESOURCES:
         fields.append(("Waiting for", duration(now - lease.state_since)))
+        if lease.valid_until:
+            fields.append(("Valid until", f"{clock(lease.valid_until)} (in {duration(lease.valid_until - now)}); "
+                                          "still waiting then → FAILED, no capacity"))
+    if state.holds_tpu and lease.active_at:
+        fields.append(("TPU", f"{STATE_BADGES[LeaseState.ACTIVE]} since {clock(lease.active_at)}"))
     if lease.deadline:
         fields.append(("Cloud deadline", f"{clock(lease.deadline)} (in {duration(lease.deadline - now)})"))
     else:
@@ -87,14 +92,49 @@ def status_card(lease: Lease, now: float | None = None) -> tuple[str, list[dict]
             "fields": [{"type": "mrkdwn", "text": _truncate(f"*{name}*\n{value}", 2000)} for name, value in fields[:10]],
         },
     ]
+    if model := model_fields(lease):
+        blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": _truncate(f"*{name}*\n{value}", 2000)}
+                                                     for name, value in model]})
     if lease.detail:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _truncate(escape(lease.detail), 3000)}})
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _truncate(detail_text(lease), 3000)}})
     blocks.append({
         "type": "context",
         "elements": [{"type": "mrkdwn", "text": f"lease `{lease.lease_id}` · `/tpu status` · `/tpu down`"}],
     })
-    text = f"TPU {lease.zone}: {badge} (lease {lease.lease_id})"
+    if state in (LeaseState.BOOTING_MODEL, LeaseState.READY) or (state == LeaseState.FAILED and lease.active_at):
+        text = f"TPU {lease.zone}: {STATE_BADGES[LeaseState.ACTIVE]} · {badge} (lease {lease.lease_id})"
+    else:
+        text = f"TPU {lease.zone}: {badge} (lease {lease.lease_id})"
+    if state == LeaseState.READY and lease.ttft_ms:
+        text += f" · TTFT {ms(lease.ttft_ms)}, TPOT {ms(lease.tpot_ms)}"
     return text, blocks
+
+
+def ms(value: float) -> str:
+    return f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms"
+
+
+def model_fields(lease: Lease) -> list[tuple[str, str]]:
+    """The model's health: what answered, and TTFT/TPOT/tokens per second from one streamed request."""
+    state = LeaseState(lease.state)
+    if state == LeaseState.READY:
+        fields = [("Model", escape(lease.model_info) or "serving")]
+        if lease.ttft_ms:
+            fields.append(("TTFT / TPOT", f"{ms(lease.ttft_ms)} / {ms(lease.tpot_ms)}"))
+            fields.append(("Output", f"{lease.tokens_per_s:.0f} tokens/s (one stream)"))
+        return fields
+    if state == LeaseState.BOOTING_MODEL:
+        return [("Model", f"booting for {duration(time.time() - lease.state_since)}")]
+    return []
+
+
+def detail_text(lease: Lease) -> str:
+    """The progress note, or for FAILED the classified reason with its fix on a line of its own."""
+    text = escape(lease.detail)
+    if LeaseState(lease.state) == LeaseState.FAILED:
+        reason, sep, fix = text.partition(" Fix: ")
+        return f":red_circle: *Reason:* {reason}" + (f"\n*Fix:* {fix}" if sep else "")
+    return text
 
 
 def released_card(lease: Lease, reason: str, by: str = "") -> tuple[str, list[dict]]:
@@ -142,6 +182,34 @@ def teardown_confirm_card(lease: Lease) -> tuple[str, list[dict]]:
         },
     ]
     return text, blocks
+
+
+def zones_card(rows: list[dict], order: list[str], now: float | None = None, limit: int = 20) -> tuple[str, list[dict]]:
+    """`/tpu zones`: the scoreboard in search order, as a monospaced table (Slack has no tables)."""
+    now = now or time.time()
+    header = f"{'zone':<24}{'last outcome':<24}{'when':<10}{'median→ACTIVE':<15}skipped until"
+    lines = [header]
+    for row in rows[:limit]:
+        outcome = row["last_outcome"] or ("not offered" if row["offers"] is False else "—")
+        when = f"{duration(now - row['last_at'])} ago" if row["last_at"] else "—"
+        median = duration(row["median_seconds_to_active"]) if row["median_seconds_to_active"] is not None else "—"
+        skipped = clock(row["skipped_until"]) if row["skipped_until"] else "—"
+        rank = f"{row['search_rank']}. " if row["search_rank"] else "   "
+        lines.append(f"{rank + row['zone']:<24}{outcome:<24}{when:<10}{median:<15}{skipped}")
+    more = len(rows) - limit
+    if more > 0:
+        lines.append(f"… and {more} more")
+    first = order[0] if order else None
+    summary = (f"`/tpu up` without a zone tries {first} first ({len(order)} zones in play)." if first
+               else "`/tpu up` without a zone has no zone to try right now: every zone is skipped or lacks the type.")
+    table = _truncate("\n".join(lines), 2990)
+    blocks = [
+        {"type": "header", "text": {"type": "plain_text", "text": "Zone scoreboard"}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": f"```{table}```"}},
+        {"type": "context", "elements": [{"type": "mrkdwn", "text": summary + " Quota is not availability: only "
+                                          "attempts count."}]},
+    ]
+    return f"Zone scoreboard: {summary}", blocks
 
 
 def notice(text: str) -> tuple[str, list[dict]]:

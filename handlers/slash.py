@@ -51,10 +51,13 @@ async def run_subcommand(services: Services, actor: Actor, parsed: ParsedCommand
 def render_result(services: Services, action_name: str, result) -> tuple[str, list[dict]]:
     lease = result.lease
     if action_name == "provision":
+        if result.data.get("preflight_failed"):
+            return cards.notice(f":stop_sign: {result.text}")
         if result.ok:
+            search = "" if lease.zone_explicit else " If that zone refuses, the best-known other zones are tried."
             return cards.notice(
                 f":white_check_mark: Requested a {services.policy.accelerator_type} flex-start TPU in {lease.zone} "
-                f"for {cards.duration(lease.run_seconds)} (lease `{lease.lease_id}`). The status card follows in this channel."
+                f"for {cards.duration(lease.run_seconds)} (lease `{lease.lease_id}`).{search} The status card follows in this channel."
             )
         return cards.notice(
             f":lock: This channel's TPU is held by <@{lease.holder}> since {cards.clock(lease.created_at)} "
@@ -65,6 +68,8 @@ def render_result(services: Services, action_name: str, result) -> tuple[str, li
         if lease is None:
             return cards.notice("This channel holds no TPU. Start one with `/tpu up`.")
         return cards.status_card(lease)
+    if action_name == "zones":
+        return cards.zones_card(result.data.get("zones", []), result.data.get("order", []))
     if action_name == "teardown":
         if result.needs_confirmation:
             return cards.teardown_confirm_card(lease)

@@ -319,6 +319,15 @@ class TpuService:
             lambda: self._client.get_node(name=name, retry=None, timeout=self.config.timeout)))
         return None if node is None else _node_view(node)
 
+    def list_accelerator_types(self, zone: str) -> list[str]:
+        """The accelerator types the zone offers (e.g. `v5litepod-1`), all pages; the zone search's filter."""
+        def fetch_all() -> list[str]:
+            pager = self._client.list_accelerator_types(parent=self._parent(zone), retry=None,
+                                                        timeout=self.config.timeout)
+            return sorted({item.type_ or item.name.rsplit("/", 1)[-1] for item in pager})
+
+        return self._with_retries(zone, fetch_all)
+
     # --- internals -------------------------------------------------------------------------------------
     def _parent(self, zone: str) -> str:
         return f"projects/{self.config.project}/locations/{zone}"

@@ -38,4 +38,5 @@ def test_shell_users_and_unknown_buttons(tmp_path, redis_url):
     assert "no button whose label contains 'Nothing'" in out
     assert "Unknown subcommand `launch`" in out
     assert "Kept the TPU; nothing changed." in out
-    assert "· ACTIVE ==" in out.split("alice> /tpu status")[-1]
+    # Kept: the TPU is still there, and by now its model is serving (ACTIVE → BOOTING MODEL → READY).
+    assert "· READY ==" in out.split("alice> /tpu status")[-1]

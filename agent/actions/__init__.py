@@ -14,6 +14,7 @@ from agent.actions.registry import (  # noqa: F401
     tool_declarations,
 )
 from agent.actions import lease_actions  # noqa: F401,E402  (registers provision/teardown/status)
+from agent.actions import zone_actions  # noqa: F401,E402  (registers zones)
 from agent.actions import log_actions  # noqa: F401,E402  (registers summarize_logs/query_cloud_logs)
 from agent.actions import admin_actions  # noqa: F401,E402  (registers audit/force_unlock)
 from agent.actions import oncall_actions  # noqa: F401,E402  (registers oncall)

@@ -14,7 +14,8 @@ from agent.context import Actor, Policy, Services
 class ProvisionArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    zone: str | None = Field(None, description="GCP zone, e.g. us-west4-a; omit to use the default zone")
+    zone: str | None = Field(None, description="GCP zone, e.g. us-west4-a; omit to search the configured zones, "
+                                                "best-known first")
     hours: float | None = Field(None, description="how long the TPU runs, in hours (flex-start allows up to 168)")
 
     @field_validator("zone")
@@ -57,13 +58,30 @@ def lease_summary(lease: Any) -> dict:
 @action("provision", "Request this channel's flex-start TPU v5e running Gemma (one per channel).",
         ProvisionArgs, kind=ActionKind.WRITE, destructive=False)
 async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionResult:
+    blocked = await preflight_blockers(svc, args.zone)
+    if blocked:
+        fixes = "\n".join(f"• {check.name}: {check.detail}. Fix: {check.fix}" for check in blocked)
+        return ActionResult(False, "The last `tpubot doctor` run found problems that would make `/tpu up` fail, so "
+                                   f"nothing was requested:\n{fixes}\nFix them, run `tpubot doctor` again, then "
+                                   "`/tpu up`.", {"preflight_failed": [check.name for check in blocked]})
     outcome = await lifecycle.request_provision(svc, actor, zone=args.zone, hours=args.hours)
     lease = outcome.lease
     if outcome.created:
-        return ActionResult(True, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {lease.zone} "
+        where = lease.zone if args.zone else f"{lease.zone} (searching the other configured zones if it refuses)"
+        return ActionResult(True, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
                                   f"(lease {lease.lease_id}).", lease_summary(lease), lease)
     return ActionResult(False, f"This channel's TPU is already held by <@{lease.holder}> (lease {lease.lease_id}, "
                                f"{lease.state}); nothing new was created.", lease_summary(lease), lease)
+
+
+async def preflight_blockers(svc: Services, zone: str | None) -> list:
+    """Failed checks of the cached doctor verdict that apply to this request (quota was checked for one zone)."""
+    if svc.preflight is None:
+        return []
+    failures = await svc.preflight.failures()
+    if zone and zone != svc.policy.default_zone:
+        failures = [check for check in failures if check.name != "tpu quota"]
+    return failures
 
 
 @action("teardown", "Tear down this channel's TPU; always asks a person to confirm.",

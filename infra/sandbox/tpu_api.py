@@ -79,7 +79,7 @@ PROVISIONING_MODELS = ["PROVISIONING_MODEL_UNSPECIFIED", "STANDARD", "SPOT", "RE
 _ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 _PATH_RE = re.compile(
     r"^/(?P<version>v2|v2alpha1)/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
-    r"/(?P<collection>queuedResources|nodes|operations)(?:/(?P<id>[^/:]+))?(?::(?P<action>\w+))?$"
+    r"/(?P<collection>queuedResources|nodes|operations|acceleratorTypes)(?:/(?P<id>[^/:]+))?(?::(?P<action>\w+))?$"
 )
 _HTTP_STATUS = {
     400: "INVALID_ARGUMENT",
@@ -189,6 +189,7 @@ class TpuSandbox:
         project: str = "tpubot-sandbox",
         *,
         subnetworks: Iterable[str] | None = None,
+        accelerators: Mapping[str, Iterable[str]] | None = None,
         on_node_ready: Callable[[str, str, dict[str, str]], str | None] | None = None,
         on_node_gone: Callable[[str, str], None] | None = None,
         max_page_size: int = 100,
@@ -206,6 +207,8 @@ class TpuSandbox:
         self.requests: deque[RecordedRequest] = deque(maxlen=10_000)
         self._zones = dict(DEFAULT_ZONES if zones is None else zones)
         self._networks = set(networks)
+        # zone -> accelerator types it offers; a zone not listed offers every known type.
+        self._accelerators = {zone: frozenset(types) for zone, types in (accelerators or {}).items()}
         self._subnetworks = None if subnetworks is None else set(subnetworks)
         self._lock = threading.RLock()
         self._qrs: dict[tuple[str, str], _QueuedResource] = {}
@@ -494,6 +497,8 @@ class TpuSandbox:
                 return 200, self._render_qr(version, self._get_qr(zone, item), integer_enums)
             if method == "DELETE" and action is None:
                 return self._delete(version, zone, item, query)
+        if collection == "acceleratorTypes" and method == "GET":
+            return self._accelerator_types(version, project, zone, item, query)
         if collection == "nodes" and method == "GET":
             if item is None:
                 return self._list_nodes(version, zone, query, integer_enums)
@@ -580,9 +585,29 @@ class TpuSandbox:
             self._record(zone, "queued_without_capacity" if no_capacity else "accepted")
             return 200, self._operation_json(op, version, now)
 
+    def offered_accelerators(self, zone: str) -> frozenset[str]:
+        return self._accelerators.get(zone, ACCELERATOR_TYPES)
+
+    def _accelerator_types(self, version: str, project: str, zone: str, item: str | None,
+                           query: dict) -> tuple[int, dict]:
+        def view(accel: str) -> dict:
+            family, _, chips = accel.rpartition("-")
+            kind = {"v5litepod": "V5LITE_POD", "v6e": "V6E"}.get(family, "TYPE_UNSPECIFIED")
+            return {"name": f"projects/{project}/locations/{zone}/acceleratorTypes/{accel}", "type": accel,
+                    "acceleratorConfigs": [{"type": kind, "topology": _topology(int(chips or 1))}]}
+
+        offered = sorted(self.offered_accelerators(zone))
+        if item is not None:
+            if item not in offered:
+                raise _not_found(f"projects/{project}/locations/{zone}/acceleratorTypes/{item}")
+            return 200, view(item)
+        page, token = self._page(offered, query)
+        return 200, {"acceleratorTypes": [view(accel) for accel in page],
+                     **({"nextPageToken": token} if token else {}), "unreachable": []}
+
     def _validate_node(self, zone: str, node: dict) -> None:
         accel = str(node.get("acceleratorType", ""))
-        if accel not in ACCELERATOR_TYPES:
+        if accel not in self.offered_accelerators(zone):
             raise _ApiError(400, "Cloud TPU received a bad request. The requested accelerator configuration for "
                                  f'accelerator type, "{accel}", could not be found in the zonal accelerator '
                                  f'configurations for "{zone}".; the accelerator {accel} was not found in zone '
@@ -745,6 +770,15 @@ def _as_v2(view: dict, message_type: Any, integer_enums: bool) -> dict:
     message = message_type.pb()()
     json_format.ParseDict(view, message, ignore_unknown_fields=True)
     return json_format.MessageToDict(message, use_integers_for_enums=integer_enums)
+
+
+def _topology(chips: int) -> str:
+    """`1x1`, `2x2`, `2x4`, … the 2D slice shape of a v5e/v6e accelerator type."""
+    side = 1
+    while side * side * 2 <= chips:
+        side *= 2
+    other = chips // side
+    return f"{min(side, other)}x{max(side, other)}"
 
 
 def _not_found(name: str) -> _ApiError:

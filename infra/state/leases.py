@@ -57,6 +57,16 @@ class Lease:
     watch_seq: int = 0
     torn_down_by: str = ""
     idle_since: float = 0.0  # the idle clock's start (agent/idle.py); 0 = unknown (no metrics)
+    # Zone search and model health (issue 3): an explicit `/tpu up ZONE` pins the zone (no search);
+    # the search may continue over several job runs (`search_round`).
+    zone_explicit: int = 0
+    search_round: int = 0
+    queued_at: float = 0.0  # when the accepted create returned (time to ACTIVE counts from here)
+    valid_until: float = 0.0  # the queueing deadline: still WAITING then → FAILED (no capacity)
+    ttft_ms: float = 0.0
+    tpot_ms: float = 0.0
+    tokens_per_s: float = 0.0
+    model_info: str = ""  # what answered the health check: model id and server fingerprint
 
     @property
     def key(self) -> str:
@@ -142,13 +152,14 @@ class LeaseStore:
         self._update = redis.register_script(_UPDATE)
         self._release = redis.register_script(_RELEASE)
 
-    async def claim(self, *, team: str, channel: str, holder: str, zone: str, run_seconds: int) -> ClaimResult:
+    async def claim(self, *, team: str, channel: str, holder: str, zone: str, run_seconds: int,
+                    zone_explicit: bool = False) -> ClaimResult:
         lease_id = new_lease_id()
         now = time.time()
         candidate = Lease(
             lease_id=lease_id, team=team, channel=channel, holder=holder, zone=zone,
             qr_id=qr_id_for(lease_id), node_id=node_id_for(lease_id), state=LeaseState.PENDING.value,
-            created_at=now, state_since=now, run_seconds=run_seconds,
+            created_at=now, state_since=now, run_seconds=run_seconds, zone_explicit=int(zone_explicit),
         )
         flat: list[str] = []
         for name, value in candidate.to_redis().items():

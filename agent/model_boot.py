@@ -1,0 +1,137 @@
+"""After ACTIVE: wait for vLLM on the TPU VM, then measure it once — BOOTING MODEL → READY (or FAILED).
+
+`ModelBootHook.on_active` enqueues the first boot job. Each run looks once (like the watcher:
+no job holds a worker for the minutes a model takes to load) and re-schedules itself with a
+deterministic id (`boot:{lease}:{n}`), so a retried or duplicated run is a no-op:
+
+1. endpoint from the node: external IP → `http://IP:{MODEL_PORT}/v1` (never hard-coded);
+2. `GET /v1/models` until vLLM answers — progress on the card — bounded by `model_boot_timeout`;
+3. one real streamed chat completion (TTFT, TPOT, tokens/s by vLLM's benchmark definitions);
+4. READY with the endpoint and the figures, or FAILED with the reason and the fix. A FAILED model
+   keeps its TPU (and its lease) so it can be debugged; `/tpu down` releases it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from agent.context import Services
+from agent.lifecycle import notify
+from infra.endpoint_probe import endpoint_url, list_models, probe_chat
+from infra.state.leases import Lease, LeaseState
+
+log = logging.getLogger(__name__)
+
+BOOT_JOB = "boot_model"
+BOOTABLE_STATES = (LeaseState.ACTIVE.value, LeaseState.BOOTING_MODEL.value)
+
+
+def boot_job_id(lease_id: str, seq: int) -> str:
+    return f"boot:{lease_id}:{seq}"
+
+
+class ModelBootHook:
+    """Starts the boot/health job when the TPU becomes ACTIVE."""
+
+    async def on_active(self, svc: Services, lease: Lease) -> None:
+        await svc.jobs.enqueue(BOOT_JOB, job_id=boot_job_id(lease.lease_id, 0), team=lease.team,
+                               channel=lease.channel, lease_id=lease.lease_id, seq=0)
+
+    async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
+        return None  # a pending boot job sees the lease gone and stops by itself
+
+
+async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: int) -> str:
+    lease = await svc.leases.get_by_id(team, channel, lease_id)
+    if lease is None or lease.state not in BOOTABLE_STATES:
+        return "stopped: lease changed"
+    endpoint = await _endpoint(svc, lease)
+    if not endpoint:
+        return await _fail(svc, lease, "The TPU node reports no external IP, so the bot cannot reach vLLM on it.",
+                           "keep external IPs allowed for TPU VMs in this project (org policy "
+                           "constraints/compute.vmExternalIpAccess), then `/tpu down` and `/tpu up` again.")
+    policy = svc.policy
+    since_active = time.time() - (lease.active_at or time.time())
+    check = await list_models(endpoint)
+    if check.ok:
+        if policy.model_name not in check.models:
+            served = ", ".join(check.models) or "no model"
+            return await _fail(svc, lease, f"vLLM at {endpoint} serves {served}, not {policy.model_name}.",
+                               f"set MODEL_NAME to the model the startup script serves ({served}), or fix the "
+                               "startup script (`tpubot render-startup-script`).", endpoint=endpoint)
+        return await _measure(svc, lease, endpoint)
+    if since_active > policy.model_boot_timeout.total_seconds():
+        return await _fail(
+            svc, lease,
+            f"vLLM did not answer at {endpoint} within {_minutes(policy.model_boot_timeout.total_seconds())} of the "
+            f"TPU becoming ACTIVE (last error: {check.error}).",
+            f"read the VM's startup log (`gcloud compute tpus tpu-vm ssh {lease.node_id} --zone {lease.zone} -- "
+            "'sudo journalctl -u google-startup-scripts; sudo docker logs tpubot-vllm'`). Usual causes: the VM's "
+            "service account cannot read the HF token secret (grant it roles/secretmanager.secretAccessor), the "
+            f"Gemma license is not accepted for that Hugging Face account, or a firewall blocks tcp:{policy.model_port} "
+            "from the bot to the TPU VM.", endpoint=endpoint)
+    progress = (f"Waiting for vLLM at {endpoint}: {_minutes(since_active)} since ACTIVE, gives up after "
+                f"{_minutes(policy.model_boot_timeout.total_seconds())} (now: {check.error}). The VM pulls the vLLM "
+                f"image, reads the HF token and loads {policy.model_name}.")
+    if not await _write(svc, lease, state=LeaseState.BOOTING_MODEL, endpoint=endpoint, detail=progress):
+        return "stopped: lease changed"
+    await svc.jobs.enqueue(BOOT_JOB, job_id=boot_job_id(lease_id, seq + 1), defer_by=policy.boot_poll_interval,
+                           team=team, channel=channel, lease_id=lease_id, seq=seq + 1)
+    return f"waiting for vLLM ({check.error})"
+
+
+async def _measure(svc: Services, lease: Lease, endpoint: str) -> str:
+    probe = await probe_chat(endpoint, svc.policy.model_name)
+    if not probe.ok:
+        return await _fail(svc, lease, f"vLLM at {endpoint} is up, but a test chat completion failed: {probe.error}.",
+                           "read `sudo docker logs tpubot-vllm` on the VM; the health check uses "
+                           "/v1/chat/completions (an -it model answers raw /v1/completions with empty text).",
+                           endpoint=endpoint)
+    ok = await _write(
+        svc, lease, state=LeaseState.READY, endpoint=endpoint, detail="",
+        ttft_ms=round(probe.ttft_ms, 2), tpot_ms=round(probe.tpot_ms, 3), tokens_per_s=round(probe.tokens_per_s, 1),
+        model_info=probe.served_by,
+    )
+    await svc.audit.record(actor="tpubot", action="model_ready", team=lease.team, channel=lease.channel,
+                           outcome="ready" if ok else "lease changed",
+                           detail=f"{endpoint} ttft={probe.ttft_ms:.1f}ms tpot={probe.tpot_ms:.2f}ms")
+    return f"ready: ttft {probe.ttft_ms:.1f} ms, tpot {probe.tpot_ms:.2f} ms" if ok else "stopped: lease changed"
+
+
+async def _endpoint(svc: Services, lease: Lease) -> str:
+    node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
+    if node is None or not node.external_ip:
+        return ""
+    return endpoint_url(node.external_ip, svc.policy.model_port)
+
+
+async def _fail(svc: Services, lease: Lease, reason: str, fix: str, *, endpoint: str = "") -> str:
+    detail = f"{reason} Fix: {fix} The TPU is still running (and billing): `/tpu down` releases it."
+    changes: dict[str, object] = {"state": LeaseState.FAILED, "detail": detail}
+    if endpoint:
+        changes["endpoint"] = endpoint
+    ok = await _write(svc, lease, **changes)
+    await svc.audit.record(actor="tpubot", action="model_boot", team=lease.team, channel=lease.channel,
+                           outcome="failed", detail=reason)
+    return "failed: " + reason if ok else "stopped: lease changed"
+
+
+async def _write(svc: Services, lease: Lease, **changes: object) -> bool:
+    # Re-read first: a teardown confirmed meanwhile must not be overwritten by a model state.
+    fresh = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
+    if fresh is None or fresh.state not in BOOTABLE_STATES:
+        return False
+    updated = await svc.leases.update(fresh, **changes)
+    if updated is None:
+        return False
+    await notify(svc, updated)
+    return True
+
+
+def _minutes(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    return f"{seconds // 60}m{seconds % 60:02d}s" if seconds < 3600 else f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"

@@ -1,0 +1,209 @@
+"""Where to create the TPU: zones tried best-known-first, configuration errors stop the search.
+
+`/tpu up` without a zone runs a `ZoneSearch`: the configured zones that offer the accelerator
+(the TPU API's acceleratorTypes list, cached on the scoreboard), minus the zones and regions the
+scoreboard says to skip, in scoreboard order. Each attempt is recorded. The search stops:
+
+- at the first zone that takes the request (the QR exists: queued or provisioning);
+- at once on a configuration error (`TpuErrorKind.stops_search`: network, permission, accelerator,
+  runtime…) — it would fail the same way everywhere, so the user is told which setting to fix;
+- when the same unclassified error has come from `same_error_limit` zones — an error that follows
+  the request from zone to zone is a configuration problem, not capacity;
+- when the time budget of this run is spent (the caller continues in a new job).
+
+`ZoneOutcomeHook` records what happens after acceptance (time to ACTIVE; FAILED while still waiting
+at valid-until) through the lease hooks, so the watcher needs no knowledge of the scoreboard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from agent.context import Services
+from infra.scoreboard import Skip, ZoneOrder, ZoneScoreboard
+from infra.state.leases import Lease, LeaseState
+from infra.tpu_errors import ErrorScope, TpuError, TpuErrorKind, classify_status, region_of
+
+log = logging.getLogger(__name__)
+
+SAME_ERROR_LIMIT = 3
+CONFIG_SETTINGS_HINT = "GCP_PROJECT, NETWORK/SUBNETWORK, TPU_ACCELERATOR_TYPE and TPU_RUNTIME_VERSION"
+
+
+@dataclass
+class SearchOutcome:
+    status: str  # created | configuration | exhausted | budget | cancelled
+    zone: str = ""
+    qr: object | None = None  # infra.tpu.QueuedResourceView when created
+    attempts: list[tuple[str, str]] = field(default_factory=list)  # (zone, outcome class)
+    message: str = ""  # for people: what happened and what to fix
+    setting: str | None = None  # the setting to fix, for configuration outcomes
+    last_error: TpuError | None = None
+
+    @property
+    def created(self) -> bool:
+        return self.status == "created"
+
+
+class ZoneSearch:
+    def __init__(self, tpu, scoreboard: ZoneScoreboard, *, zones: tuple[str, ...] | list[str], default_zone: str,
+                 same_error_limit: int = SAME_ERROR_LIMIT) -> None:
+        self._tpu = tpu
+        self._board = scoreboard
+        self.zones = list(dict.fromkeys(zones))
+        self.default_zone = default_zone
+        self._same_error_limit = same_error_limit
+
+    @property
+    def accelerator(self) -> str:
+        return self._board.accelerator
+
+    async def refresh_offers(self) -> None:
+        """Look up (once a day per zone) which configured zones offer the accelerator type at all."""
+        known = await self._board.offers(self.zones)
+        for zone in (z for z, offered in known.items() if offered is None):
+            try:
+                types = await asyncio.to_thread(self._tpu.list_accelerator_types, zone)
+            except TpuError as error:
+                # Unknown stays unknown: the zone is still tried, and its create error classified.
+                log.info("accelerator types of %s unavailable: %s", zone, error)
+                continue
+            await self._board.set_offers(zone, self.accelerator in types)
+
+    async def plan(self) -> ZoneOrder:
+        await self.refresh_offers()
+        return await self._board.order(self.zones, self.default_zone)
+
+    async def run(
+        self,
+        order: list[str],
+        create: Callable[[str, int, int], Awaitable[object]],
+        *,
+        lease_id: str = "",
+        deadline: float | None = None,
+        still_wanted: Callable[[], Awaitable[bool]] | None = None,
+    ) -> SearchOutcome:
+        """Try `order` in turn with `create(zone, n, total)`; classify, record and decide after each."""
+        outcome = SearchOutcome(status="exhausted")
+        skipped_regions: set[str] = set()
+        failures: list[tuple[str, TpuError]] = []
+        for n, zone in enumerate(order, start=1):
+            if region_of(zone) in skipped_regions:
+                continue
+            if deadline is not None and outcome.attempts and time.monotonic() >= deadline:
+                outcome.status = "budget"
+                return outcome
+            if still_wanted is not None and not await still_wanted():
+                outcome.status = "cancelled"
+                return outcome
+            try:
+                qr = await create(zone, n, len(order))
+            except TpuError as error:
+                if error.retryable:
+                    raise  # the API itself is struggling; the job is retried, the scoreboard is untouched
+                zone_of_error = error.zone if error.zone in self.zones else zone
+                await self._board.record_error(zone_of_error, error, lease_id)
+                outcome.attempts.append((zone, error.kind.value))
+                outcome.last_error = error
+                if error.kind.stops_search:
+                    return self._configuration(outcome, zone, error)
+                if error.kind.scope is ErrorScope.REGION:
+                    skipped_regions.add(error.region or region_of(zone))
+                if error.kind.scope in (ErrorScope.UNKNOWN, ErrorScope.RESOURCE):
+                    same = await self._board.same_error_zones(zone, error.message)
+                    if len(same) >= self._same_error_limit:
+                        return self._repeated(outcome, same, error)
+                failures.append((zone, error))
+                continue
+            await self._board.record_accepted(zone, lease_id)
+            outcome.attempts.append((zone, "accepted"))
+            outcome.status, outcome.zone, outcome.qr = "created", zone, qr
+            return outcome
+        outcome.message = self._exhausted_message(failures)
+        return outcome
+
+    # --- messages -------------------------------------------------------------------------
+    def _configuration(self, outcome: SearchOutcome, zone: str, error: TpuError) -> SearchOutcome:
+        outcome.status, outcome.zone, outcome.setting = "configuration", zone, error.setting
+        setting = f"the {error.setting} setting" if error.setting else f"the settings ({CONFIG_SETTINGS_HINT})"
+        outcome.message = (
+            f"{error.message} This is a configuration problem: it would fail the same way in every zone, so the "
+            f"search stopped after {len(outcome.attempts)} attempt(s). Fix {setting}"
+            + (f": {error.fix}" if error.fix else ".") + " Then run `tpubot doctor` and `/tpu up` again."
+        )
+        return outcome
+
+    def _repeated(self, outcome: SearchOutcome, zones: list[str], error: TpuError) -> SearchOutcome:
+        outcome.status, outcome.setting = "configuration", None
+        outcome.message = (
+            f"The same error came back from {len(zones)} zones ({', '.join(zones)}): {error.message} "
+            "An error that follows the request from zone to zone is a configuration problem that no other zone "
+            f"would fix, so the search stopped. Fix: check {CONFIG_SETTINGS_HINT}, then run `tpubot doctor`."
+        )
+        return outcome
+
+    def _exhausted_message(self, failures: list[tuple[str, TpuError]]) -> str:
+        if not failures:
+            return ""
+        parts = [f"{zone}: {_short(error)}" for zone, error in failures[:8]]
+        more = f" (and {len(failures) - 8} more)" if len(failures) > 8 else ""
+        return (f"No configured zone took the {self.accelerator} flex-start request — {'; '.join(parts)}{more}. "
+                "Fix: wait and retry (capacity comes back within minutes), or add zones that offer flex-start "
+                f"{self.accelerator} to TPU_ZONES; `/tpu zones` shows what each zone did.")
+
+
+def nothing_to_try_message(plan: ZoneOrder, accelerator: str, clock: Callable[[], float] = time.time) -> str:
+    """Why a search has no candidate at all: every zone skipped or not offering the type."""
+    parts = [f"{zone} skipped for {_until(skip, clock())} ({skip.outcome.replace('_', ' ')})"
+             for zone, skip in plan.skipped[:8]]
+    if plan.not_offered:
+        parts.append(f"{', '.join(plan.not_offered[:8])} do not offer {accelerator}")
+    return ("No configured zone is worth trying right now: " + "; ".join(parts) + ". Fix: wait, name a zone "
+            "explicitly with `/tpu up ZONE` to try it anyway, or add zones to TPU_ZONES; `/tpu zones` shows the board.")
+
+
+def _short(error: TpuError) -> str:
+    kind = {
+        TpuErrorKind.FLEX_START_UNSUPPORTED: "does not offer flex-start for this accelerator",
+        TpuErrorKind.NO_CAPACITY: "no capacity",
+        TpuErrorKind.QUOTA_EXCEEDED: f"quota exhausted in {error.region}",
+    }.get(error.kind)
+    return kind or error.message[:160]
+
+
+def _until(skip: Skip, now: float) -> str:
+    seconds = max(0, int(skip.until - now))
+    if seconds >= 86400:
+        return f"{seconds // 86400}d{(seconds % 86400) // 3600}h"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    return f"{seconds // 60}m{seconds % 60:02d}s"
+
+
+class ZoneOutcomeHook:
+    """Feeds the scoreboard from lease milestones: time to ACTIVE, and FAILED before ACTIVE."""
+
+    async def on_active(self, svc: Services, lease: Lease) -> None:
+        if svc.scoreboard is None or not lease.queued_at:
+            return
+        await svc.scoreboard.record_active(lease.zone, (lease.active_at or time.time()) - lease.queued_at,
+                                           lease.lease_id)
+
+    async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
+        # An accepted QR that failed before ACTIVE: typically still WAITING_FOR_RESOURCES at valid-until.
+        if svc.scoreboard is None or lease.state != LeaseState.FAILED.value or not lease.queued_at or lease.active_at:
+            return
+        error = classify_status(None, reason, zone=lease.zone)
+        await svc.scoreboard.record_error(lease.zone, error, lease.lease_id)
+
+
+async def first_choice_zone(svc: Services) -> str:
+    """The zone a search would try first (from the scoreboard as it stands; no cloud calls)."""
+    if svc.scoreboard is None:
+        return svc.policy.default_zone
+    plan = await svc.scoreboard.order(svc.policy.zones, svc.policy.default_zone)
+    return plan.order[0] if plan.order else svc.policy.default_zone

@@ -1,0 +1,312 @@
+"""Preflight checks (`tpubot doctor`): will a `/tpu up` with these settings work at all?
+
+Each check calls the real API with the bot's own credentials and returns pass/fail with the fix:
+
+- credentials work (Application Default Credentials refresh);
+- the project is reachable (the TPU API lists the default zone's accelerator types, and offers the
+  configured one there);
+- the VPC network (unset → `default`) and, when set, the subnetwork exist (Compute API);
+- the HF token secret exists and is readable (Secret Manager; the value is never printed or kept);
+- preemptible TPU quota in the default zone is above zero (Cloud Quotas API; flex-start draws on
+  the preemptible quota). Quota is necessary, never sufficient: it says nothing about capacity.
+
+The verdict is cached in Redis (`PreflightStore`) under a fingerprint of the settings it checked;
+`/tpu up` consults it (`PreflightGate`) and explains what to fix instead of searching zones.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from datetime import timedelta
+
+import requests
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exc
+from google.auth.credentials import Credentials
+from redis.asyncio import Redis
+
+from infra.state import keys
+from infra.tpu_errors import region_of
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+COMPUTE_ENDPOINT = "https://compute.googleapis.com"
+QUOTA_SERVICE = "tpu.googleapis.com"
+PREEMPTIBLE_QUOTA_IDS = {
+    "v5litepod": "TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI",
+    "v6e": "TPUV6EPreemptiblePerProjectPerZoneForTPUAPI",
+}
+CALL_TIMEOUT = 15.0
+
+
+@dataclass(frozen=True)
+class PreflightConfig:
+    project: str
+    zone: str
+    accelerator: str = "v5litepod-1"
+    network: str = ""
+    subnetwork: str = ""
+    hf_token_secret: str = "hf-token"
+    sandbox: bool = False  # anonymous credentials against the local emulators
+    tpu_endpoint: str = ""
+    compute_endpoint: str = ""
+    quotas_endpoint: str = ""
+    secretmanager_endpoint: str = ""
+
+    @property
+    def network_name(self) -> str:
+        return self.network or "default"
+
+    @property
+    def secret_version(self) -> str:
+        secret = self.hf_token_secret.strip().strip("/")
+        if not secret.startswith("projects/"):
+            secret = f"projects/{self.project}/secrets/{secret}"
+        return secret if "/versions/" in secret else f"{secret}/versions/latest"
+
+    def fingerprint(self) -> str:
+        """What the verdict depends on (endpoints excluded: the sandbox moves them every run)."""
+        basis = [self.project, self.zone, self.accelerator, self.network_name, self.subnetwork, self.hf_token_secret]
+        return hashlib.sha1(json.dumps(basis).encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    ok: bool
+    detail: str
+    fix: str = ""
+
+
+@dataclass
+class PreflightReport:
+    checks: list[CheckResult]
+    fingerprint: str = ""
+    checked_at: float = field(default_factory=time.time)
+
+    @property
+    def ok(self) -> bool:
+        return all(check.ok for check in self.checks)
+
+    @property
+    def failures(self) -> list[CheckResult]:
+        return [check for check in self.checks if not check.ok]
+
+    def to_json(self) -> str:
+        return json.dumps({"checks": [asdict(c) for c in self.checks], "fingerprint": self.fingerprint,
+                           "checked_at": self.checked_at})
+
+    @classmethod
+    def from_json(cls, raw: bytes | str) -> "PreflightReport":
+        data = json.loads(raw)
+        return cls([CheckResult(**c) for c in data["checks"]], data.get("fingerprint", ""),
+                   float(data.get("checked_at", 0)))
+
+
+# --- the checks -----------------------------------------------------------------------------------
+
+def run_preflight(config: PreflightConfig, credentials: Credentials | None = None,
+                  extra: list[CheckResult] | None = None) -> PreflightReport:
+    """Run every check in order; a failed credentials check skips the ones that need them."""
+    checks = list(extra or [])
+    creds, result = check_credentials(config, credentials)
+    checks.append(result)
+    if creds is None:
+        for name in ("project", "network", "hf token secret", "tpu quota"):
+            checks.append(CheckResult(name, False, "not checked: no working credentials", result.fix))
+    else:
+        checks += [check(config, creds) for check in CHECKS]
+    return PreflightReport(checks, config.fingerprint())
+
+
+def check_credentials(config: PreflightConfig, credentials: Credentials | None) -> tuple[Credentials | None, CheckResult]:
+    if credentials is not None:
+        kind = "anonymous (sandbox)" if config.sandbox else type(credentials).__name__
+        return credentials, CheckResult("credentials", True, f"using {kind} credentials")
+    if config.sandbox:
+        from google.auth.credentials import AnonymousCredentials
+
+        return AnonymousCredentials(), CheckResult("credentials", True, "sandbox: anonymous credentials "
+                                                                        "against the local emulators")
+    fix = ("run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service-account "
+           "key file; leave GCP_PROJECT empty to use the local sandbox")
+    try:
+        import google.auth
+        from google.auth.transport.requests import Request
+
+        creds, _ = google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+        creds.refresh(Request())
+    except auth_exc.GoogleAuthError as error:
+        return None, CheckResult("credentials", False, f"Application Default Credentials do not work: {error}", fix)
+    who = getattr(creds, "service_account_email", None) or getattr(creds, "signer_email", None) or type(creds).__name__
+    return creds, CheckResult("credentials", True, f"Application Default Credentials work ({who})")
+
+
+def check_project(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    from infra.tpu import TpuConfig, TpuError, TpuService
+
+    try:
+        with TpuService(TpuConfig(project=config.project, api_endpoint=config.tpu_endpoint, timeout=CALL_TIMEOUT),
+                        credentials=credentials, max_attempts=2) as tpu:
+            offered = tpu.list_accelerator_types(config.zone)
+    except TpuError as error:
+        return CheckResult("project", False, f"the TPU API refused project {config.project} in {config.zone}: "
+                                             f"{error.message}",
+                           error.fix or f"check GCP_PROJECT={config.project}, enable the Cloud TPU API there "
+                                        "(`gcloud services enable tpu.googleapis.com`) and grant the bot's account "
+                                        "roles/tpu.admin")
+    if config.accelerator not in offered:
+        return CheckResult("project", False, f"project {config.project} is reachable, but {config.zone} does not "
+                                             f"offer {config.accelerator}",
+                           f"set TPU_ZONE to a zone that offers {config.accelerator} (`gcloud compute tpus "
+                           f"accelerator-types list --zone ZONE`)")
+    return CheckResult("project", True, f"project {config.project} is reachable; {config.zone} offers "
+                                        f"{config.accelerator}")
+
+
+def check_network(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    from google.auth.transport.requests import AuthorizedSession
+
+    base = (config.compute_endpoint or COMPUTE_ENDPOINT).rstrip("/")
+    network = config.network_name
+    unset = "" if config.network else " (NETWORK is unset: the project's default network)"
+    with AuthorizedSession(credentials) as session:
+        status, message = _get(session, f"{base}/compute/v1/projects/{config.project}/global/networks/{network}")
+        if status == 404:
+            return CheckResult("network", False, f"network {network!r} does not exist in {config.project}{unset}",
+                               "set NETWORK to an existing VPC network (`gcloud compute networks list`), or create "
+                               f"it: `gcloud compute networks create {network} --subnet-mode=auto`")
+        if status != 200:
+            return _access_failure("network", status, message,
+                                   f"grant the bot's account roles/compute.networkViewer, or check by hand: "
+                                   f"`gcloud compute networks describe {network}`")
+        if not config.subnetwork:
+            return CheckResult("network", True, f"network {network} exists{unset}")
+        region = region_of(config.zone)
+        status, message = _get(session, f"{base}/compute/v1/projects/{config.project}/regions/{region}"
+                                         f"/subnetworks/{config.subnetwork}")
+        if status == 404:
+            return CheckResult("network", False, f"subnetwork {config.subnetwork!r} does not exist in {region}",
+                               f"set SUBNETWORK to a subnetwork of {network} in {region} "
+                               f"(`gcloud compute networks subnets list --network {network}`), or leave it empty")
+        if status != 200:
+            return _access_failure("network", status, message, "grant the bot's account roles/compute.networkViewer")
+        return CheckResult("network", True, f"network {network} and subnetwork {config.subnetwork} ({region}) exist")
+
+
+def check_secret(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    from google.cloud import secretmanager_v1
+
+    options = {"api_endpoint": config.secretmanager_endpoint} if config.secretmanager_endpoint else None
+    client = secretmanager_v1.SecretManagerServiceClient(transport="rest", credentials=credentials,
+                                                          client_options=options)
+    create = (f"create it: `printf %s \"$HF_TOKEN\" | gcloud secrets create {config.hf_token_secret} "
+              "--data-file=-` (a Hugging Face token whose account accepted the Gemma license), or set "
+              "HF_TOKEN_SECRET to the secret that holds it")
+    try:
+        response = client.access_secret_version(name=config.secret_version, timeout=CALL_TIMEOUT)
+    except gexc.NotFound:
+        return CheckResult("hf token secret", False, f"secret {config.secret_version} does not exist or has no "
+                                                     "version", create)
+    except gexc.PermissionDenied as error:
+        return CheckResult("hf token secret", False, f"secret {config.secret_version} is not readable: "
+                                                     f"{error.message}",
+                           "grant roles/secretmanager.secretAccessor on the secret to the bot's account (to check "
+                           "it) and to the TPU VM's service account (which reads it at boot)")
+    except (gexc.GoogleAPICallError, requests.RequestException, auth_exc.GoogleAuthError) as error:
+        return CheckResult("hf token secret", False, f"Secret Manager could not be asked: {error}",
+                           "enable the Secret Manager API (`gcloud services enable secretmanager.googleapis.com`)")
+    finally:
+        client.transport.close()
+    if not response.payload.data.strip():
+        return CheckResult("hf token secret", False, f"secret {config.secret_version} is empty", create)
+    # Readability is all that is reported: the value itself is dropped here.
+    return CheckResult("hf token secret", True, f"secret {config.secret_version} exists and is readable")
+
+
+def check_quota(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    from google.cloud import cloudquotas_v1
+
+    family = config.accelerator.rsplit("-", 1)[0]
+    quota_id = PREEMPTIBLE_QUOTA_IDS.get(family)
+    if quota_id is None:
+        return CheckResult("tpu quota", False, f"no known preemptible quota id for {config.accelerator}",
+                           "use TPU_ACCELERATOR_TYPE=v5litepod-1")
+    name = f"projects/{config.project}/locations/global/services/{QUOTA_SERVICE}/quotaInfos/{quota_id}"
+    options = {"api_endpoint": config.quotas_endpoint} if config.quotas_endpoint else None
+    client = cloudquotas_v1.CloudQuotasClient(transport="rest", credentials=credentials, client_options=options)
+    try:
+        info = client.get_quota_info(name=name, timeout=CALL_TIMEOUT)
+    except gexc.PermissionDenied as error:
+        return CheckResult("tpu quota", False, f"the Cloud Quotas API refused to show {quota_id}: {error.message}",
+                           "grant the bot's account roles/cloudquotas.viewer and enable cloudquotas.googleapis.com")
+    except (gexc.GoogleAPICallError, requests.RequestException, auth_exc.GoogleAuthError) as error:
+        return CheckResult("tpu quota", False, f"could not read quota {quota_id}: {error}",
+                           "enable the Cloud Quotas API (`gcloud services enable cloudquotas.googleapis.com`)")
+    finally:
+        client.transport.close()
+    limits = {dict(d.dimensions).get("zone", ""): int(d.details.value) for d in info.dimensions_infos}
+    limit = limits.get(config.zone, limits.get("", 0))
+    with_quota = sum(1 for zone, value in limits.items() if zone and value > 0)
+    if limit <= 0:
+        return CheckResult("tpu quota", False, f"{quota_id} is {limit} in {config.zone}",
+                           f"request preemptible {family} quota in {config.zone} (flex-start draws on it): "
+                           "IAM & Admin → Quotas, or set TPU_ZONE to a zone with quota")
+    return CheckResult("tpu quota", True, f"{quota_id} is {limit} chips in {config.zone} ({with_quota} zones have "
+                                          "some; quota is not capacity)")
+
+
+CHECKS: tuple[Callable[[PreflightConfig, Credentials], CheckResult], ...] = (
+    check_project, check_network, check_secret, check_quota,
+)
+
+
+def _get(session, url: str) -> tuple[int, str]:
+    try:
+        response = session.get(url, timeout=CALL_TIMEOUT)
+    except requests.RequestException as error:
+        return 0, str(error)
+    try:
+        message = response.json().get("error", {}).get("message", "")
+    except ValueError:
+        message = response.text[:200]
+    return response.status_code, message
+
+
+def _access_failure(name: str, status: int, message: str, fix: str) -> CheckResult:
+    what = f"HTTP {status}" if status else "no answer"
+    return CheckResult(name, False, f"could not check ({what}: {message})", fix)
+
+
+# --- the cached verdict ---------------------------------------------------------------------------
+
+def _key(fingerprint: str) -> str:
+    return f"{keys.PREFIX}:preflight:{fingerprint}"
+
+
+class PreflightStore:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+
+    async def save(self, report: PreflightReport, ttl: timedelta) -> None:
+        await self._redis.set(_key(report.fingerprint), report.to_json(), ex=max(1, int(ttl.total_seconds())))
+
+    async def load(self, fingerprint: str) -> PreflightReport | None:
+        raw = await self._redis.get(_key(fingerprint))
+        return PreflightReport.from_json(raw) if raw else None
+
+
+@dataclass(frozen=True)
+class PreflightGate:
+    """What `/tpu up` asks: did the last doctor run for these very settings fail?"""
+
+    store: PreflightStore
+    fingerprint: str
+
+    async def failures(self) -> list[CheckResult]:
+        """The failed checks of the cached verdict; empty when it passed or was never run."""
+        report = await self.store.load(self.fingerprint)
+        return report.failures if report is not None else []

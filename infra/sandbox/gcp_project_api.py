@@ -1,0 +1,253 @@
+"""A local emulator of the project-level Google APIs that `tpubot doctor` and the startup script call.
+
+One HTTP server, the wire formats of four real services, for the real clients only:
+
+- Compute Engine v1 (`AuthorizedSession` GETs): `projects/P`, `projects/P/global/networks/N`,
+  `projects/P/regions/R/subnetworks/S`; errors in Compute's shape (`error.errors[].reason`).
+- Cloud Quotas v1 (`cloudquotas_v1.CloudQuotasClient(transport="rest")`): get and list QuotaInfo
+  under `projects/P/locations/global/services/tpu.googleapis.com/quotaInfos` (reference §5).
+- Secret Manager v1 (`secretmanager_v1.SecretManagerServiceClient(transport="rest")` and curl):
+  `projects/P/secrets/S` and `…/versions/latest:access` → base64 payload with its CRC32C (§7).
+- The GCE metadata server's token route (`Metadata-Flavor: Google` required), so the startup
+  script's token fetch can run against it; Secret Manager then accepts only tokens it issued (or
+  no Authorization header at all, which is what the anonymous sandbox clients send).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+import threading
+from collections.abc import Iterable, Mapping
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: F401  (the ids Google uses)
+
+_COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<rest>.*))?$")
+_QUOTAS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/locations/global/services/(?P<service>[^/]+)"
+                     r"/quotaInfos(?:/(?P<quota>[^/]+))?$")
+_SECRET = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets/(?P<secret>[^/:]+)"
+                     r"(?:/versions/(?P<version>[^/:]+):access)?$")
+_TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+
+
+class GcpProjectSandbox:
+    def __init__(
+        self,
+        project: str = "tpubot-sandbox",
+        *,
+        networks: Iterable[str] = ("default",),
+        subnetworks: Mapping[str, Iterable[str]] | None = None,  # region -> names
+        quotas: Mapping[str, Mapping[str, int]] | None = None,  # quota id -> zone -> limit
+        secrets_: Mapping[str, str] | None = None,  # secret name -> latest payload
+        project_number: int = 123456789012,
+        host: str = "127.0.0.1",
+        port: int = 0,
+    ) -> None:
+        self.project = project
+        self.project_number = project_number
+        self.networks = set(networks)
+        self.subnetworks = {region: set(names) for region, names in (subnetworks or {}).items()}
+        self.quotas = {qid: dict(zones) for qid, zones in (quotas or {}).items()}
+        self.secrets = dict(secrets_ or {})
+        self.issued_tokens: set[str] = set()
+        self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path, selected headers)
+        self._lock = threading.Lock()
+        self._host, self._port = host, port
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def start(self) -> str:
+        if self._server is None:
+            self._server = ThreadingHTTPServer((self._host, self._port), _handler_for(self))
+            self._server.daemon_threads = True
+            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                            name="gcp-project-sandbox", daemon=True)
+            self._thread.start()
+        return self.base_url
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        self._server.shutdown()
+        self._server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        self._server = self._thread = None
+
+    def __enter__(self) -> "GcpProjectSandbox":
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        if self._server is None:
+            raise RuntimeError("the GCP project sandbox is not running; call start() first")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    @property
+    def metadata_url(self) -> str:
+        """Stands in for `http://metadata.google.internal/computeMetadata/v1`."""
+        return f"{self.base_url}/computeMetadata/v1"
+
+    # --- request handling -------------------------------------------------------------------
+    def handle(self, method: str, raw_path: str, headers: Mapping[str, str]) -> tuple[int, dict]:
+        url = urlsplit(raw_path)
+        query = parse_qs(url.query)
+        with self._lock:
+            self.requests.append((method, url.path, {k: v for k, v in headers.items()
+                                                     if k.lower() in ("metadata-flavor", "x-goog-api-client")}))
+        if method != "GET":
+            return _google_error(405, f"Method {method} is not supported by the sandbox on {url.path}.")
+        if url.path == _TOKEN_PATH:
+            return self._token(headers)
+        if match := _COMPUTE.match(url.path):
+            return self._compute(match["project"], match["rest"] or "")
+        if match := _QUOTAS.match(url.path):
+            return self._quotas(match["project"], match["service"], match["quota"], query)
+        if match := _SECRET.match(url.path):
+            return self._secret(match["project"], match["secret"], match["version"], headers)
+        return _google_error(404, f"The requested URL {url.path} was not found on this server.")
+
+    def _token(self, headers: Mapping[str, str]) -> tuple[int, dict]:
+        if headers.get("metadata-flavor", "").lower() != "google":
+            return 403, {"error": "Missing required header: Metadata-Flavor: Google"}
+        token = "ya29.sandbox-" + secrets.token_urlsafe(24)
+        with self._lock:
+            self.issued_tokens.add(token)
+        return 200, {"access_token": token, "expires_in": 3599, "token_type": "Bearer"}
+
+    def _compute(self, project: str, rest: str) -> tuple[int, dict]:
+        if project != self.project:
+            return _compute_error(404, f"The resource 'projects/{project}' was not found", "notFound")
+        if not rest:
+            return 200, {"kind": "compute#project", "id": str(self.project_number), "name": project,
+                         "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}"}
+        if match := re.fullmatch(r"global/networks/([^/]+)", rest):
+            name = match[1]
+            if name not in self.networks:
+                return _compute_error(404, f"The resource 'projects/{project}/global/networks/{name}' was not found",
+                                      "notFound")
+            return 200, {"kind": "compute#network", "name": name, "autoCreateSubnetworks": True,
+                         "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{name}"}
+        if match := re.fullmatch(r"regions/([^/]+)/subnetworks/([^/]+)", rest):
+            region, name = match[1], match[2]
+            if name not in self.subnetworks.get(region, set()):
+                return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/subnetworks/{name}' "
+                                           "was not found", "notFound")
+            return 200, {"kind": "compute#subnetwork", "name": name, "region": region}
+        return _compute_error(404, f"The resource 'projects/{project}/{rest}' was not found", "notFound")
+
+    def _quota_info(self, project: str, service: str, quota_id: str) -> dict:
+        zones = self.quotas[quota_id]
+        return {
+            "name": f"projects/{project}/locations/global/services/{service}/quotaInfos/{quota_id}",
+            "quotaId": quota_id, "metric": f"{service}/{quota_id.lower()}", "service": service,
+            "isPrecise": True, "containerType": "PROJECT", "dimensions": ["zone"],
+            "metricDisplayName": quota_id, "quotaDisplayName": quota_id, "metricUnit": "1",
+            "quotaIncreaseEligibility": {"isEligible": True},
+            "dimensionsInfos": [{"dimensions": {"zone": zone}, "details": {"value": str(limit)},
+                                 "applicableLocations": [zone]} for zone, limit in sorted(zones.items())],
+        }
+
+    def _quotas(self, project: str, service: str, quota_id: str | None, query: dict) -> tuple[int, dict]:
+        if project not in (self.project, str(self.project_number)):
+            return _google_error(403, f"Permission 'cloudquotas.quotas.get' denied on resource "
+                                      f"'//cloudquotas.googleapis.com/projects/{project}' (or it may not exist).")
+        if quota_id is None:
+            ids = sorted(self.quotas) if service == QUOTA_SERVICE else []
+            return 200, {"quotaInfos": [self._quota_info(project, service, qid) for qid in ids]}
+        if service != QUOTA_SERVICE or quota_id not in self.quotas:
+            return _google_error(404, f"QuotaInfo 'projects/{project}/locations/global/services/{service}/"
+                                      f"quotaInfos/{quota_id}' not found.")
+        return 200, self._quota_info(project, service, quota_id)
+
+    def _secret(self, project: str, secret: str, version: str | None, headers: Mapping[str, str]) -> tuple[int, dict]:
+        auth = headers.get("authorization", "")
+        if auth:
+            token = auth.removeprefix("Bearer ").strip()
+            with self._lock:
+                known = token in self.issued_tokens
+            if not known:
+                return _google_error(401, "Request had invalid authentication credentials. Expected OAuth 2 access "
+                                          "token, login cookie or other valid authentication credential.")
+        if project not in (self.project, str(self.project_number)) or secret not in self.secrets:
+            return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found or has "
+                                      "no versions.")
+        name = f"projects/{self.project_number}/secrets/{secret}"
+        if version is None:
+            return 200, {"name": name, "replication": {"automatic": {}}, "createTime": "2026-01-01T00:00:00Z"}
+        if version not in ("latest", "1"):
+            return _google_error(404, f"Secret Version [{name}/versions/{version}] not found.")
+        data = self.secrets[secret].encode()
+        return 200, {"name": f"{name}/versions/1",
+                     "payload": {"data": base64.b64encode(data).decode(), "dataCrc32c": str(crc32c(data))}}
+
+
+def _handler_for(sandbox: GcpProjectSandbox) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        timeout = 30
+
+        def _serve(self) -> None:
+            length = int(self.headers.get("Content-Length") or 0)
+            if length:
+                self.rfile.read(length)
+            headers = {key.lower(): value for key, value in self.headers.items()}
+            status, payload = sandbox.handle(self.command, self.path, headers)
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        do_GET = do_POST = do_DELETE = do_PATCH = _serve
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+            pass
+
+    return Handler
+
+
+_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
+           405: "UNIMPLEMENTED"}
+
+
+def _google_error(code: int, message: str) -> tuple[int, dict]:
+    return code, {"error": {"code": code, "message": message, "status": _STATUS.get(code, "UNKNOWN")}}
+
+
+def _compute_error(code: int, message: str, reason: str) -> tuple[int, dict]:
+    return code, {"error": {"code": code, "message": message,
+                            "errors": [{"message": message, "domain": "global", "reason": reason}]}}
+
+
+def _crc32c_table() -> list[int]:
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return table
+
+
+_CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data: bytes) -> int:
+    """CRC-32C (Castagnoli), what Secret Manager reports as `dataCrc32c`."""
+    crc = 0xFFFFFFFF
+    for byte in data:
+        crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF

@@ -1,0 +1,117 @@
+"""Sandbox vLLM per TPU node: each ACTIVE sandbox node serves an emulated Gemma endpoint.
+
+The TPU emulator calls `on_node_ready` the first time a node is looked at; this starts a
+`VllmEmulator` (vLLM 0.33 response shapes, the v5e latency model, labelled as the sandbox model
+in every response) on the node's own loopback address, `127.0.1.N`, at the deployment's model
+port — so the bot reaches it exactly as it reaches a real TPU VM: node external IP →
+`http://IP:{MODEL_PORT}/v1`, nothing special-cased. `on_node_gone` stops it.
+
+Fallbacks, so the sandbox works anywhere: if the configured port is taken on the 127.0.1.x range,
+another free port is chosen for the whole stack (`port`); where only 127.0.0.1 can be bound (some
+non-Linux systems) nodes share it, one model at a time.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+import threading
+
+from infra.sandbox.vllm import LatencyModel, VllmEmulator
+
+log = logging.getLogger(__name__)
+
+NODE_NET = "127.0.1."
+FIRST_HOST, LAST_HOST = 2, 254
+LABEL = "sandbox model"
+
+
+def _bindable(host: str, port: int) -> int | None:
+    """The port bound (the given one, or a free one for port 0), or None if it cannot be bound."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return None
+        return sock.getsockname()[1]
+
+
+class NodeModels:
+    def __init__(self, *, model: str, max_model_len: int, preferred_port: int,
+                 latency: LatencyModel | None = None, boot_seconds: float = 0.0) -> None:
+        self.model = model
+        # A real VM needs minutes to pull vLLM and load the model; the sandbox waits this long (on a
+        # timer: `on_node_ready` must answer at once) so BOOTING MODEL is visible and the wait is exercised.
+        self.boot_seconds = boot_seconds
+        self.max_model_len = max_model_len
+        self.latency = latency or LatencyModel()  # v5e defaults: TTFT ≈ 22 ms single stream, TPOT ≈ 7.8 ms
+        self._lock = threading.Lock()
+        self._emulators: dict[tuple[str, str], VllmEmulator] = {}
+        self._next_host = FIRST_HOST
+        self.node_net = _bindable(f"{NODE_NET}{FIRST_HOST}", 0) is not None
+        probe_host = f"{NODE_NET}{FIRST_HOST}" if self.node_net else "127.0.0.1"
+        self.port = _bindable(probe_host, preferred_port) or _bindable(probe_host, 0) or preferred_port
+        if self.port != preferred_port:
+            log.warning("sandbox: port %d is taken; sandbox nodes serve their model on port %d", preferred_port,
+                        self.port)
+
+    def on_node_ready(self, zone: str, node_id: str, labels: dict[str, str]) -> str | None:
+        """Start the node's model; returns the node's external IP (None: the emulator's default)."""
+        for host in self._candidate_hosts():
+            if _bindable(host, self.port) is None:
+                continue
+            emulator = VllmEmulator(model=self.model, latency=self.latency, label=LABEL,
+                                    max_model_len=self.max_model_len, host=host, port=self.port)
+            with self._lock:
+                self._emulators[(zone, node_id)] = emulator
+            if self.boot_seconds <= 0:
+                self._boot(zone, node_id, emulator)
+            else:
+                timer = threading.Timer(self.boot_seconds, self._boot, args=(zone, node_id, emulator))
+                timer.daemon = True
+                timer.start()
+            return host
+        log.warning("sandbox: no free address for the model of node %s in %s", node_id, zone)
+        return None
+
+    def _boot(self, zone: str, node_id: str, emulator: VllmEmulator) -> None:
+        with self._lock:
+            if self._emulators.get((zone, node_id)) is not emulator:
+                return  # the node went away while "booting"
+        try:
+            emulator.start()
+        except OSError as error:
+            # Someone took the address since it was checked: the bot sees a model that never answers.
+            log.warning("sandbox: the model of node %s could not listen on %s:%d: %s", node_id, emulator.host,
+                        self.port, error)
+
+    def on_node_gone(self, zone: str, node_id: str) -> None:
+        with self._lock:
+            emulator = self._emulators.pop((zone, node_id), None)
+        if emulator is not None:
+            emulator.stop()
+
+    def emulator_for(self, zone: str, node_id: str) -> VllmEmulator | None:
+        with self._lock:
+            return self._emulators.get((zone, node_id))
+
+    def running(self) -> dict[tuple[str, str], str]:
+        with self._lock:
+            return {key: emu.base_url for key, emu in self._emulators.items()}
+
+    def stop_all(self) -> None:
+        with self._lock:
+            emulators = list(self._emulators.values())
+            self._emulators.clear()
+        for emulator in emulators:
+            emulator.stop()
+
+    def _candidate_hosts(self) -> list[str]:
+        if not self.node_net:
+            return ["127.0.0.1"]
+        with self._lock:
+            start = self._next_host
+            self._next_host = start + 1 if start < LAST_HOST else FIRST_HOST
+        count = LAST_HOST - FIRST_HOST + 1
+        return [f"{NODE_NET}{FIRST_HOST + (start - FIRST_HOST + i) % count}" for i in range(32)]

@@ -1,0 +1,116 @@
+"""The emulated cloud as one description: zones, accelerators, network, quota, secrets.
+
+`SandboxWorld` says what the sandbox project looks like; `CloudSandbox` starts the emulators that
+serve it (the TPU API and the project-level APIs) and hands back their endpoints. `tpubot shell`,
+`tpubot doctor`, the tests and `benchmarks/zone_search.py` all build their cloud from here.
+
+`seed_world()` is the world the seed project met: TPU quota in 44 zones, v5e offered in eleven of
+them, and flex-start v5litepod-1 accepted only in us-west4-a.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from infra.sandbox.gcp_project_api import PREEMPTIBLE_QUOTA_IDS, GcpProjectSandbox
+from infra.sandbox.tpu_api import DEFAULT_ZONES, TpuSandbox, ZoneBehaviour
+
+DEFAULT_QUOTA_CHIPS = 64  # the default preemptible v5e/v6e quota the flex-start docs mention
+
+
+def _sandbox_token() -> str:
+    return "hf_sandbox" + secrets.token_hex(16)
+
+
+@dataclass
+class SandboxWorld:
+    zones: Mapping[str, ZoneBehaviour] = field(default_factory=lambda: dict(DEFAULT_ZONES))
+    accelerators: Mapping[str, tuple[str, ...]] | None = None  # zone -> types offered; None: all types
+    networks: tuple[str, ...] = ("default",)
+    subnetworks: Mapping[str, tuple[str, ...]] | None = None  # region -> names
+    quota_chips: Mapping[str, int] | None = None  # zone -> preemptible chips; None: 64 in every zone
+    secrets: dict[str, str] = field(default_factory=lambda: {"hf-token": _sandbox_token()})
+
+    def quotas(self) -> dict[str, dict[str, int]]:
+        chips = dict(self.quota_chips) if self.quota_chips is not None else {z: DEFAULT_QUOTA_CHIPS for z in self.zones}
+        return {quota_id: dict(chips) for quota_id in PREEMPTIBLE_QUOTA_IDS.values()}
+
+
+@dataclass
+class CloudSandbox:
+    """The running emulators of one `SandboxWorld`."""
+
+    world: SandboxWorld
+    project: str = "tpubot-sandbox"
+    time_scale: float = 1.0
+    on_node_ready: Callable[[str, str, dict[str, str]], str | None] | None = None
+    on_node_gone: Callable[[str, str], None] | None = None
+    tpu: TpuSandbox | None = None
+    project_api: GcpProjectSandbox | None = None
+
+    def start(self) -> "CloudSandbox":
+        w = self.world
+        self.tpu = TpuSandbox(
+            zones=dict(w.zones), time_scale=self.time_scale, project=self.project, networks=w.networks,
+            subnetworks=None if w.subnetworks is None else [s for names in w.subnetworks.values() for s in names],
+            accelerators=w.accelerators, on_node_ready=self.on_node_ready, on_node_gone=self.on_node_gone,
+        )
+        self.tpu.start()
+        self.project_api = GcpProjectSandbox(
+            self.project, networks=w.networks, subnetworks=w.subnetworks, quotas=w.quotas(), secrets_=w.secrets,
+        )
+        self.project_api.start()
+        return self
+
+    def stop(self) -> None:
+        for server in (self.tpu, self.project_api):
+            if server is not None:
+                server.stop()
+
+    def endpoint_overrides(self) -> dict[str, Any]:
+        """The settings that point the bot's real clients at these emulators."""
+        assert self.tpu is not None and self.project_api is not None
+        base = self.project_api.base_url
+        return {"tpu_api_endpoint": self.tpu.base_url, "compute_api_endpoint": base,
+                "quotas_api_endpoint": base, "secretmanager_api_endpoint": base}
+
+    def __enter__(self) -> "CloudSandbox":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+# --- the seed's world ----------------------------------------------------------------------------
+
+SEED_ZONES = (
+    "asia-east1-a", "asia-east1-b", "asia-east1-c", "asia-northeast1-a", "asia-northeast1-b", "asia-northeast1-c",
+    "asia-south1-a", "asia-south1-b", "asia-south1-c", "asia-southeast1-a", "asia-southeast1-b",
+    "asia-southeast1-c", "australia-southeast1-a", "australia-southeast1-b", "europe-west1-b", "europe-west1-c",
+    "europe-west1-d", "europe-west2-a", "europe-west2-b", "europe-west2-c", "europe-west3-a", "europe-west3-b",
+    "europe-west4-a", "europe-west4-b", "europe-west4-c", "me-west1-a", "southamerica-east1-c", "us-central1-a",
+    "us-central1-b", "us-central1-c", "us-central1-f", "us-central2-b", "us-east1-b", "us-east1-c", "us-east1-d",
+    "us-east4-a", "us-east4-b", "us-east4-c", "us-east5-a", "us-east5-b", "us-east5-c", "us-south1-a",
+    "us-west1-c", "us-west4-a",
+)
+SEED_V5E_ZONES = (
+    "asia-southeast1-b", "europe-west4-a", "europe-west4-b", "us-central1-a", "us-east1-c", "us-east5-a",
+    "us-east5-b", "us-east5-c", "us-south1-a", "us-west1-c", "us-west4-a",
+)
+SEED_ACCEPTING_ZONE = "us-west4-a"
+SEED_DEFAULT_ZONE = "europe-west4-a"
+_V5E = tuple(f"v5litepod-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256))
+_V6E = tuple(f"v6e-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256))
+
+
+def seed_world() -> SandboxWorld:
+    """44 zones with quota; v5e in eleven; flex-start v5litepod-1 accepted only in us-west4-a."""
+    return SandboxWorld(
+        zones={z: ZoneBehaviour.ACCEPT if z == SEED_ACCEPTING_ZONE else ZoneBehaviour.REJECT_FLEX_START
+               for z in SEED_ZONES},
+        accelerators={z: _V5E + _V6E if z in SEED_V5E_ZONES else _V6E for z in SEED_ZONES},
+        quota_chips={z: DEFAULT_QUOTA_CHIPS for z in SEED_ZONES},
+    )

@@ -1,0 +1,140 @@
+"""The startup script: one template, rendered without touching bash; the HF token never leaks.
+
+The token test runs the rendered script for real (`bash -x`, i.e. with tracing on) against the
+sandbox's metadata server and Secret Manager, with a stand-in `docker` on PATH that records its
+argv and a digest of the HF_TOKEN it was handed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from infra.sandbox.gcp_project_api import GcpProjectSandbox
+from infra.startup_script import (
+    StartupScriptConfig,
+    TemplateError,
+    load_template,
+    render_startup_script,
+    render_template,
+)
+from infra.vllm_flags import VllmConfig, vllm_flags
+
+TOKEN = "hf_" + "Zq9" * 12  # what the secret holds in these tests
+
+
+def test_rendered_script_passes_bash_n_and_shellcheck(tmp_path):
+    script = tmp_path / "startup.sh"
+    script.write_text(render_startup_script(StartupScriptConfig(project="my-proj")))
+    result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    if shutil.which("shellcheck"):
+        result = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
+        assert result.returncode == 0, result.stdout
+
+
+def test_braces_dollars_and_json_survive_rendering():
+    template = (
+        'echo "${HOME}" $((1 + 2)) "${arr[@]}" {a,b} mkdir -p /x/{c,d}\n'
+        "flags=(--limit-mm-per-prompt '{\"image\":4,\"audio\":1}')\n"
+        "image=@@IMAGE $$ ${@}\n"
+    )
+    rendered = render_template(template, {"IMAGE": "vllm/vllm-tpu:nightly"})
+    assert rendered == template.replace("@@IMAGE", "vllm/vllm-tpu:nightly")
+
+
+def test_renderer_is_strict_about_placeholders():
+    with pytest.raises(TemplateError, match="without a value"):
+        render_template("a=@@A b=@@B", {"A": "1"})
+    with pytest.raises(TemplateError, match="without a placeholder"):
+        render_template("a=@@A", {"A": "1", "TYPO": "2"})
+
+
+def test_flags_come_from_one_function_and_reach_the_script_quoted():
+    config = VllmConfig(image="registry.example/vllm-tpu:pinned", max_model_len=8192)
+    flags = vllm_flags(config)
+    assert flags[flags.index("--limit-mm-per-prompt") + 1] == '{"image":4,"audio":1}'
+    for flag in ("--enable-auto-tool-choice", "--disable_chunked_mm_input"):
+        assert flag in flags
+    assert flags[flags.index("--tool-call-parser") + 1] == "gemma4"
+    assert flags[flags.index("--reasoning-parser") + 1] == "gemma4"
+    script = render_startup_script(StartupScriptConfig(project="p", vllm=config))
+    assert "--limit-mm-per-prompt '{\"image\":4,\"audio\":1}'" in script
+    assert "--max-model-len 8192" in script
+    assert "readonly VLLM_IMAGE=registry.example/vllm-tpu:pinned" in script
+    assert "@@" not in script and "@@" in load_template()
+
+
+def test_cli_prints_exactly_the_script_with_settings_applied(tmp_path, monkeypatch):
+    from bot.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TPUBOT_ENV_FILE", str(tmp_path / "none.env"))
+    monkeypatch.setenv("VLLM_IMAGE", "vllm/vllm-tpu:v0.33.0")
+    monkeypatch.setenv("GCP_PROJECT", "acme-ml")
+    from bot.settings import Settings
+    from bot.wiring import startup_script_from
+
+    result = CliRunner().invoke(app, ["render-startup-script"])
+    assert result.exit_code == 0, result.output
+    assert result.output == startup_script_from(Settings.load())(None)
+    assert "readonly VLLM_IMAGE=vllm/vllm-tpu:v0.33.0" in result.output
+    assert "projects/acme-ml/secrets/hf-token/versions/latest:access" in result.output
+
+
+def _fake_docker(bin_dir: Path, record: Path) -> None:
+    """Records each call's argv and a digest of the token it was handed; never the token itself."""
+    docker = bin_dir / "docker"
+    docker.write_text(
+        "#!/bin/bash\n"
+        f'printf "%s\\n" "$*" >> {record}\n'
+        f'if [ "$1" = run ]; then printf "token-sha256 %s\\n" "$(printf %s "${{HF_TOKEN:-}}" | sha256sum | cut -d" " -f1)" >> {record}; fi\n'
+    )
+    docker.chmod(0o755)
+
+
+def test_token_is_fetched_at_boot_and_never_traced_echoed_or_in_argv(tmp_path):
+    with GcpProjectSandbox("my-proj", secrets_={"hf-token": TOKEN}) as cloud:
+        config = StartupScriptConfig(project="my-proj", metadata_url=cloud.metadata_url,
+                                     secret_manager_url=cloud.base_url, hf_token_retry_seconds=1)
+        script_text = render_startup_script(config)
+        assert TOKEN not in script_text  # nothing secret in the metadata value
+        script = tmp_path / "startup.sh"
+        script.write_text(script_text)
+        bin_dir, record = tmp_path / "bin", tmp_path / "docker.log"
+        bin_dir.mkdir()
+        _fake_docker(bin_dir, record)
+        env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TPUBOT_STATE_DIR": str(tmp_path / "state"),
+               "HOME": str(tmp_path)}
+        result = subprocess.run(["bash", "-x", str(script)], capture_output=True, text=True, env=env, timeout=60)
+        assert result.returncode == 0, result.stderr[-2000:]
+        # The script really asked the metadata server (with its header) and got a token for Secret Manager.
+        assert any(path.endswith("/service-accounts/default/token") and hdrs.get("metadata-flavor") == "Google"
+                   for _, path, hdrs in cloud.requests)
+    calls = record.read_text()
+    assert f"token-sha256 {hashlib.sha256(TOKEN.encode()).hexdigest()}" in calls  # docker got it via -e HF_TOKEN
+    assert "run --detach --name tpubot-vllm" in calls and "-e HF_TOKEN " in calls
+    assert "--limit-mm-per-prompt {\"image\":4,\"audio\":1}" in calls  # one argv item, JSON intact
+    for text in (calls, result.stdout, result.stderr):
+        assert TOKEN not in text
+    assert "set +x" in result.stderr  # tracing was on, and was switched off around the fetch
+
+
+def test_unreadable_secret_is_retried_then_given_up_with_the_fix(tmp_path):
+    with GcpProjectSandbox("my-proj", secrets_={}) as cloud:
+        config = StartupScriptConfig(project="my-proj", metadata_url=cloud.metadata_url,
+                                     secret_manager_url=cloud.base_url, hf_token_wait_seconds=3,
+                                     hf_token_retry_seconds=1)
+        script = tmp_path / "startup.sh"
+        script.write_text(render_startup_script(config))
+        env = {"PATH": os.environ["PATH"], "TPUBOT_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
+        result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.count("is not readable yet; retrying") >= 1  # asked again until the deadline
+    assert "roles/secretmanager.secretAccessor" in result.stderr
