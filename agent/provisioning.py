@@ -83,7 +83,7 @@ async def _provision(svc: Services, lease: Lease, token: str) -> str:
         current = await notify(svc, current)
         spec = QrSpec(
             qr_id=current.qr_id, node_id=current.node_id, zone=zone,
-            labels=bot_labels(current.team, current.channel, current.lease_id),
+            labels=bot_labels(current.team, current.channel, current.lease_id, holder=current.holder),
             startup_script=svc.startup_script(current),
             max_run_duration=timedelta(seconds=current.run_seconds),
         )

@@ -85,7 +85,7 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
 
     job_timeout = int(settings.job_timeout.total_seconds())
     kwargs: dict[str, Any] = dict(
-        functions=[answer_mention, provision_lease, watch_lease, teardown_lease, boot_model],
+        functions=[answer_mention, provision_lease, watch_lease, teardown_lease, boot_model, *alert_jobs.FUNCTIONS],
         cron_jobs=[cron(resume_leases, second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
         redis_settings=RedisSettings.from_dsn(redis_url),
         queue_name=JOB_QUEUE,
