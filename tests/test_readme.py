@@ -1,0 +1,128 @@
+"""The README's commands run as written.
+
+The two commands at the top would need a network install on a fresh checkout; what can be
+checked offline is checked here: the second is exactly what `.ci/run` runs, and the first's
+pipeline runs verbatim in a fresh `git clone` of this repository (its `.venv` linked to the
+venv these tests run in, so `.venv/bin/tpubot` is the installed tpubot) and walks the whole
+lifecycle. Every other `tpubot …` command the README mentions must exist in the real CLI,
+with the options it is shown with.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.main import get_command
+
+from bot.cli import app
+from bot.settings import Settings
+
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+INSTALL_PREFIX = "python3 -m venv .venv && .venv/bin/pip install -q -e . && "
+
+
+def readme() -> str:
+    return README.read_text(encoding="utf-8")
+
+
+def first_commands() -> list[str]:
+    block = re.search(r"```bash\n(.*?)```", readme(), re.S)
+    assert block, "the README has no bash block"
+    lines = [line for line in block.group(1).splitlines() if line.strip()]
+    assert len(lines) >= 2
+    return lines[:2]
+
+
+def test_second_command_is_exactly_what_ci_runs():
+    ci = (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    marker = next(i for i, line in enumerate(ci) if "README's second command, verbatim" in line)
+    assert ci[marker + 1] == first_commands()[1]
+
+
+def test_first_command_installs_then_runs_the_shell_demo():
+    first = first_commands()[0]
+    assert first.startswith(INSTALL_PREFIX)
+    assert first.endswith("| .venv/bin/tpubot shell")
+
+
+@pytest.fixture
+def fresh_clone(tmp_path) -> Path:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    clone = tmp_path / "tpubot"
+    subprocess.run(["git", "clone", "--quiet", str(ROOT), str(clone)], check=True, timeout=120,
+                   capture_output=True)
+    # What `python3 -m venv .venv && .venv/bin/pip install -q -e .` leaves: a .venv with tpubot.
+    (clone / ".venv").symlink_to(Path(sys.prefix), target_is_directory=True)
+    return clone
+
+
+def clean_environment() -> dict[str, str]:
+    """A newcomer's shell: none of the bot's settings set (no REDIS_URL, no tokens, no env file)."""
+    names = {name.upper() for name in Settings.model_fields} | {"TPUBOT_ENV_FILE"}
+    return {key: value for key, value in os.environ.items() if key.upper() not in names}
+
+
+def test_first_commands_pipeline_runs_in_a_fresh_clone(fresh_clone):
+    pipeline = first_commands()[0].removeprefix(INSTALL_PREFIX)
+    assert not (fresh_clone / "tpu.env").exists()
+    result = subprocess.run(["bash", "-c", f"set -o pipefail; {pipeline}"], cwd=fresh_clone, env=clean_environment(),
+                            capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    for step in ("alice> /tpu up", "Requested a v5litepod-1 flex-start TPU", "ACTIVE", "READY", "alice> /tpu status",
+                 "Tear down this channel's TPU", "clicks [Tear down]", "RELEASED", "Receipt"):
+        assert step in out, step
+    assert out.rstrip().endswith("This channel holds no TPU. Start one with `/tpu up`.")
+
+
+# --- every tpubot command shown exists --------------------------------------------------
+
+
+def shown_commands() -> list[list[str]]:
+    """`tpubot X …` inside code spans and code blocks (prose like "tpubot is" is not a command)."""
+    text = readme()
+    code = re.findall(r"```.*?```", text, re.S) + re.findall(r"`([^`\n]+)`", text)
+    found = []
+    for snippet in code:
+        for match in re.finditer(r"(?:^|[\s/'\"])tpubot((?: +[a-z-][\w.-]*)+)", snippet):
+            found.append(match.group(1).split())
+    return found
+
+
+def test_every_tpubot_command_in_the_readme_exists():
+    commands = get_command(app).commands
+    shown = shown_commands()
+    assert len(shown) > 10
+    for argv in shown:
+        name, options = argv[0], [a for a in argv[1:] if a.startswith("--")]
+        assert name in commands, f"`tpubot {' '.join(argv)}`: no such command ({', '.join(sorted(commands))})"
+        known = {opt for param in commands[name].params for opt in param.opts}
+        for option in options:
+            assert option in known, f"`tpubot {name}` has no option {option}"
+
+
+TOUR = ["/tpu help", "/tpu zones", "/tpu up 2h", "/tpu status", "/tpu cost", "!user bob", "/tpu down", "!user alice",
+        "/tpu down", "!click Tear down", "@tpubot why did the job stop?",
+        "2024-05-01 10:00:01 ERROR rpc failed: DEADLINE_EXCEEDED", "2024-05-01 10:00:02 INFO step 2", "", "!quit"]
+
+
+def test_the_five_minute_tour_does_what_the_readme_says(fresh_clone):
+    section = readme().split("## A five-minute tour", 1)[1].split("\n## ", 1)[0]
+    for line in TOUR:
+        assert not line or line in section, f"the tour no longer shows {line!r}"
+    result = subprocess.run([str(fresh_clone / ".venv" / "bin" / "tpubot"), "shell"], input="\n".join(TOUR) + "\n",
+                            cwd=fresh_clone, env=clean_environment(), capture_output=True, text=True, timeout=240)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    claims = ["/tpu up [zone] [hours]", "Zone scoreboard", "CREATING", "WAITING_FOR_RESOURCES", "PROVISIONING",
+              "BOOTING_MODEL", "READY", "TTFT", "Rate:", "Only @UALICE", "RELEASED", "Receipt", "L1"]
+    positions = [out.find(claim) for claim in claims]
+    assert all(p >= 0 for p in positions), [c for c, p in zip(claims, positions) if p < 0]
