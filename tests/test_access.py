@@ -100,7 +100,7 @@ def test_admin_actions_need_an_admin(stack, slack):
 
 def test_forged_click_by_a_denied_user_changes_nothing(stack, slack):
     slack.slash("up", user=ALICE, channel=OPS)
-    wait_until(lambda: any(q["state"] == "ACTIVE" for q in stack.tpu_sandbox.queued_resources()))
+    wait_until(lambda: "ACTIVE" in slack.slash("status", user=ALICE, channel=OPS).text)
     confirm = slack.slash("down", user=ALICE, channel=OPS).json()
     lease_id = next(e["value"] for b in confirm["blocks"] if b["type"] == "actions" for e in b["elements"]
                     if e["action_id"] == cards.TEARDOWN_CONFIRM_ACTION)
