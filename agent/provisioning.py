@@ -25,7 +25,7 @@ from agent.lifecycle import (
     notify,
     schedule_watch,
 )
-from agent.zone_search import SearchOutcome, ZoneSearch, nothing_to_try_message
+from agent.zone_search import SearchOutcome, ZoneSearch, nothing_to_try_message, unavailable_message
 from infra.state.leases import Lease, LeaseState
 
 WORKING_STATES = (LeaseState.PENDING.value, LeaseState.CREATING.value)
@@ -53,10 +53,17 @@ async def provision_job(svc: Services, team: str, channel: str, lease_id: str, s
 
 
 async def _provision(svc: Services, lease: Lease, token: str) -> str:
-    from infra.tpu import QrSpec, bot_labels
+    from infra.tpu import QrSpec, TpuError, bot_labels
 
     # A QR this lease already created (a crash between the create and the state write) is adopted.
-    if lease.zone and (existing := await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)):
+    try:
+        existing = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+    except TpuError as error:
+        if not error.retryable:
+            raise
+        await fail_lease(svc, lease, unavailable_message(error))
+        return f"failed: {error.kind.value}"
+    if existing is not None:
         return await _created(svc, lease, SearchOutcome(status="created", zone=lease.zone, qr=existing))
 
     board = svc.scoreboard

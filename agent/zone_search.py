@@ -36,7 +36,7 @@ CONFIG_SETTINGS_HINT = "GCP_PROJECT, NETWORK/SUBNETWORK, TPU_ACCELERATOR_TYPE an
 
 @dataclass
 class SearchOutcome:
-    status: str  # created | configuration | exhausted | budget | cancelled
+    status: str  # created | configuration | exhausted | unavailable | budget | cancelled
     zone: str = ""
     qr: object | None = None  # infra.tpu.QueuedResourceView when created
     attempts: list[tuple[str, str]] = field(default_factory=list)  # (zone, outcome class)
@@ -104,7 +104,10 @@ class ZoneSearch:
                 qr = await create(zone, n, len(order))
             except TpuError as error:
                 if error.retryable:
-                    raise  # the API itself is struggling; the job is retried, the scoreboard is untouched
+                    # The API itself failed past the client's retries: nothing to learn about the zone.
+                    outcome.status, outcome.last_error = "unavailable", error
+                    outcome.message = unavailable_message(error)
+                    return outcome
                 zone_of_error = error.zone if error.zone in self.zones else zone
                 await self._board.record_error(zone_of_error, error, lease_id)
                 outcome.attempts.append((zone, error.kind.value))
@@ -154,6 +157,12 @@ class ZoneSearch:
         return (f"No configured zone took the {self.accelerator} flex-start request — {'; '.join(parts)}{more}. "
                 "Fix: wait and retry (capacity comes back within minutes), or add zones that offer flex-start "
                 f"{self.accelerator} to TPU_ZONES; `/tpu zones` shows what each zone did.")
+
+
+def unavailable_message(error: TpuError) -> str:
+    return (f"{error.message} The TPU API kept failing after retries, so nothing was created and the channel is "
+            "free again. Fix: run `/tpu up` again in a few minutes (a Google Cloud outage shows on "
+            "status.cloud.google.com).")
 
 
 def nothing_to_try_message(plan: ZoneOrder, accelerator: str, clock: Callable[[], float] = time.time) -> str:
