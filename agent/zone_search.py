@@ -31,6 +31,7 @@ from infra.tpu_errors import ErrorScope, TpuError, TpuErrorKind, classify_status
 log = logging.getLogger(__name__)
 
 SAME_ERROR_LIMIT = 3
+LIST_CONCURRENCY = 8  # acceleratorTypes look-ups in flight at once (44 zones: 6 rounds, not 44 calls in a row)
 CONFIG_SETTINGS_HINT = "GCP_PROJECT, NETWORK/SUBNETWORK, TPU_ACCELERATOR_TYPE and TPU_RUNTIME_VERSION"
 
 
@@ -65,14 +66,19 @@ class ZoneSearch:
     async def refresh_offers(self) -> None:
         """Look up (once a day per zone) which configured zones offer the accelerator type at all."""
         known = await self._board.offers(self.zones)
-        for zone in (z for z, offered in known.items() if offered is None):
-            try:
-                types = await asyncio.to_thread(self._tpu.list_accelerator_types, zone)
-            except TpuError as error:
-                # Unknown stays unknown: the zone is still tried, and its create error classified.
-                log.info("accelerator types of %s unavailable: %s", zone, error)
-                continue
+        limit = asyncio.Semaphore(LIST_CONCURRENCY)
+
+        async def look_up(zone: str) -> None:
+            async with limit:
+                try:
+                    types = await asyncio.to_thread(self._tpu.list_accelerator_types, zone)
+                except TpuError as error:
+                    # Unknown stays unknown: the zone is still tried, and its create error classified.
+                    log.info("accelerator types of %s unavailable: %s", zone, error)
+                    return
             await self._board.set_offers(zone, self.accelerator in types)
+
+        await asyncio.gather(*(look_up(z) for z, offered in known.items() if offered is None))
 
     async def plan(self) -> ZoneOrder:
         await self.refresh_offers()

@@ -13,7 +13,8 @@ Strategies, each run with the real TPU client against the emulator:
 - scoreboard, warm: the same search again after the first TPU was deleted (the next `/tpu up`).
 
 Simulated time is not wall time (the emulator answers in milliseconds): it is the cloud time the
-same calls would take, from the cost model on the command line — an acceleratorTypes list call,
+same calls would take, from the cost model on the command line — an acceleratorTypes list call
+(the search makes them 8 at a time),
 a create that waits for its LRO (flex-start rejections arrive as LRO errors, acceptances when the
 QR leaves CREATING), and a create refused synchronously (e.g. the accelerator not offered).
 """
@@ -22,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import math
 import sys
 import time
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ from google.auth.credentials import AnonymousCredentials  # noqa: E402
 from google.cloud import cloudquotas_v1  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
-from agent.zone_search import ZoneSearch  # noqa: E402
+from agent.zone_search import LIST_CONCURRENCY, ZoneSearch  # noqa: E402
 from infra.scoreboard import ZoneScoreboard  # noqa: E402
 from infra.state.redis_server import ensure_redis  # noqa: E402
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: E402
@@ -75,7 +77,7 @@ def simulated_seconds(cloud: CloudSandbox, since_attempt: int, since_request: in
     attempts = cloud.tpu.create_attempts[since_attempt:]
     requests = list(cloud.tpu.requests)[since_request:]
     list_calls = sum(1 for r in requests if r.method == "GET" and r.path.endswith("/acceleratorTypes"))
-    seconds = list_calls * args.list_seconds
+    seconds = math.ceil(list_calls / LIST_CONCURRENCY) * args.list_seconds  # looked up 8 at a time
     for attempt in attempts:
         seconds += args.lro_seconds if attempt.outcome in LRO_OUTCOMES else args.sync_seconds
     return seconds, len(attempts), list_calls
