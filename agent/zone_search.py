@@ -118,6 +118,11 @@ class ZoneSearch:
                 await self._board.record_error(zone_of_error, error, lease_id)
                 outcome.attempts.append((zone, error.kind.value))
                 outcome.last_error = error
+                if error.kind is TpuErrorKind.INVALID_ACCELERATOR and await self._offered_elsewhere(zone):
+                    # Other zones list the type, so the accelerator setting is fine: this zone lacks it.
+                    await self._board.set_offers(zone, False)
+                    failures.append((zone, error))
+                    continue
                 if error.kind.stops_search:
                     return self._configuration(outcome, zone, error)
                 if error.kind.scope is ErrorScope.REGION:
@@ -134,6 +139,10 @@ class ZoneSearch:
             return outcome
         outcome.message = self._exhausted_message(failures)
         return outcome
+
+    async def _offered_elsewhere(self, zone: str) -> bool:
+        offers = await self._board.offers(self.zones)
+        return any(offered for other, offered in offers.items() if other != zone)
 
     # --- messages -------------------------------------------------------------------------
     def _configuration(self, outcome: SearchOutcome, zone: str, error: TpuError) -> SearchOutcome:
@@ -186,6 +195,7 @@ def _short(error: TpuError) -> str:
         TpuErrorKind.FLEX_START_UNSUPPORTED: "does not offer flex-start for this accelerator",
         TpuErrorKind.NO_CAPACITY: "no capacity",
         TpuErrorKind.QUOTA_EXCEEDED: f"quota exhausted in {error.region}",
+        TpuErrorKind.INVALID_ACCELERATOR: "does not offer this accelerator type",
     }.get(error.kind)
     return kind or error.message[:160]
 
