@@ -11,10 +11,11 @@ Nothing here imports agent.context (it is imported by it); the Slack side implem
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Protocol
+from typing import Callable, Protocol
 
 from infra.prices import PriceTable
 from infra.state.alerts import AlertMarks
@@ -86,6 +87,7 @@ class Alerting:
     prices: PriceTable
     sink: AlertSink | None = None
     admins: tuple[str, ...] = field(default_factory=tuple)
+    on_posted: Callable[[Alert], None] | None = None  # e.g. the alerts counter in /metrics
 
 
 async def mentions_for(alerting: Alerting, lease: Lease) -> tuple[str, ...]:
@@ -114,4 +116,11 @@ async def post_once(alerting: Alerting, alert: Alert) -> bool:
     except BaseException:
         await alerting.marks.unclaim(alert.lease.lease_id, alert.marker)
         raise
+    if alerting.on_posted is not None:
+        alerting.on_posted(alert)
     return True
+
+
+def alert_kind(alert: Alert) -> str:
+    """The marker without its per-lease numbers (idle-1764460000 → idle): a bounded label set."""
+    return re.sub(r"[-:]?\d+[a-z]?$", "", alert.marker) or alert.marker

@@ -31,6 +31,17 @@ class LockBusy(Exception):
     """The channel's operation lock is held; the job should be retried shortly."""
 
 
+LOCK_RETRY_SECONDS = 1.0
+
+
+async def lock_retry_delay(svc: Services, team: str, channel: str) -> float:
+    """When a job that found the lock busy should try again: once the holder's lock can have
+    expired. A killed job's lock only ends by TTL, and short fixed retries would use up the
+    job's tries before then."""
+    remaining = await svc.locks.remaining_seconds(team, channel)
+    return max(LOCK_RETRY_SECONDS, remaining + 0.1)
+
+
 @dataclass(frozen=True)
 class ProvisionOutcome:
     created: bool

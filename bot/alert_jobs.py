@@ -13,15 +13,12 @@ from arq.cron import CronJob
 from agent import expiry, idle, lifecycle, reconcile
 from bot.settings import Settings
 
-LOCK_RETRY_SECONDS = 1.0
-
-
 async def fire_timer(ctx: dict, *, team: str, channel: str, lease_id: str, kind: str, deadline: float,
                      due: float) -> str:
     try:
         return await expiry.fire_timer(ctx["services"], team, channel, lease_id, kind, deadline, due)
     except lifecycle.LockBusy:
-        raise Retry(defer=LOCK_RETRY_SECONDS)
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel))
 
 
 async def check_idle(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:

@@ -8,12 +8,13 @@ from datetime import timedelta
 from redis.asyncio import Redis
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.alerts import AlertPolicy, Alerting
+from agent.alerts import AlertPolicy, Alerting, alert_kind
 from agent.context import LeaseHook
 from agent.expiry import ExpiryHook
 from agent.idle import IdleHook
 from bot.settings import Settings, chip_count
 from handlers.alerts import SlackAlertSink, receipt_writer
+from infra.metrics import Metrics
 from infra.state.alerts import AlertMarks
 from infra.state.bench_results import BenchResults
 from infra.state.oncall import OnCallStore
@@ -32,7 +33,8 @@ def alert_policy_from(settings: Settings) -> AlertPolicy:
     )
 
 
-def alerting_from(settings: Settings, redis: Redis, slack_client: AsyncWebClient | None) -> Alerting:
+def alerting_from(settings: Settings, redis: Redis, slack_client: AsyncWebClient | None,
+                  metrics: Metrics | None = None) -> Alerting:
     sink = None
     if slack_client is not None:
         sink = SlackAlertSink(slack_client, admins=tuple(settings.admins), admin_channel=settings.alert_admin_channel)
@@ -40,6 +42,7 @@ def alerting_from(settings: Settings, redis: Redis, slack_client: AsyncWebClient
         policy=alert_policy_from(settings), marks=AlertMarks(redis), oncall=OnCallStore(redis),
         usage=UsageStore(redis), bench=BenchResults(redis), prices=settings.prices, sink=sink,
         admins=tuple(settings.admins),
+        on_posted=(lambda alert: metrics.alerts.labels(alert_kind(alert)).inc()) if metrics else None,
     )
 
 

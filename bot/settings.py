@@ -12,7 +12,7 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -156,6 +156,7 @@ class Settings(BaseSettings):
     # --- state and processes ---------------------------------------------------------------
     redis_url: str = Field("", description="Redis URL; empty starts an embedded server")
     port: int = Field(3000, description="HTTP port of `tpubot serve`")
+    worker_metrics_port: int = Field(0, description="port for the worker's Prometheus /metrics (0: off)")
     poll_interval: timedelta = Field(timedelta(seconds=10), description="how often a QR is polled")
     lock_ttl: timedelta = Field(timedelta(seconds=60), description="operation lock TTL")
     job_timeout: timedelta = Field(timedelta(minutes=5), description="worker job timeout")
@@ -369,5 +370,3 @@ def _read_env_file(path: Path) -> dict[str, str]:
         values[key.strip().removeprefix("export ").strip().lower()] = value.strip()
     return values
 
-
-Mode = Literal["sandbox", "gcp"]

@@ -22,6 +22,7 @@ from bot import alert_wiring
 from bot.settings import Settings
 from handlers.directory import SlackGroupDirectory
 from handlers.notifier import SlackLeaseObserver
+from infra.metrics import Metrics
 from infra.jobs import QUEUE_NAME, JobQueue
 from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
@@ -134,7 +135,7 @@ def tpu_config_from(settings: Settings):
     )
 
 
-def tpu_service_from(settings: Settings):
+def tpu_service_from(settings: Settings, metrics: Metrics | None = None):
     from infra.tpu import TpuService
 
     credentials = None
@@ -143,8 +144,9 @@ def tpu_service_from(settings: Settings):
 
         credentials = AnonymousCredentials()
     # The emulator settles a create LRO in a fraction of a second; polling it each second would only wait.
+    on_error = (lambda error: metrics.gcp_errors.labels(error.kind.value).inc()) if metrics else None
     return TpuService(tpu_config_from(settings), credentials=credentials,
-                      lro_poll_interval=0.05 if settings.sandbox else 1.0)
+                      lro_poll_interval=0.05 if settings.sandbox else 1.0, on_error=on_error)
 
 
 def slack_client_from(settings: Settings) -> AsyncWebClient:
@@ -189,8 +191,10 @@ async def build_services(
     redis = redis_client(redis_url)
     pool = await arq_pool(redis_url)
     leases = LeaseStore(redis)
-    alerting = alert_wiring.alerting_from(settings, redis, slack_client)
+    metrics = Metrics()
+    alerting = alert_wiring.alerting_from(settings, redis, slack_client, metrics)
     services = Services(
+        metrics=metrics,
         leases=leases,
         locks=ChannelLocks(redis, ttl_ms=int(settings.lock_ttl.total_seconds() * 1000)),
         audit=AuditLog(redis),
@@ -200,7 +204,7 @@ async def build_services(
         observer=SlackLeaseObserver(slack_client, leases, receipt=alert_wiring.receipt_for(alerting, settings))
         if slack_client is not None else None,
         alerting=alerting,
-        tpu=tpu_service_from(settings) if with_tpu else None,
+        tpu=tpu_service_from(settings, metrics) if with_tpu else None,
         access=access_policy_from(settings),
         directory=SlackGroupDirectory(slack_client, redis) if slack_client is not None else None,
         model=model_config_from(settings),

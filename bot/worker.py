@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any
+from typing import Any, Awaitable, Callable
 
 from arq import Retry, cron
 from arq.connections import RedisSettings
 from arq.worker import Worker
+from prometheus_client import start_http_server
 
 from agent import lifecycle, provisioning, teardown, watching
 from bot import alert_jobs
@@ -17,21 +19,33 @@ from handlers import mention_job
 
 log = logging.getLogger(__name__)
 
-LOCK_RETRY_SECONDS = 1.0
 
 
-async def _lock_wait(ctx: dict, team: str, channel: str) -> float:
-    """Retry when the holder's lock can have expired: a killed job's lock only ends by TTL,
-    and short fixed retries would use up the job's tries before then."""
-    remaining = await ctx["services"].locks.remaining_seconds(team, channel)
-    return max(LOCK_RETRY_SECONDS, remaining + 0.1)
+def counted(job: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+    """Count every finished job by function and outcome in the worker's /metrics."""
+
+    @functools.wraps(job)  # keeps __qualname__: arq names the job after it
+    async def run(ctx: dict, *args: Any, **kwargs: Any) -> Any:
+        metrics = ctx["services"].metrics
+        try:
+            result = await job(ctx, *args, **kwargs)
+        except Retry:
+            metrics.jobs.labels(job.__name__, "retry").inc()
+            raise
+        except BaseException:
+            metrics.jobs.labels(job.__name__, "error").inc()
+            raise
+        metrics.jobs.labels(job.__name__, "ok").inc()
+        return result
+
+    return run
 
 
 async def provision_lease(ctx: dict, *, team: str, channel: str, lease_id: str, search_round: int = 0) -> str:
     try:
         return await provisioning.provision_job(ctx["services"], team, channel, lease_id, search_round)
     except lifecycle.LockBusy:
-        raise Retry(defer=await _lock_wait(ctx, team, channel))
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel))
 
 
 async def watch_lease(ctx: dict, *, team: str, channel: str, lease_id: str, seq: int) -> str:
@@ -42,7 +56,7 @@ async def teardown_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -
     try:
         return await teardown.teardown_job(ctx["services"], team, channel, lease_id)
     except lifecycle.LockBusy:
-        raise Retry(defer=await _lock_wait(ctx, team, channel))
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel))
 
 
 async def resume_leases(ctx: dict) -> int:
@@ -76,6 +90,8 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
             settings, redis_url=redis_url, with_tpu=True, slack_client=slack
         )
         ctx.update(services=services, state_redis=redis, state_pool=pool, slack=slack)
+        if settings.worker_metrics_port:
+            start_http_server(settings.worker_metrics_port, registry=services.metrics.registry)
         await resume_leases(ctx)
 
     async def on_shutdown(ctx: dict) -> None:
@@ -85,8 +101,9 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
 
     job_timeout = int(settings.job_timeout.total_seconds())
     kwargs: dict[str, Any] = dict(
-        functions=[answer_mention, provision_lease, watch_lease, teardown_lease, boot_model, *alert_jobs.FUNCTIONS],
-        cron_jobs=[cron(resume_leases, second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
+        functions=[counted(job) for job in
+                   (answer_mention, provision_lease, watch_lease, teardown_lease, boot_model, *alert_jobs.FUNCTIONS)],
+        cron_jobs=[cron(counted(resume_leases), second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
         redis_settings=RedisSettings.from_dsn(redis_url),
         queue_name=JOB_QUEUE,
         on_startup=on_startup,

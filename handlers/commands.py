@@ -92,7 +92,6 @@ def _parse_oncall(tokens: list[str]) -> dict:
         raise CommandError(f"{error}. {ONCALL_USAGE}") from None
 
 
-
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("up", "/tpu up [zone] [hours]", "Provision this channel's flex-start TPU running Gemma (one per channel).", _parse_up, "provision"),
     Subcommand("status", "/tpu status", "Show this channel's lease, TPU state, zone, endpoint and deadline.", _no_args("status"), "status"),

@@ -180,8 +180,10 @@ class TpuService:
         retry_base_delay: float = 0.5,
         lro_timeout: float = 120.0,
         lro_poll_interval: float = 1.0,
+        on_error: Callable[[TpuError], None] | None = None,
     ) -> None:
         self.config = config
+        self._on_error = on_error  # e.g. a metrics counter by error kind; called for every classified error
         self._max_attempts = max(1, max_attempts)
         self._retry_base_delay = retry_base_delay
         self._lro_timeout = lro_timeout
@@ -339,12 +341,17 @@ class TpuService:
                 return call()
             except _CALL_ERRORS as exc:
                 error = classify_exception(exc, zone=zone)
+                self._report(error)
                 if not error.retryable or attempt == self._max_attempts:
                     raise error from exc
             # Full jitter around the exponential step keeps replicas from retrying in lockstep.
             delay = self._retry_base_delay * (2 ** (attempt - 1))
             time.sleep(delay * (0.5 + self._random.random()))
         raise AssertionError("unreachable")
+
+    def _report(self, error: TpuError) -> None:
+        if self._on_error is not None:
+            self._on_error(error)
 
     def _wait_for_create(self, zone: str, operation: dict) -> None:
         """Poll the v2alpha1 LRO (raw JSON: the alpha response would break the v2 parser) until done."""
@@ -367,7 +374,9 @@ class TpuService:
             operation = self._with_retries(zone, poll)
         error = operation.get("error")
         if error:
-            raise classify_status(error.get("code"), error.get("message", ""), zone=zone)
+            classified = classify_status(error.get("code"), error.get("message", ""), zone=zone)
+            self._report(classified)
+            raise classified
 
     def _creating_view(self, spec: QrSpec) -> QueuedResourceView:
         return QueuedResourceView(

@@ -15,7 +15,7 @@ from typing import Literal
 from google.api_core.exceptions import GoogleAPICallError, TooManyRequests
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.actions.registry import ActionKind, ActionResult, action
+from agent.actions.registry import ActionResult, action
 from agent.context import Actor, Services
 from agent.digest import build_digest, lines_from_entries
 from infra.cloud_logging import query_cloud_logs as read_cloud_logs

@@ -1,0 +1,86 @@
+"""/healthz, /readyz and Prometheus /metrics on web and worker; JSON logs without secrets."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+
+import httpx
+import pytest
+
+from bot.local_stack import LocalStack, free_port
+from bot.logging_setup import configure_logging, request_id
+from bot.settings import Settings
+from infra.sandbox.slack_requests import SlackRequests
+
+CHANNEL = "C0OPS"
+
+
+def wait_until(predicate, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one Prometheus sample in exposition text (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(f"{name}{{") and all(f'{k}="{v}"' in line for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+        if not labels and line.startswith(name + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@pytest.fixture
+def stack(redis_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, worker_metrics_port=free_port())
+    with LocalStack(settings) as running:
+        yield running
+
+
+def test_health_readiness_and_metrics_count_what_happened(stack):
+    assert httpx.get(f"{stack.web_url}/healthz").text == "ok"
+    assert httpx.get(f"{stack.web_url}/readyz").json() == {"ready": True}
+    stack.tpu_sandbox.inject_failures(1, http_status=503, path_contains="queuedResources")
+
+    slack = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
+                          response_url_factory=stack.slack.response_url)
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    slack.slash("status", user="UALICE", channel=CHANNEL)
+    slack.slash("launch", user="UALICE", channel=CHANNEL)
+
+    web = httpx.get(f"{stack.web_url}/metrics")
+    assert web.headers["content-type"].startswith("text/plain")
+    assert sample(web.text, "tpubot_ack_seconds_count", kind="command") == 3
+    assert sample(web.text, "tpubot_slack_requests_total", kind="command", status="200") == 3
+    assert sample(web.text, "tpubot_actions_total", action="provision", outcome="ok") == 1
+    assert sample(web.text, "tpubot_actions_total", action="status", outcome="ok") == 1
+
+    worker_url = f"http://127.0.0.1:{stack.settings.worker_metrics_port}/metrics"
+    wait_until(lambda: sample(httpx.get(worker_url).text, "tpubot_jobs_total",
+                              function="provision_lease", outcome="ok") >= 1)
+    worker = httpx.get(worker_url).text
+    assert sample(worker, "tpubot_gcp_errors_total", kind="unavailable") >= 1
+    slack.close()
+
+
+def test_json_logs_carry_the_request_id_and_never_a_secret(capsys):
+    configure_logging(logging.INFO)
+    try:
+        token = request_id.set("req-123")
+        logging.getLogger("tpubot.test").warning(
+            "posting with %s and Authorization: Bearer %s", "xoxb-1234567890-abcdefghijkl", "ya29.secret-token-value")
+        request_id.reset(token)
+    finally:
+        logging.getLogger().handlers.clear()
+    line = capsys.readouterr().err.strip().splitlines()[-1]
+    entry = json.loads(line)
+    assert entry["request_id"] == "req-123" and entry["level"] == "warning" and entry["logger"] == "tpubot.test"
+    assert "xoxb-1234567890" not in line and "ya29.secret" not in line
+    assert "REDACTED" in entry["msg"]
