@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from agent import expiry, idle
 from agent.lifecycle import lease_state_for, notify, release_lease, resume_job_for
+from infra.endpoint_probe import endpoint_url
 from infra.state.leases import Lease, LeaseState
 
 if TYPE_CHECKING:
@@ -156,7 +157,7 @@ async def _restore(svc: "Services", report: ReconcileReport, qr: "QueuedResource
         except TpuError:
             node = None
         if node and node.external_ip:
-            endpoint = f"http://{node.external_ip}:8000/v1"
+            endpoint = endpoint_url(node.external_ip, svc.policy.model_port)
     lease = Lease(
         lease_id=lease_id, team=team, channel=channel, holder=qr.labels.get("tpubot-holder", "").upper(),
         zone=qr.zone, qr_id=qr.qr_id, node_id=qr.node_id or "", state=state.value,

@@ -363,15 +363,18 @@ def node_emulators(stack, channels: list[str]) -> dict[str, VllmEmulator]:
 
 
 def test_idle_teardown_fires_on_an_unused_endpoint_but_not_when_metrics_are_unreachable(harness):
-    stack, slack, workers = harness(workers=1, alert_lead_times="2s", idle_teardown_minutes="0.1",
+    stack, slack, workers = harness(workers=1, alert_lead_times="2s", idle_teardown_minutes="0.25",
                                     idle_check_interval="0.5s")
-    for channel in ("CIDLE", "CDARK"):
-        slack.slash("up 1h", user=ALICE, channel=channel)
-    for channel in ("CIDLE", "CDARK"):
-        wait_until(lambda c=channel: active_with_deadline(stack, c), timeout=60, what=f"{channel} ACTIVE")
-    models = node_emulators(stack, ["CIDLE", "CDARK"])
+    # The dark endpoint goes unreachable first, well inside the 15 s idle limit even on a busy
+    # machine; only then does the idle one start its clock.
+    slack.slash("up 1h", user=ALICE, channel="CDARK")
+    wait_until(lambda: active_with_deadline(stack, "CDARK"), timeout=60, what="CDARK ACTIVE")
+    models = node_emulators(stack, ["CDARK"])
     models["CDARK"].metrics_mode = "unreachable"
     dark_since = time.time()
+    slack.slash("up 1h", user=ALICE, channel="CIDLE")
+    wait_until(lambda: active_with_deadline(stack, "CIDLE"), timeout=60, what="CIDLE ACTIVE")
+    models.update(node_emulators(stack, ["CIDLE"]))
     own = [m for m in models.values() if getattr(stack, "node_models", None) is None]
     try:
         wait_until(lambda: qrs_of(stack, "CIDLE") == [], timeout=60, what="idle TPU torn down")
