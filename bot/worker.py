@@ -15,7 +15,7 @@ from agent import lifecycle, provisioning, teardown, watching
 from bot import alert_jobs
 from bot.settings import Settings
 from bot.wiring import JOB_QUEUE, build_services, slack_client_from
-from handlers import mention_job
+from handlers import bench_job, mention_job
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +78,12 @@ async def boot_model(ctx: dict, *, team: str, channel: str, lease_id: str, seq: 
     return await model_boot.boot_job(ctx["services"], team, channel, lease_id, seq)
 
 
+async def bench_endpoint(ctx: dict, *, team: str, channel: str, lease_id: str, user_id: str = "") -> str:
+    """`/tpu bench`: a small sweep, the chart and table in the card thread (handlers/bench_job.py)."""
+    return await bench_job.bench_endpoint(ctx["services"], ctx["slack"], team=team, channel=channel,
+                                          lease_id=lease_id, user_id=user_id)
+
+
 async def answer_mention(ctx: dict, **mention: Any) -> str:
     """One @-mention: the agent's answer in the thread (handlers/mention_job.py)."""
     return await mention_job.answer_mention(ctx["services"], ctx["slack"], **mention)
@@ -102,7 +108,8 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
     job_timeout = int(settings.job_timeout.total_seconds())
     kwargs: dict[str, Any] = dict(
         functions=[counted(job) for job in
-                   (answer_mention, provision_lease, watch_lease, teardown_lease, boot_model, *alert_jobs.FUNCTIONS)],
+                   (answer_mention, provision_lease, watch_lease, teardown_lease, boot_model, bench_endpoint,
+                    *alert_jobs.FUNCTIONS)],
         cron_jobs=[cron(counted(resume_leases), second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
         redis_settings=RedisSettings.from_dsn(redis_url),
         queue_name=JOB_QUEUE,

@@ -100,6 +100,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("unlock", "/tpu unlock", "Force-release this channel's operation lock (admins).", _no_args("unlock"), "force_unlock"),
     Subcommand("oncall", "/tpu oncall [@group-or-user…|clear]", "Show or set who is paged for this channel's TPU alerts (holder or admin to change).", _parse_oncall, "oncall"),
     Subcommand("cost", "/tpu cost", "What this channel's TPU has cost and will cost, $ per million output tokens, capacity.", _no_args("cost"), "estimate_cost"),
+    Subcommand("bench", "/tpu bench", "Benchmark this channel's READY model (a small sweep) and post the chart in its thread.", _no_args("bench"), "bench"),
     Subcommand("zones", "/tpu zones", "Show the zone scoreboard: last outcome, when, median time to ACTIVE, skipped until.", _no_args("zones"), "zones"),
     Subcommand("help", "/tpu help", "Show this help.", _no_args("help")),
 )

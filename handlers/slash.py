@@ -68,6 +68,8 @@ def render_result(services: Services, action_name: str, result) -> tuple[str, li
         if lease is None:
             return cards.notice("This channel holds no TPU. Start one with `/tpu up`.")
         return cards.status_card(lease)
+    if action_name == "bench":
+        return cards.notice(f":stopwatch: {result.text}" if result.ok else f":warning: {result.text}")
     if action_name == "zones":
         return cards.zones_card(result.data.get("zones", []), result.data.get("order", []))
     if action_name == "teardown":

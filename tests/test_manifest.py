@@ -69,6 +69,11 @@ SUBSCRIPTION_SCOPES: dict[str, tuple[str, ...]] = {
 
 # --- what the code uses -------------------------------------------------------------------
 
+# slack_sdk helpers that call several Web API methods without an api_call literal of their own.
+SDK_HELPERS: dict[str, tuple[str, ...]] = {
+    "files_upload_v2": ("files.getUploadURLExternal", "files.completeUploadExternal"),
+}
+
 
 @lru_cache(maxsize=1)
 def sdk_methods() -> dict[str, str]:
@@ -113,6 +118,8 @@ def usage() -> dict[str, dict[str, set[str]]]:
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
             attr = node.func.attr
+            for helper_method in SDK_HELPERS.get(attr, ()):
+                note("methods", helper_method, path, node)
             if attr in methods:
                 note("methods", methods[attr], path, node)
             elif attr == "api_call" and node.args and isinstance(node.args[0], ast.Constant):

@@ -19,4 +19,5 @@ from agent.actions import log_actions  # noqa: F401,E402  (registers summarize_l
 from agent.actions import admin_actions  # noqa: F401,E402  (registers audit/force_unlock)
 from agent.actions import oncall_actions  # noqa: F401,E402  (registers oncall)
 from agent.actions import cost_actions  # noqa: F401,E402  (registers estimate_cost)
+from agent.actions import bench_actions  # noqa: F401,E402  (registers bench)
 from agent.actions import workspace_actions  # noqa: F401,E402  (registers leases: the App Home list)

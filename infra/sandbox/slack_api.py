@@ -21,7 +21,7 @@ BOT_USER_ID = "UTPUBOT"
 BOT_ID = "BTPUBOT"
 TEAM_ID = "T0SANDBOX"
 MARKDOWN_TEXT_LIMIT = 12_000  # markdown_text per streaming call
-SCOPES = "commands,app_mentions:read,chat:write,files:read,channels:history,groups:history,usergroups:read"
+SCOPES = "commands,app_mentions:read,chat:write,files:read,files:write,channels:history,groups:history,usergroups:read"
 
 
 @dataclass
@@ -60,6 +60,8 @@ class SlackApiSandbox:
         self.responses: list[dict] = []  # posts to response_url
         self.files: dict[str, tuple[dict, bytes]] = {}
         self.usergroups: dict[str, list[str]] = {}
+        # External uploads: file id → {filename, length, data (the raw POSTed bytes), shared (the completion)}.
+        self.uploads: dict[str, dict] = {}
         self._errors: dict[str, list[InjectedError]] = defaultdict(list)
         self._ts = itertools.count(1)
         # Re-entrant: wait_for() holds it while predicates call calls_to()/channel_messages().
@@ -233,13 +235,43 @@ class SlackApiSandbox:
             return {"ok": True, "has_more": False,
                     "messages": [{"ts": m.ts, "text": m.text, "user": m.user, "thread_ts": m.thread_ts} for m in replies]}
         if method == "files.getUploadURLExternal":
+            if not body.get("filename") or not str(body.get("length", "")).isdigit():
+                return {"ok": False, "error": "invalid_arguments"}
             file_id = f"F{next(self._ts):08d}"
+            with self._lock:
+                self.uploads[file_id] = {"filename": body["filename"], "length": int(body["length"]), "data": None,
+                                         "shared": None}
             return {"ok": True, "upload_url": f"{self.root}/upload/{file_id}", "file_id": file_id}
         if method == "files.completeUploadExternal":
-            files = _json_field(body.get("files")) or []
-            return {"ok": True, "files": [{"id": f.get("id"), "title": f.get("title")} for f in files]}
+            return self._complete_upload(body)
         # views.publish, reactions.add, assistant.threads.setStatus, chat.delete …
         return {"ok": True}
+
+    def _complete_upload(self, body: dict) -> dict:
+        files = _json_field(body.get("files")) or []
+        if not files or (body.get("thread_ts") and not body.get("channel_id")):
+            return {"ok": False, "error": "invalid_arguments"}
+        shared = []
+        with self._lock:
+            for f in files:
+                upload = self.uploads.get(str(f.get("id")))
+                if upload is None or upload["data"] is None:  # never issued, or its bytes never arrived
+                    return {"ok": False, "error": "file_not_found"}
+                upload["shared"] = {"channel_id": body.get("channel_id"), "thread_ts": body.get("thread_ts"),
+                                    "title": f.get("title")}
+                shared.append({"id": f["id"], "title": f.get("title") or upload["filename"],
+                               "name": upload["filename"], "size": len(upload["data"])})
+        return {"ok": True, "files": shared}
+
+    def receive_upload(self, file_id: str, data: bytes) -> tuple[int, bytes]:
+        """The raw POST to an upload URL; Slack answers `OK - <bytes>` (no token: the URL is the credential)."""
+        with self._changed:
+            upload = self.uploads.get(file_id)
+            if upload is None:
+                return 404, b"not found"
+            upload["data"] = data
+            self._changed.notify_all()
+        return 200, f"OK - {len(data)}".encode()
 
     def handle_response_url(self, path: str, body: dict) -> None:
         with self._changed:
@@ -321,7 +353,8 @@ def _make_handler(sandbox: SlackApiSandbox) -> type[BaseHTTPRequestHandler]:
                 sandbox.handle_response_url(path, body)
                 self._send(200, b"ok", "text/plain")
             elif path.startswith("/upload/"):
-                self._send(200, b"OK", "text/plain")
+                status, answer = sandbox.receive_upload(path[len("/upload/"):], raw)
+                self._send(status, answer, "text/plain")
             else:
                 self._send(404, b"not found", "text/plain")
 

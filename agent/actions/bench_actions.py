@@ -1,0 +1,34 @@
+"""bench: queue a small sweep against this channel's READY endpoint (the worker's handlers/bench_job.py runs it)."""
+
+from __future__ import annotations
+
+from agent.actions.lease_actions import NoArgs
+from agent.actions.registry import ActionKind, ActionResult, action
+from agent.context import Actor, Services
+from infra.state.leases import LeaseState
+
+BENCH_JOB = "bench_endpoint"
+NOT_READY = "No READY model in this channel — `/tpu up` first, then `/tpu bench` once the card says READY."
+
+
+def bench_job_id(lease_id: str) -> str:
+    # One benchmark per lease: a double-click or a second replica queues nothing new.
+    return f"bench:{lease_id}"
+
+
+@action("bench", "Benchmark this channel's model endpoint (a small concurrency × context sweep) and post the "
+        "chart and table in the TPU's thread; it loads the model for about a minute.", NoArgs,
+        kind=ActionKind.WRITE, destructive=False)
+async def bench(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
+    lease = await svc.leases.get(actor.team, actor.channel)
+    if lease is None or lease.state != LeaseState.READY or not lease.endpoint:
+        return ActionResult(False, NOT_READY, {"queued": False}, lease)
+    queued = await svc.jobs.enqueue(BENCH_JOB, job_id=bench_job_id(lease.lease_id), team=actor.team,
+                                    channel=actor.channel, lease_id=lease.lease_id, user_id=actor.user_id)
+    data = {"queued": queued, "lease_id": lease.lease_id, "endpoint": lease.endpoint}
+    if not queued:
+        return ActionResult(False, f"A benchmark of lease `{lease.lease_id}` is already running or ran in the last "
+                                   "hour; its chart is in the TPU's thread.", data, lease)
+    return ActionResult(True, f"Benchmarking `{lease.endpoint}` (lease `{lease.lease_id}`): a small sweep, about a "
+                              "minute. The chart and table will be posted in the TPU's thread, and `/tpu cost` will "
+                              "show $ per million output tokens.", data, lease)

@@ -1,0 +1,96 @@
+"""The `/tpu bench` worker job: a small sweep against the channel's READY endpoint, the chart
+uploaded to the lease's card thread, the table posted under it, the cells saved for `/tpu cost`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+from pathlib import Path
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.context import Services
+from infra.bench import SweepConfig, SweepResult, run_sweep
+from infra.bench_report import best_cells, write_plots
+from infra.state.leases import LeaseState
+
+log = logging.getLogger(__name__)
+
+# Small and bounded: 2 contexts × 2 concurrencies × 4 requests of 32 tokens, about a minute on a v5e.
+CONCURRENCIES = (1, 4)
+CONTEXTS = (128, 1024)
+OUTPUT_LEN = 32
+REQUESTS_PER_CELL = 4
+REQUEST_TIMEOUT_S = 60.0
+CONNECT_TIMEOUT_S = 10.0
+SWEEP_TIMEOUT_S = 240.0  # the whole sweep; inside the worker's default 5-minute job timeout
+
+
+def sweep_config(endpoint: str, model: str) -> SweepConfig:
+    return SweepConfig(base_url=endpoint, model=model, concurrencies=CONCURRENCIES, contexts=CONTEXTS,
+                       output_len=OUTPUT_LEN, requests_per_cell=REQUESTS_PER_CELL,
+                       request_timeout_s=REQUEST_TIMEOUT_S, connect_timeout_s=CONNECT_TIMEOUT_S)
+
+
+async def bench_endpoint(svc: Services, client: AsyncWebClient, *, team: str, channel: str, lease_id: str,
+                         user_id: str = "") -> str:
+    lease = await svc.leases.get(team, channel)
+    # Re-read: the model may have gone away (or the lease been replaced) since the ack.
+    if lease is None or lease.lease_id != lease_id or lease.state != LeaseState.READY or not lease.endpoint:
+        return "not-ready"
+    where = {"channel": lease.card_channel or channel}
+    if lease.card_ts:
+        where["thread_ts"] = lease.card_ts
+    config = sweep_config(lease.endpoint, svc.policy.model_name)
+    try:
+        result = await asyncio.wait_for(run_sweep(config), timeout=SWEEP_TIMEOUT_S)
+    except asyncio.TimeoutError:
+        await client.chat_postMessage(**where, text=f":warning: The benchmark of `{lease.endpoint}` did not finish "
+                                                    f"within {SWEEP_TIMEOUT_S / 60:g} minutes; nothing was saved.")
+        return "timeout"
+    cells = [cell.as_dict() for cell in result.cells]
+    if svc.alerting is not None and best_cells(cells)[1] is not None:
+        # A sweep where everything failed must not replace an earlier good measurement.
+        await svc.alerting.bench.save(team, channel, cells)
+    await _upload_chart(client, result, where, lease_id)
+    await client.chat_postMessage(**where, text=results_text(result, user_id), unfurl_links=False, unfurl_media=False)
+    return "ok"
+
+
+async def _upload_chart(client: AsyncWebClient, result: SweepResult, where: dict, lease_id: str) -> None:
+    with tempfile.TemporaryDirectory(prefix="tpubot-bench-") as tmp:
+        # matplotlib is synchronous and CPU-bound: keep it off the worker's event loop.
+        path = await asyncio.to_thread(write_plots, result, Path(tmp) / f"bench-{lease_id}.png")
+        data = path.read_bytes()
+    try:
+        await client.files_upload_v2(channel=where["channel"], thread_ts=where.get("thread_ts"), file=data,
+                                     filename=f"bench-{lease_id}.png", title=f"tpubot bench, lease {lease_id}")
+    except SlackApiError as error:
+        # The table still follows; say why the chart is missing (most often the files:write scope).
+        log.warning("bench chart upload failed: %s", error.response.get("error"))
+        await client.chat_postMessage(**where, text=f":warning: Could not upload the chart "
+                                                    f"({error.response.get('error')}; the app needs files:write).")
+
+
+def results_text(result: SweepResult, user_id: str = "") -> str:
+    rows = [f"{'context':>7} {'conc':>4} {'ok':>3} {'fail':>4} {'out tok/s':>9} {'TTFT ms':>8} {'TPOT ms':>8} "
+            f"{'E2EL ms':>8}"]
+    for cell in result.cells:
+        m = cell.metrics
+        rows.append(f"{cell.context:>7} {cell.concurrency:>4} {m['completed']:>3} {m['failed']:>4} "
+                    f"{m['output_throughput']:>9.1f} {m['mean_ttft_ms']:>8.1f} {m['mean_tpot_ms']:>8.2f} "
+                    f"{m['mean_e2el_ms']:>8.0f}")
+    single, best = best_cells([cell.as_dict() for cell in result.cells])
+    asked = f" for <@{user_id}>" if user_id else ""
+    lines = [f"*Benchmark{asked}* of `{result.config.base_url}` ({result.config.model}), "
+             f"{result.config.output_len} output tokens per request, means (vllm bench serve definitions):",
+             "```" + "\n".join(rows) + "```"]
+    if best:
+        lines.append(f"Best: {best['output_throughput']:.1f} output tok/s at concurrency {best['concurrency']}, "
+                     f"context {best['context']}" + (f"; {single['output_throughput']:.1f} tok/s at concurrency 1."
+                                                     if single else ".") + " `/tpu cost` shows $ per million output tokens.")
+    else:
+        lines.append(":warning: Every request failed, so nothing was saved for `/tpu cost`.")
+    return "\n".join(lines)

@@ -1,0 +1,97 @@
+"""`/tpu bench` end to end: a READY channel's endpoint is swept by the worker, the PNG chart is
+uploaded (files_upload_v2) into the status card's thread, and `/tpu cost` then shows $/M tokens."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import redis
+
+from bot.local_stack import LocalStack
+from bot.settings import Settings
+from infra.sandbox.slack_requests import SlackRequests
+
+CHANNEL = "C0BENCH"
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def wait_until(predicate, timeout=90.0, interval=0.05):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    raise AssertionError(f"condition not met within {timeout}s")
+
+
+@pytest.fixture
+def stack(redis_url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s")
+    with LocalStack(settings) as running:
+        yield running
+
+
+@pytest.fixture
+def slack(stack):
+    return SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret, team="T0SANDBOX",
+                         response_url_factory=stack.slack.response_url)
+
+
+def card_ts(stack) -> str | None:
+    for call in stack.slack.calls_to("chat.update"):
+        if call.body.get("channel") == CHANNEL and "READY" in call.body.get("text", ""):
+            return call.body["ts"]
+    return None
+
+
+def test_bench_uploads_the_chart_to_the_card_thread_and_feeds_cost(stack, slack):
+    before = slack.slash("cost", user="UALICE", channel=CHANNEL).json()["text"]
+    assert "per million output tokens" not in before
+
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    thread = wait_until(lambda: card_ts(stack))
+
+    ack = slack.slash("bench", user="UALICE", channel=CHANNEL).json()
+    assert ack["response_type"] == "ephemeral" and "Benchmarking" in ack["text"], ack
+
+    done = wait_until(lambda: next((c for c in stack.slack.calls_to("files.completeUploadExternal")
+                                    if c.body.get("thread_ts") == thread), None))
+    assert done.body["channel_id"] == CHANNEL
+    uploads = [u for u in stack.slack.uploads.values() if u["shared"] and u["shared"]["thread_ts"] == thread]
+    assert len(uploads) == 1 and uploads[0]["filename"].endswith(".png")
+    assert uploads[0]["data"].startswith(PNG_MAGIC) and len(uploads[0]["data"]) == uploads[0]["length"]
+
+    table = wait_until(lambda: next((m for m in stack.slack.channel_messages(CHANNEL)
+                                     if m.thread_ts == thread and "Benchmark" in m.text), None))
+    for context in ("128", "1024"):
+        assert context in table.text
+    assert "out tok/s" in table.text and "/tpu cost" in table.text
+
+    after = slack.slash("cost", user="UALICE", channel=CHANNEL).json()["text"]
+    assert "per million output tokens* at concurrency 1" in after
+    assert "per million output tokens* at the best measured batch" in after
+
+    # Same lease, second click: the deterministic job id queues nothing new, and says so.
+    again = slack.slash("bench", user="UALICE", channel=CHANNEL).json()["text"]
+    assert "already running or ran" in again
+    assert len(stack.slack.calls_to("files.completeUploadExternal")) == 1
+
+
+def test_bench_without_a_ready_model_says_so_and_queues_nothing(stack, slack):
+    answer = slack.slash("bench", user="UALICE", channel=CHANNEL).json()
+    assert answer["response_type"] == "ephemeral"
+    assert "No READY model in this channel" in answer["text"] and "/tpu up" in answer["text"]
+    state = redis.Redis.from_url(stack.settings.redis_url)
+    try:
+        assert not state.keys("arq:*bench:*")  # no bench job, queued or finished
+    finally:
+        state.close()
+    assert not stack.slack.calls_to("files.getUploadURLExternal")
+
+
+def test_bench_takes_no_arguments(stack, slack):
+    answer = slack.slash("bench fast", user="UALICE", channel=CHANNEL).json()
+    assert "`/tpu bench` takes no arguments" in answer["text"]
