@@ -96,11 +96,19 @@ def show_cost(
     hours: Optional[float] = typer.Option(None, help="lease length in hours (default: MAX_RUN_DURATION)"),
     started: Optional[str] = typer.Option(None, help="when the lease started (ISO time); enables cost so far"),
     bench_file: Optional[Path] = typer.Option(None, "--bench", help="a `tpubot bench --json` file for $/M tokens"),
+    channel: Optional[str] = typer.Option(None, help="a Slack channel id (C…): that channel's lease, read from REDIS_URL"),
+    team: Optional[str] = typer.Option(None, help="the Slack team id (T…) of --channel"),
 ) -> None:
-    # The channel lease store is another module's; until it is wired in, the lease is given by
-    # --started/--hours.
+    # Without --started/--hours, --channel/--team read the channel's lease from the bot's Redis.
     console = Console()
     settings = _settings(console)
+    if channel or team:
+        if started or hours is not None:
+            raise typer.BadParameter("give either --channel/--team (a live lease) or --started/--hours, not both")
+        if not (channel and team):
+            raise typer.BadParameter("--channel and --team go together (a lease is keyed by team and channel)")
+        _show_channel_cost(console, settings, team=team, channel=channel)
+        return
     accelerator = accelerator or settings.tpu_accelerator_type
     region = prices.region_of(region or settings.tpu_zone)
     chips = chip_count(accelerator)
@@ -152,6 +160,40 @@ def show_cost(
                           f"{cell['output_throughput']:.1f} output tok/s): [bold]${_money(per_m)}[/bold] per million output tokens")
         if single and best:
             console.print(f"spread: {best['output_throughput'] / single['output_throughput']:.1f}×")
+
+
+def _show_channel_cost(console: Console, settings: Settings, *, team: str, channel: str) -> None:
+    """What `/tpu cost` says in that channel: the same action, so one source for the math."""
+    import asyncio
+
+    from redis.exceptions import RedisError
+
+    if not settings.redis_url:
+        console.print("[red]REDIS_URL is not set: the channel's lease lives in the bot's Redis; set REDIS_URL to it.[/red]")
+        raise typer.Exit(code=2)
+    try:
+        text = asyncio.run(asyncio.wait_for(_channel_cost_text(settings, team, channel), timeout=15))
+    except (RedisError, OSError, asyncio.TimeoutError) as exc:
+        console.print(f"[red]cannot read the lease from Redis at REDIS_URL: {type(exc).__name__}: {exc}[/red]")
+        raise typer.Exit(code=1)
+    console.print(f"channel {channel} (team {team}):", markup=False)
+    console.print(text.replace("*", ""), markup=False, highlight=False)
+
+
+async def _channel_cost_text(settings: Settings, team: str, channel: str) -> str:
+    from agent.actions import get_action
+    from agent.actions.cost_actions import CostArgs
+    from agent.context import Actor
+    from bot.wiring import build_services
+
+    services, redis, pool = await build_services(settings, redis_url=settings.redis_url, with_tpu=False)
+    try:
+        # The operator already holds the Redis credentials: no Slack access rule applies here.
+        result = await get_action("estimate_cost").run(services, Actor("tpubot-cli", team, channel), CostArgs())
+        return result.text
+    finally:
+        await pool.aclose()
+        await redis.aclose()
 
 
 def _money(usd: float) -> str:
