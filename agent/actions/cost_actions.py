@@ -69,7 +69,7 @@ async def estimate_cost(svc: Services, actor: Actor, args: CostArgs) -> ActionRe
                              f"{cell['concurrency']}, context {cell['context']}, "
                              f"{cell['output_throughput']:.1f} tok/s).")
         else:
-            lines.append("No benchmark of this endpoint yet, so no $/M output tokens (run `tpubot bench`).")
+            lines.append("No benchmark of this endpoint yet, so no $/M output tokens (run `/tpu bench` here, or `tpubot bench --base-url …`).")
     plan = capacity.plan()
     data["capacity"] = {"kv_pool_gib": plan.kv_pool_gib, "kv_pool_tokens": plan.kv_pool_tokens,
                         "max_concurrent_requests": plan.max_concurrent_requests,
