@@ -60,6 +60,11 @@ class TeardownOutcome:
 
 async def request_provision(svc: Services, actor: Actor, *, zone: str | None, hours: float | None) -> ProvisionOutcome:
     run = timedelta(hours=hours) if hours else svc.policy.max_run
+    # A held channel is the common case in a burst (everyone types /tpu up at once): answer it
+    # from one read, without the zone choice. The claim below stays the atomic arbiter.
+    held = await svc.leases.get(actor.team, actor.channel)
+    if held is not None:
+        return ProvisionOutcome(created=False, lease=held)
     # Without a zone the provision job searches; the card starts on the zone it will try first.
     from agent.zone_search import first_choice_zone
 
@@ -73,10 +78,7 @@ async def request_provision(svc: Services, actor: Actor, *, zone: str | None, ho
             PROVISION_JOB, job_id=f"provision:{claim.lease.lease_id}",
             team=actor.team, channel=actor.channel, lease_id=claim.lease.lease_id,
         )
-    await svc.audit.record(
-        actor=actor.user_id, action="up", team=actor.team, channel=actor.channel,
-        outcome="claimed" if claim.created else "held", detail=claim.lease.lease_id,
-    )
+    # The outcome is audited once, by run_action (who, what, where, ok/refused).
     return ProvisionOutcome(created=claim.created, lease=claim.lease)
 
 
