@@ -3,10 +3,9 @@ and again on every button click, with every decision in the audit stream."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import redis as redis_sync
+from waiting import wait_until
 
 from bot.local_stack import LocalStack
 from bot.settings import Settings
@@ -15,15 +14,6 @@ from infra.sandbox.slack_requests import SlackRequests
 
 OPS, OTHER = "C0OPS", "C0OTHER"
 ALICE, BOB, CAROL, ADMIN = "UALICE", "UBOB", "UCAROL", "UADMIN"
-
-
-def wait_until(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 @pytest.fixture

@@ -6,10 +6,10 @@ at their wire formats."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import redis as redis_sync
+from waiting import wait_until
 
 from bot.local_stack import LocalStack
 from bot.settings import Settings
@@ -23,16 +23,6 @@ from infra.state import keys
 ALICE, BOB = "UALICE", "UBOB"
 Q = '<|"|>'
 DONE_MARKERS = ("_Answered by", "_Made without the model")
-
-
-def wait_until(predicate, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 def log_lines(n: int = 50) -> list[str]:

@@ -7,10 +7,10 @@ emulator, real Redis); the rendering's block budget is checked on the pure view 
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 import redis as redis_sync
+from waiting import wait_until
 
 from agent.actions import REGISTRY
 from bot.local_stack import LocalStack
@@ -22,16 +22,6 @@ from infra.state.leases import Lease
 
 ALICE, BOB = "UALICE", "UBOB"
 OPS, ML = "C0OPS", "C0ML"
-
-
-def wait_until(predicate, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 @pytest.fixture

@@ -3,10 +3,11 @@ uploaded (files_upload_v2) into the status card's thread, and `/tpu cost` then s
 
 from __future__ import annotations
 
-import time
+import functools
 
 import pytest
 import redis
+import waiting
 
 from bot.local_stack import LocalStack
 from bot.settings import Settings
@@ -16,14 +17,7 @@ CHANNEL = "C0BENCH"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-def wait_until(predicate, timeout=90.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+wait_until = functools.partial(waiting.wait_until, timeout=90.0)
 
 
 @pytest.fixture

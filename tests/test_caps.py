@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import time
+import functools
 
 import pytest
+import waiting
 
 from bot.local_stack import LocalStack
 from bot.settings import Settings
@@ -13,13 +14,7 @@ from infra.sandbox.slack_requests import SlackRequests
 CHANNEL = "C0CAPS"
 
 
-def wait_until(predicate, timeout=60.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout}s")
+wait_until = functools.partial(waiting.wait_until, timeout=60.0)
 
 
 @pytest.fixture

@@ -8,6 +8,7 @@ Alerts are counted as Web API calls recorded by the Slack stand-in.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import redis as redis_sync
+import waiting
 from pydantic import SecretStr
 
 from bot.local_stack import LocalStack
@@ -36,14 +38,7 @@ TPUBOT = str(Path(sys.executable).with_name("tpubot"))
 HOLDS_TPU = ("ACTIVE", "BOOTING_MODEL", "READY")  # the model-boot states follow ACTIVE
 
 
-def wait_until(predicate, timeout=60.0, interval=0.1, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"{what} not met within {timeout}s")
+wait_until = functools.partial(waiting.wait_until, timeout=60.0, interval=0.1)
 
 
 # --- the harness: web in-thread, workers as subprocesses ------------------------------------

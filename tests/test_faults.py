@@ -14,6 +14,7 @@ from pathlib import Path
 import httpx
 import pytest
 import redis as redis_sync
+from waiting import wait_until
 
 from bot.local_stack import LocalStack, free_port
 from bot.settings import Settings
@@ -25,15 +26,6 @@ from infra.sandbox.tpu_api import TpuSandbox
 TPUBOT = Path(sys.executable).with_name("tpubot")
 CHANNEL = "C0FAULT"
 ALICE = "UALICE"
-
-
-def wait_until(predicate, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 def requests_for(stack) -> SlackRequests:

@@ -6,11 +6,12 @@ loopback address at the model port, so the endpoint is derived exactly as for a 
 
 from __future__ import annotations
 
+import functools
 import logging
 import re
-import time
 
 import pytest
+import waiting
 
 from bot.local_stack import LocalStack
 from bot.settings import Settings
@@ -20,14 +21,7 @@ from infra.sandbox.slack_requests import SlackRequests
 CHANNEL = "C0MODEL"
 
 
-def wait_until(predicate, timeout=60.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+wait_until = functools.partial(waiting.wait_until, timeout=60.0)
 
 
 def card_bodies(stack) -> list[dict]:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import json
 import logging
-import time
 
 import httpx
 import pytest
+from waiting import wait_until
 
 from bot.local_stack import LocalStack, free_port
 from bot.logging_setup import configure_logging, request_id
@@ -15,15 +15,6 @@ from bot.settings import Settings
 from infra.sandbox.slack_requests import SlackRequests
 
 CHANNEL = "C0OPS"
-
-
-def wait_until(predicate, timeout=30.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := predicate():
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 def sample(text: str, name: str, **labels: str) -> float:

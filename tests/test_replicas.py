@@ -3,16 +3,17 @@ processes (and a separate `tpubot worker`) create exactly one queued resource.""
 
 from __future__ import annotations
 
+import functools
 import os
 import secrets
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
 import pytest
+import waiting
 
 from bot.local_stack import free_port
 from infra.sandbox.slack_api import SlackApiSandbox
@@ -23,14 +24,7 @@ TPUBOT = Path(sys.executable).with_name("tpubot")
 CHANNEL = "C0RACE"
 
 
-def wait_until(predicate, timeout=60.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+wait_until = functools.partial(waiting.wait_until, timeout=60.0)
 
 
 def healthy(url: str) -> bool:

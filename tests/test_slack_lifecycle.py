@@ -11,6 +11,7 @@ import time
 
 import pytest
 import redis as redis_sync
+from waiting import wait_until
 
 from bot.local_stack import LocalStack
 from bot.settings import Settings
@@ -19,16 +20,6 @@ from infra.sandbox.slack_requests import SlackRequests, sign
 
 CHANNEL = "C0TEST"
 ALICE, BOB = "UALICE", "UBOB"
-
-
-def wait_until(predicate, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 @pytest.fixture

@@ -8,13 +8,14 @@ The emulator's clock is moved with `fast_forward` wherever a test would otherwis
 
 from __future__ import annotations
 
+import functools
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import TypeVar
 
 import pytest
+import waiting
 from google.auth.credentials import AnonymousCredentials
 
 from infra.sandbox.tpu_api import SandboxTimings, TpuSandbox, ZoneBehaviour
@@ -27,16 +28,7 @@ ZONE = "us-west4-a"
 SCRIPT = "#!/bin/bash\necho '{\"image\":4}' > /tmp/limits\n"
 
 
-def wait_until(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.02) -> T:
-    """Poll `condition` until it returns something truthy; fail after `timeout` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
-        time.sleep(interval)
+wait_until = functools.partial(waiting.wait_until, timeout=10.0, interval=0.02)
 
 
 def make_service(sandbox: TpuSandbox, **config: object) -> TpuService:

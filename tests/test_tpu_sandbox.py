@@ -8,27 +8,40 @@ the `tpubot sandbox` process) behaves as documented.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TypeVar
 
 import pytest
 import requests
+import waiting
 from google.api_core import exceptions as gexc
 from google.api_core.future import polling
+from google.auth import exceptions as auth_exc
 from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import tpu_v2
-from google.auth import exceptions as auth_exc
 
 from infra.sandbox.tpu_api import SandboxTimings, TpuSandbox, ZoneBehaviour
-from infra.tpu import QrSpec, TpuConfig, TpuService, bot_labels, flex_start_body, label_value
-from infra.tpu_errors import TpuErrorKind, classify_exception, classify_http, classify_status
+from infra.tpu import (
+    QrSpec,
+    TpuConfig,
+    TpuService,
+    bot_labels,
+    flex_start_body,
+    label_value,
+)
+from infra.tpu_errors import (
+    TpuErrorKind,
+    classify_exception,
+    classify_http,
+    classify_status,
+)
 
 T = TypeVar("T")
 PROJECT = "tpubot-sandbox"
@@ -37,15 +50,7 @@ FAST_POLL = polling.DEFAULT_POLLING.with_delay(initial=0.01, maximum=0.05, multi
 REPO = Path(__file__).resolve().parents[1]
 
 
-def wait_until(condition: Callable[[], T], timeout: float = 10.0, interval: float = 0.02) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"condition not met within {timeout}s (last value: {value!r})")
-        time.sleep(interval)
+wait_until = functools.partial(waiting.wait_until, timeout=10.0, interval=0.02)
 
 
 @pytest.fixture

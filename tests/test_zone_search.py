@@ -7,28 +7,27 @@ us-west4-a accepting flex-start v5litepod-1, europe-west4-a as the configured de
 
 from __future__ import annotations
 
-import time
+import functools
 
 import pytest
+import waiting
 
 from bot.local_stack import LocalStack
 from bot.settings import Settings
 from handlers import cards
 from infra.sandbox.slack_requests import SlackRequests
-from infra.sandbox.world import SEED_DEFAULT_ZONE, SEED_V5E_ZONES, SEED_ZONES, seed_world
+from infra.sandbox.world import (
+    SEED_DEFAULT_ZONE,
+    SEED_V5E_ZONES,
+    SEED_ZONES,
+    seed_world,
+)
 
 CHANNEL = "C0ZONES"
 ALICE = "UALICE"
 
 
-def wait_until(predicate, timeout=60.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
+wait_until = functools.partial(waiting.wait_until, timeout=60.0)
 
 
 def card_texts(stack) -> list[str]:
