@@ -15,7 +15,7 @@ from agent.context import Services
 from handlers import cards
 from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION, parse_button_value
 from handlers.slash import STATE_STORE_DOWN
-from handlers.teardown_buttons import clicker
+from handlers.clicks import clicker
 
 GONE = "That alert's TPU is already gone; nothing changed."
 

@@ -15,7 +15,7 @@ from agent.context import Services
 from agent.proposals import Proposal
 from handlers import cards
 from handlers.slash import STATE_STORE_DOWN
-from handlers.teardown_buttons import clicker
+from handlers.clicks import clicked_value, clicker
 
 PROPOSAL_CONFIRM_ACTION = "proposal_confirm"
 PROPOSAL_DISMISS_ACTION = "proposal_dismiss"
@@ -58,7 +58,7 @@ def register(app: AsyncApp, services: Services) -> None:
     async def handle_proposal_confirm(ack: AsyncAck, body: dict, respond: AsyncRespond) -> None:
         await ack()
         actor = clicker(body)
-        proposal_id = str(body["actions"][0].get("value", ""))[:64]
+        proposal_id = clicked_value(body)
         try:
             outcome = await proposals.confirm(services, actor, proposal_id)
         except RedisError:
@@ -75,7 +75,7 @@ def register(app: AsyncApp, services: Services) -> None:
         await ack()
         actor = clicker(body)
         try:
-            outcome = await proposals.dismiss(services, actor, str(body["actions"][0].get("value", ""))[:64])
+            outcome = await proposals.dismiss(services, actor, clicked_value(body))
         except RedisError:
             await respond(text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
             return

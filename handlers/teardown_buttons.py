@@ -6,15 +6,10 @@ from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
 from agent import lifecycle
-from agent.context import Actor, Services
+from agent.context import Services
 from handlers import cards
+from handlers.clicks import clicked_value, clicker
 from handlers.slash import STATE_STORE_DOWN
-
-
-def clicker(body: dict) -> Actor:
-    channel = (body.get("channel") or {}).get("id") or (body.get("container") or {}).get("channel_id", "")
-    team = (body.get("team") or {}).get("id") or (body.get("user") or {}).get("team_id", "")
-    return Actor(user_id=body["user"]["id"], team=team, channel=channel)
 
 
 def register(app: AsyncApp, services: Services) -> None:
@@ -22,7 +17,7 @@ def register(app: AsyncApp, services: Services) -> None:
     async def handle_teardown_confirm(ack: AsyncAck, body: dict, respond: AsyncRespond) -> None:
         await ack()
         actor = clicker(body)
-        lease_id = str(body["actions"][0].get("value", ""))[:64]
+        lease_id = clicked_value(body)
         try:
             outcome = await lifecycle.confirm_teardown(services, actor, lease_id)
         except RedisError:

@@ -7,12 +7,10 @@ that records the status card the worker posts.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess
 import sys
-import time
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -21,6 +19,7 @@ import redis as redis_sync
 from mcp import ClientSession
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from typer.testing import CliRunner
+from waiting import wait_for
 
 from agent.actions import REGISTRY
 from bot.cli import app
@@ -32,16 +31,6 @@ TPUBOT = Path(sys.executable).with_name("tpubot")
 TEAM, CHANNEL = "T0MCP", "C0MCP"
 ME, INTRUDER, ADMIN = "UMCPDEV", "UINTRUDER", "UADMIN"
 CALL_TIMEOUT = 30  # seconds for one MCP request, start-up included
-
-
-async def wait_for(predicate, timeout=30.0, interval=0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        await asyncio.sleep(interval)
-    raise AssertionError(f"condition not met within {timeout}s")
 
 
 def base_env(redis_url: str, **extra: str) -> dict[str, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from typing import Callable, TypeVar
 
@@ -19,3 +20,16 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: floa
         if time.monotonic() >= deadline:
             raise AssertionError(f"{what} not met within {timeout}s (last value: {value!r})"[:500])
         time.sleep(interval)
+
+
+async def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
+                   what: str = "condition") -> T:
+    """`wait_until` for async tests: the event loop keeps running while it polls."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what} not met within {timeout}s (last value: {value!r})"[:500])
+        await asyncio.sleep(interval)
