@@ -17,7 +17,7 @@ from starlette.routing import Route
 
 from bot.logging_setup import request_id
 from bot.settings import Settings
-from bot.wiring import build_services, slack_client_from
+from bot.wiring import build_services, slack_client_from, slack_http_session
 from handlers.payload_guard import interaction_body, malformed_reason
 from handlers.slack_app import build_bolt_app
 
@@ -35,7 +35,8 @@ def create_web_app(settings: Settings, *, redis_url: str) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
-        client = slack_client_from(settings)
+        session = slack_http_session()
+        client = slack_client_from(settings, session=session)
         services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False, slack_client=client)
         bolt = build_bolt_app(
             services, client=client, signing_secret=settings.slack_signing_secret.get_secret_value()
@@ -47,6 +48,7 @@ def create_web_app(settings: Settings, *, redis_url: str) -> Starlette:
         finally:
             await pool.aclose()
             await redis.aclose()
+            await session.close()
 
     async def slack_events(request: Request) -> Response:
         started = time.perf_counter()

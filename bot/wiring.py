@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import aiohttp
 from arq.connections import ArqRedis
 from redis.asyncio import BlockingConnectionPool, Redis
 from slack_sdk.http_retry.builtin_async_handlers import (
@@ -149,13 +150,29 @@ def tpu_service_from(settings: Settings, metrics: Metrics | None = None):
                       lro_poll_interval=0.05 if settings.sandbox else 1.0, on_error=on_error)
 
 
-def slack_client_from(settings: Settings) -> AsyncWebClient:
+SLACK_TIMEOUT_SECONDS = 10
+
+
+def slack_http_session() -> aiohttp.ClientSession:
+    """One keep-alive HTTP session for a long-lived process's Slack calls; call inside its loop.
+
+    Without one, slack_sdk opens a session, a TCP connection and a TLS handshake for every
+    Web API call and closes them after; the web process's per-mention status line then costs
+    more than the request that caused it.
+    """
+    return aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=SLACK_TIMEOUT_SECONDS),
+                                 connector=aiohttp.TCPConnector(limit=32, keepalive_timeout=60))
+
+
+def slack_client_from(settings: Settings, *, session: aiohttp.ClientSession | None = None) -> AsyncWebClient:
+    """`session`: from slack_http_session(), owned (and closed) by the caller; None = one per call."""
     kwargs = {}
     if settings.slack_api_url:
         kwargs["base_url"] = settings.slack_api_url
     return AsyncWebClient(
         token=settings.slack_bot_token.get_secret_value() or None,
-        timeout=10,
+        timeout=SLACK_TIMEOUT_SECONDS,
+        session=session,
         retry_handlers=[AsyncConnectionErrorRetryHandler(max_retry_count=1), AsyncRateLimitErrorRetryHandler(max_retry_count=2)],
         **kwargs,
     )

@@ -14,7 +14,7 @@ from prometheus_client import start_http_server
 from agent import lifecycle, provisioning, teardown, watching
 from bot import alert_jobs
 from bot.settings import Settings
-from bot.wiring import JOB_QUEUE, build_services, slack_client_from
+from bot.wiring import JOB_QUEUE, build_services, slack_client_from, slack_http_session
 from handlers import bench_job, mention_job
 
 log = logging.getLogger(__name__)
@@ -91,11 +91,12 @@ async def answer_mention(ctx: dict, **mention: Any) -> str:
 
 def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, handle_signals: bool = True) -> Worker:
     async def on_startup(ctx: dict) -> None:
-        slack = slack_client_from(settings)
+        session = slack_http_session()
+        slack = slack_client_from(settings, session=session)
         services, redis, pool = await build_services(
             settings, redis_url=redis_url, with_tpu=True, slack_client=slack
         )
-        ctx.update(services=services, state_redis=redis, state_pool=pool, slack=slack)
+        ctx.update(services=services, state_redis=redis, state_pool=pool, slack=slack, slack_session=session)
         if settings.worker_metrics_port:
             start_http_server(settings.worker_metrics_port, registry=services.metrics.registry)
         await resume_leases(ctx)
@@ -104,6 +105,8 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
         if "state_pool" in ctx:
             await ctx["state_pool"].aclose()
             await ctx["state_redis"].aclose()
+        if "slack_session" in ctx:
+            await ctx["slack_session"].close()
 
     job_timeout = int(settings.job_timeout.total_seconds())
     kwargs: dict[str, Any] = dict(
