@@ -54,7 +54,7 @@ def serve(port: int = typer.Option(0, help="port (default: PORT setting)"), host
     logging.basicConfig(level=logging.INFO)
     endpoint = _redis_url(settings)
     try:
-        uvicorn.run(create_web_app(settings, redis_url=endpoint.url), host=host, port=port or settings.port,
+        uvicorn.run(create_web_app(settings, redis_url=endpoint.url, own_process=True), host=host, port=port or settings.port,
                     log_level="warning")
     finally:
         endpoint.stop()
@@ -75,7 +75,7 @@ def worker() -> None:
 def socket_mode() -> None:
     from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
 
-    from bot.wiring import build_services, slack_client_from
+    from bot.wiring import build_services, slack_client_from, slack_http_session
     from handlers.slack_app import build_bolt_app
 
     settings = load_settings()
@@ -84,10 +84,14 @@ def socket_mode() -> None:
     endpoint = _redis_url(settings)
 
     async def run() -> None:
-        client = slack_client_from(settings)
-        services, _redis, _pool = await build_services(settings, redis_url=endpoint.url, with_tpu=False, slack_client=client)
-        bolt = build_bolt_app(services, client=client, signing_secret=settings.slack_signing_secret.get_secret_value())
-        await AsyncSocketModeHandler(bolt, settings.slack_app_token.get_secret_value()).start_async()
+        async with slack_http_session() as session:
+            client = slack_client_from(settings, session=session)
+            services, _redis, _pool = await build_services(settings, redis_url=endpoint.url, with_tpu=False,
+                                                           slack_client=client)
+            # bolt's client stays sessionless: bolt deep-copies it for lazy listeners (bot/web.py).
+            bolt = build_bolt_app(services, client=slack_client_from(settings),
+                                  signing_secret=settings.slack_signing_secret.get_secret_value())
+            await AsyncSocketModeHandler(bolt, settings.slack_app_token.get_secret_value()).start_async()
 
     try:
         asyncio.run(run())

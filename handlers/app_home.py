@@ -27,8 +27,10 @@ ZONES_ACTION = "zones"
 
 
 def register(app: AsyncApp, services: Services) -> None:
-    @app.event("app_home_opened")
-    async def handle_app_home_opened(body: dict, event: dict, client: AsyncWebClient) -> None:
+    async def ack_home_opened() -> None:
+        return None  # nothing to keep: the tab is redrawn from state on the next open
+
+    async def publish_home(body: dict, event: dict, client: AsyncWebClient) -> None:
         if event.get("tab", "home") != "home" or not event.get("user"):
             return
         actor = Actor(user_id=event["user"], team=body.get("team_id") or event.get("team", ""), channel="")
@@ -42,6 +44,9 @@ def register(app: AsyncApp, services: Services) -> None:
             await client.views_publish(user_id=actor.user_id, view=view)
         except SlackApiError as error:
             log.warning("views.publish for %s failed: %s", actor.user_id, error.response.get("error"))
+
+    # Reading the leases and publishing the view take a few calls; none of it should hold the ack.
+    app.event("app_home_opened")(ack=ack_home_opened, lazy=[publish_home])
 
 
 async def build_home(services: Services, actor: Actor) -> dict:

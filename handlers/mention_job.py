@@ -33,8 +33,9 @@ def job_id(team: str, channel: str, ts: str) -> str:
 
 
 async def answer_mention(services: Services, client: AsyncWebClient, *, team: str, channel: str, ts: str,
-                         thread_ts: str, user: str, text: str, files: list[dict], status_ts: str,
-                         bot_user_id: str, notes: list[str] | None = None) -> str:
+                         thread_ts: str, user: str, text: str, files: list[dict], bot_user_id: str,
+                         notes: list[str] | None = None, status_ts: str = "") -> str:
+    # status_ts: jobs queued by web processes older than this one carry the status line they posted.
     reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user=user, status_ts=status_ts)
     try:
         await reply.post_status()

@@ -8,14 +8,14 @@ anyone in the channel can click, so whoever asked for the card proves nothing.
 from __future__ import annotations
 
 from redis.exceptions import RedisError
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from agent import proposals
 from agent.context import Services
 from agent.proposals import Proposal
 from handlers import cards
+from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
 from handlers.slash import STATE_STORE_DOWN
-from handlers.clicks import clicked_value, clicker
 
 PROPOSAL_CONFIRM_ACTION = "proposal_confirm"
 PROPOSAL_DISMISS_ACTION = "proposal_dismiss"
@@ -54,29 +54,30 @@ def proposal_card(proposal: Proposal) -> tuple[str, list[dict]]:
 
 
 def register(app: AsyncApp, services: Services) -> None:
-    @app.action(PROPOSAL_CONFIRM_ACTION)
-    async def handle_proposal_confirm(ack: AsyncAck, body: dict, respond: AsyncRespond) -> None:
-        await ack()
+    async def handle_proposal_confirm(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         actor = clicker(body)
-        proposal_id = clicked_value(body)
         try:
-            outcome = await proposals.confirm(services, actor, proposal_id)
+            outcome = await proposals.confirm(services, actor, clicked_value(body))
         except RedisError:
-            await respond(text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
-            return
-        if outcome.ok:
-            await respond(text=f":white_check_mark: <@{actor.user_id}> confirmed. {outcome.message} "
-                               "The status card shows progress.", replace_original=True)
+            reply_after_ack(context, text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
         else:
-            await respond(text=f":no_entry: {outcome.message}", replace_original=False, response_type="ephemeral")
-
-    @app.action(PROPOSAL_DISMISS_ACTION)
-    async def handle_proposal_dismiss(ack: AsyncAck, body: dict, respond: AsyncRespond) -> None:
+            if outcome.ok:
+                reply_after_ack(context, replace_original=True,
+                                text=f":white_check_mark: <@{actor.user_id}> confirmed. {outcome.message} "
+                                     "The status card shows progress.")
+            else:
+                reply_after_ack(context, text=f":no_entry: {outcome.message}", replace_original=False,
+                                response_type="ephemeral")
         await ack()
-        actor = clicker(body)
+
+    async def handle_proposal_dismiss(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         try:
-            outcome = await proposals.dismiss(services, actor, clicked_value(body))
+            outcome = await proposals.dismiss(services, clicker(body), clicked_value(body))
         except RedisError:
-            await respond(text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
-            return
-        await respond(text=outcome.message, replace_original=outcome.ok)
+            reply_after_ack(context, text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
+        else:
+            reply_after_ack(context, text=outcome.message, replace_original=outcome.ok)
+        await ack()
+
+    on_click(app, PROPOSAL_CONFIRM_ACTION, handle_proposal_confirm)
+    on_click(app, PROPOSAL_DISMISS_ACTION, handle_proposal_dismiss)

@@ -1,4 +1,12 @@
-"""The slack-bolt app, assembled from one listener module per surface."""
+"""The slack-bolt app, assembled from one listener module per surface.
+
+It runs with process_before_response=True: Slack gets its 200 when a listener returns, so a
+request's durable part (a lease claim, a state change, a queued job) is done before Slack
+stops retrying it, and a crash in between makes Slack retry instead of losing it. Listeners
+keep that part short and hand Slack-facing follow-ups (response_url replies, views.publish)
+to bolt's lazy listeners, which run after the ack. It is also the cheaper mode: bolt does not
+start a task per request and poll it every 10 ms for the ack.
+"""
 
 from __future__ import annotations
 
@@ -45,7 +53,7 @@ def single_flight_authorize(client: AsyncWebClient):
 
 
 def build_bolt_app(services: Services, *, client: AsyncWebClient, signing_secret: str) -> AsyncApp:
-    app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=False,
+    app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=True,
                    authorize=single_flight_authorize(client))
     for module_name in LISTENER_MODULES:
         importlib.import_module(module_name).register(app, services)

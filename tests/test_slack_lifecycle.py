@@ -184,3 +184,30 @@ def test_down_by_non_holder_is_denied_before_any_card(stack, slack):
     reply = slack.slash("down", user=BOB, channel=CHANNEL)
     assert "Only <@UALICE>" in reply.text
     assert "blocks" not in reply.json() or all(b["type"] != "actions" for b in reply.json()["blocks"])
+
+
+def test_a_click_is_acked_only_once_its_teardown_is_recorded_and_queued(redis_url, tmp_path, monkeypatch):
+    """process_before_response: the ack means the work is durable; the reply follows it."""
+    monkeypatch.chdir(tmp_path)
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, admins="UADMIN")
+    with LocalStack(settings, run_worker=False) as stack:
+        requests = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
+                                 team="T0SANDBOX", response_url_factory=stack.slack.response_url)
+        try:
+            requests.slash("up", user=ALICE, channel=CHANNEL)
+            confirm = requests.slash("down", user=ALICE, channel=CHANNEL).json()
+            button = next(e for b in confirm["blocks"] if b["type"] == "actions" for e in b["elements"]
+                          if e["action_id"] == cards.TEARDOWN_CONFIRM_ACTION)
+            ack = requests.click(action_id=button["action_id"], value=button["value"], user=ALICE, channel=CHANNEL)
+            assert ack.status == 200
+            client = redis_sync.Redis.from_url(redis_url)
+            try:
+                # Read at once, with no waiting: nothing may still be in flight once Slack has its 200.
+                assert client.hget(f"tpubot:lease:T0SANDBOX:{CHANNEL}", "state") == b"TEARING_DOWN"
+                assert client.exists(f"arq:job:teardown:{button['value']}")
+            finally:
+                client.close()
+            assert stack.slack.wait_for(lambda: any("Tearing down" in r.get("text", "") for r in stack.slack.responses))
+        finally:
+            requests.close()
+
