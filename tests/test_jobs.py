@@ -1,0 +1,94 @@
+"""infra/jobs.py enqueues in one round trip; what it writes must be exactly what arq writes,
+because arq's own worker is what runs the jobs."""
+
+from __future__ import annotations
+
+import time
+from datetime import datetime, timedelta, timezone
+
+import pytest
+from arq.connections import RedisSettings
+from arq.jobs import Job, JobStatus
+from arq.worker import Worker, func
+
+from bot.wiring import arq_pool
+from infra.jobs import JobQueue
+from infra.state.dedupe import Dedupe
+
+QUEUE = "arq:queue:test-jobs"
+
+
+@pytest.fixture
+async def pool(redis_url):
+    arq = await arq_pool(redis_url)
+    yield arq
+    await arq.aclose()
+
+
+async def test_enqueued_job_reads_back_through_arq_as_queued(pool):
+    queue = JobQueue(pool, queue_name=QUEUE)
+    before = int(time.time() * 1000)
+    assert await queue.enqueue("answer_mention", job_id="mention:T:C:1.0", team="T", text="hi", files=[{"id": "F1"}])
+    job = Job("mention:T:C:1.0", pool, _queue_name=QUEUE)
+    info = await job.info()
+    assert info.function == "answer_mention" and info.args == ()
+    assert info.kwargs == {"team": "T", "text": "hi", "files": [{"id": "F1"}]}
+    assert info.job_try is None and before <= info.score <= int(time.time() * 1000)
+    assert await job.status() is JobStatus.queued
+    assert await queue.exists("mention:T:C:1.0") and await queue.pending_count() == 1
+    ttl_ms = await pool.pttl(b"arq:job:mention:T:C:1.0")
+    assert 0 < ttl_ms <= pool.expires_extra_ms
+
+
+async def test_same_id_is_queued_once_even_after_its_result_is_kept(pool):
+    queue = JobQueue(pool, queue_name=QUEUE)
+    assert await queue.enqueue("f", job_id="once", n=1)
+    assert not await queue.enqueue("f", job_id="once", n=2)
+    assert (await Job("once", pool, _queue_name=QUEUE).info()).kwargs == {"n": 1}
+    await pool.delete(b"arq:job:once")
+    await pool.set(b"arq:result:once", b"x")  # arq keeps a finished job's result under this key
+    assert not await queue.enqueue("f", job_id="once", n=3)
+    assert await queue.pending_count() == 1
+
+
+async def test_deferred_jobs_are_scored_at_their_start_time(pool):
+    queue = JobQueue(pool, queue_name=QUEUE)
+    at = datetime.now(timezone.utc) + timedelta(hours=2)
+    assert await queue.enqueue("f", job_id="until", defer_until=at)
+    assert await queue.enqueue("f", job_id="by", defer_by=timedelta(minutes=10))
+    scores = dict(await pool.zrange(QUEUE, 0, -1, withscores=True))
+    assert scores[b"until"] == pytest.approx(at.timestamp() * 1000, abs=1)
+    assert scores[b"by"] == pytest.approx(time.time() * 1000 + 600_000, abs=5_000)
+    # arq lets a deferred job live until its start plus its usual expiry.
+    assert await pool.pttl(b"arq:job:until") > 2 * 3600 * 1000
+    with pytest.raises(ValueError):
+        await queue.enqueue("f", job_id="both", defer_until=at, defer_by=timedelta(minutes=1))
+
+
+async def test_arqs_worker_runs_what_we_enqueue(pool, redis_url):
+    ran: list[dict] = []
+
+    async def record(ctx, **kwargs):
+        ran.append(kwargs)
+        return "done"
+
+    queue = JobQueue(pool, queue_name=QUEUE)
+    assert await queue.enqueue("record", job_id="run-me", lease_id="L1", user="U1")
+    worker = Worker(functions=[func(record, name="record")], redis_settings=RedisSettings.from_dsn(redis_url), queue_name=QUEUE,
+                    burst=True, poll_delay=0.01, handle_signals=False)
+    try:
+        await worker.main()
+    finally:
+        await worker.close()
+    assert ran == [{"lease_id": "L1", "user": "U1"}]
+    assert await Job("run-me", pool, _queue_name=QUEUE).result(timeout=5) == "done"
+    assert not await queue.enqueue("record", job_id="run-me")  # its kept result still dedupes
+
+
+async def test_dedupe_markers_are_set_together_and_can_be_forgotten(redis_url, pool):
+    dedupe = Dedupe(pool)
+    markers = [("event", "Ev1"), ("message", "T:C:1.0")]
+    assert await dedupe.first_times(markers) == [True, True]
+    assert await dedupe.first_times([("event", "Ev2"), ("message", "T:C:1.0")]) == [True, False]
+    await dedupe.forget(markers)
+    assert await dedupe.first_times(markers) == [True, True]
