@@ -10,12 +10,13 @@ job ids are deterministic and every write is fenced by the lease id.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 from agent import access
 from agent.context import Actor, Services
-from infra.state.leases import Lease, LeaseState
+from infra.state.leases import Lease, LeaseState, Release
 
 log = logging.getLogger(__name__)
 
@@ -32,14 +33,20 @@ class LockBusy(Exception):
 
 
 LOCK_RETRY_SECONDS = 1.0
+RELEASE_GRACE_SECONDS = 60.0  # a live release tells the channel and the hooks well within this
 
 
-async def lock_retry_delay(svc: Services, team: str, channel: str) -> float:
-    """When a job that found the lock busy should try again: once the holder's lock can have
-    expired. A killed job's lock only ends by TTL, and short fixed retries would use up the
-    job's tries before then."""
+async def lock_retry_delay(svc: Services, team: str, channel: str, attempt: int) -> float:
+    """When a job that found the channel's lock busy (try number `attempt`) should try again.
+
+    A live holder lets go within seconds (a teardown finishing as the next `/tpu up`'s
+    provision job starts); a killed one's lock only ends by TTL. Doubling from 1 s serves both:
+    the first retries come at once, and a few doublings reach the TTL, where short fixed
+    retries would use up the job's tries before a dead holder's lock expires. Never later than
+    the lock can last.
+    """
     remaining = await svc.locks.remaining_seconds(team, channel)
-    return max(LOCK_RETRY_SECONDS, remaining + 0.1)
+    return min(remaining + 0.1, LOCK_RETRY_SECONDS * 2 ** max(0, attempt - 1))
 
 
 @dataclass(frozen=True)
@@ -152,22 +159,43 @@ async def fail_lease(svc: Services, lease: Lease, reason: str) -> None:
     if failed is not None:
         await notify(svc, failed)
         # The FAILED card stays as the record; hooks still learn the lease is gone.
-        if await svc.leases.release(failed):
-            for hook in svc.hooks:
-                await hook.on_released(svc, failed, reason)
+        release = await svc.leases.release(failed, reason=reason, tell_channel=False)
+        if release is not None:
+            await finish_release(svc, release)
     await svc.audit.record(actor="tpubot", action="provision", team=lease.team, channel=lease.channel,
                            outcome="failed", detail=reason)
 
 
 async def release_lease(svc: Services, lease: Lease, *, reason: str, by: str = "") -> bool:
     """Release (fenced), then tell the channel and every hook; False if someone else already did."""
-    if not await svc.leases.release(lease):
+    release = await svc.leases.release(lease, reason=reason, by=by)
+    if release is None:
         return False
-    if svc.observer:
-        await svc.observer.lease_released(lease, reason=reason, by=by)
-    for hook in svc.hooks:
-        await hook.on_released(svc, lease, reason)
+    await finish_release(svc, release)
     return True
+
+
+async def finish_release(svc: Services, release: Release) -> None:
+    """Tell the channel and every hook of a release, then drop its note (infra/state/leases.py).
+
+    Run again after a crash part-way, the card update repeats harmlessly and the hooks clear
+    what is already clear; only the thread receipt can appear twice.
+    """
+    if release.tell_channel and svc.observer:
+        await svc.observer.lease_released(release.lease, reason=release.reason, by=release.by)
+    for hook in svc.hooks:
+        await hook.on_released(svc, release.lease, release.reason)
+    await svc.leases.release_finished(release.lease.lease_id)
+
+
+async def finish_interrupted_releases(svc: Services, *, now: float | None = None) -> int:
+    """Finish releases a crash cut short. Young notes are left alone: their release may still be
+    running in a live process, and telling the channel twice is worse than a minute's wait."""
+    released_before = (now if now is not None else time.time()) - RELEASE_GRACE_SECONDS
+    interrupted = await svc.leases.unfinished_releases(released_before=released_before)
+    for release in interrupted:
+        await finish_release(svc, release)
+    return len(interrupted)
 
 
 async def lease_became_active(svc: Services, lease: Lease) -> None:

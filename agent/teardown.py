@@ -6,13 +6,18 @@ import asyncio
 import time
 
 from agent.context import Services
-from agent.lifecycle import LockBusy, release_lease
+from agent.lifecycle import LockBusy, finish_release, release_lease
 
 
 async def teardown_job(svc: Services, team: str, channel: str, lease_id: str) -> str:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None:
-        return "skipped: already released"
+        # Re-run after a crash between the release and telling the channel: finish the telling.
+        interrupted = await svc.leases.unfinished_release(lease_id)
+        if interrupted is None:
+            return "skipped: already released"
+        await finish_release(svc, interrupted)
+        return "finished an interrupted release"
     token = await svc.locks.acquire(team, channel)
     if token is None:
         raise LockBusy(f"{team}/{channel}")

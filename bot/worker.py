@@ -45,7 +45,7 @@ async def provision_lease(ctx: dict, *, team: str, channel: str, lease_id: str, 
     try:
         return await provisioning.provision_job(ctx["services"], team, channel, lease_id, search_round)
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel))
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel, ctx["job_try"]))
 
 
 async def watch_lease(ctx: dict, *, team: str, channel: str, lease_id: str, seq: int) -> str:
@@ -56,18 +56,20 @@ async def teardown_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -
     try:
         return await teardown.teardown_job(ctx["services"], team, channel, lease_id)
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel))
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel, ctx["job_try"]))
 
 
 async def resume_leases(ctx: dict) -> int:
-    """Re-enqueue work a crash may have left between a lease write and its job."""
+    """Re-enqueue work a crash may have left between a lease write and its job, and finish
+    releases a crash left between the release and telling the channel."""
     services = ctx["services"]
     resumed = 0
     for lease in await services.leases.all():
         if await lifecycle.resume_job_for(services, lease):
             resumed += 1
+    resumed += await lifecycle.finish_interrupted_releases(services)
     if resumed:
-        log.info("resumed %d lease jobs", resumed)
+        log.info("resumed %d lease jobs and releases", resumed)
     return resumed
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import secrets
@@ -14,14 +15,18 @@ from pathlib import Path
 import httpx
 import pytest
 import redis as redis_sync
+from redis.asyncio import Redis
 from waiting import wait_until
 
 from bot.local_stack import LocalStack, free_port
 from bot.settings import Settings
+from bot.wiring import arq_pool
 from handlers import cards
+from infra.jobs import JobQueue
 from infra.sandbox.slack_api import InjectedError, SlackApiSandbox
 from infra.sandbox.slack_requests import SlackRequests
 from infra.sandbox.tpu_api import TpuSandbox
+from infra.state.leases import LeaseStore
 
 TPUBOT = Path(sys.executable).with_name("tpubot")
 CHANNEL = "C0FAULT"
@@ -248,7 +253,9 @@ def test_worker_sigkilled_mid_teardown_finishes_on_restart(processes):
     start_worker()
     wait_until(lambda: tpu.queued_resources() == [], timeout=90)
     wait_until(lambda: "holds no TPU" in slack.slash("status", user=ALICE, channel=CHANNEL).text, timeout=60)
-    released = [c for c in slack_api.calls_to("chat.update") if "RELEASED" in str(c.body.get("blocks"))]
+    # If the kill landed between the release and the card update, the job's re-run tells the card.
+    released = wait_until(lambda: [c for c in slack_api.calls_to("chat.update")
+                                   if "RELEASED" in str(c.body.get("blocks"))], timeout=60)
     assert len(released) == 1
 
 
@@ -320,3 +327,36 @@ def test_model_endpoint_gone_mid_answer_falls_back_to_the_model_less_path(redis_
             slack.close()
     finally:
         model.stop()
+
+
+def test_a_release_cut_short_by_a_crash_is_finished_when_its_teardown_runs_again(stack):
+    """The worker died after releasing the lease and before telling the channel: a re-run tells it."""
+    slack = requests_for(stack)
+    slack.slash("up", user=ALICE, channel="C0CRASH")
+    wait_until(lambda: any("ACTIVE" in t for t in card_texts(stack.slack)), timeout=60)
+
+    async def crash_after_release() -> str:
+        client = Redis.from_url(stack.redis.url)
+        pool = await arq_pool(stack.redis.url)
+        try:
+            store = LeaseStore(client)
+            lease = await store.get(slack.team, "C0CRASH")
+            assert await store.release(lease, reason="Torn down", by=ALICE)  # ... and then the worker died
+            await JobQueue(pool).enqueue("teardown_lease", job_id=f"teardown:{lease.lease_id}",
+                                         team=slack.team, channel="C0CRASH", lease_id=lease.lease_id)
+            return lease.lease_id
+        finally:
+            await pool.aclose()
+            await client.aclose()
+
+    lease_id = asyncio.run(crash_after_release())
+    assert stack.slack.wait_for(lambda: any("RELEASED" in str(c.body.get("blocks"))
+                                            for c in stack.slack.calls_to("chat.update")))
+    receipt = wait_until(lambda: [c for c in stack.slack.calls_to("chat.postMessage") if c.body.get("thread_ts")])
+    assert "Torn down by <@UALICE>" in receipt[0].body["text"]
+    client = redis_sync.Redis.from_url(stack.redis.url)
+    try:
+        wait_until(lambda: not client.exists(f"tpubot:released:{lease_id}"), what="the note dropped once told")
+    finally:
+        client.close()
+    slack.close()

@@ -17,6 +17,7 @@ from bot.local_stack import LocalStack
 from bot.settings import Settings
 from handlers import cards
 from infra.sandbox.slack_requests import SlackRequests, sign
+from infra.state import keys
 
 CHANNEL = "C0TEST"
 ALICE, BOB = "UALICE", "UBOB"
@@ -211,3 +212,19 @@ def test_a_click_is_acked_only_once_its_teardown_is_recorded_and_queued(redis_ur
         finally:
             requests.close()
 
+
+def test_a_job_that_meets_a_busy_channel_lock_goes_on_soon_after_a_live_holder_lets_go(stack, slack):
+    """The lock's TTL (60 s) is for a dead holder; a teardown finishing as the next up starts must not cost it."""
+    client = redis_sync.Redis.from_url(stack.redis.url)
+    lock = keys.lock("T0SANDBOX", CHANNEL)
+    try:
+        assert client.set(lock, "another-job", nx=True, px=60_000)
+        slack.slash("up", user=ALICE, channel=CHANNEL)
+        lease_id = client.hget(keys.lease("T0SANDBOX", CHANNEL), "lease_id").decode()
+        wait_until(lambda: client.exists(f"arq:retry:provision:{lease_id}"), what="the provision job's first try")
+        assert stack.tpu_sandbox.queued_resources() == []
+        client.delete(lock)
+        wait_until(lambda: [q for q in stack.tpu_sandbox.queued_resources() if q["state"] == "ACTIVE"], timeout=20,
+                   what="provisioning within seconds of the lock's release, not at its TTL")
+    finally:
+        client.close()

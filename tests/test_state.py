@@ -101,3 +101,30 @@ async def test_audit_records_newest_first(redis):
     await audit.record(actor="U2", action="down", team="T1", channel="C1", outcome="denied")
     entries = await audit.recent(10)
     assert [(e.actor, e.action, e.outcome) for e in entries] == [("U2", "down", "denied"), ("U1", "up", "claimed")]
+
+
+async def test_a_release_leaves_a_note_until_it_is_finished(redis):
+    store = LeaseStore(redis)
+    lease = (await store.claim(team="T1", channel="C9", holder="U1", zone="us-west4-a", run_seconds=60)).lease
+    release = await store.release(lease, reason="Torn down", by="U1")
+    assert release is not None and await store.get("T1", "C9") is None
+    assert await store.release(lease, reason="again") is None  # fenced: one release per lease
+
+    noted = await store.unfinished_release(lease.lease_id)
+    assert noted.lease.lease_id == lease.lease_id and noted.lease.holder == "U1"
+    assert (noted.reason, noted.by, noted.tell_channel) == ("Torn down", "U1", True)
+    assert [r.lease.lease_id for r in await store.unfinished_releases(released_before=noted.at)] == [lease.lease_id]
+    assert await store.unfinished_releases(released_before=noted.at - 1) == []
+
+    await store.release_finished(lease.lease_id)
+    assert await store.unfinished_release(lease.lease_id) is None
+    assert await store.unfinished_releases(released_before=noted.at + 1) == []
+
+
+async def test_an_expired_release_note_drops_out_of_the_index(redis):
+    store = LeaseStore(redis)
+    lease = (await store.claim(team="T1", channel="C8", holder="U1", zone="us-west4-a", run_seconds=60)).lease
+    release = await store.release(lease, reason="expired", tell_channel=False)
+    await redis.delete(f"tpubot:released:{lease.lease_id}")  # what its TTL does after a week
+    assert await store.unfinished_releases(released_before=release.at + 1) == []
+    assert await redis.zcard("tpubot:released") == 0

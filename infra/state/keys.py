@@ -15,6 +15,14 @@ def lease_index() -> str:
     return f"{PREFIX}:leases"
 
 
+def release_note(lease_id: str) -> str:
+    return f"{PREFIX}:released:{lease_id}"
+
+
+def release_notes() -> str:
+    return f"{PREFIX}:released"
+
+
 def lock(team: str, channel: str) -> str:
     return f"{PREFIX}:lock:{team}:{channel}"
 

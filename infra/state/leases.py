@@ -131,12 +131,40 @@ for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 1
 """
 
+# Releasing deletes the lease and, in the same step, leaves a note of the release that stays
+# until everyone who must hear of it (the channel's card, the hooks) has: a crash between the
+# release and those calls leaves the note, and the next run finishes the release from it.
 _RELEASE = """
 if redis.call('HGET', KEYS[1], 'lease_id') ~= ARGV[1] then return 0 end
+local lease = redis.call('HGETALL', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], KEYS[1])
+redis.call('DEL', KEYS[3])
+redis.call('HSET', KEYS[3], unpack(lease))
+redis.call('HSET', KEYS[3], 'release_reason', ARGV[2], 'released_by', ARGV[3], 'released_at', ARGV[4],
+           'tell_channel', ARGV[5])
+redis.call('EXPIRE', KEYS[3], ARGV[6])
+redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
 return 1
 """
+RELEASE_NOTE_TTL_SECONDS = 7 * 24 * 3600
+
+
+@dataclass(frozen=True)
+class Release:
+    """A released lease whose channel card and hooks may not have heard of it yet."""
+
+    lease: Lease
+    reason: str
+    by: str
+    at: float
+    tell_channel: bool  # False: the card keeps what it shows (a FAILED card is the record)
+
+    @classmethod
+    def from_redis(cls, raw: dict) -> "Release":
+        decoded = {_text(k): _text(v) for k, v in raw.items()}
+        return cls(Lease.from_redis(raw), decoded.get("release_reason", ""), decoded.get("released_by", ""),
+                   float(decoded.get("released_at") or 0), decoded.get("tell_channel") == "1")
 
 
 @dataclass(frozen=True)
@@ -203,8 +231,34 @@ class LeaseStore:
             return None
         return await self.get_by_id(lease.team, lease.channel, lease.lease_id)
 
-    async def release(self, lease: Lease) -> bool:
-        return bool(await self._release(keys=[lease.key, keys.lease_index()], args=[lease.lease_id]))
+    async def release(self, lease: Lease, *, reason: str = "", by: str = "", tell_channel: bool = True) -> Release | None:
+        """Fenced release; returns the note to finish it from, or None if it was not this caller's to release."""
+        release = Release(lease, reason, by, time.time(), tell_channel)
+        released = await self._release(
+            keys=[lease.key, keys.lease_index(), keys.release_note(lease.lease_id), keys.release_notes()],
+            args=[lease.lease_id, reason, by, repr(release.at), "1" if tell_channel else "0", RELEASE_NOTE_TTL_SECONDS],
+        )
+        return release if released else None
+
+    async def unfinished_release(self, lease_id: str) -> Release | None:
+        raw = await self._redis.hgetall(keys.release_note(lease_id))
+        return Release.from_redis(raw) if raw else None
+
+    async def unfinished_releases(self, *, released_before: float) -> list[Release]:
+        found = []
+        for lease_id in await self._redis.zrangebyscore(keys.release_notes(), "-inf", released_before):
+            release = await self.unfinished_release(_text(lease_id))
+            if release is None:  # the note expired
+                await self._redis.zrem(keys.release_notes(), lease_id)
+            else:
+                found.append(release)
+        return found
+
+    async def release_finished(self, lease_id: str) -> None:
+        async with self._redis.pipeline(transaction=True) as pipe:
+            pipe.delete(keys.release_note(lease_id))
+            pipe.zrem(keys.release_notes(), lease_id)
+            await pipe.execute()
 
     async def all(self) -> list[Lease]:
         members = await self._redis.smembers(keys.lease_index())
