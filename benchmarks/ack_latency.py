@@ -1,8 +1,13 @@
 """Ack latency under load: bursts of signed slash commands and events against `tpubot serve`
 (2 web processes, one real Redis) side by side with a bare bolt app that only acks (also 2
-processes), in the same run. Prints p50/p99/max and errors. Not a test: it prints figures.
+processes, same ASGI stack and bolt mode), in the same run. Prints p50/p99/max and errors, and
+tpubot's p99 by request kind. Not a test: it prints figures.
 
-    python benchmarks/ack_latency.py [--requests 2000] [--concurrency 100]
+    python benchmarks/ack_latency.py [--requests 2000] [--concurrency 100] [--sweep 10,25,50]
+
+Each app is first warmed with the same number of requests at the measured concurrency (open
+connection pools, loaded scripts), in channels of their own so the measured requests meet the
+same state every time. `--sweep` adds a table per extra concurrency level.
 
 Target: p99 ≤ 100 ms and ≤ 1.5× the bare app, 0 errors (Slack's limit is 3,000 ms).
 """
@@ -55,28 +60,34 @@ def mention_body(channel: str, user: str) -> tuple[str, str]:
     return json.dumps(envelope), "application/json"
 
 
-def requests_mix(n: int) -> list[tuple[str, str]]:
+KINDS = ("status", "up", "help", "mention")
+
+
+def requests_mix(n: int, channels: str = "C") -> list[tuple[str, str, str]]:
+    """(kind, body, content type): 30% /tpu status, 15% up, 10% help, 45% app_mention over 200
+    channels named `channels`NNNN (a fresh prefix is a fresh set of channels)."""
     rng = random.Random(7)
     out = []
-    for i in range(n):
-        channel = f"C{rng.randint(0, 199):04d}"
+    for _ in range(n):
+        channel = f"{channels}{rng.randint(0, 199):04d}"
         user = f"U{rng.randint(0, 49):03d}"
         roll = rng.random()
         if roll < 0.3:
-            out.append(slash_body("status", channel, user))
+            out.append(("status", *slash_body("status", channel, user)))
         elif roll < 0.45:
-            out.append(slash_body("up", channel, user))
+            out.append(("up", *slash_body("up", channel, user)))
         elif roll < 0.55:
-            out.append(slash_body("help", channel, user))
+            out.append(("help", *slash_body("help", channel, user)))
         else:
-            out.append(mention_body(channel, user))
+            out.append(("mention", *mention_body(channel, user)))
     return out
 
 
-async def burst(urls: list[str], secret: str, bodies: list[tuple[str, str]], concurrency: int) -> dict:
+async def burst(urls: list[str], secret: str, bodies: list[tuple[str, str, str]], concurrency: int) -> dict:
     """`concurrency` keep-alive connections, each sending its share back to back (aiohttp: the
     client must cost far less than the servers it measures on a 2-core machine)."""
     latencies: list[float] = []
+    by_kind: dict[str, list[float]] = {kind: [] for kind in KINDS}
     errors = 0
     queue: asyncio.Queue = asyncio.Queue()
     for i, item in enumerate(bodies):
@@ -87,7 +98,7 @@ async def burst(urls: list[str], secret: str, bodies: list[tuple[str, str]], con
         async def worker() -> None:
             nonlocal errors
             while not queue.empty():
-                url, body, ctype = queue.get_nowait()
+                url, kind, body, ctype = queue.get_nowait()
                 ts = str(int(time.time()))
                 headers = {"content-type": ctype, "x-slack-request-timestamp": ts,
                            "x-slack-signature": sign(secret, ts, body)}
@@ -98,19 +109,25 @@ async def burst(urls: list[str], secret: str, bodies: list[tuple[str, str]], con
                         if response.status != 200:
                             errors += 1
                     latencies.append(time.perf_counter() - started)
+                    by_kind[kind].append(latencies[-1])
                 except (aiohttp.ClientError, asyncio.TimeoutError):
                     errors += 1
 
         wall = time.perf_counter()
         await asyncio.gather(*[worker() for _ in range(concurrency)])
         wall = time.perf_counter() - wall
-    latencies.sort()
     return {
-        "requests": len(bodies), "errors": errors, "wall_s": wall,
+        "requests": len(bodies), "errors": errors, "wall_s": wall, "rps": len(latencies) / wall,
+        **percentiles(latencies), "by_kind": {kind: percentiles(values) for kind, values in by_kind.items() if values},
+    }
+
+
+def percentiles(latencies: list[float]) -> dict:
+    latencies = sorted(latencies)
+    return {
         "p50_ms": 1000 * statistics.median(latencies),
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(round(0.99 * (len(latencies) - 1))))],
         "max_ms": 1000 * latencies[-1],
-        "rps": len(latencies) / wall,
     }
 
 
@@ -126,11 +143,37 @@ def wait_healthy(url: str, path: str, timeout: float = 60) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
+def measure(apps: dict[str, list[str]], secret: str, requests: int, concurrency: int, round_: int) -> dict:
+    """One table: each app warmed, then measured, on channels no earlier round has touched."""
+    results = {}
+    for name, urls in apps.items():
+        events = [u + "/slack/events" for u in urls]
+        asyncio.run(burst(events, secret, requests_mix(requests, channels=f"W{round_}"), concurrency))
+        results[name] = asyncio.run(burst(events, secret, requests_mix(requests, channels=f"C{round_}"), concurrency))
+    return results
+
+
+def print_table(requests: int, concurrency: int, results: dict) -> None:
+    print(f"\n{requests} signed requests (45% /tpu, 55% app_mention), {concurrency} concurrent, "
+          f"on {os.cpu_count()} cores\n")
+    print(f"{'app':<18}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'req/s':>9}{'errors':>8}")
+    for name, r in results.items():
+        print(f"{name:<18}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}{r['rps']:>9.0f}{r['errors']:>8}")
+    ours_r, bare_r = results["tpubot serve ×2"], results["bare bolt ×2"]
+    kinds = ", ".join(f"{kind} {v['p99_ms']:.0f}" for kind, v in ours_r["by_kind"].items())
+    print(f"tpubot p99 by kind (ms): {kinds}")
+    ratio = ours_r["p99_ms"] / bare_r["p99_ms"]
+    print(f"p99 ratio tpubot/bare: {ratio:.2f}× (target ≤ 1.5×); p99 {ours_r['p99_ms']:.1f} ms (target ≤ 100 ms); "
+          f"errors {ours_r['errors']} (target 0)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--sweep", default="", help="more concurrency levels, e.g. 10,25,50")
     args = parser.parse_args()
+    levels = [args.concurrency, *(int(c) for c in args.sweep.split(",") if c.strip())]
 
     redis = ensure_redis(os.environ.get("REDIS_URL", ""))
     secret = secrets.token_hex(16)
@@ -162,15 +205,8 @@ def main() -> None:
             wait_healthy(url, "/healthz")
         for url in bare:
             wait_healthy(url, "/slack/events")
-
-        bodies = requests_mix(args.requests)
-        # Warm both (connection pools, first-request imports), then measure alternately.
-        asyncio.run(burst([u + "/slack/events" for u in ours], secret, requests_mix(100), 20))
-        asyncio.run(burst([u + "/slack/events" for u in bare], secret, requests_mix(100), 20))
-        results = {
-            "tpubot serve ×2": asyncio.run(burst([u + "/slack/events" for u in ours], secret, bodies, args.concurrency)),
-            "bare bolt ×2": asyncio.run(burst([u + "/slack/events" for u in bare], secret, bodies, args.concurrency)),
-        }
+        apps = {"tpubot serve ×2": ours, "bare bolt ×2": bare}
+        tables = [(level, measure(apps, secret, args.requests, level, i)) for i, level in enumerate(levels)]
     finally:
         for proc in procs:
             proc.terminate()
@@ -178,15 +214,8 @@ def main() -> None:
             proc.wait(timeout=15)
         redis.stop()
 
-    print(f"\n{args.requests} signed requests (45% /tpu, 55% app_mention), {args.concurrency} concurrent, "
-          f"on {os.cpu_count()} cores\n")
-    print(f"{'app':<18}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'req/s':>9}{'errors':>8}")
-    for name, r in results.items():
-        print(f"{name:<18}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}{r['rps']:>9.0f}{r['errors']:>8}")
-    ours_r, bare_r = results["tpubot serve ×2"], results["bare bolt ×2"]
-    ratio = ours_r["p99_ms"] / bare_r["p99_ms"]
-    print(f"\np99 ratio tpubot/bare: {ratio:.2f}× (target ≤ 1.5×); p99 {ours_r['p99_ms']:.1f} ms (target ≤ 100 ms); "
-          f"errors {ours_r['errors']} (target 0)")
+    for level, results in tables:
+        print_table(args.requests, level, results)
 
 
 if __name__ == "__main__":

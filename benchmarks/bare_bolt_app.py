@@ -1,5 +1,6 @@
 """The baseline for benchmarks/ack_latency.py: a bolt AsyncApp that only acks, on the same
-ASGI stack (Starlette + uvicorn) as `tpubot serve`. Usage: python bare_bolt_app.py PORT SECRET"""
+ASGI stack (Starlette + uvicorn) and in the same bolt mode (process_before_response, see
+handlers/slack_app.py) as `tpubot serve`. Usage: python bare_bolt_app.py PORT SECRET"""
 
 import sys
 
@@ -18,7 +19,7 @@ def main() -> None:
     async def authorize(**kwargs) -> AuthorizeResult:
         return AuthorizeResult(enterprise_id=None, team_id="T0BENCH", bot_token="xoxb-bare", bot_id="B0", bot_user_id="U0")
 
-    app = AsyncApp(signing_secret=secret, authorize=authorize)
+    app = AsyncApp(signing_secret=secret, authorize=authorize, process_before_response=True)
 
     @app.command("/tpu")
     async def ack_command(ack) -> None:
