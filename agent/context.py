@@ -46,7 +46,6 @@ class Actor:
 
 @dataclass(frozen=True)
 class Policy:
-    admins: frozenset[str] = frozenset()
     zones: tuple[str, ...] = ("us-west4-a",)
     default_zone: str = "us-west4-a"
     accelerator_type: str = "v5litepod-1"
@@ -62,9 +61,6 @@ class Policy:
     model_name: str = "google/gemma-4-E2B-it"
     model_boot_timeout: timedelta = timedelta(minutes=45)
     boot_poll_interval: timedelta = timedelta(seconds=15)
-
-    def is_admin(self, user_id: str) -> bool:
-        return user_id in self.admins
 
 
 class LeaseObserver(Protocol):

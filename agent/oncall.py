@@ -12,6 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from agent import access
 from agent.alerts import ACK_DEADLINE, ACK_IDLE
 
 if TYPE_CHECKING:
@@ -52,15 +53,6 @@ def normalize_mentions(tokens: list[str]) -> list[str]:
     return seen
 
 
-async def is_admin(svc: "Services", user_id: str) -> bool:
-    policy = getattr(svc, "access", None)
-    if policy is not None:
-        from agent import access
-
-        return await access.is_admin(policy, svc.directory, user_id)
-    return svc.policy.is_admin(user_id)
-
-
 @dataclass(frozen=True)
 class OnCallOutcome:
     ok: bool
@@ -83,7 +75,7 @@ async def show_oncall(svc: "Services", actor: "Actor") -> OnCallOutcome:
 async def set_oncall(svc: "Services", actor: "Actor", mentions: list[str], *, clear: bool = False) -> OnCallOutcome:
     lease = await svc.leases.get(actor.team, actor.channel)
     holder = bool(lease and lease.holder == actor.user_id)
-    if not holder and not await is_admin(svc, actor.user_id):
+    if not holder and not await access.is_admin(svc.access, svc.directory, actor.user_id):
         who = f"<@{lease.holder}> (the holder) or an admin" if lease and lease.holder else "an admin"
         return OnCallOutcome(False, f"Only {who} can change who is paged for this channel; nothing changed.")
     if clear:

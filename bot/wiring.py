@@ -67,7 +67,6 @@ def cloud_logging_config_from(settings: Settings):
 
 def policy_from(settings: Settings) -> Policy:
     return Policy(
-        admins=frozenset(settings.admins),
         zones=tuple(settings.tpu_zones),
         default_zone=settings.tpu_zone,
         accelerator_type=settings.tpu_accelerator_type,
