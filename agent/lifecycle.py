@@ -65,20 +65,14 @@ class TeardownOutcome:
 # --- request side (web process) ---------------------------------------------------------
 
 
-async def request_provision(svc: Services, actor: Actor, *, zone: str | None, hours: float | None) -> ProvisionOutcome:
+async def request_provision(svc: Services, actor: Actor, *, zone: str, zone_explicit: bool,
+                            hours: float | None) -> ProvisionOutcome:
+    """Claim the channel's lease starting in `zone` (starting_zone) and queue its provision job.
+    The claim is the atomic arbiter: on a held channel it returns the holder's lease."""
     run = timedelta(hours=hours) if hours else svc.policy.max_run
-    # A held channel is the common case in a burst (everyone types /tpu up at once): answer it
-    # from one read, without the zone choice. The claim below stays the atomic arbiter.
-    held = await svc.leases.get(actor.team, actor.channel)
-    if held is not None:
-        return ProvisionOutcome(created=False, lease=held)
-    # Without a zone the provision job searches; the card starts on the zone it will try first.
-    from agent.zone_search import first_choice_zone
-
     claim = await svc.leases.claim(
-        team=actor.team, channel=actor.channel, holder=actor.user_id,
-        zone=zone or await first_choice_zone(svc), run_seconds=int(run.total_seconds()),
-        zone_explicit=zone is not None,
+        team=actor.team, channel=actor.channel, holder=actor.user_id, zone=zone,
+        run_seconds=int(run.total_seconds()), zone_explicit=zone_explicit,
     )
     if claim.created:
         await svc.jobs.enqueue(
@@ -87,6 +81,15 @@ async def request_provision(svc: Services, actor: Actor, *, zone: str | None, ho
         )
     # The outcome is audited once, by run_action (who, what, where, ok/refused).
     return ProvisionOutcome(created=claim.created, lease=claim.lease)
+
+
+async def starting_zone(svc: Services, zone: str | None) -> str:
+    """The zone asked for, else the one a zone search would try first: the card starts there."""
+    if zone:
+        return zone
+    from agent.zone_search import first_choice_zone
+
+    return await first_choice_zone(svc)
 
 
 async def may_tear_down(svc: Services, lease: Lease, user_id: str) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -58,18 +59,29 @@ def lease_summary(lease: Any) -> dict:
 @action("provision", "Request this channel's flex-start TPU v5e running Gemma (one per channel).",
         ProvisionArgs, kind=ActionKind.WRITE, destructive=False)
 async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionResult:
-    blocked = await preflight_blockers(svc, args.zone)
+    # A held channel is the common case in a burst (everyone types /tpu up at once): one read
+    # answers it, before the doctor verdict and the zone choice that only a new lease needs.
+    held = await svc.leases.get(actor.team, actor.channel)
+    if held is not None:
+        return already_held(held)
+    # Both reads only matter for a new lease, and neither waits for the other.
+    blocked, zone = await asyncio.gather(preflight_blockers(svc, args.zone), lifecycle.starting_zone(svc, args.zone))
     if blocked:
         fixes = "\n".join(f"• {check.name}: {check.detail}. Fix: {check.fix}" for check in blocked)
         return ActionResult(False, "The last `tpubot doctor` run found problems that would make `/tpu up` fail, so "
                                    f"nothing was requested:\n{fixes}\nFix them, run `tpubot doctor` again, then "
                                    "`/tpu up`.", {"preflight_failed": [check.name for check in blocked]})
-    outcome = await lifecycle.request_provision(svc, actor, zone=args.zone, hours=args.hours)
+    outcome = await lifecycle.request_provision(svc, actor, zone=zone, zone_explicit=args.zone is not None,
+                                                hours=args.hours)
     lease = outcome.lease
-    if outcome.created:
-        where = lease.zone if args.zone else f"{lease.zone} (searching the other configured zones if it refuses)"
-        return ActionResult(True, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
-                                  f"(lease {lease.lease_id}).", lease_summary(lease), lease)
+    if not outcome.created:
+        return already_held(lease)
+    where = lease.zone if args.zone else f"{lease.zone} (searching the other configured zones if it refuses)"
+    return ActionResult(True, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
+                              f"(lease {lease.lease_id}).", lease_summary(lease), lease)
+
+
+def already_held(lease: Any) -> ActionResult:
     return ActionResult(False, f"This channel's TPU is already held by <@{lease.holder}> (lease {lease.lease_id}, "
                                f"{lease.state}); nothing new was created.", lease_summary(lease), lease)
 

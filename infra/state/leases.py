@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields
 from enum import Enum
 
 from redis.asyncio import Redis
@@ -77,7 +77,8 @@ class Lease:
         return LeaseState(self.state)
 
     def to_redis(self) -> dict[str, str]:
-        return {name: str(value) for name, value in asdict(self).items()}
+        # Flat fields only, so no asdict (which deep-copies each value, in the ack path of /tpu up).
+        return {f.name: str(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
     def from_redis(cls, raw: dict) -> "Lease":
