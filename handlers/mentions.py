@@ -6,15 +6,14 @@ if Redis cannot take the job the listener raises, Slack gets a 500 and retries t
 later, so an accepted mention is never lost. The listener drops repeats — Slack retries
 (`X-Slack-Retry-Num`, same `event_id`, possibly on another replica) and edits (a new
 `app_mention` with the same `ts`) — with first-seen markers in Redis on `event_id` and on
-(channel, ts), and queues the answer as a worker job whose id is derived from (team, channel,
-ts), so even a marker lost to a Redis failover cannot answer twice. The worker posts the
+(channel, ts), set in the same atomic step that queues the answer as a worker job whose id is
+derived from (team, channel, ts), so even a marker lost to a Redis failover cannot answer twice. The worker posts the
 status line in the thread as its first step. Secrets are redacted before the text is stored
 in the job.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 
 from redis.exceptions import RedisError
@@ -52,13 +51,6 @@ async def accept_mention(services: Services, body: dict, event: dict, bot_user_i
     channel, ts = event.get("channel", ""), event.get("ts", "")
     if not channel or not ts:
         return
-    markers = delivery_markers(body, team, channel, ts)
-    try:
-        if not await first_delivery(services, body, team, channel, markers):
-            return
-    except RedisError:
-        log.error("state store unavailable; mention %s:%s left for Slack to retry", channel, ts)
-        raise
     files = [{"id": f.get("id"), "name": f.get("name", ""), "mimetype": f.get("mimetype", "")}
              for f in event.get("files") or [] if f.get("id")]
     raw = event.get("text") or ""
@@ -67,36 +59,27 @@ async def accept_mention(services: Services, body: dict, event: dict, bot_user_i
         notes.append(f"Your message is {len(raw):,} characters; I read the first {MAX_TEXT:,}. "
                      "Attach long logs as a file instead.")
     text = "\n".join(redact_lines(raw[:MAX_TEXT].split("\n")))
+    markers = delivery_markers(body, team, channel, ts)
     try:
+        # Markers and job in one atomic step: a delivery is never marked seen without its job.
         # The worker posts the status line first thing, so the web process makes no Slack call.
-        await services.jobs.enqueue(
-            ANSWER_JOB, job_id=job_id(team, channel, ts), team=team, channel=channel, ts=ts,
-            thread_ts=event.get("thread_ts") or ts, user=event.get("user", ""), text=text, files=files,
-            bot_user_id=bot_user_id, notes=notes,
+        outcome = await services.jobs.enqueue_first_delivery(
+            ANSWER_JOB, job_id=job_id(team, channel, ts),
+            markers=[services.dedupe.marker(kind, value) for kind, value in markers],
+            marker_ttl=services.dedupe.ttl_seconds,
+            team=team, channel=channel, ts=ts, thread_ts=event.get("thread_ts") or ts, user=event.get("user", ""),
+            text=text, files=files, bot_user_id=bot_user_id, notes=notes,
         )
     except RedisError:
         log.error("state store unavailable; mention %s:%s left for Slack to retry", channel, ts)
-        # Slack's retry must not look like a duplicate of a delivery that was never queued.
-        with contextlib.suppress(RedisError):
-            await services.dedupe.forget(markers)
         raise
+    if outcome > 0:
+        kind = markers[outcome - 1][0]
+        await services.audit.record(actor=event.get("user", ""), action="mention", team=team, channel=channel,
+                                    outcome=f"duplicate_{kind}", detail=body.get("event_id", "") if kind == "event" else ts)
 
 
 def delivery_markers(body: dict, team: str, channel: str, ts: str) -> list[tuple[str, str]]:
     """A retry repeats the event_id; an edit or a file_share copy repeats (channel, ts)."""
     event_id = body.get("event_id", "")
     return [("event", event_id)] * bool(event_id) + [("message", f"{team}:{channel}:{ts}")]
-
-
-async def first_delivery(services: Services, body: dict, team: str, channel: str,
-                         markers: list[tuple[str, str]]) -> bool:
-    """False for a retry (same event_id) or an edit/second event of the same message (same ts)."""
-    firsts = await services.dedupe.first_times(markers)
-    repeated = [kind for (kind, _), first in zip(markers, firsts) if not first]
-    if not repeated:
-        return True
-    event = body.get("event", {})
-    await services.audit.record(actor=event.get("user", ""), action="mention", team=team, channel=channel,
-                                outcome=f"duplicate_{repeated[0]}",
-                                detail=body.get("event_id", "") if repeated[0] == "event" else event.get("ts", ""))
-    return False

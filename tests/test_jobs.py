@@ -85,10 +85,23 @@ async def test_arqs_worker_runs_what_we_enqueue(pool, redis_url):
     assert not await queue.enqueue("record", job_id="run-me")  # its kept result still dedupes
 
 
-async def test_dedupe_markers_are_set_together_and_can_be_forgotten(redis_url, pool):
-    dedupe = Dedupe(pool)
-    markers = [("event", "Ev1"), ("message", "T:C:1.0")]
-    assert await dedupe.first_times(markers) == [True, True]
-    assert await dedupe.first_times([("event", "Ev2"), ("message", "T:C:1.0")]) == [True, False]
-    await dedupe.forget(markers)
-    assert await dedupe.first_times(markers) == [True, True]
+async def test_first_delivery_markers_and_the_job_are_one_step(pool):
+    queue = JobQueue(pool, queue_name=QUEUE)
+    event, message = Dedupe.marker("event", "Ev1"), Dedupe.marker("message", "T:C:1.0")
+    first = dict(job_id="mention:T:C:1.0", markers=[event, message], marker_ttl=3600)
+    assert await queue.enqueue_first_delivery("answer_mention", text="hi", **first) == 0
+    assert await pool.exists(event, message) == 2 and 0 < await pool.ttl(event) <= 3600
+    assert (await Job("mention:T:C:1.0", pool, _queue_name=QUEUE).info()).kwargs == {"text": "hi"}
+
+    # Slack's retry repeats the event id; an edit repeats the message under a new event id.
+    assert await queue.enqueue_first_delivery("answer_mention", text="hi", **first) == 1
+    edit = dict(first, markers=[Dedupe.marker("event", "Ev2"), message])
+    assert await queue.enqueue_first_delivery("answer_mention", text="hi (edited)", **edit) == 2
+    assert await pool.exists(Dedupe.marker("event", "Ev2")), "every marker is set, so a retry of the edit is caught too"
+    assert await queue.pending_count() == 1
+    assert (await Job("mention:T:C:1.0", pool, _queue_name=QUEUE).info()).kwargs == {"text": "hi"}
+
+    # Markers lost (a Redis failover) still cannot queue the answer twice: the job id can't.
+    await pool.delete(event, message, Dedupe.marker("event", "Ev2"))
+    assert await queue.enqueue_first_delivery("answer_mention", text="hi", **first) == -1
+    assert await queue.pending_count() == 1

@@ -16,14 +16,11 @@ class Dedupe:
         """True exactly once per (kind, value) within the TTL, across processes."""
         return bool(await self._redis.set(keys.dedupe(kind, value), "1", nx=True, ex=self._ttl))
 
-    async def first_times(self, markers: list[tuple[str, str]]) -> list[bool]:
-        """first_time for several (kind, value) markers in one round trip; all are set."""
-        async with self._redis.pipeline(transaction=False) as pipe:
-            for kind, value in markers:
-                pipe.set(keys.dedupe(kind, value), "1", nx=True, ex=self._ttl)
-            return [bool(reply) for reply in await pipe.execute()]
+    @property
+    def ttl_seconds(self) -> int:
+        return self._ttl
 
-    async def forget(self, markers: list[tuple[str, str]]) -> None:
-        """Undo markers for a delivery that was not taken after all, so its retry is not a duplicate."""
-        if markers:
-            await self._redis.delete(*(keys.dedupe(kind, value) for kind, value in markers))
+    @staticmethod
+    def marker(kind: str, value: str) -> str:
+        """The key of a first-seen marker, for writers that set it in a step of their own (infra/jobs.py)."""
+        return keys.dedupe(kind, value)
