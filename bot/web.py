@@ -9,7 +9,8 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 
-from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
+from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler, to_starlette_response
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.signature import SignatureVerifier
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -19,7 +20,7 @@ from starlette.routing import Route
 from bot.logging_setup import request_id
 from bot.settings import Settings
 from bot.wiring import build_services, slack_client_from, slack_http_session
-from handlers.payload_guard import interaction_body, malformed_reason
+from handlers.payload_guard import form_bolt_misreads, interaction_body, malformed_reason
 from handlers.slack_app import build_bolt_app
 
 log = logging.getLogger(__name__)
@@ -59,7 +60,7 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
             services, client=slack_client_from(settings),
             signing_secret=settings.slack_signing_secret.get_secret_value(),
         )
-        state.update(handler=AsyncSlackRequestHandler(bolt), redis=redis, services=services,
+        state.update(bolt=bolt, handler=AsyncSlackRequestHandler(bolt), redis=redis, services=services,
                      verifier=SignatureVerifier(settings.slack_signing_secret.get_secret_value() or "unset"))
         if own_process:
             settle_heap()
@@ -78,8 +79,11 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
         try:
             interaction = interaction_body(body)
             reason = malformed_reason(interaction) if interaction is not None else None
+            form = form_bolt_misreads(body) if interaction is None else None
             if reason and state["verifier"].is_valid_request(body, dict(request.headers)):
                 response = JSONResponse({"error": f"malformed {reason}"}, status_code=400)
+            elif form is not None:
+                response = await dispatch_parsed(form, request, body)
             else:
                 response = await state["handler"].handle(request)
         except Exception:
@@ -95,6 +99,15 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
         metrics.ack_seconds.labels(kind).observe(time.perf_counter() - started)
         metrics.requests.labels(kind, str(response.status_code)).inc()
         return response
+
+    async def dispatch_parsed(form: dict, request: Request, body: bytes) -> Response:
+        """A form body bolt would misread (payload_guard.form_bolt_misreads), dispatched already
+        parsed. bolt skips its signature check for parsed bodies, so it is done here first."""
+        headers = dict(request.headers)
+        if not state["verifier"].is_valid_request(body, headers):
+            return JSONResponse({"error": "invalid request"}, status_code=401)
+        parsed = AsyncBoltRequest(body=form, headers=headers, mode="socket_mode")
+        return to_starlette_response(await state["bolt"].async_dispatch(parsed))
 
     async def prometheus(request: Request) -> Response:
         metrics = state["services"].metrics

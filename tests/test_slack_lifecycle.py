@@ -101,6 +101,8 @@ def test_unsigned_or_stale_requests_get_401(stack, slack, kind):
         ("status now", "`/tpu status` takes no arguments"),
         ("down please", "`/tpu down` takes no arguments"),
         ("x" * 600, "at most 500"),
+        # bolt 1.30 reads any form body containing "payload" as an empty interaction (a 404)
+        ("up payload", "neither a zone"),
     ],
 )
 def test_bad_input_names_the_problem_and_changes_nothing(stack, slack, text, fragment):
@@ -112,6 +114,14 @@ def test_bad_input_names_the_problem_and_changes_nothing(stack, slack, text, fra
     assert "Usage" in body["text"] or "Try" in body["text"]
     assert redis_keys(stack) == []
     assert stack.tpu_sandbox.queued_resources() == []
+
+
+def test_a_command_that_says_payload_is_answered_and_still_needs_a_signature(stack, slack):
+    assert "takes no arguments, but got `payload`" in slack.slash("help payload", user=ALICE, channel=CHANNEL).text
+    body = slack.slash_body("up payload", user=ALICE, channel=CHANNEL)
+    forged = slack.post(body, "application/x-www-form-urlencoded", signature="v0=" + "0" * 64)
+    assert forged.status == 401
+    assert redis_keys(stack) == []
 
 
 def test_down_without_a_lease_changes_nothing(stack, slack):
