@@ -23,6 +23,7 @@ from pydantic import SecretStr
 from bot.settings import Settings
 from bot.web import create_web_app
 from bot.worker import build_worker
+from infra.sandbox.slack_requests import SlackRequests
 from infra.state.redis_server import RedisEndpoint, ensure_redis
 
 
@@ -160,6 +161,11 @@ class LocalStack:
     @property
     def signing_secret(self) -> str:
         return self.settings.slack_signing_secret.get_secret_value()
+
+    def signed_requests(self, team: str = "T0SANDBOX") -> SlackRequests:
+        """A client that sends this stack signed Slack requests, with response_urls its Slack stand-in records."""
+        return SlackRequests(f"{self.web_url}/slack/events", self.signing_secret, team=team,
+                             response_url_factory=self.slack.response_url)
 
     def stop(self) -> None:
         if self._worker:

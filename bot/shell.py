@@ -24,7 +24,6 @@ import redis as redis_sync
 
 from bot.local_stack import LocalStack
 from bot.settings import Settings
-from infra.sandbox.slack_requests import SlackRequests
 from infra.jobs import QUEUE_NAME
 from infra.state import keys
 from infra.state.leases import LeaseState
@@ -110,10 +109,7 @@ class Shell:
     _print_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def __post_init__(self) -> None:
-        self.requests = SlackRequests(
-            f"{self.stack.web_url}/slack/events", self.stack.signing_secret,
-            response_url_factory=self.stack.slack.response_url,
-        )
+        self.requests = self.stack.signed_requests()
         self.stack.slack.on_event(self._on_bot_post)
         self._redis = redis_sync.Redis.from_url(self.stack.redis.url)
 

@@ -50,3 +50,24 @@ def redis_url(redis_server_url: str) -> Iterator[str]:
     client.flushdb()
     client.close()
     yield url
+
+
+@pytest.fixture
+def make_stack(redis_url: str, tmp_path, monkeypatch):
+    """make_stack(**settings) starts a LocalStack on this test's database, the given settings over
+    the embedded defaults; every stack it started is stopped when the test ends."""
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    monkeypatch.chdir(tmp_path)  # no stray tpu.env
+    started = []
+
+    def make(*, run_worker: bool = True, **settings):
+        stack = LocalStack(Settings.load(tmp_path / "none.env", redis_url=redis_url, **settings),
+                           run_worker=run_worker).start()
+        started.append(stack)
+        return stack
+
+    yield make
+    for stack in reversed(started):
+        stack.stop()

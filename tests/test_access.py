@@ -7,31 +7,23 @@ import pytest
 import redis as redis_sync
 from waiting import wait_until
 
-from bot.local_stack import LocalStack
-from bot.settings import Settings
 from handlers import cards
-from infra.sandbox.slack_requests import SlackRequests
 
 OPS, OTHER = "C0OPS", "C0OTHER"
 ALICE, BOB, CAROL, ADMIN = "UALICE", "UBOB", "UCAROL", "UADMIN"
 
 
 @pytest.fixture
-def stack(redis_url, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    settings = Settings.load(
-        tmp_path / "none.env", redis_url=redis_url, admins=ADMIN,
-        write_users=ALICE, write_groups="S0SRE", write_channels=OPS, read_channels=f"{OPS},{OTHER}",
-    )
-    with LocalStack(settings) as running:
-        running.slack.usergroups["S0SRE"] = [CAROL]
-        yield running
+def stack(make_stack):
+    running = make_stack(admins=ADMIN, write_users=ALICE, write_groups="S0SRE", write_channels=OPS,
+                         read_channels=f"{OPS},{OTHER}")
+    running.slack.usergroups["S0SRE"] = [CAROL]
+    return running
 
 
 @pytest.fixture
 def slack(stack):
-    client = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
-                           response_url_factory=stack.slack.response_url)
+    client = stack.signed_requests()
     yield client
     client.close()
 

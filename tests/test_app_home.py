@@ -13,8 +13,6 @@ import redis as redis_sync
 from waiting import wait_until
 
 from agent.actions import REGISTRY
-from bot.local_stack import LocalStack
-from bot.settings import Settings
 from handlers.home_view import MAX_HOME_BLOCKS, home_view
 from infra.sandbox.slack_requests import SlackRequests
 from infra.state import keys
@@ -25,17 +23,13 @@ OPS, ML = "C0OPS", "C0ML"
 
 
 @pytest.fixture
-def stack(redis_url, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s", admins="UADMIN")
-    with LocalStack(settings) as running:
-        yield running
+def stack(make_stack):
+    return make_stack(poll_interval="0.2s", admins="UADMIN")
 
 
 @pytest.fixture
 def slack(stack):
-    requests = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
-                             team="T0SANDBOX", response_url_factory=stack.slack.response_url)
+    requests = stack.signed_requests()
     yield requests
     requests.close()
 

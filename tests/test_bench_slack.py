@@ -9,9 +9,6 @@ import pytest
 import redis
 import waiting
 
-from bot.local_stack import LocalStack
-from bot.settings import Settings
-from infra.sandbox.slack_requests import SlackRequests
 
 CHANNEL = "C0BENCH"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -21,17 +18,13 @@ wait_until = functools.partial(waiting.wait_until, timeout=90.0)
 
 
 @pytest.fixture
-def stack(redis_url, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s")
-    with LocalStack(settings) as running:
-        yield running
+def stack(make_stack):
+    return make_stack(poll_interval="0.2s")
 
 
 @pytest.fixture
 def slack(stack):
-    return SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret, team="T0SANDBOX",
-                         response_url_factory=stack.slack.response_url)
+    return stack.signed_requests()
 
 
 def card_ts(stack) -> str | None:

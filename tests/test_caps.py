@@ -7,9 +7,6 @@ import functools
 import pytest
 import waiting
 
-from bot.local_stack import LocalStack
-from bot.settings import Settings
-from infra.sandbox.slack_requests import SlackRequests
 
 CHANNEL = "C0CAPS"
 
@@ -18,11 +15,8 @@ wait_until = functools.partial(waiting.wait_until, timeout=60.0)
 
 
 @pytest.fixture
-def stack(redis_url, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, agent_use_model=False)
-    with LocalStack(settings) as running:
-        yield running
+def stack(make_stack):
+    return make_stack(agent_use_model=False)
 
 
 def thread_texts(stack) -> str:
@@ -30,8 +24,7 @@ def thread_texts(stack) -> str:
 
 
 def test_oversized_paste_is_read_up_to_the_cap_and_the_reply_says_so(stack):
-    slack = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
-                          response_url_factory=stack.slack.response_url)
+    slack = stack.signed_requests()
     paste = "\n".join(f"2026-11-29T10:00:{i % 60:02d}Z ERROR worker-{i % 7} disk full on /dev/sda{i % 3}"
                       for i in range(1200))
     assert len(paste) > 45_000
@@ -47,8 +40,7 @@ def test_oversized_file_is_refused_with_the_limit(stack):
 
     info = stack.slack.add_file("F0BIG", "huge.log", b"x")
     info["size"] = MAX_FILE_BYTES + 1  # files.info reports the real size before any download
-    slack = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
-                          response_url_factory=stack.slack.response_url)
+    slack = stack.signed_requests()
     slack.mention("<@UTPUBOT> what happened?", user="UALICE", channel=CHANNEL, files=[info])
     text = wait_until(lambda: "Could not read huge.log" in thread_texts(stack) and thread_texts(stack))
     assert f"the limit is {MAX_FILE_BYTES:,}" in text

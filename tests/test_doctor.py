@@ -10,7 +10,6 @@ from typer.testing import CliRunner
 from bot.cli import app
 from bot.local_stack import LocalStack
 from bot.settings import Settings
-from infra.sandbox.slack_requests import SlackRequests
 
 CHECKS = ("settings", "credentials", "project", "network", "hf token secret", "tpu quota")
 
@@ -64,8 +63,7 @@ def test_failed_verdict_is_cached_and_up_explains_it_instead_of_searching(env, r
     assert doctor().exit_code == 1
     settings = Settings.load(tmp_path / "none.env", redis_url=redis_url)
     with LocalStack(settings) as stack:
-        slack = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret, team="T0SANDBOX",
-                              response_url_factory=stack.slack.response_url)
+        slack = stack.signed_requests()
         reply = slack.slash("up", user="UALICE", channel="C0DOC")
         assert "tpubot doctor" in reply.text and "hf token secret" in reply.text
         assert "gcloud secrets create gemma-hf-token" in reply.text

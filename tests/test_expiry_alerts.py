@@ -120,8 +120,7 @@ def harness(redis_url, tmp_path, monkeypatch):
         # Quick emulated cloud: ACTIVE about a second after the create.
         stack.tpu_sandbox.timings = SandboxTimings(creating=0.1, waiting=0.3, provisioning=0.3, deleting=0.1)
         opened.append(stack)
-        slack = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret, team=TEAM,
-                              response_url_factory=stack.slack.response_url)
+        slack = stack.signed_requests(team=TEAM)
         opened.append(slack)
         pool = Workers(worker_env(stack, tmp_path, **env_extra), tmp_path, tmp_path)
         opened.append(pool)

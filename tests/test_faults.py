@@ -33,11 +33,6 @@ CHANNEL = "C0FAULT"
 ALICE = "UALICE"
 
 
-def requests_for(stack) -> SlackRequests:
-    return SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
-                         response_url_factory=stack.slack.response_url)
-
-
 def card_texts(slack: SlackApiSandbox) -> list[str]:
     return [c.body.get("text", "") for c in slack.calls if c.method in ("chat.postMessage", "chat.update")]
 
@@ -75,7 +70,7 @@ def own_redis_stack(tmp_path, monkeypatch):
     own = OwnRedis()
     own.start()
     stack = LocalStack(Settings.load(tmp_path / "none.env", redis_url=own.url), run_worker=False).start()
-    slack = requests_for(stack)
+    slack = stack.signed_requests()
     try:
         yield own, stack, slack
     finally:
@@ -132,17 +127,14 @@ def test_a_mention_redis_cannot_take_is_refused_so_slack_retries_it_and_the_retr
 
 
 @pytest.fixture
-def stack(redis_url, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url)
-    with LocalStack(settings) as running:
-        yield running
+def stack(make_stack):
+    return make_stack()
 
 
 def test_gcp_503_and_429_are_retried_then_succeed(stack):
     stack.tpu_sandbox.inject_failures(1, http_status=503, path_contains="queuedResources")
     stack.tpu_sandbox.inject_failures(1, http_status=429, path_contains="queuedResources")
-    slack = requests_for(stack)
+    slack = stack.signed_requests()
     slack.slash("up", user=ALICE, channel=CHANNEL)
     wait_until(lambda: any("ACTIVE" in t for t in card_texts(stack.slack)))
     assert len(stack.tpu_sandbox.queued_resources()) == 1
@@ -151,7 +143,7 @@ def test_gcp_503_and_429_are_retried_then_succeed(stack):
 
 def test_gcp_unavailable_beyond_the_retries_gives_a_clear_message_and_frees_the_channel(stack):
     stack.tpu_sandbox.inject_failures(20, http_status=503, path_contains="queuedResources")
-    slack = requests_for(stack)
+    slack = stack.signed_requests()
     slack.slash("up", user=ALICE, channel=CHANNEL)
     failed = wait_until(lambda: [t for t in card_texts(stack.slack) if "FAILED" in t])
     assert failed
@@ -164,7 +156,7 @@ def test_gcp_unavailable_beyond_the_retries_gives_a_clear_message_and_frees_the_
 def test_slack_429_is_retried_after_retry_after(stack):
     stack.slack.inject_error("chat.postMessage", InjectedError(
         status=429, body={"ok": False, "error": "ratelimited"}, headers={"Retry-After": "0"}))
-    slack = requests_for(stack)
+    slack = stack.signed_requests()
     slack.slash("up", user=ALICE, channel=CHANNEL)
     wait_until(lambda: any("ACTIVE" in t for t in card_texts(stack.slack)))
     posts = stack.slack.calls_to("chat.postMessage")
@@ -311,7 +303,7 @@ def test_model_endpoint_gone_mid_answer_falls_back_to_the_model_less_path(redis_
     settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, gemma_base_url=model.base_url)
     try:
         with LocalStack(settings) as stack:
-            slack = requests_for(stack)
+            slack = stack.signed_requests()
             logs = "\n".join(f"2026-11-29T10:00:{i:02d}Z ERROR worker-3 disk full" for i in range(20))
             slack.mention(f"<@UTPUBOT> what happened?\n```\n{logs}\n```", user=ALICE, channel=CHANNEL)
 
@@ -331,7 +323,7 @@ def test_model_endpoint_gone_mid_answer_falls_back_to_the_model_less_path(redis_
 
 def test_a_release_cut_short_by_a_crash_is_finished_when_its_teardown_runs_again(stack):
     """The worker died after releasing the lease and before telling the channel: a re-run tells it."""
-    slack = requests_for(stack)
+    slack = stack.signed_requests()
     slack.slash("up", user=ALICE, channel="C0CRASH")
     wait_until(lambda: any("ACTIVE" in t for t in card_texts(stack.slack)), timeout=60)
 

@@ -16,7 +16,6 @@ from hypothesis import strategies as st
 from bot.local_stack import LocalStack
 from bot.settings import Settings
 from handlers import cards
-from infra.sandbox.slack_requests import SlackRequests
 
 CASES = 5_000
 CHANNEL = "C0HOSTILE"
@@ -34,8 +33,7 @@ def hostile_stack(redis_server_url, tmp_path_factory):
     # No worker: a valid `/tpu up` may claim a lease, but nothing should reach the cloud here.
     settings_ = Settings.load(tmp / "none.env", redis_url=url, admins="UADMIN")
     stack = LocalStack(settings_, run_worker=False).start()
-    client = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
-                           response_url_factory=stack.slack.response_url)
+    client = stack.signed_requests()
     state = redis_sync.Redis.from_url(url)
     yield stack, client, state
     client.close()

@@ -13,10 +13,7 @@ import re
 import pytest
 import waiting
 
-from bot.local_stack import LocalStack
-from bot.settings import Settings
 from bot.wiring import startup_script_from
-from infra.sandbox.slack_requests import SlackRequests
 
 CHANNEL = "C0MODEL"
 
@@ -29,17 +26,13 @@ def card_bodies(stack) -> list[dict]:
 
 
 @pytest.fixture
-def stack(redis_url, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s")
-    with LocalStack(settings) as running:
-        yield running
+def stack(make_stack):
+    return make_stack(poll_interval="0.2s")
 
 
 def test_up_ends_ready_with_endpoint_ttft_and_tpot_and_no_secret_anywhere(stack, caplog):
     caplog.set_level(logging.DEBUG)
-    slack = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret, team="T0SANDBOX",
-                          response_url_factory=stack.slack.response_url)
+    slack = stack.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)
     ready = wait_until(lambda: next((b for b in card_bodies(stack) if "READY" in b["text"]), None))
     texts = [b["text"] for b in card_bodies(stack)]

@@ -9,10 +9,8 @@ import httpx
 import pytest
 from waiting import wait_until
 
-from bot.local_stack import LocalStack, free_port
+from bot.local_stack import free_port
 from bot.logging_setup import configure_logging, request_id
-from bot.settings import Settings
-from infra.sandbox.slack_requests import SlackRequests
 
 CHANNEL = "C0OPS"
 
@@ -28,11 +26,8 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 
 @pytest.fixture
-def stack(redis_url, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, worker_metrics_port=free_port())
-    with LocalStack(settings) as running:
-        yield running
+def stack(make_stack):
+    return make_stack(worker_metrics_port=free_port())
 
 
 def test_health_readiness_and_metrics_count_what_happened(stack):
@@ -40,8 +35,7 @@ def test_health_readiness_and_metrics_count_what_happened(stack):
     assert httpx.get(f"{stack.web_url}/readyz").json() == {"ready": True}
     stack.tpu_sandbox.inject_failures(1, http_status=503, path_contains="queuedResources")
 
-    slack = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
-                          response_url_factory=stack.slack.response_url)
+    slack = stack.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)
     slack.slash("status", user="UALICE", channel=CHANNEL)
     slack.slash("launch", user="UALICE", channel=CHANNEL)

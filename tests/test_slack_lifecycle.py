@@ -13,10 +13,8 @@ import pytest
 import redis as redis_sync
 from waiting import wait_until
 
-from bot.local_stack import LocalStack
-from bot.settings import Settings
 from handlers import cards
-from infra.sandbox.slack_requests import SlackRequests, sign
+from infra.sandbox.slack_requests import sign
 from infra.state import keys
 
 CHANNEL = "C0TEST"
@@ -24,17 +22,13 @@ ALICE, BOB = "UALICE", "UBOB"
 
 
 @pytest.fixture
-def stack(redis_url, tmp_path, monkeypatch):
-    monkeypatch.chdir(tmp_path)  # no stray tpu.env
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s", admins="UADMIN")
-    with LocalStack(settings) as running:
-        yield running
+def stack(make_stack):
+    return make_stack(poll_interval="0.2s", admins="UADMIN")
 
 
 @pytest.fixture
 def slack(stack):
-    requests = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
-                             team="T0SANDBOX", response_url_factory=stack.slack.response_url)
+    requests = stack.signed_requests()
     yield requests
     requests.close()
 
@@ -197,31 +191,27 @@ def test_down_by_non_holder_is_denied_before_any_card(stack, slack):
     assert "blocks" not in reply.json() or all(b["type"] != "actions" for b in reply.json()["blocks"])
 
 
-def test_a_click_is_acked_only_once_its_teardown_is_recorded_and_queued(redis_url, tmp_path, monkeypatch):
+def test_a_click_is_acked_only_once_its_teardown_is_recorded_and_queued(make_stack, redis_url):
     """process_before_response: the ack means the work is durable; the reply follows it."""
-    monkeypatch.chdir(tmp_path)
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, admins="UADMIN")
-    with LocalStack(settings, run_worker=False) as stack:
-        requests = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret,
-                                 team="T0SANDBOX", response_url_factory=stack.slack.response_url)
+    stack = make_stack(run_worker=False, admins="UADMIN")
+    requests = stack.signed_requests()
+    try:
+        requests.slash("up", user=ALICE, channel=CHANNEL)
+        confirm = requests.slash("down", user=ALICE, channel=CHANNEL).json()
+        button = next(e for b in confirm["blocks"] if b["type"] == "actions" for e in b["elements"]
+                      if e["action_id"] == cards.TEARDOWN_CONFIRM_ACTION)
+        ack = requests.click(action_id=button["action_id"], value=button["value"], user=ALICE, channel=CHANNEL)
+        assert ack.status == 200
+        client = redis_sync.Redis.from_url(redis_url)
         try:
-            requests.slash("up", user=ALICE, channel=CHANNEL)
-            confirm = requests.slash("down", user=ALICE, channel=CHANNEL).json()
-            button = next(e for b in confirm["blocks"] if b["type"] == "actions" for e in b["elements"]
-                          if e["action_id"] == cards.TEARDOWN_CONFIRM_ACTION)
-            ack = requests.click(action_id=button["action_id"], value=button["value"], user=ALICE, channel=CHANNEL)
-            assert ack.status == 200
-            client = redis_sync.Redis.from_url(redis_url)
-            try:
-                # Read at once, with no waiting: nothing may still be in flight once Slack has its 200.
-                assert client.hget(f"tpubot:lease:T0SANDBOX:{CHANNEL}", "state") == b"TEARING_DOWN"
-                assert client.exists(f"arq:job:teardown:{button['value']}")
-            finally:
-                client.close()
-            assert stack.slack.wait_for(lambda: any("Tearing down" in r.get("text", "") for r in stack.slack.responses))
+            # Read at once, with no waiting: nothing may still be in flight once Slack has its 200.
+            assert client.hget(f"tpubot:lease:T0SANDBOX:{CHANNEL}", "state") == b"TEARING_DOWN"
+            assert client.exists(f"arq:job:teardown:{button['value']}")
         finally:
-            requests.close()
-
+            client.close()
+        assert stack.slack.wait_for(lambda: any("Tearing down" in r.get("text", "") for r in stack.slack.responses))
+    finally:
+        requests.close()
 
 def test_a_job_that_meets_a_busy_channel_lock_goes_on_soon_after_a_live_holder_lets_go(stack, slack):
     """The lock's TTL (60 s) is for a dead holder; a teardown finishing as the next up starts must not cost it."""

@@ -4,6 +4,7 @@ import asyncio
 
 import pytest
 from redis.asyncio import Redis
+from waiting import wait_for
 
 from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
@@ -80,12 +81,7 @@ async def test_lock_ttl_frees_a_crashed_holder(redis):
     locks = ChannelLocks(redis, ttl_ms=50)
     assert await locks.acquire("T1", "C9")
 
-    async def wait_free():
-        while (token := await locks.acquire("T1", "C9")) is None:
-            await asyncio.sleep(0.01)
-        return token
-
-    assert await asyncio.wait_for(wait_free(), timeout=5)
+    assert await wait_for(lambda: locks.acquire("T1", "C9"), timeout=5, interval=0.01, what="the lock's TTL to free it")
 
 
 async def test_dedupe_is_first_time_once(redis):

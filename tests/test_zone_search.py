@@ -15,7 +15,6 @@ import waiting
 from bot.local_stack import LocalStack
 from bot.settings import Settings
 from handlers import cards
-from infra.sandbox.slack_requests import SlackRequests
 from infra.sandbox.world import (
     SEED_DEFAULT_ZONE,
     SEED_V5E_ZONES,
@@ -42,8 +41,7 @@ def start(redis_url, tmp_path, monkeypatch, world=None, **settings):
     monkeypatch.chdir(tmp_path)
     config = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s", **settings)
     stack = LocalStack(config, world=world).start()
-    slack = SlackRequests(f"{stack.web_url}/slack/events", stack.signing_secret, team="T0SANDBOX",
-                          response_url_factory=stack.slack.response_url)
+    slack = stack.signed_requests()
     return stack, slack
 
 

@@ -3,33 +3,43 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import time
 from typing import Callable, TypeVar
 
 T = TypeVar("T")
 
 
+class _Deadline:
+    def __init__(self, timeout: float, what: str) -> None:
+        self._end = time.monotonic() + timeout
+        self._timeout, self._what = timeout, what
+
+    def check(self, value: object) -> None:
+        if time.monotonic() >= self._end:
+            raise AssertionError(f"{self._what} not met within {self._timeout}s (last value: {value!r})"[:500])
+
+
 def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
                what: str = "condition") -> T:
     """Poll `predicate` until it returns something truthy, and return that; fail after `timeout`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not met within {timeout}s (last value: {value!r})"[:500])
+    deadline = _Deadline(timeout, what)
+    while not (value := predicate()):
+        deadline.check(value)
         time.sleep(interval)
+    return value
 
 
 async def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
                    what: str = "condition") -> T:
-    """`wait_until` for async tests: the event loop keeps running while it polls."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() >= deadline:
-            raise AssertionError(f"{what} not met within {timeout}s (last value: {value!r})"[:500])
+    """`wait_until` for async tests: the event loop keeps running while it polls, and
+    `predicate` may return an awaitable (a Redis read, say)."""
+    deadline = _Deadline(timeout, what)
+    while not (value := await _resolved(predicate())):
+        deadline.check(value)
         await asyncio.sleep(interval)
+    return value
+
+
+async def _resolved(value):
+    return await value if inspect.isawaitable(value) else value
