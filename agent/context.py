@@ -18,7 +18,7 @@ from infra.state.leases import Lease, LeaseStore
 from infra.state.locks import ChannelLocks
 
 if TYPE_CHECKING:
-    from agent.alerts import Alerting
+    from agent.lease.alerts import Alerting
     from agent.access import AccessPolicy, GroupDirectory
     from agent.material import MentionInput
     from agent.model_endpoint import ModelConfig

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from agent import lifecycle
+from agent.lease import lifecycle
 from agent.actions import get_action, run_action
 from agent.context import Actor, Services
 from infra.state.leases import Lease

@@ -9,7 +9,7 @@ us-west4-a, and europe-west4-a as the configured default (TPU_ZONE), TPU_ZONES =
 Strategies, each run with the real TPU client against the emulator:
 - naive: the configured default first, then every zone with quota (the Cloud Quotas API's zone
   dimensions, in its order), trying each until one accepts — no memory between runs;
-- scoreboard, cold: `agent.zone_search.ZoneSearch` on an empty scoreboard (Redis);
+- scoreboard, cold: `agent.lease.zone_search.ZoneSearch` on an empty scoreboard (Redis);
 - scoreboard, warm: the same search again after the first TPU was deleted (the next `/tpu up`).
 
 Simulated time is not wall time (the emulator answers in milliseconds): it is the cloud time the
@@ -35,7 +35,7 @@ from google.auth.credentials import AnonymousCredentials  # noqa: E402
 from google.cloud import cloudquotas_v1  # noqa: E402
 from redis.asyncio import Redis  # noqa: E402
 
-from agent.zone_search import LIST_CONCURRENCY, ZoneSearch  # noqa: E402
+from agent.lease.zone_search import LIST_CONCURRENCY, ZoneSearch  # noqa: E402
 from infra.scoreboard import ZoneScoreboard  # noqa: E402
 from infra.state.redis_server import ensure_redis  # noqa: E402
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: E402

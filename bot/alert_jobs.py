@@ -10,7 +10,7 @@ from datetime import timedelta
 from arq import Retry, cron
 from arq.cron import CronJob
 
-from agent import expiry, idle, lifecycle, reconcile
+from agent.lease import expiry, idle, lifecycle, reconcile
 from bot.settings import Settings
 
 async def fire_timer(ctx: dict, *, team: str, channel: str, lease_id: str, kind: str, deadline: float,

@@ -8,10 +8,10 @@ from datetime import timedelta
 from redis.asyncio import Redis
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.alerts import AlertPolicy, Alerting, alert_kind
+from agent.lease.alerts import AlertPolicy, Alerting, alert_kind
 from agent.context import LeaseHook
-from agent.expiry import ExpiryHook
-from agent.idle import IdleHook
+from agent.lease.expiry import ExpiryHook
+from agent.lease.idle import IdleHook
 from bot.settings import Settings, chip_count
 from handlers.alerts import SlackAlertSink, receipt_writer
 from infra.metrics import Metrics

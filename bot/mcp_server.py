@@ -27,7 +27,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
-from agent import lifecycle
+from agent.lease import lifecycle
 from agent.actions import REGISTRY, Action, ActionKind, ActionResult, get_action, run_action
 from agent.actions.lease_actions import lease_summary
 from agent.actions.registry import first_error, validate_args

@@ -234,8 +234,8 @@ async def build_services(
 
 def _wire_provisioning(services: Services, settings: Settings, redis: Redis) -> None:
     """Zone scoreboard, cached doctor verdict, startup script, and the post-ACTIVE hooks (issue 3)."""
-    from agent.model_boot import ModelBootHook
-    from agent.zone_search import ZoneOutcomeHook
+    from agent.lease.model_boot import ModelBootHook
+    from agent.lease.zone_search import ZoneOutcomeHook
     from infra.preflight import PreflightGate, PreflightStore
     from infra.scoreboard import ZoneScoreboard
 

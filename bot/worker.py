@@ -11,7 +11,7 @@ from arq.connections import RedisSettings
 from arq.worker import Worker
 from prometheus_client import start_http_server
 
-from agent import lifecycle, provisioning, teardown, watching
+from agent.lease import lifecycle, provisioning, teardown, watching
 from bot import alert_jobs
 from bot.settings import Settings
 from bot.wiring import JOB_QUEUE, build_services, slack_client_from, slack_http_session
@@ -74,8 +74,8 @@ async def resume_leases(ctx: dict) -> int:
 
 
 async def boot_model(ctx: dict, *, team: str, channel: str, lease_id: str, seq: int) -> str:
-    """After ACTIVE: wait for vLLM, then measure TTFT/TPOT (agent/model_boot.py)."""
-    from agent import model_boot
+    """After ACTIVE: wait for vLLM, then measure TTFT/TPOT (agent/lease/model_boot.py)."""
+    from agent.lease import model_boot
 
     return await model_boot.boot_job(ctx["services"], team, channel, lease_id, seq)
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
-from agent import oncall
+from agent.lease import oncall
 from agent.actions import run_action
 from agent.context import Services
 from handlers import cards

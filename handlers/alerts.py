@@ -2,7 +2,7 @@
 
 An alert goes to the channel (mentioning whoever is on call) with unfurls off, and a one-line
 reference goes into the lease's status-card thread. Text that is not ours is escaped; the
-mention tokens are validated ones (agent/oncall.py), so they stay live and page people.
+mention tokens are validated ones (agent/lease/oncall.py), so they stay live and page people.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from typing import Awaitable, Callable
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent import receipts
-from agent.alerts import ACK_IDLE, Alert, Alerting
+from agent.lease import receipts
+from agent.lease.alerts import ACK_IDLE, Alert, Alerting
 from handlers.cards import duration, escape
 from infra.state.leases import Lease
 

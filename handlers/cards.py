@@ -75,7 +75,7 @@ def lease_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]
     if lease.endpoint:
         fields.append(("Endpoint", f"`{lease.endpoint}`"))
     if state.holds_tpu:
-        # The second clock (agent/idle.py): 0 means the model's metrics are not readable yet.
+        # The second clock (agent/lease/idle.py): 0 means the model's metrics are not readable yet.
         fields.append(("Idle", duration(now - lease.idle_since) if lease.idle_since else "unknown (no metrics yet)"))
     return fields
 

@@ -80,7 +80,7 @@ _MENTION_TOKEN = re.compile(r"<[^<>]*>|[^\s<>]+")
 
 def _parse_oncall(tokens: list[str]) -> dict:
     """Mentions (`<!subteam^S1|@sre>`, `<@U1|ann>`), `clear`, or nothing (show the list)."""
-    from agent.oncall import MentionError, normalize_mentions
+    from agent.lease.oncall import MentionError, normalize_mentions
 
     # Re-tokenize: a mention's label may contain spaces, so split around <…> groups.
     parts = _MENTION_TOKEN.findall(" ".join(tokens))

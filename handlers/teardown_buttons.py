@@ -5,7 +5,7 @@ from __future__ import annotations
 from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
-from agent import lifecycle
+from agent.lease import lifecycle
 from agent.context import Services
 from handlers import cards
 from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack

@@ -9,8 +9,8 @@ import time
 import pytest
 from redis.asyncio import Redis
 
-from agent import oncall, receipts
-from agent.alerts import AlertPolicy, Alerting
+from agent.lease import oncall, receipts
+from agent.lease.alerts import AlertPolicy, Alerting
 from bot.alert_jobs import cron_schedule
 from bot.settings import Settings
 from handlers.alerts import receipt_text

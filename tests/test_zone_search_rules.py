@@ -8,7 +8,7 @@ import pytest
 from google.auth.credentials import AnonymousCredentials
 from redis.asyncio import Redis
 
-from agent.zone_search import ZoneSearch
+from agent.lease.zone_search import ZoneSearch
 from infra.sandbox.tpu_api import TpuSandbox, ZoneBehaviour
 from infra.scoreboard import ZoneScoreboard
 from infra.tpu import QrSpec, TpuConfig, TpuService, bot_labels

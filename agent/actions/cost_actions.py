@@ -7,7 +7,7 @@ from datetime import timedelta
 
 from pydantic import BaseModel, ConfigDict
 
-from agent import receipts
+from agent.lease import receipts
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 from infra import capacity, prices

@@ -7,7 +7,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from agent import lifecycle
+from agent.lease import lifecycle
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Policy, Services
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from agent import oncall
+from agent.lease import oncall
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 
@@ -27,7 +27,7 @@ class OnCallArgs(BaseModel):
             raise ValueError(str(error)) from None
 
 
-# WRITE, not ADMIN: the rule "the lease holder or an admin" lives in agent/oncall.py, and the
+# WRITE, not ADMIN: the rule "the lease holder or an admin" lives in agent/lease/oncall.py, and the
 # access layer would stop a holder at an ADMIN gate before that rule runs.
 @action("oncall", "Show or set who is paged for this channel's TPU alerts (holder or admin to change).",
         OnCallArgs, kind=ActionKind.WRITE)

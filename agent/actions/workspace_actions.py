@@ -1,6 +1,6 @@
 """leases: every channel's TPU lease in the workspace (the App Home's list; read-only).
 
-Cost so far uses the same arithmetic as receipts and alerts (agent/receipts.py over the
+Cost so far uses the same arithmetic as receipts and alerts (agent/lease/receipts.py over the
 settings' price table), so the Home tab, `/tpu cost` and the receipt never disagree.
 """
 
@@ -10,7 +10,7 @@ import time
 
 from pydantic import BaseModel, ConfigDict
 
-from agent import receipts
+from agent.lease import receipts
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 from infra.state.leases import Lease

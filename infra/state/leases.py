@@ -56,7 +56,7 @@ class Lease:
     active_at: float = 0.0
     watch_seq: int = 0
     torn_down_by: str = ""
-    idle_since: float = 0.0  # the idle clock's start (agent/idle.py); 0 = unknown (no metrics)
+    idle_since: float = 0.0  # the idle clock's start (agent/lease/idle.py); 0 = unknown (no metrics)
     # Zone search and model health (issue 3): an explicit `/tpu up ZONE` pins the zone (no search);
     # the search may continue over several job runs (`search_round`).
     zone_explicit: int = 0

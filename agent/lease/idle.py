@@ -16,9 +16,9 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from agent import alerts, receipts
-from agent.alerts import ACK_IDLE, Alert
-from agent.lifecycle import TEARDOWN_JOB, notify
+from agent.lease import alerts, receipts
+from agent.lease.alerts import ACK_IDLE, Alert
+from agent.lease.lifecycle import TEARDOWN_JOB, notify
 from infra.state.leases import Lease, LeaseState
 from infra.vllm_metrics import read_usage
 

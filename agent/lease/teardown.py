@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from agent.context import Services
-from agent.lifecycle import LockBusy, finish_release, release_lease
+from agent.lease.lifecycle import LockBusy, finish_release, release_lease
 
 
 async def teardown_job(svc: Services, team: str, channel: str, lease_id: str) -> str:

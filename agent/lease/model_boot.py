@@ -18,7 +18,7 @@ import logging
 import time
 
 from agent.context import Services
-from agent.lifecycle import notify
+from agent.lease.lifecycle import notify
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
 from infra.state.leases import Lease, LeaseState
 

@@ -23,8 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent import expiry, idle
-from agent.lifecycle import lease_state_for, notify, release_lease, resume_job_for
+from agent.lease import expiry, idle
+from agent.lease.lifecycle import lease_state_for, notify, release_lease, resume_job_for
 from infra.endpoint_probe import endpoint_url
 from infra.state.leases import Lease, LeaseState
 

@@ -6,8 +6,8 @@ import asyncio
 import time
 
 from agent.context import Services
-from agent.expiry import expire_lease
-from agent.lifecycle import (
+from agent.lease.expiry import expire_lease
+from agent.lease.lifecycle import (
     TERMINAL_QR_STATES,
     LockBusy,
     explain,

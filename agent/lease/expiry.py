@@ -19,9 +19,9 @@ import time
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
-from agent import alerts, receipts
-from agent.alerts import ACK_DEADLINE, EXPIRY, Alert
-from agent.lifecycle import LockBusy, release_lease
+from agent.lease import alerts, receipts
+from agent.lease.alerts import ACK_DEADLINE, EXPIRY, Alert
+from agent.lease.lifecycle import LockBusy, release_lease
 from infra.state.leases import Lease, LeaseState
 
 if TYPE_CHECKING:

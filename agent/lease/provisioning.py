@@ -1,7 +1,7 @@
 """The provision job: create the channel's queued resource, then hand over to the watcher.
 
 With an explicit `/tpu up ZONE` the QR is created in that zone only. Without one, the job runs a
-zone search (agent/zone_search.py): best-known zones first, every attempt on the scoreboard,
+zone search (agent/lease/zone_search.py): best-known zones first, every attempt on the scoreboard,
 configuration errors stop the search with the setting to fix.
 
 Idempotent: the QR id is derived from the lease, so a retried job (or a second worker) adopts the
@@ -16,7 +16,7 @@ import time
 from datetime import timedelta
 
 from agent.context import Services
-from agent.lifecycle import (
+from agent.lease.lifecycle import (
     PROVISION_JOB,
     LockBusy,
     explain,
@@ -25,7 +25,7 @@ from agent.lifecycle import (
     notify,
     schedule_watch,
 )
-from agent.zone_search import SearchOutcome, ZoneSearch, nothing_to_try_message, unavailable_message
+from agent.lease.zone_search import SearchOutcome, ZoneSearch, nothing_to_try_message, unavailable_message
 from infra.state.leases import Lease, LeaseState
 
 WORKING_STATES = (LeaseState.PENDING.value, LeaseState.CREATING.value)

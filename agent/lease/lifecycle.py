@@ -87,7 +87,7 @@ async def starting_zone(svc: Services, zone: str | None) -> str:
     """The zone asked for, else the one a zone search would try first: the card starts there."""
     if zone:
         return zone
-    from agent.zone_search import first_choice_zone
+    from agent.lease.zone_search import first_choice_zone
 
     return await first_choice_zone(svc)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from agent import access
-from agent.alerts import ACK_DEADLINE, ACK_IDLE
+from agent.lease.alerts import ACK_DEADLINE, ACK_IDLE
 
 if TYPE_CHECKING:
     from agent.context import Actor, Services

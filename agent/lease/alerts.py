@@ -1,6 +1,6 @@
 """Alerts about a lease: what they say, who they page, and posting each one exactly once.
 
-Timers (agent/expiry.py), the idle clock (agent/idle.py) and the reconciler decide *when*;
+Timers (agent/lease/expiry.py), the idle clock (agent/lease/idle.py) and the reconciler decide *when*;
 this module decides *what* and makes sure that however many workers reach the same decision,
 one alert is posted: a Redis marker per (lease, alert) is claimed before posting and given
 back if the post fails, so a retry can post it.
