@@ -20,8 +20,8 @@ from infra.state.locks import ChannelLocks
 if TYPE_CHECKING:
     from agent.lease.alerts import Alerting
     from agent.access import AccessPolicy, GroupDirectory
-    from agent.material import MentionInput
-    from agent.model_endpoint import ModelConfig
+    from agent.llm.material import MentionInput
+    from agent.llm.model_endpoint import ModelConfig
     from infra.cloud_logging import CloudLoggingConfig
     from infra.state.proposals import ProposalStore
     from infra.preflight import PreflightGate

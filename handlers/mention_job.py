@@ -13,8 +13,8 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import Actor, Services
 from agent.digest import lines_from_bytes
-from agent.loop import run_agent
-from agent.material import MentionInput, build_mention, unescape_slack
+from agent.llm.loop import run_agent
+from agent.llm.material import MentionInput, build_mention, unescape_slack
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
 from infra.slack_files import SlackFileError, download_slack_file

@@ -1,7 +1,7 @@
 """Confirm cards for proposals (provision/teardown suggested by the agent) and their buttons.
 
 The button value is the proposal id only. On click the clicker is checked by
-`agent.proposals.confirm` (holder or admin for teardown; `/tpu up`'s rules for provision):
+`agent.llm.proposals.confirm` (holder or admin for teardown; `/tpu up`'s rules for provision):
 anyone in the channel can click, so whoever asked for the card proves nothing.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
-from agent import proposals
+from agent.llm import proposals
 from agent.context import Services
-from agent.proposals import Proposal
+from agent.llm.proposals import Proposal
 from handlers import cards
 from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
 from handlers.slash import STATE_STORE_DOWN

@@ -18,7 +18,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.redact import redact
-from agent.run import AgentRun
+from agent.llm.run import AgentRun
 from handlers.cards import escape
 
 log = logging.getLogger(__name__)

@@ -8,10 +8,10 @@ import asyncio
 import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.intents import Intent, asked_for, classify
-from agent.material import build_mention, redact_lines, split_mention
-from agent.prompt import DATA_CLOSE, data_block, defuse
-from agent.run import AgentRun
+from agent.llm.intents import Intent, asked_for, classify
+from agent.llm.material import build_mention, redact_lines, split_mention
+from agent.llm.prompt import DATA_CLOSE, data_block, defuse
+from agent.llm.run import AgentRun
 from handlers.thread_reply import ThreadReply
 from infra.sandbox.slack_api import SlackApiSandbox
 

@@ -14,7 +14,7 @@ import pytest
 from openai.types.chat import ChatCompletion, ChatCompletionChunk
 from pydantic import BaseModel
 
-from agent.completion_repair import (
+from agent.llm.completion_repair import (
     REPAIR_MARKUP_IN_CONTENT,
     REPAIR_MISSING_TOOL_CALL_ID,
     REPAIR_REASONING_AS_CONTENT,
@@ -27,8 +27,8 @@ from agent.completion_repair import (
     normalize_choice,
     normalize_message,
 )
-from agent.gemma4_syntax import NOTE_TRUNCATED
-from agent.tool_args import coerce_arguments
+from agent.llm.gemma4_syntax import NOTE_TRUNCATED
+from agent.llm.tool_args import coerce_arguments
 
 Q = '<|"|>'
 

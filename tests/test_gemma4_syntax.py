@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.gemma4_syntax import (
+from agent.llm.gemma4_syntax import (
     NOTE_BARE_OPENER,
     NOTE_KEY_EQUALS,
     NOTE_NO_ARGS_BRACES,

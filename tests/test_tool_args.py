@@ -9,8 +9,8 @@ from typing import Literal
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
 
-from agent.gemma4_syntax import extract_tool_calls
-from agent.tool_args import ToolArgumentError, coerce_arguments, describe_fields
+from agent.llm.gemma4_syntax import extract_tool_calls
+from agent.llm.tool_args import ToolArgumentError, coerce_arguments, describe_fields
 
 
 class SetStatus(BaseModel):

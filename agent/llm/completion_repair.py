@@ -25,7 +25,7 @@ from typing import Any
 
 from openai.types.chat import ChatCompletionChunk, ChatCompletionMessage
 
-from agent import gemma4_syntax
+from agent.llm import gemma4_syntax
 
 # Repair labels (stable: used as log fields and metric label values).
 REPAIR_TOOL_CALL_IN_CONTENT = "tool_call_in_content"

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agent.proposals import Proposal
+from agent.llm.proposals import Proposal
 
 
 class ReplySink(Protocol):

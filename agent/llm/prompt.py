@@ -13,7 +13,7 @@ import re
 
 from agent.actions import REGISTRY, ActionKind
 from agent.digest import build_digest, estimate_tokens
-from agent.material import MentionInput
+from agent.llm.material import MentionInput
 from agent.redact import redact
 
 SYSTEM_PROMPT = """You are tpubot, the assistant of a Slack channel that runs Gemma on a Cloud TPU v5e.

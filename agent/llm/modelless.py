@@ -10,14 +10,14 @@ import logging
 
 from pydantic import ValidationError
 
-from agent import proposals as proposal_rules
+from agent.llm import proposals as proposal_rules
 from agent.actions import get_action, run_action
 from agent.actions.log_actions import cited_lines
 from agent.context import Actor, Services
 from agent.digest import build_digest
-from agent.intents import Intent, classify
-from agent.material import MentionInput
-from agent.run import AgentRun
+from agent.llm.intents import Intent, classify
+from agent.llm.material import MentionInput
+from agent.llm.run import AgentRun
 from infra.state.leases import LeaseState
 
 log = logging.getLogger(__name__)

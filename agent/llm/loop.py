@@ -22,16 +22,16 @@ import re
 import openai
 from pydantic import BaseModel, ValidationError
 
-from agent import intents, modelless
-from agent import proposals as proposal_rules
+from agent.llm import intents, modelless
+from agent.llm import proposals as proposal_rules
 from agent.actions import Action, get_action, run_action
 from agent.actions.registry import first_error, validate_args
-from agent.completion_repair import NormalizedTurn, StreamAccumulator, ToolCallRequest, normalize_choice
+from agent.llm.completion_repair import NormalizedTurn, StreamAccumulator, ToolCallRequest, normalize_choice
 from agent.context import Actor, Services
 from agent.digest import estimate_tokens
-from agent.material import MentionInput
-from agent.model_endpoint import ModelConfig, ModelEndpoint, openai_client, resolve_endpoint
-from agent.prompt import (
+from agent.llm.material import MentionInput
+from agent.llm.model_endpoint import ModelConfig, ModelEndpoint, openai_client, resolve_endpoint
+from agent.llm.prompt import (
     CONTEXT_TOKENS,
     TOOL_RESULT_TOKENS,
     build_messages,
@@ -41,8 +41,8 @@ from agent.prompt import (
     model_tools,
 )
 from agent.redact import redact
-from agent.run import AgentRun, ReplySink
-from agent.tool_args import ToolArgumentError, coerce_arguments
+from agent.llm.run import AgentRun, ReplySink
+from agent.llm.tool_args import ToolArgumentError, coerce_arguments
 
 log = logging.getLogger(__name__)
 
