@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from agent.actions import REGISTRY
-from bot.cli_mcp import schema_type
+from bot.cli.mcp import schema_type
 from bot.mcp_server import CONFIRM, RESOURCES, mcp_tool, tool_label
 from handlers.commands import HELP_TITLE, SUBCOMMANDS, help_line
 

@@ -9,7 +9,7 @@ import typer
 from typer.testing import CliRunner
 
 from agent.digest import estimate_tokens
-from bot.cli_digest import register
+from bot.cli.digest import register
 
 LOG = "\n".join(
     [f"2024-03-01 12:00:{i % 60:02d},000 INFO [main] svc.Worker: step {i} done in {i * 7 % 300} ms" for i in range(500)]

@@ -242,7 +242,7 @@ def test_socket_manifest_is_the_same_app_without_urls():
 
 
 def test_socket_mode_process_needs_the_app_token():
-    source = (ROOT / "bot" / "cli_run.py").read_text(encoding="utf-8")
+    source = (ROOT / "bot" / "cli" / "processes.py").read_text(encoding="utf-8")
     assert '_require(settings, "slack_app_token"' in source  # the xapp- token the socket manifest asks for
 
 

@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from bot.cli_run import load_settings
+from bot.cli.processes import load_settings
 
 
 def register(app: typer.Typer) -> None:

@@ -13,7 +13,7 @@ def register(app: typer.Typer) -> None:
 
 def reconcile_once() -> None:
     from agent.lease.reconcile import reconcile
-    from bot.cli_run import load_settings
+    from bot.cli.processes import load_settings
     from bot.wiring import build_services, slack_client_from
 
     settings = load_settings()

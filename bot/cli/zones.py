@@ -9,7 +9,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from bot.cli_run import load_settings
+from bot.cli.processes import load_settings
 
 
 def register(app: typer.Typer) -> None:

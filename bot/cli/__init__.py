@@ -1,5 +1,8 @@
-"""The `tpubot` command line. Each group of commands lives in its own `bot/cli_*.py` module
-that exposes `register(app)`; this file only assembles them."""
+"""The `tpubot` command line: one module per command group, each exposing `register(app)`;
+this file only assembles them into the typer app.
+
+May import the rest of `bot/` (settings, wiring, the processes) and, through them, everything below.
+"""
 
 from __future__ import annotations
 
@@ -16,17 +19,17 @@ app = typer.Typer(
 
 # One line per command module; a module's `register(app)` adds its commands.
 COMMAND_MODULES: tuple[str, ...] = (
-    "bot.cli_config",
-    "bot.cli_digest",
-    "bot.cli_capacity",
-    "bot.cli_run",
-    "bot.cli_sandbox",
-    "bot.cli_doctor",
-    "bot.cli_zones",
-    "bot.cli_startup",
-    "bot.cli_reconcile",
-    "bot.cli_mcp",
-    "bot.cli_docs",
+    "bot.cli.config",
+    "bot.cli.digest",
+    "bot.cli.capacity",
+    "bot.cli.processes",
+    "bot.cli.sandbox",
+    "bot.cli.doctor",
+    "bot.cli.zones",
+    "bot.cli.startup",
+    "bot.cli.reconcile",
+    "bot.cli.mcp",
+    "bot.cli.docs",
 )
 
 

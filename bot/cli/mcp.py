@@ -17,7 +17,7 @@ def mcp(list_tools: bool = typer.Option(False, "--list", help="print the tools a
     if list_tools:
         typer.echo(tool_listing())
         return
-    from bot.cli_run import load_settings
+    from bot.cli.processes import load_settings
     from bot.mcp_server import serve_stdio
 
     settings = load_settings()
