@@ -12,7 +12,7 @@ import enum
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from agent.context import Actor
+from agent.actor import Actor
 
 
 class ActionKind(str, enum.Enum):

@@ -1,4 +1,9 @@
-"""What an action runs with: who asked, the deployment's policy, and the services it may use.
+"""What an action runs with: who asked (Actor), the deployment's policy, and the services it may use.
+
+Actor, Policy and ModelConfig are re-exported here as the action context; they live in their
+own modules (agent/actor.py, agent/policy.py, agent/model_config.py), which import nothing of ours.
+The ports that other layers implement (LeaseObserver, LeaseHook, AlertSink, LogMaterial) are
+declared here too, so the root never imports the rooms that use it.
 
 The composition root (bot/wiring.py) builds these from Settings; nothing here reads the
 environment, so tests and every process wire the same objects explicitly.
@@ -7,21 +12,25 @@ environment, so tests and every process wire the same objects explicitly.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Callable, Protocol
 
+from agent.actor import Actor
+from agent.model_config import ModelConfig
+from agent.policy import AlertPolicy, Policy
 from infra.jobs import JobQueue
 from infra.metrics import Metrics
+from infra.prices import PriceTable
+from infra.state.alerts import AlertMarks
 from infra.state.audit import AuditLog
+from infra.state.bench_results import BenchResults
 from infra.state.dedupe import Dedupe
 from infra.state.leases import Lease, LeaseStore
 from infra.state.locks import ChannelLocks
+from infra.state.oncall import OnCallStore
+from infra.state.usage import UsageStore
 
 if TYPE_CHECKING:
-    from agent.lease.alerts import Alerting
     from agent.access import AccessPolicy, GroupDirectory
-    from agent.llm.material import MentionInput
-    from agent.llm.model_endpoint import ModelConfig
     from infra.cloud_logging import CloudLoggingConfig
     from infra.state.proposals import ProposalStore
     from infra.preflight import PreflightGate
@@ -33,34 +42,6 @@ def _open_access() -> "AccessPolicy":
     from agent.access import AccessPolicy
 
     return AccessPolicy()
-
-
-@dataclass(frozen=True)
-class Actor:
-    """The person (or MCP identity) on whose behalf an action runs."""
-
-    user_id: str
-    team: str
-    channel: str
-
-
-@dataclass(frozen=True)
-class Policy:
-    zones: tuple[str, ...] = ("us-west4-a",)
-    default_zone: str = "us-west4-a"
-    accelerator_type: str = "v5litepod-1"
-    max_run: timedelta = timedelta(hours=4)
-    longest_run: timedelta = timedelta(days=7)
-    poll_interval: timedelta = timedelta(seconds=10)
-    active_poll_interval: timedelta = timedelta(seconds=60)
-    teardown_wait: timedelta = timedelta(minutes=5)
-    # Zone search and model boot (issue 3).
-    valid_until: timedelta = timedelta(hours=4)  # how long a flex-start request may queue
-    search_budget: timedelta = timedelta(minutes=2)  # one provision job's share of a zone search
-    model_port: int = 8000
-    model_name: str = "google/gemma-4-E2B-it"
-    model_boot_timeout: timedelta = timedelta(minutes=45)
-    boot_poll_interval: timedelta = timedelta(seconds=15)
 
 
 class LeaseObserver(Protocol):
@@ -83,6 +64,56 @@ class LeaseHook(Protocol):
         """The lease was released (teardown, expiry, failure, or the QR vanished)."""
 
 
+@dataclass(frozen=True)
+class Alert:
+    """One message to the channel. `ack_kind` set: it carries Tear down / Acknowledge buttons."""
+
+    lease: Lease
+    marker: str  # the (lease, marker) pair is posted once
+    title: str
+    body: str
+    mentions: tuple[str, ...] = ()
+    ack_kind: str | None = None
+    late_by: float = 0.0  # seconds after its time; > 0 only when over the policy's late_after
+    cost_so_far: float | None = None
+
+
+class AlertSink(Protocol):
+    """Posts alerts and notices (implemented in handlers/ for Slack)."""
+
+    async def post_alert(self, alert: Alert) -> None: ...
+
+    async def post_notice(self, channel: str, text: str, *, thread_ts: str = "") -> None: ...
+
+    async def notify_admins(self, text: str) -> None: ...
+
+
+@dataclass
+class Alerting:
+    """What the alerting modules share; built once per process in bot/wiring.py."""
+
+    policy: AlertPolicy
+    marks: AlertMarks
+    oncall: OnCallStore
+    usage: UsageStore
+    bench: BenchResults
+    prices: PriceTable
+    sink: AlertSink | None = None
+    admins: tuple[str, ...] = field(default_factory=tuple)
+    on_posted: Callable[[Alert], None] | None = None  # e.g. the alerts counter in /metrics
+
+
+class LogMaterial(Protocol):
+    """The logs a mention brought (agent/llm/material.py's MentionInput), as summarize_logs reads them."""
+
+    @property
+    def has_logs(self) -> bool: ...
+
+    def log_lines(self) -> list[str]: ...
+
+    def line_map(self) -> str: ...
+
+
 @dataclass
 class Services:
     leases: LeaseStore
@@ -93,18 +124,22 @@ class Services:
     policy: Policy
     observer: LeaseObserver | None = None
     tpu: "TpuService | None" = None  # worker only: handlers never call GCP
-    alerting: "Alerting | None" = None  # expiry timers, on-call alerts, idle clock, receipts (issue 4)
+    alerting: Alerting | None = None  # expiry timers, on-call alerts, idle clock, receipts (issue 4)
     hooks: list[LeaseHook] = field(default_factory=list)
     metrics: Metrics = field(default_factory=Metrics)
     access: "AccessPolicy" = field(default_factory=lambda: _open_access())
     directory: "GroupDirectory | None" = None  # Slack user groups, for group-based access rules
     startup_script: Callable[[Lease], str] = field(default=lambda lease: "#!/bin/bash\necho tpubot placeholder\n")
     # The agent (issue 5): model settings, Cloud Logging, pending confirm-card proposals.
-    model: "ModelConfig | None" = None
+    model: ModelConfig | None = None
     cloud_logs: "CloudLoggingConfig | None" = None
     proposals: "ProposalStore | None" = None
     # Per agent run only (a `dataclasses.replace` copy): the mention's logs, for summarize_logs.
-    material: "MentionInput | None" = None
+    material: LogMaterial | None = None
     # Zone scoreboard and the cached `tpubot doctor` verdict (issue 3).
     scoreboard: "ZoneScoreboard | None" = None
     preflight: "PreflightGate | None" = None
+
+
+__all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "LeaseHook", "LeaseObserver", "LogMaterial",
+           "ModelConfig", "Policy", "Services"]

@@ -8,7 +8,11 @@ from datetime import timedelta
 from redis.asyncio import Redis
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.lease.alerts import AlertPolicy, Alerting, alert_kind
+from agent.lease.alerts import alert_kind
+
+from agent.context import Alerting
+
+from agent.policy import AlertPolicy
 from agent.context import LeaseHook
 from agent.lease.expiry import ExpiryHook
 from agent.lease.idle import IdleHook

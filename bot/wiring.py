@@ -48,7 +48,7 @@ def access_policy_from(settings: Settings) -> AccessPolicy:
 
 
 def model_config_from(settings: Settings):
-    from agent.llm.model_endpoint import ModelConfig
+    from agent.model_config import ModelConfig
 
     return ModelConfig(base_url=settings.gemma_base_url, model=settings.model_name,
                        max_steps=settings.agent_max_steps, stream=settings.agent_stream,

@@ -15,7 +15,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.lease import receipts
-from agent.lease.alerts import ACK_IDLE, Alert, Alerting
+from agent.lease.alerts import ACK_IDLE
+from agent.context import Alert, Alerting
 from handlers.cards import duration, escape
 from infra.state.leases import Lease
 

@@ -10,7 +10,8 @@ import pytest
 from redis.asyncio import Redis
 
 from agent.lease import oncall, receipts
-from agent.lease.alerts import AlertPolicy, Alerting
+from agent.context import Alerting
+from agent.policy import AlertPolicy
 from bot.alert_jobs import cron_schedule
 from bot.settings import Settings
 from handlers.alerts import receipt_text

@@ -2,6 +2,8 @@
 
 Slash commands, model tool calls (and MCP tools) all end in these functions. Importing this
 package registers the built-in actions.
+
+May import `agent.lease`, `agent.digest`, the agent root and infra; never `agent.llm`.
 """
 
 from agent.actions.registry import (  # noqa: F401

@@ -106,6 +106,12 @@ async def teardown(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
                         outcome.lease, needs_confirmation=True)
 
 
+# A teardown card's confirm click (a person's, never a model's): the check the `teardown` action
+# makes, then the teardown itself. The mention agent's proposals reach the lease through these.
+request_teardown = lifecycle.request_teardown
+confirm_teardown = lifecycle.confirm_teardown
+
+
 @action("status", "Show this channel's TPU lease: state, zone, endpoint, deadline.", NoArgs)
 async def status(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     lease = await svc.leases.get(actor.team, actor.channel)

@@ -4,6 +4,8 @@
     digest = build_digest(lines, budget_tokens=4000)
     prompt_part = digest.render()      # text with L<number> citations
     data = digest.to_json()            # {"templates": [...], "tokens": n, ...}
+
+Imports nothing of ours outside itself (the agent root at most); no lease, action or model code.
 """
 
 from agent.digest.digest import (

@@ -5,24 +5,17 @@ this module decides *what* and makes sure that however many workers reach the sa
 one alert is posted: a Redis marker per (lease, alert) is claimed before posting and given
 back if the post fails, so a retry can post it.
 
-Nothing here imports agent.context (it is imported by it); the Slack side implements
-`AlertSink` in handlers/.
+The shared parts (Alert, AlertSink, Alerting, AlertPolicy) live in the agent root
+(agent/context.py, agent/policy.py); the Slack side implements `AlertSink` in handlers/.
 """
 
 from __future__ import annotations
 
 import re
 import time
-from dataclasses import dataclass, field
-from datetime import timedelta
-from typing import Callable, Protocol
 
-from infra.prices import PriceTable
-from infra.state.alerts import AlertMarks
-from infra.state.bench_results import BenchResults
+from agent.context import Alert, Alerting
 from infra.state.leases import Lease
-from infra.state.oncall import OnCallStore
-from infra.state.usage import UsageStore
 
 # Acknowledgement kinds (one per clock): acknowledging a deadline warning silences the later
 # ones; acknowledging an idle warning keeps the TPU until its deadline.
@@ -31,63 +24,6 @@ ACK_IDLE = "idle"
 EXPIRY = "expiry"
 
 MARK_TTL_AFTER_DEADLINE = 2 * 86_400  # markers outlive the lease, so a late retry still sees them
-
-
-@dataclass(frozen=True)
-class AlertPolicy:
-    lead_times: tuple[timedelta, ...] = (timedelta(minutes=30), timedelta(minutes=5))
-    late_after: timedelta = timedelta(minutes=1)  # an alert this long after its time is marked late
-    idle_teardown: timedelta | None = None  # None: the idle clock never tears down
-    idle_check_interval: timedelta = timedelta(minutes=1)
-    provisioning_model: str = "flex-start"  # which price applies to the bot's TPUs
-    chips: int = 1
-
-    @property
-    def idle_warning_lead(self) -> timedelta:
-        """The idle warning comes this long before idle teardown (the shortest deadline lead)."""
-        lead = min(self.lead_times) if self.lead_times else timedelta(minutes=5)
-        if self.idle_teardown is not None:
-            lead = min(lead, self.idle_teardown / 2)
-        return lead
-
-
-@dataclass(frozen=True)
-class Alert:
-    """One message to the channel. `ack_kind` set: it carries Tear down / Acknowledge buttons."""
-
-    lease: Lease
-    marker: str  # the (lease, marker) pair is posted once
-    title: str
-    body: str
-    mentions: tuple[str, ...] = ()
-    ack_kind: str | None = None
-    late_by: float = 0.0  # seconds after its time; > 0 only when over the policy's late_after
-    cost_so_far: float | None = None
-
-
-class AlertSink(Protocol):
-    """Posts alerts and notices (implemented in handlers/ for Slack)."""
-
-    async def post_alert(self, alert: Alert) -> None: ...
-
-    async def post_notice(self, channel: str, text: str, *, thread_ts: str = "") -> None: ...
-
-    async def notify_admins(self, text: str) -> None: ...
-
-
-@dataclass
-class Alerting:
-    """What the alerting modules share; built once per process in bot/wiring.py."""
-
-    policy: AlertPolicy
-    marks: AlertMarks
-    oncall: OnCallStore
-    usage: UsageStore
-    bench: BenchResults
-    prices: PriceTable
-    sink: AlertSink | None = None
-    admins: tuple[str, ...] = field(default_factory=tuple)
-    on_posted: Callable[[Alert], None] | None = None  # e.g. the alerts counter in /metrics
 
 
 async def mentions_for(alerting: Alerting, lease: Lease) -> tuple[str, ...]:

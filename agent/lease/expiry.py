@@ -20,7 +20,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from agent.lease import alerts, receipts
-from agent.lease.alerts import ACK_DEADLINE, EXPIRY, Alert
+from agent.lease.alerts import ACK_DEADLINE, EXPIRY
+from agent.context import Alert
 from agent.lease.lifecycle import LockBusy, release_lease
 from infra.state.leases import Lease, LeaseState
 

@@ -17,7 +17,8 @@ from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 from agent.lease import alerts, receipts
-from agent.lease.alerts import ACK_IDLE, Alert
+from agent.lease.alerts import ACK_IDLE
+from agent.context import Alert
 from agent.lease.lifecycle import TEARDOWN_JOB, notify
 from infra.state.leases import Lease, LeaseState
 from infra.vllm_metrics import read_usage

@@ -14,7 +14,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from agent.lease.alerts import Alerting
+from agent.context import Alerting
 from infra import prices
 from infra.state.alerts import Ack
 from infra.state.leases import Lease

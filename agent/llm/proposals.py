@@ -3,7 +3,7 @@
 Nothing acts when a proposal is made. It is stored (infra/state/proposals.py) and shown as a
 confirm card; the action runs only when a person clicks Confirm, and the clicker is checked
 then — not whoever asked — with the same rules as the slash command: teardown needs the
-lease's holder or an admin (`lifecycle.request_teardown` / `confirm_teardown`), provision
+lease's holder or an admin (`lease_actions.request_teardown` / `confirm_teardown`), provision
 whatever `/tpu up` needs. The card's button carries only the proposal id.
 """
 
@@ -12,8 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from agent.lease import lifecycle
-from agent.actions import get_action, run_action
+from agent.actions import get_action, lease_actions, run_action
 from agent.context import Actor, Services
 from infra.state.leases import Lease
 from infra.state.proposals import new_proposal_id
@@ -107,7 +106,7 @@ async def confirm(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOu
 
 
 async def _confirm_teardown(svc: Services, clicker: Actor, proposal: Proposal) -> ProposalOutcome:
-    check = await lifecycle.request_teardown(svc, clicker)  # holder or admin, and a lease to tear down
+    check = await lease_actions.request_teardown(svc, clicker)  # holder or admin, and a lease to tear down
     if not check.ok:
         return ProposalOutcome(False, check.message, check.lease)
     if proposal.lease_id and check.lease.lease_id != proposal.lease_id:
@@ -116,7 +115,7 @@ async def _confirm_teardown(svc: Services, clicker: Actor, proposal: Proposal) -
                                       "Use `/tpu down` for the current one.")
     if not await svc.proposals.take(proposal.id):
         return ProposalOutcome(False, EXPIRED)
-    outcome = await lifecycle.confirm_teardown(svc, clicker, check.lease.lease_id)
+    outcome = await lease_actions.confirm_teardown(svc, clicker, check.lease.lease_id)
     return ProposalOutcome(outcome.ok, outcome.message, outcome.lease)
 
 
