@@ -1,7 +1,7 @@
 """The one `openai` client every caller of a Gemma endpoint uses: the mention agent, `ask_model`, `model_health`.
 
 Built from plain values so both the agent's loop and the read-only model actions can share it
-without importing each other (agent/model_endpoint.py hands it the endpoint and its key).
+without importing each other (agent/actions/model_endpoint.py hands it the endpoint and its key).
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """ask_model and model_health: the channel's model asked directly, and how it is doing (read-only).
 
-Both resolve the endpoint the mention agent uses (agent/model_endpoint.py: the channel's READY
+Both resolve the endpoint the mention agent uses (agent/actions/model_endpoint.py: the channel's READY
 TPU first) and talk to it through the same `openai` client, with the key the endpoint carries.
 `ask_model` returns the answer with the benchmark's timing definitions (infra/model_query.py);
 `model_health` adds the server's own view: model id, vLLM version, KV cache use and queue.
@@ -17,7 +17,7 @@ from agent.actions.lease_actions import NoArgs
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 from agent.model_config import ModelConfig
-from agent.model_endpoint import ModelEndpoint, openai_client, resolve_endpoint
+from agent.actions.model_endpoint import ModelEndpoint, openai_client, resolve_endpoint
 from agent.redact import redact
 from infra.model_query import TimedAnswer, ask_timed
 from infra.vllm_health import EngineGauges, read_gauges, read_version, version_from_fingerprint

@@ -3,7 +3,7 @@
 Order: the channel's own READY lease (its vLLM on the TPU), else the fixed `GEMMA_BASE_URL`,
 else any READY bot-managed endpoint in the workspace. None means the model-less path.
 
-A root module because both the mention agent (agent/llm) and the model actions
+Here, in the actions room, because both the mention agent (agent/llm) and the model actions
 (`ask_model`, `model_health` in agent/actions) resolve the same endpoint the same way. The
 endpoint carries the key its callers must send, so a per-lease key is decided here, once.
 """
