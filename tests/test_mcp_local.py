@@ -230,3 +230,22 @@ async def test_without_local_files_a_path_is_refused(tree, redis_url):
         session.services.local_files = None
         result, text = await summarize(session, path="logs/app.log")
         assert result.is_error and "does not read files from its own disk" in text
+
+
+# --- the README's MCP section ------------------------------------------------------------
+
+
+def test_readme_mcp_configuration_names_real_settings():
+    import json
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Terminal AI clients (MCP)"):]
+    config = json.loads(re.search(r"```json\n(.*?)```", section, re.S).group(1))
+    servers = config["mcpServers"]
+    assert servers["tpubot-local"] == {"command": "tpubot", "args": ["mcp"], "env": {}}
+    assert servers["tpubot"]["command"] == "tpubot" and servers["tpubot"]["args"] == ["mcp"]
+    fields = {name.upper() for name in Settings.model_fields}
+    assert set(servers["tpubot"]["env"]) <= fields
+    assert "MCP_READ_OUTSIDE_CWD=true" in section and "MCP_READ_OUTSIDE_CWD" in fields
+    assert f"at most {MAX_LOG_FILE_BYTES // 2**20} MiB" in section
