@@ -249,3 +249,38 @@ def test_readme_mcp_configuration_names_real_settings():
     assert set(servers["tpubot"]["env"]) <= fields
     assert "MCP_READ_OUTSIDE_CWD=true" in section and "MCP_READ_OUTSIDE_CWD" in fields
     assert f"at most {MAX_LOG_FILE_BYTES // 2**20} MiB" in section
+
+
+# --- ask_model and model_health when the model is not there ----------------------------------
+
+
+async def test_ask_model_and_model_health_name_an_endpoint_that_does_not_answer(tmp_path, redis_url):
+    dead = f"http://127.0.0.1:{free_port()}/v1"  # nothing listens
+    async with session_in(tmp_path, redis_url, gemma_base_url=dead) as session:
+        asked = await call_tool(session, "ask_model", {"prompt": "hello?"})
+        assert asked.is_error and f"The model at {dead} (GEMMA_BASE_URL) did not answer" in text_of(asked)
+        health = await call_tool(session, "model_health", {})
+        assert health.is_error and "One-token round trip failed" in text_of(health)
+        assert health.structured_content["round_trip_ok"] is False
+        assert "metrics unavailable" in text_of(health)
+        bad = await call_tool(session, "ask_model", {"prompt": ""})
+        assert bad.is_error and "at least 1 character" in text_of(bad)
+
+
+def test_the_mention_agent_may_call_model_health():
+    from agent.llm.prompt import model_tools
+
+    assert "model_health" in {tool["function"]["name"] for tool in model_tools()}
+
+
+def test_engine_gauges_from_current_and_older_vllm_metrics():
+    from infra.vllm_health import parse_gauges, version_from_fingerprint
+
+    current = parse_gauges('vllm:num_requests_running{engine="0"} 2.0\nvllm:num_requests_waiting{engine="0"} 1.0\n'
+                           'vllm:kv_cache_usage_perc{engine="0"} 0.25\n')
+    assert (current.running, current.waiting, current.kv_usage, current.error) == (2.0, 1.0, 0.25, "")
+    older = parse_gauges('vllm:gpu_cache_usage_perc{model_name="m"} 0.5\n')
+    assert older.kv_usage == 0.5 and older.running is None
+    assert parse_gauges("# nothing of vLLM here\nother_metric 1\n").error
+    assert version_from_fingerprint("vllm-0.33.0-tp1-1a2b3c4d") == "0.33.0"
+    assert version_from_fingerprint("fp_abc") == ""
