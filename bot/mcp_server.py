@@ -121,6 +121,8 @@ def tool_label(action: Action, confirm: str = f"{CONFIRM}: true") -> str:
     if action.read_only:
         return "read-only"
     label = "admin only" if action.kind is ActionKind.ADMIN else action.kind.value
+    if needs_confirm(action) and action.reads_only is not None:
+        return f"{label}, showing is read-only, a change needs {confirm}"
     return f"{label}, destructive, needs {confirm}" if needs_confirm(action) else label
 
 
