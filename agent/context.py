@@ -32,6 +32,7 @@ from infra.state.usage import UsageStore
 if TYPE_CHECKING:
     from agent.access import AccessPolicy, GroupDirectory
     from infra.cloud_logging import CloudLoggingConfig
+    from infra.local_files import LocalFiles
     from infra.state.proposals import ProposalStore
     from infra.preflight import PreflightGate
     from infra.scoreboard import ZoneScoreboard
@@ -139,6 +140,9 @@ class Services:
     # Zone scoreboard and the cached `tpubot doctor` verdict (issue 3).
     scoreboard: "ZoneScoreboard | None" = None
     preflight: "PreflightGate | None" = None
+    # Log files on this machine, for summarize_logs' `path`: only `tpubot mcp` sets it (issue 19);
+    # a Slack process never reads its own disk for a user.
+    local_files: "LocalFiles | None" = None
 
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "LeaseHook", "LeaseObserver", "LogMaterial",

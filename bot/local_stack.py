@@ -89,6 +89,7 @@ class _WorkerThread:
 class LocalStack:
     settings: Settings
     run_worker: bool = True
+    run_web: bool = True  # False: no Slack-facing web app (`tpubot mcp` needs only the worker beside it)
     tpu_zones: dict | None = None
     redis: RedisEndpoint | None = None
     tpu_sandbox: Any = None
@@ -149,10 +150,11 @@ class LocalStack:
         if not self.settings.slack_signing_secret.get_secret_value():
             overrides["slack_signing_secret"] = SecretStr(secrets.token_hex(16))
         self.settings = self.settings.model_copy(update=overrides)
-        port = free_port()
-        self._web = _UvicornThread(create_web_app(self.settings, redis_url=self.redis.url), port)
-        self._web.start()
-        self.web_url = f"http://127.0.0.1:{port}"
+        if self.run_web:
+            port = free_port()
+            self._web = _UvicornThread(create_web_app(self.settings, redis_url=self.redis.url), port)
+            self._web.start()
+            self.web_url = f"http://127.0.0.1:{port}"
         if self.run_worker:
             self._worker = _WorkerThread(self.settings, self.redis.url)
             self._worker.start()

@@ -7,8 +7,14 @@ identity from settings (`MCP_USER` in `MCP_TEAM`/`MCP_CHANNEL`), which is checke
 a Slack user (the holder or an admin may tear down; one lease per channel).
 
 What MCP adds is only the confirm step. In Slack a person clicks the confirm card; here every
-action that changes something requires `confirm: true`, and the MCP client's own approval
-prompt is that click. Without it the call is refused before any action runs.
+call that changes something requires `confirm: true`, and the MCP client's own approval
+prompt is that click. Without it the call is refused before any action runs. A call that only
+reads never needs it (`oncall` without arguments shows the list; setting it needs confirm).
+
+Two modes, said in the first tool result: without `REDIS_URL` the server runs the lease jobs
+itself, on the embedded defaults `tpubot shell` uses (embedded Redis, sandbox cloud unless
+GCP_PROJECT is set), so a provision reaches READY with nothing else running; with `REDIS_URL`
+it acts on that deployment's leases and its workers do the work.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import logging
 import re
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
 import mcp_types as types
@@ -33,6 +40,7 @@ from agent.actions.lease_actions import lease_summary
 from agent.actions.registry import first_error, validate_args
 from agent.context import Actor, Services
 from bot.settings import Settings
+from infra.local_files import LocalFiles
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +72,14 @@ def needs_confirm(action: Action) -> bool:
 
 def input_schema(action: Action) -> dict:
     schema = copy.deepcopy(action.tool_declaration()["function"]["parameters"])
-    if needs_confirm(action):
+    if needs_confirm(action) and action.reads_only is not None:
+        # Some calls only read (oncall without arguments): confirm is asked of the others.
+        schema.setdefault("properties", {})[CONFIRM] = {
+            "type": "boolean",
+            "description": "must be true for a call that changes something, set only after the person "
+                           "approved it; not needed to show",
+        }
+    elif needs_confirm(action):
         schema.setdefault("properties", {})[CONFIRM] = {
             "type": "boolean",
             "description": "must be true: set it only after the person approved this call; "
@@ -85,6 +100,8 @@ def annotations(action: Action) -> types.ToolAnnotations:
 
 
 def description(action: Action) -> str:
+    if needs_confirm(action) and action.reads_only is not None:
+        return f"{action.description} Showing is read-only; a change requires confirm: true after the person approved."
     if needs_confirm(action):
         return f"{action.description} Changes the channel's TPU: requires confirm: true after the person approved."
     return action.description
@@ -104,6 +121,8 @@ def tool_label(action: Action, confirm: str = f"{CONFIRM}: true") -> str:
     if action.read_only:
         return "read-only"
     label = "admin only" if action.kind is ActionKind.ADMIN else action.kind.value
+    if needs_confirm(action) and action.reads_only is not None:
+        return f"{label}, showing is read-only, a change needs {confirm}"
     return f"{label}, destructive, needs {confirm}" if needs_confirm(action) else label
 
 
@@ -146,6 +165,15 @@ class McpSession:
 
     services: Services
     actor: Actor
+    mode: str = ""  # said once, in the first tool result
+    mode_said: bool = False
+
+    def first_words(self) -> str:
+        """The mode line before the first tool result, then nothing."""
+        if self.mode_said or not self.mode:
+            return ""
+        self.mode_said = True
+        return self.mode
 
 
 def actor_from(settings: Settings) -> Actor:
@@ -187,6 +215,16 @@ CONFIRM_STEPS: dict[str, Callable[[Services, Actor, ActionResult], Awaitable[Act
 
 
 async def call_tool(session: McpSession, name: str, arguments: dict | None) -> types.CallToolResult:
+    result = await run_tool(session, name, arguments)
+    mode = session.first_words()
+    if mode:
+        first = result.content[0]
+        result.content[0] = types.TextContent(text=f"[{mode}]\n{first.text}")
+        result.structured_content = {**(result.structured_content or {}), "mode": mode}
+    return result
+
+
+async def run_tool(session: McpSession, name: str, arguments: dict | None) -> types.CallToolResult:
     action = get_action(name)
     if action is None:
         return refusal(f"Unknown tool `{name}`. Tools: {', '.join(REGISTRY)}.")
@@ -197,7 +235,7 @@ async def call_tool(session: McpSession, name: str, arguments: dict | None) -> t
         args = validate_args(action, raw, svc)
     except ValidationError as error:
         return refusal(f"{first_error(error)}. Nothing changed.")
-    if needs_confirm(action) and confirmed is not True:
+    if needs_confirm(action) and not action.call_reads_only(args) and confirmed is not True:
         return refusal(f"`{name}` changes this channel's TPU, so it runs only with `confirm: true` "
                        "once the person has approved the call. Nothing changed.")
     try:
@@ -228,7 +266,16 @@ async def read_resource(session: McpSession, uri: str) -> types.ReadResourceResu
 # --- the server ---------------------------------------------------------------------------
 
 
-def build_server(settings: Settings, *, redis_url: str) -> Server:
+def mode_line(settings: Settings, *, local: bool) -> str:
+    if not local:
+        return ("shared mode: acting on the leases of the deployment at REDIS_URL; its workers run the lease jobs")
+    cloud = "sandbox GCP and Slack" if settings.sandbox else f"GCP project {settings.project}"
+    return (f"local mode: REDIS_URL is unset, so this server runs the lease jobs itself on embedded defaults "
+            f"(embedded Redis, {cloud}); nothing is shared with a deployed bot. Set REDIS_URL to the bot's "
+            "Redis to act on its leases")
+
+
+def build_server(settings: Settings, *, redis_url: str, mode: str = "") -> Server:
     @asynccontextmanager
     async def lifespan(_server: Server) -> AsyncIterator[McpSession]:
         from bot.wiring import build_services, slack_client_from
@@ -236,8 +283,10 @@ def build_server(settings: Settings, *, redis_url: str) -> Server:
         # With a bot token, teardown refreshes the channel's Slack card from here too.
         client = slack_client_from(settings) if settings.slack_bot_token.get_secret_value() else None
         services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False, slack_client=client)
+        # Log files the client names by path are read under the directory it started us in.
+        services.local_files = LocalFiles(Path.cwd(), allow_outside=settings.mcp_read_outside_cwd)
         try:
-            yield McpSession(services, actor_from(settings))
+            yield McpSession(services, actor_from(settings), mode)
         finally:
             await pool.aclose()
             await redis.aclose()
@@ -254,7 +303,8 @@ def build_server(settings: Settings, *, redis_url: str) -> Server:
     async def on_read_resource(ctx: Any, params: types.ReadResourceRequestParams) -> types.ReadResourceResult:
         return await read_resource(ctx.lifespan_context, str(params.uri))
 
-    return Server(SERVER_NAME, version=_version(), instructions=INSTRUCTIONS, lifespan=lifespan,
+    instructions = f"{INSTRUCTIONS} This server is in {mode}." if mode else INSTRUCTIONS
+    return Server(SERVER_NAME, version=_version(), instructions=instructions, lifespan=lifespan,
                   on_list_tools=on_list_tools, on_call_tool=on_call_tool,
                   on_list_resources=on_list_resources, on_read_resource=on_read_resource)
 
@@ -263,19 +313,22 @@ async def serve_stdio(settings: Settings) -> None:
     import anyio
     from mcp.server.stdio import stdio_server
 
-    from infra.state.redis_server import ensure_redis
-
     async with stdio_server() as (read_stream, write_stream):
         # Started after stdio_server moved fd 1 to stderr: a child's output cannot reach the wire.
-        endpoint = await anyio.to_thread.run_sync(ensure_redis, settings.redis_url)
-        if endpoint.embedded:
-            log.warning("REDIS_URL is unset: using an embedded Redis at %s that no bot or worker shares; "
-                        "set REDIS_URL to the bot's Redis to act on real leases.", endpoint.url)
+        if settings.redis_url:
+            server = build_server(settings, redis_url=settings.redis_url, mode=mode_line(settings, local=False))
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+            return
+        from bot.local_stack import LocalStack
+
+        # No deployment to act on: run its worker here, on the embedded defaults `tpubot shell` uses.
+        stack = await anyio.to_thread.run_sync(LocalStack(settings, run_web=False).start)
+        log.warning("%s.", mode_line(stack.settings, local=True))
         try:
-            server = build_server(settings, redis_url=endpoint.url)
+            server = build_server(stack.settings, redis_url=stack.redis.url, mode=mode_line(stack.settings, local=True))
             await server.run(read_stream, write_stream, server.create_initialization_options())
         finally:
-            endpoint.stop()
+            await anyio.to_thread.run_sync(stack.stop)
 
 
 def _version() -> str:

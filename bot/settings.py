@@ -152,6 +152,7 @@ class Settings(BaseSettings):
     mcp_user: str = Field("mcp-local", min_length=1, description="user id an MCP session acts as (list it in ADMINS to act on any lease)")
     mcp_team: str = Field("local", description="Slack team id whose channel lease an MCP session acts on")
     mcp_channel: str = Field("mcp-local", min_length=1, description="Slack channel id whose lease an MCP session acts on (its status card goes there)")
+    mcp_read_outside_cwd: bool = Field(False, description="let summarize_logs read a `path` outside the directory `tpubot mcp` was started in")
 
     # --- state and processes ---------------------------------------------------------------
     redis_url: str = Field("", description="Redis URL; empty starts an embedded server")

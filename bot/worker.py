@@ -15,7 +15,7 @@ from agent.lease import lifecycle, provisioning, teardown, watching
 from bot import alert_jobs
 from bot.settings import Settings
 from bot.wiring import JOB_QUEUE, build_services, slack_client_from, slack_http_session
-from handlers import bench_job, mention_job
+from handlers import ask_job, bench_job, mention_job
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +91,11 @@ async def answer_mention(ctx: dict, **mention: Any) -> str:
     return await mention_job.answer_mention(ctx["services"], ctx["slack"], **mention)
 
 
+async def answer_ask(ctx: dict, **ask: Any) -> str:
+    """`/tpu ask …`: the model's answer, back through the command's response_url (handlers/ask_job.py)."""
+    return await ask_job.answer_ask(ctx["services"], **ask)
+
+
 def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, handle_signals: bool = True) -> Worker:
     async def on_startup(ctx: dict) -> None:
         session = slack_http_session()
@@ -113,7 +118,7 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
     job_timeout = int(settings.job_timeout.total_seconds())
     kwargs: dict[str, Any] = dict(
         functions=[counted(job) for job in
-                   (answer_mention, provision_lease, watch_lease, teardown_lease, boot_model, bench_endpoint,
+                   (answer_mention, answer_ask, provision_lease, watch_lease, teardown_lease, boot_model, bench_endpoint,
                     *alert_jobs.FUNCTIONS)],
         cron_jobs=[cron(counted(resume_leases), second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
         redis_settings=RedisSettings.from_dsn(redis_url),

@@ -92,6 +92,12 @@ def _parse_oncall(tokens: list[str]) -> dict:
         raise CommandError(f"{error}. {ONCALL_USAGE}") from None
 
 
+def _parse_ask(tokens: list[str]) -> dict:
+    if not tokens:
+        raise CommandError("`/tpu ask` needs a question. Usage: `/tpu ask <question>`, e.g. `/tpu ask what is a TPU?`")
+    return {"prompt": " ".join(tokens)}
+
+
 SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("up", "/tpu up [zone] [hours]", "Provision this channel's flex-start TPU running Gemma (one per channel).", _parse_up, "provision"),
     Subcommand("status", "/tpu status", "Show this channel's lease, TPU state, zone, endpoint and deadline.", _no_args("status"), "status"),
@@ -102,6 +108,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("cost", "/tpu cost", "What this channel's TPU has cost and will cost, $ per million output tokens, capacity.", _no_args("cost"), "estimate_cost"),
     Subcommand("bench", "/tpu bench", "Benchmark this channel's READY model (a small sweep) and post the chart in its thread.", _no_args("bench"), "bench"),
     Subcommand("zones", "/tpu zones", "Show the zone scoreboard: last outcome, when, median time to ACTIVE, skipped until.", _no_args("zones"), "zones"),
+    Subcommand("ask", "/tpu ask <question>", "Ask this channel's model directly; the answer comes with TTFT, TPOT and tokens/s.", _parse_ask, "ask_model"),
     Subcommand("help", "/tpu help", "Show this help.", _no_args("help")),
 )
 BY_NAME = {sub.name: sub for sub in SUBCOMMANDS}

@@ -17,13 +17,13 @@ from agent.llm.loop import run_agent
 from agent.llm.material import MentionInput, build_mention, unescape_slack
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
-from infra.slack_files import SlackFileError, download_slack_file
+from infra.slack_files import MAX_LOG_FILE_BYTES, SlackFileError, download_slack_file
 
 log = logging.getLogger(__name__)
 
 ANSWER_JOB = "answer_mention"
 MAX_FILES = 5
-MAX_FILE_BYTES = 16 * 1024 * 1024
+MAX_FILE_BYTES = MAX_LOG_FILE_BYTES
 THREAD_MESSAGES = 15  # conversations.replies is limited to 15 per page for new apps (slack.md §3)
 NOT_TEXT = ("image/", "video/", "audio/")
 

@@ -12,6 +12,7 @@ from agent.actions import get_action, run_action
 from agent.actions.registry import first_error, validate_args
 from agent.context import Actor, Services
 from handlers import cards
+from handlers.ask_job import ASK_JOB, ask_job_id
 from handlers.commands import CommandError, ParsedCommand, help_text, parse
 
 log = logging.getLogger(__name__)
@@ -25,13 +26,35 @@ def register(app: AsyncApp, services: Services) -> None:
         actor = Actor(user_id=command["user_id"], team=command.get("team_id", ""), channel=command["channel_id"])
         try:
             parsed = parse(command.get("text", ""))
-            text, blocks = await run_subcommand(services, actor, parsed)
+            if parsed.action in QUEUED_ACTIONS:
+                text, blocks = await queue_subcommand(services, actor, parsed, command)
+            else:
+                text, blocks = await run_subcommand(services, actor, parsed)
         except CommandError as error:
             text, blocks = cards.notice(f":warning: {error}")
         except RedisError:
             log.exception("state store unavailable during /tpu")
             text, blocks = cards.notice(STATE_STORE_DOWN)
         await ack(text=text, blocks=blocks, response_type="ephemeral")
+
+
+# Subcommands whose answer may outlast Slack's 3-second ack: queued for the worker, answered via response_url.
+QUEUED_ACTIONS = {"ask_model": ASK_JOB}
+
+
+async def queue_subcommand(services: Services, actor: Actor, parsed: ParsedCommand,
+                           command: dict) -> tuple[str, list[dict]]:
+    action = get_action(parsed.action)
+    try:
+        args = validate_args(action, parsed.args, services)
+    except ValidationError as error:
+        raise CommandError(f"{first_error(error).capitalize()}. Usage: `{parsed.usage}`") from None
+    await services.jobs.enqueue(QUEUED_ACTIONS[parsed.action],
+                                job_id=ask_job_id(actor.team, actor.channel, command.get("trigger_id", "")),
+                                team=actor.team, channel=actor.channel, user_id=actor.user_id,
+                                response_url=command.get("response_url", ""), **args.model_dump())
+    return cards.notice(":hourglass_flowing_sand: Asking this channel's model; the answer and its timings "
+                        "follow here.")
 
 
 async def run_subcommand(services: Services, actor: Actor, parsed: ParsedCommand) -> tuple[str, list[dict]]:

@@ -20,6 +20,8 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 
 DEFAULT_MAX_BYTES = 64 * 1024 * 1024
+# The cap for a log handed to the digest, as a Slack attachment or a local file (infra/local_files.py).
+MAX_LOG_FILE_BYTES = 16 * 1024 * 1024
 CHUNK_BYTES = 64 * 1024
 GZIP_MAGIC = b"\x1f\x8b"
 SCOPE_HINT = "the bot token needs the files:read scope (reinstall the app after adding it)"
@@ -96,11 +98,16 @@ def _expects_html(info: dict[str, Any]) -> bool:
 
 
 def _gunzip(data: bytes, max_bytes: int, name: str) -> bytes:
+    return gunzip_capped(data, max_bytes, name, SlackFileError)
+
+
+def gunzip_capped(data: bytes, max_bytes: int, name: str, error: type[Exception]) -> bytes:
+    """Decompress a gzip body, refusing (with `error`) one that expands beyond `max_bytes`."""
     inflater = zlib.decompressobj(16 + zlib.MAX_WBITS)  # gzip container
     try:
         out = inflater.decompress(data, max_bytes + 1)
     except zlib.error as exc:
-        raise SlackFileError(f"{name} looks like gzip but does not decompress: {exc}") from exc
+        raise error(f"{name} looks like gzip but does not decompress: {exc}") from exc
     if len(out) > max_bytes or inflater.unconsumed_tail:
-        raise SlackFileError(f"{name} expands beyond the {max_bytes:,}-byte limit")
+        raise error(f"{name} expands beyond the {max_bytes:,}-byte limit")
     return out

@@ -122,6 +122,11 @@ async def test_mcp_tools_match_the_registry_and_provision_needs_confirm(cloud, r
                 assert tool.annotations.destructive_hint is not True
                 assert "confirm" not in properties
                 assert {**schema, "properties": properties} == declared
+            elif action.reads_only is not None:
+                # Some calls only read (oncall without arguments): confirm is offered, not required.
+                assert tool.annotations.destructive_hint is True
+                assert properties.pop("confirm")["type"] == "boolean" and "confirm" not in schema.get("required", [])
+                assert {**schema, "properties": properties} == declared
             else:
                 assert tool.annotations.destructive_hint is True
                 assert properties.pop("confirm")["type"] == "boolean" and "confirm" in schema["required"]

@@ -1,7 +1,8 @@
 """summarize_logs and query_cloud_logs: the log digest as tools.
 
-`summarize_logs` digests what came with the mention (pasted text and attached files, in one
-line numbering); `query_cloud_logs` reads Cloud Logging with plain typed parameters and digests
+`summarize_logs` digests logs handed to it as `text`, a local file `path` (only where the process
+has `Services.local_files`: `tpubot mcp`), or else what came with the mention (pasted text and
+attached files, in one line numbering); `query_cloud_logs` reads Cloud Logging with plain typed parameters and digests
 the entries. Both return the digest text with `L<n>` line numbers so an answer can cite them.
 """
 
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
@@ -19,6 +21,7 @@ from agent.actions.registry import ActionResult, action
 from agent.context import Actor, Services
 from agent.digest import build_digest, lines_from_entries
 from infra.cloud_logging import query_cloud_logs as read_cloud_logs
+from infra.local_files import LocalFileError
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +31,17 @@ QUERY_TIMEOUT_SECONDS = 45.0
 MAX_CITED = 6
 
 
+MAX_TEXT_CHARS = 1_000_000  # pasted logs: a megabyte of text; a bigger log belongs in a file (`path`)
+
+
 class SummarizeLogsArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
+    text: str | None = Field(None, max_length=MAX_TEXT_CHARS,
+                             description="the log lines to digest, pasted as text; omit to use what came with "
+                                         "the message")
+    path: str | None = Field(None, description="a local log file (.gz too) under the working directory; "
+                                               "tpubot mcp only")
     contains: str | None = Field(None, description="only lines containing this text (case-insensitive); omit for all")
     max_tokens: int = Field(DEFAULT_DIGEST_TOKENS, ge=200, le=6000, description="size of the digest in tokens")
 
@@ -59,24 +70,57 @@ def digest_result(lines: list[str], budget: int, *, source: str) -> ActionResult
     return ActionResult(True, digest.render(), data)
 
 
-@action("summarize_logs", "Digest the logs pasted or attached in this conversation: grouped messages with "
-        "counts, severities and line numbers (L12) to cite.", SummarizeLogsArgs)
-async def summarize_logs(svc: Services, actor: Actor, args: SummarizeLogsArgs) -> ActionResult:
+@dataclass(frozen=True)
+class LogInput:
+    lines: list[str]
+    line_map: str  # `L1-L50 pasted text; …`, or "" when there is one unnamed source
+    where: str  # how a refusal names the input: "the lines that came with this message"
+
+
+def log_input(svc: Services, args: SummarizeLogsArgs) -> LogInput | str:
+    """The lines to digest: `text`, `path`, or what came with the message; a str is the refusal."""
+    if args.text is not None and args.path is not None:
+        return "Give `text` or `path`, not both: one log per call."
+    if args.text is not None:
+        if not args.text.strip():
+            return "`text` is empty: paste the log lines, or give `path` to a log file."
+        return LogInput(args.text.splitlines(), "", "the pasted text")
+    if args.path is not None:
+        if svc.local_files is None:
+            return ("This bot does not read files from its own disk; attach the file to your message "
+                    "(or run `tpubot mcp` on your machine to read local files).")
+        try:
+            name, lines = svc.local_files.read_lines(args.path)
+        except LocalFileError as error:
+            return str(error)
+        if not lines:
+            return f"{name} is empty: nothing to digest."
+        return LogInput(lines, f"L1-L{len(lines)} file {name}", f"file {name}")
     material = svc.material
     if material is None or not material.has_logs:
-        return ActionResult(False, "No logs came with this message: paste them, attach a file, "
-                                   "or use query_cloud_logs to read Cloud Logging.")
-    lines = material.log_lines()
+        return ("No logs came with this message: paste them, attach a file, give `text` or `path`, "
+                "or use query_cloud_logs to read Cloud Logging.")
+    return LogInput(material.log_lines(), material.line_map(), "the lines that came with this message")
+
+
+@action("summarize_logs", "Digest logs — pasted as `text`, a local file `path`, or what was pasted or attached "
+        "in this conversation: grouped messages with counts, severities and line numbers (L12) to cite.",
+        SummarizeLogsArgs)
+async def summarize_logs(svc: Services, actor: Actor, args: SummarizeLogsArgs) -> ActionResult:
+    found = await asyncio.to_thread(log_input, svc, args)  # a file read must not stall the loop
+    if isinstance(found, str):
+        return ActionResult(False, found)
+    lines = found.lines
     if args.contains:
         needle = args.contains.lower()
         # Keep the numbering of the original lines: non-matching lines become blank.
         lines = [line if needle in line.lower() else "" for line in lines]
         if not any(lines):
-            return ActionResult(False, f"No line contains {args.contains!r} in the {len(material.log_lines())} "
-                                       "lines that came with this message.")
-    result = digest_result(lines, args.max_tokens, source=material.line_map())
-    if material.line_map():
-        result.text = f"Sources: {material.line_map()}\n{result.text}"
+            return ActionResult(False, f"No line contains {args.contains!r} in the {len(found.lines)} lines of "
+                                       f"{found.where}.")
+    result = digest_result(lines, args.max_tokens, source=found.line_map or found.where)
+    if found.line_map:
+        result.text = f"Sources: {found.line_map}\n{result.text}"
     return result
 
 

@@ -27,14 +27,19 @@ class OnCallArgs(BaseModel):
             raise ValueError(str(error)) from None
 
 
+def shows_only(args: OnCallArgs) -> bool:
+    """No mentions and no clear: the call shows the list and changes nothing."""
+    return not args.mentions and not args.clear
+
+
 # WRITE, not ADMIN: the rule "the lease holder or an admin" lives in agent/lease/oncall.py, and the
 # access layer would stop a holder at an ADMIN gate before that rule runs.
 @action("oncall", "Show or set who is paged for this channel's TPU alerts (holder or admin to change).",
-        OnCallArgs, kind=ActionKind.WRITE)
+        OnCallArgs, kind=ActionKind.WRITE, reads_only=shows_only)
 async def set_oncall(svc: Services, actor: Actor, args: OnCallArgs) -> ActionResult:
     if svc.alerting is None:
         return ActionResult(False, "Alerts are not configured in this process.")
-    if not args.mentions and not args.clear:
+    if shows_only(args):
         outcome = await oncall.show_oncall(svc, actor)
     else:
         outcome = await oncall.set_oncall(svc, actor, args.mentions, clear=args.clear)

@@ -38,10 +38,16 @@ class Action:
     run: ActionFn
     kind: ActionKind = ActionKind.READ
     destructive: bool = False
+    # For a WRITE action some calls of which only read (`oncall` without arguments shows the list):
+    # True for those calls, so a confirm step (MCP's `confirm: true`) is asked only for the others.
+    reads_only: Callable[[BaseModel], bool] | None = None
 
     @property
     def read_only(self) -> bool:
         return self.kind is ActionKind.READ
+
+    def call_reads_only(self, args: BaseModel) -> bool:
+        return self.read_only or (self.reads_only is not None and self.reads_only(args))
 
     def tool_declaration(self) -> dict:
         schema = self.args.model_json_schema()
@@ -55,11 +61,12 @@ REGISTRY: dict[str, Action] = {}
 
 
 def action(name: str, description: str, args: type[BaseModel], *, kind: ActionKind = ActionKind.READ,
-           destructive: bool = False) -> Callable[[ActionFn], ActionFn]:
+           destructive: bool = False,
+           reads_only: Callable[[BaseModel], bool] | None = None) -> Callable[[ActionFn], ActionFn]:
     def register(fn: ActionFn) -> ActionFn:
         if name in REGISTRY:
             raise ValueError(f"action {name} declared twice")
-        REGISTRY[name] = Action(name, description, args, fn, kind, destructive)
+        REGISTRY[name] = Action(name, description, args, fn, kind, destructive, reads_only)
         return fn
 
     return register

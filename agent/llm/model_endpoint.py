@@ -1,48 +1,7 @@
-"""Which Gemma endpoint answers a mention, and the `openai` client that talks to it.
-
-Order: the channel's own READY lease (its vLLM on the TPU), else the fixed `GEMMA_BASE_URL`,
-else any READY bot-managed endpoint in the workspace. None means the model-less path.
-"""
+"""The mention agent's endpoint and client: resolved in agent/actions/model_endpoint.py, shared with the model actions."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from agent.actions.model_endpoint import ModelEndpoint, openai_client, resolve_endpoint
 
-import httpx
-from openai import AsyncOpenAI
-
-from agent.context import Actor, Services
-from agent.model_config import ModelConfig
-from infra.state.leases import LeaseState
-
-
-
-@dataclass(frozen=True)
-class ModelEndpoint:
-    base_url: str
-    source: str  # said to people: "this channel's TPU", "GEMMA_BASE_URL", "the TPU in <#C…>"
-
-
-def _usable(url: str) -> bool:
-    return url.startswith(("http://", "https://"))
-
-
-async def resolve_endpoint(svc: Services, actor: Actor) -> ModelEndpoint | None:
-    config = svc.model or ModelConfig()
-    if not config.enabled:
-        return None
-    own = await svc.leases.get(actor.team, actor.channel)
-    if own is not None and own.state == LeaseState.READY.value and _usable(own.endpoint):
-        return ModelEndpoint(own.endpoint, "this channel's TPU")
-    if _usable(config.base_url):
-        return ModelEndpoint(config.base_url.rstrip("/"), "GEMMA_BASE_URL")
-    for lease in await svc.leases.all():
-        if lease.state == LeaseState.READY.value and _usable(lease.endpoint):
-            return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>")
-    return None
-
-
-def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:
-    timeout = httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
-    return AsyncOpenAI(base_url=endpoint.base_url, api_key=config.api_key, timeout=timeout,
-                       max_retries=config.max_retries)
+__all__ = ["ModelEndpoint", "openai_client", "resolve_endpoint"]

@@ -177,6 +177,7 @@ class VllmEmulator:
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
         app.router.add_get("/health", self._health)
+        app.router.add_get("/version", self._version)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/metrics", self._metrics)
         return app
@@ -515,6 +516,10 @@ class VllmEmulator:
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200)
+
+    async def _version(self, request: web.Request) -> web.Response:
+        # vLLM's API server: `GET /version` -> {"version": VLLM_VERSION}; the fingerprint carries the same number.
+        return web.json_response({"version": SYSTEM_FINGERPRINT.removeprefix("vllm-").split("-")[0]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         try:

@@ -1,0 +1,52 @@
+"""Which Gemma endpoint answers in a channel, and the `openai` client that talks to it.
+
+Order: the channel's own READY lease (its vLLM on the TPU), else the fixed `GEMMA_BASE_URL`,
+else any READY bot-managed endpoint in the workspace. None means the model-less path.
+
+Here, in the actions room, because both the mention agent (agent/llm) and the model actions
+(`ask_model`, `model_health` in agent/actions) resolve the same endpoint the same way. The
+endpoint carries the key its callers must send, so a per-lease key is decided here, once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from openai import AsyncOpenAI
+
+from agent.context import Actor, Services
+from agent.model_config import ModelConfig
+from infra import model_client
+from infra.state.leases import LeaseState
+
+
+@dataclass(frozen=True)
+class ModelEndpoint:
+    base_url: str
+    source: str  # said to people: "this channel's TPU", "GEMMA_BASE_URL", "the TPU in <#C…>"
+    api_key: str = ""  # what every request to this endpoint sends (the config's key unless the lease has its own)
+
+
+def _usable(url: str) -> bool:
+    return url.startswith(("http://", "https://"))
+
+
+async def resolve_endpoint(svc: Services, actor: Actor) -> ModelEndpoint | None:
+    config = svc.model or ModelConfig()
+    if not config.enabled:
+        return None
+    own = await svc.leases.get(actor.team, actor.channel)
+    if own is not None and own.state == LeaseState.READY.value and _usable(own.endpoint):
+        return ModelEndpoint(own.endpoint, "this channel's TPU", config.api_key)
+    if _usable(config.base_url):
+        return ModelEndpoint(config.base_url.rstrip("/"), "GEMMA_BASE_URL", config.api_key)
+    for lease in await svc.leases.all():
+        if lease.state == LeaseState.READY.value and _usable(lease.endpoint):
+            return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>", config.api_key)
+    return None
+
+
+def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:
+    return model_client.openai_client(endpoint.base_url, api_key=endpoint.api_key or config.api_key,
+                                      read_timeout=config.read_timeout, connect_timeout=config.connect_timeout,
+                                      max_retries=config.max_retries)

@@ -1,0 +1,34 @@
+"""`/tpu ask …`: the worker side. The slash command is answered at once ("Asking…"); the model's
+answer can take longer than Slack's 3-second window, so it runs here, as a queued job that a
+restart does not lose, and comes back to the asker through the command's `response_url`."""
+
+from __future__ import annotations
+
+import logging
+
+from slack_sdk.webhook.async_client import AsyncWebhookClient
+
+from agent.actions import run_action
+from agent.context import Actor, Services
+
+log = logging.getLogger(__name__)
+
+ASK_JOB = "answer_ask"
+
+
+def ask_job_id(team: str, channel: str, trigger_id: str) -> str:
+    # One answer per slash invocation: a redelivered command queues nothing new.
+    return f"ask:{team}:{channel}:{trigger_id}"
+
+
+async def answer_ask(services: Services, *, team: str, channel: str, user_id: str, prompt: str,
+                     response_url: str, max_tokens: int = 256) -> str:
+    actor = Actor(user_id=user_id, team=team, channel=channel)
+    result = await run_action("ask_model", services, actor, {"prompt": prompt, "max_tokens": max_tokens})
+    icon = ":robot_face:" if result.ok else (":no_entry:" if result.denied else ":warning:")
+    response = await AsyncWebhookClient(response_url).send(
+        text=f"{icon} {result.text}", response_type="ephemeral", replace_original=False)
+    if response.status_code != 200:
+        log.warning("posting the /tpu ask answer failed: HTTP %s", response.status_code)
+        return "undelivered"
+    return "ok" if result.ok else "refused"
