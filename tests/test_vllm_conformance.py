@@ -15,7 +15,7 @@ import pytest
 from openai import OpenAI
 
 from infra.sandbox.vllm import LatencyModel, VllmEmulator
-from tests.vllm_replay import expected, replay_non_streaming, replay_streaming
+from vllm_replay import expected, replay_non_streaming, replay_streaming
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "vllm-0.33-gemma4-parser.json"
 if not CONFORMANCE.exists():
