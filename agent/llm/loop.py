@@ -88,6 +88,7 @@ class AgentLoop:
         self.refused: list[str] = []
         self.repairs: list[str] = []
         self.cited: list[int] = []
+        self.truncated: list[str] = []  # calls cut off by max_tokens, not run
         self.stopped = False
 
     async def run(self) -> AgentRun:
@@ -104,14 +105,21 @@ class AgentLoop:
                     self.shown.append(turn.content)
                 if not turn.tool_calls or self.stopped:
                     answer = "\n\n".join(self.shown)
+                    if turn.finish_reason == "length" and answer:
+                        answer += "\n\n(The answer was cut off at the model's length limit.)"
                     break
                 if last:
                     answer = self._step_limit_answer(messages)
                     break
                 messages.append(_assistant_message(turn))
                 for call in turn.tool_calls:
-                    await self.sink.progress(f"Running `{call.name}`…")
-                    result = await self._tool_result(call)
+                    if turn.finish_reason == "length":
+                        # Cut off at max_tokens: the arguments may be incomplete, so nothing runs.
+                        self.truncated.append(call.name)
+                        result = self._truncated_result(call)
+                    else:
+                        await self.sink.progress(f"Running `{call.name}`…")
+                        result = await self._tool_result(call)
                     messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result})
                 _fit_context(messages, self.tools, self.config.max_answer_tokens)
         finally:
@@ -231,6 +239,11 @@ class AgentLoop:
         return (f"Proposed to {verb} as a confirm card in the thread. Nothing happens until an authorized "
                 "person clicks it; tell the person that.")
 
+    def _truncated_result(self, call: ToolCallRequest) -> str:
+        return (f"Not run: this `{defuse(call.name)[:60]}` call was cut off at the answer limit "
+                f"(max_tokens={self.config.max_answer_tokens}), so its arguments may be incomplete. "
+                "Call it again with shorter arguments, or answer from what you have.")
+
     # --- endings ---------------------------------------------------------------------------
     def _step_limit_answer(self, messages: list[dict]) -> str:
         results = [m["content"] for m in messages if m["role"] == "tool"][-2:]
@@ -244,6 +257,13 @@ class AgentLoop:
 
 
 def _assistant_message(turn: NormalizedTurn) -> dict:
+    """The model's calls as history, shaped for Gemma 4's template.
+
+    `content` is None: the template puts an assistant's text after the tool responses and
+    closes the turn there, so the next request would end after `<turn|>` with no generation
+    prompt; the preamble stays in the Slack reply only. Null arguments are left out: vLLM
+    json-loads the arguments and the template prints null as Python `None`.
+    """
     calls = []
     for call in turn.tool_calls:
         try:
@@ -251,9 +271,17 @@ def _assistant_message(turn: NormalizedTurn) -> dict:
         except json.JSONDecodeError:
             parsed = None
         # vLLM json-loads these to re-render the call; invalid JSON would become {} with a warning.
-        arguments = json.dumps(parsed, ensure_ascii=False) if isinstance(parsed, dict) else "{}"
+        arguments = json.dumps(_without_nulls(parsed), ensure_ascii=False) if isinstance(parsed, dict) else "{}"
         calls.append({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}})
-    return {"role": "assistant", "content": turn.content or None, "tool_calls": calls}
+    return {"role": "assistant", "content": None, "tool_calls": calls}
+
+
+def _without_nulls(value):
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value if v is not None]
+    return value
 
 
 def _fit_context(messages: list[dict], tools: list[dict], answer_tokens: int) -> None:

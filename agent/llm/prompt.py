@@ -54,7 +54,7 @@ def data_block(label: str, text: str) -> str:
 def model_tools() -> list[dict]:
     """Every READ and WRITE action in the registry (new actions appear on their own); ADMIN
     actions are for people only."""
-    return [a.tool_declaration() for a in REGISTRY.values() if a.kind in (ActionKind.READ, ActionKind.WRITE)]
+    return [a.model_tool_declaration() for a in REGISTRY.values() if a.kind in (ActionKind.READ, ActionKind.WRITE)]
 
 
 def user_message(mention: MentionInput, *, user_id: str) -> tuple[str, list[int]]:
