@@ -30,7 +30,7 @@ from agent.llm.completion_repair import NormalizedTurn, StreamAccumulator, ToolC
 from agent.context import Actor, Services
 from agent.digest import estimate_tokens
 from agent.llm.material import MentionInput
-from agent.llm.model_endpoint import ModelEndpoint, openai_client, resolve_endpoint
+from agent.llm.model_endpoint import ModelEndpoint, answered_by, openai_client, resolve_endpoint
 from agent.model_config import ModelConfig
 from agent.llm.prompt import (
     CONTEXT_TOKENS,
@@ -89,6 +89,7 @@ class AgentLoop:
         self.repairs: list[str] = []
         self.cited: list[int] = []
         self.truncated: list[str] = []  # calls cut off by max_tokens, not run
+        self.fingerprint: str | None = None  # the answering server's system_fingerprint
         self.stopped = False
 
     async def run(self) -> AgentRun:
@@ -127,7 +128,7 @@ class AgentLoop:
         text = redact(answer or "The model returned no answer.")
         text = self._with_citations(text)
         tools = f"; tools: {', '.join(self.tools_run)}" if self.tools_run else ""
-        label = f"Answered by the model ({self.endpoint.source}) in {steps} step{'s' * (steps != 1)}{tools}."
+        label = f"Answered by {answered_by(self.endpoint, self.fingerprint)} in {steps} step{'s' * (steps != 1)}{tools}."
         return AgentRun(text=text, label=label, used_model=True, proposals=self.proposals, steps=steps,
                         tools_run=self.tools_run, refused=self.refused, repairs=self.repairs, cited=self.cited)
 
@@ -146,6 +147,7 @@ class AgentLoop:
                 if not completion.choices:
                     raise ModelUnavailable("the model endpoint returned no choices")
                 self._count_usage(completion.usage)
+                self.fingerprint = completion.system_fingerprint or self.fingerprint
                 metrics.model_calls.labels("ok").inc()
                 return normalize_choice(completion.choices[0])
             turn = await self._complete_streaming(kwargs)
@@ -179,6 +181,7 @@ class AgentLoop:
         finally:
             await stream.close()
         self._count_usage(accumulator.usage)
+        self.fingerprint = accumulator.system_fingerprint or self.fingerprint
         return accumulator.result()
 
     # --- tools -----------------------------------------------------------------------------

@@ -23,6 +23,19 @@ class ModelEndpoint:
     source: str  # said to people: "this channel's TPU", "GEMMA_BASE_URL", "the TPU in <#C…>"
 
 
+SANDBOX_FINGERPRINT_SUFFIX = "-sandbox"  # infra/sandbox/vllm labels every response so
+
+
+def answered_by(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
+    """Who answered, for the footer: the server's own `system_fingerprint` says when it is the
+    sandbox model (a labelled heuristic, also when the local stack set the URL for us)."""
+    if fingerprint and fingerprint.endswith(SANDBOX_FINGERPRINT_SUFFIX):
+        if endpoint.source == "GEMMA_BASE_URL":
+            return "the sandbox model (a heuristic stand-in, not Gemma)"
+        return f"the sandbox model on {endpoint.source} (a heuristic stand-in, not Gemma)"
+    return f"the model ({endpoint.source})"
+
+
 def _usable(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
