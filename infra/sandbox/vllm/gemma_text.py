@@ -9,7 +9,9 @@ implementations are what make the bot's repair code testable.
 Non-streaming: `parse_output(raw, tools=..., ...)`.
 Streaming: `StreamParser.feed(delta_text)` per engine step, returning a delta or None; it works
 the way vLLM does — accumulate, re-derive the stable state, emit only the new suffix — so the
-concatenated argument fragments equal the non-streaming `arguments` string.
+concatenated argument fragments equal the non-streaming `arguments` string. Arguments are read
+and typed by `gemma_args` (vLLM's rules). tests/test_vllm_conformance.py replays the recorded
+outputs of the real 0.33.0 parsers (`../shared/conformance/`) against both paths.
 """
 
 from __future__ import annotations
@@ -51,7 +53,6 @@ class RawCall:
     # Spans of text that produce parser events (the opener, the name, the arguments and the
     # closer); `call:` and the bracket are silent transitions.
     event_spans: list[tuple[int, int]] = field(default_factory=list)
-    named: bool = True  # False: cut off inside its name (a call only once generation ended)
 
 
 @dataclass
@@ -155,9 +156,9 @@ def _parse_call(text: str, start: int, seg: Segments) -> int:
         return close + len(TOOL_CALL_CLOSE)  # nothing named: no call
     k, which = _first(text, i, ("{", "(", TOOL_CALL_CLOSE))
     if k < 0:
-        # Name still being typed, or cut off by max_tokens.
+        # Name still being typed, or cut off by max_tokens (then it comes back with `{}`).
         seg.calls.append(RawCall(name=text[i:].strip(), args_text="", closed=False, start=start,
-                                 event_spans=spans + [(i, n)], named=False))
+                                 event_spans=spans + [(i, n)]))
         return n
     name = text[i:k].strip()
     spans.append((i, k))
