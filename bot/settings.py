@@ -115,6 +115,8 @@ class Settings(BaseSettings):
 
     # --- model -----------------------------------------------------------------------------
     model_name: str = Field("google/gemma-4-E2B-it", description="Hugging Face model vLLM serves")
+    model_revision: str = Field("", description="Hugging Face commit of MODEL_NAME to serve (pins its chat "
+                                                "template too); empty serves the repository's main")
     model_port: int = Field(8000, description="port vLLM listens on inside the TPU VM")
     hf_token_secret: str = Field("hf-token", description="Secret Manager secret holding the HF token")
     vllm_image: str = Field("vllm/vllm-tpu:nightly", description="container image the TPU VM runs vLLM from")

@@ -89,6 +89,7 @@ def vllm_config_from(settings: Settings):
         model=settings.model_name, port=settings.model_port, image=settings.vllm_image,
         max_model_len=settings.vllm_max_model_len, max_num_batched_tokens=settings.vllm_max_num_batched_tokens,
         limit_mm_per_prompt=settings.vllm_limit_mm_per_prompt, tensor_parallel_size=settings.tensor_parallel_size,
+        revision=settings.model_revision,
     )
 
 

@@ -23,6 +23,10 @@ class VllmConfig:
     max_num_batched_tokens: int = 4096
     limit_mm_per_prompt: str = DEFAULT_MM_LIMITS  # compact JSON object
     tensor_parallel_size: int = 1
+    # The Hugging Face commit of the model repository. vLLM applies the chat template that ships
+    # with the weights (no --chat-template), so this pins the template too; the sandbox renders
+    # Gemma 4's current template (infra/sandbox/vllm/chat_template.py). "" = the repo's main.
+    revision: str = ""
 
     def __post_init__(self) -> None:
         limits = json.loads(self.limit_mm_per_prompt)
@@ -47,4 +51,4 @@ def vllm_flags(config: VllmConfig) -> list[str]:
         "--tool-call-parser", "gemma4",
         "--reasoning-parser", "gemma4",
         "--disable_chunked_mm_input",
-    ]
+    ] + (["--revision", config.revision] if config.revision else [])

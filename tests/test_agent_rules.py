@@ -108,3 +108,14 @@ def test_streamed_text_rewritten_by_redaction_is_fixed_in_one_edit():
         assert sandbox.calls_to("chat.update")[-1].body["ts"] == reply.stream_ts
     finally:
         sandbox.stop()
+
+
+def test_the_footer_names_the_endpoint_that_answered():
+    from agent.llm.model_endpoint import ModelEndpoint, answered_by
+    from infra.sandbox.vllm.responses import SYSTEM_FINGERPRINT
+
+    fixed, own = ModelEndpoint("http://m/v1", "GEMMA_BASE_URL"), ModelEndpoint("http://t/v1", "this channel's TPU")
+    assert answered_by(fixed, SYSTEM_FINGERPRINT) == "the sandbox model (a heuristic stand-in, not Gemma)"
+    assert answered_by(own, SYSTEM_FINGERPRINT) == "the sandbox model on this channel's TPU (a heuristic stand-in, not Gemma)"
+    assert answered_by(fixed, None) == "the model (GEMMA_BASE_URL)"
+    assert answered_by(own, "fp_vllm") == "the model (this channel's TPU)"

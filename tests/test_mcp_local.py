@@ -267,10 +267,11 @@ async def test_ask_model_and_model_health_name_an_endpoint_that_does_not_answer(
         assert bad.is_error and "at least 1 character" in text_of(bad)
 
 
-def test_the_mention_agent_may_call_model_health():
+def test_the_mention_agent_may_call_model_health_but_not_ask_itself():
     from agent.llm.prompt import model_tools
 
-    assert "model_health" in {tool["function"]["name"] for tool in model_tools()}
+    offered = {tool["function"]["name"] for tool in model_tools()}
+    assert "model_health" in offered and "ask_model" not in offered
 
 
 def test_engine_gauges_from_current_and_older_vllm_metrics():

@@ -71,6 +71,12 @@ def test_flags_come_from_one_function_and_reach_the_script_quoted():
     assert "@@" not in script and "@@" in load_template()
 
 
+def test_the_model_revision_pins_what_vllm_serves_and_its_chat_template():
+    assert "--revision" not in vllm_flags(VllmConfig())
+    script = render_startup_script(StartupScriptConfig(project="p", vllm=VllmConfig(revision="0123abcd")))
+    assert "--revision 0123abcd" in script
+
+
 def test_cli_prints_exactly_the_script_with_settings_applied(tmp_path, monkeypatch):
     from bot.cli import app
 

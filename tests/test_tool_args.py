@@ -117,7 +117,7 @@ def test_boolean_strings_true_false_are_accepted(raw, expected):
     assert coerce_arguments(SetStatus, {"is_active": raw, "count": 1}).is_active is expected
 
 
-@pytest.mark.parametrize("raw", ["yes", "1", 1, 0, "on"])
+@pytest.mark.parametrize("raw", ["yes", "2", 2, "on", "y"])
 def test_other_boolean_spellings_are_rejected_deliberately(raw):
     # pydantic lax mode would accept these; a 2B model sending them is more likely confused.
     with pytest.raises(ToolArgumentError) as err:
@@ -216,3 +216,37 @@ def test_alias_is_accepted_and_listed():
 
 def test_untyped_array_string_is_parsed_for_list_fields():
     assert coerce_arguments(Search, {"query": "x", "tags": '["prod", "db"]'}).tags == ["prod", "db"]
+
+
+class Typed(BaseModel):
+    i: int = 0
+    n: float = 0.0
+    b: bool = False
+    s: str = ""
+    maybe_n: float | None = None
+
+
+TYPED_SCHEMA = {"i": {"type": "integer"}, "n": {"type": "number"}, "b": {"type": "boolean"},
+                "s": {"type": "string"}, "maybe_n": {"type": "number", "nullable": True}}
+
+
+@pytest.mark.parametrize(("key", "bare"), [
+    ("i", "4.0"), ("i", "1e3"), ("i", "42"), ("n", "1e3"), ("n", "2.0"), ("n", "3.5"), ("b", "1"), ("b", "0"),
+    ("b", "true"), ("s", "12345"), ("maybe_n", "null"), ("maybe_n", "2"),
+])
+def test_a_value_means_the_same_whether_or_not_the_server_typed_it(key, bare):
+    """vLLM types a bare value by the declared schema; an untyped schema (or our raw-text parser)
+    delivers the same text as a string. Both must give the same argument."""
+    from infra.sandbox.vllm.gemma_args import coerce_args
+
+    typed_by_server = coerce_args({key: bare}, TYPED_SCHEMA)
+    assert coerce_arguments(Typed, json.dumps(typed_by_server)) == coerce_arguments(Typed, json.dumps({key: bare}))
+
+
+@pytest.mark.parametrize(("key", "bare"), [("i", "4.5"), ("i", "inf"), ("b", "yes")])
+def test_a_value_neither_path_can_use_is_rejected_both_ways(key, bare):
+    from infra.sandbox.vllm.gemma_args import coerce_args
+
+    for raw in (coerce_args({key: bare}, TYPED_SCHEMA), {key: bare}):
+        with pytest.raises(ToolArgumentError):
+            coerce_arguments(Typed, json.dumps(raw))

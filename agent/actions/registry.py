@@ -1,11 +1,16 @@
 """Action declarations: name, description, pydantic argument model, kind, and the function.
 
-The argument model's JSON schema is the tool declaration sent to the model, so every
-parameter is typed (vLLM's gemma4 parser returns untyped values as strings) and flat.
+The argument model's JSON schema is the tool declaration (MCP gets it as is). The model gets
+`model_tool_declaration()`: the same schema in the shape Gemma 4's chat template can print —
+every parameter one plain `type` (plus `nullable: true`), because the template renders
+`anyOf[T, null]` with an empty type and a type list as Python text, drops `default`,
+`minimum`/`maximum` and shows `enum` only for strings; those go into the description instead.
+vLLM's gemma4 parser types values by the same schema, so `hours: 2` still arrives as a number.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable
 
@@ -55,6 +60,64 @@ class Action:
         for prop in schema.get("properties", {}).values():
             prop.pop("title", None)
         return {"type": "function", "function": {"name": self.name, "description": self.description, "parameters": schema}}
+
+
+    def model_tool_declaration(self) -> dict:
+        """The declaration sent to Gemma: every parameter one plain type (see module doc)."""
+        declaration = self.tool_declaration()
+        params = declaration["function"]["parameters"]
+        params["properties"] = {k: plain_parameter(v) for k, v in params.get("properties", {}).items()}
+        return declaration
+
+
+_MOVED_TO_DESCRIPTION = ("default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def plain_parameter(schema: dict) -> dict:
+    """One parameter's schema as `type` + `nullable`, with its default, range and non-string
+    choices said in the description (the template would drop them)."""
+    out = dict(schema)
+    out.pop("title", None)
+    members = out.pop("anyOf", None) or out.pop("oneOf", None)
+    if members:
+        real = [m for m in members if m.get("type") != "null"]
+        if len(real) == 1:
+            out = {**{k: v for k, v in real[0].items() if k != "title"}, **out}
+        if len(real) < len(members):
+            out["nullable"] = True
+    if isinstance(out.get("type"), list):
+        types = [t for t in out["type"] if t != "null"]
+        if len(types) < len(out["type"]):
+            out["nullable"] = True
+        out["type"] = types[0] if types else "string"
+    notes = _limits(out)
+    if out.get("enum") and out.get("type") != "string":
+        notes.append("one of " + ", ".join(str(v) for v in out.pop("enum")))
+    for key in _MOVED_TO_DESCRIPTION:
+        out.pop(key, None)
+    if notes:
+        description = out.get("description", "")
+        out["description"] = f"{description} ({'; '.join(notes)})" if description else "; ".join(notes)
+    return out
+
+
+def _limits(schema: dict) -> list[str]:
+    notes = []
+    bounds = []
+    if "minimum" in schema:
+        bounds.append(f"at least {schema['minimum']}")
+    if "exclusiveMinimum" in schema:
+        bounds.append(f"more than {schema['exclusiveMinimum']}")
+    if "maximum" in schema:
+        bounds.append(f"at most {schema['maximum']}")
+    if "exclusiveMaximum" in schema:
+        bounds.append(f"less than {schema['exclusiveMaximum']}")
+    if bounds:
+        notes.append(", ".join(bounds))
+    default = schema.get("default")
+    if default not in (None, "", [], {}):
+        notes.append(f"default {json.dumps(default)}")
+    return notes
 
 
 REGISTRY: dict[str, Action] = {}

@@ -123,10 +123,13 @@ class StreamAccumulator:
         self._id_factory = id_factory
         self.finish_reason: str | None = None
         self.usage: Any = None
+        self.system_fingerprint: str | None = None  # rides on the finish or the usage chunk (§3.2)
 
     def feed(self, chunk: ChatCompletionChunk) -> None:
         if chunk.usage is not None:
             self.usage = chunk.usage
+        if chunk.system_fingerprint:
+            self.system_fingerprint = chunk.system_fingerprint
         for choice in chunk.choices:
             if choice.index != 0:
                 continue

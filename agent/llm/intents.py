@@ -34,10 +34,13 @@ _RULES: tuple[tuple[Intent, re.Pattern[str]], ...] = (
     (Intent.STATUS, re.compile(r"\b(?:status|state|health|deadline|expir\w*|lease|how long)\b")),
     (Intent.ZONES, re.compile(r"\b(?:zones?|regions?|capacity|where can)\b")),
     (Intent.COST, re.compile(r"(?:\bcosts?\b|\bprice\b|\bpricing\b|\bspend\b|\bbill\w*|how much|\$)")),
-    (Intent.LOGS, re.compile(r"\b(?:logs?|summari[sz]e|errors?|incident|what (?:happened|broke|failed)|"
+    (Intent.LOGS, re.compile(r"\b(?:logs?|summari[sz]e|errors?|incident|what (?:happened|broke|failed|went wrong)|"
                              r"stack\s*trace|crash\w*|traceback)\b")),
 )
 ACTION_INTENTS = {"provision": Intent.UP, "teardown": Intent.DOWN}
+_ZONE = re.compile(r"\b([a-z]+-[a-z]+\d+-[a-z])\b")
+_HOURS = re.compile(r"\b(\d+(?:\.\d+)?)\s*(?:h|hrs?|hours?)\b")
+_MINUTES = re.compile(r"\b(\d+)\s*(?:m|mins?|minutes?)\b")
 
 
 def classify(request: str) -> list[Intent]:
@@ -62,3 +65,19 @@ def asked_for(request: str, action_name: str) -> bool:
     """Did the person's own words ask for this WRITE action? (Gate for model proposals.)"""
     intent = ACTION_INTENTS.get(action_name)
     return intent is not None and intent in classify(request)
+
+
+def provision_details(request: str) -> dict:
+    """The zone and hours a provision request names (`start a TPU in us-west4-a for 2h`)."""
+    text = " ".join((request or "").lower().split())
+    details: dict = {}
+    zone = _ZONE.search(text)
+    if zone:
+        details["zone"] = zone.group(1)
+    hours = _HOURS.search(text)
+    minutes = _MINUTES.search(text)
+    if hours:
+        details["hours"] = float(hours.group(1))
+    elif minutes:
+        details["hours"] = round(int(minutes.group(1)) / 60, 2)
+    return details

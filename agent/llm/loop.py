@@ -30,7 +30,7 @@ from agent.llm.completion_repair import NormalizedTurn, StreamAccumulator, ToolC
 from agent.context import Actor, Services
 from agent.digest import estimate_tokens
 from agent.llm.material import MentionInput
-from agent.llm.model_endpoint import ModelEndpoint, openai_client, resolve_endpoint
+from agent.llm.model_endpoint import ModelEndpoint, answered_by, openai_client, resolve_endpoint
 from agent.model_config import ModelConfig
 from agent.llm.prompt import (
     CONTEXT_TOKENS,
@@ -88,6 +88,8 @@ class AgentLoop:
         self.refused: list[str] = []
         self.repairs: list[str] = []
         self.cited: list[int] = []
+        self.truncated: list[str] = []  # calls cut off by max_tokens, not run
+        self.fingerprint: str | None = None  # the answering server's system_fingerprint
         self.stopped = False
 
     async def run(self) -> AgentRun:
@@ -104,14 +106,21 @@ class AgentLoop:
                     self.shown.append(turn.content)
                 if not turn.tool_calls or self.stopped:
                     answer = "\n\n".join(self.shown)
+                    if turn.finish_reason == "length" and answer:
+                        answer += "\n\n(The answer was cut off at the model's length limit.)"
                     break
                 if last:
                     answer = self._step_limit_answer(messages)
                     break
                 messages.append(_assistant_message(turn))
                 for call in turn.tool_calls:
-                    await self.sink.progress(f"Running `{call.name}`…")
-                    result = await self._tool_result(call)
+                    if turn.finish_reason == "length":
+                        # Cut off at max_tokens: the arguments may be incomplete, so nothing runs.
+                        self.truncated.append(call.name)
+                        result = self._truncated_result(call)
+                    else:
+                        await self.sink.progress(f"Running `{call.name}`…")
+                        result = await self._tool_result(call)
                     messages.append({"role": "tool", "tool_call_id": call.id, "name": call.name, "content": result})
                 _fit_context(messages, self.tools, self.config.max_answer_tokens)
         finally:
@@ -119,7 +128,7 @@ class AgentLoop:
         text = redact(answer or "The model returned no answer.")
         text = self._with_citations(text)
         tools = f"; tools: {', '.join(self.tools_run)}" if self.tools_run else ""
-        label = f"Answered by the model ({self.endpoint.source}) in {steps} step{'s' * (steps != 1)}{tools}."
+        label = f"Answered by {answered_by(self.endpoint, self.fingerprint)} in {steps} step{'s' * (steps != 1)}{tools}."
         return AgentRun(text=text, label=label, used_model=True, proposals=self.proposals, steps=steps,
                         tools_run=self.tools_run, refused=self.refused, repairs=self.repairs, cited=self.cited)
 
@@ -138,6 +147,7 @@ class AgentLoop:
                 if not completion.choices:
                     raise ModelUnavailable("the model endpoint returned no choices")
                 self._count_usage(completion.usage)
+                self.fingerprint = completion.system_fingerprint or self.fingerprint
                 metrics.model_calls.labels("ok").inc()
                 return normalize_choice(completion.choices[0])
             turn = await self._complete_streaming(kwargs)
@@ -171,6 +181,7 @@ class AgentLoop:
         finally:
             await stream.close()
         self._count_usage(accumulator.usage)
+        self.fingerprint = accumulator.system_fingerprint or self.fingerprint
         return accumulator.result()
 
     # --- tools -----------------------------------------------------------------------------
@@ -231,6 +242,11 @@ class AgentLoop:
         return (f"Proposed to {verb} as a confirm card in the thread. Nothing happens until an authorized "
                 "person clicks it; tell the person that.")
 
+    def _truncated_result(self, call: ToolCallRequest) -> str:
+        return (f"Not run: this `{defuse(call.name)[:60]}` call was cut off at the answer limit "
+                f"(max_tokens={self.config.max_answer_tokens}), so its arguments may be incomplete. "
+                "Call it again with shorter arguments, or answer from what you have.")
+
     # --- endings ---------------------------------------------------------------------------
     def _step_limit_answer(self, messages: list[dict]) -> str:
         results = [m["content"] for m in messages if m["role"] == "tool"][-2:]
@@ -244,6 +260,13 @@ class AgentLoop:
 
 
 def _assistant_message(turn: NormalizedTurn) -> dict:
+    """The model's calls as history, shaped for Gemma 4's template.
+
+    `content` is None: the template puts an assistant's text after the tool responses and
+    closes the turn there, so the next request would end after `<turn|>` with no generation
+    prompt; the preamble stays in the Slack reply only. Null arguments are left out: vLLM
+    json-loads the arguments and the template prints null as Python `None`.
+    """
     calls = []
     for call in turn.tool_calls:
         try:
@@ -251,9 +274,17 @@ def _assistant_message(turn: NormalizedTurn) -> dict:
         except json.JSONDecodeError:
             parsed = None
         # vLLM json-loads these to re-render the call; invalid JSON would become {} with a warning.
-        arguments = json.dumps(parsed, ensure_ascii=False) if isinstance(parsed, dict) else "{}"
+        arguments = json.dumps(_without_nulls(parsed), ensure_ascii=False) if isinstance(parsed, dict) else "{}"
         calls.append({"id": call.id, "type": "function", "function": {"name": call.name, "arguments": arguments}})
-    return {"role": "assistant", "content": turn.content or None, "tool_calls": calls}
+    return {"role": "assistant", "content": None, "tool_calls": calls}
+
+
+def _without_nulls(value):
+    if isinstance(value, dict):
+        return {k: _without_nulls(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [_without_nulls(v) for v in value if v is not None]
+    return value
 
 
 def _fit_context(messages: list[dict], tools: list[dict], answer_tokens: int) -> None:

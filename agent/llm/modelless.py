@@ -1,7 +1,9 @@
 """The deterministic answer, when no model is reachable: intent rules plus the log digest.
 
 Labelled as made without the model, and with an offer to bring the model up (a provision
-proposal, so it is still a person's click that provisions anything).
+proposal, so it is still a person's click that provisions anything) — except when the person
+asked for a teardown. A provision request's zone and hours are carried into the proposal; a
+request the rules do not understand gets the digest (if logs came) and what they can do.
 """
 
 from __future__ import annotations
@@ -12,10 +14,11 @@ from pydantic import ValidationError
 
 from agent.llm import proposals as proposal_rules
 from agent.actions import get_action, run_action
+from agent.actions.registry import first_error, validate_args
 from agent.actions.log_actions import cited_lines
 from agent.context import Actor, Services
 from agent.digest import build_digest
-from agent.llm.intents import Intent, classify
+from agent.llm.intents import Intent, classify, provision_details
 from agent.llm.material import MentionInput
 from agent.llm.run import AgentRun
 from infra.state.leases import LeaseState
@@ -54,6 +57,18 @@ def summarize(mention: MentionInput) -> tuple[str, list[int]]:
     return "\n".join(lines), cited_lines(digest)
 
 
+def _invalid(svc: Services, action_name: str, args: dict) -> str | None:
+    """What is wrong with the details the person gave (a zone not configured, too many hours)."""
+    action = get_action(action_name)
+    if action is None or not args:
+        return None
+    try:
+        validate_args(action, args, svc)
+    except ValidationError as error:
+        return f"I can't propose that: {first_error(error)}. Nothing was changed."
+    return None
+
+
 async def _read(svc: Services, actor: Actor, action_name: str) -> str:
     if get_action(action_name) is None:
         return f"`{action_name}` is not available in this deployment."
@@ -78,16 +93,22 @@ async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: 
             parts.append(await _read(svc, actor, READ_INTENTS[intent]))
         elif intent in (Intent.UP, Intent.DOWN):
             action_name = "provision" if intent is Intent.UP else "teardown"
+            args = provision_details(mention.request) if intent is Intent.UP else {}
+            problem = _invalid(svc, action_name, args)
             check = await proposal_rules.precheck(svc, actor, action_name)
-            if check.ok:
-                cards.append(await proposal_rules.propose(svc, actor, action_name, {}, lease=check.lease))
+            if problem:
+                parts.append(problem)
+            elif check.ok:
+                cards.append(await proposal_rules.propose(svc, actor, action_name, args, lease=check.lease))
             else:
                 parts.append(check.message)
-    if not parts and not cards:
-        parts.append(HELP)
+    if not intents or not (parts or cards):
+        parts.append(HELP)  # not understood: the digest (if any) and what I can do, never a guess
     parts += list(mention.notes)
     lease = await svc.leases.get(actor.team, actor.channel)
-    if lease is None and not any(p.action == "provision" for p in cards):
+    if Intent.DOWN in intents:
+        pass  # asked to tear down: never answer with an offer to provision
+    elif lease is None and not any(p.action == "provision" for p in cards):
         cards.append(await proposal_rules.propose(svc, actor, "provision", {}, label="Bring the model up"))
     elif lease is not None and lease.state != LeaseState.READY.value:
         parts.append(f"This channel's TPU is {lease.state}; its model answers once it is READY.")

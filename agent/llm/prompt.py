@@ -51,10 +51,15 @@ def data_block(label: str, text: str) -> str:
     return f"{DATA_OPEN} {label}\n{defuse(redact(text))}\n{DATA_CLOSE}"
 
 
+# `ask_model` is the model itself: offered to the mention agent, Gemma would ask Gemma.
+NOT_MODEL_TOOLS = frozenset({"ask_model"})
+
+
 def model_tools() -> list[dict]:
     """Every READ and WRITE action in the registry (new actions appear on their own); ADMIN
     actions are for people only."""
-    return [a.tool_declaration() for a in REGISTRY.values() if a.kind in (ActionKind.READ, ActionKind.WRITE)]
+    return [a.model_tool_declaration() for a in REGISTRY.values()
+            if a.kind in (ActionKind.READ, ActionKind.WRITE) and a.name not in NOT_MODEL_TOOLS]
 
 
 def user_message(mention: MentionInput, *, user_id: str) -> tuple[str, list[int]]:

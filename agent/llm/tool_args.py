@@ -10,10 +10,15 @@ string parameters. This module turns either into the action's model, or raises
 workaround: "return a tool error so the model retries").
 
 Policy decisions:
-- Booleans accept only JSON true/false or the strings "true"/"false" (any case, quotes stripped).
-  pydantic's lax mode would also take "yes", "on", 1, "0": from a 2B model those are more often
-  confusion than intent, and a wrong boolean can flip an action's meaning.
-- Integers/numbers accept numeric strings ("42", " 3.5 "), never booleans (lax int takes True).
+- The same call means the same thing whether or not the server typed it: a bare value the
+  declared schema types in vLLM (`coerce_to_schema_type`, then `json.loads`) is read here the
+  same way when it arrives as a string (from an untyped schema or our own raw-text parser).
+- Booleans accept JSON true/false, the strings "true"/"false" (any case, quotes stripped) and,
+  as vLLM does for a boolean field, "1"/"0" (and 1/0). pydantic's lax mode would also take
+  "yes", "on": from a 2B model those are more often confusion than intent, and a wrong boolean
+  can flip an action's meaning.
+- Integers/numbers accept numeric strings ("42", " 3.5 ", "1e3"), never booleans (lax int takes
+  True); an integer field takes a whole float ("4.0", "1e3"), as it takes vLLM's json-loaded 4.0.
 - Strings accept bare numbers (rendered as written) and have one layer of matching plain quotes
   stripped, for list items and nested models too. Nothing else is stripped.
 - `null` (JSON null or the string "null") for a field that is not Optional but has a default
@@ -161,10 +166,12 @@ def _coerce_value(annotation: Any, value: Any, path: str, problems: list[str]) -
 def _coerce_bool(value: Any, path: str, problems: list[str]) -> Any:
     if isinstance(value, bool):
         return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
     if isinstance(value, str):
         word = _strip_plain_quotes(value.strip()).strip().lower()
-        if word in ("true", "false"):
-            return word == "true"
+        if word in ("true", "false", "1", "0"):
+            return word in ("true", "1")
     problems.append(f'"{path}" must be a boolean, true or false; got {_show(value)}.')
     return value
 
@@ -178,8 +185,12 @@ def _coerce_number(target: type, value: Any, path: str, problems: list[str]) -> 
         text = _strip_plain_quotes(value.strip()).strip()
         if _INT_RE.fullmatch(text):
             return int(text) if target is int else float(text)
-        if target is float and _FLOAT_RE.fullmatch(text):
-            return float(text)
+        if _FLOAT_RE.fullmatch(text):
+            number = float(text)
+            if target is float:
+                return number
+            if number.is_integer():
+                return int(number)
     # Anything else (3.5 for an int, "abc") is left to pydantic, whose error names the field.
     return value
 

@@ -1,8 +1,10 @@
 """Emulated vLLM 0.33.0 OpenAI-compatible endpoint serving "google/gemma-4-E2B-it" (sandbox).
 
 Public API: `VllmEmulator`, `LatencyModel`, `Turn`; see server.py for an example.
-Modules: gemma_text (vLLM-side Gemma 4 parsing), responses (JSON/SSE shapes), scheduler
-(latency and KV model), tokens (token estimate, template render), script (turns), heuristic.
+Modules: gemma_text (vLLM-side Gemma 4 parsing), gemma_args (call arguments, typed by the
+schema), chat_template (the prompt as Gemma 4's template renders it, and what renders badly),
+responses (JSON/SSE shapes), scheduler (latency and KV model), tokens (token estimate), script
+(turns), heuristic.
 """
 
 from .scheduler import LatencyModel, simulate_closed_loop

@@ -9,15 +9,18 @@ implementations are what make the bot's repair code testable.
 Non-streaming: `parse_output(raw, tools=..., ...)`.
 Streaming: `StreamParser.feed(delta_text)` per engine step, returning a delta or None; it works
 the way vLLM does — accumulate, re-derive the stable state, emit only the new suffix — so the
-concatenated argument fragments equal the non-streaming `arguments` string.
+concatenated argument fragments equal the non-streaming `arguments` string. Arguments are read
+and typed by `gemma_args` (vLLM's rules). tests/test_vllm_conformance.py replays the recorded
+outputs of the real 0.33.0 parsers (`../shared/conformance/`) against both paths.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
+
+from .gemma_args import arguments_json, safe_arg_prefix, streamable_string_keys, tool_properties
 
 TOOL_CALL_OPEN = "<|tool_call>"
 TOOL_CALL_CLOSE = "<tool_call|>"
@@ -27,219 +30,13 @@ STR_DELIM = '<|"|>'
 THOUGHT_LABEL = "thought\n"
 
 # Text that must never leak half-typed into content/reasoning while streaming.
-_CONTENT_TERMINALS = (TOOL_CALL_OPEN, CHANNEL_OPEN, CHANNEL_CLOSE)
+_CONTENT_TERMINALS = (TOOL_CALL_OPEN, TOOL_CALL_CLOSE, CHANNEL_OPEN, CHANNEL_CLOSE)
 _REASONING_TERMINALS = (CHANNEL_CLOSE, TOOL_CALL_OPEN)
 
 
 def new_tool_call_id() -> str:
     # vLLM 0.33.0: `chatcmpl-tool-` + random_uuid() (16 hex characters).
     return f"chatcmpl-tool-{secrets.token_hex(8)}"
-
-
-# --------------------------------------------------------------------------------------------
-# Argument text -> Python values (all leaves are strings, as in 0.33.0's _parse_gemma4_args)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class _Last:
-    """What the streaming serializer needs to know about the last top-level value."""
-
-    key: str | None = None
-    open_string: bool = False  # the value is a <|"|> string whose closing delimiter is missing
-    is_string: bool = False
-
-
-class _ArgParser:
-    def __init__(self, text: str, partial: bool) -> None:
-        self.s = text
-        self.n = len(text)
-        self.partial = partial
-        self.stopped = False  # partial mode hit an unstable value: nothing after it counts
-        self.last = _Last()
-
-    def _skip_ws(self, i: int) -> int:
-        while i < self.n and self.s[i].isspace():
-            i += 1
-        return i
-
-    def parse_object(self, i: int, top: bool) -> tuple[dict[str, Any], int, bool]:
-        """Parse `k:v,...` until `}` (nested) or end of text. Returns (dict, index, closed)."""
-        out: dict[str, Any] = {}
-        while not self.stopped:
-            i = self._skip_ws(i)
-            while i < self.n and self.s[i] == ",":
-                i = self._skip_ws(i + 1)
-            if i >= self.n:
-                return out, i, False
-            if self.s[i] == "}":
-                return out, i + 1, True
-            # key: `<|"|>key<|"|>` or bare text up to ':'
-            if self.s.startswith(STR_DELIM, i):
-                end = self.s.find(STR_DELIM, i + len(STR_DELIM))
-                if end < 0:
-                    return out, self.n, False
-                key = self.s[i + len(STR_DELIM) : end]
-                colon = self.s.find(":", end + len(STR_DELIM))
-            else:
-                colon = self.s.find(":", i)
-                key = self.s[i:colon].strip() if colon >= 0 else ""
-            if colon < 0:
-                # `key=value` or a half-typed key: no progress possible -> stop (vLLM logs a warning).
-                return out, self.n, False
-            j = self._skip_ws(colon + 1)
-            if j >= self.n:
-                # `key:` with nothing after: "" when complete, dropped while partial.
-                if not self.partial:
-                    out[key] = ""
-                    self._note(top, key, is_string=True)
-                else:
-                    self.stopped = True
-                return out, self.n, False
-            value, i, ok = self.parse_value(j, top, key)
-            if not ok:
-                self.stopped = True
-                return out, i, False
-            out[key] = value
-        return out, i, False
-
-    def _note(self, top: bool, key: str, *, is_string: bool, open_string: bool = False) -> None:
-        if top:
-            self.last = _Last(key=key, open_string=open_string, is_string=is_string)
-
-    def parse_value(self, j: int, top: bool, key: str | None) -> tuple[Any, int, bool]:
-        """Returns (value, next index, usable). `usable` False means: partial and not yet stable."""
-        s = self.s
-        if s.startswith(STR_DELIM, j):
-            start = j + len(STR_DELIM)
-            end = s.find(STR_DELIM, start)
-            if end < 0:
-                # No closing delimiter: the rest of the text is the string.
-                if key is not None:
-                    self._note(top, key, is_string=True, open_string=True)
-                return s[start:], self.n, True
-            if key is not None:
-                self._note(top, key, is_string=True)
-            return s[start:end], end + len(STR_DELIM), True
-        if s[j] == "{":
-            obj, i, closed = self.parse_object(j + 1, top=False)
-            if key is not None:
-                self._note(top, key, is_string=False)
-            if not closed and self.partial:
-                return obj, i, True  # the streaming serializer withholds a trailing object anyway
-            return obj, i, True
-        if s[j] == "[":
-            arr, i, _closed = self.parse_array(j + 1)
-            if key is not None:
-                self._note(top, key, is_string=False)
-            return arr, i, True
-        # Bare value: raw text up to , } or ] -- kept as a STRING (#47906); typing is the schema's job.
-        i = j
-        while i < self.n and s[i] not in ",}]":
-            i += 1
-        raw = s[j:i].strip()
-        if self.partial and (i >= self.n or raw.endswith(".")):
-            # Could still grow (`4` -> `42`, `3.` -> `3.14`): withheld (fix for #42047).
-            return None, i, False
-        if key is not None:
-            self._note(top, key, is_string=False)
-        return raw, i, True
-
-    def parse_array(self, i: int) -> tuple[list[Any], int, bool]:
-        out: list[Any] = []
-        while not self.stopped:
-            i = self._skip_ws(i)
-            while i < self.n and self.s[i] == ",":
-                i = self._skip_ws(i + 1)
-            if i >= self.n:
-                return out, i, False
-            if self.s[i] == "]":
-                return out, i + 1, True
-            value, i, ok = self.parse_value(i, top=False, key=None)
-            if not ok:
-                self.stopped = True
-                return out, i, False
-            out.append(value)
-        return out, i, False
-
-
-def parse_args(text: str, *, partial: bool = False) -> dict[str, Any]:
-    """Gemma 4 argument text (between the braces) -> dict whose leaves are strings."""
-    return _ArgParser(text, partial).parse_object(0, top=True)[0]
-
-
-def _parse_args_partial(text: str) -> tuple[dict[str, Any], _Last]:
-    p = _ArgParser(text, partial=True)
-    d = p.parse_object(0, top=True)[0]
-    return d, p.last
-
-
-# --------------------------------------------------------------------------------------------
-# Schema coercion (0.33.0 `_fix_arg_types`): only declared types turn strings into values.
-# --------------------------------------------------------------------------------------------
-
-
-def _schema_type(schema: dict[str, Any] | None) -> str | None:
-    if not isinstance(schema, dict):
-        return None
-    t = schema.get("type")
-    if isinstance(t, list):
-        t = next((x for x in t if x != "null"), None)
-    return t if isinstance(t, str) else None
-
-
-def _coerce(value: Any, schema: dict[str, Any] | None) -> Any:
-    t = _schema_type(schema)
-    if t is None:
-        return value
-    if isinstance(value, str):
-        try:
-            if t == "integer":
-                return int(value)
-            if t == "number":
-                try:
-                    return int(value)
-                except ValueError:
-                    return float(value)
-            if t == "boolean":
-                low = value.strip().lower()
-                if low in ("true", "1"):
-                    return True
-                if low in ("false", "0"):
-                    return False
-                return value
-            if t == "null":
-                return None if value.strip().lower() == "null" else value
-            if t in ("object", "array"):
-                return _coerce(json.loads(value), schema)
-        except (ValueError, TypeError):
-            return value
-        return value
-    if isinstance(value, dict) and t == "object":
-        return fix_arg_types(value, schema.get("properties") or {})
-    if isinstance(value, list) and t == "array":
-        items = schema.get("items")
-        return [_coerce(v, items) for v in value]
-    return value
-
-
-def fix_arg_types(args: dict[str, Any], properties: dict[str, Any]) -> dict[str, Any]:
-    return {k: _coerce(v, properties.get(k)) if k in properties else v for k, v in args.items()}
-
-
-def tool_properties(tools: list[dict[str, Any]] | None, name: str) -> dict[str, Any] | None:
-    """`parameters.properties` of the declared tool `name`, or None when it is not declared."""
-    for tool in tools or []:
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(fn, dict) and fn.get("name") == name:
-            params = fn.get("parameters") or {}
-            return params.get("properties") or {}
-    return None
-
-
-def dump_args(args: dict[str, Any]) -> str:
-    # Python's default separators (", " and ": ") and raw UTF-8, exactly as vLLM serializes.
-    return json.dumps(args, ensure_ascii=False)
 
 
 # --------------------------------------------------------------------------------------------
@@ -250,29 +47,38 @@ def dump_args(args: dict[str, Any]) -> str:
 @dataclass
 class RawCall:
     name: str
-    name_complete: bool  # `{` or `(` (or `<tool_call|>`) seen after the name
     args_text: str  # text after the opening bracket, up to <tool_call|> or end
     closed: bool  # <tool_call|> seen
-    bracket: str = "{"
+    start: int  # where <|tool_call> begins in the text
+    # Spans of text that produce parser events (the opener, the name, the arguments and the
+    # closer); `call:` and the bracket are silent transitions.
+    event_spans: list[tuple[int, int]] = field(default_factory=list)
 
 
 @dataclass
 class Segments:
-    content_before: str = ""  # content before the first call
-    content_after: str = ""  # content between/after calls (dropped by the tool parser)
+    # Content in text order: (position, text, follows a call).
+    content: list[tuple[int, str, bool]] = field(default_factory=list)
     reasoning_blocks: list[str] = field(default_factory=list)
     reasoning_open: bool = False  # the last reasoning block has no <channel|> yet
     calls: list[RawCall] = field(default_factory=list)
-    pending_preamble: bool = False  # inside <|tool_call> before a usable name
+    pending_preamble: bool = False  # inside <|tool_call> before `call:`
+
+    @property
+    def content_before(self) -> str:
+        return "".join(t for _p, t, after in self.content if not after)
+
+    @property
+    def in_call(self) -> bool:
+        return self.pending_preamble or bool(self.calls and not self.calls[-1].closed)
 
 
 def needs_synthetic_channel(first_delta: str) -> bool:
     """0.33.0 `_preprocess_feed`: a first delta starting with the bare `thought` label, or
     closing a channel that was never opened, gets a synthetic `<|channel>` prepended."""
-    if first_delta.startswith(THOUGHT_LABEL) or first_delta == "thought":
-        return True
-    close = first_delta.find(CHANNEL_CLOSE)
-    return close >= 0 and first_delta.find(CHANNEL_OPEN, 0, close) < 0
+    if CHANNEL_OPEN in first_delta:
+        return False
+    return first_delta.startswith(THOUGHT_LABEL) or first_delta == "thought" or CHANNEL_CLOSE in first_delta
 
 
 def _first(text: str, i: int, needles: tuple[str, ...]) -> tuple[int, str | None]:
@@ -292,95 +98,93 @@ def segment(text: str, *, tool_parser: bool = True, start_in_reasoning: bool = F
     if start_in_reasoning:
         seg.reasoning_blocks.append("")
         seg.reasoning_open = True
-    content_terms = (CHANNEL_OPEN, CHANNEL_CLOSE) + ((TOOL_CALL_OPEN,) if tool_parser else ())
-    reasoning_terms = (CHANNEL_CLOSE,) + ((TOOL_CALL_OPEN,) if tool_parser else ())
+    tool_terms = (TOOL_CALL_OPEN, TOOL_CALL_CLOSE) if tool_parser else ()
+    content_terms = (CHANNEL_OPEN, CHANNEL_CLOSE) + tool_terms
+    reasoning_terms = (CHANNEL_CLOSE, CHANNEL_OPEN) + tool_terms[:1]
 
-    def add_content(s: str) -> None:
-        if seg.calls or seg.pending_preamble:
-            seg.content_after += s
-        else:
-            seg.content_before += s
+    def add_content(pos: int, s: str) -> None:
+        if s:
+            seg.content.append((pos, s, bool(seg.calls)))
 
     while i < n:
         if state == "CONTENT":
             k, which = _first(text, i, content_terms)
             if k < 0:
-                add_content(text[i:])
+                add_content(i, text[i:])
                 break
-            add_content(text[i:k])
+            add_content(i, text[i:k])
             i = k + len(which)
             if which == CHANNEL_OPEN:
                 state = "REASONING"
                 seg.reasoning_blocks.append("")
                 seg.reasoning_open = True
-            elif which == CHANNEL_CLOSE:
-                pass  # a stray <channel|> in CONTENT is swallowed
-            else:
-                i = _parse_call(text, i, seg)
+            elif which == TOOL_CALL_OPEN:
+                i = _parse_call(text, k, seg)
+            # a stray <channel|> or <tool_call|> in CONTENT is swallowed
         else:  # REASONING
             k, which = _first(text, i, reasoning_terms)
             if k < 0:
                 seg.reasoning_blocks[-1] += text[i:]
                 break
             seg.reasoning_blocks[-1] += text[i:k]
-            seg.reasoning_open = False
             i = k + len(which)
+            if which == CHANNEL_OPEN:
+                continue  # a second opener inside reasoning is swallowed
+            seg.reasoning_open = False
             state = "CONTENT"
             if which == TOOL_CALL_OPEN:  # a call ends reasoning implicitly
-                i = _parse_call(text, i, seg)
+                i = _parse_call(text, k, seg)
     return seg
 
 
-def _parse_call(text: str, i: int, seg: Segments) -> int:
-    """Called just after <|tool_call>. Returns the index where CONTENT resumes."""
+def _parse_call(text: str, start: int, seg: Segments) -> int:
+    """`start`: where <|tool_call> begins. Returns the index where CONTENT resumes."""
     n = len(text)
+    i = start + len(TOOL_CALL_OPEN)
+    spans = [(start, i)]
     rest = text[i:]
-    # TOOL_PREAMBLE: `call:` or a bare `:` (#53444). Anything else is taken as the name.
+    # TOOL_PREAMBLE: `call:` or a bare `:` (#53444); <tool_call|> ends an empty call.
     if rest.startswith("call:"):
         i += len("call:")
     elif rest.startswith(":"):
         i += 1
-    elif "call:".startswith(rest) or rest == "":
-        seg.pending_preamble = True  # streaming: `call` may still become `call:`
-        return n
+    else:
+        close = text.find(TOOL_CALL_CLOSE, i)
+        if close < 0:
+            seg.pending_preamble = True  # `call` may still become `call:`
+            return n
+        return close + len(TOOL_CALL_CLOSE)  # nothing named: no call
     k, which = _first(text, i, ("{", "(", TOOL_CALL_CLOSE))
     if k < 0:
-        # Name still being typed (or truncated): not a call yet.
-        seg.pending_preamble = True
+        # Name still being typed, or cut off by max_tokens (then it comes back with `{}`).
+        seg.calls.append(RawCall(name=text[i:].strip(), args_text="", closed=False, start=start,
+                                 event_spans=spans + [(i, n)]))
         return n
     name = text[i:k].strip()
+    spans.append((i, k))
     if which == TOOL_CALL_CLOSE:
         # Escape hatch: a call with no brackets at all.
-        seg.calls.append(RawCall(name=name, name_complete=True, args_text="", closed=True))
-        return k + len(TOOL_CALL_CLOSE)
-    start = k + 1
-    end = text.find(TOOL_CALL_CLOSE, start)
+        end = k + len(TOOL_CALL_CLOSE)
+        seg.calls.append(RawCall(name=name, args_text="", closed=True, start=start, event_spans=spans + [(k, end)]))
+        return end
+    args_start = k + 1
+    end = text.find(TOOL_CALL_CLOSE, args_start)
     closed = end >= 0
-    args_text = text[start:end] if closed else text[start:]
-    seg.calls.append(RawCall(name=name, name_complete=True, args_text=args_text, closed=closed, bracket=which))
-    return end + len(TOOL_CALL_CLOSE) if closed else n
-
-
-def _trim_args_text(raw: str, bracket: str) -> str:
-    """Drop the call's own closing bracket: a trailing `}`, or `)` when unbalanced."""
-    body = raw.rstrip()
-    if bracket == "(":
-        if body.endswith(")") and body.count(")") > body.count("("):
-            return body[:-1]
-        return body
-    if body.endswith("}"):
-        return body[:-1]
-    return body
-
-
-def call_arguments(call: RawCall, tools: list[dict[str, Any]] | None) -> dict[str, Any]:
-    args = parse_args(_trim_args_text(call.args_text, call.bracket))
-    props = tool_properties(tools, call.name)
-    return fix_arg_types(args, props) if props is not None else args
+    stop = end + len(TOOL_CALL_CLOSE) if closed else n
+    args_text = text[args_start:end] if closed else text[args_start:]
+    seg.calls.append(RawCall(name=name, args_text=args_text, closed=closed, start=start,
+                             event_spans=spans + [(args_start, stop)]))
+    return stop
 
 
 def _strip_label(block: str) -> str:
     return block[len(THOUGHT_LABEL) :] if block.startswith(THOUGHT_LABEL) else block
+
+
+def _finished_calls(seg: Segments) -> list[RawCall]:
+    """The calls vLLM reports once generation ended: every call with a name, including one
+    cut off inside its name (it comes back with `{}`)."""
+    return [c for c in seg.calls if c.name]
 
 
 # --------------------------------------------------------------------------------------------
@@ -402,6 +206,11 @@ class ParsedOutput:
     tool_calls: list[ParsedToolCall]
 
 
+def keeps_tool_calls(tools: list[dict[str, Any]] | None, tool_choice: Any) -> bool:
+    """vLLM's `keeps_tool_calls`: calls come back for a named/required choice, or `auto` with tools."""
+    return isinstance(tool_choice, dict) or tool_choice == "required" or (tool_choice == "auto" and bool(tools))
+
+
 def parse_output(
     raw: str,
     *,
@@ -412,34 +221,32 @@ def parse_output(
 ) -> ParsedOutput:
     """What vLLM 0.33.0 returns for a whole completion (reference §2.2, §2.5, §2.8).
 
+    The gemma4 parser reads calls whether or not the request declared tools; without tools
+    the server drops them but keeps the parser's content (the text before the call).
     `tool_parser=False` simulates a deployment whose tool parser did not run: the raw
     `<|tool_call>…<tool_call|>` text stays in `content` (the reasoning parser still runs).
     """
     text = raw
     if not start_in_reasoning and needs_synthetic_channel(text):
         text = CHANNEL_OPEN + text
-    parse_calls = tool_parser and bool(tools)
-    seg = segment(text, tool_parser=parse_calls, start_in_reasoning=start_in_reasoning)
-    return _assemble(seg, tools, tool_choice, parse_calls)
-
-
-def _assemble(
-    seg: Segments, tools: list[dict[str, Any]] | None, tool_choice: Any, parse_calls: bool
-) -> ParsedOutput:
-    reasoning = "".join(_strip_label(b) for b in seg.reasoning_blocks).rstrip()
-    calls = [c for c in seg.calls if c.name]
-    if parse_calls and calls:
+    suppressed = tool_choice == "none" and bool(tools)
+    seg = segment(text, tool_parser=tool_parser, start_in_reasoning=start_in_reasoning)
+    reasoning = "".join(_strip_label(b) for b in seg.reasoning_blocks).rstrip() or None
+    calls = _finished_calls(seg) if tool_parser else []
+    if calls and not suppressed:
+        # Text after a call is deferred and never released in one pass; content is stripped.
         content = seg.content_before.strip() or None
-        if tool_choice == "none":
-            # [ran] the call is consumed; neither tool_calls nor the call text comes back.
-            return ParsedOutput(content=content, reasoning=reasoning or None, tool_calls=[])
+        if not keeps_tool_calls(tools, tool_choice):
+            return ParsedOutput(content=content, reasoning=reasoning, tool_calls=[])
         parsed = [
-            ParsedToolCall(id=new_tool_call_id(), name=c.name, arguments=dump_args(call_arguments(c, tools)))
+            ParsedToolCall(id=new_tool_call_id(), name=c.name, arguments=arguments_json(c.args_text, c.name, tools))
             for c in calls
         ]
-        return ParsedOutput(content=content, reasoning=reasoning or None, tool_calls=parsed)
-    content = seg.content_before + seg.content_after
-    return ParsedOutput(content=content or None, reasoning=reasoning or None, tool_calls=[])
+        return ParsedOutput(content=content, reasoning=reasoning, tool_calls=parsed)
+    content = "".join(t for _p, t, _a in seg.content)
+    if suppressed and calls:
+        content = seg.content_before.strip()
+    return ParsedOutput(content=content or None, reasoning=reasoning, tool_calls=[])
 
 
 # --------------------------------------------------------------------------------------------
@@ -457,37 +264,13 @@ def _withhold_partial_terminal(text: str, terminals: tuple[str, ...]) -> str:
 
 
 def stable_arguments_prefix(call: RawCall, tools: list[dict[str, Any]] | None, final: bool = False) -> str:
-    """The part of the final `arguments` JSON that can no longer change (§2.4 withholding).
-
-    `final` (generation ended, e.g. a call cut off by max_tokens): everything that parses is
-    released, like vLLM's end-of-stream check for unstreamed argument text, so the fragments
-    always add up to the non-streaming `arguments`.
-    """
+    """The part of the final `arguments` JSON that can no longer change (vLLM's
+    `_safe_arg_prefix` over the partial conversion); the whole of it once the call closed or
+    generation ended."""
     if call.closed or final:
-        return dump_args(call_arguments(call, tools))
-    body = _trim_args_text(call.args_text, call.bracket)
-    args, last = _parse_args_partial(body)
-    if not args:
-        return ""
-    props = tool_properties(tools, call.name)
-    coerced = fix_arg_types(args, props) if props is not None else args
-    key = last.key if last.key in coerced else next(reversed(coerced))
-    schema_t = _schema_type((props or {}).get(key)) if props is not None else None
-    streams_as_string = isinstance(coerced[key], str) and last.is_string and schema_t in (None, "string")
-    if streams_as_string:
-        value = coerced[key]
-        if last.open_string:
-            value = _withhold_partial_terminal(value, (STR_DELIM,))
-        head = dict(coerced)
-        head[key] = value
-        return dump_args(head)[:-2]  # drop the closing `"}`
-    # Non-string (or schema-coerced) trailing value: emit up to `"key": ` and withhold the value.
-    head = dict(coerced)
-    del head[key]
-    prefix = dump_args(head)[:-1]
-    if head:
-        prefix += ", "
-    return prefix + json.dumps(key, ensure_ascii=False) + ": "
+        return arguments_json(call.args_text, call.name, tools)
+    current = arguments_json(call.args_text, call.name, tools, partial=True)
+    return safe_arg_prefix(current, streamable_string_keys(tool_properties(tools, call.name)))
 
 
 @dataclass
@@ -495,10 +278,16 @@ class _CallState:
     id: str
     name_sent: bool = False
     args_sent: str = ""
+    broken: bool = False  # a streamed prefix the final arguments contradict: vLLM stops here
 
 
 class StreamParser:
-    """Feeds engine-step text and yields OpenAI deltas exactly like 0.33.0's streaming path."""
+    """Feeds engine-step text and yields OpenAI deltas like 0.33.0's streaming path.
+
+    Content that follows a call is streamed too (non-streaming drops it), with vLLM's
+    deferral: text that comes after a tool event in the same delta waits for a delta without
+    tool-call output, and is then released after that delta's own text (its reordering bug).
+    """
 
     def __init__(
         self,
@@ -510,17 +299,22 @@ class StreamParser:
     ) -> None:
         self.tools = tools
         self.tool_choice = tool_choice
-        self.parse_calls = tool_parser and bool(tools)
+        self.tool_parser = tool_parser
+        self.suppressed = tool_choice == "none" and bool(tools)
+        self.keep_calls = tool_parser and not self.suppressed and keeps_tool_calls(tools, tool_choice)
         self.start_in_reasoning = start_in_reasoning
         self.acc = ""
         self._started = False
-        self._content_sent = ""
+        self._fed_to = 0  # how much of `acc` earlier deltas covered
+        self._content_done = 0  # content characters already emitted or deferred
+        self._deferred = ""
+        self._has_nonws = False
         self._reasoning_sent = ""
         self._calls: list[_CallState] = []
 
     @property
     def tool_calls_emitted(self) -> int:
-        return sum(1 for c in self._calls if c.name_sent)
+        return sum(1 for c in self._calls if c.name_sent) if self.keep_calls else 0
 
     def feed(self, delta_text: str) -> dict[str, Any] | None:
         if not delta_text:
@@ -533,14 +327,26 @@ class StreamParser:
         return self._diff(final=False)
 
     def finish(self) -> dict[str, Any] | None:
-        """End of generation: release deferred leading whitespace of a plain answer."""
+        """End of generation: held partial terminals and open values are released."""
         return self._diff(final=True)
 
     def _diff(self, final: bool) -> dict[str, Any] | None:
-        seg = segment(self.acc, tool_parser=self.parse_calls, start_in_reasoning=self.start_in_reasoning)
+        seg = segment(self.acc, tool_parser=self.tool_parser, start_in_reasoning=self.start_in_reasoning)
+        fed_from, self._fed_to = self._fed_to, len(self.acc)
         delta: dict[str, Any] = {}
+        reasoning = self._reasoning(seg, final)
+        if reasoning:
+            delta["reasoning"] = reasoning
+        entries = self._tool_entries(seg, final)
+        content = self._content(seg, final, fed_from, bool(entries))
+        if content:
+            delta["content"] = content
+        if entries and self.keep_calls:
+            delta["tool_calls"] = entries
+        return delta or None
 
-        # Reasoning: label stripped, half-typed label and terminals withheld.
+    def _reasoning(self, seg: Segments, final: bool) -> str:
+        """Reasoning: label stripped, half-typed label and terminals withheld."""
         reasoning = ""
         for idx, block in enumerate(seg.reasoning_blocks):
             still_open = idx == len(seg.reasoning_blocks) - 1 and seg.reasoning_open
@@ -551,44 +357,83 @@ class StreamParser:
                 body = _withhold_partial_terminal(body, _REASONING_TERMINALS)
             reasoning += body
         if reasoning.startswith(self._reasoning_sent) and len(reasoning) > len(self._reasoning_sent):
-            delta["reasoning"] = reasoning[len(self._reasoning_sent) :]
+            new = reasoning[len(self._reasoning_sent) :]
             self._reasoning_sent = reasoning
+            return new
+        return ""
 
-        # Content: only before the first call (after a call it is deferred and dropped).
-        content = seg.content_before
-        if not final and not seg.calls and not seg.pending_preamble:
-            terms = _CONTENT_TERMINALS if self.parse_calls else (CHANNEL_OPEN, CHANNEL_CLOSE)
-            content = _withhold_partial_terminal(content, terms)
-        has_call = bool(seg.calls) or seg.pending_preamble
-        if not self._content_sent and content.strip() == "" and (not final or has_call):
-            content = ""  # leading whitespace waits until we know whether a call follows
-        if content.startswith(self._content_sent) and len(content) > len(self._content_sent):
-            delta["content"] = content[len(self._content_sent) :]
-            self._content_sent = content
+    def _content(self, seg: Segments, final: bool, fed_from: int, tool_output: bool) -> str:
+        pieces = list(seg.content)
+        if pieces and not final and not seg.in_call:
+            pos, text, after = pieces[-1]
+            terms = _CONTENT_TERMINALS if self.tool_parser else (CHANNEL_OPEN, CHANNEL_CLOSE)
+            pieces[-1] = (pos, _withhold_partial_terminal(text, terms), after)
+        events = [] if self.suppressed else [
+            max(a, fed_from) for c in seg.calls for a, b in c.event_spans if b > fed_from and b > a
+        ]
+        if final and seg.in_call and not self.suppressed:
+            events.append(len(self.acc))  # the engine closes the open call at the end
+        first_event = min(events) if events else None
+        # New content of this delta, split by whether a tool event precedes it in the delta.
+        before_event, after_event = "", ""
+        seen = 0
+        for pos, text, _after in pieces:
+            for offset, ch in enumerate(text):
+                if seen >= self._content_done:
+                    if first_event is not None and pos + offset > first_event:
+                        after_event += ch
+                    else:
+                        before_event += ch
+                seen += 1
+        self._content_done = max(self._content_done, seen)
+        carried = self._deferred
+        self._deferred += after_event
+        parts = [before_event]
+        if self._deferred and (first_event is None or not tool_output):
+            if carried:
+                parts.insert(0, carried)
+            if after_event:
+                parts.append(after_event)
+            self._deferred = ""
+        out = "".join(parts)
+        if self._has_nonws or not out:
+            return out
+        if out.strip():
+            self._has_nonws = True
+            return out
+        if seg.calls or seg.pending_preamble:
+            return ""  # whitespace-only content once a call began: dropped
+        if not final:
+            self._deferred = out  # leading whitespace waits until we know what follows
+            return ""
+        return out
 
-        # Tool calls.
-        if self.parse_calls and self.tool_choice != "none":
-            entries = []
-            for index, call in enumerate(seg.calls):
-                if index >= len(self._calls):
-                    self._calls.append(_CallState(id=new_tool_call_id()))
-                st = self._calls[index]
-                entry: dict[str, Any] = {}
-                if not st.name_sent:
-                    # The name is known once `{` and at least one argument character arrived.
-                    if not (call.closed or call.args_text or final):
-                        continue
-                    entry = {"id": st.id, "type": "function", "index": index, "function": {"name": call.name}}
-                    st.name_sent = True
-                args = stable_arguments_prefix(call, self.tools, final=final)
-                if args.startswith(st.args_sent) and len(args) > len(st.args_sent):
-                    new = args[len(st.args_sent) :]
-                    st.args_sent = args
-                    if not entry:
-                        entry = {"index": index, "function": {}}
-                    entry["function"]["arguments"] = new
-                if entry:
-                    entries.append(entry)
-            if entries:
-                delta["tool_calls"] = entries
-        return delta or None
+    def _tool_entries(self, seg: Segments, final: bool) -> list[dict[str, Any]]:
+        if not self.tool_parser or self.suppressed:
+            return []
+        entries = []
+        for index, call in enumerate(seg.calls):
+            if index >= len(self._calls):
+                self._calls.append(_CallState(id=new_tool_call_id()))
+            st = self._calls[index]
+            if st.broken or not call.name:
+                continue
+            entry: dict[str, Any] = {}
+            if not st.name_sent:
+                # The name goes out with the first argument text (or when the call ends).
+                if not (call.closed or call.args_text or final):
+                    continue
+                entry = {"id": st.id, "type": "function", "index": index, "function": {"name": call.name}}
+                st.name_sent = True
+            args = stable_arguments_prefix(call, self.tools, final=final)
+            if args and not args.startswith(st.args_sent):
+                st.broken = call.closed or final
+            elif len(args) > len(st.args_sent):
+                new = args[len(st.args_sent) :]
+                st.args_sent = args
+                if not entry:
+                    entry = {"index": index, "function": {}}
+                entry["function"]["arguments"] = new
+            if entry:
+                entries.append(entry)
+        return entries

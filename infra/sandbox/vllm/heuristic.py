@@ -4,8 +4,9 @@ It is not a language model and never pretends to be Gemma: every text it writes 
 sandbox model. It exists so the agent loop visibly works end to end on embedded defaults:
 - tools offered and the last user message asks about status / zones / cost / logs → one tool
   call in Gemma 4's raw syntax, for the first offered tool whose name matches;
-- the conversation ends with tool results → a short summary quoting them, citing any log line
-  numbers it finds ("L12");
+- the conversation ends with tool results → a short summary: for a log digest, the top error
+  template (most severe, then most frequent), its count and the lines it cites ("L12"); for
+  other results, their first lines, cut at a word;
 - anything else → a plain labelled reply.
 Its output is raw Gemma text, so it goes through the same vLLM-side parsing as scripted turns.
 """
@@ -13,6 +14,7 @@ Its output is raw Gemma text, so it goes through the same vLLM-side parsing as s
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass, field
 from typing import Any
 
 Q = '<|"|>'
@@ -25,7 +27,6 @@ _INTENTS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
     (("status", "state", "up?", "running", "health", "lease"), ("status",)),
 ]
 
-_LINE_REF = re.compile(r"\bL(\d{1,6})\b|^\s*(\d{1,6})\s*[:|│]", re.MULTILINE)
 
 
 def _text(content: Any) -> str:
@@ -73,13 +74,61 @@ def _call(name: str, params: dict[str, Any], user_text: str) -> str:
     return f"<|tool_call>call:{name}{{{args}}}<tool_call|>"
 
 
-def line_refs(text: str) -> list[str]:
-    seen: list[str] = []
-    for m in _LINE_REF.finditer(text):
-        ref = f"L{m.group(1) or m.group(2)}"
-        if ref not in seen:
-            seen.append(ref)
-    return seen
+# A digest template line: `T1 ERROR x2 L23-L37 first-error: OOM command not allowed …`
+_TEMPLATE = re.compile(r"^T\d+ (?P<sev>[A-Z]+) x(?P<count>\d+) (?P<span>L[\d,L\-–]+)[^:]*: (?P<message>.*)$")
+_SAMPLE = re.compile(r"^\s+L(?P<line>\d+) \| ")
+_SEVERITY_RANK = {"FATAL": 0, "CRITICAL": 0, "EMERGENCY": 0, "ALERT": 0, "ERROR": 1, "WARNING": 2, "WARN": 2}
+_FENCE = re.compile(r"^(<<<DATA.*|DATA>>>)$")
+_QUOTE_CHARS = 240
+
+
+@dataclass
+class _Template:
+    severity: str
+    count: int
+    span: str
+    message: str
+    lines: list[str] = field(default_factory=list)
+
+
+def digest_templates(text: str) -> list[_Template]:
+    """The templates of a log digest, with the sample lines listed under each."""
+    out: list[_Template] = []
+    for raw in text.splitlines():
+        m = _TEMPLATE.match(raw)
+        if m:
+            out.append(_Template(m["sev"], int(m["count"]), m["span"], m["message"].strip()))
+            continue
+        sample = _SAMPLE.match(raw)
+        if sample and out:
+            out[-1].lines.append(f"L{sample['line']}")
+    return out
+
+
+def summarize_result(name: str, result: str) -> str:
+    errors = [t for t in digest_templates(result) if t.severity in _SEVERITY_RANK]
+    if errors:
+        top = min(errors, key=lambda t: (_SEVERITY_RANK[t.severity], -t.count))
+        cites = ", ".join(top.lines or [top.span])
+        text = (f"The logs ({name}) show {top.severity} \"{_cut(top.message, 160)}\" ×{top.count} "
+                f"at {cites}.")
+        others = [t for t in errors if t is not top]
+        if others:
+            other = min(others, key=lambda t: (_SEVERITY_RANK[t.severity], -t.count))
+            text += f" Also {other.severity} \"{_cut(other.message, 80)}\" ×{other.count} ({other.span})."
+        return text
+    if digest_templates(result):
+        return f"The logs ({name}) show no warnings or errors."
+    body = " ".join(line for line in result.splitlines() if line.strip() and not _FENCE.match(line.strip()))
+    return f"{name} returned: \"{_cut(body, _QUOTE_CHARS)}\""
+
+
+def _cut(text: str, limit: int) -> str:
+    """At most `limit` characters, cut at a word and said to be cut."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    return text[: limit - 1].rsplit(" ", 1)[0] + " …"
 
 
 def respond(request: dict[str, Any], label: str = "sandbox model") -> str:
@@ -91,15 +140,8 @@ def respond(request: dict[str, Any], label: str = "sandbox model") -> str:
             break
         tool_results.insert(0, (msg.get("name") or msg.get("tool_call_id") or "tool", _text(msg.get("content"))))
     if tool_results:
-        parts = []
-        refs: list[str] = []
-        for name, result in tool_results:
-            quote = " ".join(result.split())
-            quote = quote if len(quote) <= 240 else quote[:237] + "..."
-            parts.append(f"{name} returned: \"{quote}\"")
-            refs += [r for r in line_refs(result) if r not in refs]
-        cite = f" Lines cited: {', '.join(refs[:8])}." if refs else ""
-        return f"[{label}: heuristic stand-in, not Gemma] " + " ".join(parts) + cite
+        parts = [summarize_result(name, result) for name, result in tool_results]
+        return f"[{label}: heuristic stand-in, not Gemma] " + " ".join(parts)
 
     user_text = ""
     for msg in reversed(messages):

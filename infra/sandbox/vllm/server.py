@@ -15,13 +15,14 @@ engine simulation (scheduler.py).
 from __future__ import annotations
 
 import asyncio
+import logging
 import threading
 import time
 from typing import Any
 
 from aiohttp import web
 
-from . import heuristic
+from . import chat_template, heuristic
 from .gemma_text import StreamParser, parse_output
 from .responses import (
     SYSTEM_FINGERPRINT,
@@ -37,6 +38,8 @@ from .responses import (
 from .scheduler import AsyncEngine, LatencyModel, Sequence
 from .script import OutputPlan, Script, Turn, TurnSpec, plan_output, to_turn
 from .tokens import count_prompt_tokens, count_tokens, prompt_ends_in_open_channel, token_ids, render_prompt
+
+log = logging.getLogger(__name__)
 
 METRICS_MODES = ("ok", "unreachable", "garbage", "not_found")
 
@@ -93,6 +96,8 @@ class VllmEmulator:
         self.tool_parser = tool_parser  # False: raw tool-call text stays in content for every turn
         self.metrics_mode = "ok"  # see METRICS_MODES; flip at runtime for idle-clock tests
         self.requests: list[dict[str, Any]] = []  # every accepted request body, in arrival order
+        # (index into `requests`, what Gemma 4's chat template renders badly in that request)
+        self.prompt_problems: list[tuple[int, str]] = []
         self.counters = _Counters()
         self.engine: AsyncEngine | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -273,6 +278,13 @@ class VllmEmulator:
         if body.get("stream_options") is not None and not body.get("stream"):
             raise _BadRequest("Stream options can only be defined when `stream=True`.", param="stream_options")
 
+    def _note_prompt_problems(self, body: dict[str, Any]) -> None:
+        """vLLM renders whatever it is sent; a history the template renders badly is only
+        visible in the model's answers, so the sandbox records it (and logs it)."""
+        for problem in chat_template.render(body).problems:
+            self.prompt_problems.append((len(self.requests) - 1, problem))
+            log.warning("sandbox vLLM: request %d renders badly: %s", len(self.requests) - 1, problem)
+
     # ---------------------------------------------------------------- engine plumbing
 
     async def _run_sequence(self, prompt_tokens: int, plan: OutputPlan):
@@ -317,6 +329,7 @@ class VllmEmulator:
         except _BadRequest as exc:
             return _json_error(str(exc), param=exc.param)
         self.requests.append(body)
+        self._note_prompt_problems(body)
         model = body.get("model") or self.model
         ignore_eos = bool(body.get("ignore_eos"))
         turn = Turn(text="") if ignore_eos and not len(self.script) else self._next_turn(body)

@@ -12,18 +12,18 @@ Rules (one token each):
 - a run of newlines; any other single whitespace character.
 English prose comes out at roughly 3.5–4.5 characters per token, close to Gemma's SentencePiece.
 
-Prompt tokens = tokens of `render_prompt(messages, tools)`: a simplified Gemma 4 chat template
-(§1.2, §1.4, §1.6) — system turn with tool declarations, `<|turn>user\n…<turn|>\n`, model
-turns with re-rendered tool calls and tool responses, and the generation prompt. Image/audio
-content parts count a fixed 256 tokens each (a placeholder, not Gemma's real soft-token count).
+Prompt tokens = tokens of `render_prompt(request)`: Gemma 4's chat template as rendered by
+`chat_template.render`. Image/audio content parts count a fixed 256 tokens each (a
+placeholder, not Gemma's real soft-token count).
 """
 
 from __future__ import annotations
 
-import json
 import re
 import zlib
 from typing import Any
+
+from . import chat_template
 
 SPECIAL_TOKEN_IDS = {
     "<pad>": 0,
@@ -76,49 +76,8 @@ def token_ids(text: str) -> list[int]:
 
 
 # --------------------------------------------------------------------------------------------
-# Simplified chat template
+# The prompt (chat_template.py renders Gemma 4's template)
 # --------------------------------------------------------------------------------------------
-
-Q = '<|"|>'
-
-
-def _fmt(value: Any, upper_types: bool = False) -> str:
-    """Gemma's `format_argument`: bare keys, <|"|>strings<|"|>, sorted keys."""
-    if isinstance(value, dict):
-        items = []
-        for k in sorted(value):
-            v = value[k]
-            if upper_types and k == "type" and isinstance(v, str):
-                v = v.upper()
-            items.append(f"{k}:{_fmt(v, upper_types)}")
-        return "{" + ",".join(items) + "}"
-    if isinstance(value, list):
-        return "[" + ",".join(_fmt(v, upper_types) for v in value) + "]"
-    if isinstance(value, str):
-        return f"{Q}{value}{Q}"
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    return str(value)
-
-
-def _text_of(content: Any) -> tuple[str, int]:
-    """(text, extra media tokens) of a message's content (string or content-parts array)."""
-    if content is None:
-        return "", 0
-    if isinstance(content, str):
-        return content, 0
-    text, media = "", 0
-    if isinstance(content, list):
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == "text":
-                text += str(part.get("text", ""))
-            elif isinstance(part, dict):
-                media += MEDIA_PART_TOKENS
-            else:
-                text += str(part)
-    return text, media
 
 
 def thinking_enabled(request: dict[str, Any]) -> bool:
@@ -127,67 +86,9 @@ def thinking_enabled(request: dict[str, Any]) -> bool:
 
 
 def render_prompt(request: dict[str, Any]) -> tuple[str, int]:
-    """(approximate Gemma 4 prompt text, extra media tokens) for a chat request."""
-    messages = list(request.get("messages") or [])
-    tools = request.get("tools") or []
-    thinking = thinking_enabled(request)
-    out = ["<bos>"]
-    media = 0
-    system_text = ""
-    if messages and messages[0].get("role") in ("system", "developer"):
-        system_text, m = _text_of(messages.pop(0).get("content"))
-        media += m
-    if tools or thinking or system_text:
-        out.append("<|turn>system\n")
-        if thinking:
-            out.append("<|think|>\n")
-        out.append(system_text)
-        for tool in tools:
-            fn = tool.get("function", tool) if isinstance(tool, dict) else {}
-            decl = {k: v for k, v in fn.items() if k != "name"}
-            out.append(f"<|tool>declaration:{fn.get('name', '')}{_fmt(decl, upper_types=True)}<tool|>")
-        out.append("<turn|>\n")
-    call_names: dict[str, str] = {}
-    in_model_turn = False
-    for msg in messages:
-        role = msg.get("role")
-        text, m = _text_of(msg.get("content"))
-        media += m
-        if role == "assistant":
-            if not in_model_turn:
-                out.append("<|turn>model\n")
-                in_model_turn = True
-            out.append(text)
-            for call in msg.get("tool_calls") or []:
-                fn = call.get("function") or {}
-                call_names[call.get("id", "")] = fn.get("name", "")
-                try:
-                    args = json.loads(fn.get("arguments") or "{}")
-                except (TypeError, ValueError):
-                    args = {}
-                if not isinstance(args, dict):
-                    args = {}
-                out.append(f"<|tool_call>call:{fn.get('name', '')}{_fmt(args)}<tool_call|>")
-            if not msg.get("tool_calls"):
-                out.append("<turn|>\n")
-                in_model_turn = False
-        elif role == "tool":
-            name = call_names.get(msg.get("tool_call_id", "")) or msg.get("name") or "unknown"
-            # Tool results stay inside the model turn (§1.4).
-            out.append(f"<|tool_response>response:{name}{{value:{Q}{text}{Q}}}<tool_response|>")
-        else:
-            if in_model_turn:
-                out.append("<turn|>\n")
-                in_model_turn = False
-            out.append(f"<|turn>{'user' if role != 'system' else 'system'}\n{text}<turn|>\n")
-    if in_model_turn:
-        if thinking and messages and messages[-1].get("role") == "tool":
-            out.append("<|channel>thought\n")  # the template opens the channel itself (#45834)
-    else:
-        out.append("<|turn>model\n")
-        if not thinking:
-            out.append("<|channel>thought\n<channel|>")
-    return "".join(out), media
+    """(Gemma 4 prompt text, extra media tokens) for a chat request."""
+    rendered = chat_template.render(request)
+    return rendered.text, rendered.media_parts * MEDIA_PART_TOKENS
 
 
 def prompt_ends_in_open_channel(request: dict[str, Any]) -> bool:

@@ -1,0 +1,67 @@
+"""The agent's requests render well in Gemma 4's chat template (issue 24, items 6–8) and a call cut
+off at max_tokens is not run. The sandbox renders every request with the current template and
+records what renders badly in `emu.prompt_problems` (infra/sandbox/vllm/chat_template.py)."""
+
+from __future__ import annotations
+
+import json
+
+from infra.sandbox.vllm import Turn
+from infra.sandbox.vllm.chat_template import render
+from agent.llm.prompt import model_tools
+from test_agent_mentions import ALICE, LOGS, Q, answer, emu, stack, tool_messages  # noqa: F401 (fixtures)
+
+
+def assistant_messages(request: dict) -> list[dict]:
+    return [m for m in request["messages"] if m["role"] == "assistant"]
+
+
+def test_item6_a_preamble_with_a_call_stays_in_slack_and_out_of_the_history(stack, emu):
+    emu.prompt_problems.clear()
+    emu.push_turns("Let me read the logs. <|tool_call>call:summarize_logs{}<tool_call|>",
+                   "Five RPC timeouts, first at L8.")
+    stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0T6")
+    text = answer(stack, "C0T6").text
+    assert "Let me read the logs." in text and "Five RPC timeouts, first at L8." in text
+    second = emu.requests[1]
+    assert [m["content"] for m in assistant_messages(second)] == [None]
+    # The second prompt continues the model turn right after the tool response.
+    assert render(second).text.endswith("<tool_response|>")
+    assert emu.prompt_problems == []
+
+
+def test_item7_every_parameter_the_agent_declares_shows_its_type():
+    rendered = render({"messages": [{"role": "user", "content": "hi"}], "tools": model_tools()})
+    assert rendered.problems == []
+    declared = [(t["function"]["name"], k, p) for t in model_tools()
+                for k, p in t["function"]["parameters"].get("properties", {}).items()]
+    assert declared, "the agent declares parameters"
+    for tool, key, prop in declared:
+        assert isinstance(prop.get("type"), str) and "anyOf" not in prop, (tool, key, prop)
+        assert f'{key}:{{' in rendered.text and f'type:{Q}{prop["type"].upper()}{Q}' in rendered.text
+    # What the template would drop is said in the description instead.
+    hours = next(p for t, k, p in declared if t == "query_cloud_logs" and k == "hours")
+    assert "at most 168" in hours["description"] and "default 1.0" in hours["description"]
+    zone = next(p for t, k, p in declared if t == "provision" and k == "zone")
+    assert zone["nullable"] is True and zone["type"] == "string"
+
+
+def test_item8_null_arguments_are_not_echoed_as_python_none(stack, emu):
+    emu.prompt_problems.clear()
+    emu.push_turns("<|tool_call>call:summarize_logs{max_tokens:null}<tool_call|>", "Five RPC timeouts from L8.")
+    stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0T8")
+    answer(stack, "C0T8")
+    call = assistant_messages(emu.requests[1])[0]["tool_calls"][0]
+    assert json.loads(call["function"]["arguments"]) == {}
+    assert "None" not in render(emu.requests[1]).text.split("<|tool_call>")[1].split("<tool_call|>")[0]
+    assert emu.prompt_problems == []
+
+
+def test_a_call_cut_off_at_max_tokens_is_not_run_and_the_model_is_told(stack, emu):
+    emu.push_turns(Turn(text=f"<|tool_call>call:summarize_logs{{contains:{Q}DEAD", stop="length"),
+                   "The logs show RPC timeouts from L8.")
+    stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0TL")
+    text = answer(stack, "C0TL").text
+    result = tool_messages(emu.requests[1])[0]["content"]
+    assert result.startswith("Not run: this `summarize_logs` call was cut off")
+    assert "tools: summarize_logs" not in text  # nothing ran
