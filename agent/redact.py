@@ -26,7 +26,9 @@ _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # `Authorization: Bearer …` / `Basic …` headers, and bare `Bearer <token>`.
     (
         "authorization",
-        re.compile(r"(?i)(\bauthorization\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)[^\s\"',;]+"),
+        # Not a marker a first pass left (redaction runs at intake and again on output), and not
+        # the backtick that closes a Slack code span around the header.
+        re.compile(r"(?i)(\bauthorization\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)(?!\[REDACTED)[^\s\"'`,;]+"),
         r"\1[REDACTED:token]",
     ),
     ("bearer", re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1[REDACTED:token]"),
@@ -53,9 +55,31 @@ _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     ),
 )
 
+_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+_PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----")
+KEY_MARKER = "[REDACTED:private-key]"
+
 
 def redact(text: str) -> str:
     """Return `text` with secrets replaced by `[REDACTED:<kind>]` markers."""
     for _, pattern, replacement in _RULES:
         text = pattern.sub(replacement, text)
     return text
+
+
+def redact_lines(lines: list[str]) -> list[str]:
+    """`redact` per line, with PEM private keys spanning lines blanked out line by line."""
+    out: list[str] = []
+    in_key = False
+    for line in lines:
+        if in_key:
+            if _PEM_END.search(line):
+                in_key = False
+            out.append(KEY_MARKER)
+            continue
+        if _PEM_BEGIN.search(line) and not _PEM_END.search(line):
+            in_key = True
+            out.append(_PEM_BEGIN.split(line, 1)[0] + KEY_MARKER)
+            continue
+        out.append(redact(line))
+    return out

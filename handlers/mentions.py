@@ -20,7 +20,7 @@ from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
 from agent.context import Services
-from agent.llm.material import redact_lines
+from agent.redact import redact_lines
 from handlers.mention_job import ANSWER_JOB, job_id
 
 log = logging.getLogger(__name__)

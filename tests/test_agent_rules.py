@@ -9,7 +9,8 @@ import pytest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.llm.intents import Intent, asked_for, classify
-from agent.llm.material import build_mention, redact_lines, split_mention
+from agent.llm.material import build_mention, split_mention
+from agent.redact import redact_lines
 from agent.llm.prompt import DATA_CLOSE, data_block, defuse
 from agent.llm.run import AgentRun
 from handlers.thread_reply import ThreadReply

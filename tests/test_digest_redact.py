@@ -45,3 +45,10 @@ def test_ordinary_log_text_is_untouched():
     text = "081109 203615 148 INFO dfs.DataNode: Received block blk_-1608999687919862906 of size 91178 from /10.250.10.6"
     assert redact(text) == text
     assert redact("see https://example.com/a:b and sk-short") == "see https://example.com/a:b and sk-short"
+
+
+def test_redaction_is_idempotent_and_keeps_a_closing_backtick():
+    line = "`Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.payload.sig` sent"
+    once = redact(line)
+    assert once == "`Authorization: Bearer [REDACTED:token]` sent"
+    assert redact(once) == once

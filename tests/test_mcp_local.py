@@ -285,3 +285,17 @@ def test_engine_gauges_from_current_and_older_vllm_metrics():
     assert parse_gauges("# nothing of vLLM here\nother_metric 1\n").error
     assert version_from_fingerprint("vllm-0.33.0-tp1-1a2b3c4d") == "0.33.0"
     assert version_from_fingerprint("fp_abc") == ""
+
+
+async def test_a_private_key_handed_in_as_text_or_path_is_blanked_line_by_line(tree, redis_url):
+    # Logs handed to summarize_logs get the same intake redaction as a Slack paste: a PEM block
+    # spread over lines is blanked whole, not only its BEGIN line.
+    body = "MIIEowIBAAKCAQEA7bq9secretbodyline"
+    log = ["INFO start", "-----BEGIN RSA PRIVATE KEY-----", body, "-----END RSA PRIVATE KEY-----",
+           "ERROR auth failed: Authorization: Bearer eyJhbGciOiJIUzI1NiJ9.sig"]
+    (tree / "keys.log").write_text("\n".join(log) + "\n")
+    async with session_in(tree, redis_url) as session:
+        for args in ({"text": "\n".join(log)}, {"path": "keys.log"}):
+            result, text = await summarize(session, **args)
+            assert not result.is_error, text
+            assert "auth failed" in text and body not in text and "eyJhbGci" not in text, text

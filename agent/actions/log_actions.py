@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.actions.registry import ActionResult, action
 from agent.context import Actor, Services
 from agent.digest import build_digest, lines_from_entries
+from agent.redact import redact_lines
 from infra.cloud_logging import query_cloud_logs as read_cloud_logs
 from infra.local_files import LocalFileError
 
@@ -84,7 +85,7 @@ def log_input(svc: Services, args: SummarizeLogsArgs) -> LogInput | str:
     if args.text is not None:
         if not args.text.strip():
             return "`text` is empty: paste the log lines, or give `path` to a log file."
-        return LogInput(args.text.splitlines(), "", "the pasted text")
+        return LogInput(redact_lines(args.text.splitlines()), "", "the pasted text")
     if args.path is not None:
         if svc.local_files is None:
             return ("This bot does not read files from its own disk; attach the file to your message "
@@ -95,7 +96,7 @@ def log_input(svc: Services, args: SummarizeLogsArgs) -> LogInput | str:
             return str(error)
         if not lines:
             return f"{name} is empty: nothing to digest."
-        return LogInput(lines, f"L1-L{len(lines)} file {name}", f"file {name}")
+        return LogInput(redact_lines(lines), f"L1-L{len(lines)} file {name}", f"file {name}")
     material = svc.material
     if material is None or not material.has_logs:
         return ("No logs came with this message: paste them, attach a file, give `text` or `path`, "

@@ -16,13 +16,10 @@ import html
 import re
 from dataclasses import dataclass, field
 
-from agent.redact import redact
+from agent.redact import redact, redact_lines
 
 FENCE = "```"
 _MENTION_RE = re.compile(r"<@[A-Z0-9]+(?:\|[^>]*)?>")
-_PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
-_PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----")
-KEY_MARKER = "[REDACTED:private-key]"
 _LANG_TAG = re.compile(r"[a-z]{1,12}")
 
 
@@ -106,24 +103,6 @@ def split_mention(text: str) -> tuple[str, list[str]]:
     while rest and not rest[-1].strip():
         rest.pop()
     return unescape_slack(lines[0].strip()), rest
-
-
-def redact_lines(lines: list[str]) -> list[str]:
-    """`redact` per line, with PEM private keys spanning lines blanked out line by line."""
-    out: list[str] = []
-    in_key = False
-    for line in lines:
-        if in_key:
-            if _PEM_END.search(line):
-                in_key = False
-            out.append(KEY_MARKER)
-            continue
-        if _PEM_BEGIN.search(line) and not _PEM_END.search(line):
-            in_key = True
-            out.append(_PEM_BEGIN.split(line, 1)[0] + KEY_MARKER)
-            continue
-        out.append(redact(line))
-    return out
 
 
 def build_mention(text: str) -> MentionBuilder:
