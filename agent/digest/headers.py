@@ -48,6 +48,8 @@ _DATE_TOKEN_RE = re.compile(
     r"(?:Z|[+-]\d{2}:?\d{2})?,?"
 )
 _HAS_DIGIT_RE = re.compile(r"\d")
+# What only a time looks like (not a count such as BGL's `INFO 199680 double-hummer …`).
+_CLOCK_OR_EPOCH_RE = re.compile(r"\d{9,10}(?:\.\d+)?|\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}\S*|\d{1,2}:\d{2}:\d{2}\S*")
 
 _JSON_MESSAGE_KEYS = ("msg", "message", "textPayload", "log", "text", "event")
 _JSON_LEVEL_KEYS = ("level", "severity", "levelname", "lvl", "log.level", "loglevel")
@@ -167,12 +169,20 @@ def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
     free_words = 0
     pending_free = 0  # free words since the last header token
     leading_header = 0  # tokens in the run of time/id tokens before the first free word
+    named = False  # a digit-bearing token that is not a time (`AcroRd32.exe`, `node-246`) was seen
     for index, token in enumerate(scan):
         examined = index + 1
         if index == len(scan) - 1 and len(tokens) == 1:
             break  # a lone token is the message
         level = _level_of(token)
-        if level is not None and (started or index == 0):
+        if (
+            level is not None
+            and (started or index == 0)
+            # a level needs a message after it (HPC's `… 1 Link error` ends in one), and a level
+            # followed by a time is a header field (`switch_module error 1073991556 1 Link ok`)
+            and index < len(tokens) - 1
+            and not (index + 1 < len(scan) and _CLOCK_OR_EPOCH_RE.fullmatch(scan[index + 1]))
+        ):
             severity = level
             cut = _after_level(tokens, index + 1)
             break
@@ -193,17 +203,21 @@ def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
         if not started:
             break
         if token == "-":
-            if free_words:  # `program - message`
+            if free_words or named:  # `program - message`, `AcroRd32.exe - message`
                 cut = index + 1
                 break
             if pending_free == 0:
                 leading_header = index + 1
             continue
         if _HAS_DIGIT_RE.search(token) or token.lower().rstrip(",") in _MONTHS_DAYS:
+            is_time = _DATE_TOKEN_RE.fullmatch(token) is not None
+            if (index or timestamp is not None) and not is_time and _HAS_DIGIT_RE.search(token):
+                named = True
             if pending_free == 0:
                 leading_header = index + 1
-            elif pending_free <= 2 and _DATE_TOKEN_RE.fullmatch(token):
-                # `id node component state <epoch> <flag> message` (HPC): the header resumes
+            elif pending_free <= MAX_FREE_WORDS and is_time:
+                # `id node component state <epoch> <flag> message` (HPC, also with a digit-free
+                # node: `2286759 full partition status 1061219795 -1 running`): the header resumes
                 leading_header = index + 1
                 pending_free = 0
             continue
