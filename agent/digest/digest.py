@@ -15,7 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.digest.headers import HeaderParser, ParsedLine
+from agent.digest.headers import HeaderParser, split_header
+from agent.digest.shapes import LineShapes
 from agent.digest.masking import mask
 from agent.digest.miner import TemplateMiner
 from agent.digest.ranking import burst_factor, rank
@@ -145,53 +146,67 @@ class DigestBuilder:
         self.last_time: str | None = None
         self._miner = TemplateMiner()
         self._headers = HeaderParser()
+        self._shapes = LineShapes()
         # per signature id
         self._first_line: list[int] = []
         self._last_line: list[int] = []
-        self._first_seen: list[ParsedLine] = []
-        self._last_seen: list[ParsedLine] = []
         self._first_text: list[str] = []
         self._last_text: list[str] = []
         self._severity: list[int] = []
-        self._inferred: list[int] = []
+        self._inferred: list[int] = []  # severity from the first line's words
         self._first_error: tuple[int, str, int] | None = None  # (line, text, signature id)
-        self._first_parsed: ParsedLine | None = None
-        self._last_parsed: ParsedLine | None = None
+        # the first and last line whose header carried a time; times are read only at the end
+        self._first_timed: str | None = None
+        self._last_timed: str | None = None
 
     def add(self, line: str) -> int:
         """Take the next line; return its signature id (stable; see `template_of`)."""
         self.total_lines = number = self.total_lines + 1
+        shape = self._shapes.shape(line)
+        known = self._shapes.get(shape)
+        if known is None:
+            return self._add_new_shape(number, line, shape)
+        signature, severity, timed = known
+        self._miner.counts[signature] += 1
+        self._last_line[signature] = number
+        self._last_text[signature] = line
+        if timed:
+            self._last_timed = line
+        if severity > self._severity[signature]:
+            self._severity[signature] = severity
+        if severity >= ERROR and self._first_error is None:
+            self._first_error = (number, line, signature)
+        return signature
+
+    def _add_new_shape(self, number: int, line: str, shape: bytes | None) -> int:
         parsed = self._headers.parse(line)
         message = parsed.message
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS]
         signature = self._miner.add(mask(message))
-        # keep the parsed line, not its time: the time text is only extracted for the few shown
-        when = parsed
-        if parsed.header or parsed.time_text is not None:
-            if self._first_parsed is None:
-                self._first_parsed = parsed
-            self._last_parsed = parsed
+        timed = bool(parsed.header) or parsed.time_text is not None
+        if timed:
+            if self._first_timed is None:
+                self._first_timed = line
+            self._last_timed = line
         if signature == len(self._first_line):
             inferred = infer_severity(message)
             severity = inferred if parsed.severity is None else parsed.severity
+            self._inferred.append(inferred)
             self._first_line.append(number)
             self._last_line.append(number)
-            self._first_seen.append(when)
-            self._last_seen.append(when)
             self._first_text.append(line)
             self._last_text.append(line)
             self._severity.append(severity)
-            self._inferred.append(inferred)
         else:
             severity = self._inferred[signature] if parsed.severity is None else parsed.severity
             self._last_line[signature] = number
-            self._last_seen[signature] = when
             self._last_text[signature] = line
             if severity > self._severity[signature]:
                 self._severity[signature] = severity
         if severity >= ERROR and self._first_error is None:
             self._first_error = (number, line, signature)
+        self._shapes.put(shape, (signature, severity, timed))
         return signature
 
     def template_ids(self) -> list[int]:
@@ -200,8 +215,8 @@ class DigestBuilder:
 
     def summaries(self) -> list[TemplateSummary]:
         """Every template, ranked."""
-        self.first_time = self._first_parsed.timestamp if self._first_parsed else None
-        self.last_time = self._last_parsed.timestamp if self._last_parsed else None
+        self.first_time = _time_of(self._first_timed)
+        self.last_time = _time_of(self._last_timed)
         mined = self._miner.templates()
         members: list[list[int]] = [[] for _ in mined.templates]
         for signature, cluster in enumerate(mined.cluster_of):
@@ -234,8 +249,8 @@ class DigestBuilder:
                 severity=max(self._severity[s] for s in signatures) if signatures else DEFAULT,
                 first_line=self._first_line[first],
                 last_line=self._last_line[last],
-                first_time=self._first_seen[first].timestamp,
-                last_time=self._last_seen[last].timestamp,
+                first_time=_time_of(self._first_text[first]),
+                last_time=_time_of(self._last_text[last]),
                 exemplars=exemplars,
                 first_error=is_first_error,
             )
@@ -353,6 +368,11 @@ class DigestBuilder:
     def _header_line(self, templates: int, shown: int, with_time: bool = True) -> str:
         span = f", {self.first_time} .. {self.last_time}" if self.first_time and with_time else ""
         return f"Log digest: {self.total_lines} lines, {templates} templates ({shown} shown){span}"
+
+
+def _time_of(line: str | None) -> str | None:
+    """The header time of a kept line, parsed again: only the few lines shown need it."""
+    return None if line is None else split_header(line).timestamp
 
 
 def _exemplar_line(exemplar: Exemplar) -> str:
