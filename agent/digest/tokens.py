@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
-import httpx
+if TYPE_CHECKING:
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,9 @@ class VLLMTokenizer:
         self.model = model
         self.exact = True
         self.max_model_len: int | None = None
+        import httpx  # here, not at the top: it is 18 MB of a streaming `tpubot digest`'s memory
+
+        self._http_errors = (httpx.HTTPError,)
         self._client = client or httpx.Client(timeout=timeout)
 
     def count(self, text: str) -> int:
@@ -76,7 +80,7 @@ class VLLMTokenizer:
             body = response.json()
             self.max_model_len = body.get("max_model_len", self.max_model_len)
             return int(body["count"])
-        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        except (*self._http_errors, ValueError, KeyError, TypeError) as exc:
             if self.exact:
                 log.warning("tokenize at %s failed (%s); using the offline estimate", self.url, exc)
             self.exact = False
