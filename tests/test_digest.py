@@ -266,10 +266,27 @@ def test_secrets_are_redacted_in_the_digest():
     assert "[REDACTED:password]" in text and "[REDACTED:slack-token]" in text
 
 
-def test_estimate_counts_digits_one_per_token_and_over_counts():
-    hdfs = "081109 203615 148 INFO dfs.DataNode$PacketResponder: PacketResponder 1 for block blk_38865049064139660 terminating"
-    assert estimate_tokens(hdfs) >= 53  # measured with the Gemma vocabulary
-    assert estimate_tokens("1234567890") == 10
+# Real counts measured with Gemma's 262k vocabulary (/work/shared/tools/build_gemma_tokenizer.py).
+MEASURED_TOKENS = [
+    (53, "081109 203615 148 INFO dfs.DataNode$PacketResponder: PacketResponder 1 for block blk_38865049064139660 terminating"),
+    (95, "payload=Kw2EQtfni6wx7r6i31pu2XaFqudk/PwZsu9D3ws80lNCPaySDkPK59FcXCsBKugGVJNZaSwhIGgDK2z+HLwzE7lybhrTDgUgbBqzUW2jcnlXwzXzAH+mlJztC3MbpHdpUkFqNTM="),
+    (39, "request 3f9c2a1e-7b4d-4e8a-9c0f-1d2e3f4a5b6c done"),
+    (20, "id ct9pxvLFVPQiTRTZ token HYLUtUkAvpOqErSB"),
+    (35, "pod worker-7xk2p9qz4m-b8d3f restarted on node gke-prod-pool-a1b2c3d4"),
+    (11, "session opened for user root by (uid=0)"),
+    (25, "T3 ERROR x12 L40-L977: Failed password for <*> from <*> port <*> ssh2"),
+]
+
+
+@pytest.mark.parametrize(("real", "text"), MEASURED_TOKENS)
+def test_estimate_is_at_or_above_the_real_gemma_count(real, text):
+    assert real <= estimate_tokens(text) <= 1.5 * real
+
+
+def test_estimate_counts_digits_one_per_token_and_random_ids_in_short_pieces():
+    assert 10 <= estimate_tokens("1234567890") <= 11  # one per digit, plus the margin
+    # same length, same letters per case: a word pair is cheap, a random id is not
+    assert estimate_tokens("PacketResponder") < estimate_tokens("PcRkeEtaSpOnDre")
 
 
 # --- inputs ------------------------------------------------------------------------------------
