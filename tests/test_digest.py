@@ -292,6 +292,22 @@ def test_estimate_counts_digits_one_per_token_and_random_ids_in_short_pieces():
 # --- inputs ------------------------------------------------------------------------------------
 
 
+def test_a_stream_is_read_line_by_line_plain_or_gzip():
+    import gzip
+    import io
+
+    from agent.digest import lines_from_stream
+
+    text = b"first\r\nsecond \xff\nthird"
+    assert list(lines_from_stream(io.BytesIO(text))) == ["first", "second \ufffd", "third"]
+    assert list(lines_from_stream(io.BytesIO(gzip.compress(text)))) == ["first", "second \ufffd", "third"]
+    stream = io.BytesIO(b"a\nb\n")
+    lines = lines_from_stream(stream)
+    assert next(lines) == "a"  # a generator: nothing is read ahead of the digest
+    assert list(lines) == ["b"]
+    assert not stream.closed  # closing is the caller's business
+
+
 def test_gzip_bytes_and_cloud_logging_entries_become_lines():
     import gzip
 
@@ -308,16 +324,27 @@ def test_gzip_bytes_and_cloud_logging_entries_become_lines():
     assert parsed.severity == ERROR
 
 
-def test_header_cache_gives_the_same_answer_as_the_full_parse():
-    from agent.digest.headers import HeaderParser
+def test_lines_of_one_shape_get_the_same_signature_and_severity_as_a_fresh_parse():
+    """The per-line cache (shapes.py) must answer exactly what the full pipeline would."""
+    from agent.digest import DigestBuilder
+    from agent.digest.shapes import LineShapes
 
-    parser = HeaderParser()
     variants = []
     for line, *_ in HEADER_CASES:
         variants += [line, line.replace("1", "7"), line.replace("0", "93"), line + " trailing words", line[: len(line) // 2]]
-    for line in variants * 2:  # the second pass is served from the cache
-        cached, full = parser.parse(line), split_header(line)
-        assert (cached.message, cached.severity, cached.timestamp) == (full.message, full.severity, full.timestamp)
+    cached = DigestBuilder()
+    ids = [cached.add(line) for line in variants * 2]  # the second pass is served from the cache
+    assert len(cached._shapes._known) > len(HEADER_CASES)
+
+    class NoShapes(LineShapes):
+        def get(self, shape):
+            return None
+
+    fresh = DigestBuilder()
+    fresh._shapes = NoShapes()
+    assert [fresh.add(line) for line in variants * 2] == ids
+    assert cached._severity == fresh._severity
+    assert [t.template for t in cached.summaries()] == [t.template for t in fresh.summaries()]
 
 
 # --- exact token counts through vLLM's /tokenize ------------------------------------------------

@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.digest.headers import HeaderParser, split_header
+from agent.digest.headers import split_header
 from agent.digest.shapes import LineShapes
 from agent.digest.masking import mask
 from agent.digest.miner import TemplateMiner
@@ -42,10 +42,28 @@ TEMPLATE_FIRST_SHARE = 0.4
 ERROR_TEMPLATE_FIRST_SHARE = 0.75
 
 
-@dataclass(frozen=True)
 class Exemplar:
-    line: int  # 1-based line number in the original input
-    text: str  # the original line, redacted and truncated
+    """One original line of a template: its number and its text, redacted and truncated.
+
+    Redaction runs on first use of `text`: most templates of a big log are never shown, and
+    redacting every kept line was a third of the digest's fixed cost. Nothing unredacted is
+    ever handed out."""
+
+    __slots__ = ("line", "_raw", "_text")
+
+    def __init__(self, line: int, raw: str) -> None:
+        self.line = line  # 1-based line number in the original input
+        self._raw = raw
+        self._text: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text, self._raw = shorten(redact(self._raw)), ""
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"Exemplar(line={self.line})"
 
     def to_json(self) -> dict[str, Any]:
         return {"line": self.line, "text": self.text}
@@ -59,11 +77,20 @@ class TemplateSummary:
     severity: int
     first_line: int
     last_line: int
-    first_time: str | None
-    last_time: str | None
-    exemplars: list[Exemplar]
+    first_text: str = field(repr=False)  # the first and last original lines, for their times
+    last_text: str = field(repr=False)
+    exemplars: list[Exemplar] = field(default_factory=list)
     burst: float = 1.0
     first_error: bool = False
+
+    # Times are read from the header on demand: only shown templates need them.
+    @property
+    def first_time(self) -> str | None:
+        return _time_of(self.first_text)
+
+    @property
+    def last_time(self) -> str | None:
+        return _time_of(self.last_text)
 
     @property
     def severity_name(self) -> str:
@@ -145,7 +172,6 @@ class DigestBuilder:
         self.first_time: str | None = None
         self.last_time: str | None = None
         self._miner = TemplateMiner()
-        self._headers = HeaderParser()
         self._shapes = LineShapes()
         # per signature id
         self._first_line: list[int] = []
@@ -179,7 +205,7 @@ class DigestBuilder:
         return signature
 
     def _add_new_shape(self, number: int, line: str, shape: bytes | None) -> int:
-        parsed = self._headers.parse(line)
+        parsed = split_header(line)
         message = parsed.message
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS]
@@ -241,7 +267,7 @@ class DigestBuilder:
             ordered = sorted(exemplar_lines.items())
             if is_first_error:  # the first error must survive a cut to one exemplar
                 ordered.sort(key=lambda item: item[0] != self._first_error[0])
-            exemplars = [Exemplar(number, shorten(redact(text))) for number, text in ordered[:MAX_EXEMPLARS]]
+            exemplars = [Exemplar(number, text) for number, text in ordered[:MAX_EXEMPLARS]]
             summary = TemplateSummary(
                 id=0,
                 template=shorten(redact(mined.templates[cluster])),
@@ -249,8 +275,8 @@ class DigestBuilder:
                 severity=max(self._severity[s] for s in signatures) if signatures else DEFAULT,
                 first_line=self._first_line[first],
                 last_line=self._last_line[last],
-                first_time=_time_of(self._first_text[first]),
-                last_time=_time_of(self._last_text[last]),
+                first_text=self._first_text[first],
+                last_text=self._last_text[last],
                 exemplars=exemplars,
                 first_error=is_first_error,
             )

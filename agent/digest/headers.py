@@ -73,70 +73,19 @@ class ParsedLine:
 
 
 def split_header(line: str) -> ParsedLine:
-    """Detect and remove the header of one raw log line."""
-    return _split(line.strip())[0]
-
-
-class HeaderParser:
-    """`split_header` with a cache keyed by the line's first characters with digits zeroed.
-
-    The header decision depends on token shapes, never on digit values, so two lines whose
-    first characters agree once digits are zeroed get the same cut, as long as the
-    decision only looked inside those characters (checked before caching). Repetitive logs then
-    skip the token scan: this is most of the digest's per-line cost.
-    """
-
-    # Short keys hit more often (less message text in them); long headers (BGL, OpenStack)
-    # need long keys. A line is looked up under each length, shortest first.
-    KEY_LENGTHS = (64, 160, 320)
-    MAX_ENTRIES = 10_000  # per key length: memory stays bounded on any input
-
-    def __init__(self) -> None:
-        self._caches: tuple[dict[str, tuple[int, int | None]], ...] = tuple({} for _ in self.KEY_LENGTHS)
-
-    def parse(self, line: str) -> ParsedLine:
-        text = line.strip()
-        shape = text[: self.KEY_LENGTHS[-1]].translate(_ZERO_DIGITS)
-        for length, cache in zip(self.KEY_LENGTHS, self._caches):
-            hit = cache.get(shape[:length])
-            if hit is not None:
-                cut_offset, severity = hit
-                if cut_offset == 0:
-                    return ParsedLine(text, severity, None)
-                return ParsedLine(text[cut_offset:], severity, None, text[:cut_offset])
-        parsed, examined_end = _split(text)
-        if examined_end >= 0:
-            for length, cache in zip(self.KEY_LENGTHS, self._caches):
-                if examined_end < length - 1:
-                    if len(cache) < self.MAX_ENTRIES:
-                        cache[shape[:length]] = (len(text) - len(parsed.message), parsed.severity)
-                    break
-        return parsed
-
-
-_ZERO_DIGITS = str.maketrans("123456789", "000000000")
-_TOKEN_RE = re.compile(r"\S+")
-
-
-def _split(text: str) -> tuple[ParsedLine, int]:
-    """(parsed line, end offset of the last character the decision depended on; -1 = uncacheable)."""
+    """Detect and remove the header of one raw log line. (The digest calls this once per line
+    *shape*, see shapes.py: the decision depends on token shapes, never on digit values.)"""
+    text = line.strip()
     if not text:
-        return ParsedLine("", None, None), -1
+        return ParsedLine("", None, None)
     if text[0] == "{":
         parsed = _split_json(text)
         if parsed is not None:
-            return parsed, -1
-        # not JSON after all; that depended on the whole line, so the result is not cached
-        return _split_tokens(text), -1
-
-    return _split_tokens_with_end(text)
+            return parsed
+    return _split_tokens(text)
 
 
 def _split_tokens(text: str) -> ParsedLine:
-    return _split_tokens_with_end(text)[0]
-
-
-def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
     timestamp: str | None = None
     started = False  # have we seen something that only a header starts with?
     if text[0] == "[":
@@ -149,7 +98,7 @@ def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
         for pipe_header in _PIPE_HEADER_RES:
             match = pipe_header.match(text)
             if match:
-                return ParsedLine(text[match.end() :], None, match.group(1)), -1
+                return ParsedLine(text[match.end() :], None, match.group(1))
 
     tokens = text.split(None, MAX_HEADER_TOKENS)
     scan = tokens if len(tokens) <= MAX_HEADER_TOKENS else tokens[:MAX_HEADER_TOKENS]
@@ -165,13 +114,11 @@ def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
 
     severity: int | None = None
     cut: int | None = None
-    examined = 0  # tokens the decision looked at
     free_words = 0
     pending_free = 0  # free words since the last header token
     leading_header = 0  # tokens in the run of time/id tokens before the first free word
     named = False  # a digit-bearing token that is not a time (`AcroRd32.exe`, `node-246`) was seen
     for index, token in enumerate(scan):
-        examined = index + 1
         if index == len(scan) - 1 and len(tokens) == 1:
             break  # a lone token is the message
         level = _level_of(token)
@@ -231,22 +178,10 @@ def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
         # Everything looked like header: keep the last token so the line is not empty.
         cut = len(tokens) - 1
     if cut == 0:
-        parsed = ParsedLine(text, severity, timestamp)
-    else:
-        message = tokens[cut] if cut == len(tokens) - 1 else text.split(None, cut)[cut]
-        header = "" if timestamp is not None else text[: len(text) - len(message)]
-        parsed = ParsedLine(message, severity, timestamp, header)
-    if timestamp is not None or len(tokens) > MAX_HEADER_TOKENS and examined >= MAX_HEADER_TOKENS:
-        return parsed, -1  # bracketed time (text was cut) or a scan that ran to its limit
-    # The decision looked at `examined` tokens and one more (the lookahead after a level),
-    # and at whether anything follows them.
-    needed = min(len(tokens), max(examined, cut + 2))
-    end = len(text)
-    for number, match in enumerate(_TOKEN_RE.finditer(text), start=1):
-        if number == needed:
-            end = match.end()
-            break
-    return parsed, end
+        return ParsedLine(text, severity, timestamp)
+    message = tokens[cut] if cut == len(tokens) - 1 else text.split(None, cut)[cut]
+    header = "" if timestamp is not None else text[: len(text) - len(message)]
+    return ParsedLine(message, severity, timestamp, header)
 
 
 def _level_of(token: str) -> int | None:

@@ -33,8 +33,9 @@ def lines_from_bytes(data: bytes) -> list[str]:
 def lines_from_stream(stream: IO[bytes]) -> Iterator[str]:
     """Lines of a byte stream, read once in bounded memory (a file of any size, stdin): gzip
     recognised by its magic bytes, undecodable bytes replaced, `\n`, `\r\n` and `\r` ends."""
+    buffered = None
     if not hasattr(stream, "peek"):
-        stream = io.BufferedReader(stream)  # type: ignore[arg-type]
+        stream = buffered = io.BufferedReader(stream)  # type: ignore[arg-type]
     if stream.peek(2)[:2] == GZIP_MAGIC:
         stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
     text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=None)
@@ -42,7 +43,10 @@ def lines_from_stream(stream: IO[bytes]) -> Iterator[str]:
         for line in text:
             yield line[:-1] if line[-1:] == "\n" else line
     finally:
-        text.detach()  # the caller's stream stays open: closing it is the caller's business
+        # the caller's stream stays open: closing it is the caller's business
+        text.detach()
+        if buffered is not None:
+            buffered.detach()
 
 
 def lines_from_entries(entries: Iterable[Any]) -> Iterator[str]:
