@@ -25,27 +25,20 @@ into the repository: the speed input is a temporary file, deleted at the end).
 
 from __future__ import annotations
 
+# Only what a speed worker needs is imported here, so that its memory is the contender's own;
+# the rest (and our modules) are imported where they are used.
 import argparse
-import base64
-import itertools
 import json
 import os
-import random
 import re
 import resource
-import statistics
-import string
-import subprocess
 import sys
-import tempfile
 import time
-import uuid
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-# Our modules are imported where they are used: a speed worker for drain3 must not carry them.
 
 # drain3's example drain3.ini masking instructions (drain3 repository, examples/drain3.ini).
 DRAIN3_INI_MASKS = [
@@ -97,6 +90,8 @@ def drain3_grouping(lines: list[str], setting: str) -> list[int]:
 
 
 def accuracy_table(directory: Path) -> None:
+    import statistics
+
     from agent.digest.headers import split_header
     from agent.digest.loghub import SYSTEMS, load_system
     from agent.digest.metrics import grouping_accuracy, grouping_f1
@@ -201,6 +196,8 @@ def worker(contender: str, path: str) -> None:
 
 def run_process(argv: list[str]) -> tuple[float, dict]:
     """(wall seconds, the worker's figures) of one child process."""
+    import subprocess
+
     start = time.perf_counter()
     done = subprocess.run(argv, capture_output=True, cwd=REPO, check=False)
     seconds = time.perf_counter() - start
@@ -210,6 +207,9 @@ def run_process(argv: list[str]) -> tuple[float, dict]:
 
 
 def speed_table(directory: Path, total: int, contenders: list[str]) -> None:
+    import itertools
+    import tempfile
+
     from agent.digest.loghub import SYSTEMS, load_system
 
     pool = [line for system in SYSTEMS for line in load_system(directory, system).raw_lines]
@@ -245,6 +245,12 @@ def speed_table(directory: Path, total: int, contenders: list[str]) -> None:
 
 def calibration_texts(directory: Path) -> list[tuple[str, str, str]]:
     """(group, name, text): 40 digests and high-entropy probes."""
+    import base64
+    import itertools
+    import random
+    import string
+    import uuid
+
     from agent.digest import DEFAULT_BUDGET, build_digest
     from agent.digest.loghub import SYSTEMS, load_system
 
@@ -284,6 +290,8 @@ def calibration_texts(directory: Path) -> list[tuple[str, str, str]]:
 
 
 def calibration_table(directory: Path, model_path: str | None) -> None:
+    import statistics
+
     print("\n## 4. Token estimate vs Gemma's vocabulary (estimate / real)\n")
     if not model_path or not Path(model_path).is_file():
         print("skipped: build the vocabulary with /work/shared/tools/build_gemma_tokenizer.py OUT.model, pass --gemma-model OUT.model")

@@ -237,10 +237,12 @@ class DigestBuilder:
 
     def template_ids(self) -> list[int]:
         """signature id -> template id, for callers that kept `add`'s return values."""
+        self._shapes.clear()
         return self._miner.templates().cluster_of
 
     def summaries(self) -> list[TemplateSummary]:
         """Every template, ranked."""
+        self._shapes.clear()  # the peak of memory is here: make room
         self.first_time = _time_of(self._first_timed)
         self.last_time = _time_of(self._last_timed)
         mined = self._miner.templates()

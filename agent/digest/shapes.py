@@ -43,3 +43,7 @@ class LineShapes:
     def put(self, shape: bytes | None, value: tuple[int, int, bool]) -> None:
         if shape is not None and len(self._known) < self.MAX_ENTRIES:
             self._known[shape] = value
+
+    def clear(self) -> None:
+        """Forget every shape (only speed is lost): the digest's end phase reuses the memory."""
+        self._known.clear()
