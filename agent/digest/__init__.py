@@ -16,7 +16,7 @@ from agent.digest.digest import (
     TemplateSummary,
     build_digest,
 )
-from agent.digest.sources import lines_from_bytes, lines_from_entries, lines_from_text
+from agent.digest.sources import lines_from_bytes, lines_from_entries, lines_from_stream, lines_from_text
 from agent.digest.tokens import EstimatedTokens, TokenCounter, VLLMTokenizer, estimate_tokens
 
 __all__ = [
@@ -32,5 +32,6 @@ __all__ = [
     "estimate_tokens",
     "lines_from_bytes",
     "lines_from_entries",
+    "lines_from_stream",
     "lines_from_text",
 ]

@@ -1,9 +1,10 @@
 """Build a log digest: lines in, a ranked, budgeted, citable summary out.
 
 Pipeline per line: strip the header (headers.py) -> mask variables (masking.py) -> signature
-(miner.py). Per signature we keep count, first/last line and time, the highest severity and
-the first and last original lines; nothing else of the input is retained, so a million-line
-log costs memory per distinct message, not per line. At the end signatures are merged into
+(miner.py), done once per line *shape* (shapes.py: a repeat with other digits is one lookup).
+Per signature we keep count, first/last line, the highest severity and the first and last
+original lines (times are read from them at the end); nothing else of the input is retained, so
+a million-line log costs memory per distinct message, not per line. At the end signatures are merged into
 templates, ranked (ranking.py) and cut to a token budget (tokens.py), and rendered with the
 original line numbers (`L123`) so an answer can cite them. Exemplar text is redacted and
 truncated before it is counted or shown.
@@ -15,11 +16,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from agent.digest.headers import HeaderParser, ParsedLine
+from agent.digest.headers import split_header
 from agent.digest.masking import mask
 from agent.digest.miner import TemplateMiner
 from agent.digest.ranking import burst_factor, rank
 from agent.digest.severity import DEFAULT, ERROR, infer_severity, severity_name
+from agent.digest.shapes import LineShapes
 from agent.digest.tokens import EstimatedTokens, TokenCounter, estimate_tokens
 from agent.redact import redact
 
@@ -41,10 +43,28 @@ TEMPLATE_FIRST_SHARE = 0.4
 ERROR_TEMPLATE_FIRST_SHARE = 0.75
 
 
-@dataclass(frozen=True)
 class Exemplar:
-    line: int  # 1-based line number in the original input
-    text: str  # the original line, redacted and truncated
+    """One original line of a template: its number and its text, redacted and truncated.
+
+    Redaction runs on first use of `text`: most templates of a big log are never shown, and
+    redacting every kept line was a third of the digest's fixed cost. Nothing unredacted is
+    ever handed out."""
+
+    __slots__ = ("line", "_raw", "_text")
+
+    def __init__(self, line: int, raw: str) -> None:
+        self.line = line  # 1-based line number in the original input
+        self._raw = raw
+        self._text: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self._text is None:
+            self._text, self._raw = shorten(redact(self._raw)), ""
+        return self._text
+
+    def __repr__(self) -> str:
+        return f"Exemplar(line={self.line})"
 
     def to_json(self) -> dict[str, Any]:
         return {"line": self.line, "text": self.text}
@@ -58,11 +78,20 @@ class TemplateSummary:
     severity: int
     first_line: int
     last_line: int
-    first_time: str | None
-    last_time: str | None
-    exemplars: list[Exemplar]
+    first_text: str = field(repr=False)  # the first and last original lines, for their times
+    last_text: str = field(repr=False)
+    exemplars: list[Exemplar] = field(default_factory=list)
     burst: float = 1.0
     first_error: bool = False
+
+    # Times are read from the header on demand: only shown templates need them.
+    @property
+    def first_time(self) -> str | None:
+        return _time_of(self.first_text)
+
+    @property
+    def last_time(self) -> str | None:
+        return _time_of(self.last_text)
 
     @property
     def severity_name(self) -> str:
@@ -144,64 +173,79 @@ class DigestBuilder:
         self.first_time: str | None = None
         self.last_time: str | None = None
         self._miner = TemplateMiner()
-        self._headers = HeaderParser()
+        self._shapes = LineShapes()
         # per signature id
         self._first_line: list[int] = []
         self._last_line: list[int] = []
-        self._first_seen: list[ParsedLine] = []
-        self._last_seen: list[ParsedLine] = []
         self._first_text: list[str] = []
         self._last_text: list[str] = []
         self._severity: list[int] = []
-        self._inferred: list[int] = []
+        self._inferred: list[int] = []  # severity from the first line's words
         self._first_error: tuple[int, str, int] | None = None  # (line, text, signature id)
-        self._first_parsed: ParsedLine | None = None
-        self._last_parsed: ParsedLine | None = None
+        # the first and last line whose header carried a time; times are read only at the end
+        self._first_timed: str | None = None
+        self._last_timed: str | None = None
 
     def add(self, line: str) -> int:
         """Take the next line; return its signature id (stable; see `template_of`)."""
         self.total_lines = number = self.total_lines + 1
-        parsed = self._headers.parse(line)
+        shape = self._shapes.shape(line)
+        known = self._shapes.get(shape)
+        if known is None:
+            return self._add_new_shape(number, line, shape)
+        signature, severity, timed = known
+        self._miner.counts[signature] += 1
+        self._last_line[signature] = number
+        self._last_text[signature] = line
+        if timed:
+            self._last_timed = line
+        if severity > self._severity[signature]:
+            self._severity[signature] = severity
+        if severity >= ERROR and self._first_error is None:
+            self._first_error = (number, line, signature)
+        return signature
+
+    def _add_new_shape(self, number: int, line: str, shape: bytes | None) -> int:
+        parsed = split_header(line)
         message = parsed.message
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS]
         signature = self._miner.add(mask(message))
-        # keep the parsed line, not its time: the time text is only extracted for the few shown
-        when = parsed
-        if parsed.header or parsed.time_text is not None:
-            if self._first_parsed is None:
-                self._first_parsed = parsed
-            self._last_parsed = parsed
+        timed = bool(parsed.header) or parsed.time_text is not None
+        if timed:
+            if self._first_timed is None:
+                self._first_timed = line
+            self._last_timed = line
         if signature == len(self._first_line):
             inferred = infer_severity(message)
             severity = inferred if parsed.severity is None else parsed.severity
+            self._inferred.append(inferred)
             self._first_line.append(number)
             self._last_line.append(number)
-            self._first_seen.append(when)
-            self._last_seen.append(when)
             self._first_text.append(line)
             self._last_text.append(line)
             self._severity.append(severity)
-            self._inferred.append(inferred)
         else:
             severity = self._inferred[signature] if parsed.severity is None else parsed.severity
             self._last_line[signature] = number
-            self._last_seen[signature] = when
             self._last_text[signature] = line
             if severity > self._severity[signature]:
                 self._severity[signature] = severity
         if severity >= ERROR and self._first_error is None:
             self._first_error = (number, line, signature)
+        self._shapes.put(shape, (signature, severity, timed))
         return signature
 
     def template_ids(self) -> list[int]:
         """signature id -> template id, for callers that kept `add`'s return values."""
+        self._shapes.clear()
         return self._miner.templates().cluster_of
 
     def summaries(self) -> list[TemplateSummary]:
         """Every template, ranked."""
-        self.first_time = self._first_parsed.timestamp if self._first_parsed else None
-        self.last_time = self._last_parsed.timestamp if self._last_parsed else None
+        self._shapes.clear()  # the peak of memory is here: make room
+        self.first_time = _time_of(self._first_timed)
+        self.last_time = _time_of(self._last_timed)
         mined = self._miner.templates()
         members: list[list[int]] = [[] for _ in mined.templates]
         for signature, cluster in enumerate(mined.cluster_of):
@@ -226,7 +270,7 @@ class DigestBuilder:
             ordered = sorted(exemplar_lines.items())
             if is_first_error:  # the first error must survive a cut to one exemplar
                 ordered.sort(key=lambda item: item[0] != self._first_error[0])
-            exemplars = [Exemplar(number, shorten(redact(text))) for number, text in ordered[:MAX_EXEMPLARS]]
+            exemplars = [Exemplar(number, text) for number, text in ordered[:MAX_EXEMPLARS]]
             summary = TemplateSummary(
                 id=0,
                 template=shorten(redact(mined.templates[cluster])),
@@ -234,8 +278,8 @@ class DigestBuilder:
                 severity=max(self._severity[s] for s in signatures) if signatures else DEFAULT,
                 first_line=self._first_line[first],
                 last_line=self._last_line[last],
-                first_time=self._first_seen[first].timestamp,
-                last_time=self._last_seen[last].timestamp,
+                first_text=self._first_text[first],
+                last_text=self._last_text[last],
                 exemplars=exemplars,
                 first_error=is_first_error,
             )
@@ -353,6 +397,11 @@ class DigestBuilder:
     def _header_line(self, templates: int, shown: int, with_time: bool = True) -> str:
         span = f", {self.first_time} .. {self.last_time}" if self.first_time and with_time else ""
         return f"Log digest: {self.total_lines} lines, {templates} templates ({shown} shown){span}"
+
+
+def _time_of(line: str | None) -> str | None:
+    """The header time of a kept line, parsed again: only the few lines shown need it."""
+    return None if line is None else split_header(line).timestamp
 
 
 def _exemplar_line(exemplar: Exemplar) -> str:

@@ -48,6 +48,8 @@ _DATE_TOKEN_RE = re.compile(
     r"(?:Z|[+-]\d{2}:?\d{2})?,?"
 )
 _HAS_DIGIT_RE = re.compile(r"\d")
+# What only a time looks like (not a count such as BGL's `INFO 199680 double-hummer …`).
+_CLOCK_OR_EPOCH_RE = re.compile(r"\d{9,10}(?:\.\d+)?|\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}\S*|\d{1,2}:\d{2}:\d{2}\S*")
 
 _JSON_MESSAGE_KEYS = ("msg", "message", "textPayload", "log", "text", "event")
 _JSON_LEVEL_KEYS = ("level", "severity", "levelname", "lvl", "log.level", "loglevel")
@@ -71,70 +73,19 @@ class ParsedLine:
 
 
 def split_header(line: str) -> ParsedLine:
-    """Detect and remove the header of one raw log line."""
-    return _split(line.strip())[0]
-
-
-class HeaderParser:
-    """`split_header` with a cache keyed by the line's first characters with digits zeroed.
-
-    The header decision depends on token shapes, never on digit values, so two lines whose
-    first characters agree once digits are zeroed get the same cut, as long as the
-    decision only looked inside those characters (checked before caching). Repetitive logs then
-    skip the token scan: this is most of the digest's per-line cost.
-    """
-
-    # Short keys hit more often (less message text in them); long headers (BGL, OpenStack)
-    # need long keys. A line is looked up under each length, shortest first.
-    KEY_LENGTHS = (64, 160, 320)
-    MAX_ENTRIES = 100_000
-
-    def __init__(self) -> None:
-        self._caches: tuple[dict[str, tuple[int, int | None]], ...] = tuple({} for _ in self.KEY_LENGTHS)
-
-    def parse(self, line: str) -> ParsedLine:
-        text = line.strip()
-        shape = text[: self.KEY_LENGTHS[-1]].translate(_ZERO_DIGITS)
-        for length, cache in zip(self.KEY_LENGTHS, self._caches):
-            hit = cache.get(shape[:length])
-            if hit is not None:
-                cut_offset, severity = hit
-                if cut_offset == 0:
-                    return ParsedLine(text, severity, None)
-                return ParsedLine(text[cut_offset:], severity, None, text[:cut_offset])
-        parsed, examined_end = _split(text)
-        if examined_end >= 0:
-            for length, cache in zip(self.KEY_LENGTHS, self._caches):
-                if examined_end < length - 1:
-                    if len(cache) < self.MAX_ENTRIES:
-                        cache[shape[:length]] = (len(text) - len(parsed.message), parsed.severity)
-                    break
-        return parsed
-
-
-_ZERO_DIGITS = str.maketrans("123456789", "000000000")
-_TOKEN_RE = re.compile(r"\S+")
-
-
-def _split(text: str) -> tuple[ParsedLine, int]:
-    """(parsed line, end offset of the last character the decision depended on; -1 = uncacheable)."""
+    """Detect and remove the header of one raw log line. (The digest calls this once per line
+    *shape*, see shapes.py: the decision depends on token shapes, never on digit values.)"""
+    text = line.strip()
     if not text:
-        return ParsedLine("", None, None), -1
+        return ParsedLine("", None, None)
     if text[0] == "{":
         parsed = _split_json(text)
         if parsed is not None:
-            return parsed, -1
-        # not JSON after all; that depended on the whole line, so the result is not cached
-        return _split_tokens(text), -1
-
-    return _split_tokens_with_end(text)
+            return parsed
+    return _split_tokens(text)
 
 
 def _split_tokens(text: str) -> ParsedLine:
-    return _split_tokens_with_end(text)[0]
-
-
-def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
     timestamp: str | None = None
     started = False  # have we seen something that only a header starts with?
     if text[0] == "[":
@@ -147,7 +98,7 @@ def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
         for pipe_header in _PIPE_HEADER_RES:
             match = pipe_header.match(text)
             if match:
-                return ParsedLine(text[match.end() :], None, match.group(1)), -1
+                return ParsedLine(text[match.end() :], None, match.group(1))
 
     tokens = text.split(None, MAX_HEADER_TOKENS)
     scan = tokens if len(tokens) <= MAX_HEADER_TOKENS else tokens[:MAX_HEADER_TOKENS]
@@ -163,16 +114,22 @@ def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
 
     severity: int | None = None
     cut: int | None = None
-    examined = 0  # tokens the decision looked at
     free_words = 0
     pending_free = 0  # free words since the last header token
     leading_header = 0  # tokens in the run of time/id tokens before the first free word
+    named = False  # a digit-bearing token that is not a time (`AcroRd32.exe`, `node-246`) was seen
     for index, token in enumerate(scan):
-        examined = index + 1
         if index == len(scan) - 1 and len(tokens) == 1:
             break  # a lone token is the message
         level = _level_of(token)
-        if level is not None and (started or index == 0):
+        if (
+            level is not None
+            and (started or index == 0)
+            # a level needs a message after it (HPC's `… 1 Link error` ends in one), and a level
+            # followed by a time is a header field (`switch_module error 1073991556 1 Link ok`)
+            and index < len(tokens) - 1
+            and not (index + 1 < len(scan) and _CLOCK_OR_EPOCH_RE.fullmatch(scan[index + 1]))
+        ):
             severity = level
             cut = _after_level(tokens, index + 1)
             break
@@ -193,17 +150,21 @@ def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
         if not started:
             break
         if token == "-":
-            if free_words:  # `program - message`
+            if free_words or named:  # `program - message`, `AcroRd32.exe - message`
                 cut = index + 1
                 break
             if pending_free == 0:
                 leading_header = index + 1
             continue
         if _HAS_DIGIT_RE.search(token) or token.lower().rstrip(",") in _MONTHS_DAYS:
+            is_time = _DATE_TOKEN_RE.fullmatch(token) is not None
+            if (index or timestamp is not None) and not is_time and _HAS_DIGIT_RE.search(token):
+                named = True
             if pending_free == 0:
                 leading_header = index + 1
-            elif pending_free <= 2 and _DATE_TOKEN_RE.fullmatch(token):
-                # `id node component state <epoch> <flag> message` (HPC): the header resumes
+            elif pending_free <= MAX_FREE_WORDS and is_time:
+                # `id node component state <epoch> <flag> message` (HPC, also with a digit-free
+                # node: `2286759 full partition status 1061219795 -1 running`): the header resumes
                 leading_header = index + 1
                 pending_free = 0
             continue
@@ -217,22 +178,10 @@ def _split_tokens_with_end(text: str) -> tuple[ParsedLine, int]:
         # Everything looked like header: keep the last token so the line is not empty.
         cut = len(tokens) - 1
     if cut == 0:
-        parsed = ParsedLine(text, severity, timestamp)
-    else:
-        message = tokens[cut] if cut == len(tokens) - 1 else text.split(None, cut)[cut]
-        header = "" if timestamp is not None else text[: len(text) - len(message)]
-        parsed = ParsedLine(message, severity, timestamp, header)
-    if timestamp is not None or len(tokens) > MAX_HEADER_TOKENS and examined >= MAX_HEADER_TOKENS:
-        return parsed, -1  # bracketed time (text was cut) or a scan that ran to its limit
-    # The decision looked at `examined` tokens and one more (the lookahead after a level),
-    # and at whether anything follows them.
-    needed = min(len(tokens), max(examined, cut + 2))
-    end = len(text)
-    for number, match in enumerate(_TOKEN_RE.finditer(text), start=1):
-        if number == needed:
-            end = match.end()
-            break
-    return parsed, end
+        return ParsedLine(text, severity, timestamp)
+    message = tokens[cut] if cut == len(tokens) - 1 else text.split(None, cut)[cut]
+    header = "" if timestamp is not None else text[: len(text) - len(message)]
+    return ParsedLine(message, severity, timestamp, header)
 
 
 def _level_of(token: str) -> int | None:

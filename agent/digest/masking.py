@@ -20,8 +20,12 @@ _RUN = r"""[^\s=,()\[\]{}"']"""
 # Capitalised month and day names are masked too: they are the digit-free half of a timestamp
 # inside a message (`connection from … at Sun Jul 10 03:55:22 2005`).
 _CALENDAR = "Mon|Tue|Wed|Thu|Fri|Sat|Sun|Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec"
+# A number's unit is part of the variable: `lifetime <1 sec` and `lifetime 00:01` are one
+# event, and `(1.16 KB)` is one placeholder `(<*>)`, which the miner may treat as optional.
+_UNITS = "ns|us|ms|s|sec|secs|min|mins|h|B|KB|kB|KiB|MB|MiB|GB|GiB|TB"
 _DIGIT_RUN_RE = re.compile(
-    rf"(?<!{_RUN})(?:(?:{_CALENDAR})(?!{_RUN})|(?![A-Za-z]{{2,}}\d(?!{_RUN})){_RUN}*\d{_RUN}*)"
+    rf"(?<!{_RUN})(?:(?:{_CALENDAR})(?!{_RUN})"
+    rf"|(?![A-Za-z]{{2,}}\d(?!{_RUN})){_RUN}*\d{_RUN}*(?: (?:{_UNITS})(?!{_RUN}))?)"
 )
 
 

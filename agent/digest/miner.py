@@ -10,7 +10,10 @@
 3. Merging at the end (rather than online, as Drain does) lets counts undo a merge: a position
    that holds a few plain words, each of them frequent (`VM Started` / `VM Resumed`, `"GET` /
    `"POST`), separates different events, while a word that varies over many signatures, some
-   of them rare (`Invalid user webmaster` / `… test` / `… oracle`), is a variable.
+   of them rare (`Invalid user webmaster` / `… test` / `… oracle`), is a variable. Two words
+   only are always two events: a variable would show more values than that.
+4. Finally templates that agree once bracketed placeholders are dropped are one event whose
+   lines carry an optional part (`… bytes (<*>) sent` / `… bytes sent`).
 """
 
 from __future__ import annotations
@@ -33,8 +36,15 @@ MAX_CONSTANT_VARIANTS = 6
 MAX_TOKENS = 200
 BUCKET_BY_FIRST = True
 
-# A constant-looking token: a word, possibly quoted or bracketed (`"GET`, `SOCKS5`, `Started`).
-_WORD_RE = re.compile(r"""["'(\[]*[A-Za-z][\w\-]*[.,:;)\]"']*""")
+# A constant-looking token: a word, possibly quoted or bracketed (`"GET`, `SOCKS5`, `Started`),
+# or a key=word pair (`user=root` and `user=guest` are different events to an operator).
+_WORD_RE = re.compile(r"""(?:[\w.\-]+=)?["'(\[]*[A-Za-z][\w\-]*[.,:;)\]"'+]*""")
+# A token that is nothing but a placeholder in brackets (`(<*>)`, `[<*>]`) is an optional part
+# when some lines of an event carry it and others do not (`… 3184 bytes (3.10 KB) received` vs
+# `… 942 bytes received`). A bare `<*>` is not: it may stand for words merged away (`user=root`).
+_PURE_VARIABLE_RE = re.compile(r"[(\[{]+<\*>[)\]}]+[,;:]?")
+# Templates are merged over optional parts only if this many constant tokens remain to agree on.
+MIN_CONSTANTS_FOR_OPTIONAL_MERGE = 3
 # A token that is only placeholders and separators (`<*>,<*>` from `10.0.0.1,10.0.0.2`) is one
 # variable, however many items the list had.
 _WILDCARD_LIST_RE = re.compile(r"<\*>(?:[,;:/|]<\*>)+")
@@ -99,16 +109,44 @@ class TemplateMiner:
             for _, signature_ids in local:
                 groups.extend(self._split_constant_words(signature_ids, token_lists, frequent))
 
-        cluster_of = [0] * len(self.signatures)
-        templates: list[str] = []
-        for cluster_id, signature_ids in enumerate(groups):
+        merged_tokens = []
+        for signature_ids in groups:
             merged = token_lists[signature_ids[0]]
             for signature_id in signature_ids[1:]:
                 merged = [a if a == b else WILDCARD for a, b in zip(merged, token_lists[signature_id])]
-            templates.append(" ".join(merged))
-            for signature_id in signature_ids:
-                cluster_of[signature_id] = cluster_id
+            merged_tokens.append(merged)
+
+        cluster_of = [0] * len(self.signatures)
+        templates: list[str] = []
+        for members in self._merge_optional_parts(groups, merged_tokens):
+            cluster_id = len(templates)
+            # the template of the event's biggest wording
+            largest = max(members, key=lambda group: sum(self.counts[s] for s in groups[group]))
+            templates.append(" ".join(merged_tokens[largest]))
+            for group in members:
+                for signature_id in groups[group]:
+                    cluster_of[signature_id] = cluster_id
         return Templates(templates, cluster_of)
+
+    @staticmethod
+    def _merge_optional_parts(groups: list[list[int]], merged_tokens: list[list[str]]) -> list[list[int]]:
+        """Group indexes whose templates agree once bracketed placeholders are dropped.
+
+        Merging above needs equal token counts; an optional variable part changes the count
+        (`<*> bytes (<*>) sent` / `<*> bytes sent`), so one event would become several."""
+        by_core: dict[tuple[str, ...], list[int]] = {}
+        result: list[list[int]] = []
+        for group, tokens in enumerate(merged_tokens):
+            core = tuple(token for token in tokens if not _PURE_VARIABLE_RE.fullmatch(token))
+            if len(core) < MIN_CONSTANTS_FOR_OPTIONAL_MERGE:
+                result.append([group])
+                continue
+            members = by_core.get(core)
+            if members is None:
+                by_core[core] = members = []
+                result.append(members)
+            members.append(group)
+        return result
 
     def _split_constant_words(
         self, signature_ids: list[int], token_lists: list[list[str]], frequent: float
@@ -129,7 +167,12 @@ class TemplateMiner:
                     break
                 lines_per_word[word] += self.counts[signature_id]
             else:
-                if 1 < len(lines_per_word) <= MAX_CONSTANT_VARIANTS and min(lines_per_word.values()) >= frequent:
+                variants = len(lines_per_word)
+                if 1 < variants <= MAX_CONSTANT_VARIANTS and (
+                    # two words: a constant with a rare alternative (`HTTPS` x952 / `SOCKS5` x2)
+                    # is two events; a variable this narrow would show more values
+                    variants == 2 or min(lines_per_word.values()) >= frequent
+                ):
                     constant_positions.append(position)
         if not constant_positions:
             return [signature_ids]

@@ -1,12 +1,14 @@
-"""Turn the digest's inputs into lines: pasted text, downloaded file bytes, Cloud Logging entries."""
+"""Turn the digest's inputs into lines: pasted text, downloaded file bytes, a byte stream (file,
+stdin, gzip or not), Cloud Logging entries."""
 
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import Any
+from typing import IO, Any
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -26,6 +28,25 @@ def lines_from_bytes(data: bytes) -> list[str]:
     if data[:2] == GZIP_MAGIC:
         data = gzip.decompress(data)
     return data.decode("utf-8", errors="replace").splitlines()
+
+
+def lines_from_stream(stream: IO[bytes]) -> Iterator[str]:
+    """Lines of a byte stream, read once in bounded memory (a file of any size, stdin): gzip
+    recognised by its magic bytes, undecodable bytes replaced, `\n`, `\r\n` and `\r` ends."""
+    buffered = None
+    if not hasattr(stream, "peek"):
+        stream = buffered = io.BufferedReader(stream)  # type: ignore[arg-type]
+    if stream.peek(2)[:2] == GZIP_MAGIC:
+        stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=None)
+    try:
+        for line in text:
+            yield line[:-1] if line[-1:] == "\n" else line
+    finally:
+        # the caller's stream stays open: closing it is the caller's business
+        text.detach()
+        if buffered is not None:
+            buffered.detach()
 
 
 def lines_from_entries(entries: Iterable[Any]) -> Iterator[str]:

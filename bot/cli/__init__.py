@@ -7,15 +7,9 @@ May import the rest of `bot/` (settings, wiring, the processes) and, through the
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
-
-app = typer.Typer(
-    name="tpubot",
-    help="Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e.",
-    no_args_is_help=True,
-    add_completion=False,
-)
 
 # One line per command module; a module's `register(app)` adds its commands.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -31,20 +25,47 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli.mcp",
     "bot.cli.docs",
 )
+# Commands that run with only their own module loaded: `tpubot digest` streams logs of any size
+# in a few MB and should not pay for the Slack and GCP clients the others import (~30 MB).
+LEAN_COMMANDS: dict[str, str] = {"digest": "bot.cli.digest"}
 
 
-@app.callback()
-def _root() -> None:
-    """Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e."""
+def _new_app() -> typer.Typer:
+    new = typer.Typer(
+        name="tpubot",
+        help="Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e.",
+        no_args_is_help=True,
+        add_completion=False,
+    )
+
+    @new.callback()
+    def _root() -> None:
+        """Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e."""
+
+    return new
 
 
-def _register_all() -> None:
+def _full_app() -> typer.Typer:
+    full = _new_app()
     for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(app)
+        importlib.import_module(module_name).register(full)
+    return full
 
 
-_register_all()
+def __getattr__(name: str) -> typer.Typer:
+    # `bot.cli.app`, every command registered, is built on first use (PEP 562) so that
+    # importing this package for a lean command loads nothing else.
+    if name == "app":
+        globals()["app"] = built = _full_app()
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
-    app()
+    command = sys.argv[1] if len(sys.argv) > 1 else ""
+    if command in LEAN_COMMANDS:
+        lean = _new_app()
+        importlib.import_module(LEAN_COMMANDS[command]).register(lean)
+        lean()
+    else:
+        __getattr__("app")()

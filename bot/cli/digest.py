@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ from typing import Optional
 
 import typer
 
-from agent.digest import DEFAULT_BUDGET, VLLMTokenizer, build_digest, lines_from_bytes
+from agent.digest import DEFAULT_BUDGET, VLLMTokenizer, build_digest, lines_from_stream
 
 
 def register(app: typer.Typer) -> None:
@@ -25,16 +26,19 @@ def digest(
     ),
     model: str = typer.Option("gemma", "--model", help="Model name sent to /tokenize (with --endpoint)."),
 ) -> None:
+    # Streamed: the input is read once, line by line, so a log of any size costs memory per
+    # distinct message, not per line.
     if source == "-":
-        data = sys.stdin.buffer.read()
+        handle = contextlib.nullcontext(sys.stdin.buffer)
     else:
         path = Path(source)
         if not path.is_file():
             typer.echo(f"no such file: {source}", err=True)
             raise typer.Exit(code=2)
-        data = path.read_bytes()
+        handle = path.open("rb")
     tokenizer = VLLMTokenizer(endpoint, model) if endpoint else None
-    result = build_digest(lines_from_bytes(data), budget_tokens=budget, tokenizer=tokenizer)
+    with handle as stream:
+        result = build_digest(lines_from_stream(stream), budget_tokens=budget, tokenizer=tokenizer)
     if as_json:
         typer.echo(json.dumps(result.to_json(), indent=2, ensure_ascii=False))
     else:
