@@ -238,18 +238,7 @@ class Settings(BaseSettings):
     @field_validator("tpu_accelerator_type")
     @classmethod
     def _accelerator(cls, value: str) -> str:
-        value = value.strip().lower()
-        if value in WRONG_ACCELERATOR_SPELLINGS:
-            raise ValueError(
-                f"TPU_ACCELERATOR_TYPE={value} is not a name the TPU API accepts; "
-                f"use TPU_ACCELERATOR_TYPE={WRONG_ACCELERATOR_SPELLINGS[value]}"
-            )
-        if accelerator_family(value) is None:
-            raise ValueError(
-                f"TPU_ACCELERATOR_TYPE={value} is not a known accelerator; "
-                "use v5litepod-1 (v5e, one chip)"
-            )
-        return value
+        return check_accelerator(value)
 
     @field_validator("max_run_duration", "valid_until_duration")
     @classmethod
@@ -303,6 +292,16 @@ class Settings(BaseSettings):
     def load(cls, env_file: str | Path | None = None, **overrides: Any) -> "Settings":
         path = Path(env_file) if env_file is not None else env_file_path()
         return cls(_env_file=path if path.exists() else None, **overrides)
+
+
+def check_accelerator(value: str, name: str = "TPU_ACCELERATOR_TYPE") -> str:
+    """The one check of an accelerator name, for settings and every CLI option that takes one."""
+    value = value.strip().lower()
+    if value in WRONG_ACCELERATOR_SPELLINGS:
+        raise ValueError(f"{name}={value} is not a name the TPU API accepts; use {name}={WRONG_ACCELERATOR_SPELLINGS[value]}")
+    if accelerator_family(value) is None:
+        raise ValueError(f"{name}={value} is not a known accelerator; use v5litepod-1 (v5e, one chip)")
+    return value
 
 
 def accelerator_family(accelerator: str) -> str | None:

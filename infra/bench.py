@@ -376,6 +376,27 @@ def _payload(config: SweepConfig, prompt: str, max_tokens: int, stream: bool) ->
     return payload
 
 
+class EndpointNotAnswering(RuntimeError):
+    """The first probe of a sweep failed: running the rest would only print rows of zeros."""
+
+
+async def probe_endpoint(client: httpx.AsyncClient, config: SweepConfig) -> None:
+    """One tiny non-streaming request (like the calibration probes); raises EndpointNotAnswering
+    with the one-line reason when the endpoint does not answer it with a completion."""
+    url = chat_completions_url(config.base_url)
+    payload = _payload(config, synthetic_prompt(8, seed=_PROBE_SEED), 1, stream=False)
+    try:
+        response = await client.post(url, json=payload, timeout=config.connect_timeout_s + 60)
+        if response.status_code != 200:
+            reason = f"HTTP {response.status_code}: {_error_message(response.text)}"
+        else:
+            response.json()["choices"]
+            return
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    raise EndpointNotAnswering(f"{url} did not answer the first probe ({reason}); nothing was measured")
+
+
 async def calibrate_prompt_estimate(client: httpx.AsyncClient, config: SweepConfig) -> PromptEstimate:
     """Two tiny non-streaming probes give the server's tokens per word and template overhead.
     Falls back to the documented estimate if the server does not report usage."""
@@ -460,6 +481,7 @@ async def run_sweep(
     """Every (context, concurrency) cell in turn, contexts outermost."""
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     async with _client(config) as client:
+        await probe_endpoint(client, config)
         estimate = await calibrate_prompt_estimate(client, config) if config.calibrate else PromptEstimate()
         cells = []
         next_seed = config.seed * 1_000_000  # every request of the sweep gets its own prompt

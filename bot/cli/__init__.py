@@ -7,14 +7,20 @@ May import the rest of `bot/` (settings, wiring, the processes) and, through the
 from __future__ import annotations
 
 import importlib
+from importlib.metadata import PackageNotFoundError, version
+from typing import Optional
 
 import typer
+from typer.core import TyperCommand
 
 app = typer.Typer(
     name="tpubot",
     help="Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e.",
     no_args_is_help=True,
     add_completion=False,
+    # click's plain help and errors: no boxes that cut options at 80 columns, no `<bool>` type noise.
+    rich_markup_mode=None,
+    pretty_exceptions_enable=False,
 )
 
 # One line per command module; a module's `register(app)` adds its commands.
@@ -33,14 +39,45 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class PlainCommand(TyperCommand):
+    """A command whose help names each option's value as a word (`--hours HOURS`), not a type
+    (`<float>`), and whose summary in `tpubot --help` is never cut short."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            # typer's options are not click.Option subclasses: tell them by their is_flag attribute.
+            if getattr(param, "is_flag", True) is False and param.metavar is None:
+                param.metavar = (param.name or "value").upper()
+
+
+def package_version() -> str:
+    try:
+        return version("tpubot")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"tpubot {package_version()}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _root() -> None:
+def _root(
+    _version: Optional[bool] = typer.Option(None, "--version", callback=_show_version, is_eager=True,
+                                            help="Print the version and exit."),
+) -> None:
     """Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e."""
 
 
 def _register_all() -> None:
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(app)
+    for command in app.registered_commands:
+        command.cls = PlainCommand
+        command.short_help = command.short_help or command.help
 
 
 _register_all()
