@@ -49,6 +49,8 @@ class PlainCommand(TyperCommand):
             # typer's options are not click.Option subclasses: tell them by their is_flag attribute.
             if getattr(param, "is_flag", True) is False and param.metavar is None:
                 param.metavar = (param.name or "value").upper()
+            elif param.param_type_name == "argument":
+                param.display_type_rich = lambda ctx: None  # the metavar (FILE) says it; `<str>` adds nothing
 
 
 def package_version() -> str:

@@ -124,8 +124,8 @@ def show_cost(
                                                      "(default: MAX_RUN_DURATION)", show_default=False),
     started: Optional[str] = typer.Option(None, help="when the lease started (ISO time); enables cost so far"),
     bench_file: Optional[Path] = typer.Option(None, "--bench", help="a `tpubot bench --json` file for $/M tokens"),
-    channel: Optional[str] = typer.Option(None, help="a Slack channel id (C…): that channel's lease, read from REDIS_URL"),
-    team: Optional[str] = typer.Option(None, help="the Slack team id (T…) of --channel"),
+    channel: Optional[str] = typer.Option(None, help="a Slack channel id, like C012ABCDEF: that channel's lease, read from REDIS_URL"),
+    team: Optional[str] = typer.Option(None, help="the Slack team id of --channel, like T012ABCDEF"),
     as_json: bool = typer.Option(False, "--json", help=json_option_help("cost")),
 ) -> None:
     # Without --started/--hours, --channel/--team read the channel's lease from the bot's Redis.

@@ -4,6 +4,7 @@ A table is printed in the first layout that fits the width without cutting anyth
 
 - on a terminal, a box-drawn table (rich) at its natural width;
 - not on a terminal (piped, redirected), the same columns as plain aligned text;
+- too wide for that: the widest column wrapped inside its cell, at spaces, commas and semicolons;
 - otherwise records: one block per row, `column  value` per line, long values wrapped at spaces.
 
 The width is the terminal's, or `COLUMNS` (`shutil.get_terminal_size`; 80 when neither says).
@@ -13,6 +14,7 @@ Nothing is ever replaced by `…`: a value the user ran the command for is alway
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import sys
 import textwrap
@@ -57,7 +59,7 @@ def print_report(report: Report, out: TextIO | None = None, *, width: int | None
     elif fits:
         out.write("\n".join(aligned) + "\n")
     else:
-        out.write("\n".join(record_lines(report, width)) + "\n")
+        out.write("\n".join(wrapped_lines(report, width) or record_lines(report, width)) + "\n")
     for note in report.notes:
         _write_wrapped(out, note, width)
     out.flush()
@@ -73,6 +75,45 @@ def aligned_lines(report: Report) -> list[str]:
         return GAP.join(cells).rstrip()
 
     return [line(report.columns), line(["-" * w for w in widths])] + [line(row) for row in report.rows]
+
+
+MIN_WRAPPED_WIDTH = 16
+_CHUNK = re.compile(r"[^\s,;]*[,;]?\s*")
+
+
+def wrapped_lines(report: Report, width: int) -> list[str] | None:
+    """Aligned columns with the widest one wrapped inside its cell; None when even that does not
+    fit without breaking a word (then the caller falls back to records)."""
+    if not report.rows:
+        return None
+    widths = [max([len(name)] + [len(row[i]) for row in report.rows]) for i, name in enumerate(report.columns)]
+    wide = widths.index(max(widths))
+    room = width - sum(w for i, w in enumerate(widths) if i != wide) - len(GAP) * (len(widths) - 1)
+    cells = [[_chunked(value, room) if i == wide else [value] for i, value in enumerate(row)] for row in report.rows]
+    if room < max(MIN_WRAPPED_WIDTH, len(report.columns[wide])) or any(
+            len(line) > room for row in cells for line in row[wide]):
+        return None
+    widths[wide] = max([len(report.columns[wide])] + [len(line) for row in cells for line in row[wide]])
+
+    def line(values: Sequence[str]) -> str:
+        return GAP.join(value.rjust(w) if name in report.right_aligned else value.ljust(w)
+                        for value, w, name in zip(values, widths, report.columns)).rstrip()
+
+    lines = [line(report.columns), line(["-" * w for w in widths])]
+    for row in cells:
+        for n in range(max(len(cell) for cell in row)):
+            lines.append(line([cell[n] if n < len(cell) else "" for cell in row]))
+    return lines
+
+
+def _chunked(value: str, room: int) -> list[str]:
+    """Break at spaces, commas and semicolons only; a chunk longer than `room` stays whole."""
+    lines = [""]
+    for chunk in _CHUNK.findall(value):
+        if lines[-1] and len(lines[-1] + chunk.rstrip()) > room:
+            lines.append("")
+        lines[-1] += chunk
+    return [text.rstrip() for text in lines if text.strip()] or [""]
 
 
 def record_lines(report: Report, width: int) -> list[str]:
