@@ -158,6 +158,7 @@ def test_version_and_help_without_type_noise():
         text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "80"}).output
         assert not re.search(r"<(str|bool|int|float|path)[^>]*>", text), text
         assert not re.search(r"\d\.\d{5,}", text), text  # defaults as a person writes them
+        assert not re.search(r"default: \(", text), text  # click wraps a string default in parentheses
         assert "…" not in text
     assert "8.97" in CliRunner().invoke(app, ["capacity", "--help"]).output
     summary = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80"}).output

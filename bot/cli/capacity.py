@@ -49,14 +49,17 @@ def _settings(console: Console) -> Settings:
 
 def show_capacity(
     context: str = typer.Option("1024,8192,16384", help="context lengths (tokens) to size for, comma-separated"),
-    utilization: float = typer.Option(capacity.DEFAULT_GPU_MEMORY_UTILIZATION, help="vLLM --gpu-memory-utilization",
-                                      show_default=f"{capacity.DEFAULT_GPU_MEMORY_UTILIZATION:g}"),
+    # Defaults are shown as a person writes them (8.97, not 8.96999999973923), in the help text.
+    utilization: float = typer.Option(
+        capacity.DEFAULT_GPU_MEMORY_UTILIZATION, show_default=False,
+        help=f"vLLM --gpu-memory-utilization, above 0 and at most 1 (default {capacity.DEFAULT_GPU_MEMORY_UTILIZATION:g})"),
     resident_gib: float = typer.Option(
-        capacity.GEMMA4_E2B_RESIDENT_BYTES / capacity.GIB, help="HBM vLLM keeps besides the KV cache (GiB)",
-        show_default=f"{capacity.GEMMA4_E2B_RESIDENT_BYTES / capacity.GIB:.2f}"),
+        capacity.GEMMA4_E2B_RESIDENT_BYTES / capacity.GIB, show_default=False,
+        help=f"HBM vLLM keeps besides the KV cache, GiB (default {capacity.GEMMA4_E2B_RESIDENT_BYTES / capacity.GIB:.2f}, "
+             "measured)"),
     kv_kib_per_token: float = typer.Option(
-        capacity.GEMMA4_E2B_KV_BYTES_PER_TOKEN / capacity.KIB, help="KV cache per token (KiB)",
-        show_default=f"{capacity.GEMMA4_E2B_KV_BYTES_PER_TOKEN / capacity.KIB:g}"),
+        capacity.GEMMA4_E2B_KV_BYTES_PER_TOKEN / capacity.KIB, show_default=False,
+        help=f"KV cache per token, KiB (default {capacity.GEMMA4_E2B_KV_BYTES_PER_TOKEN / capacity.KIB:g})"),
     as_json: bool = typer.Option(False, "--json", help=json_option_help("capacity")),
 ) -> None:
     contexts = _ints(context, "--context")
