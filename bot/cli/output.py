@@ -54,7 +54,7 @@ def print_report(report: Report, out: TextIO | None = None, *, width: int | None
         _write_wrapped(out, report.title, width)
     aligned = aligned_lines(report)
     fits = not report.rows or max(len(line) for line in aligned) <= width
-    if fits and terminal:
+    if terminal and boxed_width(report) <= width:
         _print_rich(report, out, width)
     elif fits:
         out.write("\n".join(aligned) + "\n")
@@ -63,6 +63,12 @@ def print_report(report: Report, out: TextIO | None = None, *, width: int | None
     for note in report.notes:
         _write_wrapped(out, note, width)
     out.flush()
+
+
+def boxed_width(report: Report) -> int:
+    """The box table's width: each column plus a space either side and a border between."""
+    widths = [max([len(name)] + [len(row[i]) for row in report.rows]) for i, name in enumerate(report.columns)]
+    return sum(widths) + 3 * len(widths) + 1
 
 
 def aligned_lines(report: Report) -> list[str]:
@@ -147,8 +153,9 @@ def _print_rich(report: Report, out: TextIO, width: int) -> None:
 
     table = Table()
     for name in report.columns:
+        # It fits (boxed_width); "fold" only says that rich must never replace a value's end by "…".
         table.add_column(name, justify="right" if name in report.right_aligned else "left", no_wrap=True,
-                         overflow="ignore")
+                         overflow="fold")
     for row in report.rows:
         table.add_row(*row)
     Console(file=out, width=width, highlight=False, markup=False, emoji=False).print(table)
