@@ -416,5 +416,9 @@ def _run_terminal(shell: Shell, terminal: TerminalInput) -> int:
             shell.out.write("\n")
             return 0
         more = terminal.mention_lines() if line.split(maxsplit=1)[:1] and line.split()[0].lower() == "@tpubot" else None
-        if not shell.run_line(line, more or (lambda: None)):
-            return 0
+        try:
+            if not shell.run_line(line, more or (lambda: None)):
+                return 0
+        except KeyboardInterrupt:
+            # What was sent stays sent (the bot finishes it); only this wait is given up.
+            shell.out.write("\n(Ctrl-C: stopped waiting; the bot carries on with what it was sent)\n")
