@@ -495,24 +495,32 @@ async def run_sweep(
 
 
 def run_sweep_with_progress(config: SweepConfig, console: Any = None) -> SweepResult:
-    """`run_sweep` under a rich progress bar (one tick per finished request)."""
+    """`run_sweep` under a rich progress bar (one tick per finished request). The bar appears
+    with the first cell, so an endpoint that fails the first probe leaves only its one line."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=False,
-    ) as progress:
-        task = progress.add_task("bench", total=config.total_requests)
-        failures = 0
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, transient=False)
+    task = progress.add_task("bench", total=config.total_requests)
+    failures = 0
+    shown = False
 
-        def cell_started(context: int, concurrency: int) -> None:
-            progress.update(task, description=f"context {context:>6} × concurrency {concurrency:>3}")
+    def cell_started(context: int, concurrency: int) -> None:
+        nonlocal shown
+        if not shown:
+            progress.start()
+            shown = True
+        progress.update(task, description=f"context {context:>6} × concurrency {concurrency:>3}")
 
-        def request_done(outcome: RequestOutcome) -> None:
-            nonlocal failures
-            failures += not outcome.success
-            progress.advance(task)
+    def request_done(outcome: RequestOutcome) -> None:
+        nonlocal failures
+        failures += not outcome.success
+        progress.advance(task)
 
+    try:
         result = asyncio.run(run_sweep(config, on_request_done=request_done, on_cell_start=cell_started))
         progress.update(task, description=f"done ({failures} failed)")
+    finally:
+        if shown:
+            progress.stop()
     return result

@@ -355,3 +355,4 @@ def test_cli_bench_stops_after_the_first_failed_probe(tmp_path: Path) -> None:
     assert result.exit_code == 1
     assert "bench stopped:" in result.output and "did not answer the first probe" in result.output
     assert "out tok/s" not in result.output and "0.0" not in result.stdout
+    assert len(result.output.strip().splitlines()) == 1, result.output  # one line, no empty progress bar
