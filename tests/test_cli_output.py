@@ -177,3 +177,19 @@ def test_cost_refuses_out_of_range_hours_and_wrong_accelerator_names(clean_env):
     for wrong, right in WRONG_ACCELERATOR_SPELLINGS.items():
         result = CliRunner().invoke(app, ["cost", "--accelerator", wrong])
         assert result.exit_code == 2 and f"use --accelerator={right}" in result.output, result.output
+
+
+def test_many_rows_split_into_narrower_tables_that_repeat_the_keys():
+    columns = ["context", "conc", *(f"metric {i}" for i in range(12))]
+    report = Report(title="", columns=columns, right_aligned=frozenset(columns), key_columns=2)
+    for context in (128, 1024, 8192, 15000):
+        report.add_row(context, 64, *(f"{1000.5 + i:.1f}" for i in range(12)))
+    out = io.StringIO()
+    print_report(report, out, width=80)
+    lines = out.getvalue().splitlines()
+    assert max(len(line) for line in lines) <= 80
+    headers = [line for line in lines if line.startswith("context")]
+    assert len(headers) >= 2 and all(line.split()[:2] == ["context", "conc"] for line in headers)
+    for i in range(12):
+        assert sum(f"metric {i}" in line for line in headers) == 1  # every column once, none cut
+    assert out.getvalue().count("15000") == len(headers)

@@ -340,4 +340,4 @@ def bench(
 def results_report(result) -> Report:
     table = results_table(result)
     return Report(title=table.title, columns=table.columns, rows=table.rows, notes=[table.caption],
-                  right_aligned=frozenset(table.columns))
+                  right_aligned=frozenset(table.columns), key_columns=2)  # context, concurrency

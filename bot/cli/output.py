@@ -5,6 +5,8 @@ A table is printed in the first layout that fits the width without cutting anyth
 - on a terminal, a box-drawn table (rich) at its natural width;
 - not on a terminal (piped, redirected), the same columns as plain aligned text;
 - too wide for that: the widest column wrapped inside its cell, at spaces, commas and semicolons;
+- a table of many rows (a bench sweep): its columns in several narrower tables, each repeating
+  the key columns (context, concurrency) so every part reads on its own;
 - otherwise records: one block per row, `column  value` per line, long values wrapped at spaces.
 
 The width is the terminal's, or `COLUMNS` (`shutil.get_terminal_size`; 80 when neither says).
@@ -33,6 +35,7 @@ class Report:
     rows: list[Sequence[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     right_aligned: frozenset[str] = frozenset()  # column names whose values are numbers
+    key_columns: int = 1  # leading columns that name a row; repeated when the columns are split
 
     def add_row(self, *values: Any) -> None:
         self.rows.append([str(v) for v in values])
@@ -59,7 +62,8 @@ def print_report(report: Report, out: TextIO | None = None, *, width: int | None
     elif fits:
         out.write("\n".join(aligned) + "\n")
     else:
-        out.write("\n".join(wrapped_lines(report, width) or record_lines(report, width)) + "\n")
+        out.write("\n".join(wrapped_lines(report, width) or split_lines(report, width)
+                             or record_lines(report, width)) + "\n")
     for note in report.notes:
         _write_wrapped(out, note, width)
     out.flush()
@@ -109,6 +113,35 @@ def wrapped_lines(report: Report, width: int) -> list[str] | None:
     for row in cells:
         for n in range(max(len(cell) for cell in row)):
             lines.append(line([cell[n] if n < len(cell) else "" for cell in row]))
+    return lines
+
+
+SPLIT_MIN_ROWS = 4  # fewer rows read better as records, one block each
+
+
+def split_lines(report: Report, width: int) -> list[str] | None:
+    """The columns in groups that fit the width, each group printed with the key columns."""
+    if len(report.rows) < SPLIT_MIN_ROWS or len(report.columns) <= report.key_columns:
+        return None
+    widths = [max([len(name)] + [len(row[i]) for row in report.rows]) for i, name in enumerate(report.columns)]
+    keys = list(range(report.key_columns))
+    room = width - sum(widths[i] + len(GAP) for i in keys)
+    groups: list[list[int]] = [[]]
+    used = 0
+    for index in range(report.key_columns, len(report.columns)):
+        need = widths[index] + (len(GAP) if groups[-1] else 0)
+        if widths[index] > room:
+            return None
+        if used + need > room:
+            groups.append([])
+            used, need = 0, widths[index]
+        groups[-1].append(index)
+        used += need
+    lines: list[str] = []
+    for group in groups:
+        part = Report(title="", columns=[report.columns[i] for i in keys + group],
+                      rows=[[row[i] for i in keys + group] for row in report.rows], right_aligned=report.right_aligned)
+        lines += ([""] if lines else []) + aligned_lines(part)
     return lines
 
 
