@@ -45,3 +45,13 @@ def configure_logging(level: int = logging.INFO, *, json_lines: bool = True) -> 
     logging.getLogger("slack_bolt").setLevel(max(level, logging.WARNING))
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
     logging.Formatter.converter = time.gmtime
+
+
+def log_to_file(path, level: int = logging.INFO) -> None:
+    """`tpubot shell`: the same JSON lines, into a file instead of the terminal the conversation is on
+    (warnings too), so no log line lands between a question and its answer."""
+    configure_logging(level)
+    handler = logging.FileHandler(path, encoding="utf-8")
+    handler.setFormatter(RedactingJsonFormatter())
+    logging.getLogger().handlers[:] = [handler]
+    logging.captureWarnings(True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
+from infra.durations import format_duration, parse_duration
 from infra.prices import PriceTableSetting, default_price_table
 
 ENV_FILE_VAR = "TPUBOT_ENV_FILE"
@@ -40,30 +40,7 @@ ACCELERATOR_FAMILIES: dict[str, dict[str, Any]] = {
 }
 WRONG_ACCELERATOR_SPELLINGS = {"v5e-1": "v5litepod-1", "v5e-4": "v5litepod-4", "v5e-8": "v5litepod-8"}
 
-_DURATION_RE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(s|m|h|d)?\s*$", re.IGNORECASE)
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(value: Any) -> timedelta:
-    """Accept `4h`, `30m`, `14400s`, `14400` (seconds) or a timedelta."""
-    if isinstance(value, timedelta):
-        return value
-    if isinstance(value, (int, float)):
-        return timedelta(seconds=float(value))
-    match = _DURATION_RE.match(str(value))
-    if not match:
-        raise ValueError(f"{value!r} is not a duration; write it like 4h, 90m or 14400s")
-    number, unit = match.groups()
-    return timedelta(seconds=float(number) * _UNIT_SECONDS[(unit or "s").lower()])
-
-
-def format_duration(delta: timedelta) -> str:
-    seconds = int(delta.total_seconds())
-    if seconds % 3600 == 0:
-        return f"{seconds // 3600}h"
-    if seconds % 60 == 0:
-        return f"{seconds // 60}m"
-    return f"{seconds}s"
+# One parser for durations (settings and `/tpu up`): infra/durations.py.
 
 
 def env_file_path() -> Path:
@@ -241,18 +218,7 @@ class Settings(BaseSettings):
     @field_validator("tpu_accelerator_type")
     @classmethod
     def _accelerator(cls, value: str) -> str:
-        value = value.strip().lower()
-        if value in WRONG_ACCELERATOR_SPELLINGS:
-            raise ValueError(
-                f"TPU_ACCELERATOR_TYPE={value} is not a name the TPU API accepts; "
-                f"use TPU_ACCELERATOR_TYPE={WRONG_ACCELERATOR_SPELLINGS[value]}"
-            )
-        if accelerator_family(value) is None:
-            raise ValueError(
-                f"TPU_ACCELERATOR_TYPE={value} is not a known accelerator; "
-                "use v5litepod-1 (v5e, one chip)"
-            )
-        return value
+        return check_accelerator(value)
 
     @field_validator("max_run_duration", "valid_until_duration")
     @classmethod
@@ -306,6 +272,16 @@ class Settings(BaseSettings):
     def load(cls, env_file: str | Path | None = None, **overrides: Any) -> "Settings":
         path = Path(env_file) if env_file is not None else env_file_path()
         return cls(_env_file=path if path.exists() else None, **overrides)
+
+
+def check_accelerator(value: str, name: str = "TPU_ACCELERATOR_TYPE") -> str:
+    """The one check of an accelerator name, for settings and every CLI option that takes one."""
+    value = value.strip().lower()
+    if value in WRONG_ACCELERATOR_SPELLINGS:
+        raise ValueError(f"{name}={value} is not a name the TPU API accepts; use {name}={WRONG_ACCELERATOR_SPELLINGS[value]}")
+    if accelerator_family(value) is None:
+        raise ValueError(f"{name}={value} is not a known accelerator; use v5litepod-1 (v5e, one chip)")
+    return value
 
 
 def accelerator_family(accelerator: str) -> str | None:

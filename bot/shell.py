@@ -3,20 +3,19 @@
 Lines go to the same bolt app through the same signed-request path Slack uses; what the bot
 posts comes back through the local Slack Web API stand-in and is printed as readable text.
 
-  /tpu …           a slash command
-  @tpubot …        a mention; following lines until a blank line belong to it
-  !click TEXT      press the most recent button whose label contains TEXT
-  !user NAME       act as another user
-  !wait            wait until the bot has finished what it started
-  !quit            leave
+On a terminal it has a prompt, line editing and history (stdlib readline); the bot's logs go to
+a file whose path is printed once, never into the conversation. `!help` lists the commands.
 """
 
 from __future__ import annotations
 
+import os
 import re
+import select
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Callable, TextIO
 
@@ -32,6 +31,21 @@ CHANNEL = "C0SHELL"
 # FAILED is stable too: a model that failed to boot keeps its lease (and TPU) until `/tpu down`.
 STABLE_STATES = {LeaseState.ACTIVE.value, LeaseState.READY.value, LeaseState.FAILED.value}
 SETTLE_TIMEOUT = 180.0
+# A mention body longer than this is echoed as a one-line summary, not line by line.
+PASTE_ECHO_LINES = 3
+PASTE_ECHO_CHARS = 300
+
+HELP_LINES = (
+    "/tpu …           a slash command (/TPU works too); /tpu help lists them",
+    "@tpubot …        a mention; the following lines, up to a blank line, belong to it (pasted logs)",
+    "!click TEXT      press the most recent button whose label contains TEXT",
+    "!user NAME       act as another user",
+    "!wait            wait until the bot has finished what it started",
+    "!kick NAME       remove NAME from the channel",
+    "!invite NAME     add NAME to the channel",
+    "!help            this list",
+    "!quit            leave (Ctrl-D too)",
+)
 
 
 @dataclass
@@ -41,6 +55,24 @@ class Button:
     value: str
     message_ts: str
     ephemeral: bool
+
+
+def shell_log_path() -> "Path":
+    """Where `tpubot shell` writes the bot's logs: one file per shell, in the temp directory."""
+    import tempfile
+    from pathlib import Path
+
+    return Path(os.environ.get("TPUBOT_SHELL_LOG") or Path(tempfile.gettempdir()) / f"tpubot-shell-{os.getpid()}.log")
+
+
+def paste_summary(text: str) -> list[str]:
+    """A long mention as its first line and a count: `[pasted 12,345 lines]`."""
+    first, *rest = text.split("\n")
+    if len(rest) <= PASTE_ECHO_LINES and len(text) <= PASTE_ECHO_CHARS * (PASTE_ECHO_LINES + 1):
+        return [first, *rest]
+    if len(first) > PASTE_ECHO_CHARS:
+        first = first[:PASTE_ECHO_CHARS] + f" [+{len(first) - PASTE_ECHO_CHARS:,} characters]"
+    return [first, f"[pasted {len(rest):,} lines]"] if rest else [first]
 
 
 def user_id_for(name: str) -> str:
@@ -71,7 +103,8 @@ def render(text: str, blocks: list | None) -> list[str]:
     return lines
 
 
-# The handful of emoji codes the bot uses, so a terminal shows symbols rather than :codes:.
+# Slack's names where they differ from the emoji table rich ships (which renders the rest), so a
+# terminal shows symbols rather than :codes:.
 EMOJI = {
     ":white_check_mark:": "✅", ":warning:": "⚠️", ":lock:": "🔒", ":no_entry:": "⛔", ":receipt:": "🧾",
     ":hourglass_flowing_sand:": "⏳", ":double_vertical_bar:": "⏸", ":gear:": "⚙️", ":large_green_circle:": "🟢",
@@ -79,9 +112,18 @@ EMOJI = {
 }
 
 
-def _plain(mrkdwn: str) -> str:
+def emoji(text: str) -> str:
+    from rich.emoji import Emoji
+
     for code, symbol in EMOJI.items():
-        mrkdwn = mrkdwn.replace(code, symbol)
+        text = text.replace(code, symbol)
+    return Emoji.replace(text)
+
+
+def _plain(mrkdwn: str) -> str:
+    # A ``` block is Slack's only way to show a table; on a terminal the lines already are one.
+    mrkdwn = re.sub(r"```\n?", "\n", mrkdwn).strip("\n") if "```" in mrkdwn else mrkdwn
+    mrkdwn = emoji(mrkdwn)
     text = re.sub(r"<@([A-Z0-9]+)>", r"@\1", mrkdwn)
     text = re.sub(r"<!subteam\^([A-Z0-9]+)(\|[^>]*)?>", r"@group:\1", text)
     text = re.sub(r"<(https?://[^|>]+)\|([^>]+)>", r"\2 (\1)", text)
@@ -106,7 +148,9 @@ class Shell:
     out: TextIO = sys.stdout
     user: str = "alice"
     buttons: list[Button] = field(default_factory=list)
+    terminal: "TerminalInput | None" = None  # set on a terminal: prompt, line editing, no echo of typed lines
     _print_lock: threading.Lock = field(default_factory=threading.Lock)
+    _shown: dict[str, list[str]] = field(default_factory=dict)  # message ts -> lines last printed
 
     def __post_init__(self) -> None:
         self.requests = self.stack.signed_requests()
@@ -116,9 +160,19 @@ class Shell:
     # --- output ----------------------------------------------------------------------------
     def say(self, prefix: str, lines: list[str]) -> None:
         with self._print_lock:
+            waiting = self.terminal is not None and self.terminal.waiting
+            if waiting:
+                self.out.write("\r\x1b[K")  # over the prompt line; it is drawn again below
             for i, line in enumerate(lines):
                 self.out.write(f"{prefix if i == 0 else ' ' * len(prefix)}{line}\n")
+            if waiting:
+                self.terminal.redraw(self.out)
             self.out.flush()
+
+    def echo(self, line: str) -> None:
+        """What the user sent, for a script's transcript; a terminal already shows what was typed."""
+        if self.terminal is None:
+            self.say(f"{self.user}> ", [line])
 
     def _on_bot_post(self, method: str, result: dict) -> None:
         slack = self.stack.slack
@@ -130,7 +184,19 @@ class Shell:
             where = "thread" if message.thread_ts else "#" + message.channel
             verb = {"chat.update": "updated", "chat.stopStream": "replied"}.get(method, "posted")
             self.buttons += _buttons(message.blocks, message.ts, False)
-            self.say(f"[{where}] tpubot {verb}: ", render(message.text, message.blocks))
+            lines = render(message.text, message.blocks)
+            before = self._shown.get(message.ts)
+            self._shown[message.ts] = lines
+            if method == "chat.update" and before is not None:
+                # An edit shows its header and what changed, so a card repeated with one new line
+                # (CREATING, then CREATING + "Trying us-west4-a…") is not printed twice.
+                # A line that differs only in its numbers ("(3s ago)") is a clock ticking, not news.
+                ticking = {re.sub(r"\d+", "#", line) for line in before}
+                changed = [line for line in lines[1:] if line not in before and re.sub(r"\d+", "#", line) not in ticking]
+                if not changed and lines[0] == before[0]:
+                    return
+                lines = changed if lines[0] == before[0] else [lines[0], *changed]
+            self.say(f"[{where}] tpubot {verb}: ", lines)
         elif method == "response_url":
             blocks = result.get("blocks")
             self.buttons += _buttons(blocks, "", True)
@@ -141,10 +207,11 @@ class Shell:
         line = line.rstrip("\n")
         if not line.strip():
             return True
-        if line.startswith("/tpu"):
-            self.slash(line[len("/tpu"):].strip())
-        elif line.startswith("@tpubot"):
-            body = [line[len("@tpubot"):].strip()]
+        word = line.split(maxsplit=1)[0].lower()
+        if word == "/tpu":
+            self.slash(line.strip()[len("/tpu"):].strip())
+        elif word == "@tpubot":
+            body = [line.strip()[len("@tpubot"):].strip()]
             while (next_line := more()) is not None and next_line.strip():
                 body.append(next_line.rstrip("\n"))
             self.mention("\n".join(body))
@@ -156,14 +223,16 @@ class Shell:
             self.say("", [f"(now acting as {name}, {user_id_for(name)})"])
         elif line.startswith("!wait"):
             self.settle()
+        elif line.strip() == "!help":
+            self.say("", list(HELP_LINES))
         elif line.strip() in ("!quit", "!exit"):
             return False
         else:
-            self.say("", ["(lines start with /tpu, @tpubot, !click, !user, !wait or !quit)"])
+            self.say("", ["(lines start with /tpu, @tpubot, !click, !user, !wait, !kick, !invite, !help or !quit)"])
         return True
 
     def slash(self, text: str) -> None:
-        self.say(f"{self.user}> ", [f"/tpu {text}".rstrip()])
+        self.echo(f"/tpu {text}".rstrip())
         reply = self.requests.slash(text, user=user_id_for(self.user), channel=CHANNEL)
         if reply.status != 200:
             self.say("[error] ", [f"HTTP {reply.status}: {reply.body[:200]}"])
@@ -173,7 +242,11 @@ class Shell:
         self.say("[only you] tpubot: ", render(payload.get("text", ""), payload.get("blocks")))
 
     def mention(self, text: str) -> None:
-        self.say(f"{self.user}> ", [f"@tpubot {text}"])
+        if self.terminal is None:
+            self.say(f"{self.user}> ", paste_summary(f"@tpubot {text}"))
+        elif self.terminal.pasted:
+            # The terminal showed the first line; the paste itself was read without echo.
+            self.say("", [f"[pasted {self.terminal.pasted:,} lines]"])
         reply = self.requests.mention(f"<@UTPUBOT> {text}", user=user_id_for(self.user), channel=CHANNEL)
         if reply.status != 200:
             self.say("[error] ", [f"HTTP {reply.status}: {reply.body[:200]}"])
@@ -183,7 +256,7 @@ class Shell:
         if match is None:
             self.say("", [f"(no button whose label contains {label!r})"])
             return
-        self.say(f"{self.user}> ", [f"clicks [{match.label}]"])
+        self.say(f"{self.user}> " if self.terminal is None else "", [f"clicks [{match.label}]"])
         reply = self.requests.click(action_id=match.action_id, value=match.value, user=user_id_for(self.user),
                                     channel=CHANNEL, message_ts=match.message_ts, label=match.label,
                                     is_ephemeral=match.ephemeral)
@@ -221,35 +294,131 @@ class Shell:
         return False
 
 
-def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.stdout, *, model: bool = True) -> int:
+class TerminalInput:
+    """Typed lines on a terminal: a prompt, readline's line editing and history, and pastes read
+    whole without echo (a 5 MB log is not drawn line by line)."""
+
+    PASTE_QUIET_S = 0.2  # a paste is over when the terminal sends nothing for this long
+
+    def __init__(self, stream: TextIO) -> None:
+        import readline  # noqa: F401 — importing it gives input() line editing and history
+        import termios
+
+        # Bracketed paste would put a whole paste into one readline buffer and redraw it.
+        readline.parse_and_bind("set enable-bracketed-paste off")
+        self.fd = stream.fileno()
+        self.waiting = False
+        self.prompt = ""
+        self.pasted = 0
+        self.pending: deque[str] = deque()
+        self._termios = termios
+        self._saved = termios.tcgetattr(self.fd)
+        quiet = termios.tcgetattr(self.fd)
+        # Outside input() nothing is echoed and lines are not cut at the kernel's 4 KiB line limit;
+        # readline sets its own mode while it reads and restores this one after.
+        quiet[3] &= ~(termios.ECHO | termios.ICANON)
+        quiet[6][termios.VMIN], quiet[6][termios.VTIME] = 1, 0
+        self._quiet = quiet
+        # readline draws what is typed only when the terminal it starts on echoes (it keeps
+        # passwords hidden that way): echo on for the length of input(), off again right after.
+        self._typing = list(quiet)
+        self._typing[3] = quiet[3] | termios.ECHO
+        termios.tcsetattr(self.fd, termios.TCSADRAIN, quiet)
+
+    def close(self) -> None:
+        self._termios.tcsetattr(self.fd, self._termios.TCSADRAIN, self._saved)
+
+    def read(self, prompt: str) -> str | None:
+        if self.pending:
+            return self.pending.popleft()
+        self.prompt, self.waiting = prompt, True
+        self._termios.tcsetattr(self.fd, self._termios.TCSANOW, self._typing)
+        try:
+            return input(prompt)
+        except EOFError:
+            return None
+        finally:
+            self._termios.tcsetattr(self.fd, self._termios.TCSANOW, self._quiet)
+            self.waiting = False
+
+    def redraw(self, out: TextIO) -> None:
+        import readline
+
+        out.write(self.prompt + readline.get_line_buffer())
+
+    def mention_lines(self) -> Callable[[], str | None]:
+        """The lines after `@tpubot …`: a paste already waiting is read at once, else typed lines."""
+        self.pasted = 0
+        if not self.pending and select.select([self.fd], [], [], 0.05)[0]:
+            lines = self._drain().split("\n")
+            blank = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+            self.pasted = blank
+            self.pending.extend(lines[:blank + 1] + [line for line in lines[blank + 1:] if line.strip()])
+        return lambda: self.read("… ")
+
+    def _drain(self) -> str:
+        chunks = []
+        while select.select([self.fd], [], [], self.PASTE_QUIET_S)[0]:
+            data = os.read(self.fd, 1 << 20)
+            if not data:
+                break
+            chunks.append(data)
+        return b"".join(chunks).decode("utf-8", "replace").replace("\r\n", "\n").replace("\r", "\n")
+
+
+def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.stdout, *, model: bool = True,
+              log_path: str | None = None) -> int:
     interactive = stream.isatty()
     # On the sandbox, mentions are answered by a sandbox model (a labelled heuristic, not Gemma)
     # unless GEMMA_BASE_URL names a real endpoint or --no-model asks for the model-less path.
     if not model:
         settings = settings.model_copy(update={"gemma_base_url": "", "agent_use_model": False})
     stack = LocalStack(settings, sandbox_model=model and settings.sandbox).start()
+    terminal = TerminalInput(stream) if interactive else None
     try:
-        shell = Shell(stack, out=out)
+        shell = Shell(stack, out=out, terminal=terminal)
         mode = "sandbox GCP and Slack" if settings.sandbox else f"GCP project {settings.project}"
         if stack.model_emulator is not None:
             mode += ", sandbox model (heuristic, not Gemma)"
         elif not model:
             mode += ", no model"
         shell.say("", [f"tpubot shell — {mode}, channel #{CHANNEL}, acting as {shell.user}. "
-                       "Type /tpu help, @tpubot …, !click TEXT, !user NAME, !quit."])
+                       "Type /tpu help, @tpubot …, !help for the rest, !quit to leave."]
+                  + ([f"(the bot's logs go to {log_path})"] if log_path else []))
+        if terminal is not None:
+            return _run_terminal(shell, terminal)
         lines = iter(stream.readline, "")
 
         def more() -> str | None:
             return next(lines, None)
 
         for line in lines:
-            if not interactive:
-                # A script waits for each step to finish, like a person reading the replies.
-                shell.settle()
+            # A script waits for each step to finish, like a person reading the replies.
+            shell.settle()
             if not shell.run_line(line, more):
                 break
-        if not interactive:
-            shell.settle()
+        shell.settle()
         return 0
     finally:
+        if terminal is not None:
+            terminal.close()
         stack.stop()
+
+
+def _run_terminal(shell: Shell, terminal: TerminalInput) -> int:
+    while True:
+        try:
+            line = terminal.read(f"{shell.user}> ")
+        except KeyboardInterrupt:
+            shell.out.write("\n(Ctrl-C: the line was dropped; !quit or Ctrl-D leaves)\n")
+            continue
+        if line is None:
+            shell.out.write("\n")
+            return 0
+        more = terminal.mention_lines() if line.split(maxsplit=1)[:1] and line.split()[0].lower() == "@tpubot" else None
+        try:
+            if not shell.run_line(line, more or (lambda: None)):
+                return 0
+        except KeyboardInterrupt:
+            # What was sent stays sent (the bot finishes it); only this wait is given up.
+            shell.out.write("\n(Ctrl-C: stopped waiting; the bot carries on with what it was sent)\n")

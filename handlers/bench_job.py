@@ -12,7 +12,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import Services
-from infra.bench import SweepConfig, SweepResult, run_sweep
+from infra.bench import EndpointNotAnswering, SweepConfig, SweepResult, run_sweep
 from infra.bench_report import best_cells, write_plots
 from infra.state.leases import LeaseState
 
@@ -50,6 +50,9 @@ async def bench_endpoint(svc: Services, client: AsyncWebClient, *, team: str, ch
         await client.chat_postMessage(**where, text=f":warning: The benchmark of `{lease.endpoint}` did not finish "
                                                     f"within {SWEEP_TIMEOUT_S / 60:g} minutes; nothing was saved.")
         return "timeout"
+    except EndpointNotAnswering as error:
+        await client.chat_postMessage(**where, text=f":warning: The benchmark stopped: {error}.")
+        return "unreachable"
     cells = [cell.as_dict() for cell in result.cells]
     if svc.alerting is not None and best_cells(cells)[1] is not None:
         # A sweep where everything failed must not replace an earlier good measurement.

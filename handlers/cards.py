@@ -14,17 +14,28 @@ from infra.state.leases import Lease, LeaseState
 TEARDOWN_CONFIRM_ACTION = "teardown_confirm"
 TEARDOWN_CANCEL_ACTION = "teardown_cancel"
 
-STATE_BADGES = {
-    LeaseState.PENDING: ":hourglass_flowing_sand: Requested",
-    LeaseState.CREATING: ":hourglass_flowing_sand: CREATING",
-    LeaseState.WAITING_FOR_RESOURCES: ":double_vertical_bar: WAITING_FOR_RESOURCES",
-    LeaseState.PROVISIONING: ":gear: PROVISIONING",
-    LeaseState.ACTIVE: ":large_green_circle: ACTIVE",
-    LeaseState.BOOTING_MODEL: ":rocket: BOOTING MODEL",
-    LeaseState.READY: ":white_check_mark: READY",
-    LeaseState.FAILED: ":red_circle: FAILED",
-    LeaseState.TEARING_DOWN: ":wastebasket: TEARING DOWN",
+# One spelling of each state wherever a person reads it (card header, State field, App Home):
+# words, not identifiers. PENDING is the lease before any request reached GCP.
+STATE_NAMES = {state: state.label for state in LeaseState}
+_STATE_EMOJI = {
+    LeaseState.PENDING: ":hourglass_flowing_sand:",
+    LeaseState.CREATING: ":hourglass_flowing_sand:",
+    LeaseState.WAITING_FOR_RESOURCES: ":double_vertical_bar:",
+    LeaseState.PROVISIONING: ":gear:",
+    LeaseState.ACTIVE: ":large_green_circle:",
+    LeaseState.BOOTING_MODEL: ":rocket:",
+    LeaseState.READY: ":white_check_mark:",
+    LeaseState.FAILED: ":red_circle:",
+    LeaseState.TEARING_DOWN: ":wastebasket:",
 }
+STATE_BADGES = {state: f"{emoji} {STATE_NAMES[state]}" for state, emoji in _STATE_EMOJI.items()}
+
+
+def state_name(state: str) -> str:
+    try:
+        return STATE_NAMES[LeaseState(state)]
+    except ValueError:
+        return state
 
 
 def escape(text: str) -> str:
@@ -83,7 +94,7 @@ def lease_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]
 def status_card(lease: Lease, now: float | None = None) -> tuple[str, list[dict]]:
     state = LeaseState(lease.state)
     badge = STATE_BADGES.get(state, lease.state)
-    title = _truncate(f"TPU {lease.zone} · {lease.state}", 150)
+    title = _truncate(f"TPU {lease.zone} · {state_name(lease.state)}", 150)
     fields = lease_fields(lease, now)
     blocks: list[dict] = [
         {"type": "header", "text": {"type": "plain_text", "text": title}},

@@ -10,8 +10,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from infra.durations import looks_like_duration, parse_duration
+
 ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
-HOURS_RE = re.compile(r"^(\d+(?:\.\d+)?)\s*(h|hr|hrs|hours?)?$", re.IGNORECASE)
+# `/tpu up 4hr`, `4hrs`, `4hours` read as `4h`; everything else as settings read durations.
+_HOUR_WORDS = re.compile(r"(?<=\d)(?:hours?|hrs?)$", re.IGNORECASE)
 MAX_TEXT = 500
 
 
@@ -51,17 +54,19 @@ def _parse_up(tokens: list[str]) -> dict:
     hours: float | None = None
     for token in tokens:
         token_l = token.lower()
-        hours_match = HOURS_RE.match(token_l)
-        if hours_match:
+        spelled = _HOUR_WORDS.sub("h", token_l)
+        if looks_like_duration(spelled):
             if hours is not None:
                 raise CommandError(f"Give the duration once; got `{token}` after `{hours:g}h`. {UP_USAGE}")
-            hours = float(hours_match.group(1))
+            # A bare number is hours here (`/tpu up 2`); `90m`, `1h30m`, `2h` are as in settings.
+            hours = parse_duration(spelled, bare_unit="h").total_seconds() / 3600
         elif ZONE_RE.match(token_l):
             if zone is not None:
                 raise CommandError(f"Give one zone; got `{zone}` and `{token}`. {UP_USAGE}")
             zone = token_l
         else:
-            raise CommandError(f"`{_code_safe(token[:40])}` is neither a zone (like us-west4-a) nor a duration (like 4h). {UP_USAGE}")
+            raise CommandError(f"`{_code_safe(token[:40])}` is neither a zone (like us-west4-a) nor a duration "
+                               f"(like 4h, 90m or 1h30m). {UP_USAGE}")
     return {"zone": zone, "hours": hours}
 
 
@@ -73,7 +78,7 @@ def _parse_audit(tokens: list[str]) -> dict:
     return {"count": int(tokens[0])}
 
 
-UP_USAGE = "Usage: `/tpu up [zone] [hours]`, e.g. `/tpu up`, `/tpu up us-west4-a`, `/tpu up 2h`"
+UP_USAGE = "Usage: `/tpu up [zone] [duration]`, e.g. `/tpu up`, `/tpu up us-west4-a`, `/tpu up 2h`, `/tpu up 90m`"
 ONCALL_USAGE = "Usage: `/tpu oncall [@group-or-user…|clear]`, e.g. `/tpu oncall @sre-oncall @ann`"
 _MENTION_TOKEN = re.compile(r"<[^<>]*>|[^\s<>]+")
 
@@ -99,7 +104,7 @@ def _parse_ask(tokens: list[str]) -> dict:
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
-    Subcommand("up", "/tpu up [zone] [hours]", "Provision this channel's flex-start TPU running Gemma (one per channel).", _parse_up, "provision"),
+    Subcommand("up", "/tpu up [zone] [duration]", "Provision this channel's flex-start TPU running Gemma (one per channel).", _parse_up, "provision"),
     Subcommand("status", "/tpu status", "Show this channel's lease, TPU state, zone, endpoint and deadline.", _no_args("status"), "status"),
     Subcommand("down", "/tpu down", "Tear down this channel's TPU (asks for confirmation; holder or admin).", _no_args("down"), "teardown"),
     Subcommand("audit", "/tpu audit [count]", "Show the most recent audited actions (admins).", _parse_audit, "audit"),

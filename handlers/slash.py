@@ -84,7 +84,7 @@ def render_result(services: Services, action_name: str, result) -> tuple[str, li
             )
         return cards.notice(
             f":lock: This channel's TPU is held by <@{lease.holder}> since {cards.clock(lease.created_at)} "
-            f"(lease `{lease.lease_id}`, {lease.state}, {lease.zone}). Nothing new was created. "
+            f"(lease `{lease.lease_id}`, {cards.state_name(lease.state)}, {lease.zone}). Nothing new was created. "
             "See `/tpu status`; the holder or an admin can release it with `/tpu down`."
         )
     if action_name == "status":

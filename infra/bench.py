@@ -376,6 +376,27 @@ def _payload(config: SweepConfig, prompt: str, max_tokens: int, stream: bool) ->
     return payload
 
 
+class EndpointNotAnswering(RuntimeError):
+    """The first probe of a sweep failed: running the rest would only print rows of zeros."""
+
+
+async def probe_endpoint(client: httpx.AsyncClient, config: SweepConfig) -> None:
+    """One tiny non-streaming request (like the calibration probes); raises EndpointNotAnswering
+    with the one-line reason when the endpoint does not answer it with a completion."""
+    url = chat_completions_url(config.base_url)
+    payload = _payload(config, synthetic_prompt(8, seed=_PROBE_SEED), 1, stream=False)
+    try:
+        response = await client.post(url, json=payload, timeout=config.connect_timeout_s + 60)
+        if response.status_code != 200:
+            reason = f"HTTP {response.status_code}: {_error_message(response.text)}"
+        else:
+            response.json()["choices"]
+            return
+    except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:
+        reason = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+    raise EndpointNotAnswering(f"{url} did not answer the first probe ({reason}); nothing was measured")
+
+
 async def calibrate_prompt_estimate(client: httpx.AsyncClient, config: SweepConfig) -> PromptEstimate:
     """Two tiny non-streaming probes give the server's tokens per word and template overhead.
     Falls back to the documented estimate if the server does not report usage."""
@@ -460,6 +481,7 @@ async def run_sweep(
     """Every (context, concurrency) cell in turn, contexts outermost."""
     started_at = datetime.now(timezone.utc).isoformat(timespec="seconds")
     async with _client(config) as client:
+        await probe_endpoint(client, config)
         estimate = await calibrate_prompt_estimate(client, config) if config.calibrate else PromptEstimate()
         cells = []
         next_seed = config.seed * 1_000_000  # every request of the sweep gets its own prompt
@@ -473,24 +495,32 @@ async def run_sweep(
 
 
 def run_sweep_with_progress(config: SweepConfig, console: Any = None) -> SweepResult:
-    """`run_sweep` under a rich progress bar (one tick per finished request)."""
+    """`run_sweep` under a rich progress bar (one tick per finished request). The bar appears
+    with the first cell, so an endpoint that fails the first probe leaves only its one line."""
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    with Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-        console=console, transient=False,
-    ) as progress:
-        task = progress.add_task("bench", total=config.total_requests)
-        failures = 0
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                        console=console, transient=False)
+    task = progress.add_task("bench", total=config.total_requests)
+    failures = 0
+    shown = False
 
-        def cell_started(context: int, concurrency: int) -> None:
-            progress.update(task, description=f"context {context:>6} × concurrency {concurrency:>3}")
+    def cell_started(context: int, concurrency: int) -> None:
+        nonlocal shown
+        if not shown:
+            progress.start()
+            shown = True
+        progress.update(task, description=f"context {context:>6} × concurrency {concurrency:>3}")
 
-        def request_done(outcome: RequestOutcome) -> None:
-            nonlocal failures
-            failures += not outcome.success
-            progress.advance(task)
+    def request_done(outcome: RequestOutcome) -> None:
+        nonlocal failures
+        failures += not outcome.success
+        progress.advance(task)
 
+    try:
         result = asyncio.run(run_sweep(config, on_request_done=request_done, on_cell_start=cell_started))
         progress.update(task, description=f"done ({failures} failed)")
+    finally:
+        if shown:
+            progress.stop()
     return result

@@ -1,18 +1,27 @@
-"""Presenting a benchmark sweep: a rich table, a JSON file with vLLM's key names, PNG charts,
+"""Presenting a benchmark sweep: a table of text rows, a JSON file with vLLM's key names, PNG charts,
 and reading a saved JSON back (for `tpubot cost --bench`)."""
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-from rich.table import Table
 
 from infra.bench import SweepResult, percentile_key
 
 
-def results_table(result: SweepResult) -> Table:
+@dataclass(frozen=True)
+class ResultsTable:
+    """The sweep as rows of text; the CLI lays it out (bot/cli/output.py) without cutting a value."""
+
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    caption: str
+
+
+def results_table(result: SweepResult) -> ResultsTable:
     p = percentile_key(result.config.percentiles[-1])
     estimate = result.estimate
     caption = (
@@ -20,23 +29,21 @@ def results_table(result: SweepResult) -> Table:
         f"{estimate.tokens_per_word:.2f} tokens/word + {estimate.overhead_tokens:.0f}; "
         f"'prompt tok' is the server's usage.prompt_tokens. Times in ms, vllm bench serve definitions."
     )
-    table = Table(title=f"bench {result.config.base_url} ({result.config.model})", caption=caption)
-    for name in ("context", "conc", "ok", "fail", "prompt tok", "req/s", "out tok/s", "total tok/s",
-                 "TTFT mean", f"TTFT {p}", "TPOT mean", f"TPOT {p}", "ITL mean", f"ITL {p}", "E2EL mean", f"E2EL {p}"):
-        table.add_column(name, justify="right")
+    columns = ["context", "conc", "ok", "fail", "prompt tok", "req/s", "out tok/s", "total tok/s",
+               "TTFT mean", f"TTFT {p}", "TPOT mean", f"TPOT {p}", "ITL mean", f"ITL {p}", "E2EL mean", f"E2EL {p}"]
+    rows = []
     for cell in result.cells:
         m = cell.metrics
-        table.add_row(
-            str(cell.context), str(cell.concurrency), str(m["completed"]),
-            f"[red]{m['failed']}[/red]" if m["failed"] else "0",
+        rows.append([
+            str(cell.context), str(cell.concurrency), str(m["completed"]), str(m["failed"]),
             f"{cell.mean_prompt_tokens:.0f}",
             f"{m['request_throughput']:.2f}", f"{m['output_throughput']:.1f}", f"{m['total_token_throughput']:.0f}",
             f"{m['mean_ttft_ms']:.1f}", f"{m[f'{p}_ttft_ms']:.1f}",
             f"{m['mean_tpot_ms']:.2f}", f"{m[f'{p}_tpot_ms']:.2f}",
             f"{m['mean_itl_ms']:.2f}", f"{m[f'{p}_itl_ms']:.2f}",
             f"{m['mean_e2el_ms']:.0f}", f"{m[f'{p}_e2el_ms']:.0f}",
-        )
-    return table
+        ])
+    return ResultsTable(f"bench {result.config.base_url} ({result.config.model})", columns, rows, caption)
 
 
 def failure_lines(result: SweepResult) -> list[str]:

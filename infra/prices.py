@@ -65,10 +65,11 @@ class PriceEntry(BaseModel):
         return (self.accelerator, self.region, self.provisioning_model)
 
 
-_CATALOG_NOTE = (
-    "third-party note quoting the Cloud Billing Catalog for v5e in us-west4 "
-    "(shared/reference/gcp-apis.md §8; no authoritative v5e price page was read)"
-)
+# What users can check themselves: the public pricing page and the Cloud Billing Catalog's SKUs.
+# These rates were read from a third-party note quoting the catalog (no v5e price was read on
+# Google's page itself), so the source says so; PRICES in tpu.env replaces them with your own.
+PRICING_PAGE = "https://cloud.google.com/tpu/pricing"
+_CATALOG_NOTE = f"Cloud Billing Catalog, v5e in us-west4, as quoted by a third party; check {PRICING_PAGE}"
 _READ_ON = date(2026, 11, 29)  # when that reference was read into this project
 DEFAULT_PRICE_ENTRIES: tuple[PriceEntry, ...] = (
     PriceEntry(
@@ -85,8 +86,8 @@ DEFAULT_PRICE_ENTRIES: tuple[PriceEntry, ...] = (
         provisioning_model="flex-start",
         usd_per_chip_hour=0.60,
         as_of=_READ_ON,
-        source=_CATALOG_NOTE + "; SKU 'DWS Defined Duration V5e'. Google itself publishes flex-start "
-        "only as a discount of up to 53% off on-demand",
+        source=_CATALOG_NOTE + " (SKU 'DWS Defined Duration V5e'; Google publishes flex-start as up to 53% "
+        "off on-demand)",
     ),
     PriceEntry(
         accelerator="v5e",
@@ -94,7 +95,7 @@ DEFAULT_PRICE_ENTRIES: tuple[PriceEntry, ...] = (
         provisioning_model="spot",
         usd_per_chip_hour=0.5779,
         as_of=_READ_ON,
-        source=_CATALOG_NOTE + "; SKU 'TpuV5e attached to Spot Preemptible VMs'",
+        source=_CATALOG_NOTE + " (SKU 'TpuV5e attached to Spot Preemptible VMs')",
     ),
 )
 

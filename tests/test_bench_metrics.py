@@ -312,12 +312,8 @@ def test_sweep_json_table_and_png(fast_server: SyntheticVllm, tmp_path: Path) ->
     image = matplotlib.image.imread(png)
     assert image.shape[0] == 450 and image.shape[1] == 1200 and image.shape[2] in (3, 4)
 
-    from rich.console import Console
-
-    console = Console(width=250, record=True)
-    console.print(results_table(result))
-    text = console.export_text()
-    assert "out tok/s" in text and "TTFT p99" in text and "calibrated" in text
+    table = results_table(result)
+    assert "out tok/s" in table.columns and "TTFT p99" in table.columns and "calibrated" in table.caption
 
 
 def test_cli_bench_writes_outputs(fast_server: SyntheticVllm, tmp_path: Path) -> None:
@@ -326,9 +322,37 @@ def test_cli_bench_writes_outputs(fast_server: SyntheticVllm, tmp_path: Path) ->
     json_path, png_path = tmp_path / "out.json", tmp_path / "out.png"
     result = CliRunner().invoke(app, [
         "bench", "--base-url", fast_server.base_url, "--model", MODEL, "--concurrency", "1,2", "--context", "64",
-        "--output-len", "9", "--requests-per-cell", "4", "--json", str(json_path), "--plot", str(png_path),
-    ], env={"COLUMNS": "250"})
+        "--output-len", "9", "--requests-per-cell", "4", "--save", str(json_path), "--plot", str(png_path),
+    ], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
-    assert "out tok/s" in result.output
+    assert "out tok/s" in result.output and "…" not in result.output
     assert [c["concurrency"] for c in load_cells(json_path)] == [1, 2]
     assert png_path.read_bytes()[:4] == b"\x89PNG"
+    # every cell figure is printed whole at 80 columns (records layout), the same as in the JSON
+    saved = json.loads(json_path.read_text())
+    for cell in saved["cells"]:
+        assert f"{cell['output_throughput']:.1f}" in result.output
+
+    as_json = CliRunner().invoke(app, [
+        "bench", "--base-url", fast_server.base_url, "--model", MODEL, "--concurrency", "1", "--context", "64",
+        "--output-len", "9", "--requests-per-cell", "4", "--json",
+    ])
+    assert as_json.exit_code == 0, as_json.output
+    document = json.loads(as_json.stdout)
+    assert [c["concurrency"] for c in document["cells"]] == [1] and document["model_id"] == MODEL
+
+
+def test_cli_bench_stops_after_the_first_failed_probe(tmp_path: Path) -> None:
+    """An endpoint that does not answer: one line and exit 1, not a sweep of 0.0 rows."""
+    import socket
+
+    from bot.cli import app
+
+    with socket.socket() as free:
+        free.bind(("127.0.0.1", 0))
+        port = free.getsockname()[1]  # closed again: nothing listens there
+    result = CliRunner().invoke(app, ["bench", "--base-url", f"http://127.0.0.1:{port}/v1", "--model", MODEL])
+    assert result.exit_code == 1
+    assert "bench stopped:" in result.output and "did not answer the first probe" in result.output
+    assert "out tok/s" not in result.output and "0.0" not in result.stdout
+    assert len(result.output.strip().splitlines()) == 1, result.output  # one line, no empty progress bar

@@ -4,6 +4,7 @@ from the bot's Redis and computed by the same action as `/tpu cost`."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
 
@@ -42,6 +43,10 @@ def test_channel_lease_cost_so_far_and_to_deadline(env: dict, redis_url: str) ->
     assert result.exit_code == 0, result.output
     assert "$0.60 so far, $1.80 more to its deadline, $2.40 in all" in result.output
     assert "No benchmark of this endpoint yet" in result.output
+    as_json = CliRunner().invoke(app, ["cost", "--channel", CHANNEL, "--team", TEAM, "--json"], env=env)
+    assert as_json.exit_code == 0, as_json.output
+    document = json.loads(as_json.stdout)  # the shape docs/json.md gives for --channel
+    assert (document["team"], document["channel"]) == (TEAM, CHANNEL) and "$2.40 in all" in document["text"]
 
 
 def test_channel_without_a_lease_and_bad_combinations(env: dict) -> None:

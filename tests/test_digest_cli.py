@@ -51,3 +51,32 @@ def test_digest_json_from_gzip_file(tmp_path):
 def test_missing_file_exits_2(tmp_path):
     result = CliRunner().invoke(_app(), ["digest", str(tmp_path / "nope.log")])
     assert result.exit_code == 2
+
+
+def test_binary_file_is_refused_with_a_message(tmp_path):
+    path = tmp_path / "core.bin"
+    path.write_bytes(bytes(range(256)) * 8)
+    result = CliRunner().invoke(_app(), ["digest", str(path)])
+    assert result.exit_code == 2
+    assert "is not a text log" in result.output and "\x00" not in result.output and "\x1b" not in result.output
+    packed = tmp_path / "core.bin.gz"
+    packed.write_bytes(gzip.compress(bytes(range(256)) * 8))
+    assert "is not a text log" in CliRunner().invoke(_app(), ["digest", str(packed)]).output
+
+
+def test_directory_is_named_as_a_directory(tmp_path):
+    result = CliRunner().invoke(_app(), ["digest", str(tmp_path)])
+    assert result.exit_code == 2 and "is a directory" in result.output and "no such file" not in result.output
+
+
+def test_budget_below_the_minimum_is_refused(tmp_path):
+    path = tmp_path / "worker.log"
+    path.write_text(LOG)
+    result = CliRunner().invoke(_app(), ["digest", str(path), "--budget", "5"])
+    assert result.exit_code == 2 and "use at least 64" in result.output
+
+
+def test_escape_bytes_in_a_log_line_are_shown_not_sent_to_the_terminal():
+    result = CliRunner().invoke(_app(), ["digest", "-"], input="ERROR \x1b[31mred\x1b[0m failed\n")
+    assert result.exit_code == 0, result.output
+    assert "\x1b" not in result.output and "\\x1b[31mred" in result.output

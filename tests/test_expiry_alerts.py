@@ -9,6 +9,7 @@ Alerts are counted as Web API calls recorded by the Slack stand-in.
 from __future__ import annotations
 
 import functools
+import json
 import os
 import re
 import signal
@@ -284,9 +285,11 @@ def test_flushall_then_one_reconcile_pass_restores_leases_timers_and_status(harn
         assert before["lease_id"] in str(status) and "ACTIVE" in str(status) and "<@UALICE>" in str(status)
 
     # A second pass changes nothing.
-    again = subprocess.run([TPUBOT, "reconcile"], env=worker_env(stack, tmp_path), cwd=tmp_path,
+    again = subprocess.run([TPUBOT, "reconcile", "--json"], env=worker_env(stack, tmp_path), cwd=tmp_path,
                            capture_output=True, text=True, timeout=120)
-    assert again.returncode == 0 and "restored" not in again.stdout, again.stdout
+    assert again.returncode == 0, again.stderr
+    document = json.loads(again.stdout)  # --json: the report as one document (docs/json.md)
+    assert document["restored"] == [] and "restored" not in document["summary"], again.stdout
 
 
 def test_acknowledged_warning_does_not_repeat(harness):

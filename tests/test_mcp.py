@@ -252,4 +252,4 @@ def test_docs_check_flags_a_stale_file(tmp_path):
     assert runner.invoke(app, ["docs", "--check", "--root", str(tmp_path)]).exit_code == 1
     assert runner.invoke(app, ["docs", "--root", str(tmp_path)]).exit_code == 0
     assert runner.invoke(app, ["docs", "--check", "--root", str(tmp_path)]).exit_code == 0
-    assert "/tpu up [zone] [hours]" in stale.read_text() and "### `provision`" in stale.read_text()
+    assert "/tpu up [zone] [duration]" in stale.read_text() and "### `provision`" in stale.read_text()

@@ -31,7 +31,8 @@ def test_defaults_for_v5e_in_us_west4_are_dated_and_sourced() -> None:
     assert table.get("v5e", "us-west4", "spot").usd_per_chip_hour == pytest.approx(0.58, abs=0.005)
     for entry in table.entries:
         assert isinstance(entry.as_of, date)
-        assert "gcp-apis.md" in entry.source
+        # a source users can check: a public URL, never a file of this project's notes
+        assert "https://cloud.google.com/tpu/pricing" in entry.source and ".md" not in entry.source
     assert "53%" in table.get("v5e", "us-west4", "flex-start").source
     # Google's "up to 53% off" bound is consistent with the catalogue rate.
     assert 0.60 >= 1.20 * (1 - 0.53)

@@ -26,6 +26,11 @@ def test_piped_lifecycle_prints_active_then_gone_and_exits_0(tmp_path, redis_url
     assert active < confirm < released < gone
     assert "Torn down by @UALICE" in out
     assert "Traceback" not in out + result.stderr
+    # Each state once, spelled one way (header and State field); an edit prints only what changed.
+    assert out.count("· CREATING ==") == 1 and out.count("State: ⏳ CREATING") == 1
+    assert "BOOTING_MODEL" not in out and "WAITING_FOR_RESOURCES" not in out
+    # No log line in the conversation: logs go to the file the banner names.
+    assert "WARNING" not in out + result.stderr and "the bot's logs go to " in out
 
 
 def test_shell_users_and_unknown_buttons(tmp_path, redis_url):

@@ -52,7 +52,7 @@ def redis_keys(stack) -> list[bytes]:
 def test_signed_request_is_accepted(slack):
     reply = slack.slash("help", user=ALICE, channel=CHANNEL)
     assert reply.status == 200
-    assert "/tpu up [zone] [hours]" in reply.text
+    assert "/tpu up [zone] [duration]" in reply.text
 
 
 @pytest.mark.parametrize(
@@ -122,6 +122,19 @@ def test_down_without_a_lease_changes_nothing(stack, slack):
     reply = slack.slash("down", user=ALICE, channel=CHANNEL)
     assert "nothing to tear down" in reply.text
     assert redis_keys(stack) == []
+
+
+@pytest.mark.parametrize("written, hours", [("90m", 1.5), ("1h30m", 1.5), ("2h", 2.0), ("2", 2.0), ("4hrs", 4.0)])
+def test_up_takes_durations_as_settings_write_them(written, hours):
+    from handlers.commands import parse
+
+    assert parse(f"up {written}").args == {"zone": None, "hours": hours}
+    assert parse(f"UP us-west4-a {written}").args == {"zone": "us-west4-a", "hours": hours}
+
+
+def test_up_90m_runs_for_an_hour_and_a_half(stack, slack):
+    reply = slack.slash("up 90m", user=ALICE, channel=CHANNEL)
+    assert reply.status == 200 and "for 1h30m" in reply.text, reply.text
 
 
 # --- the lifecycle ----------------------------------------------------------------------

@@ -140,7 +140,9 @@ def test_tpubot_zones_prints_the_table_in_search_order(redis_url, tmp_path, monk
     monkeypatch.setenv("COLUMNS", "160")
     result = CliRunner().invoke(app, ["zones"])
     assert result.exit_code == 0, result.output
-    lines = [line for line in result.output.splitlines() if "│" in line]
+    # piped: plain aligned text, no box drawing, rows in search order
+    assert "│" not in result.output and "…" not in result.output
+    lines = [line for line in result.output.splitlines() if any(zone in line for zone in ZONES)]
     assert "us-south1-a" in lines[0] and "active" in lines[0] and "2m05s" in lines[0]
     skipped = next(line for line in lines if "europe-west4-a" in line)
     assert "flex_start_unsupported" in skipped and "UTC" in skipped

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from agent.lease import lifecycle
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Policy, Services
+from infra.state.leases import LeaseState
 
 
 class ProvisionArgs(BaseModel):
@@ -83,7 +84,7 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
 
 def already_held(lease: Any) -> ActionResult:
     return ActionResult(False, f"This channel's TPU is already held by <@{lease.holder}> (lease {lease.lease_id}, "
-                               f"{lease.state}); nothing new was created.", lease_summary(lease), lease)
+                               f"{LeaseState(lease.state).label}); nothing new was created.", lease_summary(lease), lease)
 
 
 async def preflight_blockers(svc: Services, zone: str | None) -> list:
@@ -117,5 +118,5 @@ async def status(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     lease = await svc.leases.get(actor.team, actor.channel)
     if lease is None:
         return ActionResult(True, "This channel holds no TPU.", {"lease": None})
-    return ActionResult(True, f"TPU {lease.state} in {lease.zone} (lease {lease.lease_id}).",
+    return ActionResult(True, f"TPU {LeaseState(lease.state).label} in {lease.zone} (lease {lease.lease_id}).",
                         {"lease": lease_summary(lease)}, lease)

@@ -111,6 +111,6 @@ async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: 
     elif lease is None and not any(p.action == "provision" for p in cards):
         cards.append(await proposal_rules.propose(svc, actor, "provision", {}, label="Bring the model up"))
     elif lease is not None and lease.state != LeaseState.READY.value:
-        parts.append(f"This channel's TPU is {lease.state}; its model answers once it is READY.")
+        parts.append(f"This channel's TPU is {LeaseState(lease.state).label}; its model answers once it is READY.")
     return AgentRun(text="\n\n".join(parts), label=f"Made without the model: {reason}.", used_model=False,
                     proposals=cards, cited=cited)

@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import importlib
 import sys
+from importlib.metadata import PackageNotFoundError, version
+from typing import Optional
 
 import typer
+from typer.core import TyperCommand
 
 # One line per command module; a module's `register(app)` adds its commands.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -30,33 +33,64 @@ COMMAND_MODULES: tuple[str, ...] = (
 LEAN_COMMANDS: dict[str, str] = {"digest": "bot.cli.digest"}
 
 
-def _new_app() -> typer.Typer:
+class PlainCommand(TyperCommand):
+    """A command whose help names each option's value as a word (`--hours HOURS`), not a type
+    (`<float>`), and whose summary in `tpubot --help` is never cut short."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            # typer's options are not click.Option subclasses: tell them by their is_flag attribute.
+            if getattr(param, "is_flag", True) is False and param.metavar is None:
+                param.metavar = (param.name or "value").upper()
+            elif param.param_type_name == "argument":
+                param.display_type_rich = lambda ctx: None  # the metavar (FILE) says it; `<str>` adds nothing
+
+
+def package_version() -> str:
+    try:
+        return version("tpubot")
+    except PackageNotFoundError:  # running from a checkout that was never installed
+        return "unknown"
+
+
+def _show_version(value: bool) -> None:
+    if value:
+        typer.echo(f"tpubot {package_version()}")
+        raise typer.Exit()
+
+
+def _new_app(module_names: tuple[str, ...]) -> typer.Typer:
     new = typer.Typer(
         name="tpubot",
         help="Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e.",
         no_args_is_help=True,
         add_completion=False,
+        # click's plain help and errors: no boxes that cut options at 80 columns, no `<bool>` type noise.
+        rich_markup_mode=None,
+        pretty_exceptions_enable=False,
     )
 
     @new.callback()
-    def _root() -> None:
+    def _root(
+        _version: Optional[bool] = typer.Option(None, "--version", callback=_show_version, is_eager=True,
+                                                help="Print the version and exit."),
+    ) -> None:
         """Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e."""
 
+    for module_name in module_names:
+        importlib.import_module(module_name).register(new)
+    for command in new.registered_commands:
+        command.cls = PlainCommand
+        command.short_help = command.short_help or command.help
     return new
-
-
-def _full_app() -> typer.Typer:
-    full = _new_app()
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(full)
-    return full
 
 
 def __getattr__(name: str) -> typer.Typer:
     # `bot.cli.app`, every command registered, is built on first use (PEP 562) so that
     # importing this package for a lean command loads nothing else.
     if name == "app":
-        globals()["app"] = built = _full_app()
+        globals()["app"] = built = _new_app(COMMAND_MODULES)
         return built
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -64,8 +98,6 @@ def __getattr__(name: str) -> typer.Typer:
 def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command in LEAN_COMMANDS:
-        lean = _new_app()
-        importlib.import_module(LEAN_COMMANDS[command]).register(lean)
-        lean()
+        _new_app((LEAN_COMMANDS[command],))()
     else:
         __getattr__("app")()

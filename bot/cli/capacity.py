@@ -12,9 +12,10 @@ from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from bot.settings import Settings, chip_count
+from bot.settings import FLEX_START_MAX, Settings, check_accelerator, chip_count
 from infra import capacity, prices
-from infra.bench import SweepConfig, run_sweep_with_progress
+from infra.bench import EndpointNotAnswering, SweepConfig, run_sweep_with_progress
+from bot.cli.output import Report, json_option_help, print_json, print_report
 from infra.bench_report import best_cells, failure_lines, load_cells, results_table, write_json, write_plots
 
 
@@ -48,34 +49,63 @@ def _settings(console: Console) -> Settings:
 
 def show_capacity(
     context: str = typer.Option("1024,8192,16384", help="context lengths (tokens) to size for, comma-separated"),
-    utilization: float = typer.Option(capacity.DEFAULT_GPU_MEMORY_UTILIZATION, help="vLLM --gpu-memory-utilization"),
+    # Defaults are shown as a person writes them (8.97, not 8.96999999973923), in the help text.
+    utilization: float = typer.Option(
+        capacity.DEFAULT_GPU_MEMORY_UTILIZATION, show_default=False,
+        help=f"vLLM --gpu-memory-utilization, above 0 and at most 1 (default {capacity.DEFAULT_GPU_MEMORY_UTILIZATION:g})"),
     resident_gib: float = typer.Option(
-        capacity.GEMMA4_E2B_RESIDENT_BYTES / capacity.GIB, help="HBM vLLM keeps besides the KV cache (GiB)"),
+        capacity.GEMMA4_E2B_RESIDENT_BYTES / capacity.GIB, show_default=False,
+        help=f"HBM vLLM keeps besides the KV cache, GiB (default {capacity.GEMMA4_E2B_RESIDENT_BYTES / capacity.GIB:.2f}, "
+             "measured)"),
     kv_kib_per_token: float = typer.Option(
-        capacity.GEMMA4_E2B_KV_BYTES_PER_TOKEN / capacity.KIB, help="KV cache per token (KiB)"),
+        capacity.GEMMA4_E2B_KV_BYTES_PER_TOKEN / capacity.KIB, show_default=False,
+        help=f"KV cache per token, KiB (default {capacity.GEMMA4_E2B_KV_BYTES_PER_TOKEN / capacity.KIB:g})"),
+    as_json: bool = typer.Option(False, "--json", help=json_option_help("capacity")),
 ) -> None:
-    console = Console()
     contexts = _ints(context, "--context")
+    if not 0 < utilization <= 1:
+        raise typer.BadParameter(f"--utilization is a fraction of HBM, above 0 and at most 1 (like 0.9); got {utilization:g}")
     model = capacity.footprint(resident_gib=resident_gib, kv_kib_per_token=kv_kib_per_token)
-    table = Table(title=f"KV capacity for {model.name} (vLLM, utilization {utilization:g})",
-                  caption="GiB = 2^30 bytes. 'exposed' is the HBM the runtime gives vLLM.")
-    for name in ("accelerator", "HBM (spec)", "exposed GiB", "cap GiB", "resident GiB", "KV GiB", "KV tokens"):
-        table.add_column(name, justify="right")
-    for ctx in contexts:
-        table.add_column(f"max req @ {ctx:,}", justify="right")
-    plans = []
-    for profile in capacity.PROFILES:
-        rows = [capacity.plan(profile, model, gpu_memory_utilization=utilization, context_tokens=ctx) for ctx in contexts]
+    plans = [[capacity.plan(profile, model, gpu_memory_utilization=utilization, context_tokens=ctx) for ctx in contexts]
+             for profile in capacity.PROFILES]
+    if as_json:
+        print_json(capacity_json(model, utilization, contexts, plans))
+        return
+    report = Report(
+        title=f"KV capacity for {model.name} (vLLM, utilization {utilization:g})",
+        columns=["accelerator", "HBM (spec)", "exposed GiB", "cap GiB", "resident GiB", "KV GiB", "KV tokens",
+                 *(f"max req @ {ctx:,}" for ctx in contexts)],
+        notes=["GiB = 2^30 bytes. 'exposed' is the HBM the runtime gives vLLM; 'cap' is exposed × utilization."],
+    )
+    report.right_aligned = frozenset(report.columns[2:])
+    for rows in plans:
         first = rows[0]
-        plans.append(first)
-        table.add_row(
-            f"{profile.name} ({profile.accelerator_type})", profile.hbm_label, f"{first.hbm_gib:.2f}",
-            f"{first.usable_gib:.2f}", f"{first.resident_gib:.2f}", f"{first.kv_pool_gib:.2f}",
-            f"{first.kv_pool_tokens:,}", *(str(r.max_concurrent_requests) for r in rows),
-        )
-    console.print(table)
-    for plan in plans:
-        console.print(f"[dim]{plan.profile.name}: {plan.profile.hbm_source}[/dim]")
+        profile = first.profile
+        report.add_row(f"{profile.name} ({profile.accelerator_type})", profile.hbm_label, f"{first.hbm_gib:.2f}",
+                       f"{first.usable_gib:.2f}", f"{first.resident_gib:.2f}", f"{first.kv_pool_gib:.2f}",
+                       f"{first.kv_pool_tokens:,}", *(str(r.max_concurrent_requests) for r in rows))
+        report.notes.append(f"{profile.name}: {profile.hbm_source}")
+    print_report(report)
+
+
+def capacity_json(model, utilization: float, contexts: tuple[int, ...], plans) -> dict:
+    return {
+        "model": model.name,
+        "gpu_memory_utilization": utilization,
+        "resident_bytes": model.resident_bytes,
+        "kv_bytes_per_token": model.kv_bytes_per_token,
+        "accelerators": [{
+            "name": rows[0].profile.name,
+            "accelerator_type": rows[0].profile.accelerator_type,
+            "hbm_label": rows[0].profile.hbm_label,
+            "hbm_source": rows[0].profile.hbm_source,
+            "exposed_bytes": rows[0].profile.hbm_bytes,
+            "usable_bytes": rows[0].usable_bytes,
+            "kv_pool_bytes": rows[0].kv_pool_bytes,
+            "kv_pool_tokens": rows[0].kv_pool_tokens,
+            "max_concurrent_requests": {str(ctx): r.max_concurrent_requests for ctx, r in zip(contexts, rows)},
+        } for rows in plans],
+    }
 
 
 # --- cost -----------------------------------------------------------------------------------------
@@ -93,76 +123,127 @@ def show_cost(
     accelerator: Optional[str] = typer.Option(None, help="accelerator type (default: TPU_ACCELERATOR_TYPE)"),
     region: Optional[str] = typer.Option(None, help="region or zone (default: TPU_ZONE's region)"),
     provisioning: str = typer.Option("flex-start", help="on-demand, flex-start or spot"),
-    hours: Optional[float] = typer.Option(None, help="lease length in hours (default: MAX_RUN_DURATION)"),
+    hours: Optional[float] = typer.Option(None, help="lease length in hours, above 0 and at most 168 for flex-start "
+                                                     "(default: MAX_RUN_DURATION)", show_default=False),
     started: Optional[str] = typer.Option(None, help="when the lease started (ISO time); enables cost so far"),
     bench_file: Optional[Path] = typer.Option(None, "--bench", help="a `tpubot bench --json` file for $/M tokens"),
-    channel: Optional[str] = typer.Option(None, help="a Slack channel id (C…): that channel's lease, read from REDIS_URL"),
-    team: Optional[str] = typer.Option(None, help="the Slack team id (T…) of --channel"),
+    channel: Optional[str] = typer.Option(None, help="a Slack channel id, like C012ABCDEF: that channel's lease, read from REDIS_URL"),
+    team: Optional[str] = typer.Option(None, help="the Slack team id of --channel, like T012ABCDEF"),
+    as_json: bool = typer.Option(False, "--json", help=json_option_help("cost")),
 ) -> None:
     # Without --started/--hours, --channel/--team read the channel's lease from the bot's Redis.
-    console = Console()
+    console = Console(stderr=True)
     settings = _settings(console)
     if channel or team:
         if started or hours is not None:
             raise typer.BadParameter("give either --channel/--team (a live lease) or --started/--hours, not both")
         if not (channel and team):
             raise typer.BadParameter("--channel and --team go together (a lease is keyed by team and channel)")
-        _show_channel_cost(console, settings, team=team, channel=channel)
+        _show_channel_cost(console, settings, team=team, channel=channel, as_json=as_json)
         return
-    accelerator = accelerator or settings.tpu_accelerator_type
-    region = prices.region_of(region or settings.tpu_zone)
-    chips = chip_count(accelerator)
     if provisioning not in prices.PROVISIONING_MODELS:
         raise typer.BadParameter(f"--provisioning must be one of {', '.join(prices.PROVISIONING_MODELS)}")
-
-    table = Table(title="TPU prices (USD per chip-hour; PRICES in tpu.env overrides)")
-    for name in ("accelerator", "region", "model", "$/chip-h", "as of", "source"):
-        table.add_column(name, overflow="fold")
+    _check_hours(hours, provisioning)
+    try:
+        accelerator = check_accelerator(accelerator, "--accelerator") if accelerator else settings.tpu_accelerator_type
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    region = prices.region_of(region or settings.tpu_zone)
+    chips = chip_count(accelerator)
     selected_key = (prices.generation_of(accelerator), region, provisioning)
-    for entry in settings.prices.entries:
-        mark = "[bold]" if entry.key == selected_key else ""
-        table.add_row(f"{mark}{entry.accelerator}", entry.region, entry.provisioning_model,
-                      f"{mark}{entry.usd_per_chip_hour:.4g}", entry.as_of.isoformat(), entry.source)
-    console.print(table)
-
     try:
         price = settings.prices.get(accelerator, region, provisioning)
     except prices.PriceNotFound as exc:
-        console.print(f"[red]{exc}[/red]")
-        raise typer.Exit(code=1)
+        price = None
+        missing = str(exc)
     length = timedelta(hours=hours) if hours is not None else settings.max_run_duration
+    lease = _lease_cost(price, chips, length, started) if price else None
+    per_million = _per_million(price, chips, bench_file) if price and bench_file is not None else None
+    if as_json:
+        print_json({
+            "prices": [entry.model_dump(mode="json") for entry in settings.prices.entries],
+            "selected": {"accelerator": accelerator, "region": region, "provisioning_model": provisioning,
+                         "chips": chips, "usd_per_chip_hour": price.usd_per_chip_hour if price else None},
+            "lease": lease,
+            "per_million_output_tokens": per_million,
+            **({"error": missing} if price is None else {}),
+        })
+        raise typer.Exit(code=0 if price else 1)
+
+    report = Report(title="TPU prices (USD per chip-hour; PRICES in tpu.env overrides)",
+                    columns=["", "accelerator", "region", "model", "$/chip-h", "as of", "source"],
+                    right_aligned=frozenset({"$/chip-h"}))
+    sources = list(dict.fromkeys(entry.source for entry in settings.prices.entries))
+    for entry in settings.prices.entries:
+        report.add_row("*" if entry.key == selected_key else "", entry.accelerator, entry.region,
+                       entry.provisioning_model, f"{entry.usd_per_chip_hour:.4g}", entry.as_of.isoformat(),
+                       f"[{sources.index(entry.source) + 1}]")
+    report.notes = ["* the rate used below"] + [f"[{i}] {source}" for i, source in enumerate(sources, 1)]
+    print_report(report)
+    if price is None:
+        typer.echo(missing, err=True)
+        raise typer.Exit(code=1)
     rate = f"${price.usd_per_chip_hour:.4g}/chip-h × {chips} chip{'s' if chips > 1 else ''}"
     if started:
-        start = _parse_started(started)
-        now = datetime.now(timezone.utc)
-        deadline = start + length
-        so_far = prices.cost_so_far(price, start, min(now, deadline), chips=chips)
-        remaining = prices.cost_to_deadline(price, now, deadline, chips=chips) if now < deadline else 0.0
-        console.print(f"lease {start:%Y-%m-%d %H:%M} → {deadline:%Y-%m-%d %H:%M} UTC at {rate}: "
-                      f"so far [bold]${so_far:.2f}[/bold], to deadline [bold]${remaining:.2f}[/bold], "
-                      f"total ${so_far + remaining:.2f}")
+        typer.echo(f"lease {lease['started'][:16].replace('T', ' ')} → {lease['deadline'][:16].replace('T', ' ')} UTC "
+                   f"at {rate}: so far ${lease['so_far_usd']:.2f}, to deadline ${lease['to_deadline_usd']:.2f}, "
+                   f"total ${lease['total_usd']:.2f}")
     else:
+        typer.echo(f"a {lease['hours']:g} h lease at {rate}: ${lease['total_usd']:.2f}")
+    for row in per_million or []:
+        if row.get("usd") is None:
+            typer.echo(f"{row['label']}: not in {bench_file}")
+            continue
+        typer.echo(f"{row['label']} (context {row['context']}, concurrency {row['concurrency']}, "
+                   f"{row['output_throughput']:.1f} output tok/s): ${_money(row['usd'])} per million output tokens")
+    measured = [row for row in per_million or [] if row.get("usd") is not None]
+    if len(measured) == 2:
+        typer.echo(f"spread: {measured[1]['output_throughput'] / measured[0]['output_throughput']:.1f}×")
+
+
+def _check_hours(hours: Optional[float], provisioning: str) -> None:
+    if hours is None:
+        return
+    if not hours > 0:
+        raise typer.BadParameter(f"--hours must be above 0 (a lease length, like 4); got {hours:g}")
+    limit = FLEX_START_MAX.total_seconds() / 3600
+    if provisioning == "flex-start" and hours > limit:
+        raise typer.BadParameter(f"--hours {hours:g} exceeds flex-start's limit of {limit:g} h (7 days); "
+                                 f"use at most {limit:g}")
+
+
+def _lease_cost(price, chips: int, length: timedelta, started: Optional[str]) -> dict:
+    if not started:
         total = prices.cost_for(price, length, chips=chips)
-        console.print(f"a {length.total_seconds() / 3600:g} h lease at {rate}: [bold]${total:.2f}[/bold]")
-
-    if bench_file is not None:
-        try:
-            single, best = best_cells(load_cells(bench_file))
-        except (OSError, ValueError) as exc:
-            console.print(f"[red]cannot read {bench_file}: {exc}[/red]")
-            raise typer.Exit(code=1)
-        for label, cell in (("concurrency 1", single), ("best measured batch", best)):
-            if cell is None:
-                console.print(f"{label}: not in {bench_file}")
-                continue
-            per_m = prices.usd_per_million_output_tokens(price, cell["output_throughput"], chips=chips)
-            console.print(f"{label} (context {cell['context']}, concurrency {cell['concurrency']}, "
-                          f"{cell['output_throughput']:.1f} output tok/s): [bold]${_money(per_m)}[/bold] per million output tokens")
-        if single and best:
-            console.print(f"spread: {best['output_throughput'] / single['output_throughput']:.1f}×")
+        return {"hours": length.total_seconds() / 3600, "total_usd": round(total, 6)}
+    start = _parse_started(started)
+    now = datetime.now(timezone.utc)
+    deadline = start + length
+    so_far = prices.cost_so_far(price, start, min(now, deadline), chips=chips)
+    remaining = prices.cost_to_deadline(price, now, deadline, chips=chips) if now < deadline else 0.0
+    return {"hours": length.total_seconds() / 3600, "started": start.isoformat(), "deadline": deadline.isoformat(),
+            "so_far_usd": round(so_far, 6), "to_deadline_usd": round(remaining, 6),
+            "total_usd": round(so_far + remaining, 6)}
 
 
-def _show_channel_cost(console: Console, settings: Settings, *, team: str, channel: str) -> None:
+def _per_million(price, chips: int, bench_file: Path) -> list[dict]:
+    try:
+        single, best = best_cells(load_cells(bench_file))
+    except (OSError, ValueError) as exc:
+        typer.echo(f"cannot read {bench_file}: {exc}", err=True)
+        raise typer.Exit(code=1)
+    rows = []
+    for label, cell in (("concurrency 1", single), ("best measured batch", best)):
+        if cell is None:
+            rows.append({"label": label, "usd": None})
+            continue
+        rows.append({"label": label, "context": cell["context"], "concurrency": cell["concurrency"],
+                     "output_throughput": cell["output_throughput"],
+                     "usd": prices.usd_per_million_output_tokens(price, cell["output_throughput"], chips=chips)})
+    return rows
+
+
+def _show_channel_cost(console: Console, settings: Settings, *, team: str, channel: str, as_json: bool = False) -> None:
     """What `/tpu cost` says in that channel: the same action, so one source for the math."""
     import asyncio
 
@@ -176,8 +257,11 @@ def _show_channel_cost(console: Console, settings: Settings, *, team: str, chann
     except (RedisError, OSError, asyncio.TimeoutError) as exc:
         console.print(f"[red]cannot read the lease from Redis at REDIS_URL: {type(exc).__name__}: {exc}[/red]")
         raise typer.Exit(code=1)
-    console.print(f"channel {channel} (team {team}):", markup=False)
-    console.print(text.replace("*", ""), markup=False, highlight=False)
+    if as_json:
+        print_json({"team": team, "channel": channel, "text": text.replace("*", "")})
+        return
+    typer.echo(f"channel {channel} (team {team}):")
+    typer.echo(text.replace("*", ""))
 
 
 async def _channel_cost_text(settings: Settings, team: str, channel: str) -> str:
@@ -209,14 +293,20 @@ def bench(
     model: Optional[str] = typer.Option(None, help="served model name (default: MODEL_NAME)"),
     concurrency: str = typer.Option("1,4,16,64", help="concurrency levels, comma-separated"),
     context: str = typer.Option("128,1024,8192,15000", help="prompt lengths in tokens, comma-separated"),
-    output_len: int = typer.Option(128, min=1, help="output tokens per request (ignore_eos)"),
-    requests_per_cell: Optional[int] = typer.Option(None, min=1, help="requests per cell (default 2 × concurrency, ≥4)"),
-    json_file: Optional[Path] = typer.Option(None, "--json", help="write results as JSON"),
+    output_len: int = typer.Option(128, help="output tokens per request (ignore_eos), at least 1"),
+    requests_per_cell: Optional[int] = typer.Option(None, help="requests per cell (default 2 × concurrency, ≥4)"),
+    as_json: bool = typer.Option(False, "--json", help=json_option_help("bench")),
+    save: Optional[Path] = typer.Option(None, "--save", help="also write the JSON to this file (for `tpubot cost --bench`)"),
     plot: Optional[Path] = typer.Option(None, help="write charts as PNG"),
     calibrate: bool = typer.Option(True, help="probe the server's token count to hit the context lengths"),
-    timeout: float = typer.Option(600.0, help="seconds allowed per request"),
+    timeout: float = typer.Option(600, help="seconds allowed per request"),
 ) -> None:
-    console = Console()
+    if output_len < 1:
+        raise typer.BadParameter(f"--output-len must be at least 1; got {output_len}")
+    if requests_per_cell is not None and requests_per_cell < 1:
+        raise typer.BadParameter(f"--requests-per-cell must be at least 1; got {requests_per_cell}")
+    if not timeout > 0:
+        raise typer.BadParameter(f"--timeout must be above 0 seconds; got {timeout:g}")
     if model is None:
         try:
             model = Settings.load().model_name
@@ -227,13 +317,27 @@ def bench(
         contexts=_ints(context, "--context"), output_len=output_len, requests_per_cell=requests_per_cell,
         calibrate=calibrate, request_timeout_s=timeout,
     )
-    result = run_sweep_with_progress(config, console=console)
-    console.print(results_table(result))
-    for line in failure_lines(result):
-        console.print(f"[red]failed[/red] {line}")
-    if json_file is not None:
-        console.print(f"JSON: {write_json(result, json_file)}")
+    try:
+        # The progress bar goes to stderr, so `--json` and a piped table stay clean.
+        result = run_sweep_with_progress(config, console=Console(stderr=True))
+    except EndpointNotAnswering as error:
+        typer.echo(f"bench stopped: {error}", err=True)
+        raise typer.Exit(code=1)
+    if as_json:
+        print_json(result.as_dict())
+    else:
+        print_report(results_report(result))
+        for line in failure_lines(result):
+            typer.echo(f"failed {line}")
+    if save is not None:
+        typer.echo(f"JSON: {write_json(result, save)}", err=as_json)
     if plot is not None:
-        console.print(f"chart: {write_plots(result, plot)}")
+        typer.echo(f"chart: {write_plots(result, plot)}", err=as_json)
     if all(cell.metrics["completed"] == 0 for cell in result.cells):
         raise typer.Exit(code=1)
+
+
+def results_report(result) -> Report:
+    table = results_table(result)
+    return Report(title=table.title, columns=table.columns, rows=table.rows, notes=[table.caption],
+                  right_aligned=frozenset(table.columns), key_columns=2)  # context, concurrency

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
-from rich.table import Table
-
+from bot.cli.output import Report, json_option_help, print_json, print_report
 from bot.settings import Settings, describe_sources, env_file_path
 
 
@@ -14,20 +12,24 @@ def register(app: typer.Typer) -> None:
     app.command("config", help="Print the effective settings and their sources (secrets masked).")(show_config)
 
 
-def show_config() -> None:
-    console = Console()
+def show_config(as_json: bool = typer.Option(False, "--json", help=json_option_help("config"))) -> None:
     try:
         settings = Settings.load()
     except ValidationError as exc:
         for error in exc.errors():
-            console.print(f"[red]invalid setting[/red]: {error['msg'].removeprefix('Value error, ')}")
+            typer.echo(f"invalid setting: {error['msg'].removeprefix('Value error, ')}", err=True)
         raise typer.Exit(code=2)
-    table = Table(title=f"tpubot settings ({'sandbox' if settings.sandbox else 'GCP project ' + settings.project})")
-    table.add_column("variable")
-    table.add_column("value")
-    table.add_column("source")
-    for name, value, source in describe_sources(settings):
-        table.add_row(name, value, source)
-    console.print(table)
-    if not env_file_path().exists():
-        console.print(f"[dim]{env_file_path()} not found: using defaults and the environment[/dim]")
+    rows = describe_sources(settings)
+    env_file = env_file_path()
+    if as_json:
+        print_json({"sandbox": settings.sandbox, "project": settings.project, "env_file": str(env_file),
+                    "env_file_exists": env_file.exists(),
+                    "settings": [{"variable": name, "value": value, "source": source} for name, value, source in rows]})
+        return
+    report = Report(title=f"tpubot settings ({'sandbox' if settings.sandbox else 'GCP project ' + settings.project})",
+                    columns=["variable", "value", "source"])
+    for name, value, source in rows:
+        report.add_row(name, value, source)
+    if not env_file.exists():
+        report.notes.append(f"{env_file} not found: using defaults and the environment")
+    print_report(report)

@@ -13,6 +13,7 @@ import sys
 import typer
 from pydantic import ValidationError
 
+from bot.cli.output import json_option_help, print_json
 from bot.settings import Settings
 
 
@@ -20,16 +21,21 @@ def register(app: typer.Typer) -> None:
     app.command("doctor", help="Check settings, credentials, project, network, HF token secret and TPU quota.")(doctor)
 
 
-def doctor() -> None:
+def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("doctor"))) -> None:
     from infra.preflight import CheckResult, run_preflight
 
-    out = sys.stdout
+    # With --json the checks are the document on stdout; the running commentary goes to stderr.
+    out = sys.stderr if as_json else sys.stdout
     try:
         settings = Settings.load()
     except ValidationError as exc:
-        for error in exc.errors():
-            _line(out, CheckResult("settings", False, error["msg"].removeprefix("Value error, "),
-                                   "correct it in tpu.env or the environment (`tpubot config` shows both)"))
+        failed = [CheckResult("settings", False, error["msg"].removeprefix("Value error, "),
+                              "correct it in tpu.env or the environment (`tpubot config` shows both)")
+                  for error in exc.errors()]
+        if as_json:
+            print_json(_document(failed))
+        for check in failed:
+            _line(out, check)
         raise typer.Exit(code=2)
     cloud = None
     if settings.sandbox and not settings.tpu_api_endpoint:
@@ -49,12 +55,20 @@ def doctor() -> None:
     finally:
         if cloud is not None:
             cloud.stop()
-    for check in report.checks:
-        _line(out, check)
+    if as_json:
+        print_json(_document(report.checks))
+    else:
+        for check in report.checks:
+            _line(out, check)
     _cache(settings, report, out)
     failed = len(report.failures)
     out.write(f"\n{'all checks passed' if not failed else f'{failed} check(s) failed'}\n")
     raise typer.Exit(code=0 if report.ok else 1)
+
+
+def _document(checks) -> dict:
+    return {"ok": all(check.ok for check in checks),
+            "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks]}
 
 
 def _line(out, check) -> None:

@@ -102,8 +102,10 @@ def socket_mode() -> None:
 def shell(
     no_model: bool = typer.Option(False, "--no-model", help="no sandbox model: mentions get the model-less answer"),
 ) -> None:
-    from bot.shell import run_shell
+    from bot.logging_setup import log_to_file
+    from bot.shell import run_shell, shell_log_path
 
     settings = load_settings()
-    logging.basicConfig(level=logging.WARNING)
-    raise typer.Exit(code=run_shell(settings, sys.stdin, sys.stdout, model=not no_model))
+    log_path = shell_log_path()
+    log_to_file(log_path)
+    raise typer.Exit(code=run_shell(settings, sys.stdin, sys.stdout, model=not no_model, log_path=str(log_path)))

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 
 import typer
+
+from bot.cli.output import json_option_help, print_json
 
 
 def register(app: typer.Typer) -> None:
     app.command("reconcile", help="Repair Redis from the bot-labelled queued resources in GCP, once.")(reconcile_once)
 
 
-def reconcile_once() -> None:
+def reconcile_once(as_json: bool = typer.Option(False, "--json", help=json_option_help("reconcile"))) -> None:
     from agent.lease.reconcile import reconcile
     from bot.cli.processes import load_settings
     from bot.wiring import build_services, slack_client_from
@@ -21,7 +24,7 @@ def reconcile_once() -> None:
         typer.echo("REDIS_URL must be set: the pass repairs the shared Redis the web and worker processes use.", err=True)
         raise typer.Exit(code=2)
 
-    async def run() -> str:
+    async def run():
         services, redis, pool = await build_services(settings, redis_url=settings.redis_url, with_tpu=True,
                                                      slack_client=slack_client_from(settings))
         try:
@@ -29,6 +32,10 @@ def reconcile_once() -> None:
         finally:
             await pool.aclose()
             await redis.aclose()
-        return report.summary()
+        return report
 
-    typer.echo(asyncio.run(run()))
+    report = asyncio.run(run())
+    if as_json:
+        print_json({"summary": report.summary(), **dataclasses.asdict(report)})
+    else:
+        typer.echo(report.summary())

@@ -6,9 +6,8 @@ import asyncio
 import time
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
+from bot.cli.output import Report, json_option_help, print_json, print_report
 from bot.cli.processes import load_settings
 
 
@@ -16,17 +15,16 @@ def register(app: typer.Typer) -> None:
     app.command("zones", help="Show the zone scoreboard: last outcome, when, median time to ACTIVE, skipped until.")(zones)
 
 
-def zones() -> None:
+def zones(as_json: bool = typer.Option(False, "--json", help=json_option_help("zones"))) -> None:
     from agent.actions.zone_actions import zone_rows
     from bot.wiring import redis_client
     from handlers.cards import clock, duration
     from infra.scoreboard import ZoneScoreboard
 
     settings = load_settings()
-    console = Console()
     if not settings.redis_url:
-        console.print("[yellow]REDIS_URL is unset: there is no shared scoreboard to read; showing the configured "
-                      "zones only.[/yellow]")
+        typer.echo("REDIS_URL is unset: there is no shared scoreboard to read; showing the configured zones only.",
+                   err=True)
 
     async def read():
         from infra.state.redis_server import ensure_redis
@@ -43,12 +41,17 @@ def zones() -> None:
             endpoint.stop()
 
     data, order = asyncio.run(read())
+    first = order.order[0] if order.order else None
+    if as_json:
+        print_json({"accelerator": settings.tpu_accelerator_type, "provisioning": "flex-start",
+                    "tries_first": first, "zones": data})
+        return
     now = time.time()
-    table = Table(title=f"zone scoreboard ({settings.tpu_accelerator_type}, flex-start)")
-    for column in ("#", "zone", "last outcome", "when", "median → ACTIVE", "attempts", "skipped until"):
-        table.add_column(column, no_wrap=column == "zone")
+    report = Report(title=f"zone scoreboard ({settings.tpu_accelerator_type}, flex-start)",
+                    columns=["#", "zone", "last outcome", "when", "median → ACTIVE", "attempts", "skipped until"],
+                    right_aligned=frozenset({"#", "attempts"}))
     for row in data:
-        table.add_row(
+        report.add_row(
             str(row["search_rank"] or "–"), row["zone"],
             row["last_outcome"] or ("not offered" if row["offers"] is False else "—"),
             f"{duration(now - row['last_at'])} ago" if row["last_at"] else "—",
@@ -56,6 +59,6 @@ def zones() -> None:
             str(row["attempts"]),
             f"{clock(row['skipped_until'])} ({row['skip_reason']})" if row["skipped_until"] else "—",
         )
-    console.print(table)
-    first = order.order[0] if order.order else "nothing (every zone skipped or not offering the type)"
-    console.print(f"`/tpu up` without a zone tries {first} first. Quota is not availability: only attempts count.")
+    report.notes.append(f"`/tpu up` without a zone tries {first or 'nothing (every zone skipped or not offering the type)'} "
+                        "first. Quota is not availability: only attempts count.")
+    print_report(report)

@@ -30,6 +30,11 @@ class LeaseState(str, Enum):
     TEARING_DOWN = "TEARING_DOWN"
 
     @property
+    def label(self) -> str:
+        """How people read the state (cards, replies): words, one spelling everywhere."""
+        return "REQUESTED" if self is LeaseState.PENDING else self.value.replace("_", " ")
+
+    @property
     def holds_tpu(self) -> bool:
         return self in (LeaseState.ACTIVE, LeaseState.BOOTING_MODEL, LeaseState.READY)
 
