@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from infra.preflight import PreflightGate
     from infra.scoreboard import ZoneScoreboard
     from infra.tpu import TpuService
+    from infra.state.spend import SpendLedger
 
 
 def _open_access() -> "AccessPolicy":
@@ -139,6 +140,8 @@ class Services:
     # Zone scoreboard and the cached `tpubot doctor` verdict (issue 3).
     scoreboard: "ZoneScoreboard | None" = None
     preflight: "PreflightGate | None" = None
+    # Budgets and the spend ledger (issue 21): None leaves /tpu up unchecked.
+    spend: "SpendLedger | None" = None
 
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "LeaseHook", "LeaseObserver", "LogMaterial",
