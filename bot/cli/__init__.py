@@ -30,6 +30,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli.reconcile",
     "bot.cli.mcp",
     "bot.cli.docs",
+    "bot.cli.spend",
 )
 
 
