@@ -41,7 +41,9 @@ async def run_subcommand(services: Services, actor: Actor, parsed: ParsedCommand
     try:
         args = validate_args(action, parsed.args, services)
     except ValidationError as error:
-        raise CommandError(f"{first_error(error).capitalize()}. Usage: `{parsed.usage}`") from None
+        problem = first_error(error)
+        # Upper-case the first letter only: str.capitalize() would lower-case ids and formats (YYYY-MM, C0123).
+        raise CommandError(f"{problem[:1].upper()}{problem[1:]}. Usage: `{parsed.usage}`") from None
     result = await run_action(parsed.action, services, actor, args)
     if result.denied:
         return cards.notice(f":no_entry: {result.text}")

@@ -40,7 +40,8 @@ def write_spend_chart(month: str, bars: list[ChartBar], path: str | Path, *, tit
             axis.scatter([i for i, _ in budgets], [b for _, b in budgets], marker="_", s=900, color=BUDGET_COLOR,
                          label="budget", zorder=3)
         for i, bar in enumerate(bars):
-            axis.annotate(f"${bar.usd:,.2f}", (i, bar.usd), textcoords="offset points", xytext=(0, 4),
+            axis.annotate(f"${bar.usd:,.2f}", (i, max(bar.usd, bar.budget_usd or 0.0)), textcoords="offset points",
+                          xytext=(0, 4),
                           ha="center", fontsize=8)
         axis.set_xticks(positions, [bar.label for bar in bars], rotation=30 if len(bars) > 6 else 0, fontsize=8)
         axis.set_ylabel("USD")

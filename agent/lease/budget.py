@@ -98,9 +98,13 @@ def refusal_text(svc: "Services", refusal: Refusal, *, rate: float | None, hours
     data = {"budget_refused": refusal.scope, "month": month, "limit": limit, "spent": spent, "reserved": held,
             "need": refusal.need, "hours_that_fit": None}
     if rate is None or refusal.need is None:
-        return (f"Nothing was requested: a {hours:g} h TPU may land in a zone with no price in the table, so its "
-                f"worst case cannot be checked against {whose} {month} budget of {money(limit or 0)}. Add the "
-                "zone's price to PRICES in tpu.env, or name a priced zone (`/tpu up us-west4-a 2h`)."), data
+        searched = [zone] if zone else sorted(set(svc.policy.zones))
+        unpriced = [z for z in searched if zone_rate(svc, z) is None]
+        priced = [z for z in sorted(set(svc.policy.zones)) if zone_rate(svc, z) is not None]
+        instead = f", or name a priced zone (`/tpu up {priced[0]} {hours:g}h`)" if priced and not zone else ""
+        return (f"Nothing was requested: {whose} {month} budget is {money(limit or 0)}, and a {hours:g} h TPU may "
+                f"land in {', '.join(unpriced)}, which has no price in the table, so its worst case cannot be "
+                f"checked. Add the price to PRICES in tpu.env{instead}."), data
     short = spent + held + refusal.need - (limit or 0)
     fit = hours_that_fit(refusal, rate)
     data["hours_that_fit"] = fit
