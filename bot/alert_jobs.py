@@ -53,4 +53,5 @@ def cron_schedule(interval: timedelta) -> dict:
 
 def cron_jobs(settings: Settings) -> list[CronJob]:
     return [cron(reconcile_gcp, run_at_startup=True, **cron_schedule(settings.reconcile_interval)),
-            cron(budget_alerts, run_at_startup=False, **cron_schedule(settings.idle_check_interval))]
+            # Its last results are kept a little while: they say what each check posted.
+            cron(budget_alerts, run_at_startup=False, keep_result=120, **cron_schedule(settings.idle_check_interval))]
