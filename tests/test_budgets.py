@@ -197,3 +197,79 @@ def read_bars(png: bytes) -> list[tuple[int, int]]:
                 bars.append(Counter(run).most_common(1)[0][0])
             run = []
     return bars
+
+
+# --- App Home, settings, idle time ---------------------------------------------------------------
+
+
+def test_app_home_shows_this_months_spend_per_channel(stack, slack):
+    assert "Requested" in slack.slash("up 3h", user=ALICE, channel="C0ML").text
+    reply = slack.event({"type": "app_home_opened", "user": BOB, "channel": "D0BOB", "tab": "home"})
+    assert reply.status == 200
+    call = wait_until(lambda: stack.slack.calls_to("views.publish"), what="the Home tab")[0]
+    view = call.body["view"]
+    view = json.loads(view) if isinstance(view, str) else view
+    spend_text = [b["text"]["text"] for b in view["blocks"] if b["type"] == "section" and "text" in b
+                  and "TPU spend in" in b["text"]["text"]]
+    assert len(spend_text) == 1, view["blocks"]
+    print(spend_text[0])
+    row = next(line for line in spend_text[0].split("```")[1].splitlines() if line.startswith("C0ML"))
+    assert row.split()[:2] == ["C0ML", "1"] and row.split()[-1] == "2.00"  # one lease; the $2 channel budget
+    assert "1 still running" in spend_text[0]
+
+
+def test_home_view_with_spend_stays_within_slacks_block_limit():
+    from handlers.home_view import MAX_HOME_BLOCKS, home_view
+
+    rows = [{"lease_id": f"l{i}", "channel": f"C{i:04d}", "holder": "U1", "state": "ACTIVE", "zone": ONE_ZONE,
+             "deadline": 2_000_000_000.0, "cost_so_far": 0.5} for i in range(150)]
+    table = "\n".join(f"C{i:04d}            1    1.00      0.60        —    0.00         —" for i in range(150))
+    spend = {"ok": True, "text": f"*TPU spend in 2026-12*:\n```{table}```\nIdle hours …", "data": {}}
+    view = home_view({"ok": True, "text": "150 TPU leases", "data": {"leases": rows}}, None, now=1_999_990_000.0,
+                     spend=spend)
+    assert len(view["blocks"]) == MAX_HOME_BLOCKS
+    section = view["blocks"][-1]["text"]["text"]
+    assert len(section) <= 3000 and "more rows: `/tpu spend` lists them all" in section
+    kept = section.split("```")[1].splitlines()
+    assert all(len(line.split()) == 7 for line in kept)  # whole rows only, none cut mid-way
+
+
+@pytest.mark.parametrize("value, expected", [("200", 200.0), ("$49.50", 49.5), ("", None), ("none", None)])
+def test_budget_settings_accept_amounts_and_empty(tmp_path, monkeypatch, value, expected):
+    from bot.settings import Settings
+
+    monkeypatch.setenv("BUDGET_CHANNEL_MONTHLY", value)
+    assert Settings.load(tmp_path / "none.env").budget_channel_monthly == expected
+
+
+def test_a_bad_budget_setting_names_the_variable_and_the_fix(tmp_path, monkeypatch):
+    from pydantic import ValidationError
+
+    from bot.settings import Settings
+
+    monkeypatch.setenv("BUDGET_WORKSPACE_MONTHLY", "lots")
+    with pytest.raises(ValidationError) as excinfo:
+        Settings.load(tmp_path / "none.env")
+    assert "BUDGET_WORKSPACE_MONTHLY='lots' is not an amount of USD; write it like 200" in str(excinfo.value)
+
+
+def test_idle_time_adds_up_only_between_readings_without_traffic(redis_url):
+    from infra.state.usage import UsageStore
+    from infra.vllm_metrics import VllmUsage
+
+    async def run() -> float:
+        redis = Redis.from_url(redis_url)
+        usage = UsageStore(redis)
+        try:
+            await usage.record("L1", VllmUsage(0, 0, 10, 1000), 100.0)   # first reading
+            await usage.record("L1", VllmUsage(0, 0, 10, 1000), 160.0)   # nothing ran: 60 s idle
+            await usage.record("L1", VllmUsage(1, 0, 10, 1000), 220.0)   # a request running: in use
+            await usage.record("L1", VllmUsage(0, 0, 12, 1400), 280.0)   # counters moved: in use
+            await usage.record("L1", None, 340.0)                        # unreadable: unknown, not idle
+            await usage.record("L1", VllmUsage(0, 0, 12, 1400), 400.0)   # back: the clock restarts
+            await usage.record("L1", VllmUsage(0, 0, 12, 1400), 430.0)   # 30 s idle
+            return (await usage.get("L1")).idle_total
+        finally:
+            await redis.aclose()
+
+    assert asyncio.run(run()) == 90.0

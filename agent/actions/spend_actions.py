@@ -177,8 +177,9 @@ async def spend(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
     return ActionResult(True, text, report.as_dict())
 
 
+# Read: it changes no TPU and no budget; it only posts a chart of figures the reader may see anyway.
 @action("spend_chart", "Post a PNG bar chart of a month's TPU spend per channel in this channel.", SpendArgs,
-        kind=ActionKind.WRITE, destructive=False)
+        kind=ActionKind.READ)
 async def spend_chart(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
     if svc.spend is None:
         return ActionResult(False, NO_LEDGER)
