@@ -74,6 +74,10 @@ def render_result(services: Services, action_name: str, result) -> tuple[str, li
         return cards.status_card(lease)
     if action_name == "bench":
         return cards.notice(f":stopwatch: {result.text}" if result.ok else f":warning: {result.text}")
+    if action_name == "spend" and result.ok:
+        from handlers.spend_view import spend_sections
+
+        return result.text[:3000], spend_sections(result.text)
     if action_name == "zones":
         return cards.zones_card(result.data.get("zones", []), result.data.get("order", []))
     if action_name == "teardown":

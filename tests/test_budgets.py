@@ -273,3 +273,38 @@ def test_idle_time_adds_up_only_between_readings_without_traffic(redis_url):
             await redis.aclose()
 
     assert asyncio.run(run()) == 90.0
+
+
+def test_a_long_spend_table_is_split_at_row_boundaries():
+    from handlers.spend_view import spend_sections
+
+    rows = "\n".join(f"C{i:05d}            1    1.00      0.60        —    0.00         —" for i in range(200))
+    text = f"*TPU spend in 2026-12*:\n```channel header\n{rows}```\nIdle hours …"
+    blocks = spend_sections(text)
+    tables = [b["text"]["text"] for b in blocks if b["text"]["text"].startswith("```")]
+    assert len(tables) > 1 and all(len(t) <= 3000 for t in tables)
+    shown = [line for t in tables for line in t.strip("`").splitlines() if line.startswith("C")]
+    assert shown == [f"C{i:05d}            1    1.00      0.60        —    0.00         —" for i in range(200)]
+    assert all(t.strip("`").splitlines()[0] == "channel header" for t in tables)
+
+
+def test_a_rebuild_keeps_a_lease_that_settled_after_the_receipts_were_read(redis_url):
+    from infra.state.spend import OpenReservation
+
+    async def run():
+        redis = Redis.from_url(redis_url)
+        ledger = SpendLedger(redis, default_workspace=10.0)
+        try:
+            await ledger.settle(TEAM, MONTH, SpendRecord(lease_id="early", channel="C1", cost=1.5))
+            receipts = [record for _, _, record in await ledger.receipts()]
+            await ledger.settle(TEAM, MONTH, SpendRecord(lease_id="late", channel="C2", cost=2.0))  # meanwhile
+            rebuilt = await ledger.rebuild_month(TEAM, MONTH, receipts, [
+                OpenReservation("running", "C3", 4.0, claimed_at=0.0, note={})])
+            return rebuilt
+        finally:
+            await redis.aclose()
+
+    rebuilt = asyncio.run(run())
+    assert set(rebuilt.settled) == {"early", "late"}
+    assert rebuilt.spent == 3.5 and rebuilt.channel_spent == {"C1": 1.5, "C2": 2.0}
+    assert rebuilt.reserved == 4.0 and set(rebuilt.open) == {"running"}

@@ -90,6 +90,11 @@ def _limit_text(usd: float | None, source: str) -> str:
     return budget.money(usd) + (" (default from settings)" if source == "default" else "")
 
 
+def _set_channel_lines(limits: dict[str, float], shown: str) -> list[str]:
+    others = [f"<#{c}> {budget.money(usd)}" for c, usd in sorted(limits.items()) if c != shown]
+    return [f"• Other channels with their own budget: {', '.join(others)}."] if others else []
+
+
 @action("budget", "Show the monthly spend budgets (USD, calendar month UTC) of this channel and of the workspace, "
         "with what was spent and what running TPUs hold against them.", ChannelArg, kind=ActionKind.READ)
 async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionResult:
@@ -113,6 +118,7 @@ async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionRe
              f"far, {budget.money(data['channel_reserved_usd'])} held by running TPUs (their worst case).",
              f"• Workspace: {_limit_text(limits.workspace, limits.workspace_source)}; {budget.money(report.cost)} spent "
              f"so far, {budget.money(ledger.reserved)} held by running TPUs.",
+             *_set_channel_lines(await svc.spend.channel_limits(actor.team), channel),
              "Admins change them with `/tpu budget set 200` (the workspace) or `/tpu budget set 50 #channel`, and "
              "`/tpu budget clear [#channel]`."]
     return ActionResult(True, "\n".join(lines), data)

@@ -140,14 +140,19 @@ _REBUILD = """
 local now, stale, n = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
 local totals, settled, kept = {}, {}, {}
 local function add(name, value) totals[name] = (totals[name] or 0) + value end
-redis.call('DEL', KEYS[3])
 local i = 5
 for _ = 1, n do
-  settled[ARGV[i]] = true
-  redis.call('HSET', KEYS[3], ARGV[i], ARGV[i + 3])
-  add('ws:spent', tonumber(ARGV[i + 2]))
-  add('ch:' .. ARGV[i + 1] .. ':spent', tonumber(ARGV[i + 2]))
+  redis.call('HSETNX', KEYS[3], ARGV[i], ARGV[i + 3])
   i = i + 4
+end
+-- Settled leases are facts: those already in the ledger stay (one may have settled after the
+-- caller read the receipts), and the totals are summed from all of them.
+local rows = redis.call('HGETALL', KEYS[3])
+for j = 1, #rows, 2 do
+  local record = cjson.decode(rows[j + 1])
+  settled[rows[j]] = true
+  add('ws:spent', tonumber(record.cost) or 0)
+  add('ch:' .. record.channel .. ':spent', tonumber(record.cost) or 0)
 end
 local old = redis.call('HGETALL', KEYS[2])
 redis.call('DEL', KEYS[2])
@@ -405,8 +410,9 @@ class SpendLedger:
                             running: list[OpenReservation], *, now: float | None = None) -> MonthLedger:
         """Rewrite a month's ledger from its receipts and its running leases, in one step.
 
-        A reservation made by a claim while the caller was reading (not in `running`) is kept;
-        one neither running nor settled and older than STALE_OPEN_SECONDS is dropped.
+        Settled leases already in the ledger stay (a lease may settle while the caller reads the
+        receipts); a reservation made by a claim meanwhile (not in `running`) is kept; one neither
+        running nor settled and older than STALE_OPEN_SECONDS is dropped.
         """
         args: list[str] = [str(LEDGER_TTL_SECONDS), repr(now or time.time()), str(STALE_OPEN_SECONDS),
                            str(len(settled))]
