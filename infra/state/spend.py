@@ -29,7 +29,7 @@ from datetime import datetime, timezone
 from redis.asyncio import Redis
 
 from infra.state import keys
-from infra.state.leases import ClaimResult, Lease, LeaseState, _text, new_lease_id, node_id_for, qr_id_for
+from infra.state.leases import ClaimResult, Lease, _text, candidate_lease, claim_fields
 
 LEDGER_TTL_SECONDS = 400 * 86_400  # a year of months stays readable for `/tpu spend 2026-01`
 NO_LIMIT = ""
@@ -274,14 +274,6 @@ def _limit(value: str | bytes | None) -> float | None:
     return float(text) if text not in ("", None) else None
 
 
-def _flat(lease: Lease) -> list[str]:
-    flat: list[str] = []
-    for name, value in lease.to_redis().items():
-        if name != "fence":
-            flat += [name, value]
-    return flat
-
-
 class SpendLedger:
     def __init__(self, redis: Redis, *, default_workspace: float | None = None,
                  default_channel: float | None = None) -> None:
@@ -323,13 +315,9 @@ class SpendLedger:
                                   zone_explicit: bool, worst_case_usd: float | None,
                                   note: dict | None = None) -> BudgetedClaim:
         """The lease claim of LeaseStore.claim, refused when its worst case does not fit a budget."""
-        lease_id = new_lease_id()
-        now = time.time()
-        candidate = Lease(
-            lease_id=lease_id, team=team, channel=channel, holder=holder, zone=zone,
-            qr_id=qr_id_for(lease_id), node_id=node_id_for(lease_id), state=LeaseState.PENDING.value,
-            created_at=now, state_since=now, run_seconds=run_seconds, zone_explicit=int(zone_explicit),
-        )
+        candidate = candidate_lease(team=team, channel=channel, holder=holder, zone=zone, run_seconds=run_seconds,
+                                    zone_explicit=zone_explicit)
+        lease_id, now = candidate.lease_id, candidate.created_at
         month = month_of(now)
         default = lambda value: NO_LIMIT if value is None else repr(value)  # noqa: E731
         need = UNKNOWN_COST if worst_case_usd is None else repr(max(0.0, worst_case_usd))
@@ -337,7 +325,7 @@ class SpendLedger:
             keys=[keys.lease(team, channel), keys.fence(team, channel), keys.lease_index(),
                   keys.spend_ledger(team, month), keys.spend_open(team, month), keys.budget_limits(team)],
             args=[channel, lease_id, need, default(self.default_workspace), default(self.default_channel),
-                  LEDGER_TTL_SECONDS, _open_note(now, note), *_flat(candidate)],
+                  LEDGER_TTL_SECONDS, _open_note(now, note), *claim_fields(candidate)],
         )
         verdict = int(reply[0])
         if verdict == 2:
