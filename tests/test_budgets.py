@@ -308,3 +308,34 @@ def test_a_rebuild_keeps_a_lease_that_settled_after_the_receipts_were_read(redis
     assert set(rebuilt.settled) == {"early", "late"}
     assert rebuilt.spent == 3.5 and rebuilt.channel_spent == {"C1": 1.5, "C2": 2.0}
     assert rebuilt.reserved == 4.0 and set(rebuilt.open) == {"running"}
+
+
+def test_a_lease_is_charged_to_the_month_it_was_claimed_in_at_the_receipts_rate(redis_url, tmp_path):
+    from agent.lease import budget
+    from bot.settings import Settings
+    from bot.wiring import build_services
+    from infra.state.leases import Lease
+
+    nov_30_23h = 1_796_079_600.0  # 2026-11-30T23:00Z: claimed in November, ended in December
+    lease = Lease(lease_id="acr0ss", team=TEAM, channel="C0ML", holder=ALICE, zone=ONE_ZONE, qr_id="q", node_id="n",
+                  state="READY", created_at=nov_30_23h, active_at=nov_30_23h + 600, deadline=nov_30_23h + 600 + 4 * 3600,
+                  run_seconds=4 * 3600)
+
+    async def run():
+        settings = Settings.load(tmp_path / "none.env", redis_url=redis_url)
+        svc, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False)
+        try:
+            ended = nov_30_23h + 600 + 2 * 3600  # two hours after ACTIVE, in December
+            assert month_of(ended) == "2026-12"
+            assert await budget.settle_lease(svc, lease, now=ended)
+            assert not await budget.settle_lease(svc, lease, now=ended + 60)  # once, however often it runs
+            return await svc.spend.month(TEAM, "2026-11"), await svc.spend.month(TEAM, "2026-12")
+        finally:
+            await pool.aclose()
+            await redis.aclose()
+
+    november, december = asyncio.run(run())
+    assert december.settled == {} and december.spent == 0
+    record = november.settled["acr0ss"]
+    assert record.billed_seconds == 2 * 3600 and abs(record.cost - 2 * 0.60) < 1e-9  # from ACTIVE, $0.60/chip-h
+    assert abs(november.channel_spent["C0ML"] - 1.20) < 1e-9
