@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from infra.preflight import PreflightGate
     from infra.scoreboard import ZoneScoreboard
     from infra.tpu import TpuService
+    from infra.state.spend import SpendLedger
 
 
 def _open_access() -> "AccessPolicy":
@@ -143,6 +144,8 @@ class Services:
     # Log files on this machine, for summarize_logs' `path`: only `tpubot mcp` sets it (issue 19);
     # a Slack process never reads its own disk for a user.
     local_files: "LocalFiles | None" = None
+    # Budgets and the spend ledger (issue 21): None leaves /tpu up unchecked.
+    spend: "SpendLedger | None" = None
 
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "LeaseHook", "LeaseObserver", "LogMaterial",

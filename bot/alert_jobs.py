@@ -30,6 +30,14 @@ async def reconcile_gcp(ctx: dict) -> str:
     return (await reconcile.reconcile(ctx["services"])).summary()
 
 
+async def budget_alerts(ctx: dict) -> str:
+    """Running leases accrue cost: post the 80 % / 100 % budget alerts they cross (issue 21)."""
+    from agent.lease import budget
+
+    posted = await budget.check_running_alerts(ctx["services"])
+    return f"posted {len(posted)}"
+
+
 FUNCTIONS = [fire_timer, check_idle]
 
 
@@ -44,4 +52,6 @@ def cron_schedule(interval: timedelta) -> dict:
 
 
 def cron_jobs(settings: Settings) -> list[CronJob]:
-    return [cron(reconcile_gcp, run_at_startup=True, **cron_schedule(settings.reconcile_interval))]
+    return [cron(reconcile_gcp, run_at_startup=True, **cron_schedule(settings.reconcile_interval)),
+            # Its last results are kept a little while: they say what each check posted.
+            cron(budget_alerts, run_at_startup=False, keep_result=120, **cron_schedule(settings.idle_check_interval))]

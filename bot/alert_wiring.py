@@ -56,4 +56,6 @@ def receipt_for(alerting: Alerting, settings: Settings):
 
 
 def alert_hooks() -> list[LeaseHook]:
-    return [ExpiryHook(), IdleHook()]
+    from agent.lease.budget import SpendHook
+
+    return [ExpiryHook(), IdleHook(), SpendHook()]

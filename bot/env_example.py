@@ -59,7 +59,7 @@ def sections() -> list[tuple[str, list[str]]]:
 
 def env_value(value: Any) -> str:
     """A default as it is written in an env file (and parsed back by Settings)."""
-    if isinstance(value, SecretStr):
+    if isinstance(value, SecretStr) or value is None:  # None: unset (e.g. no budget)
         return ""
     if isinstance(value, bool):
         return "true" if value else "false"

@@ -165,10 +165,33 @@ class Settings(BaseSettings):
     )
     alert_admin_channel: str = Field("", description="channel for admin alerts (empty: a DM to each of ADMINS)")
 
+    # --- spend guardrails (issue 21) ----------------------------------------------------------
+    budget_workspace_monthly: float | None = Field(
+        None, description="USD the whole workspace may spend per calendar month (UTC) unless `/tpu budget set` "
+                          "says otherwise; empty: no limit")
+    budget_channel_monthly: float | None = Field(
+        None, description="USD each channel may spend per calendar month (UTC) unless `/tpu budget set … #channel` "
+                          "says otherwise; empty: no limit")
+
     _split = field_validator(
         "tpu_zones", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
         "write_users", "write_groups", "write_channels", mode="before",
     )(_split_csv)
+
+    @field_validator("budget_workspace_monthly", "budget_channel_monthly", mode="before")
+    @classmethod
+    def _budget(cls, value: Any, info: Any) -> float | None:
+        if value is None or str(value).strip().lower() in ("", "none", "off"):
+            return None
+        text = str(value).strip().lstrip("$")
+        try:
+            usd = float(text)
+        except ValueError:
+            raise ValueError(f"{info.field_name.upper()}={value!r} is not an amount of USD; write it like 200 "
+                             "(or leave it empty for no limit)") from None
+        if usd < 0 or usd != usd:
+            raise ValueError(f"{info.field_name.upper()} must be 0 or more USD; write it like 200")
+        return usd
 
     @field_validator("vllm_limit_mm_per_prompt")
     @classmethod

@@ -227,10 +227,19 @@ async def build_services(
         model=model_config_from(settings),
         cloud_logs=cloud_logging_config_from(settings),
         proposals=ProposalStore(redis),
+        spend=spend_ledger_from(settings, redis),
     )
     services.hooks.extend(alert_wiring.alert_hooks())
     _wire_provisioning(services, settings, redis)
     return services, redis, pool
+
+
+def spend_ledger_from(settings: Settings, redis: Redis):
+    """Budgets and the spend ledger (issue 21): the settings' monthly defaults, admin-set overrides in Redis."""
+    from infra.state.spend import SpendLedger
+
+    return SpendLedger(redis, default_workspace=settings.budget_workspace_monthly,
+                       default_channel=settings.budget_channel_monthly)
 
 
 def _wire_provisioning(services: Services, settings: Settings, redis: Redis) -> None:

@@ -15,7 +15,7 @@ from agent.lease import lifecycle, provisioning, teardown, watching
 from bot import alert_jobs
 from bot.settings import Settings
 from bot.wiring import JOB_QUEUE, build_services, slack_client_from, slack_http_session
-from handlers import ask_job, bench_job, mention_job
+from handlers import ask_job, bench_job, mention_job, spend_chart_job
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +86,12 @@ async def bench_endpoint(ctx: dict, *, team: str, channel: str, lease_id: str, u
                                           lease_id=lease_id, user_id=user_id)
 
 
+async def post_spend_chart(ctx: dict, *, team: str, channel: str, month: str, user_id: str = "") -> str:
+    """`/tpu spend chart`: the month's spend per channel as a PNG in the channel (handlers/spend_chart_job.py)."""
+    return await spend_chart_job.post_spend_chart(ctx["services"], ctx["slack"], team=team, channel=channel,
+                                                  month=month, user_id=user_id)
+
+
 async def answer_mention(ctx: dict, **mention: Any) -> str:
     """One @-mention: the agent's answer in the thread (handlers/mention_job.py)."""
     return await mention_job.answer_mention(ctx["services"], ctx["slack"], **mention)
@@ -119,6 +125,7 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
     kwargs: dict[str, Any] = dict(
         functions=[counted(job) for job in
                    (answer_mention, answer_ask, provision_lease, watch_lease, teardown_lease, boot_model, bench_endpoint,
+                    post_spend_chart,
                     *alert_jobs.FUNCTIONS)],
         cron_jobs=[cron(counted(resume_leases), second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
         redis_settings=RedisSettings.from_dsn(redis_url),

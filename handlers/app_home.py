@@ -24,6 +24,7 @@ from handlers.home_view import home_view
 log = logging.getLogger(__name__)
 
 ZONES_ACTION = "zones"
+SPEND_ACTION = "spend"  # the month's spend per channel (issue 21)
 
 
 def register(app: AsyncApp, services: Services) -> None:
@@ -59,4 +60,8 @@ async def build_home(services: Services, actor: Actor) -> dict:
         else:
             zones = (result.text, [{"type": "context", "elements": [
                 {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])
-    return home_view({"ok": listed.ok, "text": listed.text, "data": listed.data}, zones)
+    spend = None
+    if get_action(SPEND_ACTION) is not None and services.spend is not None:
+        result = await run_action(SPEND_ACTION, services, actor, {})
+        spend = {"ok": result.ok, "text": result.text, "data": result.data}
+    return home_view({"ok": listed.ok, "text": listed.text, "data": listed.data}, zones, spend=spend)

@@ -101,6 +101,47 @@ def _parse_ask(tokens: list[str]) -> dict:
     if not tokens:
         raise CommandError("`/tpu ask` needs a question. Usage: `/tpu ask <question>`, e.g. `/tpu ask what is a TPU?`")
     return {"prompt": " ".join(tokens)}
+# A parser that picks another action than its subcommand's default returns it under this key.
+ACTION_KEY = "__action__"
+BUDGET_USAGE = ("Usage: `/tpu budget [#channel]`, `/tpu budget set 200` (the workspace, USD a month), "
+                "`/tpu budget set 50 #channel`, `/tpu budget clear [#channel]`")
+SPEND_USAGE = "Usage: `/tpu spend [YYYY-MM]` or `/tpu spend chart [YYYY-MM]`, e.g. `/tpu spend 2026-11`"
+_USD_RE = re.compile(r"^\$?(\d+(?:\.\d{1,2})?)(?:\s*usd)?$", re.IGNORECASE)
+
+
+def _parse_budget(tokens: list[str]) -> dict:
+    """Show, `set USD [#channel]` or `clear [#channel]`; the budget actions check the channel."""
+    if not tokens:
+        return {}
+    verb, *rest = tokens
+    if verb.lower() == "set":
+        if not rest or len(rest) > 2:
+            raise CommandError(f"`/tpu budget set` takes an amount and an optional channel. {BUDGET_USAGE}")
+        amount = _USD_RE.match(rest[0])
+        if amount is None:
+            raise CommandError(f"`{_code_safe(rest[0][:40])}` is not an amount of USD; write it like `200` or "
+                               f"`$49.50`. {BUDGET_USAGE}")
+        return {ACTION_KEY: "set_budget", "usd": float(amount.group(1)), "channel": rest[1] if rest[1:] else None}
+    if verb.lower() == "clear":
+        if len(rest) > 1:
+            raise CommandError(f"`/tpu budget clear` takes at most a channel. {BUDGET_USAGE}")
+        return {ACTION_KEY: "set_budget", "clear": True, "channel": rest[0] if rest else None}
+    if len(tokens) == 1 and (verb.startswith("<#") or verb.startswith("#") or verb[:1] in "CG"):
+        return {"channel": verb}
+    raise CommandError(f"`{_code_safe(' '.join(tokens)[:40])}` is not a budget command. {BUDGET_USAGE}")
+
+
+def _parse_spend(tokens: list[str]) -> dict:
+    args: dict = {}
+    if tokens and tokens[0].lower() == "chart":
+        args[ACTION_KEY] = "spend_chart"
+        tokens = tokens[1:]
+    if len(tokens) > 1:
+        raise CommandError(f"`/tpu spend` takes at most one month; got `{_code_safe(' '.join(tokens)[:40])}`. "
+                           f"{SPEND_USAGE}")
+    if tokens:
+        args["month"] = tokens[0]
+    return args
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (
@@ -114,6 +155,8 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("bench", "/tpu bench", "Benchmark this channel's READY model (a small sweep) and post the chart in its thread.", _no_args("bench"), "bench"),
     Subcommand("zones", "/tpu zones", "Show the zone scoreboard: last outcome, when, median time to ACTIVE, skipped until.", _no_args("zones"), "zones"),
     Subcommand("ask", "/tpu ask <question>", "Ask this channel's model directly; the answer comes with TTFT, TPOT and tokens/s.", _parse_ask, "ask_model"),
+    Subcommand("budget", "/tpu budget [set USD|clear] [#channel]", "Show the monthly spend budgets; admins set them (no channel: the workspace's).", _parse_budget, "budget"),
+    Subcommand("spend", "/tpu spend [chart] [YYYY-MM]", "A month's TPU spend per channel: leases, hours, dollars, $/M output tokens, idle hours; `chart` posts a bar chart.", _parse_spend, "spend"),
     Subcommand("help", "/tpu help", "Show this help.", _no_args("help")),
 )
 BY_NAME = {sub.name: sub for sub in SUBCOMMANDS}
@@ -130,7 +173,8 @@ def parse(text: str) -> ParsedCommand:
     if sub is None:
         shown = name if len(name) <= 40 else name[:40] + "…"
         raise CommandError(f"Unknown subcommand `{_code_safe(shown)}`. Try one of: {', '.join('`' + s.usage + '`' for s in SUBCOMMANDS)}")
-    return ParsedCommand(sub.name, sub.action, sub.parse(tokens), sub.usage)
+    args = sub.parse(tokens)
+    return ParsedCommand(sub.name, args.pop(ACTION_KEY, sub.action), args, sub.usage)
 
 
 HELP_TITLE = "tpubot — one flex-start TPU v5e with Gemma per channel"

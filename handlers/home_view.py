@@ -50,9 +50,29 @@ def lease_section(row: dict, now: float) -> dict:
                                           for name, value in fields]}
 
 
-def home_view(leases: dict, zones: tuple[str, list[dict]] | None, now: float | None = None) -> dict:
+def spend_blocks(spend: dict | None) -> list[dict]:
+    """The month's spend per channel (the `spend` action's text: a table, never cut mid-row)."""
+    if spend is None:
+        return []
+    text = spend.get("text", "") if spend.get("ok") else f"Spend: {cards.escape(spend.get('text', ''))}"
+    if len(text) > 3000:  # a section's limit: keep whole rows and say how many were left out
+        head, _, rest = text.partition("```")
+        table, _, tail = rest.partition("```")
+        rows = table.split("\n")
+        kept: list[str] = []
+        for row in rows:
+            if len(head) + sum(len(r) + 1 for r in kept) + len(row) + 120 > 3000:
+                break
+            kept.append(row)
+        text = f"{head}```" + "\n".join(kept) + f"```\n… {len(rows) - len(kept)} more rows: `/tpu spend` lists them all."
+    return [{"type": "divider"}, {"type": "section", "text": {"type": "mrkdwn", "text": text}}]
+
+
+def home_view(leases: dict, zones: tuple[str, list[dict]] | None, now: float | None = None,
+              spend: dict | None = None) -> dict:
     """`leases`: the `leases` action's (ok, text, data) as a dict {ok, text, data}; `zones`: the
-    zones card's (text, blocks), or None when the scoreboard is not available here."""
+    zones card's (text, blocks), or None when the scoreboard is not available here; `spend`: the
+    `spend` action's result as such a dict (issue 21), or None."""
     now = now or time.time()
     blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": "TPUs in this workspace"}}]
     rows = leases.get("data", {}).get("leases", []) if leases.get("ok") else []
@@ -62,7 +82,8 @@ def home_view(leases: dict, zones: tuple[str, list[dict]] | None, now: float | N
         3000)}]})
     zone_blocks = zones[1] if zones else [{"type": "context", "elements": [
         {"type": "mrkdwn", "text": "The zone scoreboard is not available in this process."}]}]
-    room = MAX_HOME_BLOCKS - FIXED_BLOCKS - len(zone_blocks)
+    money_blocks = spend_blocks(spend)
+    room = MAX_HOME_BLOCKS - FIXED_BLOCKS - len(zone_blocks) - len(money_blocks)
     shown = rows[:room]
     blocks += [lease_section(row, now) for row in shown]
     if len(rows) > len(shown):
@@ -71,4 +92,5 @@ def home_view(leases: dict, zones: tuple[str, list[dict]] | None, now: float | N
                        f"{len(shown)})."}]})
     blocks.append({"type": "divider"})
     blocks += zone_blocks
+    blocks += money_blocks
     return {"type": "home", "blocks": blocks}

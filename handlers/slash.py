@@ -64,7 +64,9 @@ async def run_subcommand(services: Services, actor: Actor, parsed: ParsedCommand
     try:
         args = validate_args(action, parsed.args, services)
     except ValidationError as error:
-        raise CommandError(f"{first_error(error).capitalize()}. Usage: `{parsed.usage}`") from None
+        problem = first_error(error)
+        # Upper-case the first letter only: str.capitalize() would lower-case ids and formats (YYYY-MM, C0123).
+        raise CommandError(f"{problem[:1].upper()}{problem[1:]}. Usage: `{parsed.usage}`") from None
     result = await run_action(parsed.action, services, actor, args)
     if result.denied:
         return cards.notice(f":no_entry: {result.text}")
@@ -76,6 +78,8 @@ def render_result(services: Services, action_name: str, result) -> tuple[str, li
     if action_name == "provision":
         if result.data.get("preflight_failed"):
             return cards.notice(f":stop_sign: {result.text}")
+        if result.data.get("budget_refused"):
+            return cards.notice(f":money_with_wings: {result.text}")
         if result.ok:
             search = "" if lease.zone_explicit else " If that zone refuses, the best-known other zones are tried."
             return cards.notice(
@@ -93,6 +97,10 @@ def render_result(services: Services, action_name: str, result) -> tuple[str, li
         return cards.status_card(lease)
     if action_name == "bench":
         return cards.notice(f":stopwatch: {result.text}" if result.ok else f":warning: {result.text}")
+    if action_name == "spend" and result.ok:
+        from handlers.spend_view import spend_sections
+
+        return result.text[:3000], spend_sections(result.text)
     if action_name == "zones":
         return cards.zones_card(result.data.get("zones", []), result.data.get("order", []))
     if action_name == "teardown":

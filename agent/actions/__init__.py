@@ -24,3 +24,4 @@ from agent.actions import cost_actions  # noqa: F401,E402  (registers estimate_c
 from agent.actions import bench_actions  # noqa: F401,E402  (registers bench)
 from agent.actions import workspace_actions  # noqa: F401,E402  (registers leases: the App Home list)
 from agent.actions import model_actions  # noqa: F401,E402  (registers ask_model/model_health)
+from agent.actions import spend_actions  # noqa: F401,E402  (registers budget/set_budget/spend/spend_chart)

@@ -74,12 +74,23 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
                                    "`/tpu up`.", {"preflight_failed": [check.name for check in blocked]})
     outcome = await lifecycle.request_provision(svc, actor, zone=zone, zone_explicit=args.zone is not None,
                                                 hours=args.hours)
+    if outcome.refusal is not None:
+        return budget_refused(svc, outcome.refusal, args, zone)
     lease = outcome.lease
     if not outcome.created:
         return already_held(lease)
     where = lease.zone if args.zone else f"{lease.zone} (searching the other configured zones if it refuses)"
     return ActionResult(True, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
                               f"(lease {lease.lease_id}).", lease_summary(lease), lease)
+
+
+def budget_refused(svc: Services, refusal: Any, args: ProvisionArgs, zone: str) -> ActionResult:
+    from agent.lease import budget
+
+    hours = args.hours or svc.policy.max_run.total_seconds() / 3600
+    rate = budget.worst_case_rate(svc, zone, args.zone is not None)
+    text, data = budget.refusal_text(svc, refusal, rate=rate, hours=hours, zone=args.zone)
+    return ActionResult(False, text, data)
 
 
 def already_held(lease: Any) -> ActionResult:

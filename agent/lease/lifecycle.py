@@ -17,6 +17,7 @@ from datetime import timedelta
 from agent import access
 from agent.context import Actor, Services
 from infra.state.leases import Lease, LeaseState, Release
+from infra.state.spend import Refusal
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,8 @@ async def lock_retry_delay(svc: Services, team: str, channel: str, attempt: int)
 @dataclass(frozen=True)
 class ProvisionOutcome:
     created: bool
-    lease: Lease
+    lease: Lease | None  # None: refused by a budget
+    refusal: "Refusal | None" = None
 
 
 @dataclass(frozen=True)
@@ -68,12 +70,22 @@ class TeardownOutcome:
 async def request_provision(svc: Services, actor: Actor, *, zone: str, zone_explicit: bool,
                             hours: float | None) -> ProvisionOutcome:
     """Claim the channel's lease starting in `zone` (starting_zone) and queue its provision job.
-    The claim is the atomic arbiter: on a held channel it returns the holder's lease."""
+    The claim is the atomic arbiter: on a held channel it returns the holder's lease. With a
+    spend ledger, the same atomic step refuses a run whose worst case overruns a budget."""
     run = timedelta(hours=hours) if hours else svc.policy.max_run
-    claim = await svc.leases.claim(
-        team=actor.team, channel=actor.channel, holder=actor.user_id, zone=zone,
-        run_seconds=int(run.total_seconds()), zone_explicit=zone_explicit,
-    )
+    if svc.spend is not None:
+        from agent.lease import budget
+
+        budgeted = await budget.claim(svc, actor, zone=zone, zone_explicit=zone_explicit,
+                                      run_seconds=int(run.total_seconds()))
+        if budgeted.claim is None:
+            return ProvisionOutcome(created=False, lease=None, refusal=budgeted.refusal)
+        claim = budgeted.claim
+    else:
+        claim = await svc.leases.claim(
+            team=actor.team, channel=actor.channel, holder=actor.user_id, zone=zone,
+            run_seconds=int(run.total_seconds()), zone_explicit=zone_explicit,
+        )
     if claim.created:
         await svc.jobs.enqueue(
             PROVISION_JOB, job_id=f"provision:{claim.lease.lease_id}",

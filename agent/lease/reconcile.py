@@ -10,7 +10,9 @@ and lease labels) in every configured zone and in every zone a lease names, then
 - a lease whose QR is gone → the lease is released and the channel told;
 - a SUSPENDED/FAILED QR no lease owns → deleted (it still holds quota), the channel told;
 - a bot-labelled QR with no channel label, or a second QR in a channel that has another
-  lease → the admins are alerted once a day (a running TPU is never deleted on a guess).
+  lease → the admins are alerted once a day (a running TPU is never deleted on a guess);
+- then every month's spend ledger is rewritten from the receipts stream and the leases now
+  known (agent/lease/budget.py), so a lost ledger — or a restored lease's reservation — is back.
 
 Passes are serialized across workers by a lock; a pass that finds the lock held skips.
 """
@@ -53,12 +55,13 @@ class ReconcileReport:
     released: list[str] = field(default_factory=list)  # lease ids whose QR was gone
     deleted: list[str] = field(default_factory=list)  # leftover QR ids deleted
     admin_alerts: list[str] = field(default_factory=list)  # QR ids the admins were told about
+    ledgers: list[str] = field(default_factory=list)  # team/month spend ledgers rewritten (issue 21)
 
     def summary(self) -> str:
         if self.skipped:
             return "skipped: another reconcile pass is running"
         parts = [f"{len(self.zones)} zones"]
-        for name in ("restored", "timers", "released", "deleted", "admin_alerts", "zones_failed"):
+        for name in ("restored", "timers", "released", "deleted", "admin_alerts", "zones_failed", "ledgers"):
             items = getattr(self, name)
             if items:
                 parts.append(f"{name.replace('_', ' ')}: {', '.join(items)}")
@@ -70,7 +73,11 @@ async def reconcile(svc: "Services", *, now: float | None = None) -> ReconcileRe
     if token is None:
         return ReconcileReport(skipped=True)
     try:
-        return await _pass(svc, now or time.time())
+        report = await _pass(svc, now or time.time())
+        from agent.lease import budget
+
+        report.ledgers = await budget.rebuild(svc)
+        return report
     finally:
         await svc.locks.release(*LOCK_SCOPE, token)
 

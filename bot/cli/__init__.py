@@ -27,6 +27,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli.reconcile",
     "bot.cli.mcp",
     "bot.cli.docs",
+    "bot.cli.spend",
 )
 # Commands that run with only their own module loaded: `tpubot digest` streams logs of any size
 # in a few MB and should not pay for the Slack and GCP clients the others import (~30 MB).

@@ -53,3 +53,26 @@ def usage(lease_id: str) -> str:
 
 def bench_result(team: str, channel: str) -> str:
     return f"{PREFIX}:bench:{team}:{channel}"
+
+
+# --- spend ledger and budgets (issue 21; infra/state/spend.py) ---
+
+
+def budget_limits(team: str) -> str:
+    return f"{PREFIX}:budget:{team}"
+
+
+def spend_ledger(team: str, month: str) -> str:
+    return f"{PREFIX}:spend:{team}:{month}"
+
+
+def spend_open(team: str, month: str) -> str:
+    return f"{PREFIX}:spend:{team}:{month}:open"
+
+
+def spend_settled(team: str, month: str) -> str:
+    return f"{PREFIX}:spend:{team}:{month}:settled"
+
+
+def spend_receipts() -> str:
+    return f"{PREFIX}:receipts"

@@ -111,6 +111,27 @@ def new_lease_id() -> str:
     return secrets.token_hex(5)
 
 
+def candidate_lease(*, team: str, channel: str, holder: str, zone: str, run_seconds: int,
+                    zone_explicit: bool) -> Lease:
+    """A new PENDING lease as a claim proposes it (the claim script decides whether it is stored)."""
+    lease_id = new_lease_id()
+    now = time.time()
+    return Lease(
+        lease_id=lease_id, team=team, channel=channel, holder=holder, zone=zone,
+        qr_id=qr_id_for(lease_id), node_id=node_id_for(lease_id), state=LeaseState.PENDING.value,
+        created_at=now, state_since=now, run_seconds=run_seconds, zone_explicit=int(zone_explicit),
+    )
+
+
+def claim_fields(lease: Lease) -> list[str]:
+    """The lease as the claim script's flat field/value arguments (the fence is the script's)."""
+    flat: list[str] = []
+    for name, value in lease.to_redis().items():
+        if name != "fence":
+            flat += [name, value]
+    return flat
+
+
 def qr_id_for(lease_id: str) -> str:
     return f"tpubot-{lease_id}"
 
@@ -188,32 +209,20 @@ class LeaseStore:
 
     async def claim(self, *, team: str, channel: str, holder: str, zone: str, run_seconds: int,
                     zone_explicit: bool = False) -> ClaimResult:
-        lease_id = new_lease_id()
-        now = time.time()
-        candidate = Lease(
-            lease_id=lease_id, team=team, channel=channel, holder=holder, zone=zone,
-            qr_id=qr_id_for(lease_id), node_id=node_id_for(lease_id), state=LeaseState.PENDING.value,
-            created_at=now, state_since=now, run_seconds=run_seconds, zone_explicit=int(zone_explicit),
-        )
-        flat: list[str] = []
-        for name, value in candidate.to_redis().items():
-            if name != "fence":
-                flat += [name, value]
+        candidate = candidate_lease(team=team, channel=channel, holder=holder, zone=zone, run_seconds=run_seconds,
+                                    zone_explicit=zone_explicit)
         created, raw = await self._claim(
-            keys=[keys.lease(team, channel), keys.fence(team, channel), keys.lease_index()], args=flat
+            keys=[keys.lease(team, channel), keys.fence(team, channel), keys.lease_index()],
+            args=claim_fields(candidate),
         )
         pairs = dict(zip(raw[::2], raw[1::2]))
         return ClaimResult(created=bool(created), lease=Lease.from_redis(pairs))
 
     async def restore(self, lease: Lease) -> bool:
         """Recreate a lease from GCP's record (reconciler); never overwrites an existing one."""
-        flat: list[str] = []
-        for name, value in lease.to_redis().items():
-            if name != "fence":
-                flat += [name, value]
         created, _ = await self._claim(
             keys=[keys.lease(lease.team, lease.channel), keys.fence(lease.team, lease.channel), keys.lease_index()],
-            args=flat,
+            args=claim_fields(lease),
         )
         return bool(created)
 

@@ -15,7 +15,7 @@ from infra.state import keys
 from infra.vllm_metrics import VllmUsage
 
 _FIELDS = ("requests", "output_tokens", "offset_requests", "offset_tokens", "last_used_at", "metrics_at",
-           "unknown_since")
+           "unknown_since", "idle_seconds")
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class UsageState:
     last_used_at: float = 0.0  # when the idle clock last restarted
     metrics_at: float = 0.0  # the last successful reading; 0 = never
     unknown_since: float = 0.0  # metrics unreadable since then; 0 = the last reading worked
+    idle_total: float = 0.0  # seconds between two readings with no traffic in between (the waste; issue 21)
 
     def idle_seconds(self, now: float) -> float | None:
         """How long nobody used the model; None while metrics are unknown."""
@@ -47,6 +48,7 @@ class UsageStore:
             last_used_at=values.get("last_used_at", 0.0),
             metrics_at=values.get("metrics_at", 0.0),
             unknown_since=values.get("unknown_since", 0.0),
+            idle_total=values.get("idle_seconds", 0.0),
         )
 
     async def record(self, lease_id: str, reading: VllmUsage | None, now: float) -> UsageState:
@@ -69,6 +71,8 @@ class UsageStore:
                            or reading.output_tokens != old.get("output_tokens", 0.0))
             if first or changed or reading.busy or old.get("unknown_since"):
                 new["last_used_at"] = now
+            elif old.get("metrics_at"):
+                new["idle_seconds"] += max(0.0, now - old["metrics_at"])  # nothing ran since the last reading
             new.update(requests=reading.requests, output_tokens=reading.output_tokens, metrics_at=now,
                        unknown_since=0.0)
         await self._redis.hset(key, mapping={name: repr(value) for name, value in new.items()})

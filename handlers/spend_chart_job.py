@@ -1,0 +1,57 @@
+"""The `/tpu spend chart` worker job: the month's spend per channel drawn as a PNG and uploaded to
+the channel that asked (the same files_upload_v2 path as the bench chart, handlers/bench_job.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+from pathlib import Path
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.context import Services
+from agent.lease import budget
+from infra.spend_chart import ChartBar, write_spend_chart
+
+log = logging.getLogger(__name__)
+
+
+def chart_bars(report: budget.MonthSpend) -> list[ChartBar]:
+    """One bar per channel; the idle share of its cost is its idle hours' share of its TPU hours."""
+    bars = []
+    for row in report.channels:
+        idle_share = min(1.0, row.idle_seconds / row.tpu_seconds) if row.tpu_seconds else 0.0
+        bars.append(ChartBar(label=f"#{row.channel}", usd=row.cost, idle_usd=row.cost * idle_share,
+                             budget_usd=row.limit))
+    return bars
+
+
+async def render_chart(report: budget.MonthSpend, directory: Path) -> Path:
+    # matplotlib is synchronous and CPU-bound: keep it off the worker's event loop.
+    return await asyncio.to_thread(write_spend_chart, report.month, chart_bars(report),
+                                   directory / f"spend-{report.month}.png")
+
+
+async def post_spend_chart(svc: Services, client: AsyncWebClient, *, team: str, channel: str, month: str,
+                           user_id: str = "") -> str:
+    report = await budget.month_spend(svc, team, month)
+    if not report.channels:
+        await client.chat_postMessage(channel=channel, text=f"No TPU spend in {month} in this workspace, so no chart.")
+        return "empty"
+    with tempfile.TemporaryDirectory(prefix="tpubot-spend-") as tmp:
+        data = (await render_chart(report, Path(tmp))).read_bytes()
+    asked = f" for <@{user_id}>" if user_id else ""
+    try:
+        await client.files_upload_v2(channel=channel, file=data, filename=f"spend-{month}.png",
+                                     title=f"TPU spend per channel, {month}",
+                                     initial_comment=f"TPU spend in {month}{asked}: {budget.money(report.cost)} in "
+                                                     f"{len(report.channels)} channel"
+                                                     f"{'s' * (len(report.channels) != 1)}.")
+    except SlackApiError as error:
+        log.warning("spend chart upload failed: %s", error.response.get("error"))
+        await client.chat_postMessage(channel=channel, text=f":warning: Could not upload the spend chart "
+                                                            f"({error.response.get('error')}; the app needs files:write).")
+        return "upload failed"
+    return "ok"
