@@ -48,6 +48,8 @@ from urllib.parse import parse_qs, urlsplit
 from google.cloud import tpu_v2
 from google.protobuf import json_format
 
+from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
+
 
 class ZoneBehaviour(str, enum.Enum):
     ACCEPT = "accept"  # queues briefly, provisions, goes ACTIVE
@@ -219,6 +221,17 @@ class TpuSandbox:
         self._host, self._port = host, port
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        # Google's discovery documents for both versions (None without google-api-python-client: lenient).
+        self.apis: dict[str, DiscoveryApi | None] = {
+            "v2": load_api("tpu.v2", "google.cloud.tpu.v2"),
+            "v2alpha1": load_api("tpu.v2alpha1", "google.cloud.tpu.v2alpha1"),
+        }
+        self.rejected: list[RequestRejected] = []  # requests the schema check refused, newest last
+        self.response_problems: list[str] = []  # emulator responses that broke the schema (bugs)
+
+    @property
+    def strict(self) -> bool:
+        return all(api is not None for api in self.apis.values())
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> str:
@@ -459,10 +472,26 @@ class TpuSandbox:
                 if needle is None or needle in url.path:
                     del self._injected[index]
                     return status, _ApiError(status, message).body()
+        api = self.apis.get(url.path.lstrip("/").split("/", 1)[0])
+        checked = None
+        if api is not None:
+            try:
+                checked = api.check_request(method, url.path, query, body)
+            except RequestRejected as rejected:
+                with self._lock:
+                    self.rejected.append(rejected)
+                return 400, rejected.google_error()
         try:
-            return self._route(method, url.path, query, body)
+            status, payload = self._route(method, url.path, query, body)
         except _ApiError as error:
             return error.http_status, error.body()
+        if checked is not None and status == 200:
+            problems = api.check_response(checked, payload)
+            if problems:
+                with self._lock:
+                    self.response_problems.extend(problems)
+                return 500, _ApiError(500, "tpu sandbox bug: " + "; ".join(problems)).body()
+        return status, payload
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, dict]:
         match = _PATH_RE.match(path)

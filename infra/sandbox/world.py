@@ -50,6 +50,7 @@ class CloudSandbox:
     on_node_gone: Callable[[str, str], None] | None = None
     tpu: TpuSandbox | None = None
     project_api: GcpProjectSandbox | None = None
+    tpu_port: int = 0  # 0: any free port
 
     def start(self) -> "CloudSandbox":
         w = self.world
@@ -57,6 +58,7 @@ class CloudSandbox:
             zones=dict(w.zones), time_scale=self.time_scale, project=self.project, networks=w.networks,
             subnetworks=None if w.subnetworks is None else [s for names in w.subnetworks.values() for s in names],
             accelerators=w.accelerators, on_node_ready=self.on_node_ready, on_node_gone=self.on_node_gone,
+            port=self.tpu_port,
         )
         self.tpu.start()
         self.project_api = GcpProjectSandbox(
