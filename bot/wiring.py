@@ -78,6 +78,8 @@ def policy_from(settings: Settings) -> Policy:
         model_port=settings.model_port,
         model_name=settings.model_name,
         model_boot_timeout=settings.model_boot_timeout,
+        endpoint_address=settings.endpoint_address,
+        vllm_image=settings.vllm_image,
         boot_poll_interval=min(timedelta(seconds=15), settings.poll_interval * 1.5),
     )
 
@@ -132,6 +134,8 @@ def tpu_config_from(settings: Settings):
         max_run_duration=settings.max_run_duration,
         valid_until_duration=settings.valid_until_duration,
         api_endpoint=settings.tpu_api_endpoint,
+        network_tags=(settings.model_network_tag,),
+        external_ips=settings.endpoint_address == "external",
     )
 
 

@@ -154,6 +154,7 @@ class _QueuedResource:
     deleting_since: float | None = None
     delete_done_at: float | None = None
     external_ip: str | None = None
+    hook_host: str | None = None  # where on_node_ready put the node's model (the sandbox's "VPC" address)
     node_ready: threading.Event = field(default_factory=threading.Event)
     hook_claimed: bool = False
     node_gone_reported: bool = False
@@ -376,6 +377,7 @@ class TpuSandbox:
                     host = self.on_node_ready(qr.zone, qr.node_id, dict(_node_labels(qr.body)))
             finally:
                 qr.external_ip = host or self.external_ip
+                qr.hook_host = host
                 qr.node_ready.set()
         qr.node_ready.wait(timeout=60)
 
@@ -415,12 +417,17 @@ class TpuSandbox:
 
     def _node_json(self, qr: _QueuedResource) -> dict:
         node = json.loads(json.dumps(_node_spec(qr.body).get("node", {})))
+        external = (node.get("networkConfig") or {}).get("enableExternalIps", True)
+        # The sandbox's "VPC" is loopback: the internal address is where the node's model listens.
+        endpoint: dict[str, Any] = {"ipAddress": qr.hook_host or f"10.128.0.{qr.node_number % 250 + 2}",
+                                    "port": 8470}
+        if external:
+            endpoint["accessConfig"] = {"externalIp": qr.external_ip or self.external_ip}
         node.update({
             "name": f"projects/{self.project}/locations/{qr.zone}/nodes/{qr.node_id}",
             "state": "READY",
             "health": "HEALTHY",
-            "networkEndpoints": [{"ipAddress": f"10.128.0.{qr.node_number % 250 + 2}", "port": 8470,
-                                  "accessConfig": {"externalIp": qr.external_ip or self.external_ip}}],
+            "networkEndpoints": [endpoint],
             "queuedResource": self._qr_name(qr.zone, qr.qr_id),
             "apiVersion": "V2",
             "id": str(1_000_000 + qr.node_number),
