@@ -118,7 +118,16 @@ def preflight_config_from(settings: Settings):
         sandbox=settings.sandbox, tpu_endpoint=settings.tpu_api_endpoint,
         compute_endpoint=settings.compute_api_endpoint, quotas_endpoint=settings.quotas_api_endpoint,
         secretmanager_endpoint=settings.secretmanager_api_endpoint,
+        model_port=settings.model_port, network_tag=settings.model_network_tag,
+        model_source_ranges=tuple(model_source_ranges_of(settings)),
     )
+
+
+SANDBOX_SOURCE_RANGES = ("127.0.0.1/32",)  # the sandbox bot reaches its nodes' models over loopback
+
+
+def model_source_ranges_of(settings: Settings) -> list[str]:
+    return list(settings.model_source_ranges) or (list(SANDBOX_SOURCE_RANGES) if settings.sandbox else [])
 
 
 def tpu_config_from(settings: Settings):

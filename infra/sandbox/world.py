@@ -33,6 +33,12 @@ class SandboxWorld:
     subnetworks: Mapping[str, tuple[str, ...]] | None = None  # region -> names
     quota_chips: Mapping[str, int] | None = None  # zone -> preemptible chips; None: 64 in every zone
     secrets: dict[str, str] = field(default_factory=lambda: {"hf-token": _sandbox_token()})
+    # The rule an operator creates for the model port (README): loopback is the sandbox's "bot address".
+    firewalls: tuple[dict[str, Any], ...] = (
+        {"name": "tpubot-model", "network": "default", "sourceRanges": ["127.0.0.0/8"],
+         "allowed": [{"IPProtocol": "tcp"}], "targetTags": ["tpubot-model"]},
+    )
+    denied: tuple[str, ...] = ()  # IAM permissions the bot's account lacks, e.g. "cloudquotas.quotas.get"
 
     def quotas(self) -> dict[str, dict[str, int]]:
         chips = dict(self.quota_chips) if self.quota_chips is not None else {z: DEFAULT_QUOTA_CHIPS for z in self.zones}
@@ -63,6 +69,7 @@ class CloudSandbox:
         self.tpu.start()
         self.project_api = GcpProjectSandbox(
             self.project, networks=w.networks, subnetworks=w.subnetworks, quotas=w.quotas(), secrets_=w.secrets,
+            firewalls=w.firewalls, denied=w.denied,
         )
         self.project_api.start()
         return self
