@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from agent.access import AccessPolicy, GroupDirectory
     from infra.cloud_logging import CloudLoggingConfig
     from infra.state.proposals import ProposalStore
+    from infra.model_keys import ModelKeys
     from infra.preflight import PreflightGate
     from infra.scoreboard import ZoneScoreboard
     from infra.tpu import TpuService
@@ -139,6 +140,8 @@ class Services:
     # Zone scoreboard and the cached `tpubot doctor` verdict (issue 3).
     scoreboard: "ZoneScoreboard | None" = None
     preflight: "PreflightGate | None" = None
+    # The per-lease API key of the model endpoint (issue 15); None: endpoints without a key.
+    model_keys: "ModelKeys | None" = None
 
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "LeaseHook", "LeaseObserver", "LogMaterial",

@@ -94,19 +94,41 @@ def vllm_config_from(settings: Settings):
     )
 
 
-def startup_script_config_from(settings: Settings):
+EXAMPLE_LEASE_ID = "LEASE"  # what `tpubot render-startup-script` shows where a lease id goes
+
+
+def startup_script_config_from(settings: Settings, lease_id: str = EXAMPLE_LEASE_ID):
+    from infra.model_keys import model_key_secret_version
     from infra.startup_script import StartupScriptConfig
 
     return StartupScriptConfig(project=settings.project, hf_token_secret=settings.hf_token_secret,
-                               vllm=vllm_config_from(settings))
+                               vllm=vllm_config_from(settings),
+                               api_key_secret=model_key_secret_version(settings.project, lease_id))
 
 
 def startup_script_from(settings: Settings):
-    """`Services.startup_script`: the same rendered script for every lease (no secret in it)."""
+    """`Services.startup_script`: the script for one lease (None: the example); no secret in it.
+
+    Leases differ only in the name of the API-key secret the VM reads at boot.
+    """
     from infra.startup_script import render_startup_script
 
-    script = render_startup_script(startup_script_config_from(settings))
-    return lambda lease: script
+    return lambda lease: render_startup_script(
+        startup_script_config_from(settings, lease.lease_id if lease is not None else EXAMPLE_LEASE_ID))
+
+
+def model_keys_from(settings: Settings):
+    """The per-lease model API keys in Secret Manager; None in a sandbox without a Secret Manager emulator."""
+    from infra.model_keys import ModelKeys
+
+    if settings.sandbox and not settings.secretmanager_api_endpoint:
+        return None
+    credentials = None
+    if settings.sandbox:
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
+    return ModelKeys(settings.project, credentials=credentials, api_endpoint=settings.secretmanager_api_endpoint)
 
 
 def preflight_config_from(settings: Settings):
@@ -239,6 +261,7 @@ async def build_services(
         model=model_config_from(settings),
         cloud_logs=cloud_logging_config_from(settings),
         proposals=ProposalStore(redis),
+        model_keys=model_keys_from(settings),
     )
     services.hooks.extend(alert_wiring.alert_hooks())
     _wire_provisioning(services, settings, redis)

@@ -7,6 +7,8 @@ loopback address at the model port, so the endpoint is derived exactly as for a 
 from __future__ import annotations
 
 import functools
+
+import httpx
 import logging
 import re
 
@@ -60,13 +62,43 @@ def test_up_ends_ready_with_endpoint_ttft_and_tpot_and_no_secret_anywhere(stack,
     status = slack.slash("status", user="UALICE", channel=CHANNEL).json()
     assert "TTFT" in status["text"] and endpoint in str(status["blocks"])
 
-    # What was sent as startup-script is exactly what `tpubot render-startup-script` prints.
+    # What was sent as startup-script is what `tpubot render-startup-script` prints, for this lease's key secret.
     sent = qr["request"]["tpu"]["nodeSpec"][0]["node"]["metadata"]["startup-script"]
-    assert sent == startup_script_from(stack.settings)(None)
+    lease_id = qr["labels"]["tpubot-lease"]
+    assert sent == startup_script_from(stack.settings)(None).replace("tpubot-model-key-LEASE",
+                                                                       f"tpubot-model-key-{lease_id}")
+
+    # The endpoint is private: vLLM (read the key at boot) answers 401 without it, exactly as vLLM does,
+    # while the bot's probe above carried the lease's key.
+    key = stack.cloud.project_api.secrets[f"tpubot-model-key-{lease_id}"]
+    assert key and emulator.api_key == key
+    anonymous = httpx.get(f"{endpoint}/models", timeout=5)
+    assert (anonymous.status_code, anonymous.text) == (401, '{"error":"Unauthorized"}')
+    assert httpx.get(f"{endpoint}/models", headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code == 200
+    for text in (str(qr["request"]), caplog.text, *(str(call.body) for call in stack.slack.calls)):
+        assert key not in text
 
     # The HF token is in Secret Manager only: not in metadata, not in Slack, not in any log line.
     token = stack.cloud.world.secrets["hf-token"]
     assert token not in str(qr["request"])
     assert all(token not in str(call.body) for call in stack.slack.calls)
     assert token not in caplog.text
+    slack.close()
+
+
+def test_the_leases_api_key_is_destroyed_with_the_lease(stack):
+    from handlers import cards
+
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    wait_until(lambda: next((b for b in card_bodies(stack) if "READY" in b["text"]), None))
+    lease_id = stack.tpu_sandbox.queued_resources()[0]["labels"]["tpubot-lease"]
+    secret = f"tpubot-model-key-{lease_id}"
+    assert stack.cloud.project_api.secrets.get(secret)
+    assert stack.cloud.project_api.secret_labels[secret] == {"managed-by": "tpubot", "tpubot-lease": lease_id}
+    slack.slash("down", user="UALICE", channel=CHANNEL)
+    slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user="UALICE", channel=CHANNEL,
+                label="Tear down")
+    wait_until(lambda: secret not in stack.cloud.project_api.secrets)
+    assert stack.cloud.project_api.rejected == [] and stack.cloud.tpu.rejected == []
     slack.close()

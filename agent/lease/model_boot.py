@@ -41,7 +41,14 @@ class ModelBootHook:
                                channel=lease.channel, lease_id=lease.lease_id, seq=0)
 
     async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
-        return None  # a pending boot job sees the lease gone and stops by itself
+        # A pending boot job sees the lease gone and stops by itself; the endpoint's key goes with the lease.
+        if svc.model_keys is not None:
+            from infra.model_keys import ModelKeyError
+
+            try:
+                await svc.model_keys.destroy(lease.lease_id)
+            except ModelKeyError as error:  # the reconciler's sweep is not there yet: say what is left
+                log.warning("model key of lease %s not deleted: %s", lease.lease_id, error.message)
 
 
 async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: int) -> str:
@@ -60,14 +67,15 @@ async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: i
                            "ENDPOINT_ADDRESS=internal; then `/tpu down` and `/tpu up` again.")
     policy = svc.policy
     since_active = time.time() - (lease.active_at or time.time())
-    check = await list_models(endpoint)
+    api_key = await lease_api_key(svc, lease)
+    check = await list_models(endpoint, api_key=api_key)
     if check.ok:
         if policy.model_name not in check.models:
             served = ", ".join(check.models) or "no model"
             return await _fail(svc, lease, f"vLLM at {endpoint} serves {served}, not {policy.model_name}.",
                                f"set MODEL_NAME to the model the startup script serves ({served}), or fix the "
                                "startup script (`tpubot render-startup-script`).", endpoint=endpoint)
-        return await _measure(svc, lease, endpoint)
+        return await _measure(svc, lease, endpoint, api_key)
     if since_active > policy.model_boot_timeout.total_seconds():
         return await _fail(
             svc, lease,
@@ -88,8 +96,8 @@ async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: i
     return f"waiting for vLLM ({check.error})"
 
 
-async def _measure(svc: Services, lease: Lease, endpoint: str) -> str:
-    probe = await probe_chat(endpoint, svc.policy.model_name)
+async def _measure(svc: Services, lease: Lease, endpoint: str, api_key: str | None) -> str:
+    probe = await probe_chat(endpoint, svc.policy.model_name, api_key=api_key)
     if not probe.ok:
         return await _fail(svc, lease, f"vLLM at {endpoint} is up, but a test chat completion failed: {probe.error}.",
                            "read `sudo docker logs tpubot-vllm` on the VM; the health check uses "
@@ -104,6 +112,19 @@ async def _measure(svc: Services, lease: Lease, endpoint: str) -> str:
                            outcome="ready" if ok else "lease changed",
                            detail=f"{endpoint} ttft={probe.ttft_ms:.1f}ms tpot={probe.tpot_ms:.2f}ms")
     return f"ready: ttft {probe.ttft_ms:.1f} ms, tpot {probe.tpot_ms:.2f} ms" if ok else "stopped: lease changed"
+
+
+async def lease_api_key(svc: Services, lease: Lease) -> str | None:
+    """The key vLLM on this lease's VM expects (None: no key store, or the lease has no key)."""
+    if svc.model_keys is None:
+        return None
+    from infra.model_keys import ModelKeyError
+
+    try:
+        return await svc.model_keys.key(lease.lease_id)
+    except ModelKeyError as error:
+        log.warning("model key of lease %s unreadable: %s", lease.lease_id, error.message)
+        return None
 
 
 async def _endpoint(svc: Services, lease: Lease) -> str:

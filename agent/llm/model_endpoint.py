@@ -21,6 +21,7 @@ from infra.state.leases import LeaseState
 class ModelEndpoint:
     base_url: str
     source: str  # said to people: "this channel's TPU", "GEMMA_BASE_URL", "the TPU in <#C…>"
+    api_key: str = ""  # a lease's endpoint: its per-lease vLLM key (never shown, never in a prompt)
 
 
 def _usable(url: str) -> bool:
@@ -33,16 +34,27 @@ async def resolve_endpoint(svc: Services, actor: Actor) -> ModelEndpoint | None:
         return None
     own = await svc.leases.get(actor.team, actor.channel)
     if own is not None and own.state == LeaseState.READY.value and _usable(own.endpoint):
-        return ModelEndpoint(own.endpoint, "this channel's TPU")
+        return ModelEndpoint(own.endpoint, "this channel's TPU", await _lease_key(svc, own.lease_id))
     if _usable(config.base_url):
         return ModelEndpoint(config.base_url.rstrip("/"), "GEMMA_BASE_URL")
     for lease in await svc.leases.all():
         if lease.state == LeaseState.READY.value and _usable(lease.endpoint):
-            return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>")
+            return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>", await _lease_key(svc, lease.lease_id))
     return None
+
+
+async def _lease_key(svc: Services, lease_id: str) -> str:
+    if svc.model_keys is None:
+        return ""
+    from infra.model_keys import ModelKeyError
+
+    try:
+        return await svc.model_keys.key(lease_id) or ""
+    except ModelKeyError:
+        return ""  # the call then answers 401, which the loop reports as the model being unavailable
 
 
 def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:
     timeout = httpx.Timeout(config.read_timeout, connect=config.connect_timeout)
-    return AsyncOpenAI(base_url=endpoint.base_url, api_key=config.api_key, timeout=timeout,
+    return AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or config.api_key, timeout=timeout,
                        max_retries=config.max_retries)

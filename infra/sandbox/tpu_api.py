@@ -324,6 +324,14 @@ class TpuSandbox:
                 })
             return snapshot
 
+    def node_metadata(self, zone: str, node_id: str) -> dict[str, str]:
+        """The instance metadata a node was created with (what its VM reads, e.g. `startup-script`)."""
+        with self._lock:
+            for qr in self._qrs.values():
+                if qr.zone == zone and qr.node_id == node_id:
+                    return dict((_node_spec(qr.body).get("node") or {}).get("metadata") or {})
+        return {}
+
     # --- state machine -----------------------------------------------------------------------
     def _phase(self, qr: _QueuedResource, now: float) -> _Phase:
         t = self.timings

@@ -10,7 +10,9 @@ them, and flex-start v5litepod-1 accepted only in us-west4-a.
 
 from __future__ import annotations
 
+import re
 import secrets
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -78,6 +80,20 @@ class CloudSandbox:
         for server in (self.tpu, self.project_api):
             if server is not None:
                 server.stop()
+
+    def boot_secret(self, zone: str, node_id: str, variable: str = "API_KEY_SECRET") -> str | None:
+        """What the node's VM reads at boot: the secret its startup script names in `readonly VARIABLE=…`.
+
+        The sandbox runs no VM; this does the script's fetch (metadata → Secret Manager) in-process.
+        """
+        assert self.tpu is not None and self.project_api is not None
+        script = self.tpu.node_metadata(zone, node_id).get("startup-script", "")
+        match = re.search(rf"^readonly {re.escape(variable)}=(.+)$", script, re.MULTILINE)
+        if match is None:
+            return None
+        name = shlex.split(match.group(1))[0]  # projects/P/secrets/S/versions/latest
+        secret = name.split("/secrets/", 1)[-1].split("/", 1)[0]
+        return self.project_api.secrets.get(secret)
 
     def endpoint_overrides(self) -> dict[str, Any]:
         """The settings that point the bot's real clients at these emulators."""
