@@ -102,3 +102,16 @@ def test_the_leases_api_key_is_destroyed_with_the_lease(stack):
     wait_until(lambda: secret not in stack.cloud.project_api.secrets)
     assert stack.cloud.project_api.rejected == [] and stack.cloud.tpu.rejected == []
     slack.close()
+
+
+def test_internal_endpoint_address_reaches_the_model_without_an_external_ip(make_stack):
+    stack = make_stack(poll_interval="0.2s", endpoint_address="internal")
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    ready = wait_until(lambda: next((b for b in card_bodies(stack) if "READY" in b["text"]), None))
+    node = stack.tpu_sandbox.queued_resources()[0]["request"]["tpu"]["nodeSpec"][0]["node"]
+    assert node["networkConfig"]["enableExternalIps"] is False
+    (_, base_url), = stack.node_models.running().items()
+    assert f"`{base_url}`" in str(ready["blocks"])  # reached on the node's VPC address
+    assert "`vllm/vllm-tpu:v0.19.0`" in str(ready["blocks"])  # the pinned image is on the READY card
+    slack.close()
