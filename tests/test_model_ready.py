@@ -115,3 +115,21 @@ def test_internal_endpoint_address_reaches_the_model_without_an_external_ip(make
     assert f"`{base_url}`" in str(ready["blocks"])  # reached on the node's VPC address
     assert "`vllm/vllm-tpu:v0.19.0`" in str(ready["blocks"])  # the pinned image is on the READY card
     slack.close()
+
+
+def test_sandbox_vllm_guards_v1_exactly_as_vllms_api_key_check():
+    import openai
+
+    from infra.sandbox.vllm import LatencyModel, VllmEmulator
+
+    with VllmEmulator(latency=LatencyModel.instant(), api_key="k-right") as emulator:
+        base = emulator.base_url  # …/v1
+        root = base[: -len("/v1")]
+        assert httpx.get(f"{base}/models", headers={"Authorization": "Bearer k-wrong"}).status_code == 401
+        assert httpx.get(f"{base}/models", headers={"Authorization": "Basic k-right"}).status_code == 401
+        assert httpx.get(f"{base}/models", headers={"Authorization": "bearer k-right"}).status_code == 200
+        assert httpx.get(f"{root}/health").status_code == 200  # only /v1… is guarded
+        assert httpx.get(f"{root}/metrics").status_code == 200  # (the idle clock reads it without a key)
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=base, api_key="k-wrong", max_retries=0).models.list()
+        assert [m.id for m in openai.OpenAI(base_url=base, api_key="k-right").models.list()] == [emulator.model]
