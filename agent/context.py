@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from infra.cloud_logging import CloudLoggingConfig
     from infra.local_files import LocalFiles
     from infra.state.proposals import ProposalStore
+    from infra.model_keys import ModelKeys
     from infra.preflight import PreflightGate
     from infra.scoreboard import ZoneScoreboard
     from infra.tpu import TpuService
@@ -146,6 +147,8 @@ class Services:
     local_files: "LocalFiles | None" = None
     # Budgets and the spend ledger (issue 21): None leaves /tpu up unchecked.
     spend: "SpendLedger | None" = None
+    # The per-lease API key of the model endpoint (issue 15); None: endpoints without a key.
+    model_keys: "ModelKeys | None" = None
 
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "LeaseHook", "LeaseObserver", "LogMaterial",

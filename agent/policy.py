@@ -25,6 +25,8 @@ class Policy:
     model_port: int = 8000
     model_name: str = "google/gemma-4-E2B-it"
     model_boot_timeout: timedelta = timedelta(minutes=45)
+    endpoint_address: str = "external"  # "internal": the bot runs in the VPC and calls the node's internal IP
+    vllm_image: str = ""  # shown on the READY card
     boot_poll_interval: timedelta = timedelta(seconds=15)
 
 

@@ -116,6 +116,7 @@ class LocalStack:
         self.cloud = CloudSandbox(world, project=self.settings.project, time_scale=self.settings.sandbox_time_scale,
                                   on_node_ready=self.node_models.on_node_ready,
                                   on_node_gone=self.node_models.on_node_gone).start()
+        self.node_models.boot_api_key = self.cloud.boot_secret
         self.tpu_sandbox = self.cloud.tpu
         overrides = {key: value for key, value in self.cloud.endpoint_overrides().items() if not getattr(self.settings, key)}
         overrides["model_port"] = self.node_models.port

@@ -11,7 +11,8 @@ import json
 import os
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+import ipaddress
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -19,6 +20,7 @@ from typing_extensions import Annotated
 
 from infra.durations import format_duration, parse_duration
 from infra.prices import PriceTableSetting, default_price_table
+from infra.vllm_flags import DEFAULT_IMAGE
 
 ENV_FILE_VAR = "TPUBOT_ENV_FILE"
 DEFAULT_ENV_FILE = "tpu.env"
@@ -89,6 +91,15 @@ class Settings(BaseSettings):
     compute_api_endpoint: str = Field("", description="override the Compute Engine API base URL (doctor)")
     quotas_api_endpoint: str = Field("", description="override the Cloud Quotas API base URL (doctor)")
     secretmanager_api_endpoint: str = Field("", description="override the Secret Manager API base URL (doctor)")
+    # --- the private model endpoint (issue 15) ----------------------------------------------
+    model_source_ranges: CsvList = Field(
+        default_factory=list,
+        description="CIDR ranges the bot reaches vLLM from (its egress IP/32); doctor checks a firewall rule admits them",
+    )
+    endpoint_address: Literal["external", "internal"] = Field(
+        "external", description="external: call vLLM on the node's external IP; internal: on its VPC IP (no external IP)"
+    )
+    model_network_tag: str = Field("tpubot-model", description="network tag on every TPU node; the firewall rule targets it")
 
     # --- model -----------------------------------------------------------------------------
     model_name: str = Field("google/gemma-4-E2B-it", description="Hugging Face model vLLM serves")
@@ -96,7 +107,7 @@ class Settings(BaseSettings):
                                                 "template too); empty serves the repository's main")
     model_port: int = Field(8000, description="port vLLM listens on inside the TPU VM")
     hf_token_secret: str = Field("hf-token", description="Secret Manager secret holding the HF token")
-    vllm_image: str = Field("vllm/vllm-tpu:nightly", description="container image the TPU VM runs vLLM from")
+    vllm_image: str = Field(DEFAULT_IMAGE, description="container image the TPU VM runs vLLM from (a pinned tag)")
     vllm_max_model_len: int = Field(16384, description="vLLM --max-model-len")
     vllm_max_num_batched_tokens: int = Field(4096, description="vLLM --max_num_batched_tokens")
     vllm_limit_mm_per_prompt: str = Field('{"image":4,"audio":1}', description="vLLM --limit-mm-per-prompt (JSON)")
@@ -174,7 +185,7 @@ class Settings(BaseSettings):
                           "says otherwise; empty: no limit")
 
     _split = field_validator(
-        "tpu_zones", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
+        "tpu_zones", "model_source_ranges", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
         "write_users", "write_groups", "write_channels", mode="before",
     )(_split_csv)
 
@@ -192,6 +203,25 @@ class Settings(BaseSettings):
         if usd < 0 or usd != usd:
             raise ValueError(f"{info.field_name.upper()} must be 0 or more USD; write it like 200")
         return usd
+    @field_validator("model_source_ranges")
+    @classmethod
+    def _source_ranges(cls, value: list[str]) -> list[str]:
+        for item in value:
+            try:
+                ipaddress.ip_network(item, strict=False)
+            except ValueError:
+                raise ValueError(f"MODEL_SOURCE_RANGES={','.join(value)}: {item!r} is not an address range; write "
+                                 "it like 203.0.113.7/32 (the bot's egress IP) or 10.128.0.0/20") from None
+        return [str(ipaddress.ip_network(item, strict=False)) for item in value]
+
+    @field_validator("vllm_image")
+    @classmethod
+    def _pinned_image(cls, value: str) -> str:
+        tag = value.rsplit("/", 1)[-1].partition("@")[0].rpartition(":")[2] if ":" in value.rsplit("/", 1)[-1] else ""
+        if "@sha256:" not in value and tag in ("", "latest", "nightly"):
+            raise ValueError(f"VLLM_IMAGE={value} is not pinned: what boots tomorrow would not be what was tested; "
+                             f"name a release tag or digest, like VLLM_IMAGE={DEFAULT_IMAGE}")
+        return value
 
     @field_validator("vllm_limit_mm_per_prompt")
     @classmethod

@@ -378,6 +378,11 @@ def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.
     try:
         shell = Shell(stack, out=out, terminal=terminal)
         mode = "sandbox GCP and Slack" if settings.sandbox else f"GCP project {settings.project}"
+        if settings.sandbox:
+            from infra.sandbox.discovery import strict_available
+
+            if not strict_available():  # the emulators then accept any JSON; say so rather than pretend
+                mode += " (GCP request checks off: pip install google-api-python-client)"
         if stack.model_emulator is not None:
             mode += ", sandbox model (heuristic, not Gemma)"
         elif not model:

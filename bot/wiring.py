@@ -78,6 +78,8 @@ def policy_from(settings: Settings) -> Policy:
         model_port=settings.model_port,
         model_name=settings.model_name,
         model_boot_timeout=settings.model_boot_timeout,
+        endpoint_address=settings.endpoint_address,
+        vllm_image=settings.vllm_image,
         boot_poll_interval=min(timedelta(seconds=15), settings.poll_interval * 1.5),
     )
 
@@ -93,19 +95,41 @@ def vllm_config_from(settings: Settings):
     )
 
 
-def startup_script_config_from(settings: Settings):
+EXAMPLE_LEASE_ID = "LEASE"  # what `tpubot render-startup-script` shows where a lease id goes
+
+
+def startup_script_config_from(settings: Settings, lease_id: str = EXAMPLE_LEASE_ID):
+    from infra.model_keys import model_key_secret_version
     from infra.startup_script import StartupScriptConfig
 
     return StartupScriptConfig(project=settings.project, hf_token_secret=settings.hf_token_secret,
-                               vllm=vllm_config_from(settings))
+                               vllm=vllm_config_from(settings),
+                               api_key_secret=model_key_secret_version(settings.project, lease_id))
 
 
 def startup_script_from(settings: Settings):
-    """`Services.startup_script`: the same rendered script for every lease (no secret in it)."""
+    """`Services.startup_script`: the script for one lease (None: the example); no secret in it.
+
+    Leases differ only in the name of the API-key secret the VM reads at boot.
+    """
     from infra.startup_script import render_startup_script
 
-    script = render_startup_script(startup_script_config_from(settings))
-    return lambda lease: script
+    return lambda lease: render_startup_script(
+        startup_script_config_from(settings, lease.lease_id if lease is not None else EXAMPLE_LEASE_ID))
+
+
+def model_keys_from(settings: Settings):
+    """The per-lease model API keys in Secret Manager; None in a sandbox without a Secret Manager emulator."""
+    from infra.model_keys import ModelKeys
+
+    if settings.sandbox and not settings.secretmanager_api_endpoint:
+        return None
+    credentials = None
+    if settings.sandbox:
+        from google.auth.credentials import AnonymousCredentials
+
+        credentials = AnonymousCredentials()
+    return ModelKeys(settings.project, credentials=credentials, api_endpoint=settings.secretmanager_api_endpoint)
 
 
 def preflight_config_from(settings: Settings):
@@ -117,7 +141,16 @@ def preflight_config_from(settings: Settings):
         sandbox=settings.sandbox, tpu_endpoint=settings.tpu_api_endpoint,
         compute_endpoint=settings.compute_api_endpoint, quotas_endpoint=settings.quotas_api_endpoint,
         secretmanager_endpoint=settings.secretmanager_api_endpoint,
+        model_port=settings.model_port, network_tag=settings.model_network_tag,
+        model_source_ranges=tuple(model_source_ranges_of(settings)),
     )
+
+
+SANDBOX_SOURCE_RANGES = ("127.0.0.1/32",)  # the sandbox bot reaches its nodes' models over loopback
+
+
+def model_source_ranges_of(settings: Settings) -> list[str]:
+    return list(settings.model_source_ranges) or (list(SANDBOX_SOURCE_RANGES) if settings.sandbox else [])
 
 
 def tpu_config_from(settings: Settings):
@@ -133,6 +166,8 @@ def tpu_config_from(settings: Settings):
         max_run_duration=settings.max_run_duration,
         valid_until_duration=settings.valid_until_duration,
         api_endpoint=settings.tpu_api_endpoint,
+        network_tags=(settings.model_network_tag,),
+        external_ips=settings.endpoint_address == "external",
     )
 
 
@@ -228,6 +263,7 @@ async def build_services(
         cloud_logs=cloud_logging_config_from(settings),
         proposals=ProposalStore(redis),
         spend=spend_ledger_from(settings, redis),
+        model_keys=model_keys_from(settings),
     )
     services.hooks.extend(alert_wiring.alert_hooks())
     _wire_provisioning(services, settings, redis)

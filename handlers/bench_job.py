@@ -28,8 +28,8 @@ CONNECT_TIMEOUT_S = 10.0
 SWEEP_TIMEOUT_S = 240.0  # the whole sweep; inside the worker's default 5-minute job timeout
 
 
-def sweep_config(endpoint: str, model: str) -> SweepConfig:
-    return SweepConfig(base_url=endpoint, model=model, concurrencies=CONCURRENCIES, contexts=CONTEXTS,
+def sweep_config(endpoint: str, model: str, api_key: str | None = None) -> SweepConfig:
+    return SweepConfig(base_url=endpoint, model=model, api_key=api_key, concurrencies=CONCURRENCIES, contexts=CONTEXTS,
                        output_len=OUTPUT_LEN, requests_per_cell=REQUESTS_PER_CELL,
                        request_timeout_s=REQUEST_TIMEOUT_S, connect_timeout_s=CONNECT_TIMEOUT_S)
 
@@ -43,7 +43,9 @@ async def bench_endpoint(svc: Services, client: AsyncWebClient, *, team: str, ch
     where = {"channel": lease.card_channel or channel}
     if lease.card_ts:
         where["thread_ts"] = lease.card_ts
-    config = sweep_config(lease.endpoint, svc.policy.model_name)
+    from agent.lease.model_boot import lease_api_key
+
+    config = sweep_config(lease.endpoint, svc.policy.model_name, await lease_api_key(svc, lease))
     try:
         result = await asyncio.wait_for(run_sweep(config), timeout=SWEEP_TIMEOUT_S)
     except asyncio.TimeoutError:

@@ -130,6 +130,8 @@ def model_fields(lease: Lease) -> list[tuple[str, str]]:
     state = LeaseState(lease.state)
     if state == LeaseState.READY:
         fields = [("Model", escape(lease.model_info) or "serving")]
+        if lease.image:
+            fields.append(("Image", f"`{escape(lease.image)}`"))
         if lease.ttft_ms:
             fields.append(("TTFT / TPOT", f"{ms(lease.ttft_ms)} / {ms(lease.tpot_ms)}"))
             fields.append(("Output", f"{lease.tokens_per_s:.0f} tokens/s (one stream)"))

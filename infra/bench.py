@@ -289,6 +289,7 @@ def synthetic_prompt(words: int, seed: int) -> str:
 class SweepConfig:
     base_url: str  # http://host:8000 or http://host:8000/v1
     model: str
+    api_key: str | None = field(default=None, repr=False)  # vLLM's --api-key (a lease's endpoint has one)
     concurrencies: tuple[int, ...] = (1, 4, 16, 64)
     contexts: tuple[int, ...] = (128, 1024, 8192, 15000)
     output_len: int = 128
@@ -335,6 +336,7 @@ class SweepResult:
 
     def as_dict(self) -> dict[str, Any]:
         config = asdict(self.config)
+        config.pop("api_key", None)  # a secret: never in a report, a file or a Slack upload
         return {
             "backend": "openai-chat",
             "endpoint": "/v1/chat/completions",
@@ -467,6 +469,7 @@ def _client(config: SweepConfig) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         timeout=httpx.Timeout(config.request_timeout_s, connect=config.connect_timeout_s),
         limits=httpx.Limits(max_connections=biggest, max_keepalive_connections=biggest),
+        headers={"Authorization": f"Bearer {config.api_key}"} if config.api_key else None,
         # Direct connection: a proxy from the environment would add its own latency to every number.
         trust_env=False,
     )

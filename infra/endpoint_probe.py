@@ -7,7 +7,8 @@
   the usage chunk. Never raw `/v1/completions`: without the chat template an -it model answers
   with empty text (§3.4), which would look like a dead model.
 
-The endpoint is always derived from the node: `http://{external IP}:{MODEL_PORT}/v1`.
+The endpoint is always derived from the node: `http://{external IP}:{MODEL_PORT}/v1`; both probes
+send the lease's API key (vLLM answers 401 on `/v1/*` without it).
 """
 
 from __future__ import annotations
@@ -54,9 +55,14 @@ class ChatProbe:
         return f"{self.model} ({self.system_fingerprint})" if self.system_fingerprint else self.model
 
 
-async def list_models(base_url: str, *, timeout: float = 5.0) -> ModelsCheck:
+def auth_headers(api_key: str | None) -> dict[str, str]:
+    """vLLM's `--api-key` check: `Authorization: Bearer KEY` on every `/v1/*` request."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+async def list_models(base_url: str, *, timeout: float = 5.0, api_key: str | None = None) -> ModelsCheck:
     try:
-        async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+        async with httpx.AsyncClient(timeout=timeout, trust_env=False, headers=auth_headers(api_key)) as client:
             response = await client.get(f"{base_url.rstrip('/')}/models")
     except httpx.ConnectError:
         return ModelsCheck(False, error="nothing listens there yet (connection refused)")
@@ -64,6 +70,9 @@ async def list_models(base_url: str, *, timeout: float = 5.0) -> ModelsCheck:
         return ModelsCheck(False, error=f"no answer within {timeout:g}s")
     except httpx.HTTPError as error:
         return ModelsCheck(False, error=f"{type(error).__name__}: {error}" if str(error) else type(error).__name__)
+    if response.status_code == 401:
+        return ModelsCheck(False, error="HTTP 401 from /v1/models: vLLM wants a different API key than the lease's "
+                                        "(the VM reads it from Secret Manager at boot)")
     if response.status_code != 200:
         return ModelsCheck(False, error=f"HTTP {response.status_code} from /v1/models")
     try:
@@ -74,7 +83,7 @@ async def list_models(base_url: str, *, timeout: float = 5.0) -> ModelsCheck:
 
 
 async def probe_chat(base_url: str, model: str, *, timeout: float = 60.0,
-                     max_tokens: int = PROBE_MAX_TOKENS) -> ChatProbe:
+                     max_tokens: int = PROBE_MAX_TOKENS, api_key: str | None = None) -> ChatProbe:
     payload = {
         "model": model,
         "messages": [{"role": "user", "content": PROBE_PROMPT}],
@@ -90,7 +99,7 @@ async def probe_chat(base_url: str, model: str, *, timeout: float = 60.0,
     recorder = StreamRecorder(start)
     try:
         async with asyncio.timeout(timeout):
-            async with httpx.AsyncClient(timeout=timeout, trust_env=False) as client:
+            async with httpx.AsyncClient(timeout=timeout, trust_env=False, headers=auth_headers(api_key)) as client:
                 async with client.stream("POST", url, json=payload) as response:
                     if response.status_code != 200:
                         body = (await response.aread()).decode("utf-8", "replace")

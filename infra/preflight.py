@@ -6,22 +6,31 @@ Each check calls the real API with the bot's own credentials and returns pass/fa
 - the project is reachable (the TPU API lists the default zone's accelerator types, and offers the
   configured one there);
 - the VPC network (unset → `default`) and, when set, the subnetwork exist (Compute API);
+- a firewall rule admits the bot's address (`MODEL_SOURCE_RANGES`) to the node's network tag on the
+  model port (Compute API); when none does, the exact `gcloud compute firewall-rules create …`;
 - the HF token secret exists and is readable (Secret Manager; the value is never printed or kept);
 - preemptible TPU quota in the default zone is above zero (Cloud Quotas API; flex-start draws on
   the preemptible quota). Quota is necessary, never sufficient: it says nothing about capacity.
 
-The verdict is cached in Redis (`PreflightStore`) under a fingerprint of the settings it checked;
-`/tpu up` consults it (`PreflightGate`) and explains what to fix instead of searching zones.
+A denied permission (HTTP 403, which google-api-core raises as `Forbidden` over REST) is reported
+with the role that grants it, never as "enable the API".
+
+The verdict is cached in Redis (`PreflightStore`) under a fingerprint of the settings it checked,
+including which API endpoints answered (Google's, or local emulators); `/tpu up` consults it
+(`PreflightGate`) and explains what to fix instead of searching zones.
 """
 
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 import requests
 from google.api_core import exceptions as gexc
@@ -55,6 +64,9 @@ class PreflightConfig:
     compute_endpoint: str = ""
     quotas_endpoint: str = ""
     secretmanager_endpoint: str = ""
+    model_port: int = 8000
+    network_tag: str = "tpubot-model"
+    model_source_ranges: tuple[str, ...] = ()
 
     @property
     def network_name(self) -> str:
@@ -68,9 +80,23 @@ class PreflightConfig:
         return secret if "/versions/" in secret else f"{secret}/versions/latest"
 
     def fingerprint(self) -> str:
-        """What the verdict depends on (endpoints excluded: the sandbox moves them every run)."""
-        basis = [self.project, self.zone, self.accelerator, self.network_name, self.subnetwork, self.hf_token_secret]
+        """What the verdict depends on, including which endpoint set answered (see `endpoint_kind`)."""
+        endpoints = [endpoint_kind(e) for e in (self.tpu_endpoint, self.compute_endpoint, self.quotas_endpoint,
+                                                  self.secretmanager_endpoint)]
+        basis = [self.project, self.zone, self.accelerator, self.network_name, self.subnetwork, self.hf_token_secret,
+                 # The sandbox's rule admits every port, and its model port moves when 8000 is taken.
+                 None if self.sandbox else self.model_port, self.network_tag, sorted(self.model_source_ranges), self.sandbox, endpoints]
         return hashlib.sha1(json.dumps(basis).encode()).hexdigest()[:16]
+
+
+def endpoint_kind(endpoint: str) -> str:
+    """`google` (unset), `local` (an emulator on this machine: its port moves every run) or the URL."""
+    if not endpoint:
+        return "google"
+    host = urlsplit(endpoint if "://" in endpoint else f"//{endpoint}").hostname or ""
+    if host == "localhost" or (host.replace(".", "").isdigit() and ipaddress.ip_address(host).is_loopback):
+        return "local"
+    return endpoint.rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -115,7 +141,7 @@ def run_preflight(config: PreflightConfig, credentials: Credentials | None = Non
     creds, result = check_credentials(config, credentials)
     checks.append(result)
     if creds is None:
-        for name in ("project", "network", "hf token secret", "tpu quota"):
+        for name in ("project", "network", "model firewall", "hf token secret", "tpu quota"):
             checks.append(CheckResult(name, False, "not checked: no working credentials", result.fix))
     else:
         checks += [check(config, creds) for check in CHECKS]
@@ -211,7 +237,7 @@ def check_secret(config: PreflightConfig, credentials: Credentials) -> CheckResu
     except gexc.NotFound:
         return CheckResult("hf token secret", False, f"secret {config.secret_version} does not exist or has no "
                                                      "version", create)
-    except gexc.PermissionDenied as error:
+    except gexc.Forbidden as error:  # over REST a 403 is Forbidden (PermissionDenied is only its gRPC subclass)
         return CheckResult("hf token secret", False, f"secret {config.secret_version} is not readable: "
                                                      f"{error.message}",
                            "grant roles/secretmanager.secretAccessor on the secret to the bot's account (to check "
@@ -240,9 +266,11 @@ def check_quota(config: PreflightConfig, credentials: Credentials) -> CheckResul
     client = cloudquotas_v1.CloudQuotasClient(transport="rest", credentials=credentials, client_options=options)
     try:
         info = client.get_quota_info(name=name, timeout=CALL_TIMEOUT)
-    except gexc.PermissionDenied as error:
+    except gexc.Forbidden as error:  # over REST a 403 is Forbidden (PermissionDenied is only its gRPC subclass)
         return CheckResult("tpu quota", False, f"the Cloud Quotas API refused to show {quota_id}: {error.message}",
-                           "grant the bot's account roles/cloudquotas.viewer and enable cloudquotas.googleapis.com")
+                           f"grant the bot's account roles/cloudquotas.viewer on project {config.project} "
+                           f"(`gcloud projects add-iam-policy-binding {config.project} --member=ACCOUNT "
+                           "--role=roles/cloudquotas.viewer`)")
     except (gexc.GoogleAPICallError, requests.RequestException, auth_exc.GoogleAuthError) as error:
         return CheckResult("tpu quota", False, f"could not read quota {quota_id}: {error}",
                            "enable the Cloud Quotas API (`gcloud services enable cloudquotas.googleapis.com`)")
@@ -259,8 +287,89 @@ def check_quota(config: PreflightConfig, credentials: Credentials) -> CheckResul
                                           "some; quota is not capacity)")
 
 
+def check_firewall(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    """Does an enabled INGRESS rule on the network admit every MODEL_SOURCE_RANGES range to the tag's port?"""
+    from google.auth.transport.requests import AuthorizedSession
+
+    name = "model firewall"
+    create = firewall_fix(config)
+    if not config.model_source_ranges:
+        return CheckResult(name, False, "MODEL_SOURCE_RANGES is unset, so no firewall rule can be checked (and the "
+                                        f"model port {config.model_port} may be unreachable or open to everyone)",
+                           "set MODEL_SOURCE_RANGES to the address the bot calls vLLM from (its egress IP/32, e.g. "
+                           f"`curl -s https://checkip.amazonaws.com`), then: {create}")
+    base = (config.compute_endpoint or COMPUTE_ENDPOINT).rstrip("/")
+    url = f"{base}/compute/v1/projects/{config.project}/global/firewalls"
+    rules: list[dict] = []
+    with AuthorizedSession(credentials) as session:
+        token = ""
+        while True:
+            try:
+                response = session.get(url, params={"maxResults": 500, **({"pageToken": token} if token else {})},
+                                       timeout=CALL_TIMEOUT)
+            except requests.RequestException as error:
+                return _access_failure(name, 0, str(error), "check the network path to the Compute API")
+            if response.status_code == 403:
+                return CheckResult(name, False, f"the Compute API refused to list firewall rules: "
+                                                f"{_message(response)}",
+                                   "grant the bot's account roles/compute.networkViewer (it includes "
+                                   f"compute.firewalls.list), or check by hand: `gcloud compute firewall-rules list "
+                                   f"--filter=network:{config.network_name}`")
+            if response.status_code != 200:
+                return _access_failure(name, response.status_code, _message(response),
+                                       "enable the Compute Engine API (`gcloud services enable compute.googleapis.com`)")
+            page = response.json()
+            rules += page.get("items", [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                break
+    admitting = [rule["name"] for rule in rules if _admits(rule, config)]
+    ranges = ",".join(config.model_source_ranges)
+    if not admitting:
+        return CheckResult(name, False, f"no firewall rule on network {config.network_name} admits {ranges} to "
+                                        f"tag {config.network_tag} on tcp:{config.model_port}", create)
+    return CheckResult(name, True, f"rule {admitting[0]} admits {ranges} to tag {config.network_tag} on "
+                                   f"tcp:{config.model_port}")
+
+
+def firewall_fix(config: PreflightConfig) -> str:
+    ranges = ",".join(config.model_source_ranges) or "BOT_EGRESS_IP/32"
+    return ("`gcloud compute firewall-rules create tpubot-model "
+            + " ".join(shlex.quote(arg) for arg in (
+                f"--project={config.project}", f"--network={config.network_name}", "--direction=INGRESS",
+                "--action=ALLOW", f"--rules=tcp:{config.model_port}", f"--source-ranges={ranges}",
+                f"--target-tags={config.network_tag}"))
+            + "`")
+
+
+def _admits(rule: dict, config: PreflightConfig) -> bool:
+    if rule.get("disabled") or rule.get("direction", "INGRESS") != "INGRESS" or "allowed" not in rule:
+        return False
+    if str(rule.get("network", "")).rsplit("/", 1)[-1] != config.network_name:
+        return False
+    tags, accounts = rule.get("targetTags") or [], rule.get("targetServiceAccounts") or []
+    if accounts or (tags and config.network_tag not in tags):
+        return False  # a rule with neither applies to every instance of the network
+    if not any(_allows_port(item, config.model_port) for item in rule["allowed"]):
+        return False
+    sources = [ipaddress.ip_network(r, strict=False) for r in rule.get("sourceRanges") or []]
+    return all(any(wanted.version == source.version and wanted.subnet_of(source) for source in sources)
+               for wanted in (ipaddress.ip_network(r, strict=False) for r in config.model_source_ranges))
+
+
+def _allows_port(item: dict, port: int) -> bool:
+    if str(item.get("IPProtocol", "")).lower() not in ("tcp", "6", "all"):
+        return False
+    ports = item.get("ports") or []
+    for spec in ports:
+        low, _, high = str(spec).partition("-")
+        if int(low) <= port <= int(high or low):
+            return True
+    return not ports
+
+
 CHECKS: tuple[Callable[[PreflightConfig, Credentials], CheckResult], ...] = (
-    check_project, check_network, check_secret, check_quota,
+    check_project, check_network, check_firewall, check_secret, check_quota,
 )
 
 
@@ -274,6 +383,13 @@ def _get(session, url: str) -> tuple[int, str]:
     except ValueError:
         message = response.text[:200]
     return response.status_code, message
+
+
+def _message(response) -> str:
+    try:
+        return str(response.json().get("error", {}).get("message", ""))
+    except ValueError:
+        return response.text[:200]
 
 
 def _access_failure(name: str, status: int, message: str, fix: str) -> CheckResult:

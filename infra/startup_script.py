@@ -5,9 +5,10 @@ full of `${VAR}`, brace expansion and JSON. Placeholders use a delimiter bash ne
 `@@NAME`, so nothing else in the file is touched; every value is inserted shell-quoted, and the
 render fails loudly on an unknown or leftover placeholder instead of sending a broken script.
 
-What never goes in: the Hugging Face token. The script fetches it at boot (metadata-server token
-→ Secret Manager), so instance metadata — readable by anyone with compute.instances.get — holds
-no secret (reference/gcp-apis.md §7).
+What never goes in: the Hugging Face token and the model endpoint's API key. The script fetches
+both at boot (metadata-server token → Secret Manager), so instance metadata — readable by anyone
+with compute.instances.get — holds no secret (reference/gcp-apis.md §7). vLLM gets the key as
+`--api-key "${VLLM_API_KEY}"`, expanded inside the container, so it is in no host process's argv.
 """
 
 from __future__ import annotations
@@ -48,6 +49,8 @@ class StartupScriptConfig:
     secret_manager_url: str = SECRET_MANAGER_URL
     hf_token_wait_seconds: int = HF_TOKEN_WAIT_SECONDS
     hf_token_retry_seconds: int = HF_TOKEN_RETRY_SECONDS
+    # The lease's API-key secret version (infra/model_keys.py); vLLM refuses /v1/* without the key.
+    api_key_secret: str = "projects/PROJECT/secrets/tpubot-model-key-LEASE/versions/latest"
 
     @property
     def secret_version(self) -> str:
@@ -84,6 +87,8 @@ def script_values(config: StartupScriptConfig) -> dict[str, str]:
         "HF_TOKEN_SECRET": shlex.quote(config.secret_version),
         "METADATA_URL": shlex.quote(config.metadata_url.rstrip("/")),
         "SECRET_ACCESS_URL": shlex.quote(f"{config.secret_manager_url.rstrip('/')}/v1/{config.secret_version}:access"),
+        "API_KEY_SECRET": shlex.quote(config.api_key_secret),
+        "API_KEY_ACCESS_URL": shlex.quote(f"{config.secret_manager_url.rstrip('/')}/v1/{config.api_key_secret}:access"),
         "HF_TOKEN_WAIT_SECONDS": str(int(config.hf_token_wait_seconds)),
         "HF_TOKEN_RETRY_SECONDS": str(int(config.hf_token_retry_seconds)),
         "VLLM_ARGS": " ".join(shlex.quote(arg) for arg in vllm_flags(vllm)),

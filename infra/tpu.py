@@ -60,6 +60,10 @@ class TpuConfig:
     max_run_duration: timedelta = timedelta(hours=4)
     valid_until_duration: timedelta = timedelta(hours=4)
     api_endpoint: str = ""  # "" -> the real https://tpu.googleapis.com ; "http://127.0.0.1:PORT" for the sandbox
+    # Network tags on the node: the firewall rule that admits the bot to the model port targets them.
+    network_tags: tuple[str, ...] = ("tpubot-model",)
+    # False when the bot runs inside the VPC (ENDPOINT_ADDRESS=internal): the node needs no external IP.
+    external_ips: bool = True
     timeout: float = 30.0  # explicit per-call timeout (seconds)
 
 
@@ -144,7 +148,7 @@ def bot_labels(team: str, channel: str, lease_id: str, holder: str = "") -> dict
 def flex_start_body(config: TpuConfig, spec: QrSpec) -> dict[str, Any]:
     """The v2alpha1 QueuedResource JSON gcloud sends for `--provisioning-model=flex-start` (reference §1.5)."""
     parent = f"projects/{config.project}/locations/{spec.zone}"
-    network_config: dict[str, Any] = {"network": config.network, "enableExternalIps": True}
+    network_config: dict[str, Any] = {"network": config.network, "enableExternalIps": config.external_ips}
     if config.subnetwork:
         network_config["subnetwork"] = config.subnetwork
     return {
@@ -158,6 +162,7 @@ def flex_start_body(config: TpuConfig, spec: QrSpec) -> dict[str, Any]:
                 "metadata": {"startup-script": spec.startup_script},
                 "networkConfig": network_config,
                 "serviceAccount": {},
+                **({"tags": list(config.network_tags)} if config.network_tags else {}),
             },
         }]},
         "provisioningModel": "FLEX_START",

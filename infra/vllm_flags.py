@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-DEFAULT_IMAGE = "vllm/vllm-tpu:nightly"
+# A release tag, never `nightly`/`latest`: what boots must be what was tested. v0.19.0 is the first
+# vLLM release with Gemma 4 (architecture, `gemma4` tool-call and reasoning parsers).
+DEFAULT_IMAGE = "vllm/vllm-tpu:v0.19.0"
 DEFAULT_MM_LIMITS = '{"image":4,"audio":1}'
 
 

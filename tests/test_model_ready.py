@@ -7,6 +7,8 @@ loopback address at the model port, so the endpoint is derived exactly as for a 
 from __future__ import annotations
 
 import functools
+
+import httpx
 import logging
 import re
 
@@ -60,9 +62,21 @@ def test_up_ends_ready_with_endpoint_ttft_and_tpot_and_no_secret_anywhere(stack,
     status = slack.slash("status", user="UALICE", channel=CHANNEL).json()
     assert "TTFT" in status["text"] and endpoint in str(status["blocks"])
 
-    # What was sent as startup-script is exactly what `tpubot render-startup-script` prints.
+    # What was sent as startup-script is what `tpubot render-startup-script` prints, for this lease's key secret.
     sent = qr["request"]["tpu"]["nodeSpec"][0]["node"]["metadata"]["startup-script"]
-    assert sent == startup_script_from(stack.settings)(None)
+    lease_id = qr["labels"]["tpubot-lease"]
+    assert sent == startup_script_from(stack.settings)(None).replace("tpubot-model-key-LEASE",
+                                                                       f"tpubot-model-key-{lease_id}")
+
+    # The endpoint is private: vLLM (read the key at boot) answers 401 without it, exactly as vLLM does,
+    # while the bot's probe above carried the lease's key.
+    key = stack.cloud.project_api.secrets[f"tpubot-model-key-{lease_id}"]
+    assert key and emulator.api_key == key
+    anonymous = httpx.get(f"{endpoint}/models", timeout=5)
+    assert (anonymous.status_code, anonymous.text) == (401, '{"error":"Unauthorized"}')
+    assert httpx.get(f"{endpoint}/models", headers={"Authorization": f"Bearer {key}"}, timeout=5).status_code == 200
+    for text in (str(qr["request"]), caplog.text, *(str(call.body) for call in stack.slack.calls)):
+        assert key not in text
 
     # The HF token is in Secret Manager only: not in metadata, not in Slack, not in any log line.
     token = stack.cloud.world.secrets["hf-token"]
@@ -70,3 +84,52 @@ def test_up_ends_ready_with_endpoint_ttft_and_tpot_and_no_secret_anywhere(stack,
     assert all(token not in str(call.body) for call in stack.slack.calls)
     assert token not in caplog.text
     slack.close()
+
+
+def test_the_leases_api_key_is_destroyed_with_the_lease(stack):
+    from handlers import cards
+
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    wait_until(lambda: next((b for b in card_bodies(stack) if "READY" in b["text"]), None))
+    lease_id = stack.tpu_sandbox.queued_resources()[0]["labels"]["tpubot-lease"]
+    secret = f"tpubot-model-key-{lease_id}"
+    assert stack.cloud.project_api.secrets.get(secret)
+    assert stack.cloud.project_api.secret_labels[secret] == {"managed-by": "tpubot", "tpubot-lease": lease_id}
+    slack.slash("down", user="UALICE", channel=CHANNEL)
+    slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user="UALICE", channel=CHANNEL,
+                label="Tear down")
+    wait_until(lambda: secret not in stack.cloud.project_api.secrets)
+    assert stack.cloud.project_api.rejected == [] and stack.cloud.tpu.rejected == []
+    slack.close()
+
+
+def test_internal_endpoint_address_reaches_the_model_without_an_external_ip(make_stack):
+    stack = make_stack(poll_interval="0.2s", endpoint_address="internal")
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    ready = wait_until(lambda: next((b for b in card_bodies(stack) if "READY" in b["text"]), None))
+    node = stack.tpu_sandbox.queued_resources()[0]["request"]["tpu"]["nodeSpec"][0]["node"]
+    assert node["networkConfig"]["enableExternalIps"] is False
+    (_, base_url), = stack.node_models.running().items()
+    assert f"`{base_url}`" in str(ready["blocks"])  # reached on the node's VPC address
+    assert "`vllm/vllm-tpu:v0.19.0`" in str(ready["blocks"])  # the pinned image is on the READY card
+    slack.close()
+
+
+def test_sandbox_vllm_guards_v1_exactly_as_vllms_api_key_check():
+    import openai
+
+    from infra.sandbox.vllm import LatencyModel, VllmEmulator
+
+    with VllmEmulator(latency=LatencyModel.instant(), api_key="k-right") as emulator:
+        base = emulator.base_url  # …/v1
+        root = base[: -len("/v1")]
+        assert httpx.get(f"{base}/models", headers={"Authorization": "Bearer k-wrong"}).status_code == 401
+        assert httpx.get(f"{base}/models", headers={"Authorization": "Basic k-right"}).status_code == 401
+        assert httpx.get(f"{base}/models", headers={"Authorization": "bearer k-right"}).status_code == 200
+        assert httpx.get(f"{root}/health").status_code == 200  # only /v1… is guarded
+        assert httpx.get(f"{root}/metrics").status_code == 200  # (the idle clock reads it without a key)
+        with pytest.raises(openai.AuthenticationError):
+            openai.OpenAI(base_url=base, api_key="k-wrong", max_retries=0).models.list()
+        assert [m.id for m in openai.OpenAI(base_url=base, api_key="k-right").models.list()] == [emulator.model]

@@ -47,6 +47,10 @@ def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):
         ({"MAX_RUN_DURATION": "8d"}, "7 days"),
         ({"VALID_UNTIL_DURATION": "0h"}, "VALID_UNTIL_DURATION must be longer than 0"),
         ({"MAX_RUN_DURATION": "forever"}, "write it like 4h"),
+        ({"VLLM_IMAGE": "vllm/vllm-tpu:nightly"}, "is not pinned"),
+        ({"VLLM_IMAGE": "vllm/vllm-tpu"}, "like VLLM_IMAGE=vllm/vllm-tpu:v0.19.0"),
+        ({"MODEL_SOURCE_RANGES": "203.0.113.7,office"}, "'office' is not an address range; write it like 203.0.113.7/32"),
+        ({"ENDPOINT_ADDRESS": "private"}, "'external' or 'internal'"),
     ],
 )
 def test_known_wrong_values_are_rejected_with_the_fix(tmp_path, monkeypatch, env, fragment):
@@ -60,3 +64,10 @@ def test_secrets_are_masked_in_the_source_table(tmp_path, monkeypatch):
     shown = {name: value for name, value, _ in describe_sources(s, tmp_path / "tpu.env")}
     assert "secretsecret" not in shown["SLACK_BOT_TOKEN"]
     assert "very-secret" not in shown["SLACK_SIGNING_SECRET"]
+
+
+def test_model_source_ranges_are_normalised_and_a_digest_pins_the_image(tmp_path, monkeypatch):
+    settings = load(tmp_path, monkeypatch, MODEL_SOURCE_RANGES="203.0.113.7, 10.128.0.0/20",
+                    VLLM_IMAGE="us-docker.pkg.dev/p/r/vllm-tpu@sha256:" + "a" * 64)
+    assert settings.model_source_ranges == ["203.0.113.7/32", "10.128.0.0/20"]
+    assert settings.vllm_image.endswith("a" * 64) and settings.endpoint_address == "external"

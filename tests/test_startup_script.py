@@ -27,6 +27,8 @@ from infra.startup_script import (
 from infra.vllm_flags import VllmConfig, vllm_flags
 
 TOKEN = "hf_" + "Zq9" * 12  # what the secret holds in these tests
+API_KEY = "key-" + "Xw7" * 12  # the lease's model API key in these tests
+KEY_SECRET = "projects/my-proj/secrets/tpubot-model-key-L1/versions/latest"
 
 
 def test_rendered_script_passes_bash_n_and_shellcheck(tmp_path):
@@ -92,6 +94,9 @@ def test_cli_prints_exactly_the_script_with_settings_applied(tmp_path, monkeypat
     assert result.output == startup_script_from(Settings.load())(None)
     assert "readonly VLLM_IMAGE=vllm/vllm-tpu:v0.33.0" in result.output
     assert "projects/acme-ml/secrets/hf-token/versions/latest:access" in result.output
+    # Each lease's key is read at boot from its own secret; the script passes --api-key from a variable.
+    assert "readonly API_KEY_SECRET=projects/acme-ml/secrets/tpubot-model-key-LEASE/versions/latest" in result.output
+    assert '--api-key "${VLLM_API_KEY}"' in result.output
 
 
 def _fake_docker(bin_dir: Path, record: Path) -> None:
@@ -101,16 +106,18 @@ def _fake_docker(bin_dir: Path, record: Path) -> None:
         "#!/bin/bash\n"
         f'printf "%s\\n" "$*" >> {record}\n'
         f'if [ "$1" = run ]; then printf "token-sha256 %s\\n" "$(printf %s "${{HF_TOKEN:-}}" | sha256sum | cut -d" " -f1)" >> {record}; fi\n'
+        f'if [ "$1" = run ]; then printf "key-sha256 %s\\n" "$(printf %s "${{VLLM_API_KEY:-}}" | sha256sum | cut -d" " -f1)" >> {record}; fi\n'
     )
     docker.chmod(0o755)
 
 
 def test_token_is_fetched_at_boot_and_never_traced_echoed_or_in_argv(tmp_path):
-    with GcpProjectSandbox("my-proj", secrets_={"hf-token": TOKEN}) as cloud:
+    with GcpProjectSandbox("my-proj", secrets_={"hf-token": TOKEN, "tpubot-model-key-L1": API_KEY}) as cloud:
         config = StartupScriptConfig(project="my-proj", metadata_url=cloud.metadata_url,
-                                     secret_manager_url=cloud.base_url, hf_token_retry_seconds=1)
+                                     secret_manager_url=cloud.base_url, hf_token_retry_seconds=1,
+                                     api_key_secret=KEY_SECRET)
         script_text = render_startup_script(config)
-        assert TOKEN not in script_text  # nothing secret in the metadata value
+        assert TOKEN not in script_text and API_KEY not in script_text  # nothing secret in the metadata value
         script = tmp_path / "startup.sh"
         script.write_text(script_text)
         bin_dir, record = tmp_path / "bin", tmp_path / "docker.log"
@@ -125,10 +132,13 @@ def test_token_is_fetched_at_boot_and_never_traced_echoed_or_in_argv(tmp_path):
                    for _, path, hdrs in cloud.requests)
     calls = record.read_text()
     assert f"token-sha256 {hashlib.sha256(TOKEN.encode()).hexdigest()}" in calls  # docker got it via -e HF_TOKEN
-    assert "run --detach --name tpubot-vllm" in calls and "-e HF_TOKEN " in calls
+    assert "run --detach --name tpubot-vllm" in calls and "-e HF_TOKEN -e VLLM_API_KEY " in calls
+    assert f"key-sha256 {hashlib.sha256(API_KEY.encode()).hexdigest()}" in calls  # via -e VLLM_API_KEY
+    # vLLM is told --api-key from the variable, expanded inside the container: the value is in no argv here.
+    assert '-c exec vllm serve "$@" --api-key "${VLLM_API_KEY}" vllm google/gemma-4-E2B-it --host' in calls
     assert "--limit-mm-per-prompt {\"image\":4,\"audio\":1}" in calls  # one argv item, JSON intact
     for text in (calls, result.stdout, result.stderr):
-        assert TOKEN not in text
+        assert TOKEN not in text and API_KEY not in text
     assert "set +x" in result.stderr  # tracing was on, and was switched off around the fetch
 
 

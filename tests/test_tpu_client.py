@@ -85,6 +85,7 @@ def test_create_sends_the_flex_start_request(sandbox: TpuSandbox) -> None:
     assert node["metadata"] == {"startup-script": SCRIPT}
     assert node["networkConfig"] == {"network": "default", "subnetwork": "tpu-subnet", "enableExternalIps": True}
     assert node["serviceAccount"] == {}
+    assert node["tags"] == ["tpubot-model"]  # the model firewall rule targets this tag
     assert node["labels"] == {"cost-center": "ml", "managed-by": "tpubot", "tpubot-team": "t01team",
                               "tpubot-channel": "c01chan", "tpubot-lease": "lease-a"}
     # One POST to the v2alpha1 collection with the caller's id; the LRO was polled on v2alpha1 too.
@@ -100,6 +101,18 @@ def test_create_sends_the_flex_start_request(sandbox: TpuSandbox) -> None:
     assert view.create_time is not None and view.valid_until_time is not None
     assert abs((view.valid_until_time - view.create_time) - timedelta(hours=4)) < timedelta(seconds=1)
     assert sandbox.create_attempts == [(ZONE, "accepted")]
+
+
+def test_internal_endpoint_address_asks_for_no_external_ip(sandbox: TpuSandbox) -> None:
+    with make_service(sandbox, external_ips=False, network_tags=("ml-model",)) as tpu:
+        tpu.create_queued_resource(spec())
+        sandbox.fast_forward(5)
+        node = tpu.get_node(ZONE, "node-qr-a")
+    request = sandbox.queued_resources()[0]["request"]["tpu"]["nodeSpec"][0]["node"]
+    assert request["networkConfig"] == {"network": "default", "enableExternalIps": False}
+    assert request["tags"] == ["ml-model"]
+    assert node is not None and node.external_ip is None and node.internal_ip
+    assert sandbox.rejected == []  # Google's schema accepts the body as sent
 
 
 def test_state_walks_to_active_and_node_has_external_ip(sandbox: TpuSandbox, tpu: TpuService) -> None:

@@ -242,6 +242,12 @@ def test_sandbox_command_serves_until_interrupted() -> None:
     try:
         base_url = process.stdout.readline().strip()  # the first line is the base URL
         assert base_url.startswith("http://127.0.0.1:"), process.stderr.read() if process.poll() is not None else base_url
+        lines = [process.stdout.readline() for _ in range(3)]
+        assert "checked against Google's discovery documents" in lines[1]
+        # Every endpoint setting is printed, so a half-pointed bot or doctor never reaches the real APIs.
+        for name in ("TPU_API_ENDPOINT=" + base_url, "COMPUTE_API_ENDPOINT=http://127.0.0.1:",
+                     "QUOTAS_API_ENDPOINT=http://127.0.0.1:", "SECRETMANAGER_API_ENDPOINT=http://127.0.0.1:"):
+            assert name in lines[2]
         tpu = TpuService(TpuConfig(project=PROJECT, api_endpoint=base_url, timeout=5), AnonymousCredentials())
         assert tpu.list_queued_resources(ZONE) == []
         tpu.close()

@@ -24,7 +24,7 @@ from infra.state.leases import LeaseState
 class ModelEndpoint:
     base_url: str
     source: str  # said to people: "this channel's TPU", "GEMMA_BASE_URL", "the TPU in <#C…>"
-    api_key: str = ""  # what every request to this endpoint sends (the config's key unless the lease has its own)
+    api_key: str = ""  # what every request to this endpoint sends: a lease's own vLLM key (never shown, never in a prompt)
 
 
 def _usable(url: str) -> bool:
@@ -37,13 +37,26 @@ async def resolve_endpoint(svc: Services, actor: Actor) -> ModelEndpoint | None:
         return None
     own = await svc.leases.get(actor.team, actor.channel)
     if own is not None and own.state == LeaseState.READY.value and _usable(own.endpoint):
-        return ModelEndpoint(own.endpoint, "this channel's TPU", config.api_key)
+        return ModelEndpoint(own.endpoint, "this channel's TPU", await _lease_key(svc, own.lease_id) or config.api_key)
     if _usable(config.base_url):
         return ModelEndpoint(config.base_url.rstrip("/"), "GEMMA_BASE_URL", config.api_key)
     for lease in await svc.leases.all():
         if lease.state == LeaseState.READY.value and _usable(lease.endpoint):
-            return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>", config.api_key)
+            return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>",
+                                 await _lease_key(svc, lease.lease_id) or config.api_key)
     return None
+
+
+async def _lease_key(svc: Services, lease_id: str) -> str:
+    """The lease's per-lease vLLM key (issue 15), or "" where endpoints run without one."""
+    if svc.model_keys is None:
+        return ""
+    from infra.model_keys import ModelKeyError
+
+    try:
+        return await svc.model_keys.key(lease_id) or ""
+    except ModelKeyError:
+        return ""  # the call then answers 401, which the caller reports as the model being unavailable
 
 
 def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:

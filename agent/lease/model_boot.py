@@ -4,7 +4,8 @@
 no job holds a worker for the minutes a model takes to load) and re-schedules itself with a
 deterministic id (`boot:{lease}:{n}`), so a retried or duplicated run is a no-op:
 
-1. endpoint from the node: external IP → `http://IP:{MODEL_PORT}/v1` (never hard-coded);
+1. endpoint from the node: its external IP (or, with ENDPOINT_ADDRESS=internal, its VPC IP) →
+   `http://IP:{MODEL_PORT}/v1` (never hard-coded);
 2. `GET /v1/models` until vLLM answers — progress on the card — bounded by `model_boot_timeout`;
 3. one real streamed chat completion (TTFT, TPOT, tokens/s by vLLM's benchmark definitions);
 4. READY with the endpoint and the figures, or FAILED with the reason and the fix. A FAILED model
@@ -40,7 +41,14 @@ class ModelBootHook:
                                channel=lease.channel, lease_id=lease.lease_id, seq=0)
 
     async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
-        return None  # a pending boot job sees the lease gone and stops by itself
+        # A pending boot job sees the lease gone and stops by itself; the endpoint's key goes with the lease.
+        if svc.model_keys is not None:
+            from infra.model_keys import ModelKeyError
+
+            try:
+                await svc.model_keys.destroy(lease.lease_id)
+            except ModelKeyError as error:  # the reconciler's sweep is not there yet: say what is left
+                log.warning("model key of lease %s not deleted: %s", lease.lease_id, error.message)
 
 
 async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: int) -> str:
@@ -49,19 +57,25 @@ async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: i
         return "stopped: lease changed"
     endpoint = await _endpoint(svc, lease)
     if not endpoint:
+        if svc.policy.endpoint_address == "internal":
+            return await _fail(svc, lease, "The TPU node reports no internal IP, so the bot cannot reach vLLM on it.",
+                               "check the node's network (`gcloud compute tpus tpu-vm describe "
+                               f"{lease.node_id} --zone {lease.zone}`), then `/tpu down` and `/tpu up` again.")
         return await _fail(svc, lease, "The TPU node reports no external IP, so the bot cannot reach vLLM on it.",
                            "keep external IPs allowed for TPU VMs in this project (org policy "
-                           "constraints/compute.vmExternalIpAccess), then `/tpu down` and `/tpu up` again.")
+                           "constraints/compute.vmExternalIpAccess), or run the bot inside the VPC with "
+                           "ENDPOINT_ADDRESS=internal; then `/tpu down` and `/tpu up` again.")
     policy = svc.policy
     since_active = time.time() - (lease.active_at or time.time())
-    check = await list_models(endpoint)
+    api_key = await lease_api_key(svc, lease)
+    check = await list_models(endpoint, api_key=api_key)
     if check.ok:
         if policy.model_name not in check.models:
             served = ", ".join(check.models) or "no model"
             return await _fail(svc, lease, f"vLLM at {endpoint} serves {served}, not {policy.model_name}.",
                                f"set MODEL_NAME to the model the startup script serves ({served}), or fix the "
                                "startup script (`tpubot render-startup-script`).", endpoint=endpoint)
-        return await _measure(svc, lease, endpoint)
+        return await _measure(svc, lease, endpoint, api_key)
     if since_active > policy.model_boot_timeout.total_seconds():
         return await _fail(
             svc, lease,
@@ -82,8 +96,8 @@ async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: i
     return f"waiting for vLLM ({check.error})"
 
 
-async def _measure(svc: Services, lease: Lease, endpoint: str) -> str:
-    probe = await probe_chat(endpoint, svc.policy.model_name)
+async def _measure(svc: Services, lease: Lease, endpoint: str, api_key: str | None) -> str:
+    probe = await probe_chat(endpoint, svc.policy.model_name, api_key=api_key)
     if not probe.ok:
         return await _fail(svc, lease, f"vLLM at {endpoint} is up, but a test chat completion failed: {probe.error}.",
                            "read `sudo docker logs tpubot-vllm` on the VM; the health check uses "
@@ -92,7 +106,7 @@ async def _measure(svc: Services, lease: Lease, endpoint: str) -> str:
     ok = await _write(
         svc, lease, state=LeaseState.READY, endpoint=endpoint, detail="",
         ttft_ms=round(probe.ttft_ms, 2), tpot_ms=round(probe.tpot_ms, 3), tokens_per_s=round(probe.tokens_per_s, 1),
-        model_info=probe.served_by,
+        model_info=probe.served_by, image=svc.policy.vllm_image,
     )
     await svc.audit.record(actor="tpubot", action="model_ready", team=lease.team, channel=lease.channel,
                            outcome="ready" if ok else "lease changed",
@@ -100,11 +114,24 @@ async def _measure(svc: Services, lease: Lease, endpoint: str) -> str:
     return f"ready: ttft {probe.ttft_ms:.1f} ms, tpot {probe.tpot_ms:.2f} ms" if ok else "stopped: lease changed"
 
 
+async def lease_api_key(svc: Services, lease: Lease) -> str | None:
+    """The key vLLM on this lease's VM expects (None: no key store, or the lease has no key)."""
+    if svc.model_keys is None:
+        return None
+    from infra.model_keys import ModelKeyError
+
+    try:
+        return await svc.model_keys.key(lease.lease_id)
+    except ModelKeyError as error:
+        log.warning("model key of lease %s unreadable: %s", lease.lease_id, error.message)
+        return None
+
+
 async def _endpoint(svc: Services, lease: Lease) -> str:
     node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
-    if node is None or not node.external_ip:
-        return ""
-    return endpoint_url(node.external_ip, svc.policy.model_port)
+    address = None if node is None else (
+        node.internal_ip if svc.policy.endpoint_address == "internal" else node.external_ip)
+    return endpoint_url(address, svc.policy.model_port) if address else ""
 
 
 async def _fail(svc: Services, lease: Lease, reason: str, fix: str, *, endpoint: str = "") -> str:

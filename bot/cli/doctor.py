@@ -38,13 +38,17 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
             _line(out, check)
         raise typer.Exit(code=2)
     cloud = None
-    if settings.sandbox and not settings.tpu_api_endpoint:
+    endpoints = ("tpu_api_endpoint", "compute_api_endpoint", "quotas_api_endpoint", "secretmanager_api_endpoint")
+    if settings.sandbox and not all(getattr(settings, name) for name in endpoints):
+        # A sandbox run never asks the real Google APIs (anonymously, they would only fail with
+        # misleading fixes): the endpoints that are set are checked as given, the rest locally.
         from infra.sandbox.world import CloudSandbox, SandboxWorld
 
         cloud = CloudSandbox(SandboxWorld(), project=settings.project).start()
-        settings = settings.model_copy(update={k: v for k, v in cloud.endpoint_overrides().items()
-                                               if not getattr(settings, k)})
-        out.write("GCP_PROJECT is unset: checking against the local sandbox emulators.\n")
+        local = {k: v for k, v in cloud.endpoint_overrides().items() if not getattr(settings, k)}
+        settings = settings.model_copy(update=local)
+        out.write("GCP_PROJECT is unset: checking against the local sandbox emulators"
+                  + (f" ({', '.join(k.upper() for k in local)} started here).\n" if len(local) < 4 else ".\n"))
     try:
         from bot.wiring import preflight_config_from
 

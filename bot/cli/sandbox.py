@@ -1,4 +1,9 @@
-"""`tpubot sandbox`: run the local TPU REST emulator on its own, until Ctrl-C."""
+"""`tpubot sandbox`: run the local GCP emulators on their own, until Ctrl-C.
+
+The TPU API and the project-level APIs (Compute, Cloud Quotas, Secret Manager) of one
+`SandboxWorld`; it prints the settings that point the bot (and `tpubot doctor`) at all of them, so
+nothing half-configured reaches the real Google APIs.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +13,8 @@ import typer
 
 
 def register(app: typer.Typer) -> None:
-    app.command("sandbox", help="Run the local Cloud TPU API emulator (point TPU_API_ENDPOINT at it).")(run_sandbox)
+    app.command("sandbox", help="Run the local GCP emulators (TPU, Compute, Quotas, Secret Manager) until Ctrl-C.")(
+        run_sandbox)
 
 
 def run_sandbox(
@@ -18,14 +24,19 @@ def run_sandbox(
     ),
     project: str = typer.Option("tpubot-sandbox", "--project", help="the only project the emulator knows"),
 ) -> None:
-    from infra.sandbox.tpu_api import TpuSandbox
+    from infra.sandbox.discovery import strict_available
+    from infra.sandbox.world import CloudSandbox, SandboxWorld
 
-    sandbox = TpuSandbox(time_scale=time_scale, project=project, port=port)
+    cloud = CloudSandbox(SandboxWorld(), project=project, time_scale=time_scale, tpu_port=port).start()
+    sandbox = cloud.tpu
     base_url = sandbox.start()
     typer.echo(base_url)
     typer.echo(f"TPU API emulator for project {project}; zones: "
                + ", ".join(f"{zone}={behaviour.value}" for zone, behaviour in sandbox.zones().items()))
-    typer.echo(f"Use it with: TPU_API_ENDPOINT={base_url}  (Ctrl-C stops it)")
+    typer.echo("requests are checked against Google's discovery documents" if strict_available() else
+               "requests are NOT checked against Google's schemas (pip install google-api-python-client)")
+    typer.echo("Use it with: " + "  ".join(f"{key.upper()}={value}" for key, value in cloud.endpoint_overrides().items())
+               + "  (Ctrl-C stops it)")
     stopped = threading.Event()
     try:
         while not stopped.wait(timeout=3600):
@@ -33,4 +44,4 @@ def run_sandbox(
     except KeyboardInterrupt:
         pass
     finally:
-        sandbox.stop()
+        cloud.stop()

@@ -6,8 +6,17 @@ One HTTP server, the wire formats of four real services, for the real clients on
   `projects/P/regions/R/subnetworks/S`; errors in Compute's shape (`error.errors[].reason`).
 - Cloud Quotas v1 (`cloudquotas_v1.CloudQuotasClient(transport="rest")`): get and list QuotaInfo
   under `projects/P/locations/global/services/tpu.googleapis.com/quotaInfos` (reference §5).
+- Compute Engine firewalls: `projects/P/global/firewalls` (list), what doctor's firewall check reads.
 - Secret Manager v1 (`secretmanager_v1.SecretManagerServiceClient(transport="rest")` and curl):
-  `projects/P/secrets/S` and `…/versions/latest:access` → base64 payload with its CRC32C (§7).
+  `projects/P/secrets/S` (get, create with `?secretId=`, delete), `…:addVersion` and
+  `…/versions/latest:access` → base64 payload with its CRC32C (§7); the per-lease model API keys
+  live here.
+- `denied`: IAM permissions the caller lacks (e.g. `secretmanager.versions.access`), answered with
+  Google's 403 and an `IAM_PERMISSION_DENIED` ErrorInfo naming the permission.
+
+Every request is checked against Google's discovery documents (Compute, Secret Manager) or the
+google-cloud-quotas protos (Cloud Quotas) by `infra.sandbox.discovery`; an unknown field or
+parameter gets the real 400 INVALID_ARGUMENT.
 - The GCE metadata server's token route (`Metadata-Flavor: Google` required), so the startup
   script's token fetch can run against it; Secret Manager then accepts only tokens it issued (or
   no Authorization header at all, which is what the anonymous sandbox clients send).
@@ -26,12 +35,14 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: F401  (the ids Google uses)
+from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api, proto_api
 
 _COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<rest>.*))?$")
 _QUOTAS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/locations/global/services/(?P<service>[^/]+)"
                      r"/quotaInfos(?:/(?P<quota>[^/]+))?$")
 _SECRET = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets/(?P<secret>[^/:]+)"
-                     r"(?:/versions/(?P<version>[^/:]+):access)?$")
+                     r"(?:/versions/(?P<version>[^/:]+):access|(?P<add>:addVersion))?$")
+_SECRETS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets$")
 _TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 
 
@@ -44,6 +55,8 @@ class GcpProjectSandbox:
         subnetworks: Mapping[str, Iterable[str]] | None = None,  # region -> names
         quotas: Mapping[str, Mapping[str, int]] | None = None,  # quota id -> zone -> limit
         secrets_: Mapping[str, str] | None = None,  # secret name -> latest payload
+        firewalls: Iterable[Mapping[str, Any]] = (),  # Compute Firewall resources (JSON)
+        denied: Iterable[str] = (),  # IAM permissions the caller does not have
         project_number: int = 123456789012,
         host: str = "127.0.0.1",
         port: int = 0,
@@ -53,7 +66,17 @@ class GcpProjectSandbox:
         self.networks = set(networks)
         self.subnetworks = {region: set(names) for region, names in (subnetworks or {}).items()}
         self.quotas = {qid: dict(zones) for qid, zones in (quotas or {}).items()}
-        self.secrets = dict(secrets_ or {})
+        self.secrets: dict[str, str | None] = dict(secrets_ or {})  # None: created, no version yet
+        self.secret_labels: dict[str, dict[str, str]] = {}
+        self.firewalls = [dict(rule) for rule in firewalls]
+        self.denied = set(denied)
+        self.apis: dict[str, DiscoveryApi | None] = {
+            "compute": load_api("compute.v1", "google.cloud.compute.v1"),
+            "secretmanager": load_api("secretmanager.v1", "google.cloud.secretmanager.v1"),
+            "quotas": _quotas_api(),
+        }
+        self.rejected: list[RequestRejected] = []
+        self.response_problems: list[str] = []
         self.issued_tokens: set[str] = set()
         self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path, selected headers)
         self._lock = threading.Lock()
@@ -100,23 +123,115 @@ class GcpProjectSandbox:
         return f"{self.base_url}/computeMetadata/v1"
 
     # --- request handling -------------------------------------------------------------------
-    def handle(self, method: str, raw_path: str, headers: Mapping[str, str]) -> tuple[int, dict]:
+    @property
+    def strict(self) -> bool:
+        return all(api is not None for api in self.apis.values())
+
+    def handle(self, method: str, raw_path: str, headers: Mapping[str, str], body: Any = None) -> tuple[int, dict]:
         url = urlsplit(raw_path)
-        query = parse_qs(url.query)
+        query = parse_qs(url.query, keep_blank_values=True)
         with self._lock:
             self.requests.append((method, url.path, {k: v for k, v in headers.items()
                                                      if k.lower() in ("metadata-flavor", "x-goog-api-client")}))
-        if method != "GET":
-            return _google_error(405, f"Method {method} is not supported by the sandbox on {url.path}.")
         if url.path == _TOKEN_PATH:
             return self._token(headers)
-        if match := _COMPUTE.match(url.path):
-            return self._compute(match["project"], match["rest"] or "")
-        if match := _QUOTAS.match(url.path):
+        api_name = "compute" if url.path.startswith("/compute/") else (
+            "quotas" if "/quotaInfos" in url.path else "secretmanager")
+        api = self.apis[api_name]
+        checked = None
+        if api is not None:
+            try:
+                checked = api.check_request(method, url.path, query, body)
+            except RequestRejected as rejected:
+                with self._lock:
+                    self.rejected.append(rejected)
+                status, payload = 400, rejected.google_error()
+                if api_name == "compute":  # Compute adds its legacy errors[] list
+                    payload["error"]["errors"] = [{"message": rejected.message, "domain": "global",
+                                                   "reason": "invalid"}]
+                return status, payload
+        status, payload = self._route(method, url.path, query, headers, body)
+        if checked is not None and status == 200:
+            problems = api.check_response(checked, payload)
+            if problems:
+                with self._lock:
+                    self.response_problems.extend(problems)
+                return _google_error(500, "gcp project sandbox bug: " + "; ".join(problems))
+        return status, payload
+
+    def _route(self, method: str, path: str, query: dict, headers: Mapping[str, str], body: Any) -> tuple[int, dict]:
+        if match := _COMPUTE.match(path):
+            if method != "GET":
+                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
+            return self._compute(match["project"], match["rest"] or "", query)
+        if match := _QUOTAS.match(path):
+            if denied := self._deny("cloudquotas.quotas.get", f"projects/{match['project']}"):
+                return denied
             return self._quotas(match["project"], match["service"], match["quota"], query)
-        if match := _SECRET.match(url.path):
-            return self._secret(match["project"], match["secret"], match["version"], headers)
-        return _google_error(404, f"The requested URL {url.path} was not found on this server.")
+        if match := _SECRETS.match(path):
+            if method == "POST":
+                return self._create_secret(match["project"], (query.get("secretId") or [""])[0], body or {})
+        if match := _SECRET.match(path):
+            if method == "POST" and match["add"]:
+                return self._add_version(match["project"], match["secret"], body or {})
+            if method == "DELETE" and not match["version"] and not match["add"]:
+                return self._delete_secret(match["project"], match["secret"])
+            if method == "GET" and not match["add"]:
+                return self._secret(match["project"], match["secret"], match["version"], headers)
+        return _google_error(404, f"The requested URL {path} was not found on this server.")
+
+    def _deny(self, permission: str, resource: str) -> tuple[int, dict] | None:
+        if permission not in self.denied:
+            return None
+        service = permission.split(".", 1)[0]
+        message = f"Permission '{permission}' denied on resource '//{service}.googleapis.com/{resource}' (or it may " \
+                  "not exist)."
+        return 403, {"error": {"code": 403, "message": message, "status": "PERMISSION_DENIED", "details": [
+            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
+             "domain": f"{service}.googleapis.com", "metadata": {"permission": permission, "resource": resource}}]}}
+
+    def _create_secret(self, project: str, secret_id: str, body: dict) -> tuple[int, dict]:
+        if denied := self._deny("secretmanager.secrets.create", f"projects/{project}"):
+            return denied
+        if not re.fullmatch(r"[A-Za-z0-9_-]{1,255}", secret_id):
+            return _google_error(400, f"Invalid secret id [{secret_id}]: it must match [a-zA-Z_0-9-]{{1,255}}.")
+        with self._lock:
+            if secret_id in self.secrets:
+                return _google_error(409, f"Secret [projects/{self.project_number}/secrets/{secret_id}] already "
+                                          "exists.")
+            self.secrets[secret_id] = None
+            self.secret_labels[secret_id] = dict(body.get("labels") or {})
+        return 200, self._secret_json(secret_id)
+
+    def _add_version(self, project: str, secret: str, body: dict) -> tuple[int, dict]:
+        if denied := self._deny("secretmanager.versions.add", f"projects/{project}/secrets/{secret}"):
+            return denied
+        payload = body.get("payload") or {}
+        data = base64.b64decode(payload.get("data") or "")
+        if "dataCrc32c" in payload and int(payload["dataCrc32c"]) != crc32c(data):
+            return _google_error(400, "Checksum mismatch: the payload's dataCrc32c does not match its data.")
+        with self._lock:
+            if secret not in self.secrets:
+                return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
+            self.secrets[secret] = data.decode()
+        return 200, {"name": f"projects/{self.project_number}/secrets/{secret}/versions/1",
+                     "createTime": "2026-01-01T00:00:00Z", "state": "ENABLED"}
+
+    def _delete_secret(self, project: str, secret: str) -> tuple[int, dict]:
+        if denied := self._deny("secretmanager.secrets.delete", f"projects/{project}/secrets/{secret}"):
+            return denied
+        with self._lock:
+            if self.secrets.pop(secret, "missing") == "missing":
+                return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
+            self.secret_labels.pop(secret, None)
+        return 200, {}
+
+    def _secret_json(self, secret: str) -> dict:
+        body = {"name": f"projects/{self.project_number}/secrets/{secret}", "replication": {"automatic": {}},
+                "createTime": "2026-01-01T00:00:00Z"}
+        if self.secret_labels.get(secret):
+            body["labels"] = dict(self.secret_labels[secret])
+        return body
 
     def _token(self, headers: Mapping[str, str]) -> tuple[int, dict]:
         if headers.get("metadata-flavor", "").lower() != "google":
@@ -126,7 +241,12 @@ class GcpProjectSandbox:
             self.issued_tokens.add(token)
         return 200, {"access_token": token, "expires_in": 3599, "token_type": "Bearer"}
 
-    def _compute(self, project: str, rest: str) -> tuple[int, dict]:
+    def _compute(self, project: str, rest: str, query: dict) -> tuple[int, dict]:
+        if rest == "global/firewalls":
+            if denied := self._deny("compute.firewalls.list", f"projects/{project}"):
+                denied[1]["error"]["errors"] = [{"message": denied[1]["error"]["message"], "domain": "global",
+                                                 "reason": "forbidden"}]
+                return denied
         if project != self.project:
             return _compute_error(404, f"The resource 'projects/{project}' was not found", "notFound")
         if not rest:
@@ -145,7 +265,18 @@ class GcpProjectSandbox:
                 return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/subnetworks/{name}' "
                                            "was not found", "notFound")
             return 200, {"kind": "compute#subnetwork", "name": name, "region": region}
+        if rest == "global/firewalls":
+            return 200, {"kind": "compute#firewallList", "id": f"projects/{project}/global/firewalls",
+                         "items": [self._firewall_json(project, rule) for rule in self.firewalls],
+                         "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/firewalls"}
         return _compute_error(404, f"The resource 'projects/{project}/{rest}' was not found", "notFound")
+
+    def _firewall_json(self, project: str, rule: Mapping[str, Any]) -> dict:
+        base = f"https://www.googleapis.com/compute/v1/projects/{project}/global"
+        view = {"kind": "compute#firewall", "direction": "INGRESS", "priority": 1000, "disabled": False, **rule}
+        view["network"] = f"{base}/networks/{str(view.get('network') or 'default').rsplit('/', 1)[-1]}"
+        view["selfLink"] = f"{base}/firewalls/{view['name']}"
+        return view
 
     def _quota_info(self, project: str, service: str, quota_id: str) -> dict:
         zones = self.quotas[quota_id]
@@ -172,6 +303,9 @@ class GcpProjectSandbox:
         return 200, self._quota_info(project, service, quota_id)
 
     def _secret(self, project: str, secret: str, version: str | None, headers: Mapping[str, str]) -> tuple[int, dict]:
+        permission = "secretmanager.versions.access" if version else "secretmanager.secrets.get"
+        if denied := self._deny(permission, f"projects/{project}/secrets/{secret}"):
+            return denied
         auth = headers.get("authorization", "")
         if auth:
             token = auth.removeprefix("Bearer ").strip()
@@ -185,8 +319,8 @@ class GcpProjectSandbox:
                                       "no versions.")
         name = f"projects/{self.project_number}/secrets/{secret}"
         if version is None:
-            return 200, {"name": name, "replication": {"automatic": {}}, "createTime": "2026-01-01T00:00:00Z"}
-        if version not in ("latest", "1"):
+            return 200, self._secret_json(secret)
+        if version not in ("latest", "1") or self.secrets[secret] is None:
             return _google_error(404, f"Secret Version [{name}/versions/{version}] not found.")
         data = self.secrets[secret].encode()
         return 200, {"name": f"{name}/versions/1",
@@ -200,10 +334,14 @@ def _handler_for(sandbox: GcpProjectSandbox) -> type[BaseHTTPRequestHandler]:
 
         def _serve(self) -> None:
             length = int(self.headers.get("Content-Length") or 0)
-            if length:
-                self.rfile.read(length)
+            raw = self.rfile.read(length) if length else b""
             headers = {key.lower(): value for key, value in self.headers.items()}
-            status, payload = sandbox.handle(self.command, self.path, headers)
+            try:
+                body = json.loads(raw) if raw.strip() else None
+            except json.JSONDecodeError as exc:
+                status, payload = _google_error(400, f"Invalid JSON payload received. {exc}")
+            else:
+                status, payload = sandbox.handle(self.command, self.path, headers, body)
             data = json.dumps(payload).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=UTF-8")
@@ -220,7 +358,22 @@ def _handler_for(sandbox: GcpProjectSandbox) -> type[BaseHTTPRequestHandler]:
 
 
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-           405: "UNIMPLEMENTED"}
+           405: "UNIMPLEMENTED", 409: "ALREADY_EXISTS", 500: "INTERNAL"}
+
+
+def _quotas_api() -> DiscoveryApi | None:
+    """Cloud Quotas v1 get/list QuotaInfo, described by the google-cloud-quotas protos (no discovery doc)."""
+    from google.cloud import cloudquotas_v1
+
+    base = "v1/projects/{projectsId}/locations/{locationsId}/services/{servicesId}/quotaInfos"
+    page = {"pageSize": {"type": "integer", "format": "int32", "location": "query"},
+            "pageToken": {"type": "string", "location": "query"}}
+    return proto_api("cloudquotas.v1", "google.api.cloudquotas.v1", [
+        ("cloudquotas.projects.locations.services.quotaInfos.get", "GET", base + "/{quotaInfosId}", None,
+         cloudquotas_v1.QuotaInfo.pb(), {}),
+        ("cloudquotas.projects.locations.services.quotaInfos.list", "GET", base, None,
+         cloudquotas_v1.ListQuotaInfosResponse.pb(), page),
+    ])
 
 
 def _google_error(code: int, message: str) -> tuple[int, dict]:

@@ -10,6 +10,8 @@ parenthesised `OR` of such comparisons; a bare quoted string searches the payloa
 subset `infra.cloud_logging.build_filter` and the client emit, not the whole query language.
 `orderBy` (`timestamp asc|desc`), `pageSize` (default 50, >1000 rejected) and `pageToken` are
 honoured. `fail_next(n)` makes the next n requests answer 429 exactly as the quota error does.
+Requests and responses are checked against Google's `logging.v2` discovery document
+(`infra.sandbox.discovery`): an unknown field gets the real 400 INVALID_ARGUMENT naming it.
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ import threading
 from datetime import datetime, timedelta, timezone
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
 
 SEVERITY_NUMBERS = {
     "DEFAULT": 0, "DEBUG": 100, "INFO": 200, "NOTICE": 300, "WARNING": 400,
@@ -111,6 +116,9 @@ class LoggingEmulator:
         self.requests: list[dict[str, Any]] = []  # request bodies, in arrival order
         self._fail_next = 0
         self._succeed_first = 0
+        self.api: DiscoveryApi | None = load_api("logging.v2", "google.logging.v2")
+        self.rejected: list[RequestRejected] = []
+        self.response_problems: list[str] = []
         self._lock = threading.Lock()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -165,13 +173,36 @@ class LoggingEmulator:
         self.stop()
 
     # --- the API ---
+    @property
+    def strict(self) -> bool:
+        return self.api is not None
+
     def handle(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
-        if path.split("?")[0] != "/v2/entries:list":
+        url = urlsplit(path)
+        if url.path != "/v2/entries:list":
             return 404, _error(404, f"unknown path {path}", "NOT_FOUND")
         try:
             request = json.loads(raw or b"{}")
         except ValueError:
             return 400, _error(400, "request body is not JSON", "INVALID_ARGUMENT")
+        method = None
+        if self.api is not None:
+            try:
+                method = self.api.check_request("POST", url.path, parse_qs(url.query, keep_blank_values=True), request)
+            except RequestRejected as rejected:
+                with self._lock:
+                    self.rejected.append(rejected)
+                return 400, rejected.google_error()
+        status, body = self._list(request)
+        if method is not None and status == 200:
+            problems = self.api.check_response(method, body)
+            if problems:
+                with self._lock:
+                    self.response_problems.extend(problems)
+                return 500, _error(500, "logging sandbox bug: " + "; ".join(problems), "INTERNAL")
+        return status, body
+
+    def _list(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._lock:
             self.requests.append(request)
             if self._fail_next > 0 and self._succeed_first > 0:

@@ -4,7 +4,9 @@ The TPU emulator calls `on_node_ready` the first time a node is looked at; this 
 `VllmEmulator` (vLLM 0.33 response shapes, the v5e latency model, labelled as the sandbox model
 in every response) on the node's own loopback address, `127.0.1.N`, at the deployment's model
 port — so the bot reaches it exactly as it reaches a real TPU VM: node external IP →
-`http://IP:{MODEL_PORT}/v1`, nothing special-cased. `on_node_gone` stops it.
+`http://IP:{MODEL_PORT}/v1`, nothing special-cased. Like the real VM it enforces the API key its
+startup script names (`boot_api_key`: read from the sandbox's Secret Manager at boot), so
+`/v1/*` without the lease's key answers 401. `on_node_gone` stops it.
 
 Fallbacks, so the sandbox works anywhere: if the configured port is taken on the 127.0.1.x range,
 another free port is chosen for the whole stack (`port`); where only 127.0.0.1 can be bound (some
@@ -16,6 +18,7 @@ from __future__ import annotations
 import logging
 import socket
 import threading
+from collections.abc import Callable
 
 from infra.sandbox.vllm import LatencyModel, VllmEmulator
 
@@ -49,6 +52,8 @@ class NodeModels:
         self._lock = threading.Lock()
         self._emulators: dict[tuple[str, str], VllmEmulator] = {}
         self._next_host = FIRST_HOST
+        # (zone, node id) → the API key the node's VM reads at boot (None: vLLM runs without --api-key).
+        self.boot_api_key: Callable[[str, str], str | None] | None = None
         self.node_net = _bindable(f"{NODE_NET}{FIRST_HOST}", 0) is not None
         probe_host = f"{NODE_NET}{FIRST_HOST}" if self.node_net else "127.0.0.1"
         self.port = _bindable(probe_host, preferred_port) or _bindable(probe_host, 0) or preferred_port
@@ -58,11 +63,12 @@ class NodeModels:
 
     def on_node_ready(self, zone: str, node_id: str, labels: dict[str, str]) -> str | None:
         """Start the node's model; returns the node's external IP (None: the emulator's default)."""
+        api_key = self.boot_api_key(zone, node_id) if self.boot_api_key is not None else None
         for host in self._candidate_hosts():
             if _bindable(host, self.port) is None:
                 continue
             emulator = VllmEmulator(model=self.model, latency=self.latency, label=LABEL,
-                                    max_model_len=self.max_model_len, host=host, port=self.port)
+                                    max_model_len=self.max_model_len, host=host, port=self.port, api_key=api_key)
             with self._lock:
                 self._emulators[(zone, node_id)] = emulator
             if self.boot_seconds <= 0:

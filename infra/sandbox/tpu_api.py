@@ -48,6 +48,8 @@ from urllib.parse import parse_qs, urlsplit
 from google.cloud import tpu_v2
 from google.protobuf import json_format
 
+from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
+
 
 class ZoneBehaviour(str, enum.Enum):
     ACCEPT = "accept"  # queues briefly, provisions, goes ACTIVE
@@ -152,6 +154,7 @@ class _QueuedResource:
     deleting_since: float | None = None
     delete_done_at: float | None = None
     external_ip: str | None = None
+    hook_host: str | None = None  # where on_node_ready put the node's model (the sandbox's "VPC" address)
     node_ready: threading.Event = field(default_factory=threading.Event)
     hook_claimed: bool = False
     node_gone_reported: bool = False
@@ -219,6 +222,17 @@ class TpuSandbox:
         self._host, self._port = host, port
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        # Google's discovery documents for both versions (None without google-api-python-client: lenient).
+        self.apis: dict[str, DiscoveryApi | None] = {
+            "v2": load_api("tpu.v2", "google.cloud.tpu.v2"),
+            "v2alpha1": load_api("tpu.v2alpha1", "google.cloud.tpu.v2alpha1"),
+        }
+        self.rejected: list[RequestRejected] = []  # requests the schema check refused, newest last
+        self.response_problems: list[str] = []  # emulator responses that broke the schema (bugs)
+
+    @property
+    def strict(self) -> bool:
+        return all(api is not None for api in self.apis.values())
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> str:
@@ -310,6 +324,14 @@ class TpuSandbox:
                 })
             return snapshot
 
+    def node_metadata(self, zone: str, node_id: str) -> dict[str, str]:
+        """The instance metadata a node was created with (what its VM reads, e.g. `startup-script`)."""
+        with self._lock:
+            for qr in self._qrs.values():
+                if qr.zone == zone and qr.node_id == node_id:
+                    return dict((_node_spec(qr.body).get("node") or {}).get("metadata") or {})
+        return {}
+
     # --- state machine -----------------------------------------------------------------------
     def _phase(self, qr: _QueuedResource, now: float) -> _Phase:
         t = self.timings
@@ -363,6 +385,7 @@ class TpuSandbox:
                     host = self.on_node_ready(qr.zone, qr.node_id, dict(_node_labels(qr.body)))
             finally:
                 qr.external_ip = host or self.external_ip
+                qr.hook_host = host
                 qr.node_ready.set()
         qr.node_ready.wait(timeout=60)
 
@@ -402,12 +425,17 @@ class TpuSandbox:
 
     def _node_json(self, qr: _QueuedResource) -> dict:
         node = json.loads(json.dumps(_node_spec(qr.body).get("node", {})))
+        external = (node.get("networkConfig") or {}).get("enableExternalIps", True)
+        # The sandbox's "VPC" is loopback: the internal address is where the node's model listens.
+        endpoint: dict[str, Any] = {"ipAddress": qr.hook_host or f"10.128.0.{qr.node_number % 250 + 2}",
+                                    "port": 8470}
+        if external:
+            endpoint["accessConfig"] = {"externalIp": qr.external_ip or self.external_ip}
         node.update({
             "name": f"projects/{self.project}/locations/{qr.zone}/nodes/{qr.node_id}",
             "state": "READY",
             "health": "HEALTHY",
-            "networkEndpoints": [{"ipAddress": f"10.128.0.{qr.node_number % 250 + 2}", "port": 8470,
-                                  "accessConfig": {"externalIp": qr.external_ip or self.external_ip}}],
+            "networkEndpoints": [endpoint],
             "queuedResource": self._qr_name(qr.zone, qr.qr_id),
             "apiVersion": "V2",
             "id": str(1_000_000 + qr.node_number),
@@ -459,10 +487,26 @@ class TpuSandbox:
                 if needle is None or needle in url.path:
                     del self._injected[index]
                     return status, _ApiError(status, message).body()
+        api = self.apis.get(url.path.lstrip("/").split("/", 1)[0])
+        checked = None
+        if api is not None:
+            try:
+                checked = api.check_request(method, url.path, query, body)
+            except RequestRejected as rejected:
+                with self._lock:
+                    self.rejected.append(rejected)
+                return 400, rejected.google_error()
         try:
-            return self._route(method, url.path, query, body)
+            status, payload = self._route(method, url.path, query, body)
         except _ApiError as error:
             return error.http_status, error.body()
+        if checked is not None and status == 200:
+            problems = api.check_response(checked, payload)
+            if problems:
+                with self._lock:
+                    self.response_problems.extend(problems)
+                return 500, _ApiError(500, "tpu sandbox bug: " + "; ".join(problems)).body()
+        return status, payload
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, dict]:
         match = _PATH_RE.match(path)

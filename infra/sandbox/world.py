@@ -10,7 +10,9 @@ them, and flex-start v5litepod-1 accepted only in us-west4-a.
 
 from __future__ import annotations
 
+import re
 import secrets
+import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +35,12 @@ class SandboxWorld:
     subnetworks: Mapping[str, tuple[str, ...]] | None = None  # region -> names
     quota_chips: Mapping[str, int] | None = None  # zone -> preemptible chips; None: 64 in every zone
     secrets: dict[str, str] = field(default_factory=lambda: {"hf-token": _sandbox_token()})
+    # The rule an operator creates for the model port (README): loopback is the sandbox's "bot address".
+    firewalls: tuple[dict[str, Any], ...] = (
+        {"name": "tpubot-model", "network": "default", "sourceRanges": ["127.0.0.0/8"],
+         "allowed": [{"IPProtocol": "tcp"}], "targetTags": ["tpubot-model"]},
+    )
+    denied: tuple[str, ...] = ()  # IAM permissions the bot's account lacks, e.g. "cloudquotas.quotas.get"
 
     def quotas(self) -> dict[str, dict[str, int]]:
         chips = dict(self.quota_chips) if self.quota_chips is not None else {z: DEFAULT_QUOTA_CHIPS for z in self.zones}
@@ -50,6 +58,7 @@ class CloudSandbox:
     on_node_gone: Callable[[str, str], None] | None = None
     tpu: TpuSandbox | None = None
     project_api: GcpProjectSandbox | None = None
+    tpu_port: int = 0  # 0: any free port
 
     def start(self) -> "CloudSandbox":
         w = self.world
@@ -57,10 +66,12 @@ class CloudSandbox:
             zones=dict(w.zones), time_scale=self.time_scale, project=self.project, networks=w.networks,
             subnetworks=None if w.subnetworks is None else [s for names in w.subnetworks.values() for s in names],
             accelerators=w.accelerators, on_node_ready=self.on_node_ready, on_node_gone=self.on_node_gone,
+            port=self.tpu_port,
         )
         self.tpu.start()
         self.project_api = GcpProjectSandbox(
             self.project, networks=w.networks, subnetworks=w.subnetworks, quotas=w.quotas(), secrets_=w.secrets,
+            firewalls=w.firewalls, denied=w.denied,
         )
         self.project_api.start()
         return self
@@ -69,6 +80,20 @@ class CloudSandbox:
         for server in (self.tpu, self.project_api):
             if server is not None:
                 server.stop()
+
+    def boot_secret(self, zone: str, node_id: str, variable: str = "API_KEY_SECRET") -> str | None:
+        """What the node's VM reads at boot: the secret its startup script names in `readonly VARIABLE=…`.
+
+        The sandbox runs no VM; this does the script's fetch (metadata → Secret Manager) in-process.
+        """
+        assert self.tpu is not None and self.project_api is not None
+        script = self.tpu.node_metadata(zone, node_id).get("startup-script", "")
+        match = re.search(rf"^readonly {re.escape(variable)}=(.+)$", script, re.MULTILINE)
+        if match is None:
+            return None
+        name = shlex.split(match.group(1))[0]  # projects/P/secrets/S/versions/latest
+        secret = name.split("/secrets/", 1)[-1].split("/", 1)[0]
+        return self.project_api.secrets.get(secret)
 
     def endpoint_overrides(self) -> dict[str, Any]:
         """The settings that point the bot's real clients at these emulators."""

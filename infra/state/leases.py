@@ -72,6 +72,7 @@ class Lease:
     tpot_ms: float = 0.0
     tokens_per_s: float = 0.0
     model_info: str = ""  # what answered the health check: model id and server fingerprint
+    image: str = ""  # the vLLM container image the startup script ran (VLLM_IMAGE), shown on the READY card
 
     @property
     def key(self) -> str:

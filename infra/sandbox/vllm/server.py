@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import hashlib
+import secrets
 import threading
 import time
 from typing import Any
@@ -85,6 +87,7 @@ class VllmEmulator:
         host: str = "127.0.0.1",
         port: int = 0,
         tool_parser: bool = True,
+        api_key: str | None = None,
     ) -> None:
         self.model = model
         self.latency = latency or LatencyModel()
@@ -94,6 +97,7 @@ class VllmEmulator:
         self.host = host
         self.port = port
         self.tool_parser = tool_parser  # False: raw tool-call text stays in content for every turn
+        self.api_key = api_key  # `vllm serve --api-key`: /v1/* answers 401 without `Authorization: Bearer KEY`
         self.metrics_mode = "ok"  # see METRICS_MODES; flip at runtime for idle-clock tests
         self.requests: list[dict[str, Any]] = []  # every accepted request body, in arrival order
         # (index into `requests`, what Gemma 4's chat template renders badly in that request)
@@ -177,7 +181,8 @@ class VllmEmulator:
             await self._runner.cleanup()
 
     def create_app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        middlewares = [self._authenticate] if self.api_key else []
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_get("/v1/models", self._models)
@@ -186,6 +191,20 @@ class VllmEmulator:
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_get("/metrics", self._metrics)
         return app
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """vLLM's AuthenticationMiddleware (entrypoints/openai/server_utils.py): only `/v1…` is guarded
+        (`/health`, `/metrics`, `/tokenize` stay open), OPTIONS passes, the Bearer token is compared by
+        SHA-256 digest, and a miss is `401 {"error": "Unauthorized"}`."""
+        if request.method == "OPTIONS" or not request.path.startswith("/v1"):
+            return await handler(request)
+        scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+        expected = hashlib.sha256(str(self.api_key).encode()).digest()
+        if scheme.lower() != "bearer" or not secrets.compare_digest(hashlib.sha256(token.encode()).digest(), expected):
+            # starlette's JSONResponse renders compact JSON: exactly these bytes.
+            return web.Response(text='{"error":"Unauthorized"}', status=401, content_type="application/json")
+        return await handler(request)
 
     # ---------------------------------------------------------------- scripting
 

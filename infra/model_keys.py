@@ -1,0 +1,139 @@
+"""The model endpoint's API key: one per lease, kept in Secret Manager, destroyed with the lease.
+
+vLLM on the TPU VM starts with `--api-key`; without the key every `/v1/*` call answers 401, so an
+endpoint a firewall rule admits is still usable only by the bot. The key is made when the lease
+first asks for a TPU (before the VM can boot), stored as a version of the secret
+`tpubot-model-key-{lease}` — like the HF token, the VM reads it at boot with its own
+metadata-server token, so it is never in instance metadata or the startup script — read back by
+every caller of the endpoint (agent, health probes, bench) and deleted with the lease.
+
+The key itself never leaves this module except as the Authorization header's value: it is not
+logged, not put in Slack, not in the lease record and not in any model prompt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import threading
+from dataclasses import dataclass
+
+import requests
+from google.api_core import exceptions as gexc
+from google.auth import exceptions as auth_exc
+from google.auth.credentials import Credentials
+
+SECRET_PREFIX = "tpubot-model-key-"
+CALL_TIMEOUT = 15.0
+_CALL_ERRORS = (gexc.GoogleAPICallError, requests.RequestException, auth_exc.GoogleAuthError)
+
+
+def model_key_secret_id(lease_id: str) -> str:
+    return f"{SECRET_PREFIX}{lease_id}"
+
+
+def model_key_secret_version(project: str, lease_id: str) -> str:
+    """What the startup script reads at boot: `projects/P/secrets/tpubot-model-key-L/versions/latest`."""
+    return f"projects/{project}/secrets/{model_key_secret_id(lease_id)}/versions/latest"
+
+
+class ModelKeyError(Exception):
+    """Secret Manager refused or failed; `fix` says what to change (said to people, never the key)."""
+
+    def __init__(self, message: str, fix: str) -> None:
+        super().__init__(message)
+        self.message = message
+        self.fix = fix
+
+
+@dataclass
+class ModelKeys:
+    project: str
+    credentials: Credentials | None = None
+    api_endpoint: str = ""  # "" → https://secretmanager.googleapis.com
+
+    def __post_init__(self) -> None:
+        self._cache: dict[str, str] = {}  # lease id → key; a key never changes during its lease
+        self._lock = threading.Lock()
+        self._client = None
+
+    # --- the lease's life -------------------------------------------------------------------
+    async def create(self, lease_id: str) -> None:
+        """Make (or, on a retried job, keep) the lease's key. Raises ModelKeyError."""
+        await asyncio.to_thread(self._create, lease_id)
+
+    async def key(self, lease_id: str) -> str | None:
+        """The lease's key; None when it has none (a lease from before keys existed, or already destroyed)."""
+        with self._lock:
+            if lease_id in self._cache:
+                return self._cache[lease_id]
+        return await asyncio.to_thread(self._read, lease_id)
+
+    async def destroy(self, lease_id: str) -> None:
+        """Delete the secret and every version of it; already gone counts as done."""
+        with self._lock:
+            self._cache.pop(lease_id, None)
+        await asyncio.to_thread(self._delete, lease_id)
+
+    # --- Secret Manager -----------------------------------------------------------------------
+    def _secrets(self):
+        from google.cloud import secretmanager_v1
+
+        with self._lock:
+            if self._client is None:
+                options = {"api_endpoint": self.api_endpoint} if self.api_endpoint else None
+                self._client = secretmanager_v1.SecretManagerServiceClient(
+                    transport="rest", credentials=self.credentials, client_options=options)
+            return self._client
+
+    def _name(self, lease_id: str) -> str:
+        return f"projects/{self.project}/secrets/{model_key_secret_id(lease_id)}"
+
+    def _create(self, lease_id: str) -> None:
+        client = self._secrets()
+        try:
+            try:
+                client.create_secret(parent=f"projects/{self.project}", secret_id=model_key_secret_id(lease_id),
+                                     secret={"replication": {"automatic": {}},
+                                             "labels": {"managed-by": "tpubot", "tpubot-lease": lease_id}},
+                                     timeout=CALL_TIMEOUT)
+            except gexc.Conflict:
+                if self._read(lease_id) is not None:
+                    return  # a retried job: the key exists and the VM may already have read it
+            key = secrets.token_urlsafe(32)
+            client.add_secret_version(parent=self._name(lease_id), payload={"data": key.encode()},
+                                      timeout=CALL_TIMEOUT)
+        except gexc.Forbidden as error:
+            raise ModelKeyError(f"Secret Manager refused to store the model's API key: {error.message}",
+                                "grant the bot's account roles/secretmanager.admin on the project (it creates and "
+                                "deletes one secret per lease)") from error
+        except _CALL_ERRORS as error:
+            raise ModelKeyError(f"Secret Manager could not store the model's API key: {error}",
+                                "check that the Secret Manager API is enabled "
+                                "(`gcloud services enable secretmanager.googleapis.com`), then `/tpu up` again") from error
+        with self._lock:
+            self._cache[lease_id] = key
+
+    def _read(self, lease_id: str) -> str | None:
+        try:
+            response = self._secrets().access_secret_version(name=f"{self._name(lease_id)}/versions/latest",
+                                                             timeout=CALL_TIMEOUT)
+        except gexc.NotFound:
+            return None
+        except _CALL_ERRORS as error:
+            raise ModelKeyError(f"Secret Manager could not be asked for the model's API key: {error}",
+                                "grant the bot's account roles/secretmanager.admin on the project") from error
+        key = response.payload.data.decode()
+        with self._lock:
+            self._cache[lease_id] = key
+        return key
+
+    def _delete(self, lease_id: str) -> None:
+        try:
+            self._secrets().delete_secret(name=self._name(lease_id), timeout=CALL_TIMEOUT)
+        except gexc.NotFound:
+            pass
+
+    def close(self) -> None:
+        if self._client is not None:
+            self._client.transport.close()

@@ -1,0 +1,188 @@
+"""The GCP emulators reject what Google rejects, checked through the real google-auth / google-cloud clients.
+
+Each emulator validates every request against Google's discovery document (the copies shipped in
+google-api-python-client) or, for Cloud Quotas, the google-cloud-quotas protos: an unknown field,
+query parameter, enum value or malformed duration gets Google's 400 INVALID_ARGUMENT naming the
+field, and the emulator's own responses are checked against the same schemas.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from google.api_core import exceptions as gexc
+from google.auth.credentials import AnonymousCredentials
+from google.auth.transport.requests import AuthorizedSession
+from google.cloud import cloudquotas_v1, logging as cloud_logging, secretmanager_v1
+
+from infra.sandbox.discovery import strict_available
+from infra.sandbox.gcp_project_api import GcpProjectSandbox
+from infra.sandbox.logging_api import LoggingEmulator, generate_entries
+from infra.sandbox.tpu_api import SandboxTimings, TpuSandbox
+from infra.tpu import QrSpec, TpuConfig, TpuService, bot_labels, flex_start_body
+
+PROJECT = "tpubot-sandbox"
+ZONE = "us-west4-a"
+QUOTA = "TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI"
+
+
+@pytest.fixture
+def session() -> Iterator[AuthorizedSession]:
+    with AuthorizedSession(AnonymousCredentials()) as s:
+        yield s
+
+
+@pytest.fixture
+def tpu() -> Iterator[TpuSandbox]:
+    with TpuSandbox(timings=SandboxTimings(creating=0.02, waiting=0.05, provisioning=0.05, deleting=0.02)) as box:
+        yield box
+
+
+@pytest.fixture
+def project_api() -> Iterator[GcpProjectSandbox]:
+    with GcpProjectSandbox(PROJECT, quotas={QUOTA: {ZONE: 8}}, secrets_={"hf-token": "hf_x"},
+                           firewalls=[{"name": "allow-model", "network": "default", "sourceRanges": ["10.0.0.0/8"],
+                                       "allowed": [{"IPProtocol": "tcp", "ports": ["8000"]}],
+                                       "targetTags": ["tpubot-model"]}]) as box:
+        yield box
+
+
+def assert_google_400(response, field: str, name: str) -> None:
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["status"] == "INVALID_ARGUMENT"
+    assert f'"{name}"' in error["message"] or f"'{name}'" in error["message"], error["message"]
+    [violation] = error["details"][0]["fieldViolations"]
+    assert violation["field"] == field
+    # The google client turns it into BadRequest, with the message intact.
+    exc = gexc.from_http_response(response)
+    assert isinstance(exc, gexc.BadRequest) and name in exc.message
+
+
+def flex_body() -> dict:
+    return flex_start_body(TpuConfig(project=PROJECT), QrSpec("qr-a", "node-a", ZONE, bot_labels("T", "C", "L"),
+                                                              "#!/bin/bash\n"))
+
+
+def test_the_test_environment_is_strict(tpu: TpuSandbox, project_api: GcpProjectSandbox) -> None:
+    assert strict_available()
+    assert tpu.strict and project_api.strict and LoggingEmulator(PROJECT, []).strict
+
+
+# --- an unknown field, to each emulator -------------------------------------------------------------
+
+def test_tpu_rejects_an_unknown_body_field_by_name(tpu: TpuSandbox, session: AuthorizedSession) -> None:
+    body = flex_body()
+    body["tpu"]["nodeSpec"][0]["node"]["networkConfig"]["enableExternalIp"] = True  # the plural is right
+    response = session.post(f"{tpu.base_url}/v2alpha1/projects/{PROJECT}/locations/{ZONE}/queuedResources",
+                            params={"queuedResourceId": "qr-a"}, json=body, timeout=5)
+    assert_google_400(response, "queued_resource.tpu.node_spec[0].node.network_config", "enableExternalIp")
+    assert response.json()["error"]["message"] == (
+        'Invalid JSON payload received. Unknown name "enableExternalIp" at '
+        "'queued_resource.tpu.node_spec[0].node.network_config': Cannot find field.")
+    assert tpu.queued_resources() == [] and tpu.create_attempts == []  # nothing was created
+
+
+def test_tpu_rejects_an_unknown_enum_and_a_bad_duration(tpu: TpuSandbox, session: AuthorizedSession) -> None:
+    url = f"{tpu.base_url}/v2alpha1/projects/{PROJECT}/locations/{ZONE}/queuedResources"
+    body = flex_body() | {"provisioningModel": "FLEX"}
+    response = session.post(url, params={"queuedResourceId": "qr-a"}, json=body, timeout=5)
+    assert_google_400(response, "queued_resource.provisioning_model", "queued_resource.provisioning_model")
+    assert response.json()["error"]["message"].endswith('ProvisioningModel), "FLEX"')
+    body = flex_body() | {"runDuration": {"maxRunDuration": "4h"}}
+    response = session.post(url, params={"queuedResourceId": "qr-a"}, json=body, timeout=5)
+    assert_google_400(response, "queued_resource.run_duration.max_run_duration",
+                      "queued_resource.run_duration.max_run_duration")
+
+
+def test_tpu_rejects_an_unknown_query_parameter(tpu: TpuSandbox, session: AuthorizedSession) -> None:
+    response = session.get(f"{tpu.base_url}/v2/projects/{PROJECT}/locations/{ZONE}/queuedResources",
+                           params={"pageSize": 5, "filter": "labels.managed-by=tpubot"}, timeout=5)
+    assert_google_400(response, "filter", "filter")  # v2 queuedResources.list has no server-side filter
+    assert "Cannot bind query parameter" in response.json()["error"]["message"]
+
+
+def test_logging_rejects_an_unknown_body_field(session: AuthorizedSession) -> None:
+    with LoggingEmulator(PROJECT, generate_entries(PROJECT, 5)) as server:
+        response = session.post(f"{server.url}/v2/entries:list",
+                                json={"resourceNames": [f"projects/{PROJECT}"], "maxResults": 5}, timeout=5)
+        assert_google_400(response, "maxResults", "maxResults")  # max_results is applied client-side
+        assert server.requests == []  # refused before it was served
+
+
+def test_secret_manager_rejects_an_unknown_body_field(project_api: GcpProjectSandbox,
+                                                      session: AuthorizedSession) -> None:
+    response = session.post(f"{project_api.base_url}/v1/projects/{PROJECT}/secrets", params={"secretId": "k"},
+                            json={"replication": {"automatic": {}}, "ttlSeconds": 60}, timeout=5)
+    assert_google_400(response, "secret", "ttlSeconds")
+    assert "k" not in project_api.secrets
+
+
+def test_compute_rejects_an_unknown_query_parameter(project_api: GcpProjectSandbox,
+                                                    session: AuthorizedSession) -> None:
+    response = session.get(f"{project_api.base_url}/compute/v1/projects/{PROJECT}/global/firewalls",
+                           params={"pageSize": 50}, timeout=5)  # Compute pages with maxResults
+    assert_google_400(response, "pageSize", "pageSize")
+    assert response.json()["error"]["errors"][0]["reason"] == "invalid"
+
+
+def test_cloud_quotas_rejects_an_unknown_query_parameter(project_api: GcpProjectSandbox,
+                                                         session: AuthorizedSession) -> None:
+    response = session.get(f"{project_api.base_url}/v1/projects/{PROJECT}/locations/global/services/"
+                           "tpu.googleapis.com/quotaInfos", params={"filter": "zone"}, timeout=5)
+    assert_google_400(response, "filter", "filter")
+
+
+# --- what the bot really sends passes, and what the emulators answer conforms ------------------------
+
+def test_the_bots_own_tpu_traffic_passes_and_every_response_conforms(tpu: TpuSandbox) -> None:
+    with TpuService(TpuConfig(project=PROJECT, api_endpoint=tpu.base_url), credentials=AnonymousCredentials(),
+                    lro_poll_interval=0.01) as service:
+        spec = QrSpec("qr-a", "node-a", ZONE, bot_labels("T", "C", "L"), "#!/bin/bash\n",
+                      max_run_duration=timedelta(hours=1))
+        service.create_queued_resource(spec)
+        service.list_queued_resources(ZONE)
+        service.list_accelerator_types(ZONE)
+        service.get_run_window(ZONE, "qr-a")
+        tpu.fast_forward(1)
+        assert service.get_node(ZONE, "node-a") is not None
+        service.delete_queued_resource(ZONE, "qr-a")
+    assert tpu.rejected == [] and tpu.response_problems == []
+    checked = set(tpu.apis["v2"].checked) | set(tpu.apis["v2alpha1"].checked)
+    assert {"tpu.projects.locations.queuedResources.create", "tpu.projects.locations.queuedResources.get",
+            "tpu.projects.locations.queuedResources.list", "tpu.projects.locations.queuedResources.delete",
+            "tpu.projects.locations.nodes.get", "tpu.projects.locations.acceleratorTypes.list",
+            "tpu.projects.locations.operations.get"} <= checked
+
+
+def test_the_typed_project_clients_pass_and_every_response_conforms(project_api: GcpProjectSandbox) -> None:
+    options = {"api_endpoint": project_api.base_url}
+    quotas = cloudquotas_v1.CloudQuotasClient(transport="rest", credentials=AnonymousCredentials(),
+                                              client_options=options)
+    name = f"projects/{PROJECT}/locations/global/services/tpu.googleapis.com/quotaInfos/{QUOTA}"
+    assert quotas.get_quota_info(name=name).dimensions_infos[0].details.value == 8
+    assert [q.quota_id for q in quotas.list_quota_infos(parent=name.rsplit("/", 2)[0])] == [QUOTA]
+    secrets = secretmanager_v1.SecretManagerServiceClient(transport="rest", credentials=AnonymousCredentials(),
+                                                          client_options=options)
+    secret = secrets.create_secret(parent=f"projects/{PROJECT}", secret_id="k1",
+                                   secret={"replication": {"automatic": {}}, "labels": {"managed-by": "tpubot"}})
+    secrets.add_secret_version(parent=secret.name, payload={"data": b"key"})
+    assert secrets.access_secret_version(name=f"{secret.name}/versions/latest").payload.data == b"key"
+    secrets.delete_secret(name=secret.name)
+    assert "k1" not in project_api.secrets
+    with AuthorizedSession(AnonymousCredentials()) as session:
+        rules = session.get(f"{project_api.base_url}/compute/v1/projects/{PROJECT}/global/firewalls", timeout=5)
+    assert rules.status_code == 200 and rules.json()["items"][0]["targetTags"] == ["tpubot-model"]
+    assert project_api.rejected == [] and project_api.response_problems == []
+
+
+def test_the_logging_clients_traffic_passes_and_every_response_conforms() -> None:
+    with LoggingEmulator(PROJECT, generate_entries(PROJECT, 30)) as server:
+        client = cloud_logging.Client(project=PROJECT, credentials=AnonymousCredentials(), _use_grpc=False,
+                                      client_options={"api_endpoint": server.url})
+        entries = list(client.list_entries(resource_names=[f"projects/{PROJECT}"], page_size=10, max_results=25,
+                                           order_by=cloud_logging.DESCENDING))
+        assert len(entries) == 25
+        assert server.rejected == [] and server.response_problems == []
