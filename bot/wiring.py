@@ -29,6 +29,7 @@ from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
 from infra.state.leases import LeaseStore
 from infra.state.locks import ChannelLocks
+from infra.state.membership import ChannelMembership
 from infra.state.proposals import ProposalStore
 
 
@@ -217,7 +218,8 @@ async def build_services(
         dedupe=Dedupe(redis),
         jobs=JobQueue(pool, queue_name=JOB_QUEUE),
         policy=policy_from(settings),
-        observer=SlackLeaseObserver(slack_client, leases, receipt=alert_wiring.receipt_for(alerting, settings))
+        observer=SlackLeaseObserver(slack_client, leases, receipt=alert_wiring.receipt_for(alerting, settings),
+                                    membership=ChannelMembership(redis))
         if slack_client is not None else None,
         alerting=alerting,
         tpu=tpu_service_from(settings, metrics) if with_tpu else None,
@@ -226,6 +228,7 @@ async def build_services(
         model=model_config_from(settings),
         cloud_logs=cloud_logging_config_from(settings),
         proposals=ProposalStore(redis),
+        membership=ChannelMembership(redis),
     )
     services.hooks.extend(alert_wiring.alert_hooks())
     _wire_provisioning(services, settings, redis)

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from agent.lease import lifecycle
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Policy, Services
+from infra.state.membership import Membership
 
 
 class ProvisionArgs(BaseModel):
@@ -64,6 +65,9 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
     held = await svc.leases.get(actor.team, actor.channel)
     if held is not None:
         return already_held(held)
+    unpostable = await cannot_post_reason(svc, actor)
+    if unpostable:
+        return ActionResult(False, unpostable, {"not_in_channel": True})
     # Both reads only matter for a new lease, and neither waits for the other.
     blocked, zone = await asyncio.gather(preflight_blockers(svc, args.zone), lifecycle.starting_zone(svc, args.zone))
     if blocked:
@@ -79,6 +83,22 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
     where = lease.zone if args.zone else f"{lease.zone} (searching the other configured zones if it refuses)"
     return ActionResult(True, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
                               f"(lease {lease.lease_id}).", lease_summary(lease), lease)
+
+
+DM_CHANNEL = ("A TPU belongs to a channel, and this conversation is not one I can post its status card in. "
+              "Run `/tpu up` in a channel (after `/invite @tpubot` there). Nothing was requested.")
+
+
+async def cannot_post_reason(svc: Services, actor: Actor) -> str:
+    """Why the bot could not post this channel's status card ('' if it can, or cannot tell yet).
+
+    Only Redis is read (nothing reaches Slack before the command's ack): direct messages are
+    refused outright, a channel the bot was removed from by what Slack last said."""
+    if actor.channel.startswith("D"):
+        return DM_CHANNEL
+    if svc.membership is not None and await svc.membership.status(actor.team, actor.channel) == Membership.OUT:
+        return lifecycle.NOT_IN_CHANNEL.format(channel=actor.channel) + " Nothing was requested."
+    return ""
 
 
 def already_held(lease: Any) -> ActionResult:

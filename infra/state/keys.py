@@ -53,3 +53,7 @@ def usage(lease_id: str) -> str:
 
 def bench_result(team: str, channel: str) -> str:
     return f"{PREFIX}:bench:{team}:{channel}"
+
+
+def membership(team: str, channel: str) -> str:
+    return f"{PREFIX}:member:{team}:{channel}"
