@@ -230,6 +230,29 @@ def test_losing_the_channel_later_tells_the_holder_once_and_teardown_still_works
     assert len(dms) == 1 and "can't post in <#C0CONF>" in dms[0]
 
 
+def test_a_provision_card_confirmed_where_the_bot_was_removed_claims_nothing(stack, slack):
+    from dataclasses import asdict
+
+    from redis.asyncio import Redis
+
+    from agent.llm.proposals import Proposal
+    from infra.state.proposals import ProposalStore
+
+    async def put_proposal() -> None:
+        redis = Redis.from_url(stack.redis.url)
+        try:
+            card = Proposal(id="p-conf", action="provision", args={}, team=TEAM, channel=CHANNEL, proposed_for=ALICE)
+            await ProposalStore(redis).put(card.id, asdict(card))
+        finally:
+            await redis.aclose()
+
+    asyncio.run(put_proposal())
+    bot_left(slack, stack)
+    assert slack.click(action_id="proposal_confirm", value="p-conf", user=ALICE, channel=CHANNEL).status == 200
+    assert stack.slack.wait_for(lambda: any("/invite @tpubot" in r.get("text", "") for r in stack.slack.responses))
+    assert lease_state(stack) is None and stack.tpu_sandbox.queued_resources() == []
+
+
 def test_a_mention_where_the_bot_cannot_post_is_answered_by_dm(stack, slack):
     stack.slack.kick(PRIVATE)
     assert slack.mention(f"<@{BOT_USER_ID}> what broke?", user=ALICE, channel=PRIVATE).status == 200
