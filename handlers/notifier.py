@@ -37,6 +37,11 @@ def lost_channel_text(lease: Lease) -> str:
             "run `/tpu down` there.")
 
 
+def released_text(lease: Lease, reason: str) -> str:
+    return (f":wastebasket: Your TPU `{lease.qr_id}` in <#{lease.channel}> was released ({reason}). I can't post "
+            f"in <#{lease.channel}> any more, so its status card there was not updated.")
+
+
 class SlackLeaseObserver:
     def __init__(self, client: AsyncWebClient, leases: LeaseStore,
                  receipt: Callable[[Lease, str, str], Awaitable[str]] | None = None,
@@ -90,7 +95,7 @@ class SlackLeaseObserver:
             if slack_error(error) not in UNREACHABLE:
                 raise
             # The release itself is done; the channel just cannot hear about it.
-            await self._unreachable(lease, slack_error(error))
+            await self._unreachable(lease, slack_error(error), released_text(lease, reason))
 
     async def tell_holder(self, lease: Lease, text: str) -> None:
         """A DM to the lease's holder (best effort: a failed DM is logged, not raised)."""
@@ -99,11 +104,12 @@ class SlackLeaseObserver:
         except SlackApiError as error:
             log.warning("could not DM %s about lease %s: %s", lease.holder, lease.lease_id, slack_error(error))
 
-    async def _unreachable(self, lease: Lease, reason: str) -> ChannelUnreachable:
+    async def _unreachable(self, lease: Lease, reason: str, text: str = "") -> ChannelUnreachable:
+        """Mark the channel; the first time, tell the holder (a PENDING lease's job says it itself)."""
         log.warning("cannot post in %s for lease %s: %s", lease.channel, lease.lease_id, reason)
         first_news = True
         if self._membership is not None:
             first_news = await self._membership.record(lease.team, lease.channel, member=False)
-        if first_news and lease.state not in ("PENDING",):
-            await self.tell_holder(lease, lost_channel_text(lease))
+        if first_news and lease.state != "PENDING":
+            await self.tell_holder(lease, text or lost_channel_text(lease))
         return ChannelUnreachable(lease.channel, reason)
