@@ -157,5 +157,5 @@ class Services:
     membership: "ChannelMembership | None" = None
 
 
-__all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "ChannelUnreachable", "LeaseHook", "LeaseObserver", "LogMaterial",
-           "ModelConfig", "Policy", "Services"]
+__all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "ChannelUnreachable", "LeaseHook", "LeaseObserver",
+           "LogMaterial", "ModelConfig", "Policy", "Services"]
