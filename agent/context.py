@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from agent.access import AccessPolicy, GroupDirectory
     from infra.cloud_logging import CloudLoggingConfig
     from infra.local_files import LocalFiles
+    from infra.state.membership import ChannelMembership
     from infra.state.proposals import ProposalStore
     from infra.model_keys import ModelKeys
     from infra.preflight import PreflightGate
@@ -47,14 +48,27 @@ def _open_access() -> "AccessPolicy":
     return AccessPolicy()
 
 
+class ChannelUnreachable(Exception):
+    """The bot cannot post in the lease's channel (removed from it, or never in it); the holder
+    has been told by DM. Raised by LeaseObserver.lease_changed."""
+
+    def __init__(self, channel: str, reason: str) -> None:
+        super().__init__(f"cannot post in {channel}: {reason}")
+        self.channel, self.reason = channel, reason
+
+
 class LeaseObserver(Protocol):
     """Tells people about a lease (the Slack status card); implemented in handlers/."""
 
     async def lease_changed(self, lease: Lease) -> Lease:
-        """Post or refresh the lease's status card; returns the lease with its card reference."""
+        """Post or refresh the lease's status card; returns the lease with its card reference.
+        Raises ChannelUnreachable when the channel cannot be posted to."""
 
     async def lease_released(self, lease: Lease, *, reason: str, by: str = "") -> None:
         """Mark the card released and post the receipt in its thread."""
+
+    async def tell_holder(self, lease: Lease, text: str) -> None:
+        """A direct message to the lease's holder (when the channel cannot be posted to)."""
 
 
 class LeaseHook(Protocol):
@@ -149,7 +163,9 @@ class Services:
     spend: "SpendLedger | None" = None
     # The per-lease API key of the model endpoint (issue 15); None: endpoints without a key.
     model_keys: "ModelKeys | None" = None
+    # Whether the bot is in each channel, as Slack last said (issue 16); None: not tracked.
+    membership: "ChannelMembership | None" = None
 
 
-__all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "LeaseHook", "LeaseObserver", "LogMaterial",
-           "ModelConfig", "Policy", "Services"]
+__all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "ChannelUnreachable", "LeaseHook", "LeaseObserver",
+           "LogMaterial", "ModelConfig", "Policy", "Services"]

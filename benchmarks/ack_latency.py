@@ -4,6 +4,12 @@ processes, same ASGI stack and bolt mode), in the same run. Prints p50/p99/max a
 tpubot's p99 by request kind. Not a test: it prints figures.
 
     python benchmarks/ack_latency.py [--requests 2000] [--concurrency 100] [--sweep 10,25,50]
+                                     [--slack-429 chat.update]
+
+`--slack-429 METHODS` makes the Slack stand-in answer every call to those methods with HTTP 429
+and `Retry-After: 2` (slack_sdk's rate-limit handler then sleeps 2–3 s per retry): a request
+whose ack waited on such a call would show it in its kind's max. 10% of the mix are teardown
+confirm clicks on leases that have a status card (the path that once ran chat.update first).
 
 Each app is first warmed with the same number of requests at the measured concurrency (open
 connection pools, loaded scripts), in channels of their own so the measured requests meet the
@@ -25,7 +31,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 import aiohttp
 import httpx
@@ -40,9 +46,14 @@ from infra.state.redis_server import ensure_redis  # noqa: E402
 TPUBOT = Path(sys.executable).with_name("tpubot")
 SLACK_STANDIN = (
     "import sys, threading; sys.path.insert(0, %r)\n"
-    "from infra.sandbox.slack_api import SlackApiSandbox\n"
-    "SlackApiSandbox(token='xoxb-bench', port={port}).start(); threading.Event().wait()\n" % str(ROOT)
+    "from infra.sandbox.slack_api import InjectedError, SlackApiSandbox\n"
+    "slack = SlackApiSandbox(token='xoxb-bench', port={port})\n"
+    "for method in {limited!r}:\n"
+    "    slack.inject_error(method, InjectedError(429, {{'ok': False, 'error': 'ratelimited'}}, {{'Retry-After': '2'}}),"
+    " times=10**6)\n"
+    "slack.start(); threading.Event().wait()\n" % str(ROOT)
 )
+TEAM = "T0BENCH"
 
 
 def slash_body(text: str, channel: str, user: str) -> tuple[str, str]:
@@ -60,19 +71,33 @@ def mention_body(channel: str, user: str) -> tuple[str, str]:
     return json.dumps(envelope), "application/json"
 
 
-KINDS = ("status", "up", "help", "mention")
+def click_body(channel: str, user: str, lease_id: str) -> tuple[str, str]:
+    payload = {"type": "block_actions", "user": {"id": user, "team_id": TEAM}, "team": {"id": TEAM},
+               "channel": {"id": channel}, "api_app_id": "A0", "trigger_id": "t",
+               "container": {"type": "message", "channel_id": channel, "is_ephemeral": True},
+               "response_url": "http://127.0.0.1:9/none",
+               "actions": [{"action_id": "teardown_confirm", "block_id": "b", "type": "button", "value": lease_id,
+                            "action_ts": f"{time.time():.6f}"}]}
+    return "payload=" + quote(json.dumps(payload)), "application/x-www-form-urlencoded"
 
 
-def requests_mix(n: int, channels: str = "C") -> list[tuple[str, str, str]]:
-    """(kind, body, content type): 30% /tpu status, 15% up, 10% help, 45% app_mention over 200
-    channels named `channels`NNNN (a fresh prefix is a fresh set of channels)."""
+KINDS = ("status", "up", "help", "mention", "confirm")
+
+
+def requests_mix(n: int, channels: str = "C", leases: list[tuple[str, str, str]] = ()) -> list[tuple[str, str, str]]:
+    """(kind, body, content type): 30% /tpu status, 15% up, 10% help, 35% app_mention over 200
+    channels named `channels`NNNN (a fresh prefix is a fresh set of channels), and 10% teardown
+    confirm clicks, one per (channel, holder, lease id) in `leases`."""
     rng = random.Random(7)
     out = []
+    clicks = list(leases)
     for _ in range(n):
         channel = f"{channels}{rng.randint(0, 199):04d}"
         user = f"U{rng.randint(0, 49):03d}"
         roll = rng.random()
-        if roll < 0.3:
+        if roll >= 0.9 and clicks:
+            out.append(("confirm", *click_body(*clicks.pop())))
+        elif roll < 0.3:
             out.append(("status", *slash_body("status", channel, user)))
         elif roll < 0.45:
             out.append(("up", *slash_body("up", channel, user)))
@@ -143,25 +168,60 @@ def wait_healthy(url: str, path: str, timeout: float = 60) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-def measure(apps: dict[str, list[str]], secret: str, requests: int, concurrency: int, round_: int) -> dict:
+def carded_leases(events: list[str], secret: str, redis_url: str, prefix: str, count: int) -> list[tuple[str, str, str]]:
+    """`count` leases (one `/tpu up` each, in channels `prefix`NNNN) given a status card reference,
+    as the worker's first card post would: their confirm click is the path that once updated the card."""
+    import redis as redis_sync
+
+    from infra.state import keys
+
+    ups = [(f"{prefix}{i:04d}", f"U{i % 50:03d}") for i in range(count)]
+    asyncio.run(burst(events, secret, [("up", *slash_body("up", c, u)) for c, u in ups], 20))
+    client = redis_sync.Redis.from_url(redis_url)
+    leases = []
+    try:
+        for channel, user in ups:
+            key = keys.lease(TEAM, channel)
+            lease_id = client.hget(key, "lease_id")
+            if lease_id:
+                client.hset(key, mapping={"card_channel": channel, "card_ts": "1700000000.000100"})
+                leases.append((channel, user, lease_id.decode()))
+    finally:
+        client.close()
+    return leases
+
+
+def measure(apps: dict[str, list[str]], secret: str, requests: int, concurrency: int, round_: int,
+            redis_url: str) -> dict:
     """One table: each app warmed, then measured, on channels no earlier round has touched."""
     results = {}
+    clicks = requests // 10 + 20
     for name, urls in apps.items():
         events = [u + "/slack/events" for u in urls]
-        asyncio.run(burst(events, secret, requests_mix(requests, channels=f"W{round_}"), concurrency))
-        results[name] = asyncio.run(burst(events, secret, requests_mix(requests, channels=f"C{round_}"), concurrency))
+
+        def leases(prefix: str) -> list[tuple[str, str, str]]:
+            if name.startswith("bare"):  # it acks any click alike
+                return [(f"{prefix}{i:04d}", "U000", "none") for i in range(clicks)]
+            return carded_leases(events, secret, redis_url, prefix, clicks)
+
+        warm = leases(f"V{round_}")
+        asyncio.run(burst(events, secret, requests_mix(requests, channels=f"W{round_}", leases=warm), concurrency))
+        measured = leases(f"K{round_}")
+        results[name] = asyncio.run(burst(events, secret, requests_mix(requests, channels=f"C{round_}", leases=measured),
+                                          concurrency))
     return results
 
 
 def print_table(requests: int, concurrency: int, results: dict) -> None:
-    print(f"\n{requests} signed requests (45% /tpu, 55% app_mention), {concurrency} concurrent, "
-          f"on {os.cpu_count()} cores\n")
+    print(f"\n{requests} signed requests (55% /tpu, 35% app_mention, 10% teardown confirm clicks), "
+          f"{concurrency} concurrent, on {os.cpu_count()} cores\n")
     print(f"{'app':<18}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'req/s':>9}{'errors':>8}")
     for name, r in results.items():
         print(f"{name:<18}{r['p50_ms']:>9.1f}{r['p99_ms']:>9.1f}{r['max_ms']:>9.1f}{r['rps']:>9.0f}{r['errors']:>8}")
     ours_r, bare_r = results["tpubot serve ×2"], results["bare bolt ×2"]
-    kinds = ", ".join(f"{kind} {v['p99_ms']:.0f}" for kind, v in ours_r["by_kind"].items())
-    print(f"tpubot p99 by kind (ms): {kinds}")
+    print(f"\n{'tpubot by kind':<18}{'p99 ms':>9}{'max ms':>9}")
+    for kind, v in ours_r["by_kind"].items():
+        print(f"{kind:<18}{v['p99_ms']:>9.1f}{v['max_ms']:>9.1f}")
     ratio = ours_r["p99_ms"] / bare_r["p99_ms"]
     print(f"p99 ratio tpubot/bare: {ratio:.2f}× (target ≤ 1.5×); p99 {ours_r['p99_ms']:.1f} ms (target ≤ 100 ms); "
           f"errors {ours_r['errors']} (target 0)")
@@ -172,7 +232,10 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--sweep", default="", help="more concurrency levels, e.g. 10,25,50")
+    parser.add_argument("--slack-429", default="", help="Web API methods Slack answers with 429 Retry-After: 2, "
+                                                        "e.g. chat.update")
     args = parser.parse_args()
+    limited = [m.strip() for m in args.slack_429.split(",") if m.strip()]
     levels = [args.concurrency, *(int(c) for c in args.sweep.split(",") if c.strip())]
 
     redis = ensure_redis(os.environ.get("REDIS_URL", ""))
@@ -181,7 +244,7 @@ def main() -> None:
     # The Slack stand-in gets its own process: its threads would otherwise compete for this
     # process's GIL with the load generator and inflate the very latencies being measured.
     slack_port = free_port()
-    procs.append(subprocess.Popen([sys.executable, "-c", SLACK_STANDIN.format(port=slack_port)],
+    procs.append(subprocess.Popen([sys.executable, "-c", SLACK_STANDIN.format(port=slack_port, limited=limited)],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_"))}
     env.update(REDIS_URL=redis.url if redis.url.count("/") > 2 else redis.url + "/12",
@@ -206,7 +269,8 @@ def main() -> None:
         for url in bare:
             wait_healthy(url, "/slack/events")
         apps = {"tpubot serve ×2": ours, "bare bolt ×2": bare}
-        tables = [(level, measure(apps, secret, args.requests, level, i)) for i, level in enumerate(levels)]
+        tables = [(level, measure(apps, secret, args.requests, level, i, env["REDIS_URL"]))
+                  for i, level in enumerate(levels)]
     finally:
         for proc in procs:
             proc.terminate()
@@ -214,6 +278,8 @@ def main() -> None:
             proc.wait(timeout=15)
         redis.stop()
 
+    if limited:
+        print(f"\nSlack answered every {', '.join(limited)} call with HTTP 429, Retry-After: 2")
     for level, results in tables:
         print_table(args.requests, level, results)
 

@@ -2,6 +2,7 @@
 ASGI stack (Starlette + uvicorn) and in the same bolt mode (process_before_response, see
 handlers/slack_app.py) as `tpubot serve`. Usage: python bare_bolt_app.py PORT SECRET"""
 
+import re
 import sys
 
 import uvicorn
@@ -28,6 +29,10 @@ def main() -> None:
     @app.event("app_mention")
     async def ack_mention() -> None:
         return None
+
+    @app.action(re.compile(".*"))
+    async def ack_click(ack) -> None:
+        await ack()
 
     handler = AsyncSlackRequestHandler(app)
 

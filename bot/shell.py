@@ -41,8 +41,7 @@ HELP_LINES = (
     "!click TEXT      press the most recent button whose label contains TEXT",
     "!user NAME       act as another user",
     "!wait            wait until the bot has finished what it started",
-    "!kick NAME       remove NAME from the channel",
-    "!invite NAME     add NAME to the channel",
+    "!kick / !invite  remove tpubot from the channel / invite it back",
     "!help            this list",
     "!quit            leave (Ctrl-D too)",
 )
@@ -221,6 +220,8 @@ class Shell:
             name = line[len("!user"):].strip() or "alice"
             self.user = name
             self.say("", [f"(now acting as {name}, {user_id_for(name)})"])
+        elif line.strip() in ("!kick", "!invite"):
+            self.membership(joined=line.strip() == "!invite")
         elif line.startswith("!wait"):
             self.settle()
         elif line.strip() == "!help":
@@ -262,6 +263,20 @@ class Shell:
                                     is_ephemeral=match.ephemeral)
         if reply.status != 200:
             self.say("[error] ", [f"HTTP {reply.status}: {reply.body[:200]}"])
+
+    def membership(self, *, joined: bool) -> None:
+        """!kick / !invite: the bot leaves or joins the channel, and Slack tells it so (an event)."""
+        if joined:
+            self.stack.slack.invite(CHANNEL)
+        else:
+            self.stack.slack.kick(CHANNEL)
+        kind = "member_joined_channel" if joined else "member_left_channel"
+        reply = self.requests.event({"type": kind, "user": "UTPUBOT", "channel": CHANNEL, "channel_type": "C",
+                                     "team": self.requests.team})
+        if reply.status != 200:
+            self.say("[error] ", [f"HTTP {reply.status}: {reply.body[:200]}"])
+        verb = "invited tpubot to" if joined else "removed tpubot from"
+        self.say("", [f"({self.user} {verb} #{CHANNEL})"])
 
     # --- settling --------------------------------------------------------------------------
     def busy(self) -> bool:

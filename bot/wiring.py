@@ -29,6 +29,7 @@ from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
 from infra.state.leases import LeaseStore
 from infra.state.locks import ChannelLocks
+from infra.state.membership import ChannelMembership
 from infra.state.proposals import ProposalStore
 
 
@@ -253,7 +254,8 @@ async def build_services(
         dedupe=Dedupe(redis),
         jobs=JobQueue(pool, queue_name=JOB_QUEUE),
         policy=policy_from(settings),
-        observer=SlackLeaseObserver(slack_client, leases, receipt=alert_wiring.receipt_for(alerting, settings))
+        observer=SlackLeaseObserver(slack_client, leases, receipt=alert_wiring.receipt_for(alerting, settings),
+                                    membership=ChannelMembership(redis))
         if slack_client is not None else None,
         alerting=alerting,
         tpu=tpu_service_from(settings, metrics) if with_tpu else None,
@@ -264,6 +266,7 @@ async def build_services(
         proposals=ProposalStore(redis),
         spend=spend_ledger_from(settings, redis),
         model_keys=model_keys_from(settings),
+        membership=ChannelMembership(redis),
     )
     services.hooks.extend(alert_wiring.alert_hooks())
     _wire_provisioning(services, settings, redis)

@@ -12,9 +12,10 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import Actor, Services
-from agent.digest import lines_from_bytes
+from agent.digest import estimate_tokens, lines_from_bytes
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionInput, build_mention, unescape_slack
+from handlers.notifier import UNREACHABLE, slack_error
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
 from infra.slack_files import MAX_LOG_FILE_BYTES, SlackFileError, download_slack_file
@@ -25,6 +26,8 @@ ANSWER_JOB = "answer_mention"
 MAX_FILES = 5
 MAX_FILE_BYTES = MAX_LOG_FILE_BYTES
 THREAD_MESSAGES = 15  # conversations.replies is limited to 15 per page for new apps (slack.md §3)
+THREAD_PAGES = 20  # at most 300 messages of a thread are read
+THREAD_TOKENS = 3_000  # of earlier thread messages in the prompt (the logs get the rest)
 NOT_TEXT = ("image/", "video/", "audio/")
 
 
@@ -38,7 +41,15 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
     # status_ts: jobs queued by web processes older than this one carry the status line they posted.
     reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user=user, status_ts=status_ts)
     try:
-        await reply.post_status()
+        try:
+            await reply.post_status()
+        except SlackApiError as error:
+            if slack_error(error) not in UNREACHABLE:
+                raise
+            # The mention came from a conversation the bot cannot post in: tell the person directly.
+            await client.chat_postMessage(channel=user, text=cant_answer_text(channel), unfurl_links=False,
+                                          unfurl_media=False)
+            return "not_in_channel"
         mention = await gather_input(client, channel=channel, ts=ts, thread_ts=thread_ts, text=text,
                                      files=files, bot_user_id=bot_user_id, notes=notes or [])
         run = await run_agent(services, Actor(user_id=user, team=team, channel=channel), mention, reply)
@@ -86,18 +97,48 @@ async def gather_input(client: AsyncWebClient, *, channel: str, ts: str, thread_
     return builder.build()
 
 
+def cant_answer_text(channel: str) -> str:
+    return (f":warning: I can't post in <#{channel}>, so I could not answer your mention there. "
+            f"Invite me with `/invite @tpubot` in <#{channel}> and mention me again.")
+
+
 async def thread_lines(client: AsyncWebClient, channel: str, thread_ts: str, ts: str, bot_user_id: str,
                        notes: list[str]) -> list[str]:
-    try:
-        response = await client.conversations_replies(channel=channel, ts=thread_ts, limit=THREAD_MESSAGES)
-    except SlackApiError as error:
-        notes.append(f"Could not read the earlier thread messages ({error.response.get('error')}).")
+    """The thread's root and the messages just above the mention, newest kept first, within
+    THREAD_TOKENS. conversations.replies pages oldest first (15 a page for new apps), so the
+    newest messages are on the last page: every page up to the mention is read."""
+    messages: list[dict] = []
+    cursor = None
+    for _ in range(THREAD_PAGES):
+        try:
+            response = await client.conversations_replies(channel=channel, ts=thread_ts, latest=ts, inclusive=False,
+                                                          limit=THREAD_MESSAGES, cursor=cursor)
+        except SlackApiError as error:
+            notes.append(f"Could not read the earlier thread messages ({slack_error(error)}).")
+            break
+        messages.extend(m for m in response.get("messages", []) if m.get("ts") != ts)
+        cursor = (response.get("response_metadata") or {}).get("next_cursor")
+        if not response.get("has_more") or not cursor:
+            break
+    else:
+        notes.append(f"Read the first {THREAD_PAGES * THREAD_MESSAGES} messages of the thread.")
+    if not messages:
         return []
-    lines: list[str] = []
-    for message in response.get("messages", []):
-        if message.get("ts") == ts:
-            continue
-        who = "tpubot" if message.get("user") == bot_user_id or message.get("bot_id") else f"<@{message.get('user')}>"
-        for line in unescape_slack(message.get("text", "")).splitlines() or [""]:
-            lines.append(f"{who}: {line}")
-    return lines
+    root, rest = messages[0], messages[1:]
+    budget = THREAD_TOKENS - estimate_tokens("\n".join(_message_lines(root, bot_user_id)))
+    kept: list[list[str]] = []
+    for message in reversed(rest):  # newest first, until the budget is spent
+        lines = _message_lines(message, bot_user_id)
+        cost = estimate_tokens("\n".join(lines))
+        if cost > budget:
+            notes.append(f"Read the thread's first message and the {len(kept)} messages before yours "
+                         f"(of {len(rest)}).")
+            break
+        budget -= cost
+        kept.append(lines)
+    return _message_lines(root, bot_user_id) + [line for lines in reversed(kept) for line in lines]
+
+
+def _message_lines(message: dict, bot_user_id: str) -> list[str]:
+    who = "tpubot" if message.get("user") == bot_user_id or message.get("bot_id") else f"<@{message.get('user')}>"
+    return [f"{who}: {line}" for line in unescape_slack(message.get("text", "")).splitlines() or [""]]

@@ -51,6 +51,8 @@ async def accept_mention(services: Services, body: dict, event: dict, bot_user_i
     channel, ts = event.get("channel", ""), event.get("ts", "")
     if not channel or not ts:
         return
+    if not event.get("user") or event.get("bot_id"):
+        return  # another bot (bolt drops only our own): no one to answer, and two bots could loop
     files = [{"id": f.get("id"), "name": f.get("name", ""), "mimetype": f.get("mimetype", "")}
              for f in event.get("files") or [] if f.get("id")]
     raw = event.get("text") or ""

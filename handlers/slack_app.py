@@ -27,6 +27,7 @@ LISTENER_MODULES: tuple[str, ...] = (
     "handlers.mentions",
     "handlers.proposal_buttons",
     "handlers.app_home",
+    "handlers.membership",
 )
 
 

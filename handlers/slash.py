@@ -80,6 +80,8 @@ def render_result(services: Services, action_name: str, result) -> tuple[str, li
             return cards.notice(f":stop_sign: {result.text}")
         if result.data.get("budget_refused"):
             return cards.notice(f":money_with_wings: {result.text}")
+        if result.data.get("not_in_channel"):
+            return cards.notice(f":warning: {result.text}")
         if result.ok:
             search = "" if lease.zone_explicit else " If that zone refuses, the best-known other zones are tried."
             return cards.notice(

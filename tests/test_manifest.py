@@ -50,6 +50,8 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "conversations.history": ("channels:history", "groups:history"),
     "reactions.add": ("reactions:write",),
     "assistant.threads.setStatus": ("assistant:write",),
+    # Socket Mode's check of SLACK_APP_TOKEN: an app-level token's connections:write, not a bot scope.
+    "apps.connections.open": (),
 }
 
 # A `message` listener receives the message.* events subscribed to; leases are per channel, so
@@ -58,12 +60,16 @@ EVENT_SUBSCRIPTIONS: dict[str, tuple[str, ...]] = {
     "app_mention": ("app_mention",),
     "app_home_opened": ("app_home_opened",),
     "message": ("message.channels", "message.groups"),
+    "member_joined_channel": ("member_joined_channel",),
+    "member_left_channel": ("member_left_channel",),
 }
 SUBSCRIPTION_SCOPES: dict[str, tuple[str, ...]] = {
     "app_mention": ("app_mentions:read",),
     "app_home_opened": (),
     "message.channels": ("channels:history",),
     "message.groups": ("groups:history",),
+    "member_joined_channel": ("channels:read", "groups:read"),
+    "member_left_channel": ("channels:read", "groups:read"),
 }
 
 

@@ -11,6 +11,7 @@ from agent.lease import lifecycle
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Policy, Services
 from infra.state.leases import LeaseState
+from infra.state.membership import Membership
 
 
 class ProvisionArgs(BaseModel):
@@ -65,6 +66,9 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
     held = await svc.leases.get(actor.team, actor.channel)
     if held is not None:
         return already_held(held)
+    unpostable = await cannot_post_reason(svc, actor)
+    if unpostable:
+        return ActionResult(False, unpostable, {"not_in_channel": True})
     # Both reads only matter for a new lease, and neither waits for the other.
     blocked, zone = await asyncio.gather(preflight_blockers(svc, args.zone), lifecycle.starting_zone(svc, args.zone))
     if blocked:
@@ -91,6 +95,22 @@ def budget_refused(svc: Services, refusal: Any, args: ProvisionArgs, zone: str) 
     rate = budget.worst_case_rate(svc, zone, args.zone is not None)
     text, data = budget.refusal_text(svc, refusal, rate=rate, hours=hours, zone=args.zone)
     return ActionResult(False, text, data)
+
+
+DM_CHANNEL = ("A TPU belongs to a channel, and this conversation is not one I can post its status card in. "
+              "Run `/tpu up` in a channel (after `/invite @tpubot` there). Nothing was requested.")
+
+
+async def cannot_post_reason(svc: Services, actor: Actor) -> str:
+    """Why the bot could not post this channel's status card ('' if it can, or cannot tell yet).
+
+    Only Redis is read (nothing reaches Slack before the command's ack): direct messages are
+    refused outright, a channel the bot was removed from by what Slack last said."""
+    if actor.channel.startswith("D"):
+        return DM_CHANNEL
+    if svc.membership is not None and await svc.membership.status(actor.team, actor.channel) == Membership.OUT:
+        return lifecycle.NOT_IN_CHANNEL.format(channel=actor.channel) + " Nothing was requested."
+    return ""
 
 
 def already_held(lease: Any) -> ActionResult:

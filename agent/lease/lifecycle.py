@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from agent import access
-from agent.context import Actor, Services
+from agent.context import Actor, ChannelUnreachable, Services
 from infra.state.leases import Lease, LeaseState, Release
 from infra.state.spend import Refusal
 
@@ -146,8 +146,8 @@ async def confirm_teardown(svc: Services, actor: Actor, lease_id: str) -> Teardo
     )
     await svc.audit.record(actor=actor.user_id, action="down", team=actor.team, channel=actor.channel,
                            outcome="confirmed", detail=lease_id)
-    if svc.observer:
-        updated = await svc.observer.lease_changed(updated)
+    # The card shows TEARING_DOWN from the teardown job's first step: a Slack call here would
+    # hold the click's ack (chat.update retries 429s for seconds; Slack's limit is 3 s).
     return TeardownOutcome(True, "Tearing down…", updated)
 
 
@@ -219,9 +219,33 @@ async def lease_became_active(svc: Services, lease: Lease) -> None:
 
 
 async def notify(svc: Services, lease: Lease) -> Lease:
+    """Refresh the status card. A channel the bot was removed from does not stop the lease: the
+    holder was told by DM, and the TPU is still watched, expired and torn down as usual."""
     if svc.observer is None:
         return lease
-    return await svc.observer.lease_changed(lease)
+    try:
+        return await svc.observer.lease_changed(lease)
+    except ChannelUnreachable as error:
+        log.info("lease %s goes on without its card: %s", lease.lease_id, error)
+        return lease
+
+
+NOT_IN_CHANNEL = ("I'm not in <#{channel}>, so I can't post the status card of a TPU there. "
+                  "Invite me with `/invite @tpubot` in <#{channel}>, then run `/tpu up` again.")
+
+
+async def abandon_unpostable(svc: Services, lease: Lease, error: ChannelUnreachable) -> None:
+    """A lease whose channel cannot be posted to before anything was created: released (the
+    channel is free for `/tpu up` after an invite), nothing left behind, the holder told by DM."""
+    release = await svc.leases.release(lease, reason=f"Could not post in the channel ({error.reason})",
+                                       tell_channel=False)
+    if release is not None:
+        await finish_release(svc, release)
+    if svc.observer is not None:
+        await svc.observer.tell_holder(lease, ":warning: Your `/tpu up` did not go ahead: "
+                                       + NOT_IN_CHANNEL.format(channel=lease.channel) + " Nothing was created.")
+    await svc.audit.record(actor="tpubot", action="provision", team=lease.team, channel=lease.channel,
+                           outcome="not_in_channel", detail=lease.lease_id)
 
 
 async def schedule_watch(svc: Services, lease: Lease, *, delay: timedelta) -> None:

@@ -15,10 +15,11 @@ import asyncio
 import time
 from datetime import timedelta
 
-from agent.context import Services
+from agent.context import ChannelUnreachable, Services
 from agent.lease.lifecycle import (
     PROVISION_JOB,
     LockBusy,
+    abandon_unpostable,
     explain,
     fail_lease,
     lease_state_for,
@@ -44,7 +45,12 @@ async def provision_job(svc: Services, team: str, channel: str, lease_id: str, s
         raise LockBusy(f"{team}/{channel}")
     try:
         if lease.state == LeaseState.PENDING.value:
-            lease = await notify(svc, lease)
+            try:
+                lease = await svc.observer.lease_changed(lease) if svc.observer else lease
+            except ChannelUnreachable as error:
+                # Before any QR exists: give the channel back rather than run a TPU nobody can see.
+                await abandon_unpostable(svc, lease, error)
+                return f"failed: {error.reason}"
             lease = await svc.leases.update(lease, state=LeaseState.CREATING) or lease
             lease = await notify(svc, lease)
         return await _provision(svc, lease, token)

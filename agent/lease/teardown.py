@@ -6,7 +6,7 @@ import asyncio
 import time
 
 from agent.context import Services
-from agent.lease.lifecycle import LockBusy, finish_release, release_lease
+from agent.lease.lifecycle import LockBusy, finish_release, notify, release_lease
 
 
 async def teardown_job(svc: Services, team: str, channel: str, lease_id: str) -> str:
@@ -18,6 +18,8 @@ async def teardown_job(svc: Services, team: str, channel: str, lease_id: str) ->
             return "skipped: already released"
         await finish_release(svc, interrupted)
         return "finished an interrupted release"
+    # The confirm click left the card to this job (nothing outbound before a Slack ack).
+    lease = await notify(svc, lease)
     token = await svc.locks.acquire(team, channel)
     if token is None:
         raise LockBusy(f"{team}/{channel}")

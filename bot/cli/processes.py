@@ -80,12 +80,21 @@ def socket_mode() -> None:
 
     settings = load_settings()
     _require(settings, "slack_app_token", "slack_bot_token")
+    app_token = settings.slack_app_token.get_secret_value()
+    if not app_token.startswith("xapp-"):
+        typer.echo(f"SLACK_APP_TOKEN starts with {app_token.split('-', 1)[0]!r}, but Socket Mode needs an app-level "
+                   f"token: {APP_TOKEN_FIX}", err=True)
+        raise typer.Exit(code=2)
     logging.basicConfig(level=logging.INFO)
     endpoint = _redis_url(settings)
 
     async def run() -> None:
         async with slack_http_session() as session:
             client = slack_client_from(settings, session=session)
+            refused = await socket_tokens_refused(client, app_token)
+            if refused:
+                typer.echo(refused, err=True)
+                raise typer.Exit(code=2)
             services, _redis, _pool = await build_services(settings, redis_url=endpoint.url, with_tpu=False,
                                                            slack_client=client)
             # bolt's client stays sessionless: bolt deep-copies it for lazy listeners (bot/web.py).
@@ -97,6 +106,28 @@ def socket_mode() -> None:
         asyncio.run(run())
     finally:
         endpoint.stop()
+
+
+APP_TOKEN_FIX = ("generate one (xapp-…) with the connections:write scope under Basic Information → App-Level "
+                 "Tokens and set SLACK_APP_TOKEN to it.")
+BOT_TOKEN_FIX = "set SLACK_BOT_TOKEN to the Bot User OAuth Token (xoxb-…) from OAuth & Permissions."
+
+
+async def socket_tokens_refused(client, app_token: str) -> str:
+    """One line naming the token Slack refuses and the fix; '' when both are accepted.
+
+    slack_sdk's Socket Mode client retries `apps.connections.open` forever whatever the error,
+    so a wrong token would otherwise mean a traceback every few seconds and no exit."""
+    from slack_sdk.errors import SlackApiError
+
+    for name, call, fix in (("SLACK_APP_TOKEN", lambda: client.apps_connections_open(app_token=app_token), APP_TOKEN_FIX),
+                            ("SLACK_BOT_TOKEN", client.auth_test, BOT_TOKEN_FIX)):
+        try:
+            await call()
+        except SlackApiError as error:
+            reason = error.response.get("error") if isinstance(error.response.data, dict) else error.response.status_code
+            return f"Slack refused {name} ({reason}): {fix}"
+    return ""
 
 
 def shell(

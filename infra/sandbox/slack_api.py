@@ -3,10 +3,17 @@
 It speaks Slack's wire format as slack-sdk sends it (every method POSTed, JSON or form body,
 Bearer token in the header) and keeps what the bot posted as a tiny message store, so
 `tpubot shell` can print it and tests can count calls. Errors can be injected per method.
+
+It is strict the way Slack is (infra/sandbox/slack_rules.py): blocks and views that slack_sdk's
+models or Slack's limits refuse get `invalid_blocks`, a channel the bot was removed from
+(`kick`) gets `not_in_channel` (public) or `channel_not_found` (private, or a DM it is not in),
+an unknown method `unknown_method`, a wrong token `invalid_auth` / `not_allowed_token_type`.
+The bot is in every channel until kicked, as if it had been invited to each one.
 """
 
 from __future__ import annotations
 
+import base64
 import itertools
 import json
 import threading
@@ -17,11 +24,22 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
+from infra.sandbox import slack_rules
+
 BOT_USER_ID = "UTPUBOT"
 BOT_ID = "BTPUBOT"
 TEAM_ID = "T0SANDBOX"
 MARKDOWN_TEXT_LIMIT = 12_000  # markdown_text per streaming call
-SCOPES = "commands,app_mentions:read,chat:write,files:read,files:write,channels:history,groups:history,usergroups:read"
+SCOPES = ("commands,app_mentions:read,chat:write,files:read,files:write,channels:history,groups:history,"
+          "channels:read,groups:read,usergroups:read")
+# Every method the stand-in answers; any other name gets `unknown_method`, as from Slack.
+METHODS = frozenset({
+    "auth.test", "apps.connections.open", "chat.postMessage", "chat.postEphemeral", "chat.update", "chat.delete",
+    "chat.startStream", "chat.appendStream", "chat.stopStream", "files.info", "files.getUploadURLExternal",
+    "files.completeUploadExternal", "users.info", "usergroups.users.list", "conversations.replies",
+    "views.publish", "reactions.add", "assistant.threads.setStatus",
+})
+REPLIES_PAGE = 15  # conversations.replies page size for new non-Marketplace apps (slack.md §3)
 
 
 @dataclass
@@ -53,8 +71,13 @@ class InjectedError:
 
 
 class SlackApiSandbox:
-    def __init__(self, token: str = "xoxb-sandbox-token", host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, token: str = "xoxb-sandbox-token", host: str = "127.0.0.1", port: int = 0,
+                 app_token: str = "xapp-1-sandbox-token") -> None:
         self.token = token
+        self.app_token = app_token
+        self.removed_from: set[str] = set()  # channels the bot was kicked out of
+        self.dm_channels: dict[str, str] = {}  # the bot's DM with a user: channel id → user id
+        self._held: threading.Event | None = None  # set: calls answer; clear: they wait (hold())
         self.calls: list[RecordedCall] = []
         self.messages: list[Message] = []
         self.responses: list[dict] = []  # posts to response_url
@@ -109,6 +132,28 @@ class SlackApiSandbox:
         self.files[file_id] = (info, content)
         return info
 
+    def kick(self, channel: str) -> None:
+        """The bot is removed from `channel`: posting there now fails as it does in Slack."""
+        with self._lock:
+            self.removed_from.add(channel)
+
+    def invite(self, channel: str) -> None:
+        with self._lock:
+            self.removed_from.discard(channel)
+
+    def add_message(self, channel: str, text: str, *, user: str, thread_ts: str | None = None) -> str:
+        """A message a person posted (thread context for mentions); returns its ts."""
+        message = Message(channel=channel, ts=self._new_ts(), text=text, thread_ts=thread_ts, user=user)
+        with self._changed:
+            self.messages.append(message)
+            self._changed.notify_all()
+        return message.ts
+
+    def hold(self) -> threading.Event:
+        """From now on every Web API call waits until the returned event is set (a slow Slack)."""
+        self._held = threading.Event()
+        return self._held
+
     def on_event(self, listener: Callable[[str, dict], None]) -> None:
         self._listeners.append(listener)
 
@@ -135,14 +180,21 @@ class SlackApiSandbox:
         return f"{int(time.time())}.{next(self._ts):06d}"
 
     def handle(self, method: str, body: dict, headers: dict) -> tuple[int, dict, dict]:
+        held = self._held
+        if held is not None:
+            held.wait(30)
         with self._changed:
             self.calls.append(RecordedCall(method, body, headers, time.time()))
             self._changed.notify_all()
             if self._errors.get(method):
                 error = self._errors[method].pop(0)
                 return error.status, error.body, error.headers
-        if method != "auth.test" and headers.get("authorization") != f"Bearer {self.token}":
-            return 200, {"ok": False, "error": "invalid_auth"}, {}
+        if method not in METHODS:
+            return 200, {"ok": False, "error": "unknown_method", "req_method": method}, {}
+        refused = (slack_rules.token_error(method, headers.get("authorization"), self.token, self.app_token)
+                   or self._refusal(method, body))
+        if refused is not None:
+            return 200, refused, {}
         result = self._dispatch(method, body)
         for listener in self._listeners:
             listener(method, result)
@@ -150,16 +202,60 @@ class SlackApiSandbox:
             self._changed.notify_all()
         return 200, result, {"x-oauth-scopes": SCOPES} if method == "auth.test" else {}
 
+    def _conversation(self, body: dict) -> str:
+        return str(body.get("channel") or body.get("channel_id") or "")
+
+    def _refusal(self, method: str, body: dict) -> dict | None:
+        """Slack's answer when it would refuse this call; None when it would carry it out."""
+        if method in slack_rules.CONVERSATION_METHODS or (method == "files.completeUploadExternal"
+                                                          and body.get("channel_id")):
+            channel = self._conversation(body)
+            if not channel:
+                return slack_rules.failure("channel_not_found")
+            refused = self._membership(channel)
+            if refused:
+                return slack_rules.failure(refused)
+        if method in ("chat.postMessage", "chat.postEphemeral", "chat.update"):
+            return slack_rules.message_errors(method, body)
+        if method == "views.publish":
+            errors = slack_rules.view_errors(slack_rules.parsed(body.get("view")))
+            # views.* name this invalid_arguments, with the reason in response_metadata.messages.
+            return slack_rules.failure("invalid_arguments", *errors) if errors else None
+        return None
+
+    def _membership(self, channel: str) -> str:
+        """'' when the bot may post in `channel`; else Slack's error for it."""
+        if channel.startswith(("U", "W")):
+            return ""  # a user id: Slack posts in the app's DM with them
+        with self._lock:
+            if channel in self.removed_from:
+                return "not_in_channel" if channel.startswith("C") else "channel_not_found"
+            if channel.startswith("D") and channel not in self.dm_channels:
+                return "channel_not_found"  # a DM between people: the bot cannot see it
+        return ""
+
+    def _target(self, channel: str) -> str:
+        """The conversation a post lands in: a user id opens (or reuses) the app's DM with them."""
+        if channel.startswith(("U", "W")):
+            dm = "D" + channel[1:]
+            with self._lock:
+                self.dm_channels[dm] = channel
+            return dm
+        return channel
+
     def _dispatch(self, method: str, body: dict) -> dict:
+        if method == "apps.connections.open":
+            return {"ok": True, "url": f"ws://{self.root.removeprefix('http://')}/link/?ticket=sandbox"}
         if method == "auth.test":
             return {"ok": True, "url": "https://sandbox.slack.local/", "team": "sandbox", "user": "tpubot",
                     "team_id": TEAM_ID, "user_id": BOT_USER_ID, "bot_id": BOT_ID, "is_enterprise_install": False}
         if method == "chat.postMessage":
-            message = Message(channel=body["channel"], ts=self._new_ts(), text=body.get("text", ""),
+            text, warnings = _truncated(body.get("text") or "")
+            message = Message(channel=self._target(body["channel"]), ts=self._new_ts(), text=text,
                               blocks=_json_field(body.get("blocks")) or [], thread_ts=body.get("thread_ts"))
             with self._lock:
                 self.messages.append(message)
-            return {"ok": True, "channel": message.channel, "ts": message.ts,
+            return {"ok": True, "channel": message.channel, "ts": message.ts, **warnings,
                     "message": {"text": message.text, "ts": message.ts, "thread_ts": message.thread_ts,
                                 "user": BOT_USER_ID, "bot_id": BOT_ID}}
         if method == "chat.postEphemeral":
@@ -173,9 +269,11 @@ class SlackApiSandbox:
             with self._lock:
                 for message in self.messages:
                     if message.channel == body.get("channel") and message.ts == body.get("ts"):
+                        if message.user != BOT_USER_ID or message.ephemeral_to:
+                            return {"ok": False, "error": "cant_update_message"}
                         if message.streaming:
                             return {"ok": False, "error": "streaming_state_conflict"}
-                        message.text = body.get("text", message.text)
+                        message.text = _truncated(body.get("text", message.text))[0]
                         message.blocks = _json_field(body.get("blocks")) or []
                         message.updates += 1
                         return {"ok": True, "channel": message.channel, "ts": message.ts, "text": message.text}
@@ -229,11 +327,7 @@ class SlackApiSandbox:
         if method == "usergroups.users.list":
             return {"ok": True, "users": self.usergroups.get(body.get("usergroup", ""), [])}
         if method == "conversations.replies":
-            thread = body.get("ts")
-            with self._lock:
-                replies = [m for m in self.messages if m.ts == thread or m.thread_ts == thread]
-            return {"ok": True, "has_more": False,
-                    "messages": [{"ts": m.ts, "text": m.text, "user": m.user, "thread_ts": m.thread_ts} for m in replies]}
+            return self._replies(body)
         if method == "files.getUploadURLExternal":
             if not body.get("filename") or not str(body.get("length", "")).isdigit():
                 return {"ok": False, "error": "invalid_arguments"}
@@ -246,6 +340,28 @@ class SlackApiSandbox:
             return self._complete_upload(body)
         # views.publish, reactions.add, assistant.threads.setStatus, chat.delete …
         return {"ok": True}
+
+    def _replies(self, body: dict) -> dict:
+        """A thread oldest first, parent included, one page of `limit` at a time (cursor paging);
+        `latest`/`oldest` bound it by ts (exclusive unless `inclusive`)."""
+        thread, channel = str(body.get("ts", "")), self._conversation(body)
+        with self._lock:
+            thread_messages = [m for m in self.messages if m.channel == channel and m.ephemeral_to is None
+                               and (m.ts == thread or m.thread_ts == thread)]
+        if not any(m.ts == thread for m in thread_messages):
+            return {"ok": False, "error": "thread_not_found"}
+        inclusive = str(body.get("inclusive", "")).lower() in ("1", "true")
+        latest, oldest = body.get("latest"), body.get("oldest")
+        thread_messages.sort(key=lambda m: float(m.ts))
+        in_range = [m for m in thread_messages
+                    if (latest is None or float(m.ts) < float(latest) or (inclusive and m.ts == str(latest)))
+                    and (oldest is None or float(m.ts) > float(oldest) or (inclusive and m.ts == str(oldest)))]
+        limit = min(int(body.get("limit") or REPLIES_PAGE), REPLIES_PAGE)
+        start = _cursor_offset(body.get("cursor"))
+        page = in_range[start:start + limit]
+        more = start + limit < len(in_range)
+        return {"ok": True, "has_more": more, "messages": [_thread_message(m) for m in page],
+                "response_metadata": {"next_cursor": _cursor(start + limit) if more else ""}}
 
     def _complete_upload(self, body: dict) -> dict:
         files = _json_field(body.get("files")) or []
@@ -290,6 +406,36 @@ class SlackApiSandbox:
             return 200, "text/html; charset=utf-8", b"<!DOCTYPE html><html><body>Sign in to Slack</body></html>"
         info, content = self.files[file_id]
         return 200, info["mimetype"], content
+
+
+def _truncated(text: str) -> tuple[str, dict]:
+    """Slack cuts top-level text at 40,000 characters and says so in a warning."""
+    if len(text) <= slack_rules.TEXT_LIMIT:
+        return text, {}
+    return text[: slack_rules.TEXT_LIMIT], {"warning": "message_truncated",
+                                            "response_metadata": {"warnings": ["message_truncated"]}}
+
+
+def _cursor(offset: int) -> str:
+    return base64.b64encode(f"next:{offset}".encode()).decode()
+
+
+def _cursor_offset(cursor: Any) -> int:
+    if not cursor:
+        return 0
+    try:
+        return int(base64.b64decode(str(cursor)).decode().removeprefix("next:"))
+    except ValueError:
+        return 0
+
+
+def _thread_message(message: Message) -> dict:
+    shown = {"type": "message", "ts": message.ts, "text": message.text, "thread_ts": message.thread_ts or message.ts}
+    if message.user == BOT_USER_ID:
+        shown.update(user=BOT_USER_ID, bot_id=BOT_ID)
+    else:
+        shown["user"] = message.user
+    return shown
 
 
 def _json_field(value: Any) -> Any:
@@ -350,6 +496,10 @@ def _make_handler(sandbox: SlackApiSandbox) -> type[BaseHTTPRequestHandler]:
                 status, result, extra = sandbox.handle(path[len("/api/"):], body, headers)
                 self._send(status, json.dumps(result).encode(), "application/json; charset=utf-8", extra)
             elif path.startswith("/hooks/"):
+                blocks = body.get("blocks")
+                if blocks and slack_rules.block_errors(blocks):
+                    self._send(400, b"invalid_blocks", "text/plain")
+                    return
                 sandbox.handle_response_url(path, body)
                 self._send(200, b"ok", "text/plain")
             elif path.startswith("/upload/"):

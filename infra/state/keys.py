@@ -76,3 +76,7 @@ def spend_settled(team: str, month: str) -> str:
 
 def spend_receipts() -> str:
     return f"{PREFIX}:receipts"
+
+
+def membership(team: str, channel: str) -> str:
+    return f"{PREFIX}:member:{team}:{channel}"
