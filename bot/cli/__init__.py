@@ -15,6 +15,8 @@ app = typer.Typer(
     help="Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e.",
     no_args_is_help=True,
     add_completion=False,
+    # A traceback's locals would print the Settings object, secrets and all.
+    pretty_exceptions_show_locals=False,
 )
 
 # One line per command module; a module's `register(app)` adds its commands.
@@ -34,8 +36,13 @@ COMMAND_MODULES: tuple[str, ...] = (
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    context: typer.Context,
+    debug: bool = typer.Option(False, "--debug", help="show the traceback of a start-up error, not one line"),
+) -> None:
     """Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e."""
+    if context.obj is not None:
+        context.obj.debug = debug
 
 
 def _register_all() -> None:
@@ -47,4 +54,6 @@ _register_all()
 
 
 def main() -> None:
-    app()
+    from bot.cli import errors
+
+    errors.run(app)

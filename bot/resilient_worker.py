@@ -1,0 +1,128 @@
+"""arq's Worker, made to ride out a Redis outage instead of exiting on the first ConnectionError.
+
+arq 0.28 lets any Redis error escape its poll loop, which ends the process (and, under a
+Procfile runner, every process beside it). Here each place the worker talks to Redis between
+jobs either waits and retries with backoff and jitter (bot/redis_outage.py) or leaves the job
+where another try will find it:
+
+- the poll loop (queue read, health record, cron enqueue) backs off and polls again;
+- a cron tick whose enqueue failed is kept due, so it fires late, once (its job id is unique);
+- a job's bookkeeping (finish_job) is retried until Redis is back, so a finished job is not
+  run again and a retried one keeps its place;
+- a job that could not be started (its first read failed) is released for the next poll;
+- jobs themselves turn a Redis error into arq's Retry (bot/worker.py).
+
+Shutdown waits for in-flight bookkeeping, so no coroutine is left on a closed loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any, Optional
+
+from arq.constants import in_progress_key_prefix
+from arq.worker import Worker
+
+from bot.redis_outage import REDIS_AWAY, Reconnecting, wait_for_redis
+from bot.wiring import arq_pool
+
+log = logging.getLogger("tpubot.worker")
+
+
+class ResilientWorker(Worker):
+    def __init__(self, *args: Any, redis_url: str, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._redis_url = redis_url
+        self._redis = Reconnecting("worker", log)
+        self._stopping = False
+        self._bookkeeping: set[asyncio.Task] = set()
+        self._own_shutdown = self.on_shutdown
+        self.on_shutdown = self._shutdown
+
+    async def main(self) -> None:
+        if self._pool is None:
+            pool = await arq_pool(self._redis_url)
+            await wait_for_redis(pool.ping, self._redis_url, log, what="worker start-up")
+            self._pool = pool
+        await super().main()
+
+    async def _poll_iteration(self) -> None:
+        try:
+            await super()._poll_iteration()
+        except REDIS_AWAY as error:
+            await self._redis.wait_after(error)
+        else:
+            self._redis.recovered()
+
+    async def run_cron(self, n: Any, delay: float, num_windows: int = 2) -> None:
+        due = {id(job): job.next_run for job in self.cron_jobs}
+        try:
+            await super().run_cron(n, delay, num_windows)
+        except REDIS_AWAY:
+            for job in self.cron_jobs:  # not enqueued: still due, so the next poll after the outage enqueues it
+                job.next_run = due[id(job)]
+            raise
+
+    async def run_job(self, job_id: str, score: int) -> None:
+        try:
+            await super().run_job(job_id, score)
+        except REDIS_AWAY as error:
+            log.warning("job %s could not start while Redis is unreachable (%s); it stays queued", job_id, error)
+            await self._retry_while_away(lambda: self.pool.delete(in_progress_key_prefix + job_id))
+
+    async def finish_job(self, job_id: str, *args: Any) -> None:
+        await self._bookkeep(lambda: super(ResilientWorker, self).finish_job(job_id, *args))
+
+    async def finish_failed_job(self, job_id: str, result_data: Optional[bytes]) -> None:
+        await self._bookkeep(lambda: super(ResilientWorker, self).finish_failed_job(job_id, result_data))
+
+    async def _bookkeep(self, step) -> None:
+        task = asyncio.current_task()
+        if task is not None:
+            self._bookkeeping.add(task)
+        try:
+            await self._retry_while_away(step)
+        finally:
+            self._bookkeeping.discard(task)
+
+    async def _retry_while_away(self, step) -> None:
+        """Run `step()` until Redis takes it. Given up only at shutdown: the job's in-progress
+        key then expires and the job runs again (jobs are idempotent by design)."""
+        waiting = Reconnecting("worker bookkeeping", log)
+        while True:
+            try:
+                await step()
+            except REDIS_AWAY as error:
+                if self._stopping:
+                    log.warning("shutting down with a job's bookkeeping undone (%s); it will run again", error)
+                    return
+                await waiting.wait_after(error)
+            else:
+                waiting.recovered()
+                return
+
+    def handle_sig(self, signum: Any) -> None:
+        self._stopping = True
+        super().handle_sig(signum)
+
+    async def _shutdown(self, ctx: dict) -> None:
+        # A job cancelled by the shutdown may still be recording its outcome under
+        # asyncio.shield: finish that on this loop, before the pool closes, rather than leave a
+        # pending coroutine to the garbage collector (pytest's "no running event loop" noise).
+        if self._bookkeeping:
+            await asyncio.gather(*self._bookkeeping, return_exceptions=True)
+        if self._own_shutdown:
+            await self._own_shutdown(ctx)
+
+    async def close(self) -> None:
+        self._stopping = True
+        try:
+            await super().close()
+        except REDIS_AWAY as error:
+            # Only the health key's delete failed: it expires by itself.
+            log.warning("worker stopping while Redis is unreachable (%s)", error)
+            await self._shutdown(self.ctx)
+            if self._pool is not None:
+                await self._pool.aclose(close_connection_pool=True)
+                self._pool = None
