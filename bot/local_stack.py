@@ -85,6 +85,17 @@ class _WorkerThread:
         self.thread.join(timeout=10)
 
 
+def _check_reachable(redis_url: str) -> None:
+    """Fail at once (one line, bot/cli/errors.py) rather than start a stack on a Redis that is not there."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
 @dataclass
 class LocalStack:
     settings: Settings
@@ -121,6 +132,8 @@ class LocalStack:
         return overrides
 
     def start(self) -> "LocalStack":
+        if self.settings.redis_url:
+            _check_reachable(self.settings.redis_url)
         self.redis = ensure_redis(self.settings.redis_url)
         overrides: dict[str, Any] = {"redis_url": self.redis.url}
         if self.settings.sandbox:

@@ -31,9 +31,10 @@ log = logging.getLogger("tpubot.worker")
 
 
 class ResilientWorker(Worker):
-    def __init__(self, *args: Any, redis_url: str, **kwargs: Any) -> None:
+    def __init__(self, *args: Any, redis_url: str, startup_wait: float, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._redis_url = redis_url
+        self._startup_wait = startup_wait
         self._redis = Reconnecting("worker", log)
         self._stopping = False
         self._bookkeeping: set[asyncio.Task] = set()
@@ -43,7 +44,12 @@ class ResilientWorker(Worker):
     async def main(self) -> None:
         if self._pool is None:
             pool = await arq_pool(self._redis_url)
-            await wait_for_redis(pool.ping, self._redis_url, log, what="worker start-up")
+            try:
+                await wait_for_redis(pool.ping, self._redis_url, log, what="worker start-up",
+                                     timeout=self._startup_wait)
+            except BaseException:
+                await pool.aclose()
+                raise
             self._pool = pool
         await super().main()
 

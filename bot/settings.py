@@ -180,6 +180,8 @@ class Settings(BaseSettings):
     redis_url: str = Field("", description="Redis URL; empty starts an embedded server")
     port: int = Field(3000, description="HTTP port of `tpubot serve`")
     worker_metrics_port: int = Field(0, description="port for the worker's Prometheus /metrics (0: off)")
+    redis_startup_wait: timedelta = Field(
+        timedelta(seconds=30), description="how long a starting worker waits for Redis before exiting with one line")
     log_format: str = Field("auto", description="log lines: json, text, or auto (JSON unless stderr is a terminal)")
     poll_interval: timedelta = Field(timedelta(seconds=10), description="how often a QR is polled")
     lock_ttl: timedelta = Field(timedelta(seconds=60), description="operation lock TTL")
@@ -281,7 +283,8 @@ class Settings(BaseSettings):
             raise ValueError(f"{info.field_name.upper()} must be longer than 0; write it like 1m")
         return value
 
-    @field_validator("max_run_duration", "valid_until_duration", "poll_interval", "lock_ttl", "job_timeout", mode="before")
+    @field_validator("max_run_duration", "valid_until_duration", "poll_interval", "lock_ttl", "job_timeout",
+                     "redis_startup_wait", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
         return parse_duration(value)

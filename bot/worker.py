@@ -141,4 +141,4 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
         handle_signals=handle_signals,
         keep_result=3600,
     )
-    return ResilientWorker(redis_url=redis_url, **kwargs)
+    return ResilientWorker(redis_url=redis_url, startup_wait=settings.redis_startup_wait.total_seconds(), **kwargs)

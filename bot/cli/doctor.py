@@ -26,9 +26,14 @@ def doctor() -> None:
     out = sys.stdout
     try:
         settings = Settings.load()
-    except ValidationError as exc:
-        for error in exc.errors():
-            _line(out, CheckResult("settings", False, error["msg"].removeprefix("Value error, "),
+    except (ValidationError, ValueError) as exc:
+        from bot.cli.errors import setting_lines
+
+        lines = setting_lines(exc)
+        if not lines:
+            raise
+        for line in lines:
+            _line(out, CheckResult("settings", False, line,
                                    "correct it in tpu.env or the environment (`tpubot config` shows both)"))
         raise typer.Exit(code=2)
     cloud = None

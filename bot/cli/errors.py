@@ -81,9 +81,17 @@ def connection_line(error: BaseException) -> str | None:
         return (f"cannot reach Redis at REDIS_URL={redact(error.url)} ({error}); start it, or point REDIS_URL "
                 "at a running server (unset: an embedded one for a single process)")
     if isinstance(error, REDIS_AWAY):
-        return (f"cannot reach Redis ({type(error).__name__}: {redact(str(error))}); start it, or point REDIS_URL "
-                "at a running server (unset: an embedded one for a single process)")
+        return (f"cannot reach Redis at REDIS_URL={redact(_configured_redis_url())} ({type(error).__name__}: "
+                f"{redact(str(error))}); start it, or point REDIS_URL at a running server "
+                "(unset: an embedded one for a single process)")
     return None
+
+
+def _configured_redis_url() -> str:
+    try:
+        return Settings.load().redis_url or "(unset)"
+    except Exception:  # the settings loaded once already; this is only for the message
+        return "(unreadable)"
 
 
 def one_line(error: BaseException) -> list[str]:
