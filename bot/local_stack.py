@@ -100,6 +100,7 @@ def _check_reachable(redis_url: str) -> None:
 class LocalStack:
     settings: Settings
     run_worker: bool = True
+    run_web: bool = True  # False with run_worker=False: only Redis and the stand-ins (`tpubot dev`)
     tpu_zones: dict | None = None
     redis: RedisEndpoint | None = None
     tpu_sandbox: Any = None
@@ -111,6 +112,7 @@ class LocalStack:
     world: Any = None  # infra.sandbox.world.SandboxWorld; None: the default world (tpu_zones if given)
     cloud: Any = None  # the running CloudSandbox (TPU + project APIs)
     node_models: Any = None  # sandbox vLLM per ACTIVE node
+    overrides: dict[str, Any] = field(default_factory=dict)  # what start() pointed at the stand-ins
     _web: _UvicornThread | None = field(default=None, repr=False)
     _worker: _WorkerThread | None = field(default=None, repr=False)
 
@@ -162,10 +164,12 @@ class LocalStack:
         if not self.settings.slack_signing_secret.get_secret_value():
             overrides["slack_signing_secret"] = SecretStr(secrets.token_hex(16))
         self.settings = self.settings.model_copy(update=overrides)
-        port = free_port()
-        self._web = _UvicornThread(create_web_app(self.settings, redis_url=self.redis.url), port)
-        self._web.start()
-        self.web_url = f"http://127.0.0.1:{port}"
+        self.overrides = overrides
+        if self.run_web:
+            port = free_port()
+            self._web = _UvicornThread(create_web_app(self.settings, redis_url=self.redis.url), port)
+            self._web.start()
+            self.web_url = f"http://127.0.0.1:{port}"
         if self.run_worker:
             self._worker = _WorkerThread(self.settings, self.redis.url)
             self._worker.start()

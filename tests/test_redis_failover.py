@@ -156,3 +156,24 @@ def test_serve_and_worker_ride_out_a_five_second_redis_outage(failover):
         entry = json.loads(line)  # every line a JSON object, tracebacks included
         assert {"time", "level", "logger", "message", "request_id", "lease_id"} <= entry.keys()
         assert procs.slack.token not in line and procs.secret not in line
+
+
+def test_serve_stops_its_embedded_redis_on_sigterm(tmp_path):
+    import re
+    import signal
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "REDIS_", "LOG_"))}
+    env.update(TPUBOT_ENV_FILE=os.devnull, SLACK_BOT_TOKEN="xoxb-embedded-" + secrets.token_hex(8),
+               SLACK_SIGNING_SECRET=secrets.token_hex(16))
+    port, log = free_port(), tmp_path / "web.log"
+    web = subprocess.Popen([str(TPUBOT), "serve", "--port", str(port), "--host", "127.0.0.1"], env=env, cwd=tmp_path,
+                           stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: _status(f"http://127.0.0.1:{port}/readyz") == 200, timeout=60)
+        redis_port = int(re.search(r"embedded Redis at redis://127\.0\.0\.1:(\d+)", log.read_text()).group(1))
+    finally:
+        web.send_signal(signal.SIGTERM)
+        assert web.wait(timeout=30) == 0
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", redis_port)) != 0, "the embedded Redis outlived `tpubot serve`"

@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli.capacity",
     "bot.cli.processes",
     "bot.cli.sandbox",
+    "bot.cli.dev",
     "bot.cli.doctor",
     "bot.cli.zones",
     "bot.cli.startup",
