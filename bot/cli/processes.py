@@ -79,10 +79,15 @@ def serve(port: int = typer.Option(0, help="port (default: PORT setting)"), host
         endpoint.stop()
 
 
-def worker() -> None:
+def worker(
+    metrics_port: int = typer.Option(0, "--metrics-port",
+                                     help="serve this worker's Prometheus /metrics on this port (default: WORKER_METRICS_PORT)"),
+) -> None:
     from bot.worker import build_worker
 
     settings = load_settings()
+    if metrics_port:
+        settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
     start_logging(settings)
     endpoint = _redis_url(settings)
     try:

@@ -26,6 +26,7 @@ def run_sandbox(
     typer.echo(f"TPU API emulator for project {project}; zones: "
                + ", ".join(f"{zone}={behaviour.value}" for zone, behaviour in sandbox.zones().items()))
     typer.echo(f"Use it with: TPU_API_ENDPOINT={base_url}  (Ctrl-C stops it)")
+    typer.echo("For serve + worker on one Redis with every sandbox (TPU, Logging, Slack, model): tpubot dev")
     stopped = threading.Event()
     try:
         while not stopped.wait(timeout=3600):
