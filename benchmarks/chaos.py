@@ -300,14 +300,17 @@ def main() -> int:
     parser.add_argument("--channels", type=int, default=20)
     parser.add_argument("--time-scale", type=float, default=0.5, help="sandbox TPU timings (lower is faster)")
     parser.add_argument("--seed", type=int, default=17)
+    parser.add_argument("--logs", default="", help="directory for the processes' logs (default: a new temp dir)")
     args = parser.parse_args()
     rng = random.Random(args.seed)
     random.seed(args.seed)
 
     figures = Figures()
     started = time.monotonic()
-    with tempfile.TemporaryDirectory(prefix="tpubot-chaos-") as tmp:
-        cluster = Cluster(Path(tmp), args.time_scale)
+    logs = Path(args.logs or tempfile.mkdtemp(prefix="tpubot-chaos-"))
+    logs.mkdir(parents=True, exist_ok=True)
+    if True:
+        cluster = Cluster(logs, args.time_scale)
         try:
             if not wait(cluster.ready, 120):
                 print("the web processes did not become ready", file=sys.stderr)
@@ -338,6 +341,7 @@ def main() -> int:
             qrs_left = len(cluster.tpu.queued_resources())
             alerts, twice = duplicate_alerts(cluster.slack)
             alive = sum(proc.poll() is None for proc in cluster.webs + cluster.workers)
+            dead = {i: proc.returncode for i, proc in enumerate(cluster.webs + cluster.workers) if proc.poll() is not None}
             for channel in channels:
                 channel.close()
         finally:
@@ -369,6 +373,9 @@ def main() -> int:
         print(f"  {'PASS' if ok else 'FAIL'}  {name}: {value}")
     for line in figures.lost[:10] + figures.five_xx[:10]:
         print(f"    {line}")
+    if dead:
+        print(f"    exited: {dead} (process index: web-0, web-1, worker-0, worker-1)")
+    print(f"  logs: {logs}")
     return 0 if all(ok for _, _, ok in checks) else 1
 
 

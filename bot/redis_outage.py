@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from redis.backoff import EqualJitterBackoff
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.exceptions import WatchError
 
 # What redis-py raises while the server is away. BusyLoadingError (a restarted server still
 # loading its data) is a ConnectionError subclass.
@@ -27,7 +28,11 @@ BACKOFF_CAP_SECONDS = 3.0
 
 
 def is_redis_away(error: BaseException) -> bool:
-    return isinstance(error, REDIS_AWAY)
+    """A connection error, or the WatchError redis-py raises instead when the connection drops
+    under a WATCH (arq's job start WATCHes outside its own try)."""
+    if isinstance(error, REDIS_AWAY):
+        return True
+    return isinstance(error, WatchError) and isinstance(error.__context__, REDIS_AWAY)
 
 
 @dataclass
@@ -89,7 +94,9 @@ async def wait_for_redis(ping, url: str, log: logging.Logger, *, what: str,
     while True:
         try:
             await ping()
-        except REDIS_AWAY as error:
+        except Exception as error:
+            if not is_redis_away(error):
+                raise
             if time.monotonic() >= deadline:
                 raise RedisUnreachable(url, error) from error
             await state.wait_after(error)

@@ -24,7 +24,7 @@ from typing import Any, Optional
 from arq.constants import in_progress_key_prefix
 from arq.worker import Worker
 
-from bot.redis_outage import REDIS_AWAY, Reconnecting, wait_for_redis
+from bot.redis_outage import Reconnecting, is_redis_away, wait_for_redis
 from bot.wiring import arq_pool
 
 log = logging.getLogger("tpubot.worker")
@@ -56,7 +56,9 @@ class ResilientWorker(Worker):
     async def _poll_iteration(self) -> None:
         try:
             await super()._poll_iteration()
-        except REDIS_AWAY as error:
+        except Exception as error:
+            if not is_redis_away(error):
+                raise
             await self._redis.wait_after(error)
         else:
             self._redis.recovered()
@@ -65,7 +67,9 @@ class ResilientWorker(Worker):
         due = {id(job): job.next_run for job in self.cron_jobs}
         try:
             await super().run_cron(n, delay, num_windows)
-        except REDIS_AWAY:
+        except Exception as error:
+            if not is_redis_away(error):
+                raise
             for job in self.cron_jobs:  # not enqueued: still due, so the next poll after the outage enqueues it
                 job.next_run = due[id(job)]
             raise
@@ -73,7 +77,9 @@ class ResilientWorker(Worker):
     async def run_job(self, job_id: str, score: int) -> None:
         try:
             await super().run_job(job_id, score)
-        except REDIS_AWAY as error:
+        except Exception as error:
+            if not is_redis_away(error):
+                raise
             log.warning("job %s could not start while Redis is unreachable (%s); it stays queued", job_id, error)
             await self._retry_while_away(lambda: self.pool.delete(in_progress_key_prefix + job_id))
 
@@ -99,7 +105,9 @@ class ResilientWorker(Worker):
         while True:
             try:
                 await step()
-            except REDIS_AWAY as error:
+            except Exception as error:
+                if not is_redis_away(error):
+                    raise
                 if self._stopping:
                     log.warning("shutting down with a job's bookkeeping undone (%s); it will run again", error)
                     return
@@ -116,8 +124,9 @@ class ResilientWorker(Worker):
         # A job cancelled by the shutdown may still be recording its outcome under
         # asyncio.shield: finish that on this loop, before the pool closes, rather than leave a
         # pending coroutine to the garbage collector (pytest's "no running event loop" noise).
-        if self._bookkeeping:
-            await asyncio.gather(*self._bookkeeping, return_exceptions=True)
+        unfinished = [*self._bookkeeping, *self.job_tasks.values()]
+        if unfinished:
+            await asyncio.gather(*unfinished, return_exceptions=True)
         if self._own_shutdown:
             await self._own_shutdown(ctx)
 
@@ -125,7 +134,9 @@ class ResilientWorker(Worker):
         self._stopping = True
         try:
             await super().close()
-        except REDIS_AWAY as error:
+        except Exception as error:
+            if not is_redis_away(error):
+                raise
             # Only the health key's delete failed: it expires by itself.
             log.warning("worker stopping while Redis is unreachable (%s)", error)
             await self._shutdown(self.ctx)

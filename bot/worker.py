@@ -13,7 +13,7 @@ from prometheus_client import start_http_server
 from agent.lease import lifecycle, provisioning, teardown, watching
 from bot import alert_jobs
 from bot.logging_setup import job_context
-from bot.redis_outage import REDIS_AWAY
+from bot.redis_outage import REDIS_AWAY, is_redis_away
 from bot.resilient_worker import ResilientWorker
 from bot.settings import Settings
 from bot.wiring import JOB_QUEUE, build_services, slack_client_from, slack_http_session
@@ -35,16 +35,16 @@ def counted(job: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]
         try:
             with job_context(ctx.get("job_id", "-"), kwargs.get("lease_id", "-")):
                 result = await job(ctx, *args, **kwargs)
-        except REDIS_AWAY as error:
-            log.warning("%s met a Redis outage (%s); retrying in %ss", job.__name__, error, REDIS_AWAY_RETRY_SECONDS)
-            metrics.jobs.labels(job.__name__, "retry").inc()
-            raise Retry(defer=REDIS_AWAY_RETRY_SECONDS) from error
         except Retry:
             metrics.jobs.labels(job.__name__, "retry").inc()
             raise
-        except BaseException:
-            metrics.jobs.labels(job.__name__, "error").inc()
-            raise
+        except BaseException as error:
+            if not is_redis_away(error):
+                metrics.jobs.labels(job.__name__, "error").inc()
+                raise
+            log.warning("%s met a Redis outage (%s); retrying in %ss", job.__name__, error, REDIS_AWAY_RETRY_SECONDS)
+            metrics.jobs.labels(job.__name__, "retry").inc()
+            raise Retry(defer=REDIS_AWAY_RETRY_SECONDS) from error
         metrics.jobs.labels(job.__name__, "ok").inc()
         return result
 

@@ -7,6 +7,7 @@ is wrong with its value and the fix, and exits 2 — no traceback unless `tpubot
 
 from __future__ import annotations
 
+import logging
 import re
 import sys
 from dataclasses import dataclass
@@ -107,8 +108,15 @@ def run(app: Callable[..., Any], argv: list[str] | None = None) -> None:
         app(args=argv, obj=options)
     except Exception as error:  # only known start-up problems are shortened; the rest keep their traceback
         lines = one_line(error)
-        if not lines or options.debug:
+        if options.debug:
             raise
+        if not lines:
+            if not logging.getLogger().handlers:
+                raise
+            # A process that set up its logging reports its crash there: one JSON line, redacted.
+            logging.getLogger("tpubot").critical("exiting on an unexpected error: %s: %s",
+                                                 type(error).__name__, error, exc_info=error)
+            sys.exit(1)
         for line in lines:
             print(f"tpubot: {line}", file=sys.stderr)
         sys.exit(EXIT_CODE)
