@@ -164,7 +164,7 @@ class Channel(threading.Thread):
                     self.figures.five_xx.append(f"{reply.status} {reply.body[:80]}")
                 time.sleep(0.5)
                 continue
-            if "state store is unavailable" in reply.text:
+            if "state store is unavailable" in reply.text:  # a 200 that changed nothing: ask again
                 time.sleep(0.5)
                 continue
             return reply
@@ -361,7 +361,7 @@ def main() -> int:
           f"{elapsed:.0f}s in all (seed {args.seed})")
     print(f"  cycles completed (up → ACTIVE → mention → down → released): {figures.cycles}")
     print(f"  /tpu up requested: {figures.ups}; ended FAILED (GCP errors beyond retries): {figures.failed_cards}")
-    print(f"  mentions answered: {figures.mentions}; refused during a Redis outage and retried (500 by design): "
+    print(f"  mentions accepted (200): {figures.mentions}; refused during a Redis outage and retried (500 by design): "
           f"{figures.mentions_refused_in_outage}")
     print(f"  workers SIGKILLed (and restarted): {figures.kills}")
     print(f"  Redis restarts ({OUTAGE_SECONDS:.0f}s outages): {figures.redis_restarts}")
