@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import signal
 import socket
 import threading
 import time
@@ -73,23 +74,14 @@ class _WorkerThread:
             self.worker.run()
         except asyncio.CancelledError:
             pass
-        finally:
-            self.loop.run_until_complete(self.loop.shutdown_asyncgens())
-            self.loop.close()
 
     def start(self) -> None:
         self.thread.start()
         self._ready.wait(10)
 
     def stop(self) -> None:
-        # Only the main task: arq's close() (handle_signals=False) cancels the jobs itself.
-        # Cancelling them here as well cancelled each twice, and a second cancel abandons a job's
-        # clean-up (its finally, its shielded bookkeeping) on a loop that then stops — the
-        # "Worker.finish_job … no running event loop" warnings pytest used to print.
-        # Run on the worker's loop, which sets main_task before it starts running.
         if self.loop and self.worker:
-            worker = self.worker
-            self.loop.call_soon_threadsafe(lambda: worker.main_task and worker.main_task.cancel())
+            self.loop.call_soon_threadsafe(self.worker.handle_sig, signal.SIGTERM)
         self.thread.join(timeout=10)
 
 
