@@ -64,7 +64,7 @@ def _one(error: dict[str, Any]) -> str:
 
 def setting_lines(error: BaseException) -> list[str]:
     """One line per problem in a settings error; [] when `error` is not one."""
-    if isinstance(error, ValidationError):
+    if isinstance(error, ValidationError) and error.title == Settings.__name__:
         return [_one(item) for item in error.errors()]
     if isinstance(error, SettingError):
         return [str(error)]
@@ -72,8 +72,9 @@ def setting_lines(error: BaseException) -> list[str]:
         match = _SETTINGS_FIELD.search(str(error))
         variable = match.group(1).upper() if match else "a setting"
         cause = f" ({error.__cause__})" if error.__cause__ else ""
-        return [f"{variable} is not valid JSON{cause}; write a JSON object, like "
-                f"{variable}='{{\"team\": \"ml\"}}' (tpubot config shows where each value comes from)"]
+        example = {"TPU_LABELS": "'{\"team\": \"ml\"}'"}.get(variable)
+        fix = f"write it like {variable}={example}" if example else "write it as JSON (.env.example shows its shape)"
+        return [f"{variable} is not valid JSON{cause}; {fix}"]
     return []
 
 
