@@ -20,6 +20,7 @@ from typing import Any
 
 from pydantic import SecretStr
 
+from agent.redact import redact
 from bot.local_stack import LocalStack
 from bot.settings import Settings
 
@@ -70,7 +71,7 @@ class DevStack:
             extra = f"  http://127.0.0.1:{self.port}/slack/events  /healthz /readyz /metrics" if name == "web" else ""
             lines.append(f"  {name:<10} {command:<14} pid {proc.pid}{extra}")
         redis = f"embedded valkey {stack.redis.url}, shared" if stack.redis and stack.redis.embedded else \
-            f"REDIS_URL {stack.redis.url if stack.redis else ''}"
+            f"REDIS_URL {redact(stack.redis.url) if stack.redis else ''}"
         lines.append(f"  {'redis':<10} {redis}")
         lines.append(f"  {'TPU API':<10} {where(stack.cloud is not None, settings.tpu_api_endpoint)}")
         lines.append(f"  {'Logging':<10} {where(stack.logging_emulator is not None, settings.logging_api_endpoint)}")

@@ -30,6 +30,10 @@ from bot.wiring import arq_pool
 
 log = logging.getLogger("tpubot.worker")
 
+# How long a stopping worker waits for its cancelled jobs' clean-up (a lock release, the job's
+# bookkeeping) before it leaves them: well inside a supervisor's stop timeout.
+SHUTDOWN_DRAIN_SECONDS = 4.0
+
 
 class ResilientWorker(Worker):
     def __init__(self, *args: Any, redis_url: str, startup_wait: float, **kwargs: Any) -> None:
@@ -121,13 +125,21 @@ class ResilientWorker(Worker):
         self._stopping = True
         super().handle_sig(signum)
 
+    async def _drain(self, tasks: list[asyncio.Task]) -> None:
+        """Wait for cancelled jobs to finish their clean-up, a bounded time: a job that swallows
+        its cancellation must not hold the process (its in-progress key expires; it runs again)."""
+        pending = [task for task in tasks if not task.done()]
+        if pending:
+            _, still = await asyncio.wait(pending, timeout=SHUTDOWN_DRAIN_SECONDS)
+            for task in still:
+                log.warning("a job did not stop within %ss of the shutdown; it will run again", SHUTDOWN_DRAIN_SECONDS)
+                task.cancel()
+
     async def _shutdown(self, ctx: dict) -> None:
         # A job cancelled by the shutdown may still be recording its outcome under
         # asyncio.shield: finish that on this loop, before the pool closes, rather than leave a
         # pending coroutine to the garbage collector (pytest's "no running event loop" noise).
-        unfinished = [*self._bookkeeping, *self.job_tasks.values()]
-        if unfinished:
-            await asyncio.gather(*unfinished, return_exceptions=True)
+        await self._drain([*self._bookkeeping, *self.job_tasks.values()])
         if self._own_shutdown:
             await self._own_shutdown(ctx)
 
@@ -140,7 +152,7 @@ class ResilientWorker(Worker):
             self.handle_sig(signal.SIGUSR1)
         if not self._pool:
             return
-        await asyncio.gather(*self.tasks.values(), return_exceptions=True)
+        await self._drain(list(self.tasks.values()))
         try:
             await self.pool.delete(self.health_check_key)
         except Exception as error:
