@@ -85,11 +85,22 @@ class _WorkerThread:
         self.thread.join(timeout=10)
 
 
+def _check_reachable(redis_url: str) -> None:
+    """Fail at once (one line, bot/cli/errors.py) rather than start a stack on a Redis that is not there."""
+    import redis
+
+    client = redis.Redis.from_url(redis_url, socket_connect_timeout=2, socket_timeout=2)
+    try:
+        client.ping()
+    finally:
+        client.close()
+
+
 @dataclass
 class LocalStack:
     settings: Settings
     run_worker: bool = True
-    run_web: bool = True  # False: no Slack-facing web app (`tpubot mcp` needs only the worker beside it)
+    run_web: bool = True  # False: no Slack-facing web app (`tpubot mcp` needs only the worker; `tpubot dev` runs its own)
     tpu_zones: dict | None = None
     redis: RedisEndpoint | None = None
     tpu_sandbox: Any = None
@@ -101,6 +112,7 @@ class LocalStack:
     world: Any = None  # infra.sandbox.world.SandboxWorld; None: the default world (tpu_zones if given)
     cloud: Any = None  # the running CloudSandbox (TPU + project APIs)
     node_models: Any = None  # sandbox vLLM per ACTIVE node
+    overrides: dict[str, Any] = field(default_factory=dict)  # what start() pointed at the stand-ins
     _web: _UvicornThread | None = field(default=None, repr=False)
     _worker: _WorkerThread | None = field(default=None, repr=False)
 
@@ -123,6 +135,8 @@ class LocalStack:
         return overrides
 
     def start(self) -> "LocalStack":
+        if self.settings.redis_url:
+            _check_reachable(self.settings.redis_url)
         self.redis = ensure_redis(self.settings.redis_url)
         overrides: dict[str, Any] = {"redis_url": self.redis.url}
         if self.settings.sandbox:
@@ -151,6 +165,7 @@ class LocalStack:
         if not self.settings.slack_signing_secret.get_secret_value():
             overrides["slack_signing_secret"] = SecretStr(secrets.token_hex(16))
         self.settings = self.settings.model_copy(update=overrides)
+        self.overrides = overrides
         if self.run_web:
             port = free_port()
             self._web = _UvicornThread(create_web_app(self.settings, redis_url=self.redis.url), port)

@@ -1,57 +1,120 @@
-"""Structured JSON logs with a request id on every line and secrets redacted.
+"""One logging setup for every process: JSON lines off a terminal, readable text on one, and
+secrets redacted either way.
 
-Every process calls `configure_logging()` once. A request id (Slack request, or worker job id)
-is carried in a context variable, so lines from the same request can be joined.
+Every process (`serve`, `worker`, `socket`, `mcp`, `dev`) calls `configure_logging()` once, right
+after its settings load. A request id (Slack request, or worker job id) and a lease id are
+carried in context variables, so the lines of one request or job can be joined.
+
+Redaction is agent/redact.py's, the same rules as Slack replies and model prompts, plus the
+literal values of the deployment's own secrets (a signing secret has no recognisable shape).
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import json
 import logging
 import sys
-import time
+from collections.abc import Iterable, Iterator
+from datetime import datetime, timezone
+from typing import IO
 
 from agent.redact import redact
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
+lease_id: contextvars.ContextVar[str] = contextvars.ContextVar("lease_id", default="-")
+
+LOG_FORMATS = ("auto", "json", "text")
+# Shorter than this, a "secret" is more likely a test placeholder that also occurs in ordinary words.
+MIN_LITERAL_SECRET = 8
+
+
+@contextlib.contextmanager
+def job_context(job: str, lease: str = "-") -> Iterator[None]:
+    """Lines logged inside carry `job` as their request id and `lease` as their lease id."""
+    job_token, lease_token = request_id.set(job), lease_id.set(lease or "-")
+    try:
+        yield
+    finally:
+        request_id.reset(job_token)
+        lease_id.reset(lease_token)
+
+
+class Redactor:
+    """agent/redact.py's rules, then the literal secret values this process was given."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._literals = sorted({s for s in secrets if len(s) >= MIN_LITERAL_SECRET}, key=len, reverse=True)
+
+    def __call__(self, text: str) -> str:
+        text = redact(text)
+        for secret in self._literals:
+            text = text.replace(secret, "[REDACTED:secret]")
+        return text
 
 
 class RedactingJsonFormatter(logging.Formatter):
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        super().__init__()
+        self._redact = redactor or Redactor()
+
     def format(self, record: logging.LogRecord) -> str:
-        message = redact(record.getMessage())
         entry = {
-            "ts": round(record.created, 3),
+            "time": datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": message,
+            "message": self._redact(record.getMessage()),
             "request_id": request_id.get(),
+            "lease_id": lease_id.get(),
         }
         if record.exc_info:
-            entry["exc"] = redact(self.formatException(record.exc_info))
+            entry["exc"] = self._redact(self.formatException(record.exc_info))
         return json.dumps(entry, ensure_ascii=False)
 
 
-def configure_logging(level: int = logging.INFO, *, json_lines: bool = True) -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    if json_lines:
-        handler.setFormatter(RedactingJsonFormatter())
-    else:
-        handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+class RedactingTextFormatter(logging.Formatter):
+    def __init__(self, redactor: Redactor | None = None) -> None:
+        super().__init__("%(asctime)s %(levelname)-7s %(name)s: %(message)s", datefmt="%H:%M:%S")
+        self._redact = redactor or Redactor()
+
+    def format(self, record: logging.LogRecord) -> str:
+        return self._redact(super().format(record))
+
+
+def wants_json(log_format: str, stream: IO[str]) -> bool:
+    """`auto`: JSON unless the stream is a terminal (a person reading)."""
+    if log_format == "auto":
+        isatty = getattr(stream, "isatty", None)
+        return not (isatty and isatty())
+    return log_format == "json"
+
+
+def configure_logging(level: int = logging.INFO, *, log_format: str = "json", secrets: Iterable[str] = (),
+                      stream: IO[str] | None = None) -> None:
+    stream = stream or sys.stderr
+    handler = logging.StreamHandler(stream)
+    redactor = Redactor(secrets)
+    handler.setFormatter(RedactingJsonFormatter(redactor) if wants_json(log_format, stream)
+                         else RedactingTextFormatter(redactor))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
     # Bolt logs the full body and signature of every request that fails verification at INFO.
     logging.getLogger("slack_bolt").setLevel(max(level, logging.WARNING))
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
-    logging.Formatter.converter = time.gmtime
+    # Library loggers with handlers of their own would print around the redaction.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "arq", "arq.worker"):
+        library = logging.getLogger(name)
+        library.handlers.clear()
+        library.propagate = True
 
 
-def log_to_file(path, level: int = logging.INFO) -> None:
+def log_to_file(path, level: int = logging.INFO, *, secrets: Iterable[str] = ()) -> None:
     """`tpubot shell`: the same JSON lines, into a file instead of the terminal the conversation is on
     (warnings too), so no log line lands between a question and its answer."""
-    configure_logging(level)
+    configure_logging(level, secrets=secrets)
     handler = logging.FileHandler(path, encoding="utf-8")
-    handler.setFormatter(RedactingJsonFormatter())
+    handler.setFormatter(RedactingJsonFormatter(Redactor(secrets)))
     logging.getLogger().handlers[:] = [handler]
     logging.captureWarnings(True)

@@ -7,11 +7,12 @@ so a wrong value stops at start-up instead of looking like "no capacity" an hour
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
-import ipaddress
 from typing import Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -47,6 +48,29 @@ WRONG_ACCELERATOR_SPELLINGS = {"v5e-1": "v5litepod-1", "v5e-4": "v5litepod-4", "
 
 def env_file_path() -> Path:
     return Path(os.environ.get(ENV_FILE_VAR, DEFAULT_ENV_FILE))
+
+
+class SettingError(ValueError):
+    """A setting problem found outside field validation (bot/cli/errors.py prints it as is)."""
+
+
+# Slack id shapes, by the first letter Slack gives each kind: users U/W, user groups S,
+# channels C (public), G (private, legacy) and D (DMs).
+_SLACK_ID = re.compile(r"^[A-Z][A-Z0-9]{2,}$")
+ID_PREFIXES = {"users": ("U", "W"), "groups": ("S",), "channels": ("C", "G", "D")}
+# (field, what it lists); MCP_USER may stand in a user list (bot/mcp_server.py's identity).
+ID_LIST_FIELDS = {
+    "admins": "users", "admin_groups": "groups", "admin_channels": "channels",
+    "read_users": "users", "read_groups": "groups", "read_channels": "channels",
+    "write_users": "users", "write_groups": "groups", "write_channels": "channels",
+}
+URL_SCHEMES = {
+    "redis_url": ("redis", "rediss", "unix"),
+    "slack_api_url": ("http", "https"), "gemma_base_url": ("http", "https"),
+    "tpu_api_endpoint": ("http", "https"), "logging_api_endpoint": ("http", "https"),
+    "compute_api_endpoint": ("http", "https"), "quotas_api_endpoint": ("http", "https"),
+    "secretmanager_api_endpoint": ("http", "https"),
+}
 
 
 CsvList = Annotated[list[str], NoDecode]
@@ -148,6 +172,9 @@ class Settings(BaseSettings):
     redis_url: str = Field("", description="Redis URL; empty starts an embedded server")
     port: int = Field(3000, description="HTTP port of `tpubot serve`")
     worker_metrics_port: int = Field(0, description="port for the worker's Prometheus /metrics (0: off)")
+    redis_startup_wait: timedelta = Field(
+        timedelta(seconds=30), description="how long a starting worker waits for Redis before exiting with one line")
+    log_format: str = Field("auto", description="log lines: json, text, or auto (JSON unless stderr is a terminal)")
     poll_interval: timedelta = Field(timedelta(seconds=10), description="how often a QR is polled")
     lock_ttl: timedelta = Field(timedelta(seconds=60), description="operation lock TTL")
     job_timeout: timedelta = Field(timedelta(minutes=5), description="worker job timeout")
@@ -203,6 +230,7 @@ class Settings(BaseSettings):
         if usd < 0 or usd != usd:
             raise ValueError(f"{info.field_name.upper()} must be 0 or more USD; write it like 200")
         return usd
+
     @field_validator("model_source_ranges")
     @classmethod
     def _source_ranges(cls, value: list[str]) -> list[str]:
@@ -221,6 +249,33 @@ class Settings(BaseSettings):
         if "@sha256:" not in value and tag in ("", "latest", "nightly"):
             raise ValueError(f"VLLM_IMAGE={value} is not pinned: what boots tomorrow would not be what was tested; "
                              f"name a release tag or digest, like VLLM_IMAGE={DEFAULT_IMAGE}")
+        return value
+
+    @field_validator("port", "model_port", "worker_metrics_port")
+    @classmethod
+    def _port(cls, value: int, info: Any) -> int:
+        lowest = 0 if info.field_name == "worker_metrics_port" else 1
+        if not lowest <= value <= 65535:
+            raise ValueError(f"{info.field_name.upper()}={value} is not a TCP port; use {lowest}-65535")
+        return value
+
+    @field_validator(*URL_SCHEMES)
+    @classmethod
+    def _url_scheme(cls, value: str, info: Any) -> str:
+        schemes = URL_SCHEMES[info.field_name]
+        scheme, sep, rest = value.partition("://")
+        if value and (not sep or scheme.lower() not in schemes or not rest):
+            example = "redis://localhost:6379/0" if "redis" in schemes else "http://127.0.0.1:8080"
+            raise ValueError(f"{info.field_name.upper()}={_masked_url(value)} is not a "
+                             f"{' or '.join(s + '://' for s in schemes)} URL; write it like {example}")
+        return value
+
+    @field_validator("log_format")
+    @classmethod
+    def _log_format(cls, value: str) -> str:
+        value = value.strip().lower()
+        if value not in ("auto", "json", "text"):
+            raise ValueError(f"LOG_FORMAT={value} is not a log format; use json, text or auto")
         return value
 
     @field_validator("vllm_limit_mm_per_prompt")
@@ -263,7 +318,8 @@ class Settings(BaseSettings):
             raise ValueError(f"{info.field_name.upper()} must be longer than 0; write it like 1m")
         return value
 
-    @field_validator("max_run_duration", "valid_until_duration", "poll_interval", "lock_ttl", "job_timeout", mode="before")
+    @field_validator("max_run_duration", "valid_until_duration", "poll_interval", "lock_ttl", "job_timeout",
+                     "redis_startup_wait", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
         return parse_duration(value)
@@ -307,6 +363,20 @@ class Settings(BaseSettings):
             self.tpu_zones = [self.tpu_zone, *self.tpu_zones]
         return self
 
+    @model_validator(mode="after")
+    def _slack_id_lists(self) -> "Settings":
+        for name, kind in ID_LIST_FIELDS.items():
+            for item in getattr(self, name):
+                if kind == "users" and item == self.mcp_user:
+                    continue
+                if not (_SLACK_ID.match(item) and item.startswith(ID_PREFIXES[kind])):
+                    first = "/".join(p + "…" for p in ID_PREFIXES[kind])
+                    raise ValueError(
+                        f"{name.upper()}={','.join(getattr(self, name))}: {item!r} is not a Slack "
+                        f"{kind[:-1]} id ({first}); list ids separated by commas, like "
+                        f"{name.upper()}={ID_PREFIXES[kind][0]}012ABCDEF,{ID_PREFIXES[kind][0]}034GHIJKL")
+        return self
+
     # --- derived ---------------------------------------------------------------------------
     @property
     def sandbox(self) -> bool:
@@ -324,6 +394,10 @@ class Settings(BaseSettings):
     @classmethod
     def load(cls, env_file: str | Path | None = None, **overrides: Any) -> "Settings":
         path = Path(env_file) if env_file is not None else env_file_path()
+        if env_file is None and os.environ.get(ENV_FILE_VAR) and not path.exists():
+            where = "" if path.is_absolute() else f" (looked in {Path.cwd()})"
+            raise SettingError(f"{ENV_FILE_VAR}={path} names no file{where}; "
+                               f"create it (.env.example lists every variable) or unset {ENV_FILE_VAR}")
         return cls(_env_file=path if path.exists() else None, **overrides)
 
 
@@ -335,6 +409,11 @@ def check_accelerator(value: str, name: str = "TPU_ACCELERATOR_TYPE") -> str:
     if accelerator_family(value) is None:
         raise ValueError(f"{name}={value} is not a known accelerator; use v5litepod-1 (v5e, one chip)")
     return value
+
+
+def _masked_url(url: str) -> str:
+    """A URL as it may be printed: a password in it is replaced."""
+    return re.sub(r"(://[^/@:]*:)[^@/]+@", r"\1***@", url)
 
 
 def accelerator_family(accelerator: str) -> str | None:

@@ -41,7 +41,8 @@ HELP_LINES = (
     "!click TEXT      press the most recent button whose label contains TEXT",
     "!user NAME       act as another user",
     "!wait            wait until the bot has finished what it started",
-    "!kick / !invite  remove tpubot from the channel / invite it back",
+    "!kick            remove tpubot from the channel (/tpu up then claims nothing)",
+    "!invite          invite tpubot back",
     "!help            this list",
     "!quit            leave (Ctrl-D too)",
 )
@@ -108,6 +109,7 @@ EMOJI = {
     ":white_check_mark:": "✅", ":warning:": "⚠️", ":lock:": "🔒", ":no_entry:": "⛔", ":receipt:": "🧾",
     ":hourglass_flowing_sand:": "⏳", ":double_vertical_bar:": "⏸", ":gear:": "⚙️", ":large_green_circle:": "🟢",
     ":rocket:": "🚀", ":red_circle:": "🔴", ":wastebasket:": "🗑", ":rotating_light:": "🚨", ":robot_face:": "🤖",
+    ":octagonal_sign:": "🛑",
 }
 
 

@@ -132,3 +132,18 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
         ],
         lifespan=lifespan,
     )
+
+
+def run_web_server(settings: Settings, *, redis_url: str, host: str, port: int) -> None:
+    """`tpubot serve`: the app on uvicorn, logging through the process's one setup."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets)
+            if self.started:
+                log.info("listening on http://%s:%d (/slack/events, /healthz, /readyz, /metrics)", host, port)
+
+    config = uvicorn.Config(create_web_app(settings, redis_url=redis_url, own_process=True), host=host, port=port,
+                            log_config=None, log_level="warning", access_log=False, lifespan="on")
+    Server(config).run()

@@ -8,33 +8,43 @@ from typing import Any, Awaitable, Callable
 
 from arq import Retry, cron
 from arq.connections import RedisSettings
-from arq.worker import Worker
 from prometheus_client import start_http_server
 
 from agent.lease import lifecycle, provisioning, teardown, watching
 from bot import alert_jobs
+from bot.logging_setup import job_context
+from bot.redis_outage import REDIS_AWAY, is_redis_away
+from bot.resilient_worker import ResilientWorker
 from bot.settings import Settings
 from bot.wiring import JOB_QUEUE, build_services, slack_client_from, slack_http_session
 from handlers import ask_job, bench_job, mention_job, spend_chart_job
 
 log = logging.getLogger(__name__)
 
+# A job that meets a Redis outage is tried again this much later (arq counts the try).
+REDIS_AWAY_RETRY_SECONDS = 2
 
 
 def counted(job: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
-    """Count every finished job by function and outcome in the worker's /metrics."""
+    """Count every finished job by function and outcome in the worker's /metrics; log its lines
+    with the job and lease ids; and retry it, rather than fail it, when Redis is away."""
 
     @functools.wraps(job)  # keeps __qualname__: arq names the job after it
     async def run(ctx: dict, *args: Any, **kwargs: Any) -> Any:
         metrics = ctx["services"].metrics
         try:
-            result = await job(ctx, *args, **kwargs)
+            with job_context(ctx.get("job_id", "-"), kwargs.get("lease_id", "-")):
+                result = await job(ctx, *args, **kwargs)
         except Retry:
             metrics.jobs.labels(job.__name__, "retry").inc()
             raise
-        except BaseException:
-            metrics.jobs.labels(job.__name__, "error").inc()
-            raise
+        except BaseException as error:
+            if not is_redis_away(error):
+                metrics.jobs.labels(job.__name__, "error").inc()
+                raise
+            log.warning("%s met a Redis outage (%s); retrying in %ss", job.__name__, error, REDIS_AWAY_RETRY_SECONDS)
+            metrics.jobs.labels(job.__name__, "retry").inc()
+            raise Retry(defer=REDIS_AWAY_RETRY_SECONDS) from error
         metrics.jobs.labels(job.__name__, "ok").inc()
         return result
 
@@ -112,7 +122,10 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
         ctx.update(services=services, state_redis=redis, state_pool=pool, slack=slack, slack_session=session)
         if settings.worker_metrics_port:
             start_http_server(settings.worker_metrics_port, registry=services.metrics.registry)
-        await resume_leases(ctx)
+        try:
+            await resume_leases(ctx)
+        except REDIS_AWAY as error:  # the resume_leases cron does it within a minute
+            log.warning("resuming leases at start-up met a Redis outage (%s); the minute cron will", error)
 
     async def on_shutdown(ctx: dict) -> None:
         if "state_pool" in ctx:
@@ -140,4 +153,4 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
         handle_signals=handle_signals,
         keep_result=3600,
     )
-    return Worker(**kwargs)
+    return ResilientWorker(redis_url=redis_url, startup_wait=settings.redis_startup_wait.total_seconds(), **kwargs)

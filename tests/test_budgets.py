@@ -150,7 +150,7 @@ def test_spend_for_a_month_of_simulated_leases_and_the_chart_read_back(stack, sl
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "BUDGET_"))}
     cli = subprocess.run([TPUBOT, "spend", MONTH, "--json"], capture_output=True, text=True, timeout=60,
-                         cwd=tmp_path, env={**env, "REDIS_URL": stack.redis.url, "TPUBOT_ENV_FILE": str(tmp_path / "none.env")})
+                         cwd=tmp_path, env={**env, "REDIS_URL": stack.redis.url, "TPUBOT_ENV_FILE": os.devnull})
     assert cli.returncode == 0, cli.stderr
     data = json.loads(cli.stdout)
     (team,) = data["teams"]

@@ -3,6 +3,7 @@ from the bot's Redis and computed by the same action as `/tpu cost`."""
 
 from __future__ import annotations
 
+import os
 import asyncio
 import json
 import time
@@ -33,7 +34,7 @@ async def active_lease(redis_url: str) -> None:
 @pytest.fixture
 def env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_url: str) -> dict:
     monkeypatch.delenv("PRICES", raising=False)
-    monkeypatch.setenv("TPUBOT_ENV_FILE", str(tmp_path / "none.env"))
+    monkeypatch.setenv("TPUBOT_ENV_FILE", os.devnull)  # no tpu.env: a named file that is missing is an error
     return {"COLUMNS": "250", "REDIS_URL": redis_url}
 
 

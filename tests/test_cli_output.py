@@ -32,7 +32,7 @@ def clean_env(tmp_path, monkeypatch):
     for name in list(os.environ):
         if name.lower() in Settings.model_fields:
             monkeypatch.delenv(name)
-    monkeypatch.setenv("TPUBOT_ENV_FILE", str(tmp_path / "none.env"))
+    monkeypatch.setenv("TPUBOT_ENV_FILE", os.devnull)
     monkeypatch.chdir(tmp_path)
     return {k: v for k, v in os.environ.items()}
 

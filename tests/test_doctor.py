@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import logging
 
 import pytest
@@ -18,7 +19,7 @@ CHECKS = ("settings", "credentials", "project", "network", "model firewall", "hf
 @pytest.fixture
 def env(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("TPUBOT_ENV_FILE", str(tmp_path / "none.env"))
+    monkeypatch.setenv("TPUBOT_ENV_FILE", os.devnull)  # no tpu.env: a named file that is missing is an error
     for name in ("GCP_PROJECT", "REDIS_URL", "HF_TOKEN_SECRET", "NETWORK", "SUBNETWORK", "TPU_ZONE"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch

@@ -96,7 +96,7 @@ def worker_env(stack: LocalStack, tmp_path: Path, **extra: str) -> dict[str, str
            k.lower() not in Settings.model_fields}
     env.update(settings_env(stack.settings))
     env.update({
-        "TPUBOT_ENV_FILE": str(tmp_path / "none.env"),
+        "TPUBOT_ENV_FILE": os.devnull,  # no tpu.env: a named file that is missing is an error
         "REDIS_URL": stack.redis.url,
         "POLL_INTERVAL": "0.2s",
         "ADMINS": ADMIN,

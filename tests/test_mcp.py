@@ -35,7 +35,7 @@ CALL_TIMEOUT = 30  # seconds for one MCP request, start-up included
 
 def base_env(redis_url: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "MCP_", "ADMINS"))}
-    env.update({"REDIS_URL": redis_url, "TPUBOT_ENV_FILE": "/nonexistent/tpu.env", "POLL_INTERVAL": "0.2s",
+    env.update({"REDIS_URL": redis_url, "TPUBOT_ENV_FILE": os.devnull, "POLL_INTERVAL": "0.2s",
                 "MCP_TEAM": TEAM, "MCP_CHANNEL": CHANNEL, "MCP_USER": ME, "ADMINS": ADMIN, **extra})
     return env
 

@@ -43,7 +43,7 @@ def plain_env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("SLACK_", "GCP_", "TPU_", "MCP_", "ADMINS", "REDIS", "GEMMA_", "MODEL_"))}
     # No tpu.env; a model port of our own, so sandbox nodes of other test runs on this machine cannot answer.
-    return {**env, "TPUBOT_ENV_FILE": "/nonexistent/tpu.env", "MODEL_PORT": str(free_port())}
+    return {**env, "TPUBOT_ENV_FILE": os.devnull, "MODEL_PORT": str(free_port())}
 
 
 @asynccontextmanager

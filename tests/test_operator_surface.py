@@ -56,7 +56,7 @@ def test_health_readiness_and_metrics_count_what_happened(stack):
 
 
 def test_json_logs_carry_the_request_id_and_never_a_secret(capsys):
-    configure_logging(logging.INFO)
+    configure_logging(logging.INFO, log_format="json")
     try:
         token = request_id.set("req-123")
         logging.getLogger("tpubot.test").warning(
@@ -68,4 +68,4 @@ def test_json_logs_carry_the_request_id_and_never_a_secret(capsys):
     entry = json.loads(line)
     assert entry["request_id"] == "req-123" and entry["level"] == "warning" and entry["logger"] == "tpubot.test"
     assert "xoxb-1234567890" not in line and "ya29.secret" not in line
-    assert "REDACTED" in entry["msg"]
+    assert "REDACTED" in entry["message"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import math
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -142,7 +143,7 @@ def test_cli_cost_reports_lease_cost_and_dollars_per_million(tmp_path: Path, mon
     from bot.cli import app
 
     monkeypatch.delenv("PRICES", raising=False)
-    monkeypatch.setenv("TPUBOT_ENV_FILE", str(tmp_path / "none.env"))
+    monkeypatch.setenv("TPUBOT_ENV_FILE", os.devnull)  # no tpu.env: a named file that is missing is an error
     bench = tmp_path / "bench.json"
     cells = [
         {"context": 128, "concurrency": 1, "completed": 4, "output_throughput": 127.3},

@@ -51,6 +51,14 @@ def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):
         ({"VLLM_IMAGE": "vllm/vllm-tpu"}, "like VLLM_IMAGE=vllm/vllm-tpu:v0.19.0"),
         ({"MODEL_SOURCE_RANGES": "203.0.113.7,office"}, "'office' is not an address range; write it like 203.0.113.7/32"),
         ({"ENDPOINT_ADDRESS": "private"}, "'external' or 'internal'"),
+        ({"PORT": "0"}, "PORT=0 is not a TCP port"),
+        ({"WORKER_METRICS_PORT": "70000"}, "WORKER_METRICS_PORT=70000 is not a TCP port"),
+        ({"GEMMA_BASE_URL": "localhost:8000/v1"}, "GEMMA_BASE_URL=localhost:8000/v1 is not a http:// or https://"),
+        ({"REDIS_URL": "tcp://user:hunter22@cache:6379"}, "REDIS_URL=tcp://user:***@cache:6379"),
+        ({"WRITE_CHANNELS": "general"}, "'general' is not a Slack channel id (C…/G…/D…)"),
+        ({"ADMIN_GROUPS": "U0ALICE"}, "'U0ALICE' is not a Slack group id (S…)"),
+        ({"ALERT_LEAD_TIMES": "30m,soon"}, "'soon' is not a duration"),
+        ({"LOG_FORMAT": "xml"}, "use json, text or auto"),
     ],
 )
 def test_known_wrong_values_are_rejected_with_the_fix(tmp_path, monkeypatch, env, fragment):
@@ -71,3 +79,22 @@ def test_model_source_ranges_are_normalised_and_a_digest_pins_the_image(tmp_path
                     VLLM_IMAGE="us-docker.pkg.dev/p/r/vllm-tpu@sha256:" + "a" * 64)
     assert settings.model_source_ranges == ["203.0.113.7/32", "10.128.0.0/20"]
     assert settings.vllm_image.endswith("a" * 64) and settings.endpoint_address == "external"
+
+
+def test_the_mcp_identity_may_stand_in_an_id_list(tmp_path, monkeypatch):
+    s = load(tmp_path, monkeypatch, MCP_USER="mcp-local", ADMINS="mcp-local,U0ADMIN")
+    assert s.admins == ["mcp-local", "U0ADMIN"]
+
+
+def test_a_url_password_never_shows_in_the_error(tmp_path, monkeypatch):
+    with pytest.raises(ValidationError) as excinfo:
+        load(tmp_path, monkeypatch, REDIS_URL="tcp://user:hunter22@cache:6379")
+    assert "hunter22" not in error_text(excinfo)
+
+
+def test_an_env_file_named_but_missing_is_refused(tmp_path, monkeypatch):
+    from bot.settings import SettingError
+
+    monkeypatch.setenv("TPUBOT_ENV_FILE", str(tmp_path / "missing.env"))
+    with pytest.raises(SettingError, match="TPUBOT_ENV_FILE=.*missing.env names no file"):
+        Settings.load()

@@ -31,7 +31,7 @@ class Terminal:
         self.log = tmp_path / "shell.log"
         env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_"))}
         env.update({"REDIS_URL": redis_url, "TERM": "xterm", "TPUBOT_SHELL_LOG": str(self.log),
-                    "TPUBOT_ENV_FILE": str(tmp_path / "none.env"), "COLUMNS": "120", "LINES": "40"})
+                    "TPUBOT_ENV_FILE": os.devnull, "COLUMNS": "120", "LINES": "40"})
         env.pop("INPUTRC", None)
         self.master, slave = os.openpty()
         self.process = subprocess.Popen([str(TPUBOT), "shell", "--no-model"], stdin=slave, stdout=slave,
@@ -119,7 +119,7 @@ def test_prompt_editing_history_logs_and_paste(terminal: Terminal) -> None:
     terminal.type("/TPU zones\r")
     terminal.wait_for("Zone scoreboard")
     terminal.type("!help\r")
-    screen = terminal.wait_for("!invite NAME")
+    screen = terminal.wait_for("!invite          invite")
     for command in ("!click", "!user", "!wait", "!kick", "!invite", "!quit"):
         assert command in screen
 

@@ -83,7 +83,7 @@ def test_cli_prints_exactly_the_script_with_settings_applied(tmp_path, monkeypat
     from bot.cli import app
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("TPUBOT_ENV_FILE", str(tmp_path / "none.env"))
+    monkeypatch.setenv("TPUBOT_ENV_FILE", os.devnull)  # no tpu.env: a named file that is missing is an error
     monkeypatch.setenv("VLLM_IMAGE", "vllm/vllm-tpu:v0.33.0")
     monkeypatch.setenv("GCP_PROJECT", "acme-ml")
     from bot.settings import Settings

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import pytest
 from redis.asyncio import Redis
 
@@ -133,7 +134,7 @@ def test_tpubot_zones_prints_the_table_in_search_order(redis_url, tmp_path, monk
 
     asyncio.run(record())
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("TPUBOT_ENV_FILE", str(tmp_path / "none.env"))
+    monkeypatch.setenv("TPUBOT_ENV_FILE", os.devnull)  # no tpu.env: a named file that is missing is an error
     monkeypatch.setenv("REDIS_URL", redis_url)
     monkeypatch.setenv("TPU_ZONES", ",".join(ZONES))
     monkeypatch.setenv("TPU_ZONE", "europe-west4-a")

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli.capacity",
     "bot.cli.processes",
     "bot.cli.sandbox",
+    "bot.cli.dev",
     "bot.cli.doctor",
     "bot.cli.zones",
     "bot.cli.startup",
@@ -69,15 +70,20 @@ def _new_app(module_names: tuple[str, ...]) -> typer.Typer:
         add_completion=False,
         # click's plain help and errors: no boxes that cut options at 80 columns, no `<bool>` type noise.
         rich_markup_mode=None,
+        # No rich traceback: its locals would print the Settings object, secrets and all.
         pretty_exceptions_enable=False,
     )
 
     @new.callback()
     def _root(
+        context: typer.Context,
         _version: Optional[bool] = typer.Option(None, "--version", callback=_show_version, is_eager=True,
                                                 help="Print the version and exit."),
+        debug: bool = typer.Option(False, "--debug", help="Show the traceback of a start-up error, not one line."),
     ) -> None:
         """Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e."""
+        if context.obj is not None:
+            context.obj.debug = debug
 
     for module_name in module_names:
         importlib.import_module(module_name).register(new)
@@ -98,7 +104,9 @@ def __getattr__(name: str) -> typer.Typer:
 
 def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
-    if command in LEAN_COMMANDS:
+    if command in LEAN_COMMANDS:  # reads no settings, so there is no start-up error to shorten
         _new_app((LEAN_COMMANDS[command],))()
-    else:
-        __getattr__("app")()
+        return
+    from bot.cli import errors
+
+    errors.run(__getattr__("app"))

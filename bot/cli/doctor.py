@@ -28,10 +28,15 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
     out = sys.stderr if as_json else sys.stdout
     try:
         settings = Settings.load()
-    except ValidationError as exc:
-        failed = [CheckResult("settings", False, error["msg"].removeprefix("Value error, "),
+    except (ValidationError, ValueError) as exc:
+        from bot.cli.errors import setting_lines
+
+        lines = setting_lines(exc)
+        if not lines:
+            raise
+        failed = [CheckResult("settings", False, line,
                               "correct it in tpu.env or the environment (`tpubot config` shows both)")
-                  for error in exc.errors()]
+                  for line in lines]
         if as_json:
             print_json(_document(failed))
         for check in failed:

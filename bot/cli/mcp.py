@@ -17,12 +17,12 @@ def mcp(list_tools: bool = typer.Option(False, "--list", help="print the tools a
     if list_tools:
         typer.echo(tool_listing())
         return
-    from bot.cli.processes import load_settings
+    from bot.cli.processes import load_settings, start_logging
     from bot.mcp_server import serve_stdio
 
     settings = load_settings()
     # stdout is the protocol channel: every log line goes to stderr.
-    logging.basicConfig(level=logging.WARNING)
+    start_logging(settings, logging.WARNING)
     asyncio.run(serve_stdio(settings))
 
 

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import sys
+from collections.abc import Iterator
 
 import typer
-from pydantic import ValidationError
 
-from bot.settings import Settings
+from bot.settings import SECRET_FIELDS, Settings
+
+log = logging.getLogger("tpubot.process")
 
 
 def register(app: typer.Typer) -> None:
@@ -20,12 +24,31 @@ def register(app: typer.Typer) -> None:
 
 
 def load_settings() -> Settings:
+    """A setting problem propagates to bot/cli/errors.py, which says it in one line (exit 2)."""
+    return Settings.load()
+
+
+def start_logging(settings: Settings, level: int = logging.INFO) -> None:
+    """The one logging setup (bot/logging_setup.py), with this deployment's secrets redacted."""
+    from bot.logging_setup import configure_logging
+
+    configure_logging(level, log_format=settings.log_format, secrets=secret_values(settings))
+
+
+def secret_values(settings: Settings) -> list[str]:
+    return [getattr(settings, name).get_secret_value() for name in SECRET_FIELDS]
+
+
+@contextlib.contextmanager
+def sigterm_exits_cleanly() -> Iterator[None]:
+    """uvicorn re-raises the SIGTERM it handled once it has shut down; with the default handler
+    that kills the process before its `finally` blocks run (the embedded Redis stayed behind).
+    This handler turns it into SystemExit(0), so they do."""
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     try:
-        return Settings.load()
-    except ValidationError as exc:
-        for error in exc.errors():
-            typer.echo(f"invalid setting: {error['msg'].removeprefix('Value error, ')}", err=True)
-        raise typer.Exit(code=2)
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def _require(settings: Settings, *names: str) -> None:
@@ -40,31 +63,35 @@ def _redis_url(settings: Settings):
 
     endpoint = ensure_redis(settings.redis_url)
     if endpoint.embedded:
-        typer.echo(f"REDIS_URL is unset: using an embedded Redis at {endpoint.url} (single process only).", err=True)
+        log.warning("REDIS_URL is unset: using an embedded Redis at %s (single process only; "
+                    "`tpubot dev` shares one between processes)", endpoint.url)
     return endpoint
 
 
 def serve(port: int = typer.Option(0, help="port (default: PORT setting)"), host: str = "0.0.0.0") -> None:
-    import uvicorn
-
-    from bot.web import create_web_app
+    from bot.web import run_web_server
 
     settings = load_settings()
     _require(settings, "slack_signing_secret", "slack_bot_token")
-    logging.basicConfig(level=logging.INFO)
+    start_logging(settings)
     endpoint = _redis_url(settings)
     try:
-        uvicorn.run(create_web_app(settings, redis_url=endpoint.url, own_process=True), host=host, port=port or settings.port,
-                    log_level="warning")
+        with sigterm_exits_cleanly():
+            run_web_server(settings, redis_url=endpoint.url, host=host, port=port or settings.port)
     finally:
         endpoint.stop()
 
 
-def worker() -> None:
+def worker(
+    metrics_port: int = typer.Option(0, "--metrics-port",
+                                     help="serve this worker's Prometheus /metrics on this port (default: WORKER_METRICS_PORT)"),
+) -> None:
     from bot.worker import build_worker
 
     settings = load_settings()
-    logging.basicConfig(level=logging.INFO)
+    if metrics_port:
+        settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
+    start_logging(settings)
     endpoint = _redis_url(settings)
     try:
         build_worker(settings, redis_url=endpoint.url).run()
@@ -85,7 +112,7 @@ def socket_mode() -> None:
         typer.echo(f"SLACK_APP_TOKEN starts with {app_token.split('-', 1)[0]!r}, but Socket Mode needs an app-level "
                    f"token: {APP_TOKEN_FIX}", err=True)
         raise typer.Exit(code=2)
-    logging.basicConfig(level=logging.INFO)
+    start_logging(settings)
     endpoint = _redis_url(settings)
 
     async def run() -> None:
@@ -138,5 +165,5 @@ def shell(
 
     settings = load_settings()
     log_path = shell_log_path()
-    log_to_file(log_path)
+    log_to_file(log_path, logging.WARNING, secrets=secret_values(settings))
     raise typer.Exit(code=run_shell(settings, sys.stdin, sys.stdout, model=not no_model, log_path=str(log_path)))

@@ -37,6 +37,7 @@ def run_sandbox(
                "requests are NOT checked against Google's schemas (pip install google-api-python-client)")
     typer.echo("Use it with: " + "  ".join(f"{key.upper()}={value}" for key, value in cloud.endpoint_overrides().items())
                + "  (Ctrl-C stops it)")
+    typer.echo("For serve + worker on one Redis with every sandbox (TPU, Logging, Slack, model): tpubot dev")
     stopped = threading.Event()
     try:
         while not stopped.wait(timeout=3600):

@@ -1,0 +1,179 @@
+"""Real `tpubot serve` and `tpubot worker` processes through a 5-second Redis outage (a managed
+failover or a maintenance restart): both stay up, /readyz says not-ready meanwhile and ready
+after, work queued before the outage is done after it, and every log line is JSON without the
+bot token."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from arq.jobs import Job, JobStatus
+from waiting import wait_until
+
+from bot.local_stack import free_port
+from bot.wiring import arq_pool
+from infra.jobs import QUEUE_NAME, JobQueue
+from infra.sandbox.slack_api import SlackApiSandbox
+from infra.sandbox.slack_requests import SlackRequests
+from infra.sandbox.tpu_api import TpuSandbox
+from infra.state.redis_server import RestartableRedis
+
+TPUBOT = Path(sys.executable).with_name("tpubot")
+OUTAGE_SECONDS = 5.0
+CHANNEL = "C0FAILOVER"
+ALICE = "UALICE"
+
+
+def _status(url: str) -> int:
+    try:
+        return httpx.get(url, timeout=2).status_code
+    except httpx.HTTPError:
+        return 0
+
+
+class Processes:
+    def __init__(self, tmp_path: Path, redis_url: str) -> None:
+        self.tpu = TpuSandbox()
+        self.slack = SlackApiSandbox(token="xoxb-failover-" + secrets.token_hex(12))
+        self.secret = secrets.token_hex(16)
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "LOG_"))}
+        env.update(REDIS_URL=redis_url, TPU_API_ENDPOINT=self.tpu.start(), SLACK_API_URL=self.slack.start(),
+                   SLACK_BOT_TOKEN=self.slack.token, SLACK_SIGNING_SECRET=self.secret, POLL_INTERVAL="0.2s",
+                   JOB_TIMEOUT="8s", LOCK_TTL="5s")
+        self.port = free_port()
+        self.logs = {name: tmp_path / f"{name}.log" for name in ("web", "worker")}
+        commands = {"web": ["serve", "--port", str(self.port), "--host", "127.0.0.1"], "worker": ["worker"]}
+        self.procs = {name: subprocess.Popen([str(TPUBOT), *command], env=env, cwd=tmp_path,
+                                             stdout=self.logs[name].open("wb"), stderr=subprocess.STDOUT)
+                      for name, command in commands.items()}
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.requests = SlackRequests(f"{self.url}/slack/events", self.secret,
+                                      response_url_factory=self.slack.response_url)
+
+    def log_lines(self, name: str) -> list[str]:
+        return [line for line in self.logs[name].read_text(encoding="utf-8").splitlines() if line.strip()]
+
+    def stop(self) -> dict[str, int]:
+        self.requests.close()
+        codes = {}
+        for name, proc in self.procs.items():
+            if proc.poll() is None:
+                proc.terminate()
+            try:
+                codes[name] = proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                codes[name] = proc.wait()
+        self.slack.stop()
+        self.tpu.stop()
+        return codes
+
+
+@pytest.fixture
+def failover(tmp_path):
+    redis = RestartableRedis(free_port(), str(tmp_path / "redis")).start()
+    processes = Processes(tmp_path, redis.url)
+    try:
+        yield redis, processes
+    finally:
+        processes.stop()
+        redis.stop()
+
+
+def _queue_deferred_job(redis_url: str, job_id: str, seconds: float) -> None:
+    async def queue() -> None:
+        pool = await arq_pool(redis_url)
+        try:
+            from datetime import timedelta
+
+            # An idle check of a lease that is gone: a real job that reads Redis and finishes.
+            assert await JobQueue(pool, queue_name=QUEUE_NAME).enqueue(
+                "check_idle", job_id=job_id, defer_by=timedelta(seconds=seconds),
+                team="T0SANDBOX", channel="C0GONE", lease_id="L-gone")
+        finally:
+            await pool.aclose()
+
+    asyncio.run(queue())
+
+
+def _job_status(redis_url: str, job_id: str) -> tuple[JobStatus, bool | None]:
+    async def read() -> tuple[JobStatus, bool | None]:
+        pool = await arq_pool(redis_url)
+        try:
+            job = Job(job_id, pool, _queue_name=QUEUE_NAME)
+            info = await job.result_info()
+            return await job.status(), (info.success and info.result == "stopped: lease gone" if info else None)
+        finally:
+            await pool.aclose()
+
+    return asyncio.run(read())
+
+
+def test_serve_and_worker_ride_out_a_five_second_redis_outage(failover):
+    redis, procs = failover
+    wait_until(lambda: _status(f"{procs.url}/readyz") == 200, timeout=60, what="web ready")
+    wait_until(lambda: any("Starting worker" in line for line in procs.log_lines("worker")), timeout=60,
+               what="worker started")
+
+    # Work queued before the outage: a /tpu up (its provisioning spans the outage) and a job due
+    # in the middle of it.
+    assert procs.requests.slash("up", user=ALICE, channel=CHANNEL).status == 200
+    _queue_deferred_job(redis.url, "queued-before-outage", seconds=OUTAGE_SECONDS / 2)
+
+    redis.stop()
+    outage_started = time.monotonic()
+    wait_until(lambda: _status(f"{procs.url}/readyz") == 503, timeout=5, what="/readyz reports the outage")
+    assert _status(f"{procs.url}/healthz") == 200
+    time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - outage_started)))  # the outage itself
+    assert all(proc.poll() is None for proc in procs.procs.values()), "a process exited during the outage"
+    redis.start()
+
+    wait_until(lambda: _status(f"{procs.url}/readyz") == 200, timeout=30, what="/readyz back to 200")
+    assert wait_until(lambda: _job_status(redis.url, "queued-before-outage") == (JobStatus.complete, True),
+                      timeout=60, what="the job queued before the outage ran")
+    wait_until(lambda: any("ACTIVE" in str(c.body.get("blocks")) for c in procs.slack.calls_to("chat.update")),
+               timeout=90, what="the lease requested before the outage became ACTIVE")
+    assert len(procs.tpu.queued_resources()) == 1
+    assert "ACTIVE" in procs.requests.slash("status", user=ALICE, channel=CHANNEL).text
+    assert all(proc.poll() is None for proc in procs.procs.values()), "a process exited after the outage"
+
+    codes = procs.stop()
+    assert codes == {"web": 0, "worker": 0}, codes
+    worker_lines, web_lines = procs.log_lines("worker"), procs.log_lines("web")
+    assert any("Redis is unreachable" in line for line in worker_lines)
+    assert any("Redis is back" in line for line in worker_lines)
+    assert any("listening on http://127.0.0.1" in line for line in web_lines)
+    for line in worker_lines + web_lines:
+        entry = json.loads(line)  # every line a JSON object, tracebacks included
+        assert {"time", "level", "logger", "message", "request_id", "lease_id"} <= entry.keys()
+        assert procs.slack.token not in line and procs.secret not in line
+
+
+def test_serve_stops_its_embedded_redis_on_sigterm(tmp_path):
+    import re
+    import signal
+    import socket
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "REDIS_", "LOG_"))}
+    env.update(TPUBOT_ENV_FILE=os.devnull, SLACK_BOT_TOKEN="xoxb-embedded-" + secrets.token_hex(8),
+               SLACK_SIGNING_SECRET=secrets.token_hex(16))
+    port, log = free_port(), tmp_path / "web.log"
+    web = subprocess.Popen([str(TPUBOT), "serve", "--port", str(port), "--host", "127.0.0.1"], env=env, cwd=tmp_path,
+                           stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    try:
+        wait_until(lambda: _status(f"http://127.0.0.1:{port}/readyz") == 200, timeout=60)
+        redis_port = int(re.search(r"embedded Redis at redis://127\.0\.0\.1:(\d+)", log.read_text()).group(1))
+    finally:
+        web.send_signal(signal.SIGTERM)
+        assert web.wait(timeout=30) == 0
+    with socket.socket() as sock:
+        assert sock.connect_ex(("127.0.0.1", redis_port)) != 0, "the embedded Redis outlived `tpubot serve`"

@@ -1,0 +1,75 @@
+"""Misconfiguration at start-up, as an operator meets it: the real `tpubot` command prints one
+line naming the variable, the problem and the fix, exits 2, and shows no traceback unless
+`--debug` asks for it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bot.local_stack import free_port
+
+TPUBOT = Path(sys.executable).with_name("tpubot")
+SLACK = {"SLACK_BOT_TOKEN": "xoxb-startup-errors-0000", "SLACK_SIGNING_SECRET": "startup-errors-secret"}
+
+
+def dead_redis() -> str:
+    return f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+
+
+# (command, environment, what the one line must say)
+CASES = [
+    (["zones"], {"REDIS_URL": "notaurl"}, ["REDIS_URL=notaurl", "redis://localhost:6379/0"]),
+    (["zones"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=redis://127.0.0.1:", "start it"]),
+    (["doctor"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
+    (["reconcile"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
+    (["shell"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
+    (["worker"], {"REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "1s"}, ["cannot reach Redis at REDIS_URL="]),
+    (["config"], {"TPU_LABELS": "notjson"}, ["TPU_LABELS is not valid JSON", "TPU_LABELS='{"]),
+    (["zones"], {"TPU_LABELS": "notjson"}, ["TPU_LABELS is not valid JSON"]),
+    (["serve"], {**SLACK, "REDIS_URL": "http://localhost:6379"}, ["REDIS_URL=http://localhost:6379", "redis://"]),
+    (["serve"], {**SLACK, "PORT": "abc"}, ["PORT=abc is not a whole number", "PORT=3000"]),
+    (["serve"], {**SLACK, "PORT": "99999"}, ["PORT=99999 is not a TCP port", "1-65535"]),
+    (["worker"], {"ALERT_LEAD_TIMES": "banana"}, ["ALERT_LEAD_TIMES=banana", "write it like"]),
+    (["serve"], {**SLACK, "ADMINS": "alice bob"}, ["ADMINS=alice bob", "not a Slack user id", "ADMINS=U012ABCDEF,"]),
+    (["config"], {"TPUBOT_ENV_FILE": "/nonexistent/tpu.env"}, ["TPUBOT_ENV_FILE=/nonexistent/tpu.env names no file"]),
+    (["serve"], {**SLACK, "SLACK_API_URL": "slack.com/api"}, ["SLACK_API_URL=slack.com/api", "http://"]),
+]
+
+
+def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    base = {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLACK_", "GCP_", "TPU_", "REDIS_", "PORT", "ADMINS", "ALERT_", "LOG_"))}
+    base["TPUBOT_ENV_FILE"] = os.devnull
+    return subprocess.run([str(TPUBOT), *args], env={**base, **env}, cwd=cwd, capture_output=True, text=True,
+                          stdin=subprocess.DEVNULL, timeout=90)
+
+
+@pytest.mark.parametrize("args,env,fragments", CASES, ids=[f"{c[0][0]}-{'-'.join(c[1])}" for c in CASES])
+def test_a_misconfiguration_is_one_line_naming_the_variable_and_the_fix(args, env, fragments, tmp_path):
+    result = run(args, env, tmp_path)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert "Traceback" not in result.stderr + result.stdout
+    ours = [line for line in result.stderr.splitlines() if line.startswith("tpubot: ")]
+    assert len(ours) == 1, result.stderr
+    for fragment in fragments:
+        assert fragment in ours[0]
+    for secret in SLACK.values():
+        assert secret not in result.stderr + result.stdout
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = run(["--debug", "zones"], {"REDIS_URL": dead_redis()}, tmp_path)
+    assert result.returncode == 1
+    assert "ConnectionError" in result.stderr and "Traceback" in result.stderr
+
+
+def test_a_missing_named_env_file_is_refused_but_an_existing_one_is_read(tmp_path):
+    env_file = tmp_path / "ops.env"
+    env_file.write_text("PORT=abc\n")
+    result = run(["config"], {"TPUBOT_ENV_FILE": str(env_file)}, tmp_path)
+    assert result.returncode == 2 and "PORT=abc is not a whole number" in result.stderr
