@@ -21,9 +21,11 @@ from bot.logging_setup import request_id
 from bot.settings import Settings
 from bot.wiring import build_services, slack_client_from, slack_http_session
 from handlers.payload_guard import form_bolt_misreads, interaction_body, malformed_reason
-from handlers.slack_app import build_bolt_app
+from handlers.slack_app import SingleFlightAuthorize, build_bolt_app
 
 log = logging.getLogger(__name__)
+# How long start-up waits for auth.test before serving anyway (a request then retries it).
+AUTH_WARM_TIMEOUT = 5.0
 
 
 def settle_heap() -> None:
@@ -56,10 +58,12 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
         # bolt's own client has no shared session: bolt deep-copies each request, client included,
         # for its lazy listeners, and an aiohttp session cannot be copied. Listeners make few
         # Slack calls of their own; the services' client (notifier, directory) keeps the session.
-        bolt = build_bolt_app(
-            services, client=slack_client_from(settings),
-            signing_secret=settings.slack_signing_secret.get_secret_value(),
-        )
+        bolt_client = slack_client_from(settings)
+        authorize = SingleFlightAuthorize(bolt_client)
+        bolt = build_bolt_app(services, client=bolt_client, authorize=authorize,
+                              signing_secret=settings.slack_signing_secret.get_secret_value())
+        # auth.test now, not in the first request before its ack (Slack allows 3 s for it).
+        await authorize.warm(timeout=AUTH_WARM_TIMEOUT)
         state.update(bolt=bolt, handler=AsyncSlackRequestHandler(bolt), redis=redis, services=services,
                      verifier=SignatureVerifier(settings.slack_signing_secret.get_secret_value() or "unset"))
         if own_process:

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import logging
 
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import Services
+
+log = logging.getLogger(__name__)
 
 # Each module exposes register(app, services); adding a surface is one line here.
 LISTENER_MODULES: tuple[str, ...] = (
@@ -31,31 +34,51 @@ LISTENER_MODULES: tuple[str, ...] = (
 )
 
 
-def single_flight_authorize(client: AsyncWebClient):
+class SingleFlightAuthorize:
     """auth.test once per process, shared by every request.
 
     bolt's default single-team authorization calls auth.test lazily from each request until
     the first answer arrives, so a cold burst of N requests makes N auth.test calls (rate
-    limited, and each holds its ack). One lock, one call, one cached result.
+    limited, and each holds its ack). One lock, one call, one cached result — and `warm()` lets
+    the web process make that call at start-up, so no request waits on Slack before its ack.
     """
-    lock = asyncio.Lock()
-    cached: list[AuthorizeResult] = []
 
-    async def authorize(**_: object) -> AuthorizeResult:
-        if not cached:
-            async with lock:
-                if not cached:
-                    response = await client.auth_test()
-                    cached.append(AuthorizeResult.from_auth_test_response(
-                        auth_test_response=response, bot_token=client.token, user_token=None))
-        return cached[0]
+    def __init__(self, client: AsyncWebClient) -> None:
+        self._client = client
+        self._lock = asyncio.Lock()
+        self._cached: AuthorizeResult | None = None
 
-    return authorize
+        # bolt passes an authorize function the context values its parameters name, so it gets a
+        # plain function (a bound method's `self` would be one of them).
+        async def for_bolt(**_: object) -> AuthorizeResult:
+            return await self.result()
+
+        self.for_bolt = for_bolt
+
+    async def result(self) -> AuthorizeResult:
+        if self._cached is None:
+            async with self._lock:
+                if self._cached is None:
+                    response = await self._client.auth_test()
+                    self._cached = AuthorizeResult.from_auth_test_response(
+                        auth_test_response=response, bot_token=self._client.token, user_token=None)
+        return self._cached
+
+    async def warm(self, timeout: float) -> bool:
+        """Authorize now; False (the first request then does it) when Slack does not answer in time."""
+        try:
+            await asyncio.wait_for(self.result(), timeout)
+            return True
+        except Exception as error:  # start-up goes on: a later request retries auth.test
+            log.warning("auth.test at start-up failed (%s: %s); the first request will retry it",
+                        type(error).__name__, error)
+            return False
 
 
-def build_bolt_app(services: Services, *, client: AsyncWebClient, signing_secret: str) -> AsyncApp:
+def build_bolt_app(services: Services, *, client: AsyncWebClient, signing_secret: str,
+                   authorize: SingleFlightAuthorize | None = None) -> AsyncApp:
     app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=True,
-                   authorize=single_flight_authorize(client))
+                   authorize=(authorize or SingleFlightAuthorize(client)).for_bolt)
     for module_name in LISTENER_MODULES:
         importlib.import_module(module_name).register(app, services)
     return app
