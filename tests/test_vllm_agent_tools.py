@@ -10,12 +10,10 @@ Each case is replayed non-streaming and streamed token by token.
 from __future__ import annotations
 
 import pytest
-from openai import OpenAI
 
 from agent.llm.prompt import model_tools
-from infra.sandbox.vllm import LatencyModel, VllmEmulator
 from infra.sandbox.vllm.tokens import split_tokens
-from vllm_replay import expected, replay_non_streaming, replay_streaming
+from vllm_replay import client, emu, expected, replay_non_streaming, replay_streaming  # noqa: F401 (fixtures)
 
 Q = '<|"|>'
 
@@ -64,18 +62,6 @@ def as_case(case_id, raw, finish, has_tools, whole, streamed) -> dict:
 
 
 REPLAYED = [as_case(*c) for c in CASES]
-
-
-@pytest.fixture(scope="module")
-def emu():
-    with VllmEmulator(latency=LatencyModel.instant()) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def client(emu):
-    with OpenAI(base_url=emu.base_url, api_key="x", max_retries=0) as c:
-        yield c
 
 
 @pytest.mark.parametrize("case", REPLAYED, ids=[c["id"] for c in REPLAYED])

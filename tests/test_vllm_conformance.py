@@ -12,10 +12,8 @@ import json
 from pathlib import Path
 
 import pytest
-from openai import OpenAI
 
-from infra.sandbox.vllm import LatencyModel, VllmEmulator
-from vllm_replay import expected, replay_non_streaming, replay_streaming
+from vllm_replay import client, emu, expected, replay_non_streaming, replay_streaming  # noqa: F401 (fixtures)
 
 CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "vllm-0.33-gemma4-parser.json"
 if not CONFORMANCE.exists():
@@ -31,18 +29,6 @@ def _load() -> dict:
 DATA = _load()
 CASES = [c for c in DATA["cases"] if c["tools"] in DATA["tool_sets"]]
 pytestmark = pytest.mark.skipif(not CASES, reason=f"conformance file absent: {CONFORMANCE}")
-
-
-@pytest.fixture(scope="module")
-def emu():
-    with VllmEmulator(latency=LatencyModel.instant()) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def client(emu):
-    with OpenAI(base_url=emu.base_url, api_key="x", max_retries=0) as c:
-        yield c
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])

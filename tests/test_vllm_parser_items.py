@@ -9,10 +9,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from openai import OpenAI
 
-from infra.sandbox.vllm import LatencyModel, Turn, VllmEmulator
-from vllm_replay import replay_non_streaming, replay_streaming
+from vllm_replay import client, emu, replay_non_streaming, replay_streaming  # noqa: F401 (fixtures)
 
 Q = '<|"|>'
 
@@ -32,18 +30,6 @@ TYPED = _fn("typed", {
 })
 WEATHER = _fn("get_weather", {"location": {"type": "string"}})
 SEARCH = _fn("search", {"query": {"type": "string"}, "limit": {"type": "integer"}})
-
-
-@pytest.fixture(scope="module")
-def emu():
-    with VllmEmulator(latency=LatencyModel.instant()) as e:
-        yield e
-
-
-@pytest.fixture(scope="module")
-def client(emu):
-    with OpenAI(base_url=emu.base_url, api_key="x", max_retries=0) as c:
-        yield c
 
 
 def case(raw: str, chunks: list[str] | None = None, finish: str = "stop", **extra) -> dict:

@@ -10,11 +10,25 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from openai import OpenAI
 
-from infra.sandbox.vllm import Turn, VllmEmulator
+from infra.sandbox.vllm import LatencyModel, Turn, VllmEmulator
 
 USER = [{"role": "user", "content": "hello"}]
+
+
+# One emulator and one real openai client per test module (import both fixtures by name).
+@pytest.fixture(scope="module")
+def emu():
+    with VllmEmulator(latency=LatencyModel.instant()) as e:
+        yield e
+
+
+@pytest.fixture(scope="module")
+def client(emu):
+    with OpenAI(base_url=emu.base_url, api_key="x", max_retries=0) as c:
+        yield c
 
 
 def _turn(case: dict[str, Any]) -> Turn:
