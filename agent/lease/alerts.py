@@ -60,3 +60,13 @@ async def post_once(alerting: Alerting, alert: Alert) -> bool:
 def alert_kind(alert: Alert) -> str:
     """The marker without its per-lease numbers (idle-1764460000 → idle): a bounded label set."""
     return re.sub(r"[-:]?\d+[a-z]?$", "", alert.marker) or alert.marker
+
+
+def span(seconds: float) -> str:
+    """A duration as alerts say it: `1h05m`, `12 min`, `40 s`."""
+    seconds = max(0, int(round(seconds)))
+    if seconds >= 3600:
+        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60} min"
+    return f"{seconds} s"

@@ -148,7 +148,7 @@ async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> str:
     cost = receipts.cost_so_far(alerting, svc.policy.accelerator_type, lease, now)
     late = alerts.late_by(alerting, due, now)
     alert = Alert(
-        lease=lease, marker=kind, title=f"TPU in {lease.zone} expires in {_minutes(left)}",
+        lease=lease, marker=kind, title=f"TPU in {lease.zone} expires in {alerts.span(left)}",
         body=(f"The flex-start TPU of this channel (`{lease.qr_id}`, lease `{lease.lease_id}`) is deleted by "
               f"Google Cloud at *{_clock(lease.deadline)}*. Save what you need; it cannot be extended."),
         mentions=await alerts.mentions_for(alerting, lease), ack_kind=ACK_DEADLINE, late_by=late,
@@ -201,11 +201,3 @@ async def expire_lease(svc: "Services", lease: Lease, *, cause: str, qr_state: s
 def _clock(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
 
-
-def _minutes(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"

@@ -94,9 +94,9 @@ async def _warn_or_tear_down(svc: "Services", lease: Lease, idle: float, idle_si
     if not warned_before:
         left = max(0.0, limit - idle)
         await alerts.post_once(alerting, Alert(
-            lease=lease, marker=marker, title=f"Idle TPU in {lease.zone}: tear down in {_span(left)}",
-            body=(f"Nobody has used the model on `{lease.qr_id}` for {_span(idle)}. Unless it gets a request, "
-                  f"it is torn down after {_span(limit)} idle. *Acknowledge* keeps it until its deadline."),
+            lease=lease, marker=marker, title=f"Idle TPU in {lease.zone}: tear down in {alerts.span(left)}",
+            body=(f"Nobody has used the model on `{lease.qr_id}` for {alerts.span(idle)}. Unless it gets a request, "
+                  f"it is torn down after {alerts.span(limit)} idle. *Acknowledge* keeps it until its deadline."),
             mentions=await alerts.mentions_for(alerting, lease), ack_kind=ACK_IDLE,
             cost_so_far=receipts.cost_so_far(alerting, svc.policy.accelerator_type, lease, now),
         ))
@@ -109,7 +109,7 @@ async def _warn_or_tear_down(svc: "Services", lease: Lease, idle: float, idle_si
 
 async def tear_down_idle(svc: "Services", lease: Lease, idle: float) -> bool:
     """Hand the lease to the teardown job (the same one `/tpu down` uses)."""
-    note = f"Nobody used the model for {_span(idle)}: torn down automatically (IDLE_TEARDOWN_MINUTES)"
+    note = f"Nobody used the model for {alerts.span(idle)}: torn down automatically (IDLE_TEARDOWN_MINUTES)"
     updated = await svc.leases.update(lease, state=LeaseState.TEARING_DOWN, torn_down_by="", detail=note)
     if updated is None:
         return False
@@ -126,11 +126,3 @@ async def tear_down_idle(svc: "Services", lease: Lease, idle: float) -> bool:
                            outcome="requested", detail=lease.lease_id)
     return True
 
-
-def _span(seconds: float) -> str:
-    seconds = max(0, int(round(seconds)))
-    if seconds >= 3600:
-        return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60} min"
-    return f"{seconds} s"
