@@ -80,3 +80,90 @@ def test_escape_bytes_in_a_log_line_are_shown_not_sent_to_the_terminal():
     result = CliRunner().invoke(_app(), ["digest", "-"], input="ERROR \x1b[31mred\x1b[0m failed\n")
     assert result.exit_code == 0, result.output
     assert "\x1b" not in result.output and "\\x1b[31mred" in result.output
+
+
+# --- the lean door: `tpubot digest` as a process, without typer --------------------------------
+
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from bot.cli.digest import lean_parser, parse_lean  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+# Prints, after the command ran, which of the heavy packages it loaded.
+_TPUBOT = ("import atexit, sys\n"
+           "atexit.register(lambda: sys.stderr.write('LOADED ' + ' '.join(sorted(m for m in ('typer', 'pydantic', "
+           "'click', 'slack_sdk', 'google') if m in sys.modules)) + '\\n'))\n"
+           "sys.argv[0] = 'tpubot'\nfrom bot.cli import main\nmain()\n")
+
+
+def _tpubot(*args: str, stdin: bytes = b"") -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", _TPUBOT, *args], input=stdin, capture_output=True, cwd=REPO,
+                          timeout=60, check=False)
+
+
+def _loaded(done: subprocess.CompletedProcess) -> str:
+    return done.stderr.decode().rsplit("LOADED", 1)[1].strip()
+
+
+def test_both_doors_take_the_same_options():
+    from typer.main import get_command
+
+    command = get_command(_app()).commands["digest"]
+    typer_options = {
+        (tuple(param.opts), param.default if param.default is not None else None)
+        for param in command.params if param.param_type_name == "option" and param.name != "help"
+    }
+    lean_options = {
+        (tuple(action.option_strings), action.default)
+        for action in lean_parser()._actions if action.option_strings
+    }
+    assert lean_options == typer_options
+    (argument,) = [param for param in command.params if param.param_type_name == "argument"]
+    assert parse_lean([]).source == argument.default == "-"
+
+
+@pytest.mark.parametrize("argv", [
+    ["{log}"], ["{log}", "--budget", "300"], ["--budget=300", "--json", "{log}"], ["{gz}", "--json"], ["-"],
+    ["{log}", "--budget", "5"], ["{tmp}"], ["{tmp}/missing.log"],
+])
+def test_the_lean_door_answers_as_typer_does_and_loads_neither_typer_nor_pydantic(tmp_path, argv):
+    log = tmp_path / "worker.log"
+    log.write_text(LOG)
+    (tmp_path / "worker.log.gz").write_bytes(gzip.compress(LOG.encode()))
+    argv = [arg.format(log=log, gz=tmp_path / "worker.log.gz", tmp=tmp_path) for arg in argv]
+    lean = _tpubot("digest", *argv, stdin=LOG.encode())
+    assert _loaded(lean) == ""
+    through_typer = CliRunner().invoke(_app(), ["digest", *argv], input=LOG)
+    assert lean.returncode == through_typer.exit_code
+    assert lean.stdout.decode() == through_typer.stdout
+    assert lean.stderr.decode().rsplit("LOADED", 1)[0] == through_typer.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["--bogus"], ["--budget", "many"], ["a.log", "b.log"]])
+def test_help_and_bad_command_lines_get_typers_answer(argv):
+    done = _tpubot("digest", *argv)
+    assert "typer" in _loaded(done)
+    if argv == ["--help"]:
+        assert done.returncode == 0 and "Usage: tpubot digest [OPTIONS] [FILE]" in done.stdout.decode()
+    else:
+        assert done.returncode == 2 and "Try 'tpubot digest --help' for help." in done.stderr.decode()
+        assert "usage: tpubot digest" not in done.stderr.decode()  # argparse said nothing of its own
+
+
+def test_a_reader_that_stops_early_ends_the_digest_quietly(tmp_path):
+    # 6,000 events (distinct first words) and a budget that shows them all: far more output
+    # than a pipe buffers, so the digest is still writing when `head` closes the pipe.
+    words = ["".join(chr(97 + (n // 26 ** k) % 26) for k in range(4)) for n in range(6_000)]
+    log = tmp_path / "events.log"
+    log.write_text("".join(f"{word} handler failed on request\n" for word in words))
+    (tmp_path / "tpubot.py").write_text(_TPUBOT)
+    script = f"{sys.executable} {tmp_path / 'tpubot.py'} digest {log} --budget 400000 | head -n 1"
+    done = subprocess.run(["bash", "-c", script], capture_output=True, cwd=REPO, timeout=60)
+    assert done.stdout.decode().startswith("Log digest: 6000 lines, 6000 templates")
+    full = _tpubot("digest", str(log), "--budget", "400000")
+    assert len(full.stdout) > 256 * 1024  # a pipe buffers 64 KiB
+    assert "Traceback" not in done.stderr.decode() and "BrokenPipe" not in done.stderr.decode()

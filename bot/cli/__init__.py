@@ -1,5 +1,9 @@
 """The `tpubot` command line: one module per command group, each exposing `register(app)`;
-this file only assembles them into the typer app.
+`bot/cli/app.py` assembles them into the typer app.
+
+This package's own import loads nothing but the standard library: a lean command
+(`tpubot digest`) runs without typer or pydantic, which would cost more memory than streaming
+a million-line log does.
 
 May import the rest of `bot/` (settings, wiring, the processes) and, through them, everything below.
 """
@@ -8,104 +12,38 @@ from __future__ import annotations
 
 import importlib
 import sys
-from importlib.metadata import PackageNotFoundError, version
-from typing import Optional
+from typing import Any
 
-import typer
-from typer.core import TyperCommand
-
-# One line per command module; a module's `register(app)` adds its commands.
-COMMAND_MODULES: tuple[str, ...] = (
-    "bot.cli.config",
-    "bot.cli.digest",
-    "bot.cli.capacity",
-    "bot.cli.processes",
-    "bot.cli.sandbox",
-    "bot.cli.dev",
-    "bot.cli.doctor",
-    "bot.cli.zones",
-    "bot.cli.startup",
-    "bot.cli.reconcile",
-    "bot.cli.mcp",
-    "bot.cli.docs",
-    "bot.cli.spend",
-)
-# Commands that run with only their own module loaded: `tpubot digest` streams logs of any size
-# in a few MB and should not pay for the Slack and GCP clients the others import (~30 MB).
+# Commands that take their common invocations without typer (see `run_lean` in their module);
+# a `None` from `run_lean` (`--help`, an option it does not take exactly) goes to typer.
 LEAN_COMMANDS: dict[str, str] = {"digest": "bot.cli.digest"}
 
 
-class PlainCommand(TyperCommand):
-    """A command whose help names each option's value as a word (`--hours HOURS`), not a type
-    (`<float>`), and whose summary in `tpubot --help` is never cut short."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        for param in self.params:
-            # typer's options are not click.Option subclasses: tell them by their is_flag attribute.
-            if getattr(param, "is_flag", True) is False and param.metavar is None:
-                param.metavar = (param.name or "value").upper()
-            elif param.param_type_name == "argument":
-                param.display_type_rich = lambda ctx: None  # the metavar (FILE) says it; `<str>` adds nothing
-
-
-def package_version() -> str:
-    try:
-        return version("tpubot")
-    except PackageNotFoundError:  # running from a checkout that was never installed
-        return "unknown"
-
-
-def _show_version(value: bool) -> None:
-    if value:
-        typer.echo(f"tpubot {package_version()}")
-        raise typer.Exit()
-
-
-def _new_app(module_names: tuple[str, ...]) -> typer.Typer:
-    new = typer.Typer(
-        name="tpubot",
-        help="Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e.",
-        no_args_is_help=True,
-        add_completion=False,
-        # click's plain help and errors: no boxes that cut options at 80 columns, no `<bool>` type noise.
-        rich_markup_mode=None,
-        # No rich traceback: its locals would print the Settings object, secrets and all.
-        pretty_exceptions_enable=False,
-    )
-
-    @new.callback()
-    def _root(
-        context: typer.Context,
-        _version: Optional[bool] = typer.Option(None, "--version", callback=_show_version, is_eager=True,
-                                                help="Print the version and exit."),
-        debug: bool = typer.Option(False, "--debug", help="Show the traceback of a start-up error, not one line."),
-    ) -> None:
-        """Slack chat-ops for a Gemma 4 endpoint on a flex-start Cloud TPU v5e."""
-        if context.obj is not None:
-            context.obj.debug = debug
-
-    for module_name in module_names:
-        importlib.import_module(module_name).register(new)
-    for command in new.registered_commands:
-        command.cls = PlainCommand
-        command.short_help = command.short_help or command.help
-    return new
-
-
-def __getattr__(name: str) -> typer.Typer:
+def __getattr__(name: str) -> Any:
     # `bot.cli.app`, every command registered, is built on first use (PEP 562) so that
     # importing this package for a lean command loads nothing else.
     if name == "app":
-        globals()["app"] = built = _new_app(COMMAND_MODULES)
+        from bot.cli.app import new_app
+
+        globals()["app"] = built = new_app()
         return built
+    if name == "package_version":
+        from bot.cli.app import package_version
+
+        return package_version
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command in LEAN_COMMANDS:  # reads no settings, so there is no start-up error to shorten
-        _new_app((LEAN_COMMANDS[command],))()
+        module = importlib.import_module(LEAN_COMMANDS[command])
+        code = module.run_lean(sys.argv[2:])
+        if code is not None:
+            sys.exit(code)
+        from bot.cli.app import new_app
+
+        new_app((LEAN_COMMANDS[command],))()
         return
     from bot.cli import errors
 
