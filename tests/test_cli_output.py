@@ -154,12 +154,13 @@ def test_bench_json_keys_are_the_documented_ones():
 def test_version_and_help_without_type_noise():
     version = CliRunner().invoke(app, ["--version"])
     assert version.exit_code == 0 and version.output == f"tpubot {package_version()}\n"
-    for command in ("bench", "capacity", "cost", "digest", "shell", "zones"):
+    for command in ("bench", "capacity", "cost", "digest", "shell", "zones", "serve", "worker"):
         text = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "80"}).output
         assert not re.search(r"<(str|bool|int|float|path)[^>]*>", text), text
         assert not re.search(r"\d\.\d{5,}", text), text  # defaults as a person writes them
         assert not re.search(r"default: \(", text), text  # click wraps a string default in parentheses
         assert "…" not in text
+        assert "[default: 0]" not in text  # 0 standing for "unset" is not a default a person would write
     assert "8.97" in CliRunner().invoke(app, ["capacity", "--help"]).output
     summary = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "80"}).output
     commands = summary.split("Commands:")[1]

@@ -8,6 +8,7 @@ import logging
 import signal
 import sys
 from collections.abc import Iterator
+from typing import Optional
 
 import typer
 
@@ -68,7 +69,11 @@ def _redis_url(settings: Settings):
     return endpoint
 
 
-def serve(port: int = typer.Option(0, help="port (default: PORT setting)"), host: str = "0.0.0.0") -> None:
+def serve(
+    port: Optional[int] = typer.Option(None, "--port", help="Port to listen on (default: the PORT setting).",
+                                       show_default=False),
+    host: str = typer.Option("0.0.0.0", "--host", help="Address to listen on."),
+) -> None:
     from bot.web import run_web_server
 
     settings = load_settings()
@@ -77,19 +82,20 @@ def serve(port: int = typer.Option(0, help="port (default: PORT setting)"), host
     endpoint = _redis_url(settings)
     try:
         with sigterm_exits_cleanly():
-            run_web_server(settings, redis_url=endpoint.url, host=host, port=port or settings.port)
+            run_web_server(settings, redis_url=endpoint.url, host=host, port=settings.port if port is None else port)
     finally:
         endpoint.stop()
 
 
 def worker(
-    metrics_port: int = typer.Option(0, "--metrics-port",
-                                     help="serve this worker's Prometheus /metrics on this port (default: WORKER_METRICS_PORT)"),
+    metrics_port: Optional[int] = typer.Option(None, "--metrics-port", help="Serve this worker's Prometheus /metrics "
+                                               "on this port (default: the WORKER_METRICS_PORT setting).",
+                                               show_default=False),
 ) -> None:
     from bot.worker import build_worker
 
     settings = load_settings()
-    if metrics_port:
+    if metrics_port is not None:
         settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
     start_logging(settings)
     endpoint = _redis_url(settings)
