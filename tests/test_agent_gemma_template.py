@@ -65,3 +65,27 @@ def test_a_call_cut_off_at_max_tokens_is_not_run_and_the_model_is_told(stack, em
     result = tool_messages(emu.requests[1])[0]["content"]
     assert result.startswith("Not run: this `summarize_logs` call was cut off")
     assert "tools: summarize_logs" not in text  # nothing ran
+
+
+def test_the_last_step_is_told_to_answer_inside_the_tool_results_not_in_a_user_turn(stack, emu):
+    # Three steps of tool calls (AGENT_MAX_STEPS is 4), then the fourth, without tools, answers.
+    emu.prompt_problems.clear()
+    emu.push_turns(*["<|tool_call>call:summarize_logs{}<tool_call|>"] * 3, "Five RPC timeouts, first at L8.")
+    stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0TS")
+    assert "Five RPC timeouts, first at L8." in answer(stack, "C0TS").text
+    last = emu.requests[3]
+    assert "tools" not in last and last["messages"][-1]["role"] == "tool"
+    assert last["messages"][-1]["content"].endswith("answer now from what you have, with no more tool calls.")
+    assert [m["role"] for m in last["messages"]].count("user") == 1  # the person's mention only
+    assert render(last).text.endswith("<tool_response|>")
+    assert emu.prompt_problems == []
+
+
+def test_a_user_turn_opened_after_tool_results_is_flagged():
+    history = [{"role": "user", "content": "what failed?"},
+               {"role": "assistant", "content": None, "tool_calls": [
+                   {"id": "c1", "type": "function", "function": {"name": "summarize_logs", "arguments": "{}"}}]},
+               {"role": "tool", "tool_call_id": "c1", "name": "summarize_logs", "content": "T1 ERROR x5"}]
+    assert render({"messages": history}).problems == []
+    flagged = render({"messages": [*history, {"role": "user", "content": "Answer now."}]}).problems
+    assert flagged and "inside the model turn that holds the tool results" in flagged[0]

@@ -139,7 +139,7 @@ class AgentLoop:
         if with_tools:
             kwargs.update(tools=self.tools, tool_choice="auto")
         else:
-            kwargs["messages"] = messages + [{"role": "user", "content": "Answer now from what you have; no more tools."}]
+            kwargs["messages"] = _with_last_word(messages)
         metrics = self.svc.metrics
         try:
             if not self.config.stream:
@@ -257,6 +257,19 @@ class AgentLoop:
         if not self.cited or _CITATION.search(text):
             return text
         return f"{text}\n\nLines to look at: {', '.join(f'L{n}' for n in self.cited)}"
+
+
+LAST_WORD = "That was the last tool result you can get: answer now from what you have, with no more tool calls."
+
+
+def _with_last_word(messages: list[dict]) -> list[dict]:
+    """The history for the last step, told to answer. After tool results the model turn is still
+    open in Gemma 4's template (results stay inside it), so a user message there would open a
+    user turn inside an unclosed model turn; the word rides on the last tool result instead."""
+    if messages and messages[-1].get("role") == "tool":
+        last = messages[-1]
+        return [*messages[:-1], {**last, "content": f"{last['content']}\n\n{LAST_WORD}"}]
+    return [*messages, {"role": "user", "content": LAST_WORD}]
 
 
 def _assistant_message(turn: NormalizedTurn) -> dict:

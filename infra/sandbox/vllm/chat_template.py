@@ -14,7 +14,9 @@ What the template does that matters to the agent, and what `problems` flags:
   or the list's Python text (flagged); `default`, ranges and `additionalProperties` are
   dropped, `enum` is shown only for strings, `nullable: true` is understood;
 - an argument value that is JSON null renders as Python `None` (flagged);
-- a `role: tool` message that follows no call is dropped (flagged).
+- a `role: tool` message that follows no call is dropped (flagged);
+- a user (or system) message after the tool results opens its turn inside the model turn that
+  holds them, which nothing closed (flagged).
 """
 
 from __future__ import annotations
@@ -210,6 +212,7 @@ def render(request: dict[str, Any]) -> Rendered:
         out.append("<turn|>\n")
     last_user = max((i for i, m in enumerate(loop) if m.get("role") == "user"), default=-1)
     answered: set[int] = set()
+    model_turn_open = False  # tool results with no text after them leave the model turn open
     for i, message in enumerate(loop):
         if message.get("role") == "tool":
             continue
@@ -217,6 +220,9 @@ def render(request: dict[str, Any]) -> Rendered:
         role = "model" if message.get("role") == "assistant" else str(message.get("role"))
         prev_role = next((m.get("role") for m in reversed(loop[:i]) if m.get("role") != "tool"), None)
         if not (role == "model" and prev_role == "assistant"):
+            if model_turn_open:
+                r.problem(f"message {i + len(messages) - len(loop)} (role {message.get('role')}) opens a turn inside "
+                          "the model turn that holds the tool results, which the template leaves open")
             out.append(f"<|turn>{role}\n")
         calls = message.get("tool_calls") or []
         thinking_text = message.get("reasoning") or message.get("reasoning_content")
@@ -246,6 +252,7 @@ def render(request: dict[str, Any]) -> Rendered:
         captured = r.content(message.get("content"), role == "model")
         out.append(captured)
         has_content = bool(captured.strip())
+        model_turn_open = responded and not has_content
         if prev_type == "tool_call" and not responded:
             out.append("<|tool_response>")
         elif not (responded and not has_content):
