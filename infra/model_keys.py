@@ -17,11 +17,14 @@ import asyncio
 import secrets
 import threading
 from dataclasses import dataclass
+from datetime import datetime
 
 import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.auth.credentials import Credentials
+
+from infra.tpu import MANAGED_BY
 
 SECRET_PREFIX = "tpubot-model-key-"
 CALL_TIMEOUT = 15.0
@@ -35,6 +38,12 @@ def model_key_secret_id(lease_id: str) -> str:
 def model_key_secret_version(project: str, lease_id: str) -> str:
     """What the startup script reads at boot: `projects/P/secrets/tpubot-model-key-L/versions/latest`."""
     return f"projects/{project}/secrets/{model_key_secret_id(lease_id)}/versions/latest"
+
+
+@dataclass(frozen=True)
+class KeySecret:
+    lease_id: str
+    created: datetime | None  # the secret's createTime
 
 
 class ModelKeyError(Exception):
@@ -75,6 +84,10 @@ class ModelKeys:
             self._cache.pop(lease_id, None)
         await asyncio.to_thread(self._delete, lease_id)
 
+    async def keyed_leases(self) -> list[KeySecret]:
+        """Every lease that has a key secret in the project (the reconciler sweeps the orphans)."""
+        return await asyncio.to_thread(self._list)
+
     # --- Secret Manager -----------------------------------------------------------------------
     def _secrets(self):
         from google.cloud import secretmanager_v1
@@ -95,7 +108,7 @@ class ModelKeys:
             try:
                 client.create_secret(parent=f"projects/{self.project}", secret_id=model_key_secret_id(lease_id),
                                      secret={"replication": {"automatic": {}},
-                                             "labels": {"managed-by": "tpubot", "tpubot-lease": lease_id}},
+                                             "labels": {"managed-by": MANAGED_BY, "tpubot-lease": lease_id}},
                                      timeout=CALL_TIMEOUT)
             except gexc.Conflict:
                 if self._read(lease_id) is not None:
@@ -127,6 +140,25 @@ class ModelKeys:
         with self._lock:
             self._cache[lease_id] = key
         return key
+
+    def _list(self) -> list[KeySecret]:
+        try:
+            pages = self._secrets().list_secrets(request={"parent": f"projects/{self.project}",
+                                                          "filter": f"labels.managed-by={MANAGED_BY}"},
+                                                 timeout=CALL_TIMEOUT)
+            found = []
+            for secret in pages:
+                secret_id = secret.name.rsplit("/", 1)[-1]
+                if secret_id.startswith(SECRET_PREFIX):
+                    created = secret.create_time if isinstance(secret.create_time, datetime) else None
+                    found.append(KeySecret(secret.labels.get("tpubot-lease") or secret_id[len(SECRET_PREFIX):], created))
+            return found
+        except gexc.Forbidden as error:
+            raise ModelKeyError(f"Secret Manager refused to list the model keys: {error.message}",
+                                "grant the bot's account roles/secretmanager.admin on the project") from error
+        except _CALL_ERRORS as error:
+            raise ModelKeyError(f"Secret Manager could not list the model keys: {error}",
+                                "check that the Secret Manager API is enabled") from error
 
     def _delete(self, lease_id: str) -> None:
         try:

@@ -7,6 +7,8 @@ loopback address at the model port, so the endpoint is derived exactly as for a 
 from __future__ import annotations
 
 import functools
+import json
+import subprocess
 
 import httpx
 import logging
@@ -16,6 +18,7 @@ import pytest
 import waiting
 
 from bot.wiring import startup_script_from
+from infra.sandbox.gcp_project_api import _now_rfc3339
 
 CHANNEL = "C0MODEL"
 
@@ -86,7 +89,7 @@ def test_up_ends_ready_with_endpoint_ttft_and_tpot_and_no_secret_anywhere(stack,
     slack.close()
 
 
-def test_the_leases_api_key_is_destroyed_with_the_lease(stack):
+def test_the_leases_api_key_is_destroyed_with_the_lease(stack, tmp_path):
     from handlers import cards
 
     slack = stack.signed_requests()
@@ -96,12 +99,38 @@ def test_the_leases_api_key_is_destroyed_with_the_lease(stack):
     secret = f"tpubot-model-key-{lease_id}"
     assert stack.cloud.project_api.secrets.get(secret)
     assert stack.cloud.project_api.secret_labels[secret] == {"managed-by": "tpubot", "tpubot-lease": lease_id}
+    sweep_orphaned_keys_but_not_this_leases(stack, tmp_path, secret)
     slack.slash("down", user="UALICE", channel=CHANNEL)
     slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user="UALICE", channel=CHANNEL,
                 label="Tear down")
     wait_until(lambda: secret not in stack.cloud.project_api.secrets)
     assert stack.cloud.project_api.rejected == [] and stack.cloud.tpu.rejected == []
     slack.close()
+
+
+def sweep_orphaned_keys_but_not_this_leases(stack, tmp_path, live_secret: str) -> None:
+    """A key whose delete failed at release (no lease, no QR) is deleted by the reconciler once it
+    is 15 minutes old; a young one, another tool's secret and the running lease's key stay."""
+    from test_expiry_alerts import TPUBOT, worker_env
+
+    project = stack.cloud.project_api
+    planted = {"tpubot-model-key-Lold": ("Lold", "2026-01-01T00:00:00Z"),  # as old as the seeded secrets
+               "tpubot-model-key-Lyoung": ("Lyoung", None)}
+    with project._lock:
+        for name, (lease, created) in planted.items():
+            project.secrets[name] = "k-" + lease
+            project.secret_labels[name] = {"managed-by": "tpubot", "tpubot-lease": lease}
+            if created is None:
+                project.secret_created[name] = _now_rfc3339()
+        project.secrets["tpubot-model-key-Lforeign"] = "theirs"  # not labelled by us: never ours to delete
+    done = subprocess.run([str(TPUBOT), "reconcile", "--json"], env=worker_env(stack, tmp_path), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["keys_deleted"] == ["Lold"] and "keys deleted: Lold" in report["summary"]
+    assert "tpubot-model-key-Lold" not in project.secrets
+    assert {"tpubot-model-key-Lyoung", "tpubot-model-key-Lforeign", live_secret} <= set(project.secrets)
+    assert "k-Lold" not in done.stdout + done.stderr
 
 
 def test_internal_endpoint_address_reaches_the_model_without_an_external_ip(make_stack):

@@ -47,7 +47,7 @@ class ModelBootHook:
 
             try:
                 await svc.model_keys.destroy(lease.lease_id)
-            except ModelKeyError as error:  # the reconciler's sweep is not there yet: say what is left
+            except ModelKeyError as error:  # the reconciler's sweep deletes it later
                 log.warning("model key of lease %s not deleted: %s", lease.lease_id, error.message)
 
 

@@ -11,6 +11,8 @@ and lease labels) in every configured zone and in every zone a lease names, then
 - a SUSPENDED/FAILED QR no lease owns → deleted (it still holds quota), the channel told;
 - a bot-labelled QR with no channel label, or a second QR in a channel that has another
   lease → the admins are alerted once a day (a running TPU is never deleted on a guess);
+- a model-key secret (`tpubot-model-key-LEASE`) whose lease is neither in Redis nor named by a
+  QR, and older than ORPHAN_KEY_AGE, is deleted: a delete that failed at release left it;
 - then every month's spend ledger is rewritten from the receipts stream and the leases now
   known (agent/lease/budget.py), so a lost ledger — or a restored lease's reservation — is back.
 
@@ -42,6 +44,9 @@ ADMIN_ALERT_TTL = 86_400
 # Leases the provision or teardown jobs own right now: a missing QR is expected there.
 IN_FLIGHT = {LeaseState.PENDING.value, LeaseState.CREATING.value, LeaseState.TEARING_DOWN.value,
              LeaseState.FAILED.value}
+# A key younger than this is left alone even without a lease: the sweep never races a provision
+# job between its claim and its create, whatever the clocks say.
+ORPHAN_KEY_AGE = 15 * 60
 RESTORED_NOTE = "Restored from Google Cloud by the reconciler after the bot's state was lost."
 
 
@@ -56,12 +61,14 @@ class ReconcileReport:
     deleted: list[str] = field(default_factory=list)  # leftover QR ids deleted
     admin_alerts: list[str] = field(default_factory=list)  # QR ids the admins were told about
     ledgers: list[str] = field(default_factory=list)  # team/month spend ledgers rewritten (issue 21)
+    keys_deleted: list[str] = field(default_factory=list)  # lease ids whose orphaned model key was deleted
 
     def summary(self) -> str:
         if self.skipped:
             return "skipped: another reconcile pass is running"
         parts = [f"{len(self.zones)} zones"]
-        for name in ("restored", "timers", "released", "deleted", "admin_alerts", "zones_failed", "ledgers"):
+        for name in ("restored", "timers", "released", "deleted", "keys_deleted", "admin_alerts", "zones_failed",
+                     "ledgers"):
             items = getattr(self, name)
             if items:
                 parts.append(f"{name.replace('_', ' ')}: {', '.join(items)}")
@@ -104,7 +111,10 @@ async def _pass(svc: "Services", now: float) -> ReconcileReport:
         if lease.lease_id in seen_leases or lease.zone in report.zones_failed or lease.state in IN_FLIGHT:
             continue
         await _release_if_gone(svc, report, lease)
-    if any((report.restored, report.timers, report.released, report.deleted, report.admin_alerts)):
+    if not report.zones_failed:  # a lease in an unlisted zone would look keyless-and-QR-less
+        await _sweep_model_keys(svc, report, seen_leases, now)
+    if any((report.restored, report.timers, report.released, report.deleted, report.keys_deleted,
+            report.admin_alerts)):
         log.info("reconcile: %s", report.summary())
     return report
 
@@ -209,6 +219,31 @@ async def _release_if_gone(svc: "Services", report: ReconcileReport, lease: Leas
         report.released.append(lease.lease_id)
         await svc.audit.record(actor="tpubot", action="reconcile", team=lease.team, channel=lease.channel,
                                outcome="released", detail=lease.qr_id)
+
+
+async def _sweep_model_keys(svc: "Services", report: ReconcileReport, seen_leases: set[str], now: float) -> None:
+    if svc.model_keys is None:
+        return
+    from infra.model_keys import ModelKeyError
+
+    try:
+        keyed = await svc.model_keys.keyed_leases()
+    except ModelKeyError as error:
+        log.warning("reconcile: model keys not swept: %s", error.message)
+        return
+    # Read after the listing: a lease claimed meanwhile is known here, so its new key is kept.
+    known = seen_leases | {lease.lease_id for lease in await svc.leases.all()}
+    for secret in keyed:
+        if secret.lease_id in known or secret.created is None or now - secret.created.timestamp() < ORPHAN_KEY_AGE:
+            continue
+        try:
+            await svc.model_keys.destroy(secret.lease_id)
+        except ModelKeyError as error:
+            log.warning("reconcile: orphaned model key of %s not deleted: %s", secret.lease_id, error.message)
+            continue
+        report.keys_deleted.append(secret.lease_id)
+        await svc.audit.record(actor="tpubot", action="reconcile", team="", channel="", outcome="model key deleted",
+                               detail=secret.lease_id)
 
 
 async def _tell_admins(svc: "Services", report: ReconcileReport, qr: "QueuedResourceView", text: str) -> None:

@@ -8,6 +8,7 @@ One HTTP server, the wire formats of four real services, for the real clients on
   under `projects/P/locations/global/services/tpu.googleapis.com/quotaInfos` (reference §5).
 - Compute Engine firewalls: `projects/P/global/firewalls` (list), what doctor's firewall check reads.
 - Secret Manager v1 (`secretmanager_v1.SecretManagerServiceClient(transport="rest")` and curl):
+  `projects/P/secrets` (list, paged, with `labels.KEY=VALUE` / `name:TEXT` filters),
   `projects/P/secrets/S` (get, create with `?secretId=`, delete), `…:addVersion` and
   `…/versions/latest:access` → base64 payload with its CRC32C (§7); the per-lease model API keys
   live here.
@@ -31,6 +32,7 @@ import secrets
 import threading
 from collections.abc import Iterable, Mapping
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -42,6 +44,7 @@ _QUOTAS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/locations/global/service
                      r"/quotaInfos(?:/(?P<quota>[^/]+))?$")
 _SECRET = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets/(?P<secret>[^/:]+)"
                      r"(?:/versions/(?P<version>[^/:]+):access|(?P<add>:addVersion))?$")
+SEEDED_CREATE_TIME = "2026-01-01T00:00:00Z"
 _SECRETS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets$")
 _TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
 
@@ -68,6 +71,7 @@ class GcpProjectSandbox:
         self.quotas = {qid: dict(zones) for qid, zones in (quotas or {}).items()}
         self.secrets: dict[str, str | None] = dict(secrets_ or {})  # None: created, no version yet
         self.secret_labels: dict[str, dict[str, str]] = {}
+        self.secret_created: dict[str, str] = {}  # secret -> createTime; seeded secrets have SEEDED_CREATE_TIME
         self.firewalls = [dict(rule) for rule in firewalls]
         self.denied = set(denied)
         self.apis: dict[str, DiscoveryApi | None] = {
@@ -171,6 +175,8 @@ class GcpProjectSandbox:
         if match := _SECRETS.match(path):
             if method == "POST":
                 return self._create_secret(match["project"], (query.get("secretId") or [""])[0], body or {})
+            if method == "GET":
+                return self._list_secrets(match["project"], query)
         if match := _SECRET.match(path):
             if method == "POST" and match["add"]:
                 return self._add_version(match["project"], match["secret"], body or {})
@@ -201,7 +207,37 @@ class GcpProjectSandbox:
                                           "exists.")
             self.secrets[secret_id] = None
             self.secret_labels[secret_id] = dict(body.get("labels") or {})
+            self.secret_created[secret_id] = _now_rfc3339()
         return 200, self._secret_json(secret_id)
+
+    def _list_secrets(self, project: str, query: dict) -> tuple[int, dict]:
+        """ListSecrets: sorted by name, paged with pageSize (capped at 25,000; 0 lets the server
+        choose) and an opaque pageToken. Of the filter language only `labels.KEY=VALUE` and
+        `name:TEXT` terms joined by AND are emulated; any other filter is refused, naming it."""
+        if denied := self._deny("secretmanager.secrets.list", f"projects/{project}"):
+            return denied
+        terms = [t for t in re.split(r"\s+AND\s+", (query.get("filter") or [""])[0].strip()) if t]
+        tests = []
+        for term in terms:
+            if label := re.fullmatch(r"labels\.([a-z][\w-]*)\s*[=:]\s*\"?([\w-]*)\"?", term):
+                tests.append(lambda sid, k=label[1], v=label[2]: self.secret_labels.get(sid, {}).get(k) == v)
+            elif name := re.fullmatch(r"name\s*:\s*\"?([\w-]+)\"?", term):
+                tests.append(lambda sid, text=name[1]: text in sid)
+            else:
+                return _google_error(400, f"The tpubot sandbox does not emulate the filter term [{term}] "
+                                          "(only labels.KEY=VALUE and name:TEXT, joined by AND).")
+        size = int((query.get("pageSize") or ["0"])[0] or 0)
+        size = 25_000 if size <= 0 else min(size, 25_000)
+        start = int((query.get("pageToken") or ["0"])[0] or 0)
+        with self._lock:
+            matching = sorted(sid for sid in self.secrets if all(test(sid) for test in tests))
+        page = matching[start:start + size]
+        body: dict[str, Any] = {"secrets": [self._secret_json(sid) for sid in page], "totalSize": len(matching)}
+        if start + size < len(matching):
+            body["nextPageToken"] = str(start + size)
+        if not page:
+            body.pop("secrets")  # proto3 JSON leaves an empty repeated field out
+        return 200, body
 
     def _add_version(self, project: str, secret: str, body: dict) -> tuple[int, dict]:
         if denied := self._deny("secretmanager.versions.add", f"projects/{project}/secrets/{secret}"):
@@ -224,11 +260,12 @@ class GcpProjectSandbox:
             if self.secrets.pop(secret, "missing") == "missing":
                 return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
             self.secret_labels.pop(secret, None)
+            self.secret_created.pop(secret, None)
         return 200, {}
 
     def _secret_json(self, secret: str) -> dict:
         body = {"name": f"projects/{self.project_number}/secrets/{secret}", "replication": {"automatic": {}},
-                "createTime": "2026-01-01T00:00:00Z"}
+                "createTime": self.secret_created.get(secret, SEEDED_CREATE_TIME)}
         if self.secret_labels.get(secret):
             body["labels"] = dict(self.secret_labels[secret])
         return body
@@ -404,3 +441,7 @@ def crc32c(data: bytes) -> int:
     for byte in data:
         crc = _CRC32C_TABLE[(crc ^ byte) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds").replace("+00:00", "Z")
