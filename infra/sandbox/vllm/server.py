@@ -18,6 +18,7 @@ import asyncio
 import logging
 import hashlib
 import secrets
+import socket
 import threading
 import time
 from typing import Any
@@ -73,6 +74,13 @@ class _Counters:
         self.generation_tokens = 0
 
 
+def _reset(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse:
+    """Drop the connection mid-stream, as a proxy reset does: no finish chunk, no [DONE]."""
+    if request.transport is not None:
+        request.transport.abort()
+    return resp
+
+
 class VllmEmulator:
     """Emulated vLLM endpoint. `start()` returns the base URL (ending in `/v1`)."""
 
@@ -88,8 +96,12 @@ class VllmEmulator:
         port: int = 0,
         tool_parser: bool = True,
         api_key: str | None = None,
+        sock: socket.socket | None = None,
     ) -> None:
         self.model = model
+        # A socket already bound to (host, port) and held since the address was chosen: serving on
+        # it means no other process can take the address in between (sandbox nodes, node_models.py).
+        self._sock = sock
         self.latency = latency or LatencyModel()
         self.script = Script(script)
         self.label = label
@@ -108,6 +120,8 @@ class VllmEmulator:
         self._thread: threading.Thread | None = None
         self._runner: web.AppRunner | None = None
         self._base_url: str | None = None
+        self._ready = threading.Event()
+        self._closed = False
 
     # ---------------------------------------------------------------- lifecycle
 
@@ -121,7 +135,9 @@ class VllmEmulator:
         """Serve on a background thread with its own event loop; returns `http://host:port/v1`."""
         if self._thread is not None:
             return self.base_url
-        ready = threading.Event()
+        if self._closed:
+            raise RuntimeError("emulator already stopped")
+        ready = self._ready
         failure: list[BaseException] = []
 
         def run() -> None:
@@ -148,9 +164,16 @@ class VllmEmulator:
         return self.base_url
 
     def stop(self) -> None:
-        if self._thread is None or self._loop is None:
+        """Stop serving; also when called while `start` is still starting (it is then waited for),
+        and for good: a stopped emulator does not start again."""
+        self._closed = True
+        if self._thread is None:
+            if self._sock is not None:
+                self._sock.close()
             return
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._ready.wait(30)
+        if self._loop is not None and self._loop.is_running():
+            self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(30)
         self._thread = None
 
@@ -167,7 +190,10 @@ class VllmEmulator:
         self.engine.start()
         self._runner = web.AppRunner(self.create_app(), access_log=None, handle_signals=False)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
+        if self._sock is not None:
+            site: web.BaseSite = web.SockSite(self._runner, self._sock, backlog=1024)
+        else:
+            site = web.TCPSite(self._runner, self.host, self.port, backlog=1024)
         await site.start()
         host, port = self._runner.addresses[0][:2]
         self.port = port
@@ -412,6 +438,9 @@ class VllmEmulator:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await resp.prepare(request)
         await resp.write(writer.role(Usage(prompt_tokens, 0)))
+        sent = 0  # chunks written after the role chunk, for Turn.reset_after
+        if plan.reset_after == 0:
+            return _reset(request, resp)
         delivered = 0  # chunks of the plan already fed to the parser
         reasoning_text = ""
         generated = 0
@@ -442,6 +471,9 @@ class VllmEmulator:
                     await resp.write(writer.usage(usage))
             elif delta:
                 await resp.write(writer.delta(delta, usage))
+                sent += 1
+                if plan.reset_after is not None and sent >= plan.reset_after:
+                    return _reset(request, resp)
         await resp.write(ChunkWriter.DONE)
         await resp.write_eof()
         return resp

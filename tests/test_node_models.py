@@ -1,0 +1,61 @@
+"""Sandbox node models hold their address from the moment a node is seen (infra/sandbox/node_models.py):
+another process cannot take it while the model "boots", and a node that goes away during the boot
+leaves nothing listening."""
+
+from __future__ import annotations
+
+import socket
+import threading
+
+import httpx
+import waiting
+
+from infra.sandbox.node_models import NodeModels
+from infra.sandbox.vllm import LatencyModel
+
+
+def _can_bind(host: str, port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as aiohttp and uvicorn bind
+        try:
+            sock.bind((host, port))
+        except OSError:
+            return False
+        return True
+
+
+def _models(boot_seconds: float) -> NodeModels:
+    return NodeModels(model="google/gemma-4-E2B-it", max_model_len=16384, preferred_port=0,
+                      latency=LatencyModel.instant(), boot_seconds=boot_seconds)
+
+
+def test_a_nodes_address_is_held_while_its_model_boots_then_served():
+    models = _models(boot_seconds=0.5)
+    try:
+        host = models.on_node_ready("us-west4-a", "node-1", {}) or "127.0.0.1"
+        assert not _can_bind(host, models.port)  # held before the model listens
+        url = f"http://{host}:{models.port}/v1/models"
+        waiting.wait_until(lambda: _answers(url), timeout=15, what="the node's model")
+        assert httpx.get(url, timeout=5).json()["data"][0]["id"] == "google/gemma-4-E2B-it"
+    finally:
+        models.stop_all()
+
+
+def test_a_node_gone_before_its_model_booted_leaves_nothing_listening():
+    models = _models(boot_seconds=0.3)
+    host = models.on_node_ready("us-west4-a", "node-2", {}) or "127.0.0.1"
+    models.on_node_gone("us-west4-a", "node-2")
+    waiting.wait_until(lambda: _can_bind(host, models.port), timeout=5, what="the address to be given back")
+    # The boot timer fires after the node is gone: it must not start a model nobody will stop.
+    waiting.wait_until(lambda: not any(t.name == "boot" and t.is_alive() for t in threading.enumerate()),
+                       timeout=5, what="the boot timer to have fired")
+    assert not any(t.name == "vllm-emulator" and t.is_alive() for t in threading.enumerate())
+    assert not _answers(f"http://{host}:{models.port}/v1/models")
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
+
