@@ -232,7 +232,7 @@ def test_three_workers_twenty_leases_each_alert_exactly_once(harness):
 def test_worker_down_across_the_deadline_posts_one_late_alert_and_deletes_the_qr(harness):
     stack, slack, workers = harness(workers=1, alert_lead_times="3s", alert_late_after="2s")
     channel = "CLATE"
-    slack.slash("up 0.002h", user=ALICE, channel=channel)  # 7 s
+    slack.slash("up 0.004h", user=ALICE, channel=channel)  # 14 s: the worker stops well before the deadline
     lease = wait_until(lambda: active_with_deadline(stack, channel), timeout=60, what="ACTIVE with a deadline")
     lease_id = lease["lease_id"]
     wait_until(lambda: arq_keys(stack, f"arq:job:timer:{lease_id}:*:expiry"), timeout=10, what="expiry timer queued")
@@ -293,11 +293,11 @@ def test_flushall_then_one_reconcile_pass_restores_leases_timers_and_status(harn
 
 
 def test_acknowledged_warning_does_not_repeat(harness):
-    stack, slack, workers = harness(workers=1, alert_lead_times="6s,3s", alert_late_after="3s")
+    stack, slack, workers = harness(workers=1, alert_lead_times="12s,3s", alert_late_after="3s")
     channel = "CACK"
     reply = slack.slash("oncall <!subteam^SSRE|@sre> <@UBOB|bob>", user=ADMIN, channel=channel)
     assert "now page <!subteam^SSRE> <@UBOB>" in reply.text
-    slack.slash("up 0.0025h", user=ALICE, channel=channel)  # 9 s
+    slack.slash("up 0.0042h", user=ALICE, channel=channel)  # 15 s: 9 s between the warnings for the ack
     first = wait_until(lambda: warnings_in(stack, channel), timeout=60, what="the first warning")[0]
     assert "<!subteam^SSRE>" in first.body["text"] and "<@UBOB>" in first.body["text"]
     assert "<@UALICE>" not in first.body["text"]  # on call replaces the holder
@@ -316,7 +316,7 @@ def test_acknowledged_warning_does_not_repeat(harness):
 def test_old_lease_timers_do_nothing_after_down_then_up(harness):
     stack, slack, workers = harness(workers=1, alert_lead_times="3s", alert_late_after="2s")
     channel = "CDOWNUP"
-    slack.slash("up 0.002h", user=ALICE, channel=channel)  # 7 s
+    slack.slash("up 0.005h", user=ALICE, channel=channel)  # 18 s: torn down long before its warning
     old = wait_until(lambda: active_with_deadline(stack, channel), timeout=60, what="first lease ACTIVE")
     wait_until(lambda: arq_keys(stack, f"arq:job:timer:{old['lease_id']}:*"), timeout=10, what="old timers")
     confirm = slack.slash("down", user=ALICE, channel=channel).json()
@@ -332,7 +332,7 @@ def test_old_lease_timers_do_nothing_after_down_then_up(harness):
     new = wait_until(lambda: active_with_deadline(stack, channel), timeout=60, what="second lease ACTIVE")
     assert new["lease_id"] != old["lease_id"]
     # Let every old timer fire: their results appear once they ran.
-    wait_until(lambda: len(arq_keys(stack, f"arq:result:timer:{old['lease_id']}:*")) == 2, timeout=30,
+    wait_until(lambda: len(arq_keys(stack, f"arq:result:timer:{old['lease_id']}:*")) == 2, timeout=60,
                what="old timers fired")
     assert warnings_in(stack, channel) == [] and expiries_in(stack, channel) == []
     assert lease_of(stack, channel)["lease_id"] == new["lease_id"]

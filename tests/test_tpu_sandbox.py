@@ -81,7 +81,17 @@ def flex_start_create(sandbox: TpuSandbox, session: AuthorizedSession, qr_id: st
 
 # --- the typed v2 client --------------------------------------------------------------------------
 
-def test_typed_v2_client_create_and_lro_result(sandbox: TpuSandbox, client: tpu_v2.TpuClient) -> None:
+@pytest.fixture
+def waiting_sandbox() -> Iterator[TpuSandbox]:
+    """A sandbox whose queued resources stay WAITING_FOR_RESOURCES until fast_forward moves them."""
+    with TpuSandbox(timings=SandboxTimings(creating=0.05, waiting=3600, provisioning=0.1, deleting=0.05)) as box:
+        yield box
+
+
+def test_typed_v2_client_create_and_lro_result(waiting_sandbox: TpuSandbox) -> None:
+    sandbox = waiting_sandbox
+    client = tpu_v2.TpuClient(transport="rest", credentials=AnonymousCredentials(),
+                              client_options={"api_endpoint": sandbox.base_url})
     resource = tpu_v2.QueuedResource(
         tpu=tpu_v2.QueuedResource.Tpu(node_spec=[tpu_v2.QueuedResource.Tpu.NodeSpec(
             parent=f"projects/{PROJECT}/locations/{ZONE}", node_id="node-v2",
