@@ -38,10 +38,17 @@ def free_port() -> int:
 
 
 class _UvicornThread:
-    def __init__(self, app: Any, port: int) -> None:
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on")
+    """The web app on a loopback port it holds from the start: the socket is bound here and handed
+    to uvicorn, so no other process can take the port between choosing and serving it."""
+
+    def __init__(self, app: Any) -> None:
+        self.socket = socket.socket()
+        self.socket.bind(("127.0.0.1", 0))
+        self.port = self.socket.getsockname()[1]
+        config = uvicorn.Config(app, log_level="warning", lifespan="on")
         self.server = uvicorn.Server(config)
-        self.thread = threading.Thread(target=self.server.run, name="tpubot-web", daemon=True)
+        self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [self.socket]}, name="tpubot-web",
+                                       daemon=True)
 
     def start(self, timeout: float = 15.0) -> None:
         self.thread.start()
@@ -54,6 +61,7 @@ class _UvicornThread:
     def stop(self) -> None:
         self.server.should_exit = True
         self.thread.join(timeout=10)
+        self.socket.close()
 
 
 class _WorkerThread:
@@ -167,10 +175,9 @@ class LocalStack:
         self.settings = self.settings.model_copy(update=overrides)
         self.overrides = overrides
         if self.run_web:
-            port = free_port()
-            self._web = _UvicornThread(create_web_app(self.settings, redis_url=self.redis.url), port)
+            self._web = _UvicornThread(create_web_app(self.settings, redis_url=self.redis.url))
             self._web.start()
-            self.web_url = f"http://127.0.0.1:{port}"
+            self.web_url = f"http://127.0.0.1:{self._web.port}"
         if self.run_worker:
             self._worker = _WorkerThread(self.settings, self.redis.url)
             self._worker.start()
