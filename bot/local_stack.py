@@ -77,7 +77,9 @@ class _WorkerThread:
         self.loop = asyncio.new_event_loop()
         asyncio.set_event_loop(self.loop)
         self.worker = build_worker(self._settings, redis_url=self._redis_url, handle_signals=False)
-        self._ready.set()
+        # Ready once the loop runs, i.e. inside run() after it made main_task: a stop() before
+        # that would find nothing to cancel, and the worker would then run on, unstoppable.
+        self.loop.call_soon(self._ready.set)
         try:
             self.worker.run()
         except asyncio.CancelledError:
@@ -91,6 +93,9 @@ class _WorkerThread:
         if self.loop and self.worker:
             self.loop.call_soon_threadsafe(self.worker.handle_sig, signal.SIGTERM)
         self.thread.join(timeout=10)
+        if self.thread.is_alive():
+            # Left running, it would take the jobs of whoever uses this Redis database next.
+            raise RuntimeError("the stack's worker did not stop within 10 s")
 
 
 def _check_reachable(redis_url: str) -> None:
