@@ -11,7 +11,9 @@ import asyncio
 import secrets
 import signal
 import socket
+import sys
 import threading
+import traceback
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -95,7 +97,21 @@ class _WorkerThread:
         self.thread.join(timeout=10)
         if self.thread.is_alive():
             # Left running, it would take the jobs of whoever uses this Redis database next.
-            raise RuntimeError("the stack's worker did not stop within 10 s")
+            frame = sys._current_frames().get(self.thread.ident or -1)
+            where = "".join(traceback.format_stack(frame)[-12:]) if frame is not None else "(no frame)"
+            for task in list(asyncio.all_tasks(self.loop)) if self.loop else []:
+                where += f"\ntask {task.get_name()} cancelling={task.cancelling()}: " + " -> ".join(_awaiting(task))
+            raise RuntimeError(f"the stack's worker did not stop within 10 s; it is at:\n{where}")
+
+
+def _awaiting(task: asyncio.Task) -> list[str]:
+    """The chain of awaits a suspended task is in, innermost last (for a worker that will not stop)."""
+    chain, awaited = [], task.get_coro()
+    while awaited is not None and len(chain) < 40:
+        frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
+        chain.append(f"{frame.f_code.co_qualname}:{frame.f_lineno}" if frame else type(awaited).__name__)
+        awaited = getattr(awaited, "cr_await", None) or getattr(awaited, "ag_await", None)
+    return chain
 
 
 def _check_reachable(redis_url: str) -> None:
@@ -198,8 +214,12 @@ class LocalStack:
                              response_url_factory=self.slack.response_url)
 
     def stop(self) -> None:
+        stuck = None
         if self._worker:
-            self._worker.stop()
+            try:
+                self._worker.stop()
+            except RuntimeError as error:  # stop the rest first, then say so
+                stuck = error
         if self._web:
             self._web.stop()
         if self.slack:
@@ -216,6 +236,8 @@ class LocalStack:
             self.logging_emulator.stop()
         if self.redis:
             self.redis.stop()
+        if stuck is not None:
+            raise stuck
 
     def __enter__(self) -> "LocalStack":
         return self.start()

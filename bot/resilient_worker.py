@@ -59,6 +59,11 @@ class ResilientWorker(Worker):
         await super().main()
 
     async def _poll_iteration(self) -> None:
+        if self._stopping:
+            # handle_sig cancelled main, but a library call under it can swallow a cancellation
+            # (Python 3.11's asyncio.timeout turns one that races its own deadline into a
+            # TimeoutError, which reads here as "Redis away"): the poll loop must end anyway.
+            raise asyncio.CancelledError("the worker is stopping")
         try:
             await super()._poll_iteration()
         except Exception as error:

@@ -66,6 +66,7 @@ class NodeModels:
         self.latency = latency or LatencyModel()  # v5e defaults: TTFT ≈ 22 ms single stream, TPOT ≈ 7.8 ms
         self._lock = threading.Lock()
         self._emulators: dict[tuple[str, str], VllmEmulator] = {}
+        self._boots: dict[tuple[str, str], threading.Timer] = {}  # models still "booting"
         # Each stack starts at its own random host, so that stacks of test runs side by side on
         # one machine rarely look at the same addresses.
         self._next_host = random.randint(FIRST_HOST, LAST_HOST)
@@ -95,6 +96,8 @@ class NodeModels:
             else:
                 timer = threading.Timer(self.boot_seconds, self._boot, args=(zone, node_id, emulator))
                 timer.name, timer.daemon = "boot", True
+                with self._lock:
+                    self._boots[(zone, node_id)] = timer
                 timer.start()
             return host
         log.warning("sandbox: no free address for the model of node %s in %s", node_id, zone)
@@ -102,6 +105,7 @@ class NodeModels:
 
     def _boot(self, zone: str, node_id: str, emulator: VllmEmulator) -> None:
         with self._lock:
+            self._boots.pop((zone, node_id), None)
             if self._emulators.get((zone, node_id)) is not emulator:
                 return  # the node went away while "booting"
         try:
@@ -115,12 +119,20 @@ class NodeModels:
     def on_node_gone(self, zone: str, node_id: str) -> None:
         with self._lock:
             emulator = self._emulators.pop((zone, node_id), None)
+            boot = self._boots.pop((zone, node_id), None)
+        if boot is not None:
+            boot.cancel()
         if emulator is not None:
             emulator.stop()
 
     def emulator_for(self, zone: str, node_id: str) -> VllmEmulator | None:
         with self._lock:
             return self._emulators.get((zone, node_id))
+
+    def booting(self) -> list[tuple[str, str]]:
+        """Nodes whose model is still "booting" (its start is pending on a timer)."""
+        with self._lock:
+            return list(self._boots)
 
     def running(self) -> dict[tuple[str, str], str]:
         with self._lock:
@@ -130,6 +142,10 @@ class NodeModels:
         with self._lock:
             emulators = list(self._emulators.values())
             self._emulators.clear()
+            boots = list(self._boots.values())
+            self._boots.clear()
+        for boot in boots:
+            boot.cancel()
         for emulator in emulators:
             emulator.stop()
 
