@@ -1,4 +1,6 @@
-"""Read Cloud Logging entries for the digest: `query_cloud_logs`, over HTTP (not gRPC).
+"""Read Cloud Logging entries for the digest, over HTTP (not gRPC): `cloud_logs_query(...)`
+whose `newest_first()` hands each entry on as its page arrives (the digest's way: only the
+client's current page is in memory), or `query_cloud_logs`, all of them in a list, oldest first.
 
 The filter is built from plain parameters and always names `timestamp`, because the client
 silently appends `timestamp>="<now-24h>"` to any filter that does not (reference/gcp-apis.md §6),
