@@ -11,6 +11,7 @@ environment, so tests and every process wire the same objects explicitly.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -126,7 +127,9 @@ class LogMaterial(Protocol):
     @property
     def has_logs(self) -> bool: ...
 
-    def log_lines(self) -> list[str]: ...
+    def log_lines(self) -> Iterable[str]: ...  # read again from the start on each call
+
+    def log_line_count(self) -> int: ...
 
     def line_map(self) -> str: ...
 

@@ -9,6 +9,7 @@ false negative leaks a token into a Slack channel or a model prompt.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator
 
 _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # PEM private keys (RSA, EC, OPENSSH, ENCRYPTED, plain PKCS#8), possibly cut off at the end.
@@ -69,17 +70,20 @@ def redact(text: str) -> str:
 
 def redact_lines(lines: list[str]) -> list[str]:
     """`redact` per line, with PEM private keys spanning lines blanked out line by line."""
-    out: list[str] = []
+    return list(redact_stream(lines))
+
+
+def redact_stream(lines: Iterable[str]) -> Iterator[str]:
+    """`redact_lines` as lines arrive: one line out per line in, nothing kept but whether a key is open."""
     in_key = False
     for line in lines:
         if in_key:
             if _PEM_END.search(line):
                 in_key = False
-            out.append(KEY_MARKER)
+            yield KEY_MARKER
             continue
         if _PEM_BEGIN.search(line) and not _PEM_END.search(line):
             in_key = True
-            out.append(_PEM_BEGIN.split(line, 1)[0] + KEY_MARKER)
+            yield _PEM_BEGIN.split(line, 1)[0] + KEY_MARKER
             continue
-        out.append(redact(line))
-    return out
+        yield redact(line)

@@ -1,5 +1,9 @@
 """The worker side of a mention: gather the logs (paste, files, thread), run the agent, write
-the reply in the thread and post one confirm card per proposal."""
+the reply in the thread and post one confirm card per proposal.
+
+An attached file streams from Slack through gunzip, decoding and redaction onto a line spool
+(agent/digest/spool.py) in a worker thread, so its size does not decide the job's memory; the
+spools are closed when the job ends, whatever the outcome."""
 
 from __future__ import annotations
 
@@ -12,13 +16,13 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import Actor, Services
-from agent.digest import estimate_tokens, lines_from_bytes
+from agent.digest import LineSpool, estimate_tokens, lines_from_chunks
 from agent.llm.loop import run_agent
-from agent.llm.material import MentionInput, build_mention, unescape_slack
+from agent.llm.material import MentionInput, build_mention, spool_file_lines, unescape_slack
 from handlers.notifier import UNREACHABLE, slack_error
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
-from infra.slack_files import MAX_LOG_FILE_BYTES, SlackFileError, download_slack_file
+from infra.slack_files import MAX_LOG_FILE_BYTES, SlackFileError, open_slack_file
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +44,7 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
                          notes: list[str] | None = None, status_ts: str = "") -> str:
     # status_ts: jobs queued by web processes older than this one carry the status line they posted.
     reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user=user, status_ts=status_ts)
+    mention: MentionInput | None = None
     try:
         try:
             await reply.post_status()
@@ -72,29 +77,50 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
         log.exception("answering a mention failed")
         await reply.fail(f":warning: Something went wrong while answering ({type(error).__name__}). Nothing changed.")
         return "failed"
+    finally:
+        if mention is not None:
+            mention.close()  # the files' spools
 
 
 async def gather_input(client: AsyncWebClient, *, channel: str, ts: str, thread_ts: str, text: str,
                        files: list[dict], bot_user_id: str, notes: list[str] = ()) -> MentionInput:
+    """The mention's material; the caller closes it. On an error nothing is left open."""
     builder = build_mention(text)
     builder.notes.extend(notes)
-    sync_client = WebClient(token=client.token, base_url=client.base_url, timeout=10)
-    for info in files[:MAX_FILES]:
-        name = str(info.get("name") or info.get("id"))
-        if str(info.get("mimetype", "")).startswith(NOT_TEXT):
-            builder.notes.append(f"Skipped {name}: not a text file.")
-            continue
-        try:
-            downloaded = await asyncio.to_thread(download_slack_file, sync_client, info["id"], max_bytes=MAX_FILE_BYTES)
-        except SlackFileError as error:
-            builder.notes.append(f"Could not read {name}: {error}")
-            continue
-        builder.add(f"file {name}", lines_from_bytes(downloaded.data))
-    if len(files) > MAX_FILES:
-        builder.notes.append(f"Read the first {MAX_FILES} of {len(files)} files.")
-    if thread_ts and thread_ts != ts:
-        builder.add("thread", await thread_lines(client, channel, thread_ts, ts, bot_user_id, builder.notes))
+    try:
+        sync_client = WebClient(token=client.token, base_url=client.base_url, timeout=10)
+        for info in files[:MAX_FILES]:
+            name = str(info.get("name") or info.get("id"))
+            if str(info.get("mimetype", "")).startswith(NOT_TEXT):
+                builder.notes.append(f"Skipped {name}: not a text file.")
+                continue
+            # Made here, not in the thread: a cancelled job closes it, and the thread stops writing.
+            spool = LineSpool()
+            try:
+                await asyncio.to_thread(spool_slack_file, sync_client, info["id"], spool)
+            except SlackFileError as error:
+                spool.close()
+                builder.notes.append(f"Could not read {name}: {error}")
+                continue
+            except BaseException:
+                spool.close()
+                raise
+            builder.add_spool(f"file {name}", spool)
+        if len(files) > MAX_FILES:
+            builder.notes.append(f"Read the first {MAX_FILES} of {len(files)} files.")
+        if thread_ts and thread_ts != ts:
+            builder.add("thread", await thread_lines(client, channel, thread_ts, ts, bot_user_id, builder.notes))
+    except BaseException:
+        builder.close()
+        raise
     return builder.build()
+
+
+def spool_slack_file(client: WebClient, file_id: str, spool: LineSpool) -> None:
+    """One attached file onto `spool`: downloaded, gunzipped, decoded and redacted as it arrives
+    (blocking: run it in a thread). Raises SlackFileError, with lines already spooled left to the caller."""
+    with open_slack_file(client, file_id, max_bytes=MAX_FILE_BYTES) as download:
+        spool_file_lines(spool, lines_from_chunks(download.chunks))
 
 
 def cant_answer_text(channel: str) -> str:

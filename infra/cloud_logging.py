@@ -1,4 +1,6 @@
-"""Read Cloud Logging entries for the digest: `query_cloud_logs`, over HTTP (not gRPC).
+"""Read Cloud Logging entries for the digest, over HTTP (not gRPC): `cloud_logs_query(...)`
+whose `newest_first()` hands each entry on as its page arrives (the digest's way: only the
+client's current page is in memory), or `query_cloud_logs`, all of them in a list, oldest first.
 
 The filter is built from plain parameters and always names `timestamp`, because the client
 silently appends `timestamp>="<now-24h>"` to any filter that does not (reference/gcp-apis.md §6),
@@ -15,7 +17,7 @@ from __future__ import annotations
 
 import random
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -108,7 +110,7 @@ def build_filter(
     return " AND ".join(clauses)
 
 
-def query_cloud_logs(
+def cloud_logs_query(
     client_or_config: Any,
     *,
     min_severity: str | None = "WARNING",
@@ -125,11 +127,10 @@ def query_cloud_logs(
     sleep: Callable[[float], None] = time.sleep,
     now: Callable[[], datetime] = lambda: datetime.now(timezone.utc),
     rng: random.Random | None = None,
-) -> CloudLogsResult:
-    """Entries matching the parameters, newest `max_entries` of the window, returned oldest first.
-
-    The window is `[start, end)` when `start` is given, else the last `since` (default 1 h).
-    Raises TooManyRequests when 429 persists through `max_retries` backoffs."""
+) -> CloudLogsQuery:
+    """A query for the entries matching the parameters (nothing is read yet; a bad parameter
+    raises ValueError here). The window is `[start, end)` when `start` is given, else the last
+    `since` (default 1 h)."""
     if not 1 <= page_size <= 1_000:
         raise ValueError("page_size must be between 1 and 1000")
     client = make_client(client_or_config) if isinstance(client_or_config, CloudLoggingConfig) else client_or_config
@@ -143,40 +144,71 @@ def query_cloud_logs(
         resource_labels=resource_labels,
         text_contains=text_contains,
     )
-    jitter = rng or random.Random()
-    collected: list[Any] = []
-    seen: set[Any] = set()
-    oldest: datetime | None = None
-    retries = 0
-    exhausted = False
-    while len(collected) < max_entries:
-        query = base_filter if oldest is None else f"{base_filter} AND timestamp<={quote(format_timestamp(oldest))}"
-        try:
-            for entry in client.list_entries(filter_=query, order_by="timestamp desc", page_size=page_size):
-                key = entry.insert_id or (entry.timestamp, entry.log_name, repr(entry.payload))
-                if key in seen:
-                    continue
-                seen.add(key)
-                collected.append(entry)
-                oldest = entry.timestamp if entry.timestamp is not None else oldest
-                if len(collected) >= max_entries:
-                    break
-            else:
-                exhausted = True
-            break
-        except TooManyRequests:
-            retries += 1
-            if retries > max_retries:
-                raise
-            # full jitter: spread retries from several workers over the whole interval
-            delay = min(MAX_DELAY, base_delay * 2 ** (retries - 1))
-            sleep(delay * (0.5 + jitter.random() / 2))
-    collected.reverse()
-    return CloudLogsResult(
-        entries=collected,
-        filter=base_filter,
-        truncated=not exhausted and len(collected) >= max_entries,
-        retries=retries,
-        start=start,
-        end=end,
-    )
+    return CloudLogsQuery(client, base_filter, start, end, max_entries=max_entries, page_size=page_size,
+                          max_retries=max_retries, base_delay=base_delay, sleep=sleep, rng=rng or random.Random())
+
+
+@dataclass
+class CloudLogsQuery:
+    """`newest_first()` reads the entries page by page as they are consumed, so only the client's
+    current page is held; `truncated` and `retries` are final once it is exhausted."""
+
+    client: Any
+    filter: str
+    start: datetime
+    end: datetime | None
+    max_entries: int
+    page_size: int
+    max_retries: int
+    base_delay: float
+    sleep: Callable[[float], None]
+    rng: random.Random
+    retries: int = 0
+    truncated: bool = False  # stopped at max_entries; older entries in the window were not read
+    read: int = 0
+
+    def newest_first(self) -> Iterator[Any]:
+        """The newest `max_entries` entries of the window, newest first, each once (also across a
+        resume after 429). Raises TooManyRequests when 429 persists through `max_retries` backoffs."""
+        # A resume re-reads from the oldest timestamp read so far (order is timestamp desc), so
+        # only entries of that timestamp can come twice: their keys are all the dedupe keeps.
+        seen: set[Any] = set()
+        oldest: datetime | None = None
+        self.read, self.retries, self.truncated = 0, 0, False
+        while self.read < self.max_entries:
+            query = self.filter if oldest is None else f"{self.filter} AND timestamp<={quote(format_timestamp(oldest))}"
+            try:
+                for entry in self.client.list_entries(filter_=query, order_by="timestamp desc",
+                                                      page_size=self.page_size):
+                    key = entry.insert_id or (entry.timestamp, entry.log_name, repr(entry.payload))
+                    if key in seen:
+                        continue
+                    if entry.timestamp is not None and entry.timestamp != oldest:
+                        seen.clear()  # older than every entry before it: none of those can come again
+                        oldest = entry.timestamp
+                    seen.add(key)
+                    self.read += 1
+                    yield entry
+                    if self.read >= self.max_entries:
+                        self.truncated = True
+                        break
+                return
+            except TooManyRequests:
+                self.retries += 1
+                if self.retries > self.max_retries:
+                    raise
+                # full jitter: spread retries from several workers over the whole interval
+                delay = min(MAX_DELAY, self.base_delay * 2 ** (self.retries - 1))
+                self.sleep(delay * (0.5 + self.rng.random() / 2))
+
+
+def query_cloud_logs(client_or_config: Any, **params: Any) -> CloudLogsResult:
+    """Entries matching the parameters (those of `cloud_logs_query`), newest `max_entries` of the
+    window, returned oldest first, all in memory; the digest reads `newest_first()` instead.
+
+    Raises TooManyRequests when 429 persists through `max_retries` backoffs."""
+    query = cloud_logs_query(client_or_config, **params)
+    entries = list(query.newest_first())
+    entries.reverse()
+    return CloudLogsResult(entries=entries, filter=query.filter, truncated=query.truncated, retries=query.retries,
+                           start=query.start, end=query.end)

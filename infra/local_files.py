@@ -1,18 +1,25 @@
 """A log file named by path on this machine (`summarize_logs` over MCP), read like a Slack attachment.
 
 The caps are the Slack files' (infra/slack_files.py): at most MAX_LOG_FILE_BYTES on disk and after
-gunzip (gzip recognised by its magic bytes, whatever the name). A path resolves against the
-working directory the MCP client started `tpubot mcp` in, symlinks and `..` followed, and one
-that lands outside it is refused unless the process was started with permission
-(`MCP_READ_OUTSIDE_CWD`): a model that was talked into asking for `~/.ssh/id_rsa` gets a refusal.
+gunzip (gzip recognised by its magic bytes, whatever the name). The file is read block by block as
+its reader consumes it (infra/gzip_stream.py), so its size does not decide the memory it takes.
+
+A path resolves against the working directory the MCP client started `tpubot mcp` in, symlinks
+and `..` followed, and one that lands outside it is refused unless the process was started with
+permission (`MCP_READ_OUTSIDE_CWD`): a model that was talked into asking for `~/.ssh/id_rsa` gets
+a refusal.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
-from infra.slack_files import GZIP_MAGIC, MAX_LOG_FILE_BYTES, gunzip_capped
+from infra.gzip_stream import gunzip_chunks, sniff_gzip
+from infra.slack_files import CHUNK_BYTES, MAX_LOG_FILE_BYTES
 
 BINARY_SNIFF_BYTES = 8192
 OUTSIDE_SETTING = "MCP_READ_OUTSIDE_CWD"
@@ -20,6 +27,12 @@ OUTSIDE_SETTING = "MCP_READ_OUTSIDE_CWD"
 
 class LocalFileError(Exception):
     """A file could not be read; the message says what was wrong and what to do instead."""
+
+
+@dataclass(frozen=True)
+class LocalLog:
+    name: str  # the path to show: relative to the working directory when under it
+    chunks: Iterator[bytes]  # the content, decompressed, in pieces of at most 64 KiB
 
 
 @dataclass(frozen=True)
@@ -39,8 +52,11 @@ class LocalFiles:
                                  f"{OUTSIDE_SETTING}=true.")
         return target
 
-    def read_lines(self, path: str) -> tuple[str, list[str]]:
-        """(the name to show, the file's lines); raises LocalFileError."""
+    @contextmanager
+    def open_log(self, path: str) -> Iterator[LocalLog]:
+        """The file at `path`, open for reading; raises LocalFileError on entry (the path rules, a
+        missing file, the size on disk) and while its chunks are read (the cap after gunzip, binary
+        content, a read error). The file is closed on exit."""
         target = self.resolve(path)
         shown = self._shown(target)
         if not target.exists():
@@ -53,19 +69,45 @@ class LocalFiles:
             raise LocalFileError(f"{shown} is {size:,} bytes; the limit is {self.max_bytes:,}. Cut the part "
                                  "that matters (e.g. `tail -n 20000`) into a smaller file.")
         try:
-            with target.open("rb") as handle:
-                data = handle.read(self.max_bytes + 1)
+            handle = target.open("rb")
         except OSError as error:
             raise LocalFileError(f"Could not read {shown}: {error.strerror or error}.") from None
-        if len(data) > self.max_bytes:  # grew while we looked
-            raise LocalFileError(f"{shown} is larger than the {self.max_bytes:,}-byte limit.")
-        if data[:2] == GZIP_MAGIC:
-            data = gunzip_capped(data, self.max_bytes, shown, LocalFileError)
-        if b"\x00" in data[:BINARY_SNIFF_BYTES]:
-            raise LocalFileError(f"{shown} looks binary (it contains NUL bytes), not a text log: name a text or "
-                                 ".gz log file.")
-        return shown, data.decode("utf-8", errors="replace").splitlines()
+        with handle:
+            compressed, chunks = sniff_gzip(self._blocks(handle, shown))
+            if compressed:
+                chunks = gunzip_chunks(chunks, self.max_bytes, shown, LocalFileError)
+            yield LocalLog(shown, _text_only(chunks, shown))
+
+    def _blocks(self, handle: BinaryIO, shown: str) -> Iterator[bytes]:
+        read = 0
+        while True:
+            try:
+                block = handle.read(CHUNK_BYTES)
+            except OSError as error:
+                raise LocalFileError(f"Could not read {shown}: {error.strerror or error}.") from None
+            if not block:
+                return
+            read += len(block)
+            if read > self.max_bytes:  # grew while we looked
+                raise LocalFileError(f"{shown} is larger than the {self.max_bytes:,}-byte limit.")
+            yield block
 
     def _shown(self, target: Path) -> str:
         root = self.root.resolve()
         return str(target.relative_to(root)) if target.is_relative_to(root) else str(target)
+
+
+def _text_only(chunks: Iterable[bytes], shown: str) -> Iterator[bytes]:
+    """`chunks`, refused when their start has a NUL byte (a core dump, an image: not a log)."""
+    chunks = iter(chunks)
+    head = b""
+    for chunk in chunks:
+        head += chunk
+        if len(head) >= BINARY_SNIFF_BYTES:
+            break
+    if b"\x00" in head[:BINARY_SNIFF_BYTES]:
+        raise LocalFileError(f"{shown} looks binary (it contains NUL bytes), not a text log: name a text or "
+                             ".gz log file.")
+    if head:
+        yield head
+    yield from chunks

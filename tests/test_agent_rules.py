@@ -32,7 +32,7 @@ def test_redaction_keeps_line_numbers_across_a_private_key():
     out = redact_lines(lines)
     assert len(out) == 5 and "MIIEsecret" not in "".join(out) and out[4] == "pwd=[REDACTED:password] x"
     mention = build_mention("<@U1> look\n" + "\n".join(lines)).build()
-    assert mention.log_lines()[2] == "[REDACTED:private-key]" and mention.line_map() == "L1-L5 pasted text"
+    assert list(mention.log_lines())[2] == "[REDACTED:private-key]" and mention.line_map() == "L1-L5 pasted text"
 
 
 @pytest.mark.parametrize("text, intents", [

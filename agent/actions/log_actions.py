@@ -4,12 +4,17 @@
 has `Services.local_files`: `tpubot mcp`), or else what came with the mention (pasted text and
 attached files, in one line numbering); `query_cloud_logs` reads Cloud Logging with plain typed parameters and digests
 the entries. Both return the digest text with `L<n>` line numbers so an answer can cite them.
+
+A file or a Cloud Logging read goes through a `LineSpool` (its lines on disk) that lives for the
+call: the input is read once, in bounded memory, and the digest reads the spool (blocking work,
+so in a thread).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
@@ -18,10 +23,10 @@ from google.api_core.exceptions import GoogleAPICallError, TooManyRequests
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.actions.registry import ActionResult, action
-from agent.context import Actor, Services
-from agent.digest import build_digest, lines_from_entries
-from agent.redact import redact_lines
-from infra.cloud_logging import query_cloud_logs as read_cloud_logs
+from agent.context import Actor, LogMaterial, Services
+from agent.digest import LineSpool, build_digest, lines_from_chunks, lines_from_entries
+from agent.redact import redact, redact_lines, redact_stream
+from infra.cloud_logging import CloudLogsQuery, cloud_logs_query
 from infra.local_files import LocalFileError
 
 log = logging.getLogger(__name__)
@@ -64,7 +69,7 @@ def cited_lines(digest) -> list[int]:
     return sorted(dict.fromkeys(lines[:MAX_CITED]))
 
 
-def digest_result(lines: list[str], budget: int, *, source: str) -> ActionResult:
+def digest_result(lines: Iterable[str], budget: int, *, source: str) -> ActionResult:
     digest = build_digest(lines, budget_tokens=budget)
     data = {"source": source, "total_lines": digest.total_lines, "templates": len(digest.ranked),
             "cited_lines": cited_lines(digest)}
@@ -73,52 +78,74 @@ def digest_result(lines: list[str], budget: int, *, source: str) -> ActionResult
 
 @dataclass(frozen=True)
 class LogInput:
-    lines: list[str]
+    lines: Iterable[str]  # re-iterable: a tuple, a spool, or the mention's material
+    count: int
     line_map: str  # `L1-L50 pasted text; …`, or "" when there is one unnamed source
     where: str  # how a refusal names the input: "the lines that came with this message"
 
 
-def log_input(svc: Services, args: SummarizeLogsArgs) -> LogInput | str:
-    """The lines to digest: `text`, `path`, or what came with the message; a str is the refusal."""
+def log_input(svc: Services, args: SummarizeLogsArgs, spool: LineSpool) -> LogInput | str:
+    """The lines to digest: `text`, `path` (read onto `spool`), or what came with the message; a
+    str is the refusal."""
     if args.text is not None and args.path is not None:
         return "Give `text` or `path`, not both: one log per call."
     if args.text is not None:
         if not args.text.strip():
             return "`text` is empty: paste the log lines, or give `path` to a log file."
-        return LogInput(redact_lines(args.text.splitlines()), "", "the pasted text")
+        lines = tuple(redact_lines(args.text.splitlines()))
+        return LogInput(lines, len(lines), "", "the pasted text")
     if args.path is not None:
         if svc.local_files is None:
             return ("This bot does not read files from its own disk; attach the file to your message "
                     "(or run `tpubot mcp` on your machine to read local files).")
         try:
-            name, lines = svc.local_files.read_lines(args.path)
+            with svc.local_files.open_log(args.path) as file:
+                spool.extend(redact_stream(lines_from_chunks(file.chunks)))
         except LocalFileError as error:
             return str(error)
-        if not lines:
-            return f"{name} is empty: nothing to digest."
-        return LogInput(redact_lines(lines), f"L1-L{len(lines)} file {name}", f"file {name}")
+        if not spool:
+            return f"{file.name} is empty: nothing to digest."
+        return LogInput(spool, len(spool), f"L1-L{len(spool)} file {file.name}", f"file {file.name}")
     material = svc.material
     if material is None or not material.has_logs:
         return ("No logs came with this message: paste them, attach a file, give `text` or `path`, "
                 "or use query_cloud_logs to read Cloud Logging.")
-    return LogInput(material.log_lines(), material.line_map(), "the lines that came with this message")
+    return LogInput(_MaterialLines(material), material.log_line_count(), material.line_map(),
+                    "the lines that came with this message")
+
+
+@dataclass(frozen=True)
+class _MaterialLines:
+    """The mention's lines, read from the start again on every iteration (a filter scan, the digest)."""
+
+    material: LogMaterial
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.material.log_lines())
 
 
 @action("summarize_logs", "Digest logs — pasted as `text`, a local file `path`, or what was pasted or attached "
         "in this conversation: grouped messages with counts, severities and line numbers (L12) to cite.",
         SummarizeLogsArgs)
 async def summarize_logs(svc: Services, actor: Actor, args: SummarizeLogsArgs) -> ActionResult:
-    found = await asyncio.to_thread(log_input, svc, args)  # a file read must not stall the loop
-    if isinstance(found, str):
-        return ActionResult(False, found)
+    # A `path` is read onto this spool; made here so that it is closed however the call ends
+    # (a cancelled call included: the reading thread then stops at its next line).
+    with LineSpool() as spool:
+        found = await asyncio.to_thread(log_input, svc, args, spool)  # reading must not stall the loop
+        if isinstance(found, str):
+            return ActionResult(False, found)
+        return await asyncio.to_thread(summarize_found, found, args)
+
+
+def summarize_found(found: LogInput, args: SummarizeLogsArgs) -> ActionResult:
     lines = found.lines
     if args.contains:
         needle = args.contains.lower()
-        # Keep the numbering of the original lines: non-matching lines become blank.
-        lines = [line if needle in line.lower() else "" for line in lines]
-        if not any(lines):
-            return ActionResult(False, f"No line contains {args.contains!r} in the {len(found.lines)} lines of "
+        if not any(needle in line.lower() for line in found.lines):
+            return ActionResult(False, f"No line contains {args.contains!r} in the {found.count} lines of "
                                        f"{found.where}.")
+        # Keep the numbering of the original lines: non-matching lines become blank.
+        lines = (line if needle in line.lower() else "" for line in found.lines)
     result = digest_result(lines, args.max_tokens, source=found.line_map or found.where)
     if found.line_map:
         result.text = f"Sources: {found.line_map}\n{result.text}"
@@ -131,27 +158,35 @@ async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs
     if svc.cloud_logs is None:
         return ActionResult(False, "Cloud Logging is not configured for this bot (set GCP_PROJECT).")
 
-    def read():
-        return read_cloud_logs(
-            svc.cloud_logs, min_severity=args.min_severity, since=timedelta(hours=args.hours),
-            text_contains=args.text_contains or None, resource_type=args.resource_type or None,
-            max_entries=args.max_entries, max_retries=2,
-        )
-
+    spool = LineSpool()  # closed when the call ends, also on a timeout: the reading thread then stops
     try:
-        result = await asyncio.wait_for(asyncio.to_thread(read), QUERY_TIMEOUT_SECONDS)
-    except TooManyRequests:
-        return ActionResult(False, "Cloud Logging is rate-limiting reads right now; try again in a minute.")
-    except asyncio.TimeoutError:
-        return ActionResult(False, f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
-    except (GoogleAPICallError, ValueError) as error:
-        log.warning("query_cloud_logs failed: %s", type(error).__name__)
-        return ActionResult(False, f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
-    if not result.entries:
-        return ActionResult(True, f"No {args.min_severity}+ entries in the last {args.hours:g}h "
-                                  f"(filter: {result.filter}).", {"entries": 0})
-    lines = list(lines_from_entries(result.entries))
-    out = digest_result(lines, DEFAULT_DIGEST_TOKENS, source="Cloud Logging")
-    more = " (newest entries only; the window has more)" if result.truncated else ""
-    out.text = f"{len(lines)} Cloud Logging entries, {args.min_severity}+ in the last {args.hours:g}h{more}.\n{out.text}"
+        try:
+            query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, spool), QUERY_TIMEOUT_SECONDS)
+        except TooManyRequests:
+            return ActionResult(False, "Cloud Logging is rate-limiting reads right now; try again in a minute.")
+        except asyncio.TimeoutError:
+            return ActionResult(False, f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
+        except (GoogleAPICallError, ValueError) as error:
+            log.warning("query_cloud_logs failed: %s", type(error).__name__)
+            return ActionResult(False, f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
+        if not spool:
+            return ActionResult(True, f"No {args.min_severity}+ entries in the last {args.hours:g}h "
+                                      f"(filter: {query.filter}).", {"entries": 0})
+        # Entries arrive newest first; the digest reads them oldest first.
+        out = await asyncio.to_thread(digest_result, reversed(spool), DEFAULT_DIGEST_TOKENS, source="Cloud Logging")
+    finally:
+        spool.close()
+    more = " (newest entries only; the window has more)" if query.truncated else ""
+    out.text = f"{len(spool)} Cloud Logging entries, {args.min_severity}+ in the last {args.hours:g}h{more}.\n{out.text}"
     return out
+
+
+def spool_cloud_logs(svc: Services, args: QueryCloudLogsArgs, spool: LineSpool) -> CloudLogsQuery:
+    """Read the entries onto `spool` as they arrive, one line each, newest first (a worker thread)."""
+    query = cloud_logs_query(
+        svc.cloud_logs, min_severity=args.min_severity, since=timedelta(hours=args.hours),
+        text_contains=args.text_contains or None, resource_type=args.resource_type or None,
+        max_entries=args.max_entries, max_retries=2,
+    )
+    spool.extend(redact(line) for line in lines_from_entries(query.newest_first()))
+    return query

@@ -16,7 +16,14 @@ from agent.digest.digest import (
     TemplateSummary,
     build_digest,
 )
-from agent.digest.sources import lines_from_bytes, lines_from_entries, lines_from_stream, lines_from_text
+from agent.digest.sources import (
+    lines_from_bytes,
+    lines_from_chunks,
+    lines_from_entries,
+    lines_from_stream,
+    lines_from_text,
+)
+from agent.digest.spool import LineSpool
 from agent.digest.tokens import EstimatedTokens, TokenCounter, VLLMTokenizer, estimate_tokens
 
 __all__ = [
@@ -25,12 +32,14 @@ __all__ = [
     "DigestBuilder",
     "EstimatedTokens",
     "Exemplar",
+    "LineSpool",
     "TemplateSummary",
     "TokenCounter",
     "VLLMTokenizer",
     "build_digest",
     "estimate_tokens",
     "lines_from_bytes",
+    "lines_from_chunks",
     "lines_from_entries",
     "lines_from_stream",
     "lines_from_text",

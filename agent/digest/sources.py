@@ -1,5 +1,5 @@
 """Turn the digest's inputs into lines: pasted text, downloaded file bytes, a byte stream (file,
-stdin, gzip or not), Cloud Logging entries."""
+stdin, gzip or not), content arriving in chunks (a download), Cloud Logging entries."""
 
 from __future__ import annotations
 
@@ -38,15 +38,51 @@ def lines_from_stream(stream: IO[bytes]) -> Iterator[str]:
         stream = buffered = io.BufferedReader(stream)  # type: ignore[arg-type]
     if stream.peek(2)[:2] == GZIP_MAGIC:
         stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=None)
+    try:
+        yield from _text_lines(stream)
+    finally:
+        # the caller's stream stays open: closing it is the caller's business
+        if buffered is not None:
+            buffered.detach()
+
+
+def lines_from_chunks(chunks: Iterable[bytes]) -> Iterator[str]:
+    """Lines of content that arrives in pieces (a download, already gunzipped), decoded as it
+    comes, in memory bounded by a piece and the longest line: undecodable bytes replaced, `\n`,
+    `\r\n` and `\r` ends, also where a piece ends between `\r` and `\n` or inside a character."""
+    yield from _text_lines(io.BufferedReader(_ChunkReader(chunks)))
+
+
+def _text_lines(stream: IO[bytes]) -> Iterator[str]:
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=None)  # type: ignore[type-var]
     try:
         for line in text:
             yield line[:-1] if line[-1:] == "\n" else line
     finally:
-        # the caller's stream stays open: closing it is the caller's business
         text.detach()
-        if buffered is not None:
-            buffered.detach()
+
+
+class _ChunkReader(io.RawIOBase):
+    """Chunks as a raw binary stream, so the io stack (buffer, incremental decoder, universal
+    newlines) does the decoding exactly as it does for a file."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks = iter(chunks)
+        self._current = memoryview(b"")
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+        while not self._current:
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                return 0
+            self._current = memoryview(chunk)
+        size = min(len(buffer), len(self._current))
+        buffer[:size] = self._current[:size]
+        self._current = self._current[size:]
+        return size
 
 
 def lines_from_entries(entries: Iterable[Any]) -> Iterator[str]:

@@ -8,15 +8,22 @@ Splitting a mention: text inside ``` fences is pasted data and the words outside
 request; without fences the first line is the request and the following lines are pasted data
 (`@tpubot what broke?` + 50 lines of log). Secrets are redacted here, at intake, with line
 numbers preserved so `L12` in a digest still points at the person's line 12.
+
+A pasted text or the thread is small and kept in memory; an attached file is a `LineSpool` (its
+lines, redacted as they were read, on disk), so the material of a mention costs memory in
+proportion to the paste, not to the files. Close the MentionInput when the job ends.
 """
 
 from __future__ import annotations
 
 import html
+import itertools
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
-from agent.redact import redact, redact_lines
+from agent.digest import LineSpool
+from agent.redact import redact, redact_lines, redact_stream
 
 FENCE = "```"
 _MENTION_RE = re.compile(r"<@[A-Z0-9]+(?:\|[^>]*)?>")
@@ -26,7 +33,7 @@ _LANG_TAG = re.compile(r"[a-z]{1,12}")
 @dataclass(frozen=True)
 class LogSource:
     name: str  # "pasted text", "file incident.log", "thread"
-    lines: tuple[str, ...]
+    lines: Sequence[str] | LineSpool  # a tuple, or a file's lines on disk; redacted either way
 
 
 @dataclass(frozen=True)
@@ -39,13 +46,13 @@ class MentionInput:
     def has_logs(self) -> bool:
         return any(source.lines for source in self.sources if source.name != "thread")
 
-    def log_lines(self) -> list[str]:
-        """Pasted text and files in one numbering (the thread is context, not logs)."""
-        lines: list[str] = []
-        for source in self.sources:
-            if source.name != "thread":
-                lines.extend(source.lines)
-        return lines
+    def log_lines(self) -> Iterator[str]:
+        """Pasted text and files in one numbering (the thread is context, not logs); each call
+        reads them again from the start."""
+        return itertools.chain.from_iterable(source.lines for source in self.sources if source.name != "thread")
+
+    def log_line_count(self) -> int:
+        return sum(len(source.lines) for source in self.sources if source.name != "thread")
 
     def thread_lines(self) -> list[str]:
         return [line for s in self.sources if s.name == "thread" for line in s.lines]
@@ -61,6 +68,16 @@ class MentionInput:
             start = end + 1
         return "; ".join(parts)
 
+    def close(self) -> None:
+        """Give back the disk of the files' spools; the lines cannot be read after this."""
+        close_sources(self.sources)
+
+    def __enter__(self) -> MentionInput:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
 
 @dataclass
 class MentionBuilder:
@@ -72,8 +89,31 @@ class MentionBuilder:
         if lines:
             self.sources.append(LogSource(name, tuple(redact_lines(lines))))
 
+    def add_spool(self, name: str, spool: LineSpool) -> None:
+        """A file's lines, filled by `spool_file_lines`; the builder owns the spool from here (an
+        empty one is closed at once)."""
+        if len(spool):
+            self.sources.append(LogSource(name, spool))
+        else:
+            spool.close()
+
     def build(self) -> MentionInput:
         return MentionInput(redact(self.request), tuple(self.sources), tuple(self.notes))
+
+    def close(self) -> None:
+        """For a mention that is not built after all (gathering it failed)."""
+        close_sources(self.sources)
+
+
+def spool_file_lines(spool: LineSpool, lines: Iterable[str]) -> None:
+    """A file's lines onto its spool, redacted as they pass (a PEM key over lines too)."""
+    spool.extend(redact_stream(lines))
+
+
+def close_sources(sources: Sequence[LogSource]) -> None:
+    for source in sources:
+        if isinstance(source.lines, LineSpool):
+            source.lines.close()
 
 
 def unescape_slack(text: str) -> str:
