@@ -10,6 +10,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp
 
 from agent.actions import get_action, run_action
 from agent.actions.registry import first_error, validate_args
+from agent.actions.lease_actions import PRICED_ZONES_ONLY
 from agent.context import Actor, Services
 from handlers import cards
 from handlers.ask_job import ASK_JOB, ask_job_id
@@ -84,6 +85,9 @@ def render_result(services: Services, action_name: str, result) -> tuple[str, li
             return cards.notice(f":warning: {result.text}")
         if result.ok:
             search = "" if lease.zone_explicit else " If that zone refuses, the best-known other zones are tried."
+            if result.data.get("priced_zones_only"):
+                search = (" If that zone refuses, the best-known other zones are tried — "
+                          f"{PRICED_ZONES_ONLY.format(zones=', '.join(result.data['priced_zones_only']))}.")
             return cards.notice(
                 f":white_check_mark: Requested a {services.policy.accelerator_type} flex-start TPU in {lease.zone} "
                 f"for {cards.duration(lease.run_seconds)} (lease `{lease.lease_id}`).{search} The status card follows in this channel."

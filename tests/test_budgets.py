@@ -72,6 +72,36 @@ def test_up_refused_by_the_channel_budget_offers_the_hours_that_fit(stack, slack
     assert "$2.00 (default from settings)" in budget and "$1.98 held by running TPUs" in budget
 
 
+def test_under_a_budget_a_plain_up_searches_only_the_priced_zones(make_stack):
+    # The default zone list: only us-west4-a has a price in the default table.
+    stack = make_stack(poll_interval="0.2s", admins=ADMIN, budget_channel_monthly="20")
+    slack = stack.signed_requests(team=TEAM)
+    try:
+        reply = slack.slash("up 2h", user=ALICE, channel="C0PZ")
+        assert "Requested a v5litepod-1" in reply.text, reply.text
+        assert "only zones with a price are searched: us-west4-a" in reply.text
+        wait_until(lambda: stack.tpu_sandbox.queued_resources(), timeout=30)
+        assert {qr["name"].split("/")[3] for qr in stack.tpu_sandbox.queued_resources()} == {"us-west4-a"}
+        budget = slack.slash("budget", user=BOB, channel="C0PZ").text
+        assert "$1.20 held by running TPUs" in budget, budget  # 2 h at us-west4-a's $0.60/chip-hour, 1 chip
+
+        # A zone without a price, named: its worst case cannot be checked, so nothing is requested.
+        refused = slack.slash("up us-central1-a 1h", user=BOB, channel="C0PZ2")
+        assert "us-central1-a, which has no price in the table" in refused.text, refused.text
+    finally:
+        slack.close()
+
+
+def test_without_a_budget_a_plain_up_may_search_every_zone(make_stack):
+    stack = make_stack(poll_interval="0.2s", admins=ADMIN)
+    slack = stack.signed_requests(team=TEAM)
+    try:
+        reply = slack.slash("up 2h", user=ALICE, channel="C0AZ")
+        assert "the best-known other zones are tried." in reply.text and "price" not in reply.text, reply.text
+    finally:
+        slack.close()
+
+
 def test_up_refused_by_the_workspace_budget_set_by_an_admin(stack, slack):
     denied = slack.slash("budget set 4", user=ALICE, channel="C0OPS")
     assert ":no_entry:" in denied.text and "admin" in denied.text

@@ -79,20 +79,33 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
     outcome = await lifecycle.request_provision(svc, actor, zone=zone, zone_explicit=args.zone is not None,
                                                 hours=args.hours)
     if outcome.refusal is not None:
-        return budget_refused(svc, outcome.refusal, args, zone)
+        return await budget_refused(svc, actor, outcome.refusal, args, zone)
     lease = outcome.lease
     if not outcome.created:
         return already_held(lease)
     where = lease.zone if args.zone else f"{lease.zone} (searching the other configured zones if it refuses)"
+    data = lease_summary(lease)
+    if not args.zone and svc.spend is not None:
+        from agent.lease import budget
+
+        searched = await budget.searchable_zones(svc, actor.team, actor.channel)
+        if len(searched) < len(svc.policy.zones):
+            data["priced_zones_only"] = searched
+            where = f"{lease.zone} ({PRICED_ZONES_ONLY.format(zones=', '.join(searched))})"
     return ActionResult(True, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
-                              f"(lease {lease.lease_id}).", lease_summary(lease), lease)
+                              f"(lease {lease.lease_id}).", data, lease)
 
 
-def budget_refused(svc: Services, refusal: Any, args: ProvisionArgs, zone: str) -> ActionResult:
+PRICED_ZONES_ONLY = ("under a budget only zones with a price are searched: {zones}; add prices to PRICES in tpu.env "
+                     "to search more")
+
+
+async def budget_refused(svc: Services, actor: Actor, refusal: Any, args: ProvisionArgs, zone: str) -> ActionResult:
     from agent.lease import budget
 
     hours = args.hours or svc.policy.max_run.total_seconds() / 3600
-    rate = budget.worst_case_rate(svc, zone, args.zone is not None)
+    searched = None if args.zone else await budget.searchable_zones(svc, actor.team, actor.channel)
+    rate = budget.worst_case_rate(svc, searched[0] if searched else zone, args.zone is not None, searched)
     text, data = budget.refusal_text(svc, refusal, rate=rate, hours=hours, zone=args.zone)
     return ActionResult(False, text, data)
 

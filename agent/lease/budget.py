@@ -46,10 +46,28 @@ def zone_rate(svc: "Services", zone: str) -> float | None:
     return price.usd_per_chip_hour * svc.alerting.policy.chips if price else None
 
 
-def worst_case_rate(svc: "Services", zone: str, zone_explicit: bool) -> float | None:
-    """The highest hourly rate the lease can be billed at: its zone's, or any searched zone's.
-    None when a zone it may land in has no price (then the worst case is unknown)."""
-    zones = [zone] if zone_explicit else sorted(set(svc.policy.zones) | {zone})
+async def searchable_zones(svc: "Services", team: str, channel: str) -> list[str]:
+    """The zones a `/tpu up` without a zone may land in: every configured zone, except that under
+    a budget only the zones with a price are searched (the worst case of a zone without one
+    cannot be checked, and refusing every plain `/tpu up` over it would make the default zone
+    list unusable with a budget). With no priced zone at all, every zone stays: the claim then
+    refuses and says which prices to add."""
+    zones = list(svc.policy.zones)
+    if svc.spend is None:
+        return zones
+    limits = await svc.spend.limits(team, channel)
+    if limits.workspace is None and limits.channel is None:
+        return zones
+    priced = [zone for zone in zones if zone_rate(svc, zone) is not None]
+    return priced or zones
+
+
+def worst_case_rate(svc: "Services", zone: str, zone_explicit: bool,
+                    searched: list[str] | None = None) -> float | None:
+    """The highest hourly rate the lease can be billed at: its zone's, or any searched zone's
+    (`searched`, by default every configured zone and the starting one). None when a zone it may
+    land in has no price (then the worst case is unknown)."""
+    zones = [zone] if zone_explicit else sorted(set(svc.policy.zones) | {zone}) if searched is None else searched
     rates = [zone_rate(svc, z) for z in zones]
     if not rates or any(rate is None for rate in rates):
         return None
@@ -64,7 +82,10 @@ def lease_worst_case(svc: "Services", lease: Lease) -> float:
 
 
 async def claim(svc: "Services", actor: "Actor", *, zone: str, zone_explicit: bool, run_seconds: int) -> BudgetedClaim:
-    rate = worst_case_rate(svc, zone, zone_explicit)
+    searched = None if zone_explicit else await searchable_zones(svc, actor.team, actor.channel)
+    if searched is not None and zone not in searched:
+        zone = searched[0]  # the card starts where the search can go
+    rate = worst_case_rate(svc, zone, zone_explicit, searched)
     worst = None if rate is None else rate * run_seconds / 3600
     return await svc.spend.claim_within_budget(
         team=actor.team, channel=actor.channel, holder=actor.user_id, zone=zone, run_seconds=run_seconds,

@@ -84,7 +84,12 @@ async def _provision(svc: Services, lease: Lease, token: str) -> str:
     board = svc.scoreboard
     if board is None:
         raise RuntimeError("Services.scoreboard is not wired; bot/wiring.py builds it")
-    zones = [lease.zone] if lease.zone_explicit else list(svc.policy.zones)
+    if lease.zone_explicit:
+        zones = [lease.zone]
+    else:
+        from agent.lease.budget import searchable_zones
+
+        zones = await searchable_zones(svc, lease.team, lease.channel)
     search = ZoneSearch(svc.tpu, board, zones=zones, default_zone=svc.policy.default_zone)
     if lease.zone_explicit:
         order = [lease.zone]  # the user chose: no skips, no filter — the error (if any) says why
