@@ -89,7 +89,8 @@ class _WorkerThread:
 
     def start(self) -> None:
         self.thread.start()
-        self._ready.wait(10)
+        if not self._ready.wait(30):
+            raise RuntimeError("the stack's worker did not start within 30 s")
 
     def stop(self) -> None:
         if self.loop and self.worker:

@@ -69,6 +69,8 @@ class ResilientWorker(Worker):
         except Exception as error:
             if not is_redis_away(error):
                 raise
+            if self._stopping:
+                raise asyncio.CancelledError("the worker is stopping") from error
             await self._redis.wait_after(error)
         else:
             self._redis.recovered()

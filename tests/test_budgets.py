@@ -369,3 +369,28 @@ def test_a_lease_is_charged_to_the_month_it_was_claimed_in_at_the_receipts_rate(
     record = november.settled["acr0ss"]
     assert record.billed_seconds == 2 * 3600 and abs(record.cost - 2 * 0.60) < 1e-9  # from ACTIVE, $0.60/chip-h
     assert abs(november.channel_spent["C0ML"] - 1.20) < 1e-9
+
+
+def test_a_searching_lease_under_a_budget_keeps_its_reservation_through_a_rebuild(redis_url, tmp_path):
+    """Default zones (only us-west4-a priced) and a budget: a lease still searching for a zone
+    reserves its run at the priced zones' rate, and the reconciler's rebuild keeps that, not $0."""
+    from agent.lease import budget
+    from bot.settings import Settings
+    from bot.wiring import build_services
+    from infra.state.leases import Lease
+
+    searching = Lease(lease_id="s3arch", team=TEAM, channel="C0SR", holder=ALICE, zone="us-central1-a", qr_id="q",
+                      node_id="n", state="CREATING", created_at=1_796_079_600.0, run_seconds=4 * 3600)
+
+    async def run():
+        settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, budget_channel_monthly="20")
+        svc, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False)
+        try:
+            return await budget.searchable_zones(svc, TEAM, "C0SR"), await budget.lease_worst_case(svc, searching)
+        finally:
+            await pool.aclose()
+            await redis.aclose()
+
+    searched, reserved = asyncio.run(run())
+    assert searched == ["us-west4-a"]
+    assert abs(reserved - 4 * 0.60) < 1e-9

@@ -194,3 +194,13 @@ def test_many_rows_split_into_narrower_tables_that_repeat_the_keys():
     for i in range(12):
         assert sum(len(re.findall(rf"metric {i}\b", line)) for line in headers) == 1  # every column once, none cut
     assert out.getvalue().count("15000") == len(headers)
+
+
+def test_bot_cli_app_is_the_typer_app_whatever_was_imported_first():
+    import subprocess
+    import sys
+
+    script = ("import bot.cli.assemble, bot.cli.digest, typer\nfrom bot.cli import app, package_version\n"
+              "assert isinstance(app, typer.Typer), type(app)\nprint('ok')")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert done.stdout.strip() == "ok", done.stderr

@@ -74,10 +74,14 @@ def worst_case_rate(svc: "Services", zone: str, zone_explicit: bool,
     return max(rates)
 
 
-def lease_worst_case(svc: "Services", lease: Lease) -> float:
-    """A running lease's reservation: its whole run at its zone's rate once the zone is final."""
+async def lease_worst_case(svc: "Services", lease: Lease) -> float:
+    """A running lease's reservation: its whole run at its zone's rate once the zone is final,
+    else at the highest rate of the zones its search may still land in (as its claim reserved)."""
     settled_zone = bool(lease.zone_explicit or lease.active_at or lease.queued_at)
-    rate = zone_rate(svc, lease.zone) if settled_zone else worst_case_rate(svc, lease.zone, False)
+    if settled_zone:
+        rate = zone_rate(svc, lease.zone)
+    else:
+        rate = worst_case_rate(svc, lease.zone, False, await searchable_zones(svc, lease.team, lease.channel))
     return (rate or 0.0) * lease.run_seconds / 3600
 
 
@@ -347,7 +351,7 @@ async def rebuild(svc: "Services", now: float | None = None) -> list[str]:
     for lease in live:
         month = month_of(lease.created_at or now)
         running[(lease.team, month)].append(OpenReservation(
-            lease.lease_id, lease.channel, lease_worst_case(svc, lease), lease.created_at or now,
+            lease.lease_id, lease.channel, await lease_worst_case(svc, lease), lease.created_at or now,
             {"zone": lease.zone, "holder": lease.holder, "rebuilt": True}))
     rebuilt = []
     for team, month in sorted(set(settled) | set(running)):

@@ -91,10 +91,12 @@ class AgentLoop:
         self.truncated: list[str] = []  # calls cut off by max_tokens, not run
         self.fingerprint: str | None = None  # the answering server's system_fingerprint
         self.stopped = False
+        self._stream_opened = False  # this turn's stream answered with its headers (see _complete)
         self._streamed_partial = False  # this turn's stream reached the sink (see _complete)
 
     async def run(self) -> AgentRun:
-        messages, self.cited = build_messages(self.mention, user_id=self.actor.user_id)
+        # Digesting spooled attachments reads them from disk: not on the event loop.
+        messages, self.cited = await asyncio.to_thread(build_messages, self.mention, user_id=self.actor.user_id)
         steps = 0
         answer: str | None = None
         try:
@@ -154,8 +156,10 @@ class AgentLoop:
             try:
                 turn = await self._complete_streaming(kwargs)
             except openai.APIConnectionError as error:
-                if self._streamed_partial:
-                    raise  # the person saw part of this answer: asking again would show another one
+                if not self._stream_opened or self._streamed_partial or isinstance(error, openai.APITimeoutError):
+                    # Not opened: the client's own retry already asked again. Partly shown: asking
+                    # again would show another answer. Timed out: another ask would wait as long.
+                    raise
                 # Dropped before its first token (a proxy reset, a pod restart): nothing was shown,
                 # so one more ask costs the person nothing. The client retries only the request.
                 log.warning("model stream dropped before its first token; asking once more", exc_info=error)
@@ -178,9 +182,10 @@ class AgentLoop:
 
     async def _complete_streaming(self, kwargs: dict) -> NormalizedTurn:
         accumulator = StreamAccumulator()
-        self._streamed_partial = False
+        self._stream_opened = self._streamed_partial = False
         stream = await self.client.chat.completions.create(stream=True, stream_options={"include_usage": True},
                                                            **kwargs)
+        self._stream_opened = True
         try:
             async for chunk in stream:
                 accumulator.feed(chunk)

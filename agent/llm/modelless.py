@@ -8,6 +8,7 @@ request the rules do not understand gets the digest (if logs came) and what they
 
 from __future__ import annotations
 
+import asyncio
 import logging
 
 from pydantic import ValidationError
@@ -84,7 +85,7 @@ async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: 
     cards: list = []
     cited: list[int] = []
     if mention.has_logs:
-        summary, cited = summarize(mention)
+        summary, cited = await asyncio.to_thread(summarize, mention)  # reads spooled attachments from disk
         parts.append(summary)
     elif Intent.LOGS in intents:
         parts.append("No logs came with this message: paste them (in ``` fences) or attach a file.")

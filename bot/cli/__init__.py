@@ -1,5 +1,6 @@
 """The `tpubot` command line: one module per command group, each exposing `register(app)`;
-`bot/cli/app.py` assembles them into the typer app.
+`bot/cli/assemble.py` builds the typer app from them (not named `app.py`: importing a submodule
+of that name would replace the `bot.cli.app` attribute with the module).
 
 This package's own import loads nothing but the standard library: a lean command
 (`tpubot digest`) runs without typer or pydantic, which would cost more memory than streaming
@@ -23,12 +24,12 @@ def __getattr__(name: str) -> Any:
     # `bot.cli.app`, every command registered, is built on first use (PEP 562) so that
     # importing this package for a lean command loads nothing else.
     if name == "app":
-        from bot.cli.app import new_app
+        from bot.cli.assemble import new_app
 
         globals()["app"] = built = new_app()
         return built
     if name == "package_version":
-        from bot.cli.app import package_version
+        from bot.cli.assemble import package_version
 
         return package_version
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -41,7 +42,7 @@ def main() -> None:
         code = module.run_lean(sys.argv[2:])
         if code is not None:
             sys.exit(code)
-        from bot.cli.app import new_app
+        from bot.cli.assemble import new_app
 
         new_app((LEAN_COMMANDS[command],))()
         return

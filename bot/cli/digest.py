@@ -116,12 +116,15 @@ def run_lean(argv: list[str]) -> int | None:
         print(str(refusal), file=sys.stderr)
         return 2
     except BrokenPipeError:
-        # `tpubot digest big.log | head`: the reader has what it wanted. What is still buffered
-        # goes to /dev/null, or the interpreter's flush at exit would print a traceback.
+        # `tpubot digest big.log | head`: the reader stopped. What is still buffered goes to
+        # /dev/null, or the interpreter's flush at exit would print a traceback; exit 1, as click does.
         with contextlib.suppress(OSError):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
-        return 0
+        return 1
+    except KeyboardInterrupt:
+        print("Aborted!", file=sys.stderr)  # click's words for Ctrl-C
+        return 1
     return 0
 
 

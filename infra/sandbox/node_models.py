@@ -32,10 +32,14 @@ FIRST_HOST, LAST_HOST = 2, 254
 LABEL = "sandbox model"
 
 
-def _reserve(host: str, port: int) -> socket.socket | None:
+def _reserve(host: str, port: int, *, reuse: bool = False) -> socket.socket | None:
     """A socket bound to (host, port) and not yet listening, or None when the address is taken.
-    No SO_REUSEADDR: while it is held, no other process can bind the address, even with it."""
+    Without SO_REUSEADDR no other process can bind the address while it is held, even with it;
+    the price is that an address whose last connections are in TIME_WAIT is skipped for a minute,
+    which only the one-address fallback cannot afford (`reuse`)."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    if reuse:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind((host, port))
     except OSError:
@@ -84,7 +88,7 @@ class NodeModels:
         api_key = self.boot_api_key(zone, node_id) if self.boot_api_key is not None else None
         for host in self._candidate_hosts():
             # Held from now until the model serves on it: the address the bot is told is ours.
-            sock = _reserve(host, self.port)
+            sock = _reserve(host, self.port, reuse=not self.node_net)
             if sock is None:
                 continue
             emulator = VllmEmulator(model=self.model, latency=self.latency, label=LABEL, max_model_len=self.max_model_len,

@@ -57,6 +57,10 @@ def start_embedded_valkey(**config: Any) -> Any:
         client = redis.Redis(host=server.host, port=server.port, socket_timeout=5)
         try:
             answering_pid = int(client.info("server")["process_id"])
+        except redis.RedisError as error:  # a stranger's server (a password, say), or ours died
+            last = error
+            server.stop()
+            continue
         finally:
             client.close()
         process = getattr(server, "_process", None)

@@ -150,7 +150,7 @@ class VllmEmulator:
                 failure.append(exc)
                 ready.set()
                 return
-            ready.set()
+            loop.call_soon(ready.set)  # from inside the running loop: a stop() after it always lands
             loop.run_forever()
             loop.run_until_complete(self.stop_async())
             loop.close()
