@@ -80,14 +80,16 @@ def no_stack_outlives_its_test() -> Iterator[None]:
     """A stack's worker or web thread left running after its test would serve the next test that
     gets the same Redis database (its jobs, with this test's dead Slack and TPU sandboxes)."""
     import threading
-    import time
+
+    from waiting import wait_until
+
+    def left() -> list[str]:
+        return [t.name for t in threading.enumerate() if t.name in STACK_THREADS and t not in before and t.is_alive()]
 
     before = {t for t in threading.enumerate() if t.name in STACK_THREADS}
     yield
-    deadline = time.monotonic() + 10
-    while True:
-        left = [t.name for t in threading.enumerate() if t.name in STACK_THREADS and t not in before and t.is_alive()]
-        if not left or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
-    assert not left, f"stack threads still running after the test: {left}"
+    try:
+        wait_until(lambda: not left(), timeout=10, what="every stack thread stopped")
+    except AssertionError:
+        pass
+    assert not left(), f"stack threads still running after the test: {left()}"

@@ -105,7 +105,7 @@ async def budget_refused(svc: Services, actor: Actor, refusal: Any, args: Provis
 
     hours = args.hours or svc.policy.max_run.total_seconds() / 3600
     searched = None if args.zone else await budget.searchable_zones(svc, actor.team, actor.channel)
-    rate = budget.worst_case_rate(svc, searched[0] if searched else zone, args.zone is not None, searched)
+    rate = budget.worst_case_rate(svc, zone, args.zone is not None, searched)
     text, data = budget.refusal_text(svc, refusal, rate=rate, hours=hours, zone=args.zone)
     return ActionResult(False, text, data)
 

@@ -67,7 +67,12 @@ def worst_case_rate(svc: "Services", zone: str, zone_explicit: bool,
     """The highest hourly rate the lease can be billed at: its zone's, or any searched zone's
     (`searched`, by default every configured zone and the starting one). None when a zone it may
     land in has no price (then the worst case is unknown)."""
-    zones = [zone] if zone_explicit else sorted(set(svc.policy.zones) | {zone}) if searched is None else searched
+    if zone_explicit:
+        zones = [zone]
+    elif searched is not None:
+        zones = searched
+    else:
+        zones = sorted(set(svc.policy.zones) | {zone})
     rates = [zone_rate(svc, z) for z in zones]
     if not rates or any(rate is None for rate in rates):
         return None

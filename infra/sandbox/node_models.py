@@ -50,12 +50,10 @@ def _reserve(host: str, port: int, *, reuse: bool = False) -> socket.socket | No
 
 def _bindable(host: str, port: int) -> int | None:
     """The port bound (the given one, or a free one for port 0), or None if it cannot be bound."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            sock.bind((host, port))
-        except OSError:
-            return None
+    sock = _reserve(host, port, reuse=True)
+    if sock is None:
+        return None
+    with sock:
         return sock.getsockname()[1]
 
 
