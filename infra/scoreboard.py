@@ -32,7 +32,9 @@ from infra.tpu_errors import ErrorScope, TpuError, TpuErrorKind, region_of
 
 ACCEPTED = "accepted"  # the create went through: the QR exists (queued or provisioning)
 ACTIVE = "active"  # a QR in this zone reached ACTIVE (carries the time it took)
-SUCCESS_OUTCOMES = frozenset({ACCEPTED, ACTIVE})
+# Only ACTIVE is a success: an accepted QR may wait for capacity for hours, and one torn down
+# while waiting says the zone had none, not that it is a good first choice.
+SUCCESS_OUTCOMES = frozenset({ACTIVE})
 
 _PREFIX = f"{keys.PREFIX}:zones"
 # Texts that differ between zones or calls but not between causes: zone names, EIDs, ids, numbers.
@@ -237,10 +239,12 @@ class ZoneScoreboard:
     async def order(self, zones: Iterable[str], default_zone: str = "") -> ZoneOrder:
         """Best-known first among `zones`: leaves out skipped zones and zones known not to offer the type.
 
-        1. zones whose latest attempt succeeded — fastest median time to ACTIVE first;
-        2. zones that succeeded before but failed since (their skip is over) — most recent success first;
+        1. zones whose latest attempt reached ACTIVE — fastest median time to ACTIVE first;
+        2. zones that reached ACTIVE before but not since (failed, or accepted and never ACTIVE) — most
+           recent success first;
         3. zones never tried — the configured default first, then in configured order;
-        4. zones that only ever failed (skip over) — the longest-ago failure first.
+        4. zones that never reached ACTIVE (failed with the skip over, or accepted and left waiting) —
+           the longest-ago attempt first.
         """
         rows = await self.rows(zones)
         position = {row.zone: i for i, row in enumerate(rows)}

@@ -148,3 +148,18 @@ def test_tpubot_zones_prints_the_table_in_search_order(redis_url, tmp_path, monk
     skipped = next(line for line in lines if "europe-west4-a" in line)
     assert "flex_start_unsupported" in skipped and "UTC" in skipped
     assert "tries us-south1-a first" in result.output
+
+
+async def test_a_zone_that_only_accepted_never_outranks_an_untried_one(board):
+    """Issue 29 item 3: a QR torn down while waiting for capacity says the zone had none."""
+    scoreboard, clock = board
+    await scoreboard.record_accepted("us-south1-a")  # the QR waited, then the lease was torn down
+    clock.now += 11
+    order = await scoreboard.order(ZONES, default_zone="us-west4-a")
+    assert order.order[0] == "us-west4-a"
+    assert order.order[-1] == "us-south1-a"
+    rows = {row.zone: row for row in await scoreboard.rows(ZONES)}
+    assert rows["us-south1-a"].successes == 0 and rows["us-south1-a"].last_outcome == "accepted"
+    # Once that zone reaches ACTIVE it is the first choice again.
+    await scoreboard.record_active("us-south1-a", 40.0)
+    assert (await scoreboard.order(ZONES, default_zone="us-west4-a")).order[0] == "us-south1-a"
