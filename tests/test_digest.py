@@ -407,3 +407,24 @@ def test_tokenize_endpoint_down_falls_back_to_the_estimate():
     digest = build_digest(_mixed_log(), budget_tokens=500, tokenizer=VLLMTokenizer(url, "m", timeout=2))
     assert not digest.tokens_exact
     assert digest.tokens == estimate_tokens(digest.render()) <= 500
+
+
+TRACEBACK = """2026-12-01T21:30:04Z ERROR worker crashed
+Traceback (most recent call last):
+  File "x.py", line 3, in <module>
+OSError: [Errno 122] Disk quota exceeded""".split("\n")
+
+
+def test_a_record_with_one_timestamp_has_no_none_in_its_span():
+    """Issue 29 item 6: a header without a time (`OSError: …`) is not the span's last time."""
+    digest = build_digest(TRACEBACK)
+    header = digest.text.splitlines()[0]
+    assert "None" not in header and header.endswith(", 2026-12-01T21:30:04Z")
+    assert digest.first_time == digest.last_time == "2026-12-01T21:30:04Z"
+
+
+def test_an_exception_class_with_errno_is_an_error():
+    digest = build_digest(TRACEBACK)
+    quota = next(t for t in digest.templates if "Disk quota exceeded" in t.template)
+    assert quota.severity_name == "ERROR"
+    assert build_digest(["a field named errorCount=0"]).templates[0].severity_name == "DEFAULT"

@@ -211,13 +211,16 @@ class DigestBuilder:
         if len(message) > MAX_MESSAGE_CHARS:
             message = message[:MAX_MESSAGE_CHARS]
         signature = self._miner.add(mask(message))
-        timed = bool(parsed.header) or parsed.time_text is not None
+        # Per shape, so computed once: a header without a time (`OSError: …` in a traceback) must
+        # not become the span's last time, which would then read as None.
+        timed = parsed.timestamp is not None
         if timed:
             if self._first_timed is None:
                 self._first_timed = line
             self._last_timed = line
         if signature == len(self._first_line):
-            inferred = infer_severity(message)
+            # The header too: a tag such as `OSError:` is all that says a traceback's last line is an error.
+            inferred = infer_severity(f"{parsed.header}{message}")
             severity = inferred if parsed.severity is None else parsed.severity
             self._inferred.append(inferred)
             self._first_line.append(number)
@@ -395,7 +398,9 @@ class DigestBuilder:
         )
 
     def _header_line(self, templates: int, shown: int, with_time: bool = True) -> str:
-        span = f", {self.first_time} .. {self.last_time}" if self.first_time and with_time else ""
+        span = ""
+        if self.first_time and with_time:
+            span = f", {self.first_time}" + (f" .. {self.last_time}" if self.last_time != self.first_time else "")
         return f"Log digest: {self.total_lines} lines, {templates} templates ({shown} shown){span}"
 
 

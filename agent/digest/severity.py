@@ -65,11 +65,15 @@ _KEYWORD_RULES: tuple[tuple[re.Pattern[str], int], ...] = (
     (
         re.compile(
             r"\b(?:error|errors|exception|traceback|fail(?:s|ed|ure)?|refused|denied|unreachable|"
-            r"timed? ?out|abort(?:ed)?|crash(?:ed)?|corrupt(?:ed)?|invalid|unable|cannot|can't|break-in)\b",
+            r"timed? ?out|abort(?:ed)?|crash(?:ed)?|corrupt(?:ed)?|invalid|unable|cannot|can't|break-in|"
+            r"errno|quota exceeded|no space left)\b",
             re.I,
         ),
         ERROR,
     ),
+    # A raised exception's class (`OSError: [Errno 122] …`, `RuntimeProgramAllocationFailure`): case
+    # matters, or every `errorCount` field would be an error.
+    (re.compile(r"\b[A-Z]\w*(?:Error|Exception|Failure|Fault)\b"), ERROR),
     (re.compile(r"\b(?:warn(?:ing)?|deprecated|retry(?:ing)?|slow|degraded)\b", re.I), WARNING),
 )
 
