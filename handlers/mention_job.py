@@ -18,7 +18,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.context import Actor, Services
 from agent.digest import LineSpool, estimate_tokens, lines_from_chunks
 from agent.llm.loop import run_agent
-from agent.llm.material import MentionInput, build_mention, spool_file_lines, unescape_slack
+from agent.llm.material import MentionInput, build_mention, spool_file_lines, unescape_slack, unread_warnings
 from handlers.notifier import UNREACHABLE, slack_error
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
@@ -59,8 +59,9 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
                                      files=files, bot_user_id=bot_user_id, notes=notes or [])
         run = await run_agent(services, Actor(user_id=user, team=team, channel=channel), mention, reply)
         if run.used_model and mention.notes:
-            # The model-less summary lists the notes itself; with a model they ride on the label.
-            run.label = " · ".join([run.label, *mention.notes])
+            # What was not read qualifies the answer, so it leads it ("no errors" of a message cut at
+            # Slack's limit is not a clean bill); the model-less answer puts them first itself.
+            run.text = "\n\n".join([*unread_warnings(mention), run.text])
         # Cards go in before the answer is marked finished (the answer stays above them: the
         # stream or the status line it replaces was posted first).
         for proposal in run.proposals:

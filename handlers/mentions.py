@@ -55,12 +55,8 @@ async def accept_mention(services: Services, body: dict, event: dict, bot_user_i
         return  # another bot (bolt drops only our own): no one to answer, and two bots could loop
     files = [{"id": f.get("id"), "name": f.get("name", ""), "mimetype": f.get("mimetype", "")}
              for f in event.get("files") or [] if f.get("id")]
-    raw = event.get("text") or ""
-    notes = []
-    if len(raw) > MAX_TEXT:
-        notes.append(f"Your message is {len(raw):,} characters; I read the first {MAX_TEXT:,}. "
-                     "Attach long logs as a file instead.")
-    text = "\n".join(redact_lines(raw[:MAX_TEXT].split("\n")))
+    raw, notes = read_text(event.get("text") or "")
+    text = "\n".join(redact_lines(raw.split("\n")))
     markers = delivery_markers(body, team, channel, ts)
     try:
         # Markers and job in one atomic step: a delivery is never marked seen without its job.
@@ -79,6 +75,20 @@ async def accept_mention(services: Services, body: dict, event: dict, bot_user_i
         kind = markers[outcome - 1][0]
         await services.audit.record(actor=event.get("user", ""), action="mention", team=team, channel=channel,
                                     outcome=f"duplicate_{kind}", detail=body.get("event_id", "") if kind == "event" else ts)
+
+
+def read_text(raw: str) -> tuple[str, list[str]]:
+    """The part of a mention that is read — whole lines, at most MAX_TEXT characters — and a note
+    saying how much of it that is when it is not all."""
+    if len(raw) <= MAX_TEXT:
+        return raw, []
+    kept = raw[:MAX_TEXT]
+    if "\n" in kept:
+        kept = kept[: kept.rfind("\n")]  # a cut line would be a wrong line to cite
+    read, total = kept.count("\n") + 1, raw.count("\n") + 1
+    return kept, [f"Your message is {len(raw):,} characters, more than the {MAX_TEXT:,} I read: I read its first "
+                  f"{read:,} of {total:,} lines, and nothing after line {read:,}. Attach long logs as a file "
+                  "to have them all read."]
 
 
 def delivery_markers(body: dict, team: str, channel: str, ts: str) -> list[tuple[str, str]]:

@@ -29,10 +29,44 @@ def test_oversized_paste_is_read_up_to_the_cap_and_the_reply_says_so(stack):
                       for i in range(1200))
     assert len(paste) > 45_000
     slack.mention(f"<@UTPUBOT> summarize these logs\n{paste}", user="UALICE", channel=CHANNEL)
-    text = wait_until(lambda: "I read the first 40,000" in thread_texts(stack) and thread_texts(stack))
+    text = wait_until(lambda: "more than the 40,000 I read" in thread_texts(stack) and thread_texts(stack))
     assert f"Your message is {len('<@UTPUBOT> summarize these logs') + 1 + len(paste):,} characters" in text
     assert "disk full" in text
     slack.close()
+
+
+def long_paste_with_one_error(lines: int = 2000, error_at: int = 1235) -> str:
+    """Issue 29 item 4: a paste past Slack's 40,000 characters whose only ERROR is far down."""
+    rows = [f"2026-11-29T10:{i // 60 % 60:02d}:{i % 60:02d}Z INFO request {i} served in {i % 90} ms by web-{i % 4}"
+            for i in range(1, lines + 1)]
+    rows[error_at - 1] = "2026-11-29T10:20:35Z ERROR database connection refused: too many clients"
+    return "\n".join(rows)
+
+
+def answer_of(stack) -> str:
+    return next((m.text for m in stack.slack.messages if m.thread_ts and "Log summary" in m.text
+                 or m.thread_ts and "heuristic stand-in" in m.text), "")
+
+
+@pytest.mark.parametrize("with_model", [False, True], ids=["no-model", "sandbox-model"])
+def test_a_long_paste_is_never_a_clean_bill_of_health(make_stack, with_model):
+    from infra.sandbox.vllm import LatencyModel, VllmEmulator
+
+    paste = long_paste_with_one_error()
+    assert len(paste) > 40_000 and paste.index("ERROR") > 40_000
+    with VllmEmulator(latency=LatencyModel.instant()) as emulator:
+        settings = {"gemma_base_url": emulator.base_url} if with_model else {"agent_use_model": False}
+        stack = make_stack(**settings)
+        slack = stack.signed_requests()
+        slack.mention(f"<@UTPUBOT> any errors in these logs?\n{paste}", user="UALICE", channel=CHANNEL)
+        text = wait_until(lambda: answer_of(stack))
+        slack.close()
+    # The answer opens with how much was read, and never calls the unread part clean.
+    first = text.splitlines()[0]
+    assert first.startswith(":warning: Your message is") and "nothing after line" in first, text
+    assert "of 2,001 lines" in first
+    assert "no errors in those" in text or "no warnings or errors in those lines" in text, text
+    assert "L1235" not in text
 
 
 def test_oversized_file_is_refused_with_the_limit(stack):

@@ -492,3 +492,14 @@ def test_heuristic_is_labelled_and_drives_a_tool_loop(emu, client):
     ]
     answer = client.chat.completions.create(model=MODEL, messages=followup, tools=tools).choices[0].message.content
     assert "sandbox model" in answer and "L12" in answer and "L40" in answer and "disk full" in answer
+
+
+@pytest.mark.parametrize("question", ["what is the status?", "Status?", "is it up?", "what does it cost? $"])
+def test_heuristic_hears_a_question_mark_as_the_word_before_it(emu, client, question):
+    """Issue 29 item 5: "status?" is the word status (the `?` was kept in the word)."""
+    tools = [_fn("get_status", {"channel": {"type": "string"}}), _fn("estimate_cost", {"hours": {"type": "number"}})]
+    choice = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": question}], tools=tools).choices[0]
+    assert choice.finish_reason == "tool_calls", choice.message.content
+    expected = "estimate_cost" if "cost" in question else "get_status"
+    assert choice.message.tool_calls[0].function.name == expected

@@ -105,6 +105,11 @@ class MentionBuilder:
         close_sources(self.sources)
 
 
+def unread_warnings(mention: MentionInput) -> list[str]:
+    """The mention's notes (what was cut, skipped or could not be read), as the lines an answer opens with."""
+    return [f":warning: {note}" for note in mention.notes]
+
+
 def spool_file_lines(spool: LineSpool, lines: Iterable[str]) -> None:
     """A file's lines onto its spool, redacted as they pass (a PEM key over lines too)."""
     spool.extend(redact_stream(lines))

@@ -20,7 +20,7 @@ from agent.actions.log_actions import cited_lines
 from agent.context import Actor, Services
 from agent.digest import build_digest
 from agent.llm.intents import Intent, classify, provision_details
-from agent.llm.material import MentionInput
+from agent.llm.material import MentionInput, unread_warnings
 from agent.llm.run import AgentRun
 from infra.state.leases import LeaseState
 
@@ -45,7 +45,7 @@ def summarize(mention: MentionInput) -> tuple[str, list[int]]:
     errors = [t for t in digest.ranked if t.severity_name in ("ERROR", "CRITICAL", "ALERT", "EMERGENCY", "FATAL")]
     first_error = min((t.first_line for t in errors), default=None)
     head = (f"*Log summary*: {digest.total_lines} lines, {len(digest.ranked)} kinds of message"
-            + (f", {sum(t.count for t in errors)} error lines, first at L{first_error}" if errors else ", no errors")
+            + (f", {sum(t.count for t in errors)} error lines, first at L{first_error}" if errors else ", no errors in those")
             + (f" ({mention.line_map()})" if len(mention.sources) > 1 else "") + ".")
     lines = [head]
     for t in ranked:
@@ -105,7 +105,7 @@ async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: 
                 parts.append(check.message)
     if not intents or not (parts or cards):
         parts.append(HELP)  # not understood: the digest (if any) and what I can do, never a guess
-    parts += list(mention.notes)
+    parts[:0] = unread_warnings(mention)
     lease = await svc.leases.get(actor.team, actor.channel)
     if Intent.DOWN in intents:
         pass  # asked to tear down: never answer with an offer to provision

@@ -78,6 +78,7 @@ def _call(name: str, params: dict[str, Any], user_text: str) -> str:
 _TEMPLATE = re.compile(r"^T\d+ (?P<sev>[A-Z]+) x(?P<count>\d+) (?P<span>L[\d,L\-–]+)[^:]*: (?P<message>.*)$")
 _SAMPLE = re.compile(r"^\s+L(?P<line>\d+) \| ")
 _SEVERITY_RANK = {"FATAL": 0, "CRITICAL": 0, "EMERGENCY": 0, "ALERT": 0, "ERROR": 1, "WARNING": 2, "WARN": 2}
+_DIGEST_LINES = re.compile(r"Log digest: (?P<lines>[\d,]+) lines")
 _FENCE = re.compile(r"^(<<<DATA.*|DATA>>>)$")
 _QUOTE_CHARS = 240
 
@@ -118,7 +119,10 @@ def summarize_result(name: str, result: str) -> str:
             text += f" Also {other.severity} \"{_cut(other.message, 80)}\" ×{other.count} ({other.span})."
         return text
     if digest_templates(result):
-        return f"The logs ({name}) show no warnings or errors."
+        # Say how much was read: "no errors" of a message cut at Slack's limit is not a clean bill.
+        read = _DIGEST_LINES.search(result)
+        lines = f"{read['lines']} lines of " if read else ""
+        return f"The {lines}logs ({name}) show no warnings or errors in those lines."
     body = " ".join(line for line in result.splitlines() if line.strip() and not _FENCE.match(line.strip()))
     return f"{name} returned: \"{_cut(body, _QUOTE_CHARS)}\""
 
@@ -150,10 +154,11 @@ def respond(request: dict[str, Any], label: str = "sandbox model") -> str:
             break
     tools = _tool_names(request)
     if tools and request.get("tool_choice") != "none":
-        words = set(re.findall(r"[a-z$?]+", user_text.lower()))
         lowered = user_text.lower()
+        words = set(re.findall(r"[a-z]+", lowered))
         for triggers, name_parts in _INTENTS:
-            if any(t in words or (t == "$" and "$" in lowered) for t in triggers):
+            # Words match whole ("status?" is status); a trigger with punctuation ("$", "up?") as written.
+            if any(t in words if t.isalpha() else t in lowered for t in triggers):
                 for name, params in tools:
                     if any(part in name.lower() for part in name_parts):
                         return f"Checking with {name}. " + _call(name, params, user_text)
