@@ -120,6 +120,21 @@ class PriceTable(BaseModel):
             '(a JSON list of {"accelerator","region","provisioning_model","usd_per_chip_hour","as_of","source"})'
         )
 
+    def estimate(self, accelerator: str, region: str, provisioning_model: str) -> tuple[PriceEntry, str]:
+        """The region's rate, or — for a bill after the fact, never a budget check — the highest
+        known rate of the same generation and model elsewhere, with a note saying so (empty when
+        exact). Raises PriceNotFound when the generation and model are priced nowhere."""
+        try:
+            return self.get(accelerator, region, provisioning_model), ""
+        except PriceNotFound:
+            generation, model = generation_of(accelerator), provisioning_model
+            known = [e for e in self.entries if e.accelerator == generation and e.provisioning_model == model]
+            if not known:
+                raise
+        entry = max(known, key=lambda e: e.usd_per_chip_hour)
+        return entry, (f"estimated at {entry.region}'s rate: no {region_of(region)} price in the table "
+                       "(add it to PRICES in tpu.env)")
+
     def merged(self, overrides: "PriceTable | list[PriceEntry] | tuple[PriceEntry, ...]") -> "PriceTable":
         """Entries of `overrides` replace same-key entries here; new keys are appended."""
         new = overrides.entries if isinstance(overrides, PriceTable) else tuple(overrides)

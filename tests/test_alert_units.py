@@ -102,6 +102,11 @@ def test_receipt_from_the_price_table(redis_url):
         assert late.billed_seconds == pytest.approx(10800)
         elsewhere = Lease(**{**lease.__dict__, "zone": "asia-east1-c"})
         assert receipts.cost_so_far(alerting, "v5litepod-1", elsewhere) is None
+        # Its receipt (issue 29 item 9: the default zones outside us-west4) is billed at an estimate said to be one.
+        estimated = await receipts.build_receipt(alerting, "v5litepod-1", elsewhere, reason="Torn down", now=now)
+        assert estimated.cost == pytest.approx(1.20)
+        assert "estimated at us-west4's rate: no asia-east1 price in the table" in receipt_text(estimated)
+        assert "no price in the table for this TPU" not in receipt_text(estimated)
         await redis.aclose()
 
     asyncio.run(run())

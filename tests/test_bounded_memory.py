@@ -161,7 +161,7 @@ async def test_an_8_mib_attachment_is_read_and_digested_in_bounded_memory(slack,
     line_map = f"L1-L3 pasted text; L4-L{lines + 3} file {name}"
     assert mention.line_map() == line_map and mention.notes == ()
     assert f"log digest; {line_map}" in prompt
-    assert summary.startswith(f"*Log summary*: {lines + 3} lines") and "disk quota exceeded" in summary
+    assert summary.startswith(f"*Log summary*: {lines + 3:,} lines") and "disk quota exceeded" in summary
     assert f"first at L{PLANTED_AT + 3}" in summary
     assert filtered.ok and filtered.data["total_lines"] == lines + 3
     assert PLANTED_AT + 3 in filtered.data["cited_lines"] and "disk quota exceeded" in filtered.text
@@ -212,7 +212,7 @@ async def test_the_job_closes_the_spools_when_it_ends(slack, services, spool_dir
     assert outcome == "no-model"
     lines = log.count(b"\n") + 3
     assert slack.channel_messages("C0JOB")[0].text.startswith(
-        f"*Log summary*: {lines} lines, 8 kinds of message, no errors in those (L1-L3 pasted text; L4-L{lines} file train.log)")
+        f"*Log summary*: {lines:,} lines, 8 kinds of message, no errors in those (L1-L3 pasted text; L4-L{lines} file train.log)")
     assert ("files.info", 1) in seen and seen[-1] == ("chat.update", 1)  # open until the answer is written…
     assert open_files_under(spool_dir) == []  # …and gone with the job
 

@@ -204,3 +204,13 @@ def test_bot_cli_app_is_the_typer_app_whatever_was_imported_first():
               "assert isinstance(app, typer.Typer), type(app)\nprint('ok')")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert done.stdout.strip() == "ok", done.stderr
+
+
+def test_every_column_has_a_header_and_counts_have_thousands_separators(clean_env):
+    """Issue 29 item 9: `tpubot cost`'s marker column had no header; capacity printed 1128 beside 1,155,181."""
+    cost = run("cost").splitlines()
+    header = next(line for line in cost if "accelerator" in line)
+    assert header.split()[0] == "used" and "used: * marks the rate used below" in cost
+    out = run("capacity")
+    requests = max(capacity.plan(profile, context_tokens=1024).max_concurrent_requests for profile in capacity.PROFILES)
+    assert requests >= 1000 and f"{requests:,}" in out and f" {requests} " not in out, out

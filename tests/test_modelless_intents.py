@@ -60,3 +60,13 @@ def test_provision_details(request_text, details):
     from agent.llm.intents import provision_details
 
     assert provision_details(request_text) == details
+
+
+def test_the_model_less_summary_counts_in_words_that_agree():
+    """Issue 29 item 9: "1 error lines"."""
+    from agent.llm.material import build_mention
+    from agent.llm.modelless import summarize
+
+    builder = build_mention("what broke?\n2026-12-01T10:00:00Z ERROR disk full\n2026-12-01T10:00:01Z INFO ok")
+    head = summarize(builder.build())[0].splitlines()[0]
+    assert head.startswith("*Log summary*: 2 lines, 2 kinds of message, 1 error line, first at L1"), head

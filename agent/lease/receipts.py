@@ -84,7 +84,11 @@ def cost_to_deadline(alerting: Alerting, accelerator: str, lease: Lease, now: fl
 async def build_receipt(alerting: Alerting, accelerator: str, lease: Lease, *, reason: str, by: str = "",
                         now: float | None = None) -> Receipt:
     now = now or time.time()
-    price = price_for(alerting, accelerator, lease.zone)
+    try:
+        # A bill after the fact: a zone missing from the table is billed at a rate said to be an estimate.
+        price, estimated = alerting.prices.estimate(accelerator, lease.zone, alerting.policy.provisioning_model)
+    except prices.PriceNotFound:
+        price, estimated = None, ""
     seconds = billed_seconds(lease, now)
     usage = await alerting.usage.get(lease.lease_id)
     requests = usage.requests if usage.metrics_at else None
@@ -98,7 +102,7 @@ async def build_receipt(alerting: Alerting, accelerator: str, lease: Lease, *, r
         lease_id=lease.lease_id, zone=lease.zone, qr_id=lease.qr_id, reason=reason, ended_at=now,
         billed_seconds=seconds,
         usd_per_chip_hour=price.usd_per_chip_hour if price else None,
-        price_source=f"{'/'.join(price.key)} as of {price.as_of.isoformat()}" if price else "",
+        price_source=(estimated or f"{'/'.join(price.key)} as of {price.as_of.isoformat()}") if price else "",
         chips=alerting.policy.chips,
         cost=prices.cost_for(price, timedelta(seconds=seconds), chips=alerting.policy.chips) if price else None,
         requests=requests, output_tokens=tokens,

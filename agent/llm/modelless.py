@@ -34,6 +34,11 @@ HELP = ("I can answer without the model only in simple terms: ask for *status*, 
         "TPU *up* or tear it *down*, or paste/attach logs to get a digest.")
 
 
+def counted(number: int, noun: str, plural: str = "") -> str:
+    """`1 line`, `2,000 lines`."""
+    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
+
+
 def _code(text: str, limit: int = EXEMPLAR_CHARS) -> str:
     text = " ".join(text.split()).replace("`", "'")
     return "`" + (text if len(text) <= limit else text[: limit - 1] + "…") + "`"
@@ -44,8 +49,10 @@ def summarize(mention: MentionInput) -> tuple[str, list[int]]:
     ranked = sorted(digest.templates, key=lambda t: (-t.severity, t.first_line))[:SHOWN_TEMPLATES]
     errors = [t for t in digest.ranked if t.severity_name in ("ERROR", "CRITICAL", "ALERT", "EMERGENCY", "FATAL")]
     first_error = min((t.first_line for t in errors), default=None)
-    head = (f"*Log summary*: {digest.total_lines} lines, {len(digest.ranked)} kinds of message"
-            + (f", {sum(t.count for t in errors)} error lines, first at L{first_error}" if errors else ", no errors in those")
+    head = (f"*Log summary*: {counted(digest.total_lines, 'line')}, "
+            f"{counted(len(digest.ranked), 'kind', 'kinds')} of message"
+            + (f", {counted(sum(t.count for t in errors), 'error line')}, first at L{first_error}" if errors
+               else ", no errors in those")
             + (f" ({mention.line_map()})" if len(mention.sources) > 1 else "") + ".")
     lines = [head]
     for t in ranked:

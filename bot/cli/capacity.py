@@ -78,7 +78,7 @@ def show_capacity(
         profile = first.profile
         report.add_row(f"{profile.name} ({profile.accelerator_type})", profile.hbm_label, f"{first.hbm_gib:.2f}",
                        f"{first.usable_gib:.2f}", f"{first.resident_gib:.2f}", f"{first.kv_pool_gib:.2f}",
-                       f"{first.kv_pool_tokens:,}", *(str(r.max_concurrent_requests) for r in rows))
+                       f"{first.kv_pool_tokens:,}", *(f"{r.max_concurrent_requests:,}" for r in rows))
         report.notes.append(f"{profile.name}: {profile.hbm_source}")
     print_report(report)
 
@@ -166,14 +166,14 @@ def show_cost(
         raise typer.Exit(code=0 if price else 1)
 
     report = Report(title="TPU prices (USD per chip-hour; PRICES in tpu.env overrides)",
-                    columns=["", "accelerator", "region", "model", "$/chip-h", "as of", "source"],
+                    columns=["used", "accelerator", "region", "model", "$/chip-h", "as of", "source"],
                     right_aligned=frozenset({"$/chip-h"}))
     sources = list(dict.fromkeys(entry.source for entry in settings.prices.entries))
     for entry in settings.prices.entries:
         report.add_row("*" if entry.key == selected_key else "", entry.accelerator, entry.region,
                        entry.provisioning_model, f"{entry.usd_per_chip_hour:.4g}", entry.as_of.isoformat(),
                        f"[{sources.index(entry.source) + 1}]")
-    report.notes = ["* the rate used below"] + [f"[{i}] {source}" for i, source in enumerate(sources, 1)]
+    report.notes = ["used: * marks the rate used below"] + [f"[{i}] {source}" for i, source in enumerate(sources, 1)]
     print_report(report)
     if price is None:
         typer.echo(missing, err=True)
