@@ -53,3 +53,17 @@ def test_ask_without_a_question_is_a_usage_error(stack):
     ack = stack.signed_requests().slash("ask", user="UALICE", channel=CHANNEL).json()
     assert "needs a question" in ack["text"] and "/tpu ask <question>" in ack["text"]
     assert not stack.slack.responses
+
+
+def test_ask_names_the_sandbox_model_not_a_setting_nobody_set(make_stack):
+    """Issue 29 item 9: the shell's own sandbox model was credited to "GEMMA_BASE_URL"."""
+    from infra.sandbox.vllm import LatencyModel, VllmEmulator
+
+    with VllmEmulator(latency=LatencyModel.instant()) as emulator:
+        stack = make_stack(poll_interval="0.2s", gemma_base_url=emulator.base_url)
+        slack = stack.signed_requests()
+        slack.slash("ask are you there?", user="UALICE", channel=CHANNEL)
+        answer = wait_until(lambda: answer_to(stack, "TTFT"))
+        slack.close()
+    assert "via the sandbox model (a heuristic stand-in, not Gemma)" in answer["text"], answer["text"]
+    assert "GEMMA_BASE_URL" not in answer["text"]

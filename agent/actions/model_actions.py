@@ -17,7 +17,7 @@ from agent.actions.lease_actions import NoArgs
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 from agent.model_config import ModelConfig
-from agent.actions.model_endpoint import ModelEndpoint, openai_client, resolve_endpoint
+from agent.actions.model_endpoint import ModelEndpoint, endpoint_label, openai_client, resolve_endpoint
 from agent.redact import redact
 from infra.model_query import TimedAnswer, ask_timed
 from infra.vllm_health import EngineGauges, read_gauges, read_version, version_from_fingerprint
@@ -60,7 +60,8 @@ async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionRe
                                    f"{answer.error}", {**data, "error": answer.error})
     text = redact(answer.text) or "(the model returned no text)"
     cut = " (cut at max_tokens)" if answer.finish_reason == "length" else ""
-    return ActionResult(True, f"{text}\n\n— {answer.model} via {endpoint.source}: {timing_line(answer)}{cut}",
+    via = endpoint_label(endpoint, answer.system_fingerprint)
+    return ActionResult(True, f"{text}\n\n— {answer.model} via {via}: {timing_line(answer)}{cut}",
                         {**data, "answer": text, "finish_reason": answer.finish_reason, **answer.timings()})
 
 

@@ -63,3 +63,26 @@ def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:
     return model_client.openai_client(endpoint.base_url, api_key=endpoint.api_key or config.api_key,
                                       read_timeout=config.read_timeout, connect_timeout=config.connect_timeout,
                                       max_retries=config.max_retries)
+
+
+SANDBOX_FINGERPRINT_SUFFIX = "-sandbox"  # infra/sandbox/vllm labels every response so
+
+
+def is_sandbox(fingerprint: str | None) -> bool:
+    return bool(fingerprint) and fingerprint.endswith(SANDBOX_FINGERPRINT_SUFFIX)
+
+
+def endpoint_label(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
+    """Where an answer came from, said to people: the sandbox model says it is one whoever set
+    the URL (the local stack sets GEMMA_BASE_URL for itself), else the endpoint's source."""
+    if not is_sandbox(fingerprint):
+        return endpoint.source
+    if endpoint.source == "GEMMA_BASE_URL":
+        return "the sandbox model (a heuristic stand-in, not Gemma)"
+    return f"the sandbox model on {endpoint.source} (a heuristic stand-in, not Gemma)"
+
+
+def answered_by(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
+    """Who answered, for the footer of a mention's answer."""
+    label = endpoint_label(endpoint, fingerprint)
+    return label if is_sandbox(fingerprint) else f"the model ({label})"
