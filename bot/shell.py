@@ -28,8 +28,9 @@ from infra.state import keys
 from infra.state.leases import LeaseState
 
 CHANNEL = "C0SHELL"
-# FAILED is stable too: a model that failed to boot keeps its lease (and TPU) until `/tpu down`.
-STABLE_STATES = {LeaseState.ACTIVE.value, LeaseState.READY.value, LeaseState.FAILED.value}
+# FAILED and DEGRADED are stable too: a model that failed to boot (or its checks) keeps its lease (and
+# TPU) until `/tpu down`.
+STABLE_STATES = {LeaseState.ACTIVE.value, LeaseState.READY.value, LeaseState.DEGRADED.value, LeaseState.FAILED.value}
 SETTLE_TIMEOUT = 180.0
 # A mention body longer than this is echoed as a one-line summary, not line by line.
 PASTE_ECHO_LINES = 3

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from datetime import datetime, timezone
 
+from agent.lease.model_boot import degraded_reason
 from infra.state.leases import Lease, LeaseState
 
 TEARDOWN_CONFIRM_ACTION = "teardown_confirm"
@@ -25,6 +26,7 @@ _STATE_EMOJI = {
     LeaseState.ACTIVE: ":large_green_circle:",
     LeaseState.BOOTING_MODEL: ":rocket:",
     LeaseState.READY: ":white_check_mark:",
+    LeaseState.DEGRADED: ":warning:",
     LeaseState.FAILED: ":red_circle:",
     LeaseState.TEARING_DOWN: ":wastebasket:",
 }
@@ -112,12 +114,15 @@ def status_card(lease: Lease, now: float | None = None) -> tuple[str, list[dict]
         "type": "context",
         "elements": [{"type": "mrkdwn", "text": f"lease `{lease.lease_id}` · `/tpu status` · `/tpu down`"}],
     })
-    if state in (LeaseState.BOOTING_MODEL, LeaseState.READY) or (state == LeaseState.FAILED and lease.active_at):
+    if state in (LeaseState.BOOTING_MODEL, LeaseState.READY, LeaseState.DEGRADED) or (
+            state == LeaseState.FAILED and lease.active_at):
         text = f"TPU {lease.zone}: {STATE_BADGES[LeaseState.ACTIVE]} · {badge} (lease {lease.lease_id})"
     else:
         text = f"TPU {lease.zone}: {badge} (lease {lease.lease_id})"
-    if state == LeaseState.READY and lease.ttft_ms:
+    if state in (LeaseState.READY, LeaseState.DEGRADED) and lease.ttft_ms:
         text += f" · TTFT {ms(lease.ttft_ms)}, TPOT {ms(lease.tpot_ms)}"
+    if state == LeaseState.DEGRADED:
+        text += f" · {escape(degraded_reason(lease))}"
     return text, blocks
 
 
@@ -128,7 +133,7 @@ def ms(value: float) -> str:
 def model_fields(lease: Lease) -> list[tuple[str, str]]:
     """The model's health: what answered, and TTFT/TPOT/tokens per second from one streamed request."""
     state = LeaseState(lease.state)
-    if state == LeaseState.READY:
+    if state in (LeaseState.READY, LeaseState.DEGRADED):
         fields = [("Model", escape(lease.model_info) or "serving")]
         if lease.image:
             fields.append(("Image", f"`{escape(lease.image)}`"))
@@ -142,11 +147,13 @@ def model_fields(lease: Lease) -> list[tuple[str, str]]:
 
 
 def detail_text(lease: Lease) -> str:
-    """The progress note, or for FAILED the classified reason with its fix on a line of its own."""
+    """The progress note, or for FAILED (DEGRADED) the reason (what failed) with its fix on a line of its own."""
     text = escape(lease.detail)
-    if LeaseState(lease.state) == LeaseState.FAILED:
+    state = LeaseState(lease.state)
+    if state in (LeaseState.FAILED, LeaseState.DEGRADED):
         reason, sep, fix = text.partition(" Fix: ")
-        return f":red_circle: *Reason:* {reason}" + (f"\n*Fix:* {fix}" if sep else "")
+        head = ":red_circle: *Reason:*" if state == LeaseState.FAILED else ":warning: *DEGRADED, what failed:*"
+        return f"{head} {reason}" + (f"\n*Fix:* {fix}" if sep else "")
     return text
 
 

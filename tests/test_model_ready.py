@@ -52,10 +52,14 @@ def test_up_ends_ready_with_endpoint_ttft_and_tpot_and_no_secret_anywhere(stack,
     endpoint = re.search(r"`(http://[0-9.]+:\d+/v1)`", blocks).group(1)
     assert endpoint == base_url and endpoint.endswith(f":{stack.settings.model_port}/v1")
 
-    # One real streamed chat completion was measured; never the raw completions route.
+    # One real streamed chat completion was measured; never the raw completions route. Besides it,
+    # READY took the two correctness checks: a known answer and a tool call, both at temperature 0.
     emulator = stack.node_models.emulator_for(zone, node_id)
-    assert len(emulator.requests) == 1
-    probe = emulator.requests[0]
+    assert len(emulator.requests) == 3
+    probe, = [r for r in emulator.requests if r.get("stream")]
+    checks = [r for r in emulator.requests if not r.get("stream")]
+    assert all(r["temperature"] == 0 for r in checks)
+    assert sorted(bool(r.get("tools")) for r in checks) == [False, True]
     assert probe["stream"] is True and probe["stream_options"] == {"include_usage": True}
     assert probe["messages"][0]["role"] == "user"
     ttft, tpot = (float(x) for x in re.search(r"TTFT / TPOT\*\\n([0-9.]+) ms / ([0-9.]+) ms", blocks).groups())

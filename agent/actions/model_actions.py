@@ -47,7 +47,7 @@ def endpoint_data(endpoint: ModelEndpoint) -> dict:
 @action("ask_model", "Ask this channel's model a question directly and get its answer with timings: time to "
         "first token (TTFT), time per output token (TPOT), tokens/s and token counts.", AskModelArgs)
 async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionResult:
-    endpoint = await resolve_endpoint(svc, actor)
+    endpoint = await resolve_endpoint(svc, actor, include_degraded=True)
     if endpoint is None:
         return ActionResult(False, NO_ENDPOINT, {"endpoint": None})
     config = svc.model or ModelConfig()
@@ -68,7 +68,7 @@ async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionRe
 @action("model_health", "Check this channel's model endpoint: model id, vLLM version, KV cache use, running "
         "and waiting requests, and a one-token round trip.", NoArgs)
 async def model_health(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
-    endpoint = await resolve_endpoint(svc, actor)
+    endpoint = await resolve_endpoint(svc, actor, include_degraded=True)
     if endpoint is None:
         return ActionResult(False, NO_ENDPOINT, {"endpoint": None})
     config = svc.model or ModelConfig()

@@ -1,7 +1,8 @@
 """Which Gemma endpoint answers in a channel, and the `openai` client that talks to it.
 
 Order: the channel's own READY lease (its vLLM on the TPU), else the fixed `GEMMA_BASE_URL`,
-else any READY bot-managed endpoint in the workspace. None means the model-less path.
+else any READY bot-managed endpoint in the workspace. None means the model-less path; a channel
+whose own lease is DEGRADED (its model failed the boot's correctness checks) gets None too.
 
 Here, in the actions room, because both the mention agent (agent/llm) and the model actions
 (`ask_model`, `model_health` in agent/actions) resolve the same endpoint the same way. The
@@ -15,6 +16,7 @@ from dataclasses import dataclass
 from openai import AsyncOpenAI
 
 from agent.context import Actor, Services
+from agent.lease.model_boot import degraded_reason
 from agent.model_config import ModelConfig
 from infra import model_client
 from infra.state.leases import LeaseState
@@ -31,11 +33,19 @@ def _usable(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
 
-async def resolve_endpoint(svc: Services, actor: Actor) -> ModelEndpoint | None:
+async def resolve_endpoint(svc: Services, actor: Actor, *, include_degraded: bool = False) -> ModelEndpoint | None:
+    """`include_degraded`: also the channel's own DEGRADED model (asked for by name, to debug it);
+    by default a channel whose model failed its correctness checks gets no model at all, so its
+    mentions are answered model-less and say why (`degraded_reason_here`), never by a model known to be wrong."""
     config = svc.model or ModelConfig()
     if not config.enabled:
         return None
     own = await svc.leases.get(actor.team, actor.channel)
+    if own is not None and own.state == LeaseState.DEGRADED.value and _usable(own.endpoint):
+        if not include_degraded:
+            return None
+        return ModelEndpoint(own.endpoint, "this channel's TPU (DEGRADED)",
+                             await _lease_key(svc, own.lease_id) or config.api_key)
     if own is not None and own.state == LeaseState.READY.value and _usable(own.endpoint):
         return ModelEndpoint(own.endpoint, "this channel's TPU", await _lease_key(svc, own.lease_id) or config.api_key)
     if _usable(config.base_url):
@@ -45,6 +55,12 @@ async def resolve_endpoint(svc: Services, actor: Actor) -> ModelEndpoint | None:
             return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>",
                                  await _lease_key(svc, lease.lease_id) or config.api_key)
     return None
+
+
+async def degraded_reason_here(svc: Services, actor: Actor) -> str | None:
+    """What the channel's own DEGRADED lease failed (why its mentions get no model); None: not DEGRADED."""
+    own = await svc.leases.get(actor.team, actor.channel)
+    return degraded_reason(own) if own is not None and own.state == LeaseState.DEGRADED.value else None
 
 
 async def _lease_key(svc: Services, lease_id: str) -> str:

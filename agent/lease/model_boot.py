@@ -1,4 +1,4 @@
-"""After ACTIVE: wait for vLLM on the TPU VM, then measure it once — BOOTING MODEL → READY (or FAILED).
+"""After ACTIVE: wait for vLLM on the TPU VM, then measure and check it once — BOOTING MODEL → READY (or DEGRADED, or FAILED).
 
 `ModelBootHook.on_active` enqueues the first boot job. Each run looks once (like the watcher:
 no job holds a worker for the minutes a model takes to load) and re-schedules itself with a
@@ -8,7 +8,9 @@ deterministic id (`boot:{lease}:{n}`), so a retried or duplicated run is a no-op
    `http://IP:{MODEL_PORT}/v1` (never hard-coded);
 2. `GET /v1/models` until vLLM answers — progress on the card — bounded by `model_boot_timeout`;
 3. one real streamed chat completion (TTFT, TPOT, tokens/s by vLLM's benchmark definitions);
-4. READY with the endpoint and the figures, or FAILED with the reason and the fix. A FAILED model
+4. two correctness checks (infra/model_correctness.py): a known answer, a parsed tool call;
+5. READY with the endpoint and the figures; DEGRADED (the same, plus what failed and the fix) when a
+   correctness check failed; or FAILED with the reason and the fix. A FAILED or DEGRADED model
    keeps its TPU (and its lease) so it can be debugged; `/tpu down` releases it.
 """
 
@@ -21,6 +23,7 @@ import time
 from agent.context import Services
 from agent.lease.lifecycle import notify
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
+from infra.model_correctness import CheckFailure, check_known_answer, check_tool_call
 from infra.state.leases import Lease, LeaseState
 
 log = logging.getLogger(__name__)
@@ -103,15 +106,42 @@ async def _measure(svc: Services, lease: Lease, endpoint: str, api_key: str | No
                            "read `sudo docker logs tpubot-vllm` on the VM; the health check uses "
                            "/v1/chat/completions (an -it model answers raw /v1/completions with empty text).",
                            endpoint=endpoint)
+    failures = await _correctness(endpoint, svc.policy.model_name, api_key)
+    state = LeaseState.DEGRADED if failures else LeaseState.READY
     ok = await _write(
-        svc, lease, state=LeaseState.READY, endpoint=endpoint, detail="",
+        svc, lease, state=state, endpoint=endpoint, detail=degraded_detail(failures),
         ttft_ms=round(probe.ttft_ms, 2), tpot_ms=round(probe.tpot_ms, 3), tokens_per_s=round(probe.tokens_per_s, 1),
         model_info=probe.served_by, image=svc.policy.vllm_image,
     )
+    figures = f"ttft {probe.ttft_ms:.1f} ms, tpot {probe.tpot_ms:.2f} ms"
     await svc.audit.record(actor="tpubot", action="model_ready", team=lease.team, channel=lease.channel,
-                           outcome="ready" if ok else "lease changed",
-                           detail=f"{endpoint} ttft={probe.ttft_ms:.1f}ms tpot={probe.tpot_ms:.2f}ms")
-    return f"ready: ttft {probe.ttft_ms:.1f} ms, tpot {probe.tpot_ms:.2f} ms" if ok else "stopped: lease changed"
+                           outcome=(state.value.lower() if ok else "lease changed"),
+                           detail=f"{endpoint} {figures}" + "".join(f"; {f.what}" for f in failures))
+    if not ok:
+        return "stopped: lease changed"
+    return f"degraded: {'; '.join(f.what for f in failures)}" if failures else f"ready: {figures}"
+
+
+async def _correctness(endpoint: str, model: str, api_key: str | None) -> list[CheckFailure]:
+    """READY means correct: a known answer, and a tool call that comes back parsed."""
+    results = await asyncio.gather(check_known_answer(endpoint, model, api_key=api_key),
+                                   check_tool_call(endpoint, model, api_key=api_key))
+    return [failure for failure in results if failure is not None]
+
+
+def degraded_detail(failures: list[CheckFailure]) -> str:
+    """The card's note for DEGRADED: what failed, then ` Fix: ` and the fixes (cards split on it)."""
+    if not failures:
+        return ""
+    fixes = list(dict.fromkeys(f.fix for f in failures))
+    return ("; ".join(f.what[:1].upper() + f.what[1:] for f in failures) + ". Fix: " + "; ".join(fixes) +
+            ". Mentions here are answered without this model until it is fixed; the TPU keeps running (and "
+            "billing) and its clocks run as for READY: `/tpu down` releases it.")
+
+
+def degraded_reason(lease: Lease) -> str:
+    """What a DEGRADED lease's checks found, without the fix: for one-line texts."""
+    return lease.detail.partition(" Fix: ")[0]
 
 
 async def lease_api_key(svc: Services, lease: Lease) -> str | None:

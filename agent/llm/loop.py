@@ -30,7 +30,7 @@ from agent.llm.completion_repair import NormalizedTurn, StreamAccumulator, ToolC
 from agent.context import Actor, Services
 from agent.digest import estimate_tokens
 from agent.llm.material import MentionInput
-from agent.llm.model_endpoint import ModelEndpoint, answered_by, openai_client, resolve_endpoint
+from agent.llm.model_endpoint import ModelEndpoint, answered_by, degraded_reason_here, openai_client, resolve_endpoint
 from agent.model_config import ModelConfig
 from agent.llm.prompt import (
     CONTEXT_TOKENS,
@@ -62,8 +62,7 @@ async def run_agent(svc: Services, actor: Actor, mention: MentionInput, sink: Re
     svc = dataclasses.replace(svc, material=mention)
     endpoint = await resolve_endpoint(svc, actor)
     if endpoint is None:
-        enabled = (svc.model or ModelConfig()).enabled
-        return await modelless.answer(svc, actor, mention, reason=NO_MODEL if enabled else MODEL_OFF)
+        return await modelless.answer(svc, actor, mention, reason=await _no_model_reason(svc, actor))
     loop = AgentLoop(svc, actor, mention, endpoint, sink)
     try:
         return await loop.run()
@@ -73,6 +72,15 @@ async def run_agent(svc: Services, actor: Actor, mention: MentionInput, sink: Re
         fallback = await modelless.answer(svc, actor, mention, reason=str(error))
         fallback.proposals = loop.proposals + fallback.proposals
         return fallback
+
+
+async def _no_model_reason(svc: Services, actor: Actor) -> str:
+    if not (svc.model or ModelConfig()).enabled:
+        return MODEL_OFF
+    degraded = await degraded_reason_here(svc, actor)
+    if degraded is not None:
+        return f"this channel's TPU is DEGRADED, so its model is not used: {degraded}"
+    return NO_MODEL
 
 
 class AgentLoop:

@@ -7,8 +7,10 @@ from agent.actions.model_endpoint import (
     SANDBOX_FINGERPRINT_SUFFIX,
     ModelEndpoint,
     answered_by,
+    degraded_reason_here,
     openai_client,
     resolve_endpoint,
 )
 
-__all__ = ["ModelEndpoint", "SANDBOX_FINGERPRINT_SUFFIX", "answered_by", "openai_client", "resolve_endpoint"]
+__all__ = ["ModelEndpoint", "SANDBOX_FINGERPRINT_SUFFIX", "answered_by", "degraded_reason_here", "openai_client",
+           "resolve_endpoint"]

@@ -72,6 +72,8 @@ class NodeModels:
         # Each stack starts at its own random host, so that stacks of test runs side by side on
         # one machine rarely look at the same addresses.
         self._next_host = random.randint(FIRST_HOST, LAST_HOST)
+        # A serving fault (infra/sandbox/vllm/server.py SERVING_FAULTS) for the nodes that boot from now on.
+        self.fault: str | None = None
         # (zone, node id) → the API key the node's VM reads at boot (None: vLLM runs without --api-key).
         self.boot_api_key: Callable[[str, str], str | None] | None = None
         self.node_net = _bindable(f"{NODE_NET}{FIRST_HOST}", 0) is not None
@@ -90,7 +92,7 @@ class NodeModels:
             if sock is None:
                 continue
             emulator = VllmEmulator(model=self.model, latency=self.latency, label=LABEL, max_model_len=self.max_model_len,
-                                    host=host, port=self.port, api_key=api_key, sock=sock)
+                                    host=host, port=self.port, api_key=api_key, sock=sock, fault=self.fault)
             with self._lock:
                 self._emulators[(zone, node_id)] = emulator
             if self.boot_seconds <= 0:

@@ -26,6 +26,10 @@ class LeaseState(str, Enum):
     ACTIVE = "ACTIVE"
     BOOTING_MODEL = "BOOTING_MODEL"
     READY = "READY"
+    # Serving, but the boot probe's correctness checks failed (a wrong answer to a known question, or
+    # tool calls that come back as text): the TPU and its clocks run as for READY, but mentions are
+    # not routed to its model (agent/actions/model_endpoint.py).
+    DEGRADED = "DEGRADED"
     FAILED = "FAILED"
     TEARING_DOWN = "TEARING_DOWN"
 
@@ -36,7 +40,7 @@ class LeaseState(str, Enum):
 
     @property
     def holds_tpu(self) -> bool:
-        return self in (LeaseState.ACTIVE, LeaseState.BOOTING_MODEL, LeaseState.READY)
+        return self in (LeaseState.ACTIVE, LeaseState.BOOTING_MODEL, LeaseState.READY, LeaseState.DEGRADED)
 
 
 @dataclass

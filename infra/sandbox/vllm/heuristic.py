@@ -7,12 +7,15 @@ sandbox model. It exists so the agent loop visibly works end to end on embedded 
 - the conversation ends with tool results → a short summary: for a log digest, the top error
   template (most severe, then most frequent), its count and the lines it cites ("L12"); for
   other results, their first lines, cut at a word;
+- a question that is a sum or product of two whole numbers ("What is 17 + 25?") → its answer, so
+  the boot's known-answer check (infra/model_correctness.py) passes on a healthy sandbox model;
 - anything else → a plain labelled reply.
 Its output is raw Gemma text, so it goes through the same vLLM-side parsing as scripted turns.
 """
 
 from __future__ import annotations
 
+import operator
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -79,6 +82,8 @@ _TEMPLATE = re.compile(r"^T\d+ (?P<sev>[A-Z]+) x(?P<count>\d+) (?P<span>L[\d,L\-
 _SAMPLE = re.compile(r"^\s+L(?P<line>\d+) \| ")
 _SEVERITY_RANK = {"FATAL": 0, "CRITICAL": 0, "EMERGENCY": 0, "ALERT": 0, "ERROR": 1, "WARNING": 2, "WARN": 2}
 _DIGEST_LINES = re.compile(r"Log digest: (?P<lines>[\d,]+) lines")
+_ARITHMETIC = re.compile(r"\bwhat is (\d{1,9}) *([+*x×-]) *(\d{1,9})\b", re.IGNORECASE)
+_OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "x": operator.mul, "×": operator.mul}
 _FENCE = re.compile(r"^(<<<DATA.*|DATA>>>)$")
 _QUOTE_CHARS = 240
 
@@ -162,6 +167,9 @@ def respond(request: dict[str, Any], label: str = "sandbox model") -> str:
                 for name, params in tools:
                     if any(part in name.lower() for part in name_parts):
                         return f"Checking with {name}. " + _call(name, params, user_text)
+    if asked := _ARITHMETIC.search(user_text):
+        value = _OPERATORS[asked[2]](int(asked[1]), int(asked[3]))
+        return f"[{label}: heuristic stand-in, not Gemma] {value}"
     preview = " ".join(user_text.split())
     preview = preview if len(preview) <= 120 else preview[:117] + "..."
     return (

@@ -45,6 +45,14 @@ from .tokens import count_prompt_tokens, count_tokens, prompt_ends_in_open_chann
 log = logging.getLogger(__name__)
 
 METRICS_MODES = ("ok", "unreachable", "garbage", "not_found")
+# Serving faults a deployment can have while it still answers fast (issue 28; the boot's
+# correctness checks in infra/model_correctness.py must catch both):
+# - "garbage_text": the model writes word salad (MODEL_IMPL_TYPE=vllm on Gemma 4 E2B before
+#   tpu-inference #3406, reference/vllm-tpu.md §1); scripted turns are left alone;
+# - "tool_calls_as_text": the tool parser does not catch the model's calls, so the raw
+#   `<|tool_call>…<tool_call|>` text stays in `content` and `tool_calls` is empty.
+SERVING_FAULTS = ("garbage_text", "tool_calls_as_text")
+_GARBAGE_WORDS = ("zzk", "ubb", "the", "orp", "quel", "sandbox", "ĉĉ", "ness", "plin", "of")
 
 
 class _BadRequest(Exception):
@@ -81,6 +89,11 @@ def _reset(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse
     return resp
 
 
+def _garbage(seed: int, words: int = 24) -> str:
+    """Deterministic word salad, different per request (a broken model path, not a language model)."""
+    return " ".join(_GARBAGE_WORDS[(seed * 7 + i * i) % len(_GARBAGE_WORDS)] for i in range(words))
+
+
 class VllmEmulator:
     """Emulated vLLM endpoint. `start()` returns the base URL (ending in `/v1`)."""
 
@@ -97,7 +110,11 @@ class VllmEmulator:
         tool_parser: bool = True,
         api_key: str | None = None,
         sock: socket.socket | None = None,
+        fault: str | None = None,
     ) -> None:
+        if fault is not None and fault not in SERVING_FAULTS:
+            raise ValueError(f"unknown serving fault {fault!r}; one of {', '.join(SERVING_FAULTS)}")
+        self.fault = fault
         self.model = model
         # A socket already bound to (host, port) and held since the address was chosen: serving on
         # it means no other process can take the address in between (sandbox nodes, node_models.py).
@@ -108,7 +125,8 @@ class VllmEmulator:
         self.max_model_len = max_model_len
         self.host = host
         self.port = port
-        self.tool_parser = tool_parser  # False: raw tool-call text stays in content for every turn
+        # False: raw tool-call text stays in content for every turn
+        self.tool_parser = tool_parser and fault != "tool_calls_as_text"
         self.api_key = api_key  # `vllm serve --api-key`: /v1/* answers 401 without `Authorization: Bearer KEY`
         self.metrics_mode = "ok"  # see METRICS_MODES; flip at runtime for idle-clock tests
         self.requests: list[dict[str, Any]] = []  # every accepted request body, in arrival order
@@ -267,6 +285,8 @@ class VllmEmulator:
 
     def _next_turn(self, body: dict[str, Any]) -> Turn:
         spec = self.script.pop()
+        if spec is None and self.fault == "garbage_text":
+            return Turn(text=_garbage(len(self.requests)))
         if spec is None:
             return Turn(text=heuristic.respond(body, self.label))
         return to_turn(spec, body)
