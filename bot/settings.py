@@ -69,7 +69,7 @@ URL_SCHEMES = {
     "slack_api_url": ("http", "https"), "gemma_base_url": ("http", "https"),
     "tpu_api_endpoint": ("http", "https"), "logging_api_endpoint": ("http", "https"),
     "compute_api_endpoint": ("http", "https"), "quotas_api_endpoint": ("http", "https"),
-    "secretmanager_api_endpoint": ("http", "https"),
+    "secretmanager_api_endpoint": ("http", "https"), "storage_api_endpoint": ("http", "https"),
 }
 
 
@@ -115,6 +115,7 @@ class Settings(BaseSettings):
     compute_api_endpoint: str = Field("", description="override the Compute Engine API base URL (doctor)")
     quotas_api_endpoint: str = Field("", description="override the Cloud Quotas API base URL (doctor)")
     secretmanager_api_endpoint: str = Field("", description="override the Secret Manager API base URL (doctor)")
+    storage_api_endpoint: str = Field("", description="override the Cloud Storage JSON API base URL (doctor)")
     # --- the private model endpoint (issue 15) ----------------------------------------------
     model_source_ranges: CsvList = Field(
         default_factory=list,
@@ -132,6 +133,8 @@ class Settings(BaseSettings):
     model_port: int = Field(8000, description="port vLLM listens on inside the TPU VM")
     hf_token_secret: str = Field("hf-token", description="Secret Manager secret holding the HF token")
     vllm_image: str = Field(DEFAULT_IMAGE, description="container image the TPU VM runs vLLM from (a pinned tag)")
+    xla_cache_bucket: str = Field("", description="Cloud Storage bucket (in the TPU's region) that keeps vLLM's XLA "
+                                                  "compile cache across leases; empty: no bucket")
     vllm_max_model_len: int = Field(16384, description="vLLM --max-model-len")
     vllm_max_num_batched_tokens: int = Field(4096, description="vLLM --max_num_batched_tokens")
     vllm_limit_mm_per_prompt: str = Field('{"image":4,"audio":1}', description="vLLM --limit-mm-per-prompt (JSON)")

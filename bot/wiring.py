@@ -144,6 +144,8 @@ def preflight_config_from(settings: Settings):
         secretmanager_endpoint=settings.secretmanager_api_endpoint,
         model_port=settings.model_port, network_tag=settings.model_network_tag,
         model_source_ranges=tuple(model_source_ranges_of(settings)),
+        endpoint_address=settings.endpoint_address, vllm_image=settings.vllm_image,
+        xla_cache_bucket=settings.xla_cache_bucket, storage_endpoint=settings.storage_api_endpoint,
     )
 
 

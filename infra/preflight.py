@@ -10,7 +10,13 @@ Each check calls the real API with the bot's own credentials and returns pass/fa
   model port (Compute API); when none does, the exact `gcloud compute firewall-rules create …`;
 - the HF token secret exists and is readable (Secret Manager; the value is never printed or kept);
 - preemptible TPU quota in the default zone is above zero (Cloud Quotas API; flex-start draws on
-  the preemptible quota). Quota is necessary, never sufficient: it says nothing about capacity.
+  the preemptible quota). Quota is necessary, never sufficient: it says nothing about capacity;
+- with ENDPOINT_ADDRESS=internal (a node without an external IP): the network has a Cloud NAT in the
+  zone's region (Compute `routers.list` of that region: a router of the network with a `nats[]`
+  entry covering the subnetwork), or VLLM_IMAGE is in an Artifact Registry of that region;
+  otherwise the `gcloud compute routers create … && gcloud compute routers nats create …` fix;
+- with XLA_CACHE_BUCKET set: the bucket exists and keeps its data in the TPU's region (Storage JSON
+  API `buckets.get` → `location`); a multi- or dual-region that contains the region is a warning.
 
 A denied permission (HTTP 403, which google-api-core raises as `Forbidden` over REST) is reported
 with the role that grants it, never as "enable the API".
@@ -25,6 +31,7 @@ from __future__ import annotations
 import hashlib
 import ipaddress
 import json
+import re
 import shlex
 import time
 from collections.abc import Callable
@@ -43,6 +50,8 @@ from infra.tpu_errors import region_of
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 COMPUTE_ENDPOINT = "https://compute.googleapis.com"
+STORAGE_ENDPOINT = "https://storage.googleapis.com"
+_ARTIFACT_REGISTRY = re.compile(r"^(?P<location>[a-z0-9-]+)-docker\.pkg\.dev/")
 QUOTA_SERVICE = "tpu.googleapis.com"
 PREEMPTIBLE_QUOTA_IDS = {
     "v5litepod": "TPUV5sPreemptibleLitepodPerProjectPerZoneForTPUAPI",
@@ -67,6 +76,10 @@ class PreflightConfig:
     model_port: int = 8000
     network_tag: str = "tpubot-model"
     model_source_ranges: tuple[str, ...] = ()
+    endpoint_address: str = "external"
+    vllm_image: str = ""
+    xla_cache_bucket: str = ""
+    storage_endpoint: str = ""
 
     @property
     def network_name(self) -> str:
@@ -82,10 +95,11 @@ class PreflightConfig:
     def fingerprint(self) -> str:
         """What the verdict depends on, including which endpoint set answered (see `endpoint_kind`)."""
         endpoints = [endpoint_kind(e) for e in (self.tpu_endpoint, self.compute_endpoint, self.quotas_endpoint,
-                                                  self.secretmanager_endpoint)]
+                                                  self.secretmanager_endpoint, self.storage_endpoint)]
         basis = [self.project, self.zone, self.accelerator, self.network_name, self.subnetwork, self.hf_token_secret,
                  # The sandbox's rule admits every port, and its model port moves when 8000 is taken.
-                 None if self.sandbox else self.model_port, self.network_tag, sorted(self.model_source_ranges), self.sandbox, endpoints]
+                 None if self.sandbox else self.model_port, self.network_tag, sorted(self.model_source_ranges), self.sandbox, endpoints,
+                 self.endpoint_address, self.vllm_image, self.xla_cache_bucket]
         return hashlib.sha1(json.dumps(basis).encode()).hexdigest()[:16]
 
 
@@ -105,6 +119,7 @@ class CheckResult:
     ok: bool
     detail: str
     fix: str = ""
+    warning: bool = False  # passed, but not as it should be (doctor prints WARN and the fix)
 
 
 @dataclass
@@ -141,10 +156,12 @@ def run_preflight(config: PreflightConfig, credentials: Credentials | None = Non
     creds, result = check_credentials(config, credentials)
     checks.append(result)
     if creds is None:
-        for name in ("project", "network", "model firewall", "hf token secret", "tpu quota"):
+        for name in ("project", "network", "model firewall", "hf token secret", "tpu quota",
+                     *(name for name, applies, _ in CONDITIONAL_CHECKS if applies(config))):
             checks.append(CheckResult(name, False, "not checked: no working credentials", result.fix))
     else:
         checks += [check(config, creds) for check in CHECKS]
+        checks += [check(config, creds) for _, applies, check in CONDITIONAL_CHECKS if applies(config)]
     return PreflightReport(checks, config.fingerprint())
 
 
@@ -368,8 +385,121 @@ def _allows_port(item: dict, port: int) -> bool:
     return not ports
 
 
+def check_egress(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    """ENDPOINT_ADDRESS=internal: can a node with no external IP pull the image and the weights?"""
+    from google.auth.transport.requests import AuthorizedSession
+
+    name, region, network = "internal egress", region_of(config.zone), config.network_name
+    mirror = _ARTIFACT_REGISTRY.match(config.vllm_image)
+    if mirror and mirror["location"] == region:
+        return CheckResult(name, True, f"VLLM_IMAGE is in Artifact Registry in {region} ({config.vllm_image}), "
+                                       "pulled through Private Google Access (the weights still come from Hugging "
+                                       "Face: that needs Cloud NAT or a copy the VM can reach)")
+    base = (config.compute_endpoint or COMPUTE_ENDPOINT).rstrip("/")
+    url = f"{base}/compute/v1/projects/{config.project}/regions/{region}/routers"
+    routers: list[dict] = []
+    with AuthorizedSession(credentials) as session:
+        token = ""
+        while True:
+            try:
+                response = session.get(url, params={"maxResults": 500, **({"pageToken": token} if token else {})},
+                                       timeout=CALL_TIMEOUT)
+            except requests.RequestException as error:
+                return _access_failure(name, 0, str(error), "check the network path to the Compute API")
+            if response.status_code == 403:
+                return CheckResult(name, False, f"the Compute API refused to list the routers of {region}: "
+                                                f"{_message(response)}",
+                                   "grant the bot's account roles/compute.networkViewer (it includes "
+                                   f"compute.routers.list), or check by hand: `gcloud compute routers list "
+                                   f"--regions={region} --filter=network:{network}`")
+            if response.status_code != 200:
+                return _access_failure(name, response.status_code, _message(response),
+                                       "enable the Compute Engine API (`gcloud services enable compute.googleapis.com`)")
+            page = response.json()
+            routers += page.get("items", [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                break
+    serving = [(router["name"], nat.get("name", "")) for router in routers
+               if str(router.get("network", "")).rsplit("/", 1)[-1] == network
+               for nat in router.get("nats") or [] if _nat_covers(nat, config)]
+    if serving:
+        router, nat = serving[0]
+        return CheckResult(name, True, f"Cloud NAT {nat} on router {router} serves network {network} in {region}")
+    image = f"VLLM_IMAGE ({config.vllm_image})" if config.vllm_image else "VLLM_IMAGE"
+    return CheckResult(name, False, f"ENDPOINT_ADDRESS=internal, but network {network} has no Cloud NAT in {region} "
+                                    f"and {image} is not in an Artifact Registry of {region}: a node without an "
+                                    "external IP cannot pull the image or the weights", nat_fix(config))
+
+
+def nat_fix(config: PreflightConfig) -> str:
+    region, project = region_of(config.zone), config.project
+    router = " ".join(shlex.quote(arg) for arg in (
+        "tpubot-nat-router", f"--project={project}", f"--network={config.network_name}", f"--region={region}"))
+    nat = " ".join(shlex.quote(arg) for arg in (
+        "tpubot-nat", f"--project={project}", "--router=tpubot-nat-router", f"--region={region}",
+        "--auto-allocate-nat-external-ips", "--nat-all-subnet-ip-ranges"))
+    return (f"`gcloud compute routers create {router} && gcloud compute routers nats create {nat}`, or mirror the "
+            f"image into Artifact Registry in {region} and set VLLM_IMAGE={region}-docker.pkg.dev/{project}/REPO/"
+            "vllm-tpu:TAG (the weights then still need a way out)")
+
+
+def _nat_covers(nat: dict, config: PreflightConfig) -> bool:
+    option = nat.get("sourceSubnetworkIpRangesToNat", "")
+    if option != "LIST_OF_SUBNETWORKS":
+        return bool(option)  # ALL_SUBNETWORKS_ALL_IP_RANGES / ALL_SUBNETWORKS_ALL_PRIMARY_IP_RANGES
+    listed = {str(item.get("name", "")).rsplit("/", 1)[-1] for item in nat.get("subnetworks") or []}
+    # Without SUBNETWORK the node lands in the network's subnetwork of the region, which an auto-mode
+    # network names after itself.
+    return (config.subnetwork or config.network_name) in listed
+
+
+def check_cache_bucket(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    """XLA_CACHE_BUCKET: does it exist, and does it keep its data in the TPU's region?"""
+    from google.auth.transport.requests import AuthorizedSession
+
+    from infra.gcs_location import Placement, placement
+
+    name, region = "xla cache bucket", region_of(config.zone)
+    bucket = config.xla_cache_bucket.strip().removeprefix("gs://").strip("/")
+    create = (f"`gcloud storage buckets create gs://{bucket} --project={config.project} --location={region} "
+              "--uniform-bucket-level-access`, or set XLA_CACHE_BUCKET to a bucket in " + region)
+    base = (config.storage_endpoint or STORAGE_ENDPOINT).rstrip("/")
+    with AuthorizedSession(credentials) as session:
+        try:
+            response = session.get(f"{base}/storage/v1/b/{bucket}", timeout=CALL_TIMEOUT)
+        except requests.RequestException as error:
+            return _access_failure(name, 0, str(error), "check the network path to the Cloud Storage API")
+    if response.status_code == 404:
+        return CheckResult(name, False, f"bucket {bucket} (XLA_CACHE_BUCKET) does not exist", create)
+    if response.status_code == 403:
+        return CheckResult(name, False, f"bucket {bucket} is not readable: {_message(response)}",
+                           f"grant the bot's account roles/storage.bucketViewer on gs://{bucket} (it includes "
+                           "storage.buckets.get)")
+    if response.status_code != 200:
+        return _access_failure(name, response.status_code, _message(response),
+                               "enable the Cloud Storage API (`gcloud services enable storage.googleapis.com`)")
+    body = response.json()
+    location = str(body.get("location", "")) or "an unknown location"
+    where = placement(body, region)
+    if where is Placement.IN_REGION:
+        return CheckResult(name, True, f"bucket {bucket} is in {location}, the TPU's region")
+    if where is Placement.SPANS_REGION:
+        return CheckResult(name, True, f"bucket {bucket} is in {location} ({body.get('locationType', 'multi-region')})"
+                                       f", which contains the TPU's region {region} but is not it: cache restores "
+                                       "may cross regions", create, warning=True)
+    return CheckResult(name, False, f"bucket {bucket} is in {location}, but the TPU is in {region} (zone "
+                                    f"{config.zone}): every cache restore would cross regions", create)
+
+
 CHECKS: tuple[Callable[[PreflightConfig, Credentials], CheckResult], ...] = (
     check_project, check_network, check_firewall, check_secret, check_quota,
+)
+# (name, does it apply to these settings, check): run after CHECKS, only where they apply.
+CONDITIONAL_CHECKS: tuple[tuple[str, Callable[[PreflightConfig], bool],
+                                Callable[[PreflightConfig, Credentials], CheckResult]], ...] = (
+    ("internal egress", lambda config: config.endpoint_address == "internal", check_egress),
+    ("xla cache bucket", lambda config: bool(config.xla_cache_bucket.strip()), check_cache_bucket),
 )
 
 

@@ -20,7 +20,8 @@ CHECKS = ("settings", "credentials", "project", "network", "model firewall", "hf
 def env(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("TPUBOT_ENV_FILE", os.devnull)  # no tpu.env: a named file that is missing is an error
-    for name in ("GCP_PROJECT", "REDIS_URL", "HF_TOKEN_SECRET", "NETWORK", "SUBNETWORK", "TPU_ZONE"):
+    for name in ("GCP_PROJECT", "REDIS_URL", "HF_TOKEN_SECRET", "NETWORK", "SUBNETWORK", "TPU_ZONE", "ENDPOINT_ADDRESS",
+                 "XLA_CACHE_BUCKET", "VLLM_IMAGE"):
         monkeypatch.delenv(name, raising=False)
     return monkeypatch
 
@@ -37,6 +38,8 @@ def test_doctor_passes_on_embedded_defaults(env, caplog):
         assert f"PASS  {name}" in result.output
     assert "FAIL" not in result.output and "all checks passed" in result.output
     assert "hf_sandbox" not in result.output + caplog.text  # the secret was read, never shown
+    # External nodes need no NAT check, and no bucket is checked when XLA_CACHE_BUCKET is unset.
+    assert "internal egress" not in result.output and "xla cache bucket" not in result.output
 
 
 def test_doctor_fails_with_the_fix_when_the_secret_is_missing(env):
@@ -141,11 +144,12 @@ def test_denied_quota_and_secret_name_the_missing_role(own_cloud):
 
 def test_a_half_configured_sandbox_never_asks_google(own_cloud, env):
     cloud = own_cloud()
-    for name in ("COMPUTE_API_ENDPOINT", "QUOTAS_API_ENDPOINT", "SECRETMANAGER_API_ENDPOINT"):
+    for name in ("COMPUTE_API_ENDPOINT", "QUOTAS_API_ENDPOINT", "SECRETMANAGER_API_ENDPOINT", "STORAGE_API_ENDPOINT"):
         env.delenv(name)  # only TPU_API_ENDPOINT points at the running sandbox
     result = doctor()
     assert result.exit_code == 0, result.output
-    assert "COMPUTE_API_ENDPOINT, QUOTAS_API_ENDPOINT, SECRETMANAGER_API_ENDPOINT started here" in result.output
+    assert ("COMPUTE_API_ENDPOINT, QUOTAS_API_ENDPOINT, SECRETMANAGER_API_ENDPOINT, STORAGE_API_ENDPOINT started "
+            "here") in result.output
     assert any("/acceleratorTypes" in r.path for r in cloud.tpu.requests)  # the configured TPU API was asked
 
 
@@ -172,3 +176,103 @@ def test_no_verdict_is_shared_across_endpoint_sets(own_cloud, env, redis_url):
     assert asyncio.run(failures(local.fingerprint())) == ["model firewall"]
     assert other_local.fingerprint() == local.fingerprint()  # an emulator's port moves every run
     assert asyncio.run(failures(google.fingerprint())) == []  # a verdict about the local emulators is not Google's
+
+
+# --- issue 28: internal nodes need a way out; the XLA cache bucket must be in the TPU's region ----------
+
+MIRROR = "us-west4-docker.pkg.dev/tpubot-sandbox/mirror/vllm-tpu:v0.32.0"
+
+
+def nat_router(region: str = "us-west4", network: str = "default", **nat) -> dict:
+    return {"name": f"nat-router-{region}", "region": region, "network": network,
+            "nats": [{"name": "egress", "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES",
+                      "natIpAllocateOption": "AUTO_ONLY", **nat}]}
+
+
+def check_line(output: str, name: str) -> str:
+    return next(line for line in output.splitlines() if line[6:].startswith(name))
+
+
+def test_internal_nodes_need_cloud_nat_in_the_region_or_an_image_mirrored_there(own_cloud, env):
+    env.setenv("ENDPOINT_ADDRESS", "internal")
+    cloud = own_cloud(routers=(nat_router(),))
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    assert check_line(result.output, "internal egress") == (
+        "PASS  internal egress  Cloud NAT egress on router nat-router-us-west4 serves network default in us-west4")
+    assert any(path == "/compute/v1/projects/tpubot-sandbox/regions/us-west4/routers"
+               for _, path, _ in cloud.project_api.requests)
+    assert cloud.project_api.rejected == [] and cloud.project_api.response_problems == []
+
+    # A NAT of another region, or of another network, is no way out for this node.
+    own_cloud(routers=(nat_router("us-east1"), nat_router(network="other-vpc")))
+    result = doctor()
+    assert result.exit_code == 1, result.output
+    assert check_line(result.output, "internal egress").startswith(
+        "FAIL  internal egress  ENDPOINT_ADDRESS=internal, but network default has no Cloud NAT in us-west4 and "
+        "VLLM_IMAGE (vllm/vllm-tpu:")
+    assert ("gcloud compute routers create tpubot-nat-router --project=tpubot-sandbox --network=default "
+            "--region=us-west4 && gcloud compute routers nats create tpubot-nat --project=tpubot-sandbox "
+            "--router=tpubot-nat-router --region=us-west4 --auto-allocate-nat-external-ips "
+            "--nat-all-subnet-ip-ranges") in result.output
+    assert "1 check(s) failed" in result.output
+
+    # The image in an Artifact Registry of the TPU's region needs no NAT to be pulled; one elsewhere does.
+    env.setenv("VLLM_IMAGE", MIRROR)
+    assert check_line(doctor().output, "internal egress").startswith(
+        f"PASS  internal egress  VLLM_IMAGE is in Artifact Registry in us-west4 ({MIRROR})")
+    env.setenv("VLLM_IMAGE", MIRROR.replace("us-west4-", "us-east1-"))
+    assert check_line(doctor().output, "internal egress").startswith("FAIL  internal egress")
+
+
+def test_the_xla_cache_bucket_must_exist_in_the_tpus_region(own_cloud, env):
+    cloud = own_cloud(buckets={"cache-w4": "US-WEST4", "cache-eu": "EUROPE-WEST4", "cache-us": "US"})
+    env.setenv("XLA_CACHE_BUCKET", "gs://no-such-cache")
+    result = doctor()
+    assert result.exit_code == 1, result.output
+    assert check_line(result.output, "xla cache bucket") == (
+        "FAIL  xla cache bucket bucket no-such-cache (XLA_CACHE_BUCKET) does not exist")
+    assert ("gcloud storage buckets create gs://no-such-cache --project=tpubot-sandbox --location=us-west4 "
+            "--uniform-bucket-level-access") in result.output
+    assert any(path == "/storage/v1/b/no-such-cache" for _, path, _ in cloud.project_api.requests)
+
+    env.setenv("XLA_CACHE_BUCKET", "cache-eu")
+    result = doctor()
+    assert result.exit_code == 1, result.output
+    assert check_line(result.output, "xla cache bucket") == (
+        "FAIL  xla cache bucket bucket cache-eu is in EUROPE-WEST4, but the TPU is in us-west4 (zone us-west4-a): "
+        "every cache restore would cross regions")
+
+    env.setenv("XLA_CACHE_BUCKET", "cache-us")  # a multi-region that contains us-west4: works, but warned
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    assert check_line(result.output, "xla cache bucket").startswith(
+        "WARN  xla cache bucket bucket cache-us is in US (multi-region), which contains the TPU's region us-west4")
+    assert "all checks passed, 1 with a warning" in result.output
+
+    env.setenv("XLA_CACHE_BUCKET", "cache-w4")
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    assert check_line(result.output, "xla cache bucket") == (
+        "PASS  xla cache bucket bucket cache-w4 is in US-WEST4, the TPU's region")
+    assert cloud.project_api.rejected == [] and cloud.project_api.response_problems == []
+
+
+def test_doctor_json_carries_the_nat_and_bucket_verdicts_with_their_fixes(own_cloud, env):
+    import json
+
+    own_cloud(buckets={"cache-us": "US"})
+    env.setenv("ENDPOINT_ADDRESS", "internal")
+    env.setenv("XLA_CACHE_BUCKET", "cache-us")
+    result = CliRunner().invoke(app, ["doctor", "--json"])
+    assert result.exit_code == 1
+    document = json.loads(result.stdout)
+    checks = {check["name"]: check for check in document["checks"]}
+    assert document["ok"] is False
+    egress, bucket = checks["internal egress"], checks["xla cache bucket"]
+    assert (egress["ok"], egress["warning"]) == (False, False)
+    assert "gcloud compute routers nats create tpubot-nat" in egress["fix"]
+    assert (bucket["ok"], bucket["warning"]) == (True, True)
+    assert "US" in bucket["detail"] and "us-west4" in bucket["detail"]
+    assert "--location=us-west4" in bucket["fix"]
+    assert all(check["warning"] is False for name, check in checks.items() if name != "xla cache bucket")

@@ -17,6 +17,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import cloudquotas_v1, logging as cloud_logging, secretmanager_v1
 
+from infra.preflight import PreflightConfig, check_cache_bucket, check_egress
 from infra.sandbox.discovery import strict_available
 from infra.sandbox.gcp_project_api import GcpProjectSandbox
 from infra.sandbox.logging_api import LoggingEmulator, generate_entries
@@ -40,12 +41,18 @@ def tpu() -> Iterator[TpuSandbox]:
         yield box
 
 
+NAT_ROUTER = {"name": "nat-router", "region": "us-west4", "network": "default",
+              "nats": [{"name": "egress", "sourceSubnetworkIpRangesToNat": "ALL_SUBNETWORKS_ALL_IP_RANGES",
+                        "natIpAllocateOption": "AUTO_ONLY"}]}
+
+
 @pytest.fixture
 def project_api() -> Iterator[GcpProjectSandbox]:
     with GcpProjectSandbox(PROJECT, quotas={QUOTA: {ZONE: 8}}, secrets_={"hf-token": "hf_x"},
                            firewalls=[{"name": "allow-model", "network": "default", "sourceRanges": ["10.0.0.0/8"],
                                        "allowed": [{"IPProtocol": "tcp", "ports": ["8000"]}],
-                                       "targetTags": ["tpubot-model"]}]) as box:
+                                       "targetTags": ["tpubot-model"]}],
+                           routers=[NAT_ROUTER], buckets={"xla-cache": "US-WEST4"}) as box:
         yield box
 
 
@@ -128,6 +135,38 @@ def test_compute_rejects_an_unknown_query_parameter(project_api: GcpProjectSandb
     assert response.json()["error"]["errors"][0]["reason"] == "invalid"
 
 
+def test_compute_routers_and_storage_reject_an_unknown_query_parameter(project_api: GcpProjectSandbox,
+                                                                      session: AuthorizedSession) -> None:
+    response = session.get(f"{project_api.base_url}/compute/v1/projects/{PROJECT}/regions/us-west4/routers",
+                           params={"network": "default"}, timeout=5)  # routers.list filters with `filter`
+    assert_google_400(response, "network", "network")
+    assert response.json()["error"]["errors"][0]["reason"] == "invalid"
+    response = session.get(f"{project_api.base_url}/storage/v1/b/xla-cache", params={"fields": "location"},
+                           timeout=5)  # `fields` is one of the standard parameters every method takes
+    assert response.status_code == 200, response.text
+    response = session.get(f"{project_api.base_url}/storage/v1/b/xla-cache", params={"region": "us-west4"}, timeout=5)
+    assert_google_400(response, "region", "region")
+
+
+def test_a_missing_bucket_and_router_answer_as_storage_and_compute_do(project_api: GcpProjectSandbox,
+                                                                     session: AuthorizedSession) -> None:
+    response = session.get(f"{project_api.base_url}/storage/v1/b/no-such-bucket", timeout=5)
+    assert response.status_code == 404
+    assert response.json() == {"error": {"code": 404, "message": "The specified bucket does not exist.", "errors": [
+        {"message": "The specified bucket does not exist.", "domain": "global", "reason": "notFound"}]}}
+    assert isinstance(gexc.from_http_response(response), gexc.NotFound)
+    response = session.get(f"{project_api.base_url}/compute/v1/projects/{PROJECT}/regions/us-west4/routers/nope",
+                           timeout=5)
+    assert response.status_code == 404
+    error = response.json()["error"]
+    assert error["message"] == f"The resource 'projects/{PROJECT}/regions/us-west4/routers/nope' was not found"
+    assert error["errors"][0]["reason"] == "notFound"
+    # A region without routers lists none: Compute leaves the empty `items` out.
+    listed = session.get(f"{project_api.base_url}/compute/v1/projects/{PROJECT}/regions/us-east1/routers",
+                         timeout=5).json()
+    assert listed["kind"] == "compute#routerList" and "items" not in listed
+
+
 def test_cloud_quotas_rejects_an_unknown_query_parameter(project_api: GcpProjectSandbox,
                                                          session: AuthorizedSession) -> None:
     response = session.get(f"{project_api.base_url}/v1/projects/{PROJECT}/locations/global/services/"
@@ -175,6 +214,13 @@ def test_the_typed_project_clients_pass_and_every_response_conforms(project_api:
     with AuthorizedSession(AnonymousCredentials()) as session:
         rules = session.get(f"{project_api.base_url}/compute/v1/projects/{PROJECT}/global/firewalls", timeout=5)
     assert rules.status_code == 200 and rules.json()["items"][0]["targetTags"] == ["tpubot-model"]
+    # Doctor's internal-egress and cache-bucket checks, as they call Compute and Storage.
+    config = PreflightConfig(project=PROJECT, zone=ZONE, sandbox=True, compute_endpoint=project_api.base_url,
+                             storage_endpoint=project_api.base_url, endpoint_address="internal",
+                             xla_cache_bucket="xla-cache")
+    assert check_egress(config, AnonymousCredentials()).ok and check_cache_bucket(config, AnonymousCredentials()).ok
+    assert {"compute.routers.list", "storage.buckets.get"} <= set(project_api.apis["compute"].checked) | set(
+        project_api.apis["storage"].checked)
     assert project_api.rejected == [] and project_api.response_problems == []
 
 

@@ -18,7 +18,8 @@ from bot.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
-    app.command("doctor", help="Check settings, credentials, project, network, HF token secret and TPU quota.")(doctor)
+    app.command("doctor", help="Check settings, credentials, project, network, HF token secret and TPU quota "
+                                  "(and Cloud NAT for internal nodes, the XLA cache bucket when set).")(doctor)
 
 
 def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("doctor"))) -> None:
@@ -43,7 +44,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
             _line(out, check)
         raise typer.Exit(code=2)
     cloud = None
-    endpoints = ("tpu_api_endpoint", "compute_api_endpoint", "quotas_api_endpoint", "secretmanager_api_endpoint")
+    endpoints = ("tpu_api_endpoint", "compute_api_endpoint", "quotas_api_endpoint", "secretmanager_api_endpoint",
+                 "storage_api_endpoint")
     if settings.sandbox and not all(getattr(settings, name) for name in endpoints):
         # A sandbox run never asks the real Google APIs (anonymously, they would only fail with
         # misleading fixes): the endpoints that are set are checked as given, the rest locally.
@@ -53,7 +55,8 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
         local = {k: v for k, v in cloud.endpoint_overrides().items() if not getattr(settings, k)}
         settings = settings.model_copy(update=local)
         out.write("GCP_PROJECT is unset: checking against the local sandbox emulators"
-                  + (f" ({', '.join(k.upper() for k in local)} started here).\n" if len(local) < 4 else ".\n"))
+                  + (f" ({', '.join(k.upper() for k in local)} started here).\n" if len(local) < len(endpoints)
+                     else ".\n"))
     try:
         from bot.wiring import preflight_config_from
 
@@ -71,18 +74,26 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
             _line(out, check)
     _cache(settings, report, out)
     failed = len(report.failures)
-    out.write(f"\n{'all checks passed' if not failed else f'{failed} check(s) failed'}\n")
+    warned = sum(1 for check in report.checks if check.ok and check.warning)
+    verdict = f"{failed} check(s) failed" if failed else "all checks passed"
+    out.write(f"\n{verdict}{f', {warned} with a warning' if warned else ''}\n")
     raise typer.Exit(code=0 if report.ok else 1)
 
 
 def _document(checks) -> dict:
     return {"ok": all(check.ok for check in checks),
-            "checks": [{"name": c.name, "ok": c.ok, "detail": c.detail, "fix": c.fix} for c in checks]}
+            "checks": [{"name": c.name, "ok": c.ok, "warning": c.warning, "detail": c.detail, "fix": c.fix}
+                       for c in checks]}
 
 
 def _line(out, check) -> None:
-    out.write(f"{'PASS' if check.ok else 'FAIL'}  {check.name:<16} {check.detail}\n")
-    if not check.ok and check.fix:
+    verdict = "PASS"
+    if not check.ok:
+        verdict = "FAIL"
+    elif check.warning:
+        verdict = "WARN"
+    out.write(f"{verdict}  {check.name:<16} {check.detail}\n")
+    if (not check.ok or check.warning) and check.fix:
         out.write(f"      {'fix:':<16} {check.fix}\n")
 
 

@@ -7,6 +7,11 @@ One HTTP server, the wire formats of four real services, for the real clients on
 - Cloud Quotas v1 (`cloudquotas_v1.CloudQuotasClient(transport="rest")`): get and list QuotaInfo
   under `projects/P/locations/global/services/tpu.googleapis.com/quotaInfos` (reference §5).
 - Compute Engine firewalls: `projects/P/global/firewalls` (list), what doctor's firewall check reads.
+- Compute Engine routers: `projects/P/regions/R/routers` (list) and `…/routers/NAME` (get), with
+  their Cloud NAT configs in `nats[]`: what doctor's internal-egress check reads.
+- Cloud Storage JSON API: `storage/v1/b/BUCKET` (buckets.get) with the bucket's `location` and
+  `locationType`; a missing bucket is Storage's 404 (`The specified bucket does not exist.`,
+  `errors[].reason: notFound`), a denied `storage.buckets.get` its 403.
 - Secret Manager v1 (`secretmanager_v1.SecretManagerServiceClient(transport="rest")` and curl):
   `projects/P/secrets` (list, paged, with `labels.KEY=VALUE` / `name:TEXT` filters),
   `projects/P/secrets/S` (get, create with `?secretId=`, delete), `…:addVersion` and
@@ -15,7 +20,7 @@ One HTTP server, the wire formats of four real services, for the real clients on
 - `denied`: IAM permissions the caller lacks (e.g. `secretmanager.versions.access`), answered with
   Google's 403 and an `IAM_PERMISSION_DENIED` ErrorInfo naming the permission.
 
-Every request is checked against Google's discovery documents (Compute, Secret Manager) or the
+Every request is checked against Google's discovery documents (Compute, Secret Manager, Storage) or the
 google-cloud-quotas protos (Cloud Quotas) by `infra.sandbox.discovery`; an unknown field or
 parameter gets the real 400 INVALID_ARGUMENT.
 - The GCE metadata server's token route (`Metadata-Flavor: Google` required), so the startup
@@ -36,11 +41,13 @@ from datetime import datetime, timezone
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+from infra.gcs_location import DUAL_REGIONS
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: F401  (the ids Google uses)
 from infra.sandbox.http_server import SandboxHTTPServer, serve_in_thread
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api, proto_api
 
 _COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<rest>.*))?$")
+_BUCKET = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)$")
 _QUOTAS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/locations/global/services/(?P<service>[^/]+)"
                      r"/quotaInfos(?:/(?P<quota>[^/]+))?$")
 _SECRET = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets/(?P<secret>[^/:]+)"
@@ -60,6 +67,8 @@ class GcpProjectSandbox:
         quotas: Mapping[str, Mapping[str, int]] | None = None,  # quota id -> zone -> limit
         secrets_: Mapping[str, str] | None = None,  # secret name -> latest payload
         firewalls: Iterable[Mapping[str, Any]] = (),  # Compute Firewall resources (JSON)
+        routers: Iterable[Mapping[str, Any]] = (),  # Compute Router resources (JSON; region and network by name)
+        buckets: Mapping[str, str] | None = None,  # Cloud Storage bucket -> location, e.g. "US-WEST4", "US"
         denied: Iterable[str] = (),  # IAM permissions the caller does not have
         project_number: int = 123456789012,
         host: str = "127.0.0.1",
@@ -74,10 +83,13 @@ class GcpProjectSandbox:
         self.secret_labels: dict[str, dict[str, str]] = {}
         self.secret_created: dict[str, str] = {}  # secret -> createTime; seeded secrets have SEEDED_CREATE_TIME
         self.firewalls = [dict(rule) for rule in firewalls]
+        self.routers = [dict(router) for router in routers]
+        self.buckets = dict(buckets or {})
         self.denied = set(denied)
         self.apis: dict[str, DiscoveryApi | None] = {
             "compute": load_api("compute.v1", "google.cloud.compute.v1"),
             "secretmanager": load_api("secretmanager.v1", "google.cloud.secretmanager.v1"),
+            "storage": load_api("storage.v1", "google.storage.v1"),
             "quotas": _quotas_api(),
         }
         self.rejected: list[RequestRejected] = []
@@ -137,8 +149,7 @@ class GcpProjectSandbox:
                                                      if k.lower() in ("metadata-flavor", "x-goog-api-client")}))
         if url.path == _TOKEN_PATH:
             return self._token(headers)
-        api_name = "compute" if url.path.startswith("/compute/") else (
-            "quotas" if "/quotaInfos" in url.path else "secretmanager")
+        api_name = _api_of(url.path)
         api = self.apis[api_name]
         checked = None
         if api is not None:
@@ -148,7 +159,7 @@ class GcpProjectSandbox:
                 with self._lock:
                     self.rejected.append(rejected)
                 status, payload = 400, rejected.google_error()
-                if api_name == "compute":  # Compute adds its legacy errors[] list
+                if api_name in ("compute", "storage"):  # both add their legacy errors[] list
                     payload["error"]["errors"] = [{"message": rejected.message, "domain": "global",
                                                    "reason": "invalid"}]
                 return status, payload
@@ -166,6 +177,10 @@ class GcpProjectSandbox:
             if method != "GET":
                 return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
             return self._compute(match["project"], match["rest"] or "", query)
+        if match := _BUCKET.match(path):
+            if method != "GET":
+                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
+            return self._bucket(match["bucket"])
         if match := _QUOTAS.match(path):
             if denied := self._deny("cloudquotas.quotas.get", f"projects/{match['project']}"):
                 return denied
@@ -300,11 +315,59 @@ class GcpProjectSandbox:
                 return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/subnetworks/{name}' "
                                            "was not found", "notFound")
             return 200, {"kind": "compute#subnetwork", "name": name, "region": region}
+        if match := re.fullmatch(r"regions/([^/]+)/routers(?:/([^/]+))?", rest):
+            return self._routers(project, match[1], match[2])
         if rest == "global/firewalls":
             return 200, {"kind": "compute#firewallList", "id": f"projects/{project}/global/firewalls",
                          "items": [self._firewall_json(project, rule) for rule in self.firewalls],
                          "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/firewalls"}
         return _compute_error(404, f"The resource 'projects/{project}/{rest}' was not found", "notFound")
+
+    def _routers(self, project: str, region: str, router: str | None) -> tuple[int, dict]:
+        if denied := self._deny("compute.routers.get" if router else "compute.routers.list", f"projects/{project}"):
+            denied[1]["error"]["errors"] = [{"message": denied[1]["error"]["message"], "domain": "global",
+                                             "reason": "forbidden"}]
+            return denied
+        base = f"https://www.googleapis.com/compute/v1/projects/{project}/regions/{region}/routers"
+        found = [self._router_json(project, index, r) for index, r in enumerate(self.routers)
+                 if r.get("region") == region]
+        if router is not None:
+            match = next((r for r in found if r["name"] == router), None)
+            if match is None:
+                return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/routers/{router}' "
+                                           "was not found", "notFound")
+            return 200, match
+        body = {"kind": "compute#routerList", "id": f"projects/{project}/regions/{region}/routers", "selfLink": base}
+        if found:
+            body["items"] = found  # Compute leaves an empty list out
+        return 200, body
+
+    def _router_json(self, project: str, index: int, router: Mapping[str, Any]) -> dict:
+        base = f"https://www.googleapis.com/compute/v1/projects/{project}"
+        region = router["region"]
+        network = str(router.get("network") or "default").rsplit("/", 1)[-1]
+        return {"kind": "compute#router", "id": str(7_000_000_000_000_000_000 + index),
+                "creationTimestamp": "2026-01-01T00:00:00.000-08:00", **router,
+                "region": f"{base}/regions/{region}", "network": f"{base}/global/networks/{network}",
+                "selfLink": f"{base}/regions/{region}/routers/{router['name']}"}
+
+    def _bucket(self, bucket: str) -> tuple[int, dict]:
+        if denied := self._deny("storage.buckets.get", f"projects/_/buckets/{bucket}"):
+            message = ("anonymous-caller does not have storage.buckets.get access to the Google Cloud Storage "
+                       "bucket. Permission 'storage.buckets.get' denied on resource (or it may not exist).")
+            return 403, {"error": {"code": 403, "message": message,
+                                   "errors": [{"message": message, "domain": "global", "reason": "forbidden"}]}}
+        location = self.buckets.get(bucket)
+        if location is None:
+            message = "The specified bucket does not exist."
+            return 404, {"error": {"code": 404, "message": message,
+                                   "errors": [{"message": message, "domain": "global", "reason": "notFound"}]}}
+        kind = _LOCATION_TYPES.get(location.upper(), "region")
+        return 200, {"kind": "storage#bucket", "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}",
+                     "id": bucket, "name": bucket, "projectNumber": str(self.project_number), "metageneration": "1",
+                     "location": location.upper(), "locationType": kind, "storageClass": "STANDARD", "etag": "CAE=",
+                     "timeCreated": "2026-01-01T00:00:00.000Z", "updated": "2026-01-01T00:00:00.000Z",
+                     "iamConfiguration": {"uniformBucketLevelAccess": {"enabled": True}}, "rpo": "DEFAULT"}
 
     def _firewall_json(self, project: str, rule: Mapping[str, Any]) -> dict:
         base = f"https://www.googleapis.com/compute/v1/projects/{project}/global"
@@ -394,6 +457,19 @@ def _handler_for(sandbox: GcpProjectSandbox) -> type[BaseHTTPRequestHandler]:
 
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
            405: "UNIMPLEMENTED", 409: "ALREADY_EXISTS", 500: "INTERNAL"}
+
+
+# Storage's locationType of the multi- and dual-regions the sandbox knows (infra/gcs_location.py).
+_LOCATION_TYPES = {"US": "multi-region", "EU": "multi-region", "ASIA": "multi-region",
+                   **{name: "dual-region" for name in DUAL_REGIONS}}
+
+
+def _api_of(path: str) -> str:
+    if path.startswith("/compute/"):
+        return "compute"
+    if path.startswith("/storage/"):
+        return "storage"
+    return "quotas" if "/quotaInfos" in path else "secretmanager"
 
 
 def _quotas_api() -> DiscoveryApi | None:

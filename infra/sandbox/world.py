@@ -1,4 +1,4 @@
-"""The emulated cloud as one description: zones, accelerators, network, quota, secrets.
+"""The emulated cloud as one description: zones, accelerators, network, quota, secrets, routers, buckets.
 
 `SandboxWorld` says what the sandbox project looks like; `CloudSandbox` starts the emulators that
 serve it (the TPU API and the project-level APIs) and hands back their endpoints. `tpubot shell`,
@@ -41,6 +41,9 @@ class SandboxWorld:
          "allowed": [{"IPProtocol": "tcp"}], "targetTags": ["tpubot-model"]},
     )
     denied: tuple[str, ...] = ()  # IAM permissions the bot's account lacks, e.g. "cloudquotas.quotas.get"
+    # Compute Router resources (JSON; `region` and `network` as names), e.g. one with a Cloud NAT in `nats`.
+    routers: tuple[dict[str, Any], ...] = ()
+    buckets: Mapping[str, str] = field(default_factory=dict)  # Cloud Storage bucket name -> location ("US-WEST4")
 
     def quotas(self) -> dict[str, dict[str, int]]:
         chips = dict(self.quota_chips) if self.quota_chips is not None else {z: DEFAULT_QUOTA_CHIPS for z in self.zones}
@@ -71,7 +74,7 @@ class CloudSandbox:
         self.tpu.start()
         self.project_api = GcpProjectSandbox(
             self.project, networks=w.networks, subnetworks=w.subnetworks, quotas=w.quotas(), secrets_=w.secrets,
-            firewalls=w.firewalls, denied=w.denied,
+            firewalls=w.firewalls, denied=w.denied, routers=w.routers, buckets=w.buckets,
         )
         self.project_api.start()
         return self
@@ -100,7 +103,7 @@ class CloudSandbox:
         assert self.tpu is not None and self.project_api is not None
         base = self.project_api.base_url
         return {"tpu_api_endpoint": self.tpu.base_url, "compute_api_endpoint": base,
-                "quotas_api_endpoint": base, "secretmanager_api_endpoint": base}
+                "quotas_api_endpoint": base, "secretmanager_api_endpoint": base, "storage_api_endpoint": base}
 
     def __enter__(self) -> "CloudSandbox":
         return self.start()
