@@ -64,7 +64,7 @@ async def check_known_answer(base_url: str, model: str, *, api_key: str | None =
     # A reasoning parser may leave a short answer in `reasoning` with empty `content` (gemma4-wire.md);
     # the agent repairs that the same way, so it is still the right answer.
     text = message.get("content") or message.get("reasoning") or message.get("reasoning_content") or ""
-    if re.search(rf"(?<![\d.]){KNOWN_ANSWER}(?![\d.])", text):
+    if re.search(rf"(?<![\d.]){KNOWN_ANSWER}(?!\.?\d)", text):  # "42." counts; "142", "0.42", "42.5" do not
         return None
     return CheckFailure(f"the answer to a known question was wrong (asked {KNOWN_QUESTION!r}, expected "
                         f"{KNOWN_ANSWER}, got {_quote(text)})", GARBAGE_FIX)

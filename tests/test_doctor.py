@@ -276,3 +276,22 @@ def test_doctor_json_carries_the_nat_and_bucket_verdicts_with_their_fixes(own_cl
     assert "US" in bucket["detail"] and "us-west4" in bucket["detail"]
     assert "--location=us-west4" in bucket["fix"]
     assert all(check["warning"] is False for name, check in checks.items() if name != "xla cache bucket")
+
+
+@pytest.mark.parametrize("bucket, region, where", [
+    ({"location": "US-WEST4", "locationType": "region"}, "us-west4", "IN_REGION"),
+    ({"location": "US", "locationType": "multi-region"}, "us-west4", "SPANS_REGION"),
+    ({"location": "EU", "locationType": "multi-region"}, "europe-west4", "SPANS_REGION"),
+    ({"location": "EU", "locationType": "multi-region"}, "europe-west2", "ELSEWHERE"),  # London is not in the EU
+    ({"location": "NAM4", "locationType": "dual-region"}, "us-central1", "SPANS_REGION"),
+    ({"location": "NAM4", "locationType": "dual-region"}, "us-west4", "ELSEWHERE"),
+    ({"location": "US", "locationType": "dual-region",
+      "customPlacementConfig": {"dataLocations": ["US-EAST1", "US-WEST4"]}}, "us-west4", "SPANS_REGION"),
+    ({"location": "US", "locationType": "dual-region",
+      "customPlacementConfig": {"dataLocations": ["US-EAST1", "US-CENTRAL1"]}}, "us-west4", "ELSEWHERE"),
+    ({"location": "EUROPE-WEST4", "locationType": "region"}, "us-west4", "ELSEWHERE"),
+])
+def test_where_a_bucket_keeps_its_data_relative_to_the_tpus_region(bucket, region, where):
+    from infra.gcs_location import Placement, placement
+
+    assert placement(bucket, region) is Placement[where]

@@ -8,11 +8,15 @@ left as text by a server whose tool parser did not run.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 
+import pytest
 import redis as redis_sync
 import waiting
 
+from infra.model_correctness import check_known_answer
+from infra.sandbox.vllm import LatencyModel, VllmEmulator
 from infra.state import keys
 
 CHANNEL = "C0DEGRADED"
@@ -94,3 +98,14 @@ def test_a_mention_in_a_degraded_channel_is_not_sent_to_its_model(make_stack):
     assert len(emulator.requests) == before  # not one request reached the DEGRADED model
     assert not any("_Answered by" in m.text for m in stack.slack.channel_messages(CHANNEL))
     slack.close()
+
+
+@pytest.mark.parametrize("reply, right", [("The answer is 42.", True), ("42", True), ("**42**", True),
+                                          ("142", False), ("0.42", False), ("42.5", False), ("4 2", False)])
+def test_the_known_answer_counts_only_as_the_whole_number(reply, right):
+    with VllmEmulator(latency=LatencyModel.instant(), script=[reply]) as emulator:
+        failure = asyncio.run(check_known_answer(emulator.base_url, emulator.model))
+        assert emulator.requests[0]["temperature"] == 0 and not emulator.requests[0]["stream"]
+    assert (failure is None) is right, failure
+    if failure is not None:
+        assert "expected 42" in failure.what and repr(reply) in failure.what
