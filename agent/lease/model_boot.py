@@ -1,4 +1,4 @@
-"""After ACTIVE: wait for vLLM on the TPU VM, then measure and check it once — BOOTING MODEL → READY (or DEGRADED, or FAILED).
+"""After ACTIVE: wait for vLLM on the TPU VM, measure and check it — BOOTING MODEL → READY (DEGRADED, FAILED).
 
 `ModelBootHook.on_active` enqueues the first boot job. Each run looks once (like the watcher:
 no job holds a worker for the minutes a model takes to load) and re-schedules itself with a
