@@ -166,3 +166,16 @@ def test_sandbox_vllm_guards_v1_exactly_as_vllms_api_key_check():
         with pytest.raises(openai.AuthenticationError):
             openai.OpenAI(base_url=base, api_key="k-wrong", max_retries=0).models.list()
         assert [m.id for m in openai.OpenAI(base_url=base, api_key="k-right").models.list()] == [emulator.model]
+
+
+def test_the_idle_clock_has_a_figure_as_soon_as_the_model_serves(make_stack):
+    """Issue 29 item 9: the first metrics reading waited for the next interval's slot, so a fresh
+    READY card and `/tpu status` said "unknown (no metrics yet)". With an hour between readings,
+    only a reading taken when the model starts serving can give the figure."""
+    stack = make_stack(poll_interval="0.2s", idle_check_interval="1h")
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    wait_until(lambda: any("READY" in b["text"] for b in card_bodies(stack)))
+    status = wait_until(lambda: (card := json.dumps(slack.slash("status", user="UALICE", channel=CHANNEL).json()))
+                        and "no metrics yet" not in card and card, timeout=30)
+    assert re.search(r"\*Idle\*\\n\d", status), status

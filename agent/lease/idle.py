@@ -46,6 +46,16 @@ async def schedule_check(svc: "Services", lease: Lease, *, after: float | None =
     )
 
 
+async def take_first_reading(svc: "Services", lease: Lease) -> bool:
+    """Read the metrics as soon as the model serves, not at the next slot (up to an interval away),
+    so the card's idle clock has a figure from the start. Its own job id: at most once a lease;
+    the check it runs then joins the chain's next slot like any other."""
+    if svc.alerting is None:
+        return False
+    return await svc.jobs.enqueue(IDLE_JOB, job_id=f"idle:{lease.lease_id}:serving", team=lease.team,
+                                  channel=lease.channel, lease_id=lease.lease_id)
+
+
 class IdleHook:
     async def on_active(self, svc: "Services", lease: Lease) -> None:
         if svc.alerting is not None:

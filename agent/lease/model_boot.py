@@ -21,6 +21,7 @@ import logging
 import time
 
 from agent.context import Services
+from agent.lease import idle
 from agent.lease.lifecycle import notify
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
 from infra.model_correctness import CheckFailure, check_known_answer, check_tool_call
@@ -119,6 +120,7 @@ async def _measure(svc: Services, lease: Lease, endpoint: str, api_key: str | No
                            detail=f"{endpoint} {figures}" + "".join(f"; {f.what}" for f in failures))
     if not ok:
         return "stopped: lease changed"
+    await idle.take_first_reading(svc, lease)
     return f"degraded: {'; '.join(f.what for f in failures)}" if failures else f"ready: {figures}"
 
 
