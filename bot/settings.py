@@ -21,7 +21,14 @@ from typing_extensions import Annotated
 
 from infra.durations import format_duration, parse_duration
 from infra.prices import PriceTableSetting, default_price_table
-from infra.vllm_flags import DEFAULT_IMAGE
+from infra.vllm_flags import (
+    DEFAULT_IMAGE,
+    DEFAULT_MM_LIMITS,
+    DEFAULT_MODEL_REVISION,
+    V5E_MAX_GPU_MEMORY_UTILIZATION,
+    largest_mm_item,
+)
+from infra.vllm_images import image_digest, image_tag, unusable_reason
 
 ENV_FILE_VAR = "TPUBOT_ENV_FILE"
 DEFAULT_ENV_FILE = "tpu.env"
@@ -128,16 +135,19 @@ class Settings(BaseSettings):
 
     # --- model -----------------------------------------------------------------------------
     model_name: str = Field("google/gemma-4-E2B-it", description="Hugging Face model vLLM serves")
-    model_revision: str = Field("", description="Hugging Face commit of MODEL_NAME to serve (pins its chat "
-                                                "template too); empty serves the repository's main")
+    model_revision: str = Field(DEFAULT_MODEL_REVISION, description="Hugging Face commit of MODEL_NAME to serve "
+                                "(pins its chat template too); empty serves the repository's main")
     model_port: int = Field(8000, description="port vLLM listens on inside the TPU VM")
     hf_token_secret: str = Field("hf-token", description="Secret Manager secret holding the HF token")
-    vllm_image: str = Field(DEFAULT_IMAGE, description="container image the TPU VM runs vLLM from (a pinned tag)")
-    xla_cache_bucket: str = Field("", description="Cloud Storage bucket (in the TPU's region) that keeps vLLM's XLA "
-                                                  "compile cache across leases; empty: no bucket")
+    vllm_image: str = Field(DEFAULT_IMAGE, description="container image the TPU VM runs vLLM from (a release tag "
+                                                      "or a digest, in any registry)")
     vllm_max_model_len: int = Field(16384, description="vLLM --max-model-len")
     vllm_max_num_batched_tokens: int = Field(4096, description="vLLM --max_num_batched_tokens")
-    vllm_limit_mm_per_prompt: str = Field('{"image":4,"audio":1}', description="vLLM --limit-mm-per-prompt (JSON)")
+    vllm_limit_mm_per_prompt: str = Field(DEFAULT_MM_LIMITS, description="vLLM --limit-mm-per-prompt (JSON)")
+    vllm_gpu_memory_utilization: float | None = Field(
+        None, description="vLLM --gpu-memory-utilization; empty: vLLM's default (0.92 on TPU)")
+    xla_cache_bucket: str = Field("", description="Cloud Storage bucket (gs://name or name) the TPU VM restores "
+                                                  "vLLM's compile cache from and saves it to; empty: no bucket")
     model_boot_timeout: timedelta = Field(
         timedelta(minutes=45), description="how long after ACTIVE vLLM may take to answer before the lease FAILS"
     )
@@ -248,11 +258,28 @@ class Settings(BaseSettings):
     @field_validator("vllm_image")
     @classmethod
     def _pinned_image(cls, value: str) -> str:
-        tag = value.rsplit("/", 1)[-1].partition("@")[0].rpartition(":")[2] if ":" in value.rsplit("/", 1)[-1] else ""
-        if "@sha256:" not in value and tag in ("", "latest", "nightly"):
+        if not image_digest(value).startswith("sha256:") and image_tag(value) in ("", "latest", "nightly"):
             raise ValueError(f"VLLM_IMAGE={value} is not pinned: what boots tomorrow would not be what was tested; "
                              f"name a release tag or digest, like VLLM_IMAGE={DEFAULT_IMAGE}")
+        reason = unusable_reason(value)
+        if reason:
+            raise ValueError(f"VLLM_IMAGE={value} cannot serve Gemma 4 E2B on a TPU: {reason}; "
+                             f"use VLLM_IMAGE={DEFAULT_IMAGE} (or your mirror of that tag)")
         return value
+
+    @field_validator("vllm_gpu_memory_utilization", mode="before")
+    @classmethod
+    def _empty_is_default(cls, value: Any) -> Any:
+        return None if isinstance(value, str) and not value.strip() else value
+
+    @field_validator("xla_cache_bucket")
+    @classmethod
+    def _bucket(cls, value: str) -> str:
+        name = value.strip().removeprefix("gs://").strip("/")
+        if name and not re.fullmatch(r"[a-z0-9][a-z0-9._-]{1,220}[a-z0-9]", name):
+            raise ValueError(f"XLA_CACHE_BUCKET={value} is not a Cloud Storage bucket name; write it like "
+                             "gs://my-project-vllm-cache (lower-case letters, digits, - _ .; no path)")
+        return name
 
     @field_validator("port", "model_port", "worker_metrics_port")
     @classmethod
@@ -364,6 +391,27 @@ class Settings(BaseSettings):
             )
         if self.tpu_zone not in self.tpu_zones:
             self.tpu_zones = [self.tpu_zone, *self.tpu_zones]
+        return self
+
+    @model_validator(mode="after")
+    def _vllm_flags_that_start(self) -> "Settings":
+        """Refuse flags that vLLM would only reject after the VM booted (or a 15-minute compile)."""
+        modality, largest = largest_mm_item(self.vllm_limit_mm_per_prompt)
+        if self.vllm_max_num_batched_tokens < largest:
+            raise ValueError(
+                f"VLLM_MAX_NUM_BATCHED_TOKENS={self.vllm_max_num_batched_tokens} is below the largest multimodal "
+                f"item VLLM_LIMIT_MM_PER_PROMPT={self.vllm_limit_mm_per_prompt} allows (one {modality}, {largest} "
+                f"tokens), so vLLM would refuse to start; use VLLM_MAX_NUM_BATCHED_TOKENS=4096 (at least {largest})")
+        utilization = self.vllm_gpu_memory_utilization
+        if utilization is not None and not 0 < utilization <= 1:
+            raise ValueError(f"VLLM_GPU_MEMORY_UTILIZATION={utilization:g} is not a fraction of the chip's memory; "
+                             f"use a value above 0 and at most {V5E_MAX_GPU_MEMORY_UTILIZATION}, or leave it empty")
+        if (utilization is not None and accelerator_family(self.tpu_accelerator_type) == "v5litepod"
+                and utilization > V5E_MAX_GPU_MEMORY_UTILIZATION):
+            raise ValueError(
+                f"VLLM_GPU_MEMORY_UTILIZATION={utilization:g} is more than a v5e chip allocates for the model's "
+                f"compiled programs (0.95 failed with RuntimeProgramAllocationFailure after a 691 s compile); use "
+                f"VLLM_GPU_MEMORY_UTILIZATION={V5E_MAX_GPU_MEMORY_UTILIZATION} or leave it empty")
         return self
 
     @model_validator(mode="after")

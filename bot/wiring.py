@@ -92,7 +92,7 @@ def vllm_config_from(settings: Settings):
         model=settings.model_name, port=settings.model_port, image=settings.vllm_image,
         max_model_len=settings.vllm_max_model_len, max_num_batched_tokens=settings.vllm_max_num_batched_tokens,
         limit_mm_per_prompt=settings.vllm_limit_mm_per_prompt, tensor_parallel_size=settings.tensor_parallel_size,
-        revision=settings.model_revision,
+        revision=settings.model_revision, gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
     )
 
 
@@ -105,7 +105,9 @@ def startup_script_config_from(settings: Settings, lease_id: str = EXAMPLE_LEASE
 
     return StartupScriptConfig(project=settings.project, hf_token_secret=settings.hf_token_secret,
                                vllm=vllm_config_from(settings),
-                               api_key_secret=model_key_secret_version(settings.project, lease_id))
+                               api_key_secret=model_key_secret_version(settings.project, lease_id),
+                               accelerator_type=settings.tpu_accelerator_type,
+                               xla_cache_bucket=settings.xla_cache_bucket)
 
 
 def startup_script_from(settings: Settings):

@@ -10,10 +10,41 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-# A release tag, never `nightly`/`latest`: what boots must be what was tested. v0.19.0 is the first
-# vLLM release with Gemma 4 (architecture, `gemma4` tool-call and reasoning parsers).
-DEFAULT_IMAGE = "vllm/vllm-tpu:v0.19.0"
+# A release tag, never `nightly`/`latest`: what boots must be what was tested. Which versions can
+# serve Gemma 4 E2B on a TPU at all is infra/vllm_images.py's to say.
+from infra.vllm_images import DEFAULT_IMAGE
+
 DEFAULT_MM_LIMITS = '{"image":4,"audio":1}'
+# google/gemma-4-E2B-it as several unrelated public projects pin it: its chat_template.jinja is a
+# known blob (fbe3b59b…, reference/vllm-tpu.md §3); the weights are those of commit 70af34e2….
+DEFAULT_MODEL_REVISION = "3e22461f65e89153144f8adb70e3b8c2cc9845a7"
+
+# The most tokens one multimodal item of Gemma 4 can take, as vLLM's Gemma 4 processor plans them
+# (`Gemma4ProcessingInfo.get_mm_max_tokens_per_item`, vllm/model_executor/models/gemma4_mm.py).
+# With chunked multimodal input disabled, vLLM refuses to start when --max_num_batched_tokens is
+# below the largest item of any modality the limits allow; a modality the limits leave out still
+# counts (only an explicit 0 drops it), which is why the default limits need 2,496: a video.
+GEMMA4_MAX_TOKENS_PER_ITEM = {
+    "image": 280,  # vision_config.default_output_length
+    # 30 s at 25 tokens/s, Gemma 4's audio length; unverified against the processor's
+    # audio_seq_length, and below the video figure either way.
+    "audio": 750,
+    "video": 32 * (70 + 2 + 6),  # 32 frames × (70 soft tokens + <boi>/<eoi> + ~6 timestamp tokens)
+}
+
+# Above this --gpu-memory-utilization a v5e chip (16 GiB HBM) cannot allocate E2B's compiled
+# programs: 0.92, vLLM's TPU default, boots; 0.95 failed with RuntimeProgramAllocationFailure after a
+# 691 s compile (reference/vllm-tpu.md §2). Measured on v5litepod-1.
+V5E_MAX_GPU_MEMORY_UTILIZATION = 0.92
+
+
+def largest_mm_item(limit_mm_per_prompt: str) -> tuple[str, int]:
+    """(modality, tokens) of the largest multimodal item these limits (JSON) let a prompt hold."""
+    limits = json.loads(limit_mm_per_prompt)
+    allowed = [(tokens, modality) for modality, tokens in GEMMA4_MAX_TOKENS_PER_ITEM.items()
+               if limits.get(modality, 1) > 0]
+    tokens, modality = max(allowed, default=(0, ""))
+    return modality, tokens
 
 
 @dataclass(frozen=True)
@@ -25,10 +56,11 @@ class VllmConfig:
     max_num_batched_tokens: int = 4096
     limit_mm_per_prompt: str = DEFAULT_MM_LIMITS  # compact JSON object
     tensor_parallel_size: int = 1
+    gpu_memory_utilization: float | None = None  # None: vLLM's own default (0.92 on TPU)
     # The Hugging Face commit of the model repository. vLLM applies the chat template that ships
     # with the weights (no --chat-template), so this pins the template too; the sandbox renders
-    # Gemma 4's current template (infra/sandbox/vllm/chat_template.py). "" = the repo's main.
-    revision: str = ""
+    # that revision's template (infra/sandbox/vllm/chat_template.py). "" = the repo's main.
+    revision: str = DEFAULT_MODEL_REVISION
 
     def __post_init__(self) -> None:
         limits = json.loads(self.limit_mm_per_prompt)
@@ -53,4 +85,6 @@ def vllm_flags(config: VllmConfig) -> list[str]:
         "--tool-call-parser", "gemma4",
         "--reasoning-parser", "gemma4",
         "--disable_chunked_mm_input",
-    ] + (["--revision", config.revision] if config.revision else [])
+    ] + (["--revision", config.revision] if config.revision else []) + (
+        ["--gpu-memory-utilization", f"{config.gpu_memory_utilization:g}"]
+        if config.gpu_memory_utilization is not None else [])

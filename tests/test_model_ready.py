@@ -146,7 +146,7 @@ def test_internal_endpoint_address_reaches_the_model_without_an_external_ip(make
     assert node["networkConfig"]["enableExternalIps"] is False
     (_, base_url), = stack.node_models.running().items()
     assert f"`{base_url}`" in str(ready["blocks"])  # reached on the node's VPC address
-    assert "`vllm/vllm-tpu:v0.19.0`" in str(ready["blocks"])  # the pinned image is on the READY card
+    assert "`vllm/vllm-tpu:v0.32.0`" in str(ready["blocks"])  # the pinned image is on the READY card
     slack.close()
 
 

@@ -48,7 +48,14 @@ def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):
         ({"VALID_UNTIL_DURATION": "0h"}, "VALID_UNTIL_DURATION must be longer than 0"),
         ({"MAX_RUN_DURATION": "forever"}, "write it like 4h"),
         ({"VLLM_IMAGE": "vllm/vllm-tpu:nightly"}, "is not pinned"),
-        ({"VLLM_IMAGE": "vllm/vllm-tpu"}, "like VLLM_IMAGE=vllm/vllm-tpu:v0.19.0"),
+        ({"VLLM_IMAGE": "vllm/vllm-tpu"}, "like VLLM_IMAGE=vllm/vllm-tpu:v0.32.0"),
+        ({"VLLM_IMAGE": "vllm/vllm-tpu:v0.21.0"}, "Gemma 4 E2B has 20"),
+        ({"VLLM_IMAGE": "localhost:5000/vllm-tpu:v0.22.1@sha256:" + "b" * 64}, "predates the rewrite in vLLM 0.24.0"),
+        ({"VLLM_MAX_NUM_BATCHED_TOKENS": "2495"}, "(one video, 2496 tokens)"),
+        ({"VLLM_LIMIT_MM_PER_PROMPT": '{"image":4,"audio":1,"video":0}', "VLLM_MAX_NUM_BATCHED_TOKENS": "512"},
+         "(one audio, 750 tokens)"),
+        ({"VLLM_GPU_MEMORY_UTILIZATION": "0.93"}, "use VLLM_GPU_MEMORY_UTILIZATION=0.92"),
+        ({"VLLM_GPU_MEMORY_UTILIZATION": "1.5"}, "is not a fraction of the chip's memory"),
         ({"MODEL_SOURCE_RANGES": "203.0.113.7,office"}, "'office' is not an address range; write it like 203.0.113.7/32"),
         ({"ENDPOINT_ADDRESS": "private"}, "'external' or 'internal'"),
         ({"PORT": "0"}, "PORT=0 is not a TCP port"),
@@ -79,6 +86,34 @@ def test_model_source_ranges_are_normalised_and_a_digest_pins_the_image(tmp_path
                     VLLM_IMAGE="us-docker.pkg.dev/p/r/vllm-tpu@sha256:" + "a" * 64)
     assert settings.model_source_ranges == ["203.0.113.7/32", "10.128.0.0/20"]
     assert settings.vllm_image.endswith("a" * 64) and settings.endpoint_address == "external"
+
+
+@pytest.mark.parametrize("image", [
+    "vllm/vllm-tpu:v0.32.0",
+    "us-west4-docker.pkg.dev/p/r/vllm-tpu:v0.32.0",
+    "vllm/vllm-tpu:v0.32.0@sha256:" + "c" * 64,
+    "vllm/vllm-tpu@sha256:" + "c" * 64,
+    "localhost:5000/vllm-tpu:v0.33.0",
+    "vllm/vllm-tpu:nightly-20261020-abc1234-def5678",  # a dated nightly is pinned; its version is unknown
+])
+def test_an_image_that_serves_e2b_is_taken_from_any_registry_by_tag_or_digest(tmp_path, monkeypatch, image):
+    assert load(tmp_path, monkeypatch, VLLM_IMAGE=image).vllm_image == image
+
+
+def test_the_pinned_defaults_serve_e2b_with_flags_that_start(tmp_path, monkeypatch):
+    s = load(tmp_path, monkeypatch)
+    assert s.vllm_image == "vllm/vllm-tpu:v0.32.0"
+    assert s.model_revision == "3e22461f65e89153144f8adb70e3b8c2cc9845a7"
+    assert s.vllm_gpu_memory_utilization is None and s.xla_cache_bucket == ""
+    # Without video the largest item is smaller, so a smaller batch budget starts.
+    assert load(tmp_path, monkeypatch, VLLM_LIMIT_MM_PER_PROMPT='{"image":4,"audio":1,"video":0}',
+                VLLM_MAX_NUM_BATCHED_TOKENS="2048").vllm_max_num_batched_tokens == 2048
+    assert load(tmp_path, monkeypatch, VLLM_GPU_MEMORY_UTILIZATION="0.92").vllm_gpu_memory_utilization == 0.92
+    # The allocation limit was measured on v5e; a v6e chip is not held to it.
+    v6e = load(tmp_path, monkeypatch, TPU_ACCELERATOR_TYPE="v6e-1", TPU_RUNTIME_VERSION="v2-alpha-tpuv6e",
+               TPU_MACHINE_TYPE="ct6e-standard-1t", VLLM_GPU_MEMORY_UTILIZATION="0.95")
+    assert v6e.vllm_gpu_memory_utilization == 0.95
+    assert load(tmp_path, monkeypatch, XLA_CACHE_BUCKET="gs://acme-vllm-cache/").xla_cache_bucket == "acme-vllm-cache"
 
 
 def test_the_mcp_identity_may_stand_in_an_id_list(tmp_path, monkeypatch):

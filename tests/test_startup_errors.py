@@ -38,12 +38,25 @@ CASES = [
     (["serve"], {**SLACK, "ADMINS": "alice bob"}, ["ADMINS=alice bob", "not a Slack user id", "ADMINS=U012ABCDEF,"]),
     (["config"], {"TPUBOT_ENV_FILE": "/nonexistent/tpu.env"}, ["TPUBOT_ENV_FILE=/nonexistent/tpu.env names no file"]),
     (["serve"], {**SLACK, "SLACK_API_URL": "slack.com/api"}, ["SLACK_API_URL=slack.com/api", "http://"]),
+    # Images and flags vLLM on a v5e would only refuse after the VM booted (or compiled for 15 minutes).
+    (["config"], {"VLLM_IMAGE": "vllm/vllm-tpu:v0.19.0"},
+     ["VLLM_IMAGE=vllm/vllm-tpu:v0.19.0 cannot serve Gemma 4 E2B", "shared-KV", "use VLLM_IMAGE=vllm/vllm-tpu:v0.32.0"]),
+    (["config"], {"VLLM_IMAGE": "us-west4-docker.pkg.dev/p/r/vllm-tpu:v0.23.0"},
+     ["serves vLLM 0.23.0", "tool-call parser predates", "use VLLM_IMAGE=vllm/vllm-tpu:v0.32.0"]),
+    (["config"], {"VLLM_MAX_NUM_BATCHED_TOKENS": "2048"},
+     ["VLLM_MAX_NUM_BATCHED_TOKENS=2048 is below the largest multimodal item", "2496 tokens",
+      "use VLLM_MAX_NUM_BATCHED_TOKENS=4096"]),
+    (["config"], {"VLLM_GPU_MEMORY_UTILIZATION": "0.95"},
+     ["VLLM_GPU_MEMORY_UTILIZATION=0.95", "RuntimeProgramAllocationFailure", "use VLLM_GPU_MEMORY_UTILIZATION=0.92"]),
+    (["config"], {"XLA_CACHE_BUCKET": "gs://My Cache/xla"},
+     ["XLA_CACHE_BUCKET=gs://My Cache/xla is not a Cloud Storage bucket name", "gs://"]),
 ]
 
 
 def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLACK_", "GCP_", "TPU_", "REDIS_", "PORT", "ADMINS", "ALERT_", "LOG_"))}
+            if not k.startswith(("SLACK_", "GCP_", "TPU_", "REDIS_", "PORT", "ADMINS", "ALERT_", "LOG_", "VLLM_",
+                                 "XLA_"))}
     base["TPUBOT_ENV_FILE"] = os.devnull
     return subprocess.run([str(TPUBOT), *args], env={**base, **env}, cwd=cwd, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=90)
