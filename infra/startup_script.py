@@ -13,11 +13,14 @@ with compute.instances.get — holds no secret (reference/gcp-apis.md §7). vLLM
 
 from __future__ import annotations
 
+import hashlib
+import json
 import shlex
 import string
 from dataclasses import dataclass, field
 from importlib import resources
 
+from infra import boot_phases
 from infra.vllm_flags import VllmConfig, vllm_flags
 
 TEMPLATE_PACKAGE = "infra.templates"
@@ -51,6 +54,8 @@ class StartupScriptConfig:
     hf_token_retry_seconds: int = HF_TOKEN_RETRY_SECONDS
     # The lease's API-key secret version (infra/model_keys.py); vLLM refuses /v1/* without the key.
     api_key_secret: str = "projects/PROJECT/secrets/tpubot-model-key-LEASE/versions/latest"
+    accelerator_type: str = "v5litepod-1"  # part of the compile cache's key: XLA programs are per chip
+    xla_cache_bucket: str = ""  # a bucket name; "" keeps the compile cache on the VM only
 
     @property
     def secret_version(self) -> str:
@@ -59,6 +64,21 @@ class StartupScriptConfig:
         if not secret.startswith("projects/"):
             secret = f"projects/{self.project}/secrets/{secret}"
         return secret if "/versions/" in secret else f"{secret}/versions/latest"
+
+
+def compile_cache_key(config: StartupScriptConfig) -> str:
+    """A name for the compile cache that changes whenever a cached program could be wrong.
+
+    XLA programs depend on the image (vLLM, tpu-inference, JAX), the model and its revision, every
+    serve flag (lengths, batch sizes, limits) and the chip; the API key and the port do not enter.
+    """
+    vllm = config.vllm
+    flags = vllm_flags(vllm)
+    port_at = flags.index("--port")
+    del flags[port_at:port_at + 2]
+    inputs = {"image": vllm.image, "model": vllm.model, "revision": vllm.revision, "flags": flags,
+              "accelerator": config.accelerator_type}
+    return hashlib.sha256(json.dumps(inputs, sort_keys=True).encode()).hexdigest()[:32]
 
 
 def load_template() -> str:
@@ -92,6 +112,28 @@ def script_values(config: StartupScriptConfig) -> dict[str, str]:
         "HF_TOKEN_WAIT_SECONDS": str(int(config.hf_token_wait_seconds)),
         "HF_TOKEN_RETRY_SECONDS": str(int(config.hf_token_retry_seconds)),
         "VLLM_ARGS": " ".join(shlex.quote(arg) for arg in vllm_flags(vllm)),
+        "CACHE_KEY": shlex.quote(compile_cache_key(config)),
+        "CACHE_BUCKET": shlex.quote(config.xla_cache_bucket) if config.xla_cache_bucket else "''",
+        **_boot_phase_values(config),
+    }
+
+
+def _boot_phase_values(config: StartupScriptConfig) -> dict[str, str]:
+    """The guest-attribute names, from the module the bot reads them with (infra/boot_phases.py)."""
+    b = boot_phases
+    names = {
+        "KEY_PHASE": b.PHASE_KEY, "KEY_PHASE_SINCE": b.PHASE_SINCE_KEY, "KEY_LAST_ERROR": b.LAST_ERROR_KEY,
+        "KEY_RESTARTS": b.RESTARTS_KEY, "KEY_CACHE": b.CACHE_KEY,
+        "PHASE_SECRETS_FETCHED": b.SECRETS_FETCHED, "PHASE_PULLING_IMAGE": b.PULLING_IMAGE,
+        "PHASE_LOADING_WEIGHTS": b.LOADING_WEIGHTS, "PHASE_COMPILING": b.COMPILING, "PHASE_SERVING": b.SERVING,
+        "PHASE_CRASHED": b.CRASHED, "CACHE_WARM": b.CACHE_WARM, "CACHE_COLD": b.CACHE_COLD,
+    }
+    return {
+        **{name: shlex.quote(value) for name, value in names.items()},
+        "BOOT_NAMESPACE": _comment_safe(b.NAMESPACE),
+        "BOOT_PHASE_LIST": _comment_safe(", ".join(b.PHASES)),
+        "LAST_ERROR_MAX_CHARS": str(b.LAST_ERROR_MAX_CHARS),
+        "GUEST_ATTRIBUTES_URL": shlex.quote(f"{config.metadata_url.rstrip('/')}/instance/guest-attributes/{b.NAMESPACE}"),
     }
 
 

