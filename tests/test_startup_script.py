@@ -225,3 +225,161 @@ def test_unreadable_secret_is_retried_then_given_up_with_the_fix(tmp_path):
     assert result.returncode == 1
     assert result.stderr.count("is not readable yet; retrying") >= 1  # asked again until the deadline
     assert "roles/secretmanager.secretAccessor" in result.stderr
+
+
+# --- the boot the bot watches (guest attributes) ---------------------------------------------
+
+def _container_stand_ins(bin_dir: Path, world: Path) -> None:
+    """`docker` whose container is files in `world` (inspect: `state`, logs: `log`; `gone` removes
+    it), and `gcloud storage rsync` over a directory standing in for the bucket (`world/gcs/B/…`)."""
+    docker = bin_dir / "docker"
+    docker.write_text(
+        "#!/bin/bash\n"
+        f'world={world}\n'
+        'case "$1" in\n'
+        '  inspect) [ -e "$world/gone" ] && exit 1; cat "$world/state" ;;\n'
+        '  logs) cat "$world/log" 2>/dev/null ;;\n'
+        'esac\n'
+        'exit 0\n')
+    gcloud = bin_dir / "gcloud"
+    gcloud.write_text(
+        "#!/bin/bash\n"
+        f'world={world}\n'
+        'printf "%s\\n" "$*" >> "$world/gcloud.log"\n'
+        '[ "$1 $2 $3" = "storage rsync --recursive" ] || exit 2\n'
+        'local_path() { case "$1" in gs://*) echo "$world/gcs/${1#gs://}" ;; *) echo "$1" ;; esac; }\n'
+        'src=$(local_path "$4") dst=$(local_path "$5")\n'
+        '[ -d "$src" ] || { echo "ERROR: $4 not found" >&2; exit 1; }\n'
+        'mkdir -p "$dst" && cp -r "$src/." "$dst/"\n')
+    for tool in (docker, gcloud):
+        tool.chmod(0o755)
+
+
+class _Health:
+    """vLLM's /health on the model port: 503 until `ok` is set (a stand-in for the model server)."""
+
+    def __init__(self) -> None:
+        import http.server
+        import threading
+
+        health = self
+        self.ok = False
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - stdlib name
+                self.send_response(200 if health.ok and self.path == "/health" else 503)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _boot(tmp_path, cloud, health, bucket: str):
+    from tests.waiting import wait_until
+
+    world, bin_dir = tmp_path / "world", tmp_path / "bin"
+    world.mkdir(exist_ok=True)
+    bin_dir.mkdir(exist_ok=True)
+    _container_stand_ins(bin_dir, world)
+    (world / "state").write_text("0 true 2026-12-02T14:00:00.000000000Z\n")
+    (world / "log").write_text("INFO Starting vLLM API server\nINFO non-default args: {'api_key': ['s3cr3t-key-x']}\n")
+    config = StartupScriptConfig(project="my-proj", metadata_url=cloud.metadata_url, secret_manager_url=cloud.base_url,
+                                 api_key_secret=KEY_SECRET, vllm=VllmConfig(port=health.port), xla_cache_bucket=bucket)
+    script = tmp_path / "startup.sh"
+    script.write_text(render_startup_script(config))
+    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TPUBOT_STATE_DIR": str(tmp_path / "state"),
+           "HOME": str(tmp_path), "TPUBOT_WATCH_INTERVAL_SECONDS": "0.1"}
+    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+    def phase_is(phase):
+        return lambda: cloud.guest_attributes.get("tpubot/phase") == phase
+
+    return world, compile_cache_key(config), wait_until, phase_is
+
+
+def test_the_vm_publishes_each_boot_phase_and_a_crash_with_its_error_line(tmp_path):
+    health = _Health()
+    try:
+        with GcpProjectSandbox("my-proj", secrets_={"hf-token": TOKEN, "tpubot-model-key-L1": API_KEY}) as cloud:
+            world, key, wait_until, phase_is = _boot(tmp_path, cloud, health, bucket="acme-vllm-cache")
+            assert cloud.guest_attributes["tpubot/cache"] == "cold"  # nothing in the bucket under this key
+            wait_until(phase_is("loading-weights"), what="loading-weights")
+            with (world / "log").open("a") as log:
+                log.write("INFO Compiling the model with different input shapes...\n")
+            wait_until(phase_is("compiling"), what="compiling")
+            (tmp_path / "state" / "vllm-cache" / key / "xla_cache").mkdir(parents=True)
+            (tmp_path / "state" / "vllm-cache" / key / "xla_cache" / "program.bin").write_text("compiled")
+            health.ok = True
+            wait_until(phase_is("serving"), what="serving")
+            # Saved once after the first READY, under the key, for the next lease to restore.
+            wait_until(lambda: (world / "gcs" / "acme-vllm-cache" / key / "xla_cache" / "program.bin").exists(),
+                       what="the cache saved to the bucket")
+            # The container exits: crashed, with the last error line and the exit count.
+            health.ok = False
+            with (world / "log").open("a") as log:
+                log.write("ERROR EngineCore failed to start.\n"
+                          "AssertionError: Expect no shared layers\n"
+                          "INFO shutting down\n")
+            (world / "state").write_text("0 false 2026-12-02T14:00:00.000000000Z\n")
+            wait_until(phase_is("crashed"), what="crashed")
+            assert cloud.guest_attributes["tpubot/last-error"] == "AssertionError: Expect no shared layers"
+            assert cloud.guest_attributes["tpubot/restarts"] == "1"
+            # Docker restarts it: the new run loads again; a second exit counts 2.
+            (world / "log").write_text("INFO Starting vLLM API server\n")
+            (world / "state").write_text("1 true 2026-12-02T14:20:00.000000000Z\n")
+            wait_until(phase_is("loading-weights"), what="loading-weights after the restart")
+            # An exit with no error-looking line publishes the last line, never a key vLLM logged.
+            with (world / "log").open("a") as log:
+                log.write("INFO non-default args: {'model': 'google/gemma-4-E2B-it', 'api_key': ['s3cr3t-key-x']}\n")
+            (world / "state").write_text("1 false 2026-12-02T14:20:00.000000000Z\n")
+            wait_until(lambda: cloud.guest_attributes.get("tpubot/restarts") == "2", what="a second exit")
+            assert "non-default args" in cloud.guest_attributes["tpubot/last-error"]
+            (world / "gone").touch()
+            wait_until(lambda: "stopped watching" in (tmp_path / "state" / "logs" / "watch.log").read_text(),
+                       what="the watcher stops with its container")
+            phases = [value for name, value in cloud.guest_attribute_writes if name == "tpubot/phase"]
+            assert phases == ["secrets-fetched", "pulling-image", "loading-weights", "compiling", "serving",
+                              "crashed", "loading-weights", "crashed"]
+            since = boot_phases.read_report({k.split("/", 1)[1]: v for k, v in cloud.guest_attributes.items()}).since
+            assert since is not None  # each phase says when it started, in the format the bot parses
+            written = [value for _, value in cloud.guest_attribute_writes]
+            assert not any(TOKEN in v or API_KEY in v or "s3cr3t-key-x" in v for v in written)
+            saves = [line for line in (world / "gcloud.log").read_text().splitlines() if line.endswith(f"gs://acme-vllm-cache/{key}")]
+            assert len(saves) == 1  # once, not at every READY
+    finally:
+        health.close()
+
+
+def test_a_cache_in_the_bucket_makes_a_warm_boot_and_is_not_saved_again(tmp_path):
+    health = _Health()
+    try:
+        with GcpProjectSandbox("my-proj", secrets_={"hf-token": TOKEN, "tpubot-model-key-L1": API_KEY}) as cloud:
+            key = compile_cache_key(StartupScriptConfig(project="my-proj", metadata_url=cloud.metadata_url,
+                                                        secret_manager_url=cloud.base_url, api_key_secret=KEY_SECRET,
+                                                        vllm=VllmConfig(port=health.port),
+                                                        xla_cache_bucket="acme-vllm-cache"))
+            seeded = tmp_path / "world" / "gcs" / "acme-vllm-cache" / key / "xla_cache"
+            seeded.mkdir(parents=True)
+            (seeded / "program.bin").write_text("compiled")
+            health.ok = True
+            world, _, wait_until, phase_is = _boot(tmp_path, cloud, health, bucket="acme-vllm-cache")
+            assert cloud.guest_attributes["tpubot/cache"] == "warm"
+            assert (tmp_path / "state" / "vllm-cache" / key / "xla_cache" / "program.bin").read_text() == "compiled"
+            wait_until(phase_is("serving"), what="serving")
+            (world / "gone").touch()
+            wait_until(lambda: "stopped watching" in (tmp_path / "state" / "logs" / "watch.log").read_text(),
+                       what="the watcher stops with its container")
+            assert [line for line in (world / "gcloud.log").read_text().splitlines()] == [
+                f"storage rsync --recursive gs://acme-vllm-cache/{key} {tmp_path}/state/vllm-cache/{key}"]
+    finally:
+        health.close()

@@ -100,7 +100,7 @@ last_error_line() {
     line=$(grep -v '^[[:space:]]*$' <<<"${lines}" | tail -n 1 || true)
   fi
   sed -E -e 's/(api[_-]?key[^A-Za-z0-9]+)[^ ,}]+/\1***/Ig' -e 's/hf_[A-Za-z0-9]{8,}/hf_***/g' <<<"${line}" \
-    | tr -s '[:space:]' ' ' | cut -c "1-${LAST_ERROR_MAX_CHARS}"
+    | tr -s '[:space:]' ' ' | sed -E 's/^ //; s/ $//' | cut -c "1-${LAST_ERROR_MAX_CHARS}"
 }
 
 # Restore the compile cache from gs://CACHE_BUCKET/CACHE_KEY/ (gcloud storage, which the TPU VM
@@ -109,7 +109,9 @@ last_error_line() {
 restore_cache() {
   mkdir -p "${CACHE_DIR}"
   if [[ -n "${CACHE_BUCKET}" && -z "$(ls -A "${CACHE_DIR}")" ]]; then
-    if gcloud storage rsync --recursive "gs://${CACHE_BUCKET}/${CACHE_KEY}" "${CACHE_DIR}" >&2; then
+    if ! command -v gcloud >/dev/null; then
+      log "XLA_CACHE_BUCKET is set but this VM has no gcloud (Cloud SDK); compiling cold"
+    elif gcloud storage rsync --recursive "gs://${CACHE_BUCKET}/${CACHE_KEY}" "${CACHE_DIR}" >&2; then
       log "restored the compile cache from gs://${CACHE_BUCKET}/${CACHE_KEY}"
     else
       log "no compile cache at gs://${CACHE_BUCKET}/${CACHE_KEY} (or not readable: grant this VM's service account roles/storage.objectViewer on the bucket); compiling cold"
