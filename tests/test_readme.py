@@ -206,3 +206,21 @@ def test_readme_metric_names_are_the_ones_served():
     section = readme().split("**Metrics**", 1)[1].split("\n\n", 1)[0]
     claimed = {name.removesuffix("_total") for name in re.findall(r"`(tpubot_\w+)`", section)}
     assert claimed == {name for name in served if name.startswith("tpubot_")}
+
+
+def test_readme_pins_what_the_code_defaults_to_and_names_the_roles_the_vm_uses():
+    from infra import boot_phases
+    from infra.startup_script import StartupScriptConfig, render_startup_script
+    from infra.vllm_flags import DEFAULT_IMAGE, DEFAULT_MODEL_REVISION
+
+    text = readme()
+    assert f"default `{DEFAULT_IMAGE}`" in text
+    assert f"`MODEL_REVISION` (default `{DEFAULT_MODEL_REVISION}`)" in text
+    section = text.split("**How long a boot takes", 1)[1].split("\n\n", 1)[0]
+    claimed = re.findall(r"`([a-z-]+)`", section.split("publishes its phase", 1)[1])
+    assert claimed[:len(boot_phases.PHASES)] == list(boot_phases.PHASES)
+    assert claimed[len(boot_phases.PHASES):] == [boot_phases.CACHE_WARM, boot_phases.CACHE_COLD]
+    # The roles the README grants on the bucket are the ones the startup script asks for when denied.
+    script = render_startup_script(StartupScriptConfig(project="p", xla_cache_bucket="b"))
+    for role in ("roles/storage.objectViewer", "roles/storage.objectCreator"):
+        assert role in script and role in text
