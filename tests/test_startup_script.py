@@ -238,7 +238,7 @@ def _container_stand_ins(bin_dir: Path, world: Path) -> None:
         f'world={world}\n'
         'case "$1" in\n'
         '  inspect) [ -e "$world/gone" ] && exit 1; cat "$world/state" ;;\n'
-        '  logs) cat "$world/log" 2>/dev/null ;;\n'
+        '  logs) echo logs >> "$world/calls"; cat "$world/log" 2>/dev/null ;;\n'
         'esac\n'
         'exit 0\n')
     gcloud = bin_dir / "gcloud"
@@ -291,7 +291,9 @@ def _boot(tmp_path, cloud, health, bucket: str):
     bin_dir.mkdir(exist_ok=True)
     _container_stand_ins(bin_dir, world)
     (world / "state").write_text("0 true 2026-12-02T14:00:00.000000000Z\n")
-    (world / "log").write_text("INFO Starting vLLM API server\nINFO non-default args: {'api_key': ['s3cr3t-key-x']}\n")
+    (world / "log").write_text("INFO Starting vLLM API server\nINFO non-default args: {'api_key': ['s3cr3t-key-x']}\n"
+                               "INFO Initializing a V1 LLM engine with config: model='google/gemma-4-E2B-it', "
+                               "compilation_config={'level': 0}\n")
     config = StartupScriptConfig(project="my-proj", metadata_url=cloud.metadata_url, secret_manager_url=cloud.base_url,
                                  api_key_secret=KEY_SECRET, vllm=VllmConfig(port=health.port), xla_cache_bucket=bucket)
     script = tmp_path / "startup.sh"
@@ -314,6 +316,10 @@ def test_the_vm_publishes_each_boot_phase_and_a_crash_with_its_error_line(tmp_pa
             world, key, wait_until, phase_is = _boot(tmp_path, cloud, health, bucket="acme-vllm-cache")
             assert cloud.guest_attributes["tpubot/cache"] == "cold"  # nothing in the bucket under this key
             wait_until(phase_is("loading-weights"), what="loading-weights")
+            # The engine-config line's `compilation_config` is not compiling: still loading after 3 looks.
+            wait_until(lambda: (world / "calls").exists() and (world / "calls").read_text().count("logs") >= 3,
+                       what="the watcher read the log three times")
+            assert cloud.guest_attributes["tpubot/phase"] == "loading-weights"
             with (world / "log").open("a") as log:
                 log.write("INFO Compiling the model with different input shapes...\n")
             wait_until(phase_is("compiling"), what="compiling")

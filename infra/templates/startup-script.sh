@@ -134,9 +134,11 @@ save_cache() {
 }
 
 # The phase of the container's current run, from its log since it (re)started and /health.
-# Heuristic except for serving: vLLM does not announce "loading" or "compiling" in a fixed
-# wording, so these match the lines vLLM and tpu-inference print today (weight loading; XLA
-# compilation / precompiling / warm-up); a line it no longer prints only leaves the phase earlier.
+# Heuristic except for serving: vLLM has no fixed wording for "compiling", so this matches the
+# lines vLLM and tpu-inference print while they compile ("Compiling …", "Precompile …",
+# "Compilation finished …") and not the engine-config line, whose `compilation_config=` comes
+# first. Before such a line the run counts as loading weights (download, load, memory profiling);
+# a wording it no longer prints only leaves the phase earlier, never wrong about a crash or READY.
 run_phase() {
   local started=$1 lines
   if curl -sf --max-time 3 -o /dev/null "http://127.0.0.1:${MODEL_PORT}/health"; then
@@ -144,7 +146,7 @@ run_phase() {
     return
   fi
   lines=$(docker logs --since "${started}" "${CONTAINER}" 2>&1 || true)
-  if grep -qiE '(compil|precompil|warm(ing)? ?up|xla)' <<<"${lines}"; then
+  if grep -qiE '(precompil|compiling|compilation (finished|took|done))' <<<"${lines}"; then
     echo "${PHASE_COMPILING}"
   else
     echo "${PHASE_LOADING_WEIGHTS}"
