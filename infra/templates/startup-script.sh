@@ -95,7 +95,8 @@ set_phase() {
 last_error_line() {
   local lines line
   lines=$(docker logs --tail 200 "${CONTAINER}" 2>&1 || true)
-  line=$(grep -E '(Error|Exception|error:|FAILED|Traceback|Aborted|Killed)' <<<"${lines}" | tail -n 1 || true)
+  # A Python traceback ends with its exception line ("AssertionError: …"), which is the one to show.
+  line=$(grep -E '(Error|Exception|error:|FAILED|Aborted|Killed)' <<<"${lines}" | tail -n 1 || true)
   if [[ -z "${line}" ]]; then
     line=$(grep -v '^[[:space:]]*$' <<<"${lines}" | tail -n 1 || true)
   fi
