@@ -389,3 +389,15 @@ def test_a_cache_in_the_bucket_makes_a_warm_boot_and_is_not_saved_again(tmp_path
                 f"storage rsync --recursive gs://acme-vllm-cache/{key} {tmp_path}/state/vllm-cache/{key}"]
     finally:
         health.close()
+
+
+def test_a_boot_report_reads_what_the_vm_wrote_and_nothing_it_did_not():
+    from datetime import datetime, timezone
+
+    report = boot_phases.read_report({"phase": "compiling", "phase-since": "2026-12-02T14:03:11Z", "restarts": "2",
+                                      "cache": "warm", "last-error": "AssertionError:\n Expect no shared layers"})
+    assert report == boot_phases.BootReport(phase="compiling", since=datetime(2026, 12, 2, 14, 3, 11, tzinfo=timezone.utc),
+                                            last_error="AssertionError: Expect no shared layers", restarts=2,
+                                            cache="warm")
+    garbled = {"phase": "dancing", "phase-since": "yesterday", "restarts": "-1", "cache": "hot"}
+    assert boot_phases.read_report(garbled) == boot_phases.read_report({}) == boot_phases.BootReport()
