@@ -145,7 +145,7 @@ class Settings(BaseSettings):
     vllm_max_num_batched_tokens: int = Field(4096, description="vLLM --max_num_batched_tokens")
     vllm_limit_mm_per_prompt: str = Field(DEFAULT_MM_LIMITS, description="vLLM --limit-mm-per-prompt (JSON)")
     vllm_gpu_memory_utilization: float | None = Field(
-        None, description="vLLM --gpu-memory-utilization; empty: vLLM's default (0.92 on TPU)")
+        None, description="vLLM --gpu-memory-utilization (at most 0.92 on v5e); empty: vLLM's own default")
     xla_cache_bucket: str = Field("", description="Cloud Storage bucket (gs://name or name) the TPU VM restores "
                                                   "vLLM's compile cache from and saves it to; empty: no bucket")
     model_boot_timeout: timedelta = Field(

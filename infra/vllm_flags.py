@@ -33,8 +33,9 @@ GEMMA4_MAX_TOKENS_PER_ITEM = {
 }
 
 # Above this --gpu-memory-utilization a v5e chip (16 GiB HBM) cannot allocate E2B's compiled
-# programs: 0.92, vLLM's TPU default, boots; 0.95 failed with RuntimeProgramAllocationFailure after a
-# 691 s compile (reference/vllm-tpu.md §2). Measured on v5litepod-1.
+# programs: 0.92 boots (the reference notes call it vLLM's TPU default; unverified here), 0.95
+# failed with RuntimeProgramAllocationFailure after a 691 s compile (reference/vllm-tpu.md §2).
+# Measured on v5litepod-1.
 V5E_MAX_GPU_MEMORY_UTILIZATION = 0.92
 
 
@@ -56,7 +57,7 @@ class VllmConfig:
     max_num_batched_tokens: int = 4096
     limit_mm_per_prompt: str = DEFAULT_MM_LIMITS  # compact JSON object
     tensor_parallel_size: int = 1
-    gpu_memory_utilization: float | None = None  # None: vLLM's own default (0.92 on TPU)
+    gpu_memory_utilization: float | None = None  # None: no flag, vLLM's own default
     # The Hugging Face commit of the model repository. vLLM applies the chat template that ships
     # with the weights (no --chat-template), so this pins the template too; the sandbox renders
     # that revision's template (infra/sandbox/vllm/chat_template.py). "" = the repo's main.
