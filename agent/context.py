@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from agent.actor import Actor
 from agent.model_config import ModelConfig
 from agent.policy import AlertPolicy, Policy
+from agent.redact import Redactor
 from infra.jobs import JobQueue
 from infra.metrics import Metrics
 from infra.prices import PriceTable
@@ -168,6 +169,10 @@ class Services:
     model_keys: "ModelKeys | None" = None
     # Whether the bot is in each channel, as Slack last said (issue 16); None: not tracked.
     membership: "ChannelMembership | None" = None
+    # What must never reach a model prompt or Slack: the secret patterns plus the deployment's own
+    # secret values (bot/wiring.py); an agent run's copy also knows every live lease's model key
+    # (agent/actions/secret_values.py), since a lease key has no shape a pattern could find.
+    redactor: Redactor = field(default_factory=Redactor)
 
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "ChannelUnreachable", "LeaseHook", "LeaseObserver",

@@ -4,12 +4,19 @@
 log line stays readable (`password=[REDACTED:password]`). Patterns are deliberately greedy on
 the secret and conservative on context: a false positive costs a few characters of log, a
 false negative leaks a token into a Slack channel or a model prompt.
+
+Besides the shapes of well-known tokens, a value is redacted by the NAME it is given: any name
+ending in key, secret or token, or containing password (`VLLM_API_KEY=…`, `"apiKey": "…"`,
+`'api_key': ['…']` as vLLM logs its start-up args, `api_key: …` in YAML, `--api-key …` on a
+command line). A signing secret or a lease's model key has no recognisable shape, so a
+`Redactor` also knows the literal values a run must never show (bot/wiring.py gives it the
+deployment's own secrets; agent/actions/secret_values.py adds every live lease's model key per run).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
     # PEM private keys (RSA, EC, OPENSSH, ENCRYPTED, plain PKCS#8), possibly cut off at the end.
@@ -45,27 +52,87 @@ _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(@)"),
         r"\1[REDACTED:password]\2",
     ),
-    # password=…, passwd: …, secret=…, api_key=…, token=… (key-value style, also JSON "key": "value").
-    (
-        "password",
-        re.compile(
-            r"(?i)(\b(?:password|passwd|pwd|secret|client_secret|api[_-]?key|access[_-]?token|auth[_-]?token)"
-            r"[\"']?\s*[:=]\s*[\"']?)(?!\[REDACTED)[^\s\"',;&]+"
-        ),
-        r"\1[REDACTED:password]",
-    ),
+    # JSON Web Tokens: three base64url segments, the header's `{"` encoded as eyJ (the signature
+    # may be empty: alg "none").
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), "[REDACTED:jwt]"),
 )
+
+# A name before `=` or `:` (env, JSON, YAML, Python repr), its closing quote included; not the
+# tail of a longer name or flag word (`--api-key=` still counts: `-` may precede a name).
+_ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_.])(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(?:\\?[\"'])?[ \t]*[:=][ \t]*")
+# A command-line flag and its value after a space: `--api-key X`, `--password X`, `--token X`.
+_FLAG = re.compile(r"(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z][A-Za-z0-9-]*)[ \t]+(?!-)")
+_WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+_BARE_END = re.compile(r"[\s\"'`,;&)}\]\\]")
+
+
+def secret_kind(name: str) -> str | None:
+    """The marker kind of a secret's NAME (`VLLM_API_KEY` → api-key), or None for an ordinary name.
+    Words split at `_ . -` and camelCase; `key` alone is too common a name (a cache key) to count."""
+    words = [w.lower() for w in _WORDS.findall(name)]
+    if not words:
+        return None
+    if any("password" in w or "passwd" in w for w in words) or words[-1] == "pwd":
+        return "password"
+    last = words[-1]
+    if last == "secret":
+        return "secret"
+    if last == "token":
+        return "token"
+    if last == "apikey" or (last == "key" and len(words) > 1):
+        return "api-key"
+    return None
+
+
+def _value_span(text: str, start: int) -> tuple[int, int] | None:
+    """Where the value at `start` is, quotes and brackets excluded: (begin, end), or None for no
+    value (nothing, a marker a first pass left, a nested object)."""
+    if start >= len(text) or text.startswith("[REDACTED", start) or text[start] in "{\n":
+        return None
+    line_end = text.find("\n", start)
+    line_end = len(text) if line_end < 0 else line_end
+    for opening in ('\\"', "\\'", '"', "'"):  # an escaped quote (JSON inside a string) first
+        if text.startswith(opening, start):
+            begin = start + len(opening)
+            if text.startswith("[REDACTED", begin):
+                return None
+            close = text.find(opening, begin, line_end)
+            end = line_end if close < 0 else close  # unclosed (a line cut off): to the end of the line
+            return (begin, end) if end > begin else None
+    if text[start] == "[":  # a list, as Python prints vLLM's `api_key`: ['…']
+        close = text.find("]", start, line_end)
+        return start, line_end if close < 0 else close + 1
+    found = _BARE_END.search(text, start, line_end)
+    end = line_end if found is None else found.start()
+    return (start, end) if end > start else None
+
+
+def _redact_named(pattern: re.Pattern[str], text: str) -> str:
+    out, at = [], 0
+    for match in pattern.finditer(text):
+        if match.start() < at:
+            continue
+        kind = secret_kind(match["name"])
+        span = _value_span(text, match.end()) if kind else None
+        if span is None:
+            continue
+        out += [text[at:span[0]], f"[REDACTED:{kind}]"]
+        at = span[1]
+    return "".join(out) + text[at:] if out else text
+
 
 _PEM_BEGIN = re.compile(r"-----BEGIN (?:[A-Z0-9]+ )*PRIVATE KEY-----")
 _PEM_END = re.compile(r"-----END (?:[A-Z0-9]+ )*PRIVATE KEY-----")
 KEY_MARKER = "[REDACTED:private-key]"
+# Shorter than this, a "secret" is more likely a test placeholder that also occurs in ordinary words.
+MIN_LITERAL_SECRET = 8
 
 
 def redact(text: str) -> str:
     """Return `text` with secrets replaced by `[REDACTED:<kind>]` markers."""
     for _, pattern, replacement in _RULES:
         text = pattern.sub(replacement, text)
-    return text
+    return _redact_named(_FLAG, _redact_named(_ASSIGNMENT, text))
 
 
 def redact_lines(lines: list[str]) -> list[str]:
@@ -73,7 +140,7 @@ def redact_lines(lines: list[str]) -> list[str]:
     return list(redact_stream(lines))
 
 
-def redact_stream(lines: Iterable[str]) -> Iterator[str]:
+def redact_stream(lines: Iterable[str], redact_line: Callable[[str], str] = redact) -> Iterator[str]:
     """`redact_lines` as lines arrive: one line out per line in, nothing kept but whether a key is open."""
     in_key = False
     for line in lines:
@@ -86,4 +153,33 @@ def redact_stream(lines: Iterable[str]) -> Iterator[str]:
             in_key = True
             yield _PEM_BEGIN.split(line, 1)[0] + KEY_MARKER
             continue
-        yield redact(line)
+        yield redact_line(line)
+
+
+class Redactor:
+    """`redact`, then the literal secret values it was given (longest first, so a secret that
+    contains another is replaced whole). Built per process from the settings and per agent run
+    with the live lease keys; callable like `redact`."""
+
+    def __init__(self, secrets: Iterable[str] = ()) -> None:
+        self._literals = tuple(sorted({s for s in secrets if s and len(s) >= MIN_LITERAL_SECRET},
+                                      key=len, reverse=True))
+
+    def __call__(self, text: str) -> str:
+        text = redact(text)
+        for secret in self._literals:
+            text = text.replace(secret, "[REDACTED:secret]")
+        return text
+
+    def lines(self, lines: Iterable[str]) -> list[str]:
+        return list(self.stream(lines))
+
+    def stream(self, lines: Iterable[str]) -> Iterator[str]:
+        return redact_stream(lines, self)
+
+    def with_secrets(self, more: Iterable[str]) -> "Redactor":
+        """This redactor and `more` literal values (the live lease keys of a run)."""
+        return Redactor((*self._literals, *more))
+
+    def knows(self, value: str) -> bool:
+        return value in self._literals

@@ -20,14 +20,12 @@ from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
 from typing import IO
 
-from agent.redact import redact
+from agent.redact import Redactor
 
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 lease_id: contextvars.ContextVar[str] = contextvars.ContextVar("lease_id", default="-")
 
 LOG_FORMATS = ("auto", "json", "text")
-# Shorter than this, a "secret" is more likely a test placeholder that also occurs in ordinary words.
-MIN_LITERAL_SECRET = 8
 
 
 @contextlib.contextmanager
@@ -39,19 +37,6 @@ def job_context(job: str, lease: str = "-") -> Iterator[None]:
     finally:
         request_id.reset(job_token)
         lease_id.reset(lease_token)
-
-
-class Redactor:
-    """agent/redact.py's rules, then the literal secret values this process was given."""
-
-    def __init__(self, secrets: Iterable[str] = ()) -> None:
-        self._literals = sorted({s for s in secrets if len(s) >= MIN_LITERAL_SECRET}, key=len, reverse=True)
-
-    def __call__(self, text: str) -> str:
-        text = redact(text)
-        for secret in self._literals:
-            text = text.replace(secret, "[REDACTED:secret]")
-        return text
 
 
 class RedactingJsonFormatter(logging.Formatter):

@@ -19,8 +19,9 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.access import AccessPolicy, ActionKind, ClassRule
 from agent.context import Policy, Services
+from agent.redact import Redactor
 from bot import alert_wiring
-from bot.settings import Settings
+from bot.settings import SECRET_FIELDS, Settings
 from handlers.directory import SlackGroupDirectory
 from handlers.notifier import SlackLeaseObserver
 from infra.metrics import Metrics
@@ -54,6 +55,12 @@ def model_config_from(settings: Settings):
     return ModelConfig(base_url=settings.gemma_base_url, model=settings.model_name,
                        max_steps=settings.agent_max_steps, stream=settings.agent_stream,
                        enabled=settings.agent_use_model)
+
+
+def redactor_from(settings: Settings) -> Redactor:
+    """Redaction that also knows the deployment's own secret values (every SecretStr setting: the
+    Slack bot and app tokens, the signing secret), which have no shape a pattern could find."""
+    return Redactor(getattr(settings, name).get_secret_value() for name in SECRET_FIELDS)
 
 
 def cloud_logging_config_from(settings: Settings):
@@ -271,6 +278,7 @@ async def build_services(
         spend=spend_ledger_from(settings, redis),
         model_keys=model_keys_from(settings),
         membership=ChannelMembership(redis),
+        redactor=redactor_from(settings),
     )
     services.hooks.extend(alert_wiring.alert_hooks())
     _wire_provisioning(services, settings, redis)

@@ -8,6 +8,7 @@ spools are closed when the job ends, whatever the outcome."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 
 from redis.exceptions import RedisError
@@ -19,6 +20,7 @@ from agent.context import Actor, Services
 from agent.digest import LineSpool, estimate_tokens, lines_from_chunks
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionInput, build_mention, spool_file_lines, unescape_slack, unread_warnings
+from agent.actions.secret_values import run_redactor
 from handlers.notifier import UNREACHABLE, slack_error
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
@@ -43,7 +45,8 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
                          thread_ts: str, user: str, text: str, files: list[dict], bot_user_id: str,
                          notes: list[str] | None = None, status_ts: str = "") -> str:
     # status_ts: jobs queued by web processes older than this one carry the status line they posted.
-    reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user=user, status_ts=status_ts)
+    reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user=user, status_ts=status_ts,
+                        redactor=services.redactor)
     mention: MentionInput | None = None
     try:
         try:
@@ -57,6 +60,10 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
             return "not_in_channel"
         mention = await gather_input(client, channel=channel, ts=ts, thread_ts=thread_ts, text=text,
                                      files=files, bot_user_id=bot_user_id, notes=notes or [])
+        # One redactor for the run, knowing the live lease keys: the prompt, the tool results and
+        # every piece of the reply pass through it.
+        reply.redactor = await run_redactor(services)
+        services = dataclasses.replace(services, redactor=reply.redactor)
         run = await run_agent(services, Actor(user_id=user, team=team, channel=channel), mention, reply)
         if run.used_model and mention.notes:
             # What was not read qualifies the answer, so it leads it ("no errors" of a message cut at

@@ -5,7 +5,9 @@ line edited into the answer with throttled chat.update (Tier 3: ~50/min per work
 Every piece of text is redacted and mrkdwn-escaped before it is sent, and a piece is sent only
 up to a word boundary, so a secret is never half-sent before the redaction can see all of it.
 If redaction changes text that was already streamed (it can, once a multi-line secret ends),
-the rest is held and the finished message is rewritten in one chat.update.
+the rest is held and the finished message is rewritten in one chat.update. The redactor is the
+agent run's (agent/actions/secret_values.py): it knows the deployment's secret values and the live
+lease keys, so a model that echoes one, or a model-less answer quoting a tool, posts a marker.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from collections.abc import Callable
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.redact import redact
+from agent.redact import Redactor
 from agent.llm.run import AgentRun
 from handlers.cards import escape
 
@@ -30,8 +32,8 @@ APPEND_INTERVAL = 0.4  # seconds between appendStream calls (Tier 4)
 UPDATE_INTERVAL = 2.0  # seconds between chat.update calls on one message (Tier 3)
 
 
-def answer_text(run: AgentRun) -> str:
-    body = escape(redact(run.text))
+def answer_text(run: AgentRun, redactor: Redactor | None = None) -> str:
+    body = escape((redactor or Redactor())(run.text))
     if len(body) > ANSWER_LIMIT:
         body = body[: ANSWER_LIMIT - 1] + "…"
     return f"{body}\n\n_{escape(run.label)}_"
@@ -39,8 +41,10 @@ def answer_text(run: AgentRun) -> str:
 
 class ThreadReply:
     def __init__(self, client: AsyncWebClient, *, channel: str, thread_ts: str, team: str, user: str,
-                 status_ts: str = "", clock: Callable[[], float] = time.monotonic) -> None:
+                 status_ts: str = "", clock: Callable[[], float] = time.monotonic,
+                 redactor: Redactor | None = None) -> None:
         self._client = client
+        self.redactor = redactor or Redactor()  # answer_mention sets the run's once it is built
         self.channel, self.thread_ts, self.team, self.user = channel, thread_ts, team, user
         self.status_ts = status_ts
         self._clock = clock
@@ -63,7 +67,7 @@ class ThreadReply:
         await self._update_status(f":hourglass_flowing_sand: {escape(note)}")
 
     async def partial(self, text: str) -> bool:
-        safe = escape(redact(text))
+        safe = escape(self.redactor(text))
         cut = max(safe.rfind(" "), safe.rfind("\n"))
         ready = safe[: cut + 1] if cut >= 0 else ""
         if not ready.startswith(self._sent):
@@ -90,7 +94,7 @@ class ThreadReply:
 
     # --- the end ----------------------------------------------------------------------------
     async def finish(self, run: AgentRun) -> None:
-        final = answer_text(run)
+        final = answer_text(run, self.redactor)
         if self.mode != "stream":
             await self._update_status(final)
             return
@@ -117,6 +121,7 @@ class ThreadReply:
                 await self._update_status(":white_check_mark: Answered below.")
 
     async def fail(self, text: str) -> None:
+        text = self.redactor(text)
         if self.mode == "stream":
             try:
                 await self._client.chat_stopStream(channel=self.channel, ts=self.stream_ts,

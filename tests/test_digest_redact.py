@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agent.redact import redact
+from agent.redact import Redactor, redact
 
 CASES = [
     ("bot token xoxb-123456789012-1234567890123-AbCdEfGhIjKlMnOpQrStUvWx in config", "xoxb-1234"),
@@ -20,6 +20,11 @@ CASES = [
     ("postgresql://app:p%40ss@db/app", "p%40ss"),
     ("login failed password=hunter2 for admin", "hunter2"),
     ('{"password": "correct horse battery"}', "correct"),
+    ('{"password": "correct horse battery"}', "battery"),  # a quoted value is removed whole
+    # Forms the key-name rule (below) covers and the older rule already caught:
+    ("vllm serve m --api-key=Zq3f9HkLmN0pQ", "Zq3f9HkLmN0pQ"),
+    ('{"api_key": "json-snake-value"}', "json-snake"),
+    ('{"apiKey": "json-camel-value", "x": 1}', "json-camel"),
 ]
 
 
@@ -45,6 +50,10 @@ def test_ordinary_log_text_is_untouched():
     text = "081109 203615 148 INFO dfs.DataNode: Received block blk_-1608999687919862906 of size 91178 from /10.250.10.6"
     assert redact(text) == text
     assert redact("see https://example.com/a:b and sk-short") == "see https://example.com/a:b and sk-short"
+    # Names that only look like a secret's (the key-name rule must leave them be).
+    named = ("max_tokens=1024 --max-num-batched-tokens 4096 monkey=banana key=tpubot:lease:T1:C1 "
+             "tokens/s=812 --tokenizer google/gemma --enable-prefix-caching token_count: 12")
+    assert redact(named) == named
 
 
 def test_redaction_is_idempotent_and_keeps_a_closing_backtick():
@@ -52,3 +61,55 @@ def test_redaction_is_idempotent_and_keeps_a_closing_backtick():
     once = redact(line)
     assert once == "`Authorization: Bearer [REDACTED:token]` sent"
     assert redact(once) == once
+
+
+# --- by the name a value is given (issue 34) ---------------------------------------------------
+
+VLLM_KEY = "Zq3f9HkL_x-9aB0cD1eF2gH3iJ4kL5mN6oP7qR8sT9u"  # secrets.token_urlsafe(32): no shape of its own
+
+NAMED = [
+    ("VLLM_API_KEY=Zq3f9HkLmN0pQ", "Zq3f9HkLmN0pQ"),
+    ("DB_PASSWORD=hunter2hunter2", "hunter2hunter2"),
+    ("AWS_SECRET_ACCESS_KEY=wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY", "wJalrXUtnFEMI"),
+    ("SLACK_SIGNING_SECRET=8f742231b10e8888abcd99yyyzzz", "8f742231b10e"),
+    ('export X_TOKEN="a quoted token with spaces"', "quoted token"),
+    ("export GITLAB_TOKEN='single-quoted-0123'", "single-quoted"),
+    ("  db_password: yaml-plain-value", "yaml-plain"),
+    ("vllm serve google/gemma-4-E2B-it --api-key Zq3f9HkLmN0pQ --port 8000", "Zq3f9HkLmN0pQ"),
+    ("mysql --password pw-0123456789 -h db", "pw-0123456789"),
+    ("client --token tok-0123456789", "tok-0123456789"),
+    ('{"clientSecret":"no-space-value"}', "no-space"),
+    ('payload "{\\"api_key\\": \\"escaped-json-value\\"}"', "escaped-json"),
+    ("(APIServer pid=1) INFO 12-02 10:00:00 [utils.py:253] non-default args: {'model_tag': 'google/gemma-4-E2B-it', "
+     f"'host': '0.0.0.0', 'api_key': ['{VLLM_KEY}'], 'model': 'google/gemma-4-E2B-it', 'max_model_len': 16384}}",
+     VLLM_KEY[:12]),
+    ("non-default args: {'api_key': ['first-key-0123', 'second-key-4567']}", "second-key"),
+    ("hf_token: hf-but-not-hf-shaped", "hf-but-not"),
+    ("session eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiIxMjM0NTY3ODkwIn0.SflKxwRJSMeKKF2QT4fwpMeJf36POk6yJV_adQssw5c",
+     "SflKxwRJSMeKKF2QT4fw"),
+    ("unsigned eyJhbGciOiJub25lIn0.eyJzdWIiOiJhZG1pbiJ9.", "eyJzdWIiOiJhZG1pbiJ9"),
+]
+
+
+@pytest.mark.parametrize(("text", "secret"), NAMED, ids=[t[:28] for t, _ in NAMED])
+def test_a_value_named_as_a_secret_is_removed_and_the_name_kept(text, secret):
+    cleaned = redact(text)
+    assert secret not in cleaned and "[REDACTED:" in cleaned
+    assert redact(cleaned) == cleaned  # intake and output both redact: a second pass changes nothing
+
+
+def test_the_shape_around_a_named_secret_is_kept():
+    line = f"non-default args: {{'model_tag': 'google/gemma-4-E2B-it', 'api_key': ['{VLLM_KEY}'], 'port': 8000}}"
+    assert redact(line) == ("non-default args: {'model_tag': 'google/gemma-4-E2B-it', 'api_key': [REDACTED:api-key], "
+                            "'port': 8000}")
+    assert redact('export X_TOKEN="a b c" next') == 'export X_TOKEN="[REDACTED:token]" next'
+    assert redact("--api-key K0123456789 --port 8000") == "--api-key [REDACTED:api-key] --port 8000"
+
+
+def test_a_redactor_also_removes_the_literal_values_it_knows():
+    signing = "9f3a0c1d2e4b5a6978877665544332211"
+    redactor = Redactor([signing]).with_secrets([VLLM_KEY])
+    text = f"signature base {signing} and the key {VLLM_KEY} in prose"
+    assert redactor(text) == "signature base [REDACTED:secret] and the key [REDACTED:secret] in prose"
+    assert redactor.lines([text, "plain"]) == [redactor(text), "plain"]
+    assert signing in redact(text)  # a shapeless secret: only the redactor that knows it can find it

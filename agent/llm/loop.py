@@ -41,7 +41,6 @@ from agent.llm.prompt import (
     defuse,
     model_tools,
 )
-from agent.redact import redact
 from agent.llm.run import AgentRun, ReplySink
 from agent.llm.tool_args import ToolArgumentError, coerce_arguments
 
@@ -59,6 +58,8 @@ class ModelUnavailable(Exception):
 
 
 async def run_agent(svc: Services, actor: Actor, mention: MentionInput, sink: ReplySink) -> AgentRun:
+    """`svc.redactor` is the run's (agent/actions/secret_values.run_redactor): it scrubs the prompt, every
+    tool result before the model sees it, and the answer."""
     svc = dataclasses.replace(svc, material=mention)
     endpoint = await resolve_endpoint(svc, actor)
     if endpoint is None:
@@ -104,7 +105,8 @@ class AgentLoop:
 
     async def run(self) -> AgentRun:
         # Digesting spooled attachments reads them from disk: not on the event loop.
-        messages, self.cited = await asyncio.to_thread(build_messages, self.mention, user_id=self.actor.user_id)
+        messages, self.cited = await asyncio.to_thread(build_messages, self.mention, user_id=self.actor.user_id,
+                                                       redactor=self.svc.redactor)
         steps = 0
         answer: str | None = None
         try:
@@ -136,7 +138,8 @@ class AgentLoop:
                 _fit_context(messages, self.tools, self.config.max_answer_tokens)
         finally:
             await self.client.close()
-        text = redact(answer or "The model returned no answer.")
+        # A hostile model can echo a secret it saw (or guessed): its words are redacted too.
+        text = self.svc.redactor(answer or "The model returned no answer.")
         text = self._with_citations(text)
         tools = f"; tools: {', '.join(self.tools_run)}" if self.tools_run else ""
         label = f"Answered by {answered_by(self.endpoint, self.fingerprint)} in {steps} step{'s' * (steps != 1)}{tools}."
@@ -246,7 +249,8 @@ class AgentLoop:
         text = result.text if result.ok else f"Not done: {result.text}"
         if result.data and len(text) < 400 and action.name not in LOG_TOOLS:
             text += "\n" + json.dumps(result.data, default=str, separators=(",", ":"))
-        text = cap_tokens(redact(text), TOOL_RESULT_TOKENS)
+        # Before the model sees it: also the run's literal secrets (a lease key in a log line).
+        text = cap_tokens(self.svc.redactor(text), TOOL_RESULT_TOKENS)
         # Tool output can carry log text: it is data, fenced like the rest.
         return data_block(f"result of {action.name}", text) if action.name in LOG_TOOLS else defuse(text)
 

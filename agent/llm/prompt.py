@@ -10,6 +10,7 @@ DATA, the fence strings and anything shaped like a Gemma 4 control token (`<|too
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from agent.actions import REGISTRY, ActionKind
 from agent.digest import build_digest, estimate_tokens
@@ -80,6 +81,10 @@ def user_message(mention: MentionInput, *, user_id: str) -> tuple[str, list[int]
     return "\n\n".join(parts), cite
 
 
-def build_messages(mention: MentionInput, *, user_id: str) -> tuple[list[dict], list[int]]:
+def build_messages(mention: MentionInput, *, user_id: str,
+                   redactor: Callable[[str], str] = redact) -> tuple[list[dict], list[int]]:
+    """The first two messages; `redactor` (the run's, knowing its secret values) passes over the
+    whole user turn, the person's own words included."""
     text, cite = user_message(mention, user_id=user_id)
+    text = redactor(text)
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": text}], cite
