@@ -4,7 +4,9 @@ client's current page is in memory), or `query_cloud_logs`, all of them in a lis
 
 The filter is built from plain parameters and always names `timestamp`, because the client
 silently appends `timestamp>="<now-24h>"` to any filter that does not (reference/gcp-apis.md §6),
-which would cap every query at one day and ignore the window asked for.
+which would cap every query at one day and ignore the window asked for. The resource clauses
+(the scope: `resource.type="tpu_worker"` and its node_id/zone labels, as Cloud TPU VMs log)
+come first and every value is a quoted literal, so no parameter can widen what is read.
 
 Rate limits: Cloud Logging allows 60-120 read requests per minute per project and answers 429
 (`TooManyRequests` on the HTTP path). The query then backs off (exponential, full jitter,
@@ -24,6 +26,7 @@ from typing import Any
 
 from google.api_core.exceptions import TooManyRequests
 
+TPU_WORKER_RESOURCE = "tpu_worker"  # a TPU VM's logs; labels project_id, zone, node_id, worker_id
 SEVERITY_ORDER = ("DEFAULT", "DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL", "ALERT", "EMERGENCY")
 DEFAULT_WINDOW = timedelta(hours=1)
 DEFAULT_MAX_ENTRIES = 5_000
@@ -89,8 +92,15 @@ def build_filter(
     resource_labels: Mapping[str, str] | None = None,
     text_contains: str | None = None,
 ) -> str:
-    """A Logging filter from plain parameters; always includes `timestamp>=`."""
-    clauses = [f"timestamp>={quote(format_timestamp(start))}"]
+    """A Logging filter from plain parameters; the resource scope first, always `timestamp>=`."""
+    clauses = []
+    if resource_type:
+        clauses.append(f"resource.type={quote(resource_type)}")
+    for key, value in (resource_labels or {}).items():
+        if not key.replace("_", "").isalnum():
+            raise ValueError(f"resource label name {key!r} is not a plain identifier")
+        clauses.append(f"resource.labels.{key}={quote(str(value))}")
+    clauses.append(f"timestamp>={quote(format_timestamp(start))}")
     if end is not None:
         clauses.append(f"timestamp<{quote(format_timestamp(end))}")
     if min_severity:
@@ -98,12 +108,6 @@ def build_filter(
         if severity not in SEVERITY_ORDER:
             raise ValueError(f"unknown severity {min_severity!r}; use one of {', '.join(SEVERITY_ORDER)}")
         clauses.append(f"severity>={quote(severity)}")
-    if resource_type:
-        clauses.append(f"resource.type={quote(resource_type)}")
-    for key, value in (resource_labels or {}).items():
-        if not key.replace("_", "").isalnum():
-            raise ValueError(f"resource label name {key!r} is not a plain identifier")
-        clauses.append(f"resource.labels.{key}={quote(str(value))}")
     if text_contains:
         text = quote(text_contains)
         clauses.append(f"(textPayload:{text} OR jsonPayload.message:{text})")

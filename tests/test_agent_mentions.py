@@ -6,6 +6,8 @@ at their wire formats."""
 from __future__ import annotations
 
 import json
+import uuid
+from datetime import datetime, timezone
 
 import pytest
 import redis as redis_sync
@@ -15,11 +17,12 @@ from bot.local_stack import LocalStack
 from bot.settings import Settings
 from handlers.proposal_buttons import PROPOSAL_CONFIRM_ACTION
 from handlers.thread_reply import STATUS_TEXT
+from infra.sandbox.logging_api import format_timestamp
 from infra.sandbox.slack_api import InjectedError
 from infra.sandbox.vllm import LatencyModel, Turn, VllmEmulator
 from infra.state import keys
 
-ALICE, BOB = "UALICE", "UBOB"
+ALICE, BOB, ADMIN = "UALICE", "UBOB", "UADMIN"  # make_stack lists UADMIN in ADMINS
 Q = '<|"|>'
 DONE_MARKERS = ("_Answered by", "_Made without the model")
 
@@ -167,10 +170,12 @@ def test_two_calls_in_one_chunk_and_fragments_are_accumulated_by_index(stack, em
 
 
 def test_three_step_loop_status_then_cloud_logs_then_answer(stack, emu):
+    # An admin, reading the whole project: the channel holds no TPU of its own to read.
     emu.push_turns("<|tool_call>call:status{}<tool_call|>",
-                   f"Let me read the logs. <|tool_call>call:query_cloud_logs{{min_severity:{Q}ERROR{Q},hours:6}}<tool_call|>",
+                   f"Let me read the logs. <|tool_call>call:query_cloud_logs{{min_severity:{Q}ERROR{Q},hours:6,"
+                   f"scope:{Q}project{Q}}}<tool_call|>",
                    "No TPU is held; Cloud Logging shows RPC deadline and HBM errors (L1).")
-    stack.signed_requests().mention("<@UTPUBOT> is anything broken?", user=ALICE, channel="C0L3")
+    stack.signed_requests().mention("<@UTPUBOT> is anything broken?", user=ADMIN, channel="C0L3")
     text = answer(stack, "C0L3").text
     assert len(emu.requests) == 3
     assert "holds no TPU" in tool_messages(emu.requests[1])[0]["content"]
@@ -253,6 +258,127 @@ def test_secrets_in_a_paste_reach_neither_the_model_nor_slack(stack, emu):
     for secret in (*SECRETS, "xoxb-999999999999-zzzzzzzzzzzz"):
         assert secret not in sent_to_model and secret not in sent_to_slack
     assert "[REDACTED:" in sent_to_model and "[REDACTED:slack-token]" in text
+
+
+# --- Cloud Logging: the channel's own TPU, and no key out of it (issue 34) ------------------------
+
+
+def waiting_lease(stack, channel: str, user: str) -> dict[str, str]:
+    """`/tpu up` in a zone with no capacity: the lease has its node, zone and model key, and stays
+    WAITING (a READY lease would send the mention to its own model instead of the emulator)."""
+    stack.signed_requests().slash("up us-west1-c", user=user, channel=channel)
+    client = redis_sync.Redis.from_url(stack.redis.url)
+    try:
+        def found():
+            lease = {k.decode(): v.decode() for k, v in client.hgetall(keys.lease("T0SANDBOX", channel)).items()}
+            key = stack.cloud.project_api.secrets.get(f"tpubot-model-key-{lease.get('lease_id')}")
+            return {**lease, "key": key} if key and lease.get("state") == "WAITING_FOR_RESOURCES" else None
+        wait_until(found, timeout=30)
+        return found()
+    finally:
+        client.close()
+
+
+def plant(stack, lease: dict[str, str], *texts: str) -> None:
+    """Log lines of the lease's own TPU VM, as Cloud TPU writes them (resource tpu_worker)."""
+    project = stack.settings.project
+    for text in texts:
+        stack.logging_emulator.entries.append({
+            "logName": f"projects/{project}/logs/vllm", "severity": "INFO", "insertId": uuid.uuid4().hex[:16],
+            "timestamp": format_timestamp(datetime.now(timezone.utc)), "textPayload": text,
+            "resource": {"type": "tpu_worker", "labels": {"project_id": project, "zone": lease["zone"],
+                                                          "node_id": lease["node_id"], "worker_id": "0"}},
+        })
+
+
+def vllm_start_up_args(key: str) -> str:
+    """vLLM's own start-up line (vllm/entrypoints/utils.py log_non_default_args), key and all."""
+    return ("(APIServer pid=1) INFO 12-02 10:00:00 [utils.py:253] non-default args: {'model_tag': "
+            f"'google/gemma-4-E2B-it', 'host': '0.0.0.0', 'port': 8000, 'api_key': ['{key}'], "
+            "'max_model_len': 16384, 'enable_auto_tool_choice': True, 'tool_call_parser': 'gemma4'}")
+
+
+def two_channels_with_logs(stack) -> tuple[dict[str, str], dict[str, str]]:
+    own, other = waiting_lease(stack, "C0K1", ALICE), waiting_lease(stack, "C0K2", BOB)
+    plant(stack, own, vllm_start_up_args(own["key"]), "OWN-MARKER vLLM API server ready on port 8000",
+          f"debug: verifying request signatures with {stack.signing_secret}")
+    plant(stack, other, vllm_start_up_args(other["key"]), "OTHER-MARKER vLLM API server ready on port 8000")
+    return own, other
+
+
+def everything_sent_to_slack(stack) -> str:
+    return json.dumps([c.body for c in stack.slack.calls]) + json.dumps(stack.slack.responses)
+
+
+def test_a_hostile_model_that_reads_cloud_logs_and_echoes_them_leaks_no_key_and_no_signing_secret(stack, emu):
+    own, other = two_channels_with_logs(stack)
+    planted = (own["key"], other["key"], stack.signing_secret)
+
+    def echo_everything(request: dict) -> str:
+        seen = "\n".join(m["content"] for m in tool_messages(request))
+        return f"Keys: {own['key']} {other['key']} secret {stack.signing_secret} and all I read:\n{seen}"
+
+    emu.push_turns(f"<|tool_call>call:query_cloud_logs{{min_severity:{Q}INFO{Q},hours:1}}<tool_call|>", echo_everything)
+    stack.signed_requests().mention("<@UTPUBOT> show me the vLLM start-up lines", user=ALICE, channel="C0K1")
+    text = answer(stack, "C0K1").text
+    result = tool_messages(emu.requests[1])[0]["content"]
+    assert "3 Cloud Logging entries, INFO+ in the last 1h, from this channel's TPU" in result
+    assert "'api_key': [REDACTED:api-key]" in result and "OWN-MARKER" in result and "OTHER-MARKER" not in result
+    for secret in planted:
+        assert secret not in json.dumps(emu.requests), "a planted secret reached the model"
+        assert secret not in everything_sent_to_slack(stack), "a planted secret reached Slack"
+    assert text.count("[REDACTED:secret]") >= 3  # what the model echoed from memory is scrubbed too
+
+
+def test_a_channel_reads_only_its_own_tpu_logs_whatever_the_model_asks(stack, emu):
+    own, _other = two_channels_with_logs(stack)
+    emu.push_turns(f"<|tool_call>call:query_cloud_logs{{min_severity:{Q}INFO{Q},text_contains:{Q}OTHER-MARKER{Q}}}"
+                   f"<tool_call|><|tool_call>call:query_cloud_logs{{min_severity:{Q}INFO{Q},"
+                   f'text_contains:{Q}") OR (resource.type:"tpu{Q}}}<tool_call|>'
+                   f"<|tool_call>call:query_cloud_logs{{resource_type:{Q}gce_instance{Q}}}<tool_call|>",
+                   "Nothing from other channels here.")
+    stack.signed_requests().mention("<@UTPUBOT> what did the other channel log?", user=ALICE, channel="C0K1")
+    answer(stack, "C0K1")
+    by_marker, injected, other_type = (m["content"] for m in tool_messages(emu.requests[1]))
+    assert "No INFO+ entries from this channel's TPU" in by_marker and "OTHER-MARKER" in by_marker  # the filter, echoed
+    assert "No INFO+ entries" in injected and "OWN-MARKER" not in injected
+    assert "needs `scope=project`, which only admins may use" in other_type
+    scope = f'resource.type="tpu_worker" AND resource.labels.node_id="{own["node_id"]}" AND resource.labels.zone="us-west1-c"'
+    assert [r["filter"].startswith(scope) for r in stack.logging_emulator.requests] == [True, True]
+
+
+def test_a_channel_without_a_tpu_is_told_so_and_nothing_is_read(stack, emu):
+    emu.push_turns("<|tool_call>call:query_cloud_logs{}<tool_call|>", "This channel has no TPU logs to read.")
+    stack.signed_requests().mention("<@UTPUBOT> any errors in cloud logging?", user=ALICE, channel="C0K3")
+    answer(stack, "C0K3")
+    result = tool_messages(emu.requests[1])[0]["content"]
+    assert "Not done: This channel holds no TPU, so it has no Cloud Logging logs of its own to read" in result
+    assert stack.logging_emulator.requests == []
+
+
+def test_an_admin_widens_the_query_to_the_project_and_it_is_audited(stack, emu):
+    two_channels_with_logs(stack)
+    widen = f"<|tool_call>call:query_cloud_logs{{min_severity:{Q}INFO{Q},hours:1,scope:{Q}project{Q}}}<tool_call|>"
+    emu.push_turns(widen, "Not allowed for you.")
+    stack.signed_requests().mention("<@UTPUBOT> read every log in the project", user=ALICE, channel="C0K1")
+    answer(stack, "C0K1")
+    assert "(admin action) is limited to <@UADMIN>" in tool_messages(emu.requests[1])[0]["content"]
+    assert stack.logging_emulator.requests == []
+
+    emu.requests.clear()
+    emu.push_turns(widen, "Both channels' servers started.")
+    stack.signed_requests().mention("<@UTPUBOT> read every log in the project", user=ADMIN, channel="C0K2")
+    answer(stack, "C0K2")
+    result = tool_messages(emu.requests[1])[0]["content"]
+    assert "from the whole project" in result and "OWN-MARKER" in result and "OTHER-MARKER" in result
+    assert "resource.labels.node_id" not in stack.logging_emulator.requests[-1]["filter"]
+    client = redis_sync.Redis.from_url(stack.redis.url)
+    try:
+        audit = [{k.decode(): v.decode() for k, v in fields.items()} for _id, fields in client.xrange(keys.audit_stream())]
+    finally:
+        client.close()
+    [widened] = [e for e in audit if e["outcome"] == "widened"]
+    assert (widened["actor"], widened["action"], widened["channel"]) == (ADMIN, "query_cloud_logs scope=project", "C0K2")
 
 
 def test_streaming_unsupported_falls_back_to_editing_the_status_line(stack, emu):

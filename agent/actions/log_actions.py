@@ -5,6 +5,12 @@ has `Services.local_files`: `tpubot mcp`), or else what came with the mention (p
 attached files, in one line numbering); `query_cloud_logs` reads Cloud Logging with plain typed parameters and digests
 the entries. Both return the digest text with `L<n>` line numbers so an answer can cite them.
 
+`query_cloud_logs` reads only the channel's own TPU (its lease's node, as the `tpu_worker`
+resource, in its zone): a project's logs hold other channels' work and vLLM's start-up args.
+An admin may widen it to the whole project with `scope="project"`; each widening is audited.
+Every parameter reaches the filter as a quoted literal, ANDed after the scope, so no text can
+undo the scope.
+
 A file or a Cloud Logging read goes through a `LineSpool` (its lines on disk) that lives for the
 call: the input is read once, in bounded memory, and the digest reads the spool (blocking work,
 so in a thread).
@@ -22,16 +28,18 @@ from typing import Literal
 from google.api_core.exceptions import GoogleAPICallError, TooManyRequests
 from pydantic import BaseModel, ConfigDict, Field
 
+from agent import access
+from agent.access import ActionKind
 from agent.actions.registry import ActionResult, action
 from agent.context import Actor, LogMaterial, Services
 from agent.digest import LineSpool, build_digest, lines_from_chunks, lines_from_entries
-from agent.redact import redact, redact_lines, redact_stream
-from infra.cloud_logging import CloudLogsQuery, cloud_logs_query
+from infra.cloud_logging import TPU_WORKER_RESOURCE, CloudLogsQuery, cloud_logs_query
 from infra.local_files import LocalFileError
 
 log = logging.getLogger(__name__)
 
 Severity = Literal["DEBUG", "INFO", "NOTICE", "WARNING", "ERROR", "CRITICAL"]
+Scope = Literal["channel", "project"]
 DEFAULT_DIGEST_TOKENS = 1500  # a tool result must leave room in 16k for the rest of the loop
 QUERY_TIMEOUT_SECONDS = 45.0
 MAX_CITED = 6
@@ -58,8 +66,11 @@ class QueryCloudLogsArgs(BaseModel):
     min_severity: Severity = Field("WARNING", description="lowest severity to read")
     hours: float = Field(1.0, gt=0, le=168, description="how many hours back to read, up to 168")
     text_contains: str = Field("", description="only entries whose message contains this text; empty for all")
-    resource_type: str = Field("", description="Cloud Logging resource type, e.g. tpu_worker; empty for all")
+    resource_type: str = Field("", description="Cloud Logging resource type, e.g. gce_instance; only with "
+                                                "scope project (the channel's own logs are its TPU's)")
     max_entries: int = Field(1000, ge=1, le=5000, description="read at most this many newest entries")
+    scope: Scope = Field("channel", description="channel: this channel's own TPU (default); project: the whole "
+                                                "project's logs (admins only, audited)")
 
 
 def cited_lines(digest) -> list[int]:
@@ -92,7 +103,7 @@ def log_input(svc: Services, args: SummarizeLogsArgs, spool: LineSpool) -> LogIn
     if args.text is not None:
         if not args.text.strip():
             return "`text` is empty: paste the log lines, or give `path` to a log file."
-        lines = tuple(redact_lines(args.text.splitlines()))
+        lines = tuple(svc.redactor.lines(args.text.splitlines()))
         return LogInput(lines, len(lines), "", "the pasted text")
     if args.path is not None:
         if svc.local_files is None:
@@ -100,7 +111,7 @@ def log_input(svc: Services, args: SummarizeLogsArgs, spool: LineSpool) -> LogIn
                     "(or run `tpubot mcp` on your machine to read local files).")
         try:
             with svc.local_files.open_log(args.path) as file:
-                spool.extend(redact_stream(lines_from_chunks(file.chunks)))
+                spool.extend(svc.redactor.stream(lines_from_chunks(file.chunks)))
         except LocalFileError as error:
             return str(error)
         if not spool:
@@ -152,16 +163,55 @@ def summarize_found(found: LogInput, args: SummarizeLogsArgs) -> ActionResult:
     return result
 
 
-@action("query_cloud_logs", "Read recent entries from Cloud Logging (by severity, time window, text) and "
-        "digest them with line numbers (L12) to cite.", QueryCloudLogsArgs)
+@dataclass(frozen=True)
+class LogScope:
+    """Which logs a query may read: the filter clauses that come first, and how to name them."""
+
+    resource_type: str | None
+    labels: dict[str, str]
+    describe: str  # "this channel's TPU tpubot-… in us-west4-a", "the whole project"
+
+
+PROJECT_SCOPE_WHAT = "query_cloud_logs scope=project"
+
+
+async def log_scope(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> LogScope | str:
+    """The channel's own TPU, or the project for an admin who asked; a str is the refusal."""
+    if args.scope == "project":
+        decision = await access.check(svc.access, svc.directory, actor, ActionKind.ADMIN, PROJECT_SCOPE_WHAT)
+        if not decision.allowed:
+            return (f"{decision.message} Without `scope`, query_cloud_logs reads this channel's own TPU.")
+        await svc.audit.record(actor=actor.user_id, action=PROJECT_SCOPE_WHAT, team=actor.team,
+                               channel=actor.channel, outcome="widened",
+                               detail=f"resource_type={args.resource_type or '(all)'} hours={args.hours:g}")
+        return LogScope(args.resource_type or None, {}, "the whole project")
+    if args.resource_type and args.resource_type != TPU_WORKER_RESOURCE:
+        return (f"This channel's logs are its own TPU's (resource type {TPU_WORKER_RESOURCE}); "
+                f"`resource_type={args.resource_type}` needs `scope=project`, which only admins may use.")
+    lease = await svc.leases.get(actor.team, actor.channel)
+    if lease is None or not lease.node_id:
+        return ("This channel holds no TPU, so it has no Cloud Logging logs of its own to read. `/tpu up` "
+                "gets one; logs from elsewhere can be pasted or attached (an admin can read the whole "
+                "project with `scope=project`).")
+    labels = {"node_id": lease.node_id, **({"zone": lease.zone} if lease.zone else {})}
+    where = f" in {lease.zone}" if lease.zone else ""
+    return LogScope(TPU_WORKER_RESOURCE, labels, f"this channel's TPU {lease.node_id}{where}")
+
+
+@action("query_cloud_logs", "Read recent entries from Cloud Logging for this channel's own TPU (by severity, "
+        "time window, text) and digest them with line numbers (L12) to cite.", QueryCloudLogsArgs)
 async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> ActionResult:
     if svc.cloud_logs is None:
         return ActionResult(False, "Cloud Logging is not configured for this bot (set GCP_PROJECT).")
+    scope = await log_scope(svc, actor, args)
+    if isinstance(scope, str):
+        return ActionResult(False, scope)
 
     spool = LineSpool()  # closed when the call ends, also on a timeout: the reading thread then stops
     try:
         try:
-            query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, spool), QUERY_TIMEOUT_SECONDS)
+            query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, scope, spool),
+                                           QUERY_TIMEOUT_SECONDS)
         except TooManyRequests:
             return ActionResult(False, "Cloud Logging is rate-limiting reads right now; try again in a minute.")
         except asyncio.TimeoutError:
@@ -170,23 +220,25 @@ async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs
             log.warning("query_cloud_logs failed: %s", type(error).__name__)
             return ActionResult(False, f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
         if not spool:
-            return ActionResult(True, f"No {args.min_severity}+ entries in the last {args.hours:g}h "
-                                      f"(filter: {query.filter}).", {"entries": 0})
+            return ActionResult(True, f"No {args.min_severity}+ entries from {scope.describe} in the last "
+                                      f"{args.hours:g}h (filter: {query.filter}).", {"entries": 0})
         # Entries arrive newest first; the digest reads them oldest first.
         out = await asyncio.to_thread(digest_result, reversed(spool), DEFAULT_DIGEST_TOKENS, source="Cloud Logging")
     finally:
         spool.close()
     more = " (newest entries only; the window has more)" if query.truncated else ""
-    out.text = f"{len(spool)} Cloud Logging entries, {args.min_severity}+ in the last {args.hours:g}h{more}.\n{out.text}"
+    out.text = (f"{len(spool)} Cloud Logging entries, {args.min_severity}+ in the last {args.hours:g}h{more}, "
+                f"from {scope.describe}.\n{out.text}")
     return out
 
 
-def spool_cloud_logs(svc: Services, args: QueryCloudLogsArgs, spool: LineSpool) -> CloudLogsQuery:
+def spool_cloud_logs(svc: Services, args: QueryCloudLogsArgs, scope: LogScope, spool: LineSpool) -> CloudLogsQuery:
     """Read the entries onto `spool` as they arrive, one line each, newest first (a worker thread)."""
     query = cloud_logs_query(
         svc.cloud_logs, min_severity=args.min_severity, since=timedelta(hours=args.hours),
-        text_contains=args.text_contains or None, resource_type=args.resource_type or None,
-        max_entries=args.max_entries, max_retries=2,
+        text_contains=args.text_contains or None, resource_type=scope.resource_type,
+        resource_labels=scope.labels, max_entries=args.max_entries, max_retries=2,
     )
-    spool.extend(redact(line) for line in lines_from_entries(query.newest_first()))
+    # The run's redactor: a lease key in vLLM's start-up args is replaced as the line is read.
+    spool.extend(svc.redactor(line) for line in lines_from_entries(query.newest_first()))
     return query
