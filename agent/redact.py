@@ -63,6 +63,8 @@ _ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_.])(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(
 # A command-line flag and its value after a space: `--api-key X`, `--password X`, `--token X`.
 _FLAG = re.compile(r"(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z][A-Za-z0-9-]*)[ \t]+(?!-)")
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
+# A cheap first look (substring tests, no regex), so that most log lines skip the name-by-name scan.
+_NAME_WORDS = ("key", "secret", "token", "pwd", "passw")
 _BARE_END = re.compile(r"[\s\"'`,;&)}\]\\]")
 
 
@@ -132,6 +134,9 @@ def redact(text: str) -> str:
     """Return `text` with secrets replaced by `[REDACTED:<kind>]` markers."""
     for _, pattern, replacement in _RULES:
         text = pattern.sub(replacement, text)
+    lowered = text.lower()
+    if not any(word in lowered for word in _NAME_WORDS):
+        return text
     return _redact_named(_FLAG, _redact_named(_ASSIGNMENT, text))
 
 
