@@ -24,7 +24,7 @@ import json
 import logging
 import re
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -38,6 +38,7 @@ from agent.lease import lifecycle
 from agent.actions import REGISTRY, Action, ActionKind, ActionResult, get_action, run_action
 from agent.actions.lease_actions import lease_summary
 from agent.actions.registry import first_error, validate_args
+from agent.actions.secret_values import run_redactor
 from agent.context import Actor, Services
 from bot.settings import Settings
 from infra.local_files import LocalFiles
@@ -239,6 +240,8 @@ async def run_tool(session: McpSession, name: str, arguments: dict | None) -> ty
         return refusal(f"`{name}` changes this channel's TPU, so it runs only with `confirm: true` "
                        "once the person has approved the call. Nothing changed.")
     try:
+        # The caller is a model too: what it reads is scrubbed of the live lease keys as well.
+        svc = replace(svc, redactor=await run_redactor(svc))
         result = await run_action(name, svc, session.actor, args)
         if result.needs_confirmation:
             step = CONFIRM_STEPS.get(name)
@@ -248,6 +251,7 @@ async def run_tool(session: McpSession, name: str, arguments: dict | None) -> ty
     except RedisError:
         log.exception("state store unavailable during MCP tool %s", name)
         return refusal(STATE_STORE_DOWN)
+    result.text = svc.redactor(result.text)
     return tool_result(result)
 
 

@@ -299,3 +299,15 @@ async def test_a_private_key_handed_in_as_text_or_path_is_blanked_line_by_line(t
             result, text = await summarize(session, **args)
             assert not result.is_error, text
             assert "auth failed" in text and body not in text and "eyJhbGci" not in text, text
+
+
+async def test_the_deployments_own_secret_values_never_come_back_from_a_tool(tree, redis_url):
+    # A signing secret has no shape a pattern finds: the deployment's redactor knows its value (issue 34).
+    signing = "4f1c9a0b7e2d8c3f6a5b4e3d2c1b0a99"
+    log = ["INFO start", f"DEBUG verifying request signatures with {signing}", "ERROR signature mismatch"]
+    (tree / "sig.log").write_text("\n".join(log) + "\n")
+    async with session_in(tree, redis_url, slack_signing_secret=signing) as session:
+        for args in ({"text": "\n".join(log)}, {"path": "sig.log"}):
+            result, text = await summarize(session, **args)
+            assert not result.is_error, text
+            assert "signature mismatch" in text and signing not in text and "[REDACTED:secret]" in text, text
