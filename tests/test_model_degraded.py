@@ -2,7 +2,7 @@
 
 Before READY the boot asks the node's vLLM one question with a known answer and makes one
 request that must come back as a parsed tool call. The sandbox node models two faults a real
-deployment has had (infra/sandbox/vllm/server.py SERVING_FAULTS): garbage text, and tool calls
+deployment has had (infra/sandbox/vllm/server.py MODEL_FAULTS): garbage text, and tool calls
 left as text by a server whose tool parser did not run.
 """
 
@@ -48,7 +48,7 @@ def degraded_card(stack) -> dict:
 
 def up_with_fault(make_stack, fault: str, **settings):
     stack = make_stack(poll_interval="0.2s", **settings)
-    stack.node_models.fault = fault
+    stack.node_models.model_fault = fault
     slack = stack.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)
     return stack, slack

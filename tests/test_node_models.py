@@ -57,3 +57,19 @@ def _answers(url: str) -> bool:
     except httpx.HTTPError:
         return False
 
+
+
+def test_models_booted_after_a_fault_is_set_have_it_and_answer_as_the_configured_release():
+    models = NodeModels(model="google/gemma-4-E2B-it", max_model_len=16384, preferred_port=0,
+                        latency=LatencyModel.instant(), served_version="0.33.0")
+    try:
+        models.on_node_ready("us-west4-a", "node-3", {})
+        models.model_fault = "tool_calls_as_text"
+        host = models.on_node_ready("us-west4-a", "node-4", {}) or "127.0.0.1"
+        healthy, faulty = models.emulator_for("us-west4-a", "node-3"), models.emulator_for("us-west4-a", "node-4")
+        assert (healthy.model_fault, faulty.model_fault) == ("none", "tool_calls_as_text")
+        url = f"http://{host}:{models.port}/version"
+        waiting.wait_until(lambda: _answers(url), timeout=15, what="the node's model")
+        assert httpx.get(url, timeout=5).json() == {"version": "0.33.0"}
+    finally:
+        models.stop_all()

@@ -1,9 +1,13 @@
-"""The emulator answers exactly as vLLM 0.33.0's gemma4 parsers do.
+"""The emulator answers exactly as the vLLM release it is configured as (issue 28).
 
-Cases: `../shared/conformance/vllm-0.33-gemma4-parser.json` (outputs of the real parser modules
-of the vllm 0.33.0 wheel; see its `what`/`how` header). Each case is replayed through the
-emulator's HTTP API with the real `openai` client, non-streaming and streaming (the recorded
-engine chunks are the engine steps). Skips cleanly when the shared file is absent.
+Cases: `../shared/conformance/vllm-tpu-0.32-gemma4-parser.json` (0.32.0's real chat-completion
+serving layer, what the default image `vllm/vllm-tpu:v0.32.0` runs) and
+`../shared/conformance/vllm-0.33-gemma4-parser.json` (the real parser modules of the vllm
+0.33.0 wheel); see each file's `what`/`how` header. The two differ only where a non-streaming
+auto tool call was cut off at max_tokens ("tool_calls" on 0.32.0, "length" on 0.33.0). Each case
+is replayed through the HTTP API of an emulator constructed as that version, with the real
+`openai` client, non-streaming and streaming (the recorded engine chunks are the engine steps).
+Skips cleanly when the shared files are absent.
 """
 
 from __future__ import annotations
@@ -12,32 +16,64 @@ import json
 from pathlib import Path
 
 import pytest
+from openai import OpenAI
 
-from vllm_replay import client, emu, expected, replay_non_streaming, replay_streaming  # noqa: F401 (fixtures)
+from infra.sandbox.vllm import DEFAULT_SERVED_VERSION, LatencyModel, VllmEmulator
+from vllm_replay import expected, replay_non_streaming, replay_streaming
 
-CONFORMANCE = Path(__file__).resolve().parents[2] / "shared" / "conformance" / "vllm-0.33-gemma4-parser.json"
-if not CONFORMANCE.exists():
-    CONFORMANCE = Path("/work/shared/conformance/vllm-0.33-gemma4-parser.json")
-
-
-def _load() -> dict:
-    if not CONFORMANCE.exists():
-        return {"cases": [], "tool_sets": {}}
-    return json.loads(CONFORMANCE.read_text())
+FILES = {"0.32.0": "vllm-tpu-0.32-gemma4-parser.json", "0.33.0": "vllm-0.33-gemma4-parser.json"}
 
 
-DATA = _load()
-CASES = [c for c in DATA["cases"] if c["tools"] in DATA["tool_sets"]]
-pytestmark = pytest.mark.skipif(not CASES, reason=f"conformance file absent: {CONFORMANCE}")
+def _path(name: str) -> Path:
+    path = Path(__file__).resolve().parents[2] / "shared" / "conformance" / name
+    return path if path.exists() else Path("/work/shared/conformance") / name
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
-def test_non_streaming_matches_vllm(emu, client, case):
-    got = replay_non_streaming(emu, client, case, DATA["tool_sets"][case["tools"]])
+def _load(version: str) -> dict:
+    path = _path(FILES[version])
+    return json.loads(path.read_text()) if path.exists() else {"cases": [], "tool_sets": {}}
+
+
+DATA = {version: _load(version) for version in FILES}
+CASES = [pytest.param(version, case, id=f"{version}-{case['id']}")
+         for version, data in DATA.items() for case in data["cases"] if case["tools"] in data["tool_sets"]]
+pytestmark = pytest.mark.skipif(not CASES, reason="conformance files absent")
+
+
+@pytest.fixture(scope="module")
+def served():
+    """version -> (emulator answering as that version, a real openai client on it)."""
+    emulators = {v: VllmEmulator(latency=LatencyModel.instant(), served_version=v) for v in FILES}
+    clients = {}
+    try:
+        for version, emulator in emulators.items():
+            emulator.start()
+            clients[version] = OpenAI(base_url=emulator.base_url, api_key="x", max_retries=0)
+        yield {v: (emulators[v], clients[v]) for v in FILES}
+    finally:
+        for c in clients.values():
+            c.close()
+        for emulator in emulators.values():
+            emulator.stop()
+
+
+@pytest.mark.parametrize(("version", "case"), CASES)
+def test_non_streaming_matches_vllm(served, version, case):
+    emu, client = served[version]
+    got = replay_non_streaming(emu, client, case, DATA[version]["tool_sets"][case["tools"]])
     assert got == expected(case["non_streaming"])
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
-def test_streaming_matches_vllm(emu, client, case):
-    got = replay_streaming(emu, client, case, DATA["tool_sets"][case["tools"]])
+@pytest.mark.parametrize(("version", "case"), CASES)
+def test_streaming_matches_vllm(served, version, case):
+    emu, client = served[version]
+    got = replay_streaming(emu, client, case, DATA[version]["tool_sets"][case["tools"]])
     assert got == expected(case["streaming_total"])
+
+
+def test_the_sandbox_answers_as_the_default_image_s_release_unless_told_otherwise():
+    assert DEFAULT_SERVED_VERSION == "0.32.0"
+    with VllmEmulator(latency=LatencyModel.instant()) as emu:
+        assert emu.served_version == "0.32.0"
+    with pytest.raises(ValueError, match="0.32.0, 0.33.0"):
+        VllmEmulator(served_version="0.31.0")

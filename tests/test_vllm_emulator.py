@@ -15,6 +15,7 @@ from openai import OpenAI
 from prometheus_client.parser import text_string_to_metric_families
 
 from infra.sandbox.vllm import LatencyModel, Turn, VllmEmulator
+from infra.sandbox.vllm.server import GARBAGE_TEXT
 
 MODEL = "google/gemma-4-E2B-it"
 Q = '<|"|>'
@@ -98,7 +99,8 @@ NON_STREAMING_VECTORS = [
 
 @pytest.fixture
 def emu():
-    with VllmEmulator(latency=LatencyModel.instant()) as emulator:
+    # The vectors are vLLM 0.33.0's (gemma4-wire.md §2.5): the emulator answers as that release.
+    with VllmEmulator(latency=LatencyModel.instant(), served_version="0.33.0") as emulator:
         yield emulator
 
 
@@ -324,6 +326,35 @@ def test_emulator_wide_raw_mode():
         client = OpenAI(base_url=emu.base_url, api_key="x", max_retries=0)
         message = client.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS).choices[0].message
     assert message.content == "<|tool_call>call:get_status{}<tool_call|>"
+
+
+def test_fault_tool_calls_as_text_leaves_the_raw_call_in_content(emu, client):
+    # A server started without --enable-auto-tool-choice --tool-call-parser gemma4 (issue 28).
+    emu.model_fault = "tool_calls_as_text"
+    try:
+        emu.push_turns(call("status", ""), [call("status", "")])
+        choice = client.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS).choices[0]
+        streamed = "".join(d[1] for d in _deltas(_stream(client, None)) if d[0] == "content")
+    finally:
+        emu.model_fault = "none"
+    assert choice.message.content == "<|tool_call>call:status{}<tool_call|>" and not choice.message.tool_calls
+    assert choice.finish_reason == "stop"
+    assert streamed == "<|tool_call>call:status{}<tool_call|>"
+
+
+def test_fault_garbage_text_answers_word_salad_whatever_the_model_was_to_say(emu, client):
+    # The torchax serving path's garbage for E2B (issue 28): the turn is used up, its text replaced.
+    emu.model_fault = "garbage_text"
+    try:
+        emu.push_turns(call("get_weather", f"location:{Q}Paris{Q}"))
+        choice = client.chat.completions.create(model=MODEL, messages=USER, tools=TOOLS).choices[0]
+    finally:
+        emu.model_fault = "none"
+    assert emu.pending_turns == 0
+    assert choice.message.content == GARBAGE_TEXT and not choice.message.tool_calls
+    assert choice.finish_reason == "stop"
+    with pytest.raises(ValueError, match="garbage_text, tool_calls_as_text"):
+        VllmEmulator(model_fault="garbage")
 
 
 def test_tool_choice_none_swallows_the_call(emu, client):

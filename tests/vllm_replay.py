@@ -18,10 +18,11 @@ from infra.sandbox.vllm import LatencyModel, Turn, VllmEmulator
 USER = [{"role": "user", "content": "hello"}]
 
 
-# One emulator and one real openai client per test module (import both fixtures by name).
+# One emulator and one real openai client per test module (import both fixtures by name). The
+# hand-written cases follow vLLM 0.33.0's code, so this emulator answers as 0.33.0.
 @pytest.fixture(scope="module")
 def emu():
-    with VllmEmulator(latency=LatencyModel.instant()) as e:
+    with VllmEmulator(latency=LatencyModel.instant(), served_version="0.33.0") as e:
         yield e
 
 

@@ -1,12 +1,14 @@
 """Sandbox vLLM per TPU node: each ACTIVE sandbox node serves an emulated Gemma endpoint.
 
 The TPU emulator calls `on_node_ready` the first time a node is looked at; this starts a
-`VllmEmulator` (vLLM 0.33 response shapes, the v5e latency model, labelled as the sandbox model
+`VllmEmulator` (answering as `served_version`, the vLLM release the configured image runs; the v5e latency model, labelled as the sandbox model
 in every response) on the node's own loopback address, `127.0.1.N`, at the deployment's model
 port — so the bot reaches it exactly as it reaches a real TPU VM: node external IP →
 `http://IP:{MODEL_PORT}/v1`, nothing special-cased. Like the real VM it enforces the API key its
 startup script names (`boot_api_key`: read from the sandbox's Secret Manager at boot), so
-`/v1/*` without the lease's key answers 401. `on_node_gone` stops it.
+`/v1/*` without the lease's key answers 401. `on_node_gone` stops it. `model_fault` (one of
+`infra.sandbox.vllm.MODEL_FAULTS`) is given to every model booted from then on, so a test can
+make the next node's model answer garbage or return tool calls as text.
 
 A node's address is reserved (a bound socket, held) when the node is first seen and served on
 when its model has "booted", so no other process — another test run's sandbox, say — can take
@@ -23,7 +25,8 @@ import socket
 import threading
 from collections.abc import Callable
 
-from infra.sandbox.vllm import LatencyModel, VllmEmulator
+from infra.sandbox.vllm import DEFAULT_SERVED_VERSION, LatencyModel, VllmEmulator
+from infra.sandbox.vllm.served_version import check_served_version
 
 log = logging.getLogger(__name__)
 
@@ -59,8 +62,11 @@ def _bindable(host: str, port: int) -> int | None:
 
 class NodeModels:
     def __init__(self, *, model: str, max_model_len: int, preferred_port: int,
-                 latency: LatencyModel | None = None, boot_seconds: float = 0.0) -> None:
+                 latency: LatencyModel | None = None, boot_seconds: float = 0.0,
+                 served_version: str = DEFAULT_SERVED_VERSION) -> None:
         self.model = model
+        self.served_version = check_served_version(served_version)
+        self.model_fault = "none"  # MODEL_FAULTS: what models booted from now on get wrong
         # A real VM needs minutes to pull vLLM and load the model; the sandbox waits this long (on a
         # timer: `on_node_ready` must answer at once) so BOOTING MODEL is visible and the wait is exercised.
         self.boot_seconds = boot_seconds
@@ -72,8 +78,6 @@ class NodeModels:
         # Each stack starts at its own random host, so that stacks of test runs side by side on
         # one machine rarely look at the same addresses.
         self._next_host = random.randint(FIRST_HOST, LAST_HOST)
-        # A serving fault (infra/sandbox/vllm/server.py SERVING_FAULTS) for the nodes that boot from now on.
-        self.fault: str | None = None
         # (zone, node id) → the API key the node's VM reads at boot (None: vLLM runs without --api-key).
         self.boot_api_key: Callable[[str, str], str | None] | None = None
         self.node_net = _bindable(f"{NODE_NET}{FIRST_HOST}", 0) is not None
@@ -92,7 +96,8 @@ class NodeModels:
             if sock is None:
                 continue
             emulator = VllmEmulator(model=self.model, latency=self.latency, label=LABEL, max_model_len=self.max_model_len,
-                                    host=host, port=self.port, api_key=api_key, sock=sock, fault=self.fault)
+                                    host=host, port=self.port, api_key=api_key, sock=sock,
+                                    served_version=self.served_version, model_fault=self.model_fault)
             with self._lock:
                 self._emulators[(zone, node_id)] = emulator
             if self.boot_seconds <= 0:

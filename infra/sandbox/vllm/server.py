@@ -3,7 +3,19 @@
 The model side is raw Gemma 4 text per turn (scripted, or the labelled heuristic); the server
 side turns it into what `vllm serve google/gemma-4-E2B-it --enable-auto-tool-choice
 --tool-call-parser gemma4 --reasoning-parser gemma4` returns, with timing from one shared
-engine simulation (scheduler.py).
+engine simulation (scheduler.py). `served_version` is the vLLM release it answers as
+(served_version.py: 0.32.0, what the default image runs, or 0.33.0).
+
+Model faults (`model_fault`, one of MODEL_FAULTS; set at construction or flipped at runtime, like
+`metrics_mode`), for the boot probe's "READY means correct" checks:
+- "garbage_text": every chat completion is word salad (what the torchax path,
+  `MODEL_IMPL_TYPE=vllm`, gave for E2B before tpu-inference #3406): the request's turn is still
+  consumed, its text replaced; no tool call is ever parsed;
+- "tool_calls_as_text": a server started without `--enable-auto-tool-choice --tool-call-parser
+  gemma4` (the reasoning parser still on): vLLM keeps `skip_special_tokens` off for the
+  reasoning parser, so `content` holds the raw `<|tool_call>call:…{…}<tool_call|>` text,
+  `tool_calls` is empty and `finish_reason` is "stop" (0.33.0 `message_assembly.keeps_tool_calls`
+  is false without auto tools; no 400 for `tool_choice: "auto"`).
 
     with VllmEmulator(latency=LatencyModel.instant(), script=[
         '<|tool_call>call:status{channel:<|"|>C1<|"|>}<tool_call|>',
@@ -15,6 +27,7 @@ engine simulation (scheduler.py).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import hashlib
 import secrets
@@ -39,20 +52,18 @@ from .responses import (
     tool_call_body,
 )
 from .scheduler import AsyncEngine, LatencyModel, Sequence
+from .served_version import DEFAULT_SERVED_VERSION, check_served_version, non_streaming_finish, streaming_finish
 from .script import OutputPlan, Script, Turn, TurnSpec, plan_output, to_turn
 from .tokens import count_prompt_tokens, count_tokens, prompt_ends_in_open_channel, token_ids, render_prompt
 
 log = logging.getLogger(__name__)
 
 METRICS_MODES = ("ok", "unreachable", "garbage", "not_found")
-# Serving faults a deployment can have while it still answers fast (issue 28; the boot's
-# correctness checks in infra/model_correctness.py must catch both):
-# - "garbage_text": the model writes word salad (MODEL_IMPL_TYPE=vllm on Gemma 4 E2B before
-#   tpu-inference #3406, reference/vllm-tpu.md §1); scripted turns are left alone;
-# - "tool_calls_as_text": the tool parser does not catch the model's calls, so the raw
-#   `<|tool_call>…<tool_call|>` text stays in `content` and `tool_calls` is empty.
-SERVING_FAULTS = ("garbage_text", "tool_calls_as_text")
-_GARBAGE_WORDS = ("zzk", "ubb", "the", "orp", "quel", "sandbox", "ĉĉ", "ness", "plin", "of")
+MODEL_FAULTS = ("none", "garbage_text", "tool_calls_as_text")  # see the module docstring
+# Deterministic word salad in the shape of a broken serving path's output (mixed scripts,
+# repeated fragments, no sentence): it must never pass for an answer.
+GARBAGE_TEXT = " ".join(["ocompañ", "ериа", "tiếp", "izzazione", "ocompañ", "}}>", "ериа", "кого", "ocompañ",
+                         "tiếp", "<unused17>", "nelle", "ериа", "ocompañ"] * 2)
 
 
 class _BadRequest(Exception):
@@ -89,11 +100,6 @@ def _reset(request: web.Request, resp: web.StreamResponse) -> web.StreamResponse
     return resp
 
 
-def _garbage(seed: int, words: int = 24) -> str:
-    """Deterministic word salad, different per request (a broken model path, not a language model)."""
-    return " ".join(_GARBAGE_WORDS[(seed * 7 + i * i) % len(_GARBAGE_WORDS)] for i in range(words))
-
-
 class VllmEmulator:
     """Emulated vLLM endpoint. `start()` returns the base URL (ending in `/v1`)."""
 
@@ -110,12 +116,14 @@ class VllmEmulator:
         tool_parser: bool = True,
         api_key: str | None = None,
         sock: socket.socket | None = None,
-        fault: str | None = None,
+        served_version: str = DEFAULT_SERVED_VERSION,
+        model_fault: str = "none",
     ) -> None:
-        if fault is not None and fault not in SERVING_FAULTS:
-            raise ValueError(f"unknown serving fault {fault!r}; one of {', '.join(SERVING_FAULTS)}")
-        self.fault = fault
         self.model = model
+        self.served_version = check_served_version(served_version)  # the vLLM release answered as
+        if model_fault not in MODEL_FAULTS:
+            raise ValueError(f"model_fault must be one of {', '.join(MODEL_FAULTS)}, not {model_fault!r}")
+        self.model_fault = model_fault  # see MODEL_FAULTS; flip at runtime for boot-probe tests
         # A socket already bound to (host, port) and held since the address was chosen: serving on
         # it means no other process can take the address in between (sandbox nodes, node_models.py).
         self._sock = sock
@@ -126,7 +134,7 @@ class VllmEmulator:
         self.host = host
         self.port = port
         # False: raw tool-call text stays in content for every turn
-        self.tool_parser = tool_parser and fault != "tool_calls_as_text"
+        self.tool_parser = tool_parser
         self.api_key = api_key  # `vllm serve --api-key`: /v1/* answers 401 without `Authorization: Bearer KEY`
         self.metrics_mode = "ok"  # see METRICS_MODES; flip at runtime for idle-clock tests
         self.requests: list[dict[str, Any]] = []  # every accepted request body, in arrival order
@@ -285,11 +293,12 @@ class VllmEmulator:
 
     def _next_turn(self, body: dict[str, Any]) -> Turn:
         spec = self.script.pop()
-        if spec is None and self.fault == "garbage_text":
-            return Turn(text=_garbage(len(self.requests)))
-        if spec is None:
-            return Turn(text=heuristic.respond(body, self.label))
-        return to_turn(spec, body)
+        turn = Turn(text=heuristic.respond(body, self.label)) if spec is None else to_turn(spec, body)
+        if self.model_fault == "garbage_text":
+            return Turn(text=GARBAGE_TEXT, stop="turn")
+        if self.model_fault == "tool_calls_as_text":
+            return dataclasses.replace(turn, tool_parser=False)
+        return turn
 
     # ---------------------------------------------------------------- validation
 
@@ -419,9 +428,7 @@ class VllmEmulator:
         content = parsed.content
         if content is None and parsed.tool_calls and forced:
             content = ""
-        finish = plan.finish_reason
-        if finish == "stop" and parsed.tool_calls and not isinstance(tool_choice, dict):
-            finish = "tool_calls"
+        finish = non_streaming_finish(self.served_version, plan.finish_reason, bool(parsed.tool_calls), tool_choice)
         reasoning = parsed.reasoning if body.get("include_reasoning", True) else None
         usage = Usage(prompt_tokens, plan.total_tokens, count_tokens(parsed.reasoning or ""))
         return web.json_response(
@@ -478,9 +485,7 @@ class VllmEmulator:
                 reasoning_text += delta["reasoning"]
             usage = Usage(prompt_tokens, generated, count_tokens(reasoning_text))
             if finished:
-                finish = plan.finish_reason
-                if finish == "stop" and parser.tool_calls_emitted and not isinstance(tool_choice, dict):
-                    finish = "tool_calls"
+                finish = streaming_finish(plan.finish_reason, parser.tool_calls_emitted, tool_choice)
                 await resp.write(
                     writer.finish(
                         delta or {}, finish, plan.stop_reason, with_fingerprint=not include_usage, usage=usage
@@ -603,7 +608,7 @@ class VllmEmulator:
 
     async def _version(self, request: web.Request) -> web.Response:
         # vLLM's API server: `GET /version` -> {"version": VLLM_VERSION}; the fingerprint carries the same number.
-        return web.json_response({"version": SYSTEM_FINGERPRINT.removeprefix("vllm-").split("-")[0]})
+        return web.json_response({"version": self.served_version})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         try:
