@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 
-from infra.sandbox.vllm import Turn
+import pytest
+
+from infra.sandbox.vllm import DEFAULT_SERVED_VERSION
 from infra.sandbox.vllm.chat_template import render
 from agent.llm.prompt import model_tools
 from test_agent_mentions import ALICE, LOGS, Q, answer, emu, stack, tool_messages  # noqa: F401 (fixtures)
@@ -57,11 +59,20 @@ def test_item8_null_arguments_are_not_echoed_as_python_none(stack, emu):
     assert emu.prompt_problems == []
 
 
-def test_a_call_cut_off_at_max_tokens_is_not_run_and_the_model_is_told(stack, emu):
-    emu.push_turns(Turn(text=f"<|tool_call>call:summarize_logs{{contains:{Q}DEAD", stop="length"),
-                   "The logs show RPC timeouts from L8.")
-    stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0TL")
-    text = answer(stack, "C0TL").text
+@pytest.mark.parametrize("served_version", ["0.32.0", "0.33.0"])
+def test_a_call_cut_off_at_max_tokens_is_not_run_and_the_model_is_told(stack, emu, served_version):
+    # The model writes a call longer than the agent's max_tokens (1024): the engine stops at the
+    # limit. 0.33.0 says finish_reason "length"; 0.32.0 (the TPU image) says "tool_calls" when not
+    # streaming, with arguments its parser closed; both report completion_tokens == max_tokens.
+    emu.served_version = served_version
+    try:
+        emu.push_turns(f"<|tool_call>call:summarize_logs{{contains:{Q}" + "DEAD " * 1500 + f"{Q}}}<tool_call|>",
+                       "The logs show RPC timeouts from L8.")
+        stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0TL")
+        text = answer(stack, "C0TL").text
+    finally:
+        emu.served_version = DEFAULT_SERVED_VERSION
+    assert emu.requests[0]["max_tokens"] == 1024
     result = tool_messages(emu.requests[1])[0]["content"]
     assert result.startswith("Not run: this `summarize_logs` call was cut off")
     assert "tools: summarize_logs" not in text  # nothing ran

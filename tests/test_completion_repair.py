@@ -237,7 +237,9 @@ def test_section_3_2_sequence():
         reasoning=None,
         repaired=[],
         finish_reason="tool_calls",
+        completion_tokens=9,  # from the usage chunk: with max_tokens, whether the call was cut off
     )
+    assert not turn.cut_off(max_tokens=10) and turn.cut_off(max_tokens=9)
 
 
 def test_usage_chunk_is_kept():

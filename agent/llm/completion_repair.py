@@ -59,6 +59,17 @@ class NormalizedTurn:
     reasoning: str | None
     repaired: list[str] = field(default_factory=list)
     finish_reason: str | None = None  # "length" means a call or answer may be cut off (§2.2)
+    completion_tokens: int | None = None  # usage.completion_tokens, when the server said
+
+    def cut_off(self, max_tokens: int) -> bool:
+        """Generation stopped at the `max_tokens` the request sent, so the last call or the answer
+        may be incomplete. vLLM 0.33.0 says finish_reason "length"; 0.32.0 (the TPU image) says
+        "tool_calls" for a non-streamed call cut off there, with arguments its parser closed, so
+        the token count is what both releases give. A raw call in the text that never reached
+        `<tool_call|>` is cut off too."""
+        if self.finish_reason == "length" or gemma4_syntax.NOTE_TRUNCATED in self.repaired:
+            return True
+        return self.completion_tokens is not None and self.completion_tokens >= max_tokens
 
 
 def new_tool_call_id() -> str:
@@ -92,9 +103,12 @@ def normalize_message(
     return _repair(message.content, read_reasoning(message), parser_calls, repaired, finish_reason, id_factory)
 
 
-def normalize_choice(choice: Any, *, id_factory: IdFactory = new_tool_call_id) -> NormalizedTurn:
-    """`completion.choices[0]` → turn, keeping `finish_reason` ("length" = possibly truncated)."""
-    return normalize_message(choice.message, finish_reason=choice.finish_reason, id_factory=id_factory)
+def normalize_choice(choice: Any, *, usage: Any = None, id_factory: IdFactory = new_tool_call_id) -> NormalizedTurn:
+    """`completion.choices[0]` → turn, keeping `finish_reason` and the completion's token count
+    (`completion.usage`), which together say whether it was cut off."""
+    turn = normalize_message(choice.message, finish_reason=choice.finish_reason, id_factory=id_factory)
+    turn.completion_tokens = getattr(usage, "completion_tokens", None)
+    return turn
 
 
 def read_reasoning(obj: Any) -> str | None:
@@ -178,7 +192,9 @@ class StreamAccumulator:
             calls.append(ToolCallRequest(call_id, partial.name, "".join(partial.arguments)))
         content = "".join(self._content)
         reasoning = "".join(self._reasoning)
-        return _repair(content, reasoning or None, calls, repaired, self.finish_reason, self._id_factory)
+        turn = _repair(content, reasoning or None, calls, repaired, self.finish_reason, self._id_factory)
+        turn.completion_tokens = getattr(self.usage, "completion_tokens", None)
+        return turn
 
 
 @dataclass

@@ -117,9 +117,10 @@ class AgentLoop:
                 self.repairs += [r for r in turn.repaired if r not in self.repairs]
                 if turn.content:
                     self.shown.append(turn.content)
+                cut_off = turn.cut_off(self.config.max_answer_tokens)
                 if not turn.tool_calls or self.stopped:
                     answer = "\n\n".join(self.shown)
-                    if turn.finish_reason == "length" and answer:
+                    if cut_off and answer:
                         answer += "\n\n(The answer was cut off at the model's length limit.)"
                     break
                 if last:
@@ -127,7 +128,7 @@ class AgentLoop:
                     break
                 messages.append(_assistant_message(turn))
                 for call in turn.tool_calls:
-                    if turn.finish_reason == "length":
+                    if cut_off:
                         # Cut off at max_tokens: the arguments may be incomplete, so nothing runs.
                         self.truncated.append(call.name)
                         result = self._truncated_result(call)
@@ -163,7 +164,7 @@ class AgentLoop:
                 self._count_usage(completion.usage)
                 self.fingerprint = completion.system_fingerprint or self.fingerprint
                 metrics.model_calls.labels("ok").inc()
-                return normalize_choice(completion.choices[0])
+                return normalize_choice(completion.choices[0], usage=completion.usage)
             try:
                 turn = await self._complete_streaming(kwargs)
             except openai.APIConnectionError as error:
