@@ -77,3 +77,33 @@ def test_the_sandbox_answers_as_the_default_image_s_release_unless_told_otherwis
         assert emu.served_version == "0.32.0"
     with pytest.raises(ValueError, match="0.32.0, 0.33.0"):
         VllmEmulator(served_version="0.31.0")
+
+
+def test_the_sandbox_release_follows_the_configured_image():
+    from bot.local_stack import sandbox_served_version
+
+    assert sandbox_served_version("vllm/vllm-tpu:v0.32.0") == "0.32.0"
+    assert sandbox_served_version("vllm/vllm-tpu:v0.33.0") == "0.33.0"
+    assert sandbox_served_version("europe-docker.pkg.dev/p/r/vllm-tpu:v0.33.1@sha256:" + "a" * 64) == "0.33.0"
+    assert sandbox_served_version("localhost:5000/vllm-tpu@sha256:" + "a" * 64) == "0.32.0"
+
+
+def test_the_recorder_lists_the_cases_whose_answer_changed():
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "tools" / "record_vllm_conformance.py"), "--help"],
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0 and "--package" in done.stdout, done.stderr
+    sys.path.insert(0, str(root / "tools"))
+    try:
+        from record_vllm_conformance import differing
+    finally:
+        sys.path.remove(str(root / "tools"))
+    old = {"cases": [{"id": "a", "non_streaming": {"tool_calls": [("f", "{}")], "finish": "length"},
+                      "streaming_total": {"finish": "length"}}]}
+    new = {"cases": [{"id": "a", "non_streaming": {"tool_calls": [["f", "{}"]], "finish": "tool_calls"},
+                      "streaming_total": {"finish": "length"}}]}
+    changed = differing(old, new)
+    assert len(changed) == 1 and changed[0].startswith("a non_streaming: recorded")
