@@ -1,9 +1,12 @@
 """The prompt vLLM builds for a chat request: Gemma 4's current chat template, rendered in Python.
 
 vLLM applies the chat template that ships with the model's weights (no `--chat-template` is
-passed); the startup script pins the model revision whose template this follows — the one
-vLLM's `examples/tool_chat_template_gemma4.jinja` copies line for line. Before rendering, vLLM
-json-loads each assistant call's `arguments` into a mapping (`_postprocess_messages`).
+passed). This follows vLLM's `examples/tool_chat_template_gemma4.jinja`, which is close to, but
+not, the `chat_template.jinja` of the pinned revision 3e22461f65e89153144f8adb70e3b8c2cc9845a7
+(git blob fbe3b59b625cd1b8850ea592d4203df6ec04684b, 18,569 bytes; shared reference vllm-tpu.md
+§3: the turn-close condition differs). No public copy of that blob was found to follow yet.
+Before rendering, vLLM json-loads each assistant call's `arguments` into a mapping
+(`_postprocess_messages`).
 
 What the template does that matters to the agent, and what `problems` flags:
 - `role: tool` messages right after an assistant message with `tool_calls` are folded into that
