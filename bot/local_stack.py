@@ -25,25 +25,13 @@ from pydantic import SecretStr
 from bot.settings import Settings
 from bot.web import create_web_app
 from bot.worker import build_worker
+from infra.sandbox.vllm.served_version import served_version_for
 from infra.sandbox.slack_requests import SlackRequests
 from infra.state.redis_server import RedisEndpoint, ensure_redis
 
 
 SANDBOX_POLL_INTERVAL = timedelta(milliseconds=500)
 SANDBOX_MODEL_BOOT_SECONDS = 1.0  # how long a sandbox node's "vLLM" takes to come up after ACTIVE
-
-
-def sandbox_served_version(image: str) -> str:
-    """The vLLM release the sandbox vLLM answers as, for the configured VLLM_IMAGE: 0.33.0's serving
-    layer for an image tagged v0.33 or later, 0.32.0's otherwise (the default image; a digest-only
-    image is taken to be it). Stand-in until settings map an image to its served version."""
-    from infra.sandbox.vllm.served_version import DEFAULT_SERVED_VERSION
-
-    tag = image.split("@")[0].rsplit(":", 1)[-1] if ":" in image.split("@")[0].rsplit("/", 1)[-1] else ""
-    parts = tag.removeprefix("v").split(".")
-    if len(parts) >= 2 and parts[0].isdigit() and parts[1].isdigit() and (int(parts[0]), int(parts[1])) >= (0, 33):
-        return "0.33.0"
-    return DEFAULT_SERVED_VERSION
 
 
 def free_port() -> int:
@@ -167,7 +155,7 @@ class LocalStack:
         world = self.world or (SandboxWorld(zones=dict(self.tpu_zones)) if self.tpu_zones else SandboxWorld())
         self.node_models = NodeModels(model=self.settings.model_name, max_model_len=self.settings.vllm_max_model_len,
                                       preferred_port=self.settings.model_port,
-                                      served_version=sandbox_served_version(self.settings.vllm_image),
+                                      served_version=served_version_for(self.settings.vllm_image),
                                       boot_seconds=SANDBOX_MODEL_BOOT_SECONDS * self.settings.sandbox_time_scale)
         self.cloud = CloudSandbox(world, project=self.settings.project, time_scale=self.settings.sandbox_time_scale,
                                   on_node_ready=self.node_models.on_node_ready,
@@ -198,7 +186,7 @@ class LocalStack:
             from infra.sandbox.vllm import LatencyModel, VllmEmulator
 
             self.model_emulator = VllmEmulator(latency=LatencyModel().scaled(0.25),
-                                               served_version=sandbox_served_version(self.settings.vllm_image))
+                                               served_version=served_version_for(self.settings.vllm_image))
             overrides["gemma_base_url"] = self.model_emulator.start()
         if not self.settings.slack_api_url:
             from infra.sandbox.slack_api import SlackApiSandbox

@@ -80,7 +80,7 @@ def test_the_sandbox_answers_as_the_default_image_s_release_unless_told_otherwis
 
 
 def test_the_sandbox_release_follows_the_configured_image():
-    from bot.local_stack import sandbox_served_version
+    from infra.sandbox.vllm.served_version import served_version_for as sandbox_served_version
 
     assert sandbox_served_version("vllm/vllm-tpu:v0.32.0") == "0.32.0"
     assert sandbox_served_version("vllm/vllm-tpu:v0.33.0") == "0.33.0"

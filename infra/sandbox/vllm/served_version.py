@@ -16,6 +16,18 @@ DEFAULT_SERVED_VERSION = "0.32.0"  # what the default image runs
 SERVED_VERSIONS = ("0.32.0", "0.33.0")
 
 
+def served_version_for(image: str) -> str:
+    """The release the sandbox answers as for VLLM_IMAGE: 0.33.0's serving layer for an image that
+    serves 0.33 or later, 0.32.0's otherwise (what infra/vllm_images.py cannot read, a mirror's own
+    tag say, is taken to be the default's)."""
+    from infra.vllm_images import served_vllm_version
+
+    version = served_vllm_version(image)
+    if version is not None and _keeps_length_on_cut_off_call(version):
+        return "0.33.0"
+    return DEFAULT_SERVED_VERSION
+
+
 def check_served_version(version: str) -> str:
     if version not in SERVED_VERSIONS:
         raise ValueError(f"the sandbox vLLM answers as one of {', '.join(SERVED_VERSIONS)}, not {version!r}")
