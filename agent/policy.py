@@ -14,8 +14,9 @@ class Policy:
     zones: tuple[str, ...] = ("us-west4-a",)
     default_zone: str = "us-west4-a"
     accelerator_type: str = "v5litepod-1"
-    max_run: timedelta = timedelta(hours=4)
-    longest_run: timedelta = timedelta(days=7)
+    max_run: timedelta = timedelta(hours=4)  # the length of a lease asked for without one
+    shortest_run: timedelta = timedelta(minutes=10)  # MIN_RUN_DURATION
+    longest_run: timedelta = timedelta(days=7)  # flex-start's limit
     poll_interval: timedelta = timedelta(seconds=10)
     active_poll_interval: timedelta = timedelta(seconds=60)
     teardown_wait: timedelta = timedelta(minutes=5)

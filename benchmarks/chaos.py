@@ -84,7 +84,7 @@ class Cluster:
         env.update(TPUBOT_ENV_FILE=os.devnull, REDIS_URL=self.redis.url, TPU_API_ENDPOINT=self.tpu.start(),
                    SLACK_API_URL=self.slack.start(), SLACK_BOT_TOKEN=self.slack.token,
                    SLACK_SIGNING_SECRET=self.secret, POLL_INTERVAL="0.5s", JOB_TIMEOUT="6s", LOCK_TTL="5s",
-                   MAX_RUN_DURATION="100s", VALID_UNTIL_DURATION="100s", ALERT_LEAD_TIMES="85s",
+                   MAX_RUN_DURATION="100s", MIN_RUN_DURATION="1s", VALID_UNTIL_DURATION="100s", ALERT_LEAD_TIMES="85s",
                    MODEL_BOOT_TIMEOUT="30m", AGENT_USE_MODEL="false", LOG_FORMAT="json")
         self.env, self.workdir = env, workdir
         self.web_ports = [free_port(), free_port()]

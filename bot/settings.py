@@ -19,7 +19,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
-from infra.durations import format_duration, parse_duration
+from infra.durations import FLEX_START_LONGEST, SHORTEST_LEASE, format_duration, parse_duration
 from infra.prices import PriceTableSetting, default_price_table
 from infra.vllm_flags import (
     DEFAULT_IMAGE,
@@ -33,7 +33,7 @@ from infra.vllm_images import image_digest, image_tag, unusable_reason
 ENV_FILE_VAR = "TPUBOT_ENV_FILE"
 DEFAULT_ENV_FILE = "tpu.env"
 
-FLEX_START_MAX = timedelta(days=7)
+FLEX_START_MAX = FLEX_START_LONGEST
 
 # accelerator family -> (runtime versions that boot it, GCE machine type, chips per host)
 ACCELERATOR_FAMILIES: dict[str, dict[str, Any]] = {
@@ -113,6 +113,7 @@ class Settings(BaseSettings):
     tpu_machine_type: str = Field("ct5lp-hightpu-1t", description="GCE machine type of the TPU host")
     tensor_parallel_size: int = Field(1, description="vLLM --tensor-parallel-size")
     max_run_duration: timedelta = Field(timedelta(hours=4), description="flex-start maxRunDuration (lease length)")
+    min_run_duration: timedelta = Field(SHORTEST_LEASE, description="the shortest lease `/tpu up` accepts (at least 1s)")
     valid_until_duration: timedelta = Field(timedelta(hours=4), description="how long a request may queue")
     network: str = Field("default", description="VPC network of the TPU VM")
     subnetwork: str = Field("", description="subnetwork (empty: the network's default)")
@@ -348,8 +349,8 @@ class Settings(BaseSettings):
             raise ValueError(f"{info.field_name.upper()} must be longer than 0; write it like 1m")
         return value
 
-    @field_validator("max_run_duration", "valid_until_duration", "poll_interval", "lock_ttl", "job_timeout",
-                     "redis_startup_wait", mode="before")
+    @field_validator("max_run_duration", "min_run_duration", "valid_until_duration", "poll_interval", "lock_ttl",
+                     "job_timeout", "redis_startup_wait", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> timedelta:
         return parse_duration(value)
@@ -359,12 +360,12 @@ class Settings(BaseSettings):
     def _accelerator(cls, value: str) -> str:
         return check_accelerator(value)
 
-    @field_validator("max_run_duration", "valid_until_duration")
+    @field_validator("max_run_duration", "min_run_duration", "valid_until_duration")
     @classmethod
     def _flex_start_window(cls, value: timedelta, info: Any) -> timedelta:
         name = info.field_name.upper()
-        if value.total_seconds() <= 0:
-            raise ValueError(f"{name} must be longer than 0; write it like 4h")
+        if value.total_seconds() < 1:
+            raise ValueError(f"{name} must be at least 1s; write it like 4h")
         if value > FLEX_START_MAX:
             raise ValueError(f"{name}={format_duration(value)} exceeds flex-start's limit of 7 days; use at most 7d")
         return value
@@ -412,6 +413,15 @@ class Settings(BaseSettings):
                 f"VLLM_GPU_MEMORY_UTILIZATION={utilization:g} is more than a v5e chip allocates for the model's "
                 f"compiled programs (0.95 failed with RuntimeProgramAllocationFailure after a 691 s compile); use "
                 f"VLLM_GPU_MEMORY_UTILIZATION={V5E_MAX_GPU_MEMORY_UTILIZATION} or leave it empty")
+        return self
+
+    @model_validator(mode="after")
+    def _lease_length_bounds(self) -> "Settings":
+        if self.max_run_duration < self.min_run_duration:
+            raise ValueError(
+                f"MAX_RUN_DURATION={format_duration(self.max_run_duration)} is shorter than the shortest lease, "
+                f"MIN_RUN_DURATION={format_duration(self.min_run_duration)}; raise MAX_RUN_DURATION or lower "
+                f"MIN_RUN_DURATION")
         return self
 
     @model_validator(mode="after")

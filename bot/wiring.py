@@ -79,6 +79,7 @@ def policy_from(settings: Settings) -> Policy:
         default_zone=settings.tpu_zone,
         accelerator_type=settings.tpu_accelerator_type,
         max_run=settings.max_run_duration,
+        shortest_run=settings.min_run_duration,
         poll_interval=settings.poll_interval,
         active_poll_interval=max(settings.poll_interval, min(settings.poll_interval * 6, timedelta(minutes=1))),
         valid_until=settings.valid_until_duration,

@@ -7,7 +7,9 @@ button value 2,000) are respected here so callers never have to think about them
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+
+from infra.durations import format_duration
 
 from agent.lease.model_boot import degraded_reason
 from infra.state.leases import Lease, LeaseState
@@ -50,14 +52,8 @@ def clock(epoch: float) -> str:
 
 
 def duration(seconds: float) -> str:
-    seconds = max(0, int(seconds))
-    hours, rest = divmod(seconds, 3600)
-    minutes, secs = divmod(rest, 60)
-    if hours:
-        return f"{hours}h{minutes:02d}m"
-    if minutes:
-        return f"{minutes}m{secs:02d}s"
-    return f"{secs}s"
+    """A clock's reading, its two biggest units (`3h59m`, `9d`, `2m5s`): the one formatter."""
+    return format_duration(timedelta(seconds=max(0, int(seconds))), parts=2)
 
 
 def _truncate(text: str, limit: int) -> str:
@@ -77,14 +73,15 @@ def lease_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]
     if state == LeaseState.WAITING_FOR_RESOURCES:
         fields.append(("Waiting for", duration(now - lease.state_since)))
         if lease.valid_until:
-            fields.append(("Valid until", f"{clock(lease.valid_until)} (in {duration(lease.valid_until - now)}); "
-                                          "still waiting then → FAILED, no capacity"))
+            # The queueing deadline (VALID_UNTIL_DURATION), not the lease's end: it was read as one.
+            fields.append(("Waits for capacity until", f"{clock(lease.valid_until)} (in "
+                                                       f"{duration(lease.valid_until - now)}); none by then → FAILED"))
     if state.holds_tpu and lease.active_at:
         fields.append(("TPU", f"{STATE_BADGES[LeaseState.ACTIVE]} since {clock(lease.active_at)}"))
     if lease.deadline:
         fields.append(("Cloud deadline", f"{clock(lease.deadline)} (in {duration(lease.deadline - now)})"))
     else:
-        fields.append(("Run time", duration(lease.run_seconds)))
+        fields.append(("Run time", f"{duration(lease.run_seconds)}, from when the TPU is ACTIVE"))
     if lease.endpoint:
         fields.append(("Endpoint", f"`{lease.endpoint}`"))
     if state.holds_tpu:

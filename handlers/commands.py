@@ -10,7 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
-from infra.durations import looks_like_duration, parse_duration
+from infra.durations import FLEX_START_LONGEST, DurationTooLong, format_duration, looks_like_duration, parse_duration
 
 ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 # `/tpu up 4hr`, `4hrs`, `4hours` read as `4h`; everything else as settings read durations.
@@ -59,7 +59,12 @@ def _parse_up(tokens: list[str]) -> dict:
             if hours is not None:
                 raise CommandError(f"Give the duration once; got `{token}` after `{hours:g}h`. {UP_USAGE}")
             # A bare number is hours here (`/tpu up 2`); `90m`, `1h30m`, `2h` are as in settings.
-            hours = parse_duration(spelled, bare_unit="h").total_seconds() / 3600
+            # The bounds are the deployment's, checked by the provision action's argument model.
+            try:
+                hours = parse_duration(spelled, bare_unit="h").total_seconds() / 3600
+            except DurationTooLong:
+                raise CommandError(f"`{_code_safe(token[:40])}` is longer than the longest lease, "
+                                   f"{format_duration(FLEX_START_LONGEST)} (flex-start's limit). {UP_USAGE}") from None
         elif ZONE_RE.match(token_l):
             if zone is not None:
                 raise CommandError(f"Give one zone; got `{zone}` and `{token}`. {UP_USAGE}")

@@ -166,7 +166,7 @@ def flex_start_body(config: TpuConfig, spec: QrSpec) -> dict[str, Any]:
             },
         }]},
         "provisioningModel": "FLEX_START",
-        "runDuration": {"maxRunDuration": _duration(spec.max_run_duration or config.max_run_duration)},
+        "runDuration": {"maxRunDuration": _run_duration(spec, config)},
         "queueingPolicy": {"validUntilDuration": _duration(spec.valid_until_duration or config.valid_until_duration)},
     }
 
@@ -448,6 +448,15 @@ def _datetime(value: datetime | None) -> datetime | None:
     if value is None:
         return None
     return datetime.fromtimestamp(value.timestamp(), timezone.utc)
+
+
+def _run_duration(spec: QrSpec, config: TpuConfig) -> str:
+    """The lease's own length (what its budget priced); the config's only when the spec names none.
+    A zero or negative length is a bug upstream: refused here rather than sent (or defaulted)."""
+    length = config.max_run_duration if spec.max_run_duration is None else spec.max_run_duration
+    if length.total_seconds() < 1:
+        raise ValueError(f"a queued resource's maxRunDuration must be at least 1s, not {length}")
+    return _duration(length)
 
 
 def _duration(delta: timedelta) -> str:

@@ -394,3 +394,43 @@ def test_a_searching_lease_under_a_budget_keeps_its_reservation_through_a_rebuil
     searched, reserved = asyncio.run(run())
     assert searched == ["us-west4-a"]
     assert abs(reserved - 4 * 0.60) < 1e-9
+
+
+@pytest.fixture
+def five_cents(make_stack):
+    """$0.05 a month for each channel: a 1 h lease ($0.60) is refused, 5 minutes ($0.05) would fit."""
+    stack = make_stack(poll_interval="0.2s", admins=ADMIN, tpu_zones=ONE_ZONE, budget_channel_monthly="0.05")
+    requests = stack.signed_requests(team=TEAM)
+    yield stack, requests
+    requests.close()
+
+
+@pytest.mark.parametrize("written, said", [
+    ("0.0000001h", "shorter than the shortest lease, 10m"),  # once read as 0 s: priced $0, requested as 4 h
+    ("0.5s", "shorter than the shortest lease, 10m"),
+    ("59s", "shorter than the shortest lease, 10m"),
+    ("5m", "shorter than the shortest lease, 10m"),
+    ("8d", "longer than the longest lease, 7d"),
+    ("999999999999h", "longer than the longest lease, 7d"),  # once an OverflowError: a 500
+])
+def test_a_lease_too_short_or_too_long_is_refused_and_nothing_is_requested(five_cents, written, said):
+    stack, slack = five_cents
+    assert ":money_with_wings:" in slack.slash("up us-west4-a 1h", user=ALICE, channel="C0TINY").text
+    reply = slack.slash(f"up us-west4-a {written}", user=ALICE, channel="C0TINY")
+    assert reply.status == 200 and said in reply.text, reply.text
+    assert "Requested" not in reply.text
+    assert lease_keys(stack) == [] and stack.tpu_sandbox.queued_resources() == []
+    assert stack.tpu_sandbox.create_attempts == []
+
+
+def test_the_queued_resource_asks_for_the_run_time_the_budget_priced(make_stack):
+    stack = make_stack(poll_interval="0.2s", tpu_zones=ONE_ZONE, budget_channel_monthly="0.10")
+    slack = stack.signed_requests(team=TEAM)
+    try:
+        reply = slack.slash("up us-west4-a 10m", user=ALICE, channel="C0TEN")  # $0.10 at $0.60/h
+        assert "Requested" in reply.text and "for 10m " in reply.text, reply.text
+        wait_until(lambda: stack.tpu_sandbox.queued_resources(), timeout=30)
+        (qr,) = stack.tpu_sandbox.queued_resources()
+        assert qr["request"]["runDuration"] == {"maxRunDuration": "600s"}
+    finally:
+        slack.close()

@@ -114,7 +114,8 @@ def harness(redis_url, tmp_path, monkeypatch):
     opened: list = []
 
     def make(*, workers: int = 1, settings: dict | None = None, **env_extra: str):
-        values = dict(redis_url=redis_url, poll_interval="0.2s", admins=ADMIN)
+        # Leases of seconds, so a deadline comes within the test (the shortest a deployment takes is 10m).
+        values = dict(redis_url=redis_url, poll_interval="0.2s", admins=ADMIN, min_run_duration="1s")
         values.update(settings or {})
         stack = LocalStack(Settings.load(tmp_path / "none.env", **values), run_worker=False)
         stack.start()

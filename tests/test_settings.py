@@ -45,7 +45,11 @@ def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):
         ({"TPU_MACHINE_TYPE": "ct6e-standard-1t"}, "use TPU_MACHINE_TYPE=ct5lp-hightpu-1t"),
         ({"TENSOR_PARALLEL_SIZE": "4"}, "use TENSOR_PARALLEL_SIZE=1"),
         ({"MAX_RUN_DURATION": "8d"}, "7 days"),
-        ({"VALID_UNTIL_DURATION": "0h"}, "VALID_UNTIL_DURATION must be longer than 0"),
+        ({"VALID_UNTIL_DURATION": "0h"}, "VALID_UNTIL_DURATION must be at least 1s"),
+        ({"MAX_RUN_DURATION": "9d"}, "MAX_RUN_DURATION=9d exceeds flex-start's limit of 7 days"),  # once "216h"
+        ({"MAX_RUN_DURATION": "999999999999h"}, "far too long for a duration"),  # once an OverflowError
+        ({"MAX_RUN_DURATION": "5m"}, "shorter than the shortest lease, MIN_RUN_DURATION=10m"),
+        ({"MIN_RUN_DURATION": "0.5s"}, "MIN_RUN_DURATION must be at least 1s"),
         ({"MAX_RUN_DURATION": "forever"}, "write it like 4h"),
         ({"VLLM_IMAGE": "vllm/vllm-tpu:nightly"}, "is not pinned"),
         ({"VLLM_IMAGE": "vllm/vllm-tpu"}, "like VLLM_IMAGE=vllm/vllm-tpu:v0.32.0"),
@@ -133,3 +137,9 @@ def test_an_env_file_named_but_missing_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("TPUBOT_ENV_FILE", str(tmp_path / "missing.env"))
     with pytest.raises(SettingError, match="TPUBOT_ENV_FILE=.*missing.env names no file"):
         Settings.load()
+
+
+@pytest.mark.parametrize("written, shown", [("9d", "9d"), ("36h", "1d12h"), ("90m", "1h30m"), ("14400s", "4h")])
+def test_a_duration_is_echoed_in_days_hours_and_minutes(tmp_path, monkeypatch, written, shown):
+    s = load(tmp_path, monkeypatch, PREFLIGHT_TTL=written)
+    assert {name: value for name, value, _ in describe_sources(s, tmp_path / "tpu.env")}["PREFLIGHT_TTL"] == shown

@@ -37,7 +37,7 @@ def test_scoreboard_is_a_table_not_a_code_fence():
     lines = render(text, blocks)
     assert not any("```" in line for line in lines)
     assert any(line.startswith("zone") and "last outcome" in line for line in lines)
-    assert any(line.startswith("1. us-west4-a") and "2m05s" in line for line in lines)
+    assert any(line.startswith("1. us-west4-a") and "2m5s" in line for line in lines)
 
 
 def test_one_spelling_per_state():

@@ -17,6 +17,7 @@ from agent.lease.reconcile import LOCK_SCOPE
 from handlers import cards
 from infra.sandbox.slack_requests import sign
 from infra.state import keys
+from infra.state.leases import Lease
 
 CHANNEL = "C0TEST"
 ALICE, BOB = "UALICE", "UBOB"
@@ -90,8 +91,8 @@ def test_unsigned_or_stale_requests_get_401(stack, slack, kind):
     [
         ("launch", "Unknown subcommand `launch`"),
         ("up europe-north9-z", "is not one of the configured zones"),
-        ("up 0h", "must be more than 0 hours"),
-        ("up 200h", "at most 168 hours"),
+        ("up 0h", "0s is shorter than the shortest lease, 10m"),
+        ("up 200h", "8d8h is longer than the longest lease, 7d"),
         ("up us-west4-a us-central1-a", "Give one zone"),
         ("up 2h 3h", "Give the duration once"),
         ("up banana", "neither a zone"),
@@ -244,3 +245,16 @@ def test_a_job_that_meets_a_busy_channel_lock_goes_on_soon_after_a_live_holder_l
                    what="provisioning within seconds of the lock's release, not at its TTL")
     finally:
         client.close()
+
+
+def test_a_30_minute_lease_waiting_for_capacity_reads_as_30_minutes_not_the_queue_deadline():
+    # Seen: a 30 m lease's card said "Valid until … (in 3h59m)": the 4 h queueing deadline
+    # (VALID_UNTIL_DURATION), labelled so that it read as the lease's end.
+    now = 1_796_079_600.0
+    lease = Lease(lease_id="L30", team="T1", channel="C1", holder="UALICE", zone="us-west1-c", qr_id="q", node_id="n",
+                  state="WAITING_FOR_RESOURCES", created_at=now, state_since=now, run_seconds=1800,
+                  valid_until=now + 4 * 3600)
+    fields = dict(cards.lease_fields(lease, now=now + 30))
+    assert fields["Run time"] == "30m, from when the TPU is ACTIVE"
+    assert "Valid until" not in fields
+    assert fields["Waits for capacity until"] == f"{cards.clock(now + 4 * 3600)} (in 3h59m); none by then → FAILED"

@@ -144,7 +144,7 @@ def test_tpubot_zones_prints_the_table_in_search_order(redis_url, tmp_path, monk
     # piped: plain aligned text, no box drawing, rows in search order
     assert "│" not in result.output and "…" not in result.output
     lines = [line for line in result.output.splitlines() if any(zone in line for zone in ZONES)]
-    assert "us-south1-a" in lines[0] and "active" in lines[0] and "2m05s" in lines[0]
+    assert "us-south1-a" in lines[0] and "active" in lines[0] and "2m5s" in lines[0]
     skipped = next(line for line in lines if "europe-west4-a" in line)
     assert "flex_start_unsupported" in skipped and "UTC" in skipped
     assert "tries us-south1-a first" in result.output

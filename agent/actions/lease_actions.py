@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from agent.lease import lifecycle
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Policy, Services
+from infra.durations import check_lease_length
 from infra.state.leases import LeaseState
 from infra.state.membership import Membership
 
@@ -19,7 +20,9 @@ class ProvisionArgs(BaseModel):
 
     zone: str | None = Field(None, description="GCP zone, e.g. us-west4-a; omit to search the configured zones, "
                                                 "best-known first")
-    hours: float | None = Field(None, description="how long the TPU runs, in hours (flex-start allows up to 168)")
+    hours: float | None = Field(None, description="how long the TPU runs, in hours: at least the deployment's "
+                                                  "MIN_RUN_DURATION (10 minutes by default), at most 168 "
+                                                  "(flex-start's 7 days)")
 
     @field_validator("zone")
     @classmethod
@@ -37,13 +40,16 @@ class ProvisionArgs(BaseModel):
     def _flex_start_hours(cls, value: float | None, info: ValidationInfo) -> float | None:
         if value is None:
             return None
-        policy: Policy | None = (info.context or {}).get("policy")
-        longest = policy.longest_run.total_seconds() / 3600 if policy else 168.0
-        if value <= 0:
-            raise ValueError("the duration must be more than 0 hours")
-        if value > longest:
-            raise ValueError(f"flex-start TPUs run at most {longest:g} hours (7 days)")
-        return value
+        policy = (info.context or {}).get("policy") or Policy()
+        # The one bound check (infra/durations.py): /tpu up, the model's tool call and MCP all land here,
+        # and what it returns is exactly what the budget prices and the queued resource asks for.
+        return lease_hours(value, policy)
+
+
+def lease_hours(hours: float, policy: Policy) -> float:
+    """`hours` rounded down to the whole seconds a lease runs, or a ValueError naming the bounds."""
+    length = check_lease_length(hours * 3600, shortest=policy.shortest_run, longest=policy.longest_run)
+    return length.total_seconds() / 3600
 
 
 class NoArgs(BaseModel):
@@ -103,7 +109,7 @@ PRICED_ZONES_ONLY = ("under a budget only zones with a price are searched: {zone
 async def budget_refused(svc: Services, actor: Actor, refusal: Any, args: ProvisionArgs, zone: str) -> ActionResult:
     from agent.lease import budget
 
-    hours = args.hours or svc.policy.max_run.total_seconds() / 3600
+    hours = args.hours if args.hours is not None else svc.policy.max_run.total_seconds() / 3600
     searched = None if args.zone else await budget.searchable_zones(svc, actor.team, actor.channel)
     rate = budget.worst_case_rate(svc, zone, args.zone is not None, searched)
     text, data = budget.refusal_text(svc, refusal, rate=rate, hours=hours, zone=args.zone)
