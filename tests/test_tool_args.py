@@ -250,3 +250,22 @@ def test_a_value_neither_path_can_use_is_rejected_both_ways(key, bare):
     for raw in (coerce_args({key: bare}, TYPED_SCHEMA), {key: bare}):
         with pytest.raises(ToolArgumentError):
             coerce_arguments(Typed, json.dumps(raw))
+
+
+@pytest.mark.parametrize("hours, said", [("0.0000001", "shorter than the shortest lease"),
+                                         ("0.1", "shorter than the shortest lease, 10m"),
+                                         ("999999999999", "longer than the longest lease, 7d"),
+                                         ("nan", "longer than the longest lease, 7d")])
+def test_the_models_provision_hours_meet_the_same_bounds_as_tpu_up(hours, said):
+    # The model's tool call: coerced from Gemma's syntax, then validated with the deployment's policy
+    # (agent/llm/loop.py), as /tpu up's arguments are. A sub-second lease was once priced $0.
+    from pydantic import ValidationError
+
+    from agent.actions.lease_actions import ProvisionArgs
+    from agent.policy import Policy
+
+    (call,), _ = extract_tool_calls(f"<|tool_call>call:provision{{hours:{hours}}}<tool_call|>")
+    with pytest.raises((ToolArgumentError, ValidationError)) as refused:
+        args = coerce_arguments(ProvisionArgs, call.arguments, tool_name="provision")
+        ProvisionArgs.model_validate(args.model_dump(), context={"policy": Policy()})
+    assert said in str(refused.value)

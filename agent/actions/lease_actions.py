@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
@@ -40,9 +41,10 @@ class ProvisionArgs(BaseModel):
     def _flex_start_hours(cls, value: float | None, info: ValidationInfo) -> float | None:
         if value is None:
             return None
-        policy = (info.context or {}).get("policy") or Policy()
         # The one bound check (infra/durations.py): /tpu up, the model's tool call and MCP all land here,
         # and what it returns is exactly what the budget prices and the queued resource asks for.
+        # Without the deployment's policy (a first parse of the model's arguments) only the absolute bounds.
+        policy = (info.context or {}).get("policy") or Policy(shortest_run=timedelta(seconds=1))
         return lease_hours(value, policy)
 
 
