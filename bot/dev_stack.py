@@ -3,7 +3,9 @@ process (the Procfile's commands) on one shared embedded Redis, with the TPU, Lo
 and model stand-ins of bot/local_stack.py for whatever no real endpoint is configured for.
 
 Unlike `tpubot shell` (everything in one process), web and worker here are separate processes
-that share nothing but Redis, as in a deployment; their logs go to this terminal.
+that share nothing but Redis, as in a deployment; their logs go to this terminal. A child that
+dies is started again after a backoff, as a process manager would; one that keeps dying as it
+starts is given up on, and `tpubot dev` stops.
 """
 
 from __future__ import annotations
@@ -33,13 +35,82 @@ def _env_value(value: Any) -> str:
     return str(value)
 
 
+# A child that exits this soon after its start counts as dying at start; so many in a row: given up.
+QUICK_DEATH = timedelta(seconds=10)
+QUICK_DEATHS_TO_GIVE_UP = 5
+BACKOFF_FIRST, BACKOFF_LONGEST = timedelta(seconds=0.5), timedelta(seconds=30)
+
+
+@dataclass
+class Child:
+    """One supervised process: its command, the running process and its record of quick deaths."""
+
+    name: str
+    command: list[str]
+    env: dict[str, str]
+    process: subprocess.Popen | None = None
+    started: float = 0.0
+    quick_deaths: int = 0
+    restart_at: float | None = None  # set while it waits out its backoff
+
+    def start(self) -> None:
+        self.process = subprocess.Popen(self.command, env=self.env)
+        self.started, self.restart_at = time.monotonic(), None
+
+
+@dataclass
+class Supervisor:
+    """Restarts a child that exits (backoff doubling from BACKOFF_FIRST to BACKOFF_LONGEST, reset
+    by a child that lived past QUICK_DEATH), one stderr line each time, until one has died at start
+    QUICK_DEATHS_TO_GIVE_UP times in a row: then that is said and `check` returns its exit code."""
+
+    children: dict[str, Child]
+    say: Any = field(default=lambda line: print(line, file=sys.stderr, flush=True))
+
+    def start(self) -> None:
+        for child in self.children.values():
+            child.start()
+
+    def check(self) -> int | None:
+        """One supervision step: None while everything runs (or waits to be restarted)."""
+        now = time.monotonic()
+        for child in self.children.values():
+            if child.restart_at is not None:
+                if now >= child.restart_at:
+                    child.start()
+                    self.say(f"tpubot dev: {child.name} restarted (pid {child.process.pid})")
+                continue
+            code = child.process.poll() if child.process else None
+            if code is None:
+                continue
+            lived = now - child.started
+            child.quick_deaths = child.quick_deaths + 1 if lived < QUICK_DEATH.total_seconds() else 1
+            if child.quick_deaths >= QUICK_DEATHS_TO_GIVE_UP:
+                self.say(f"tpubot dev: {child.name} exited ({code}) within {QUICK_DEATH.total_seconds():g}s of "
+                         f"starting {child.quick_deaths} times in a row; giving up and stopping (its log above "
+                         f"says why)")
+                return 1
+            backoff = min(BACKOFF_LONGEST.total_seconds(),
+                          BACKOFF_FIRST.total_seconds() * 2 ** (child.quick_deaths - 1))
+            child.restart_at = now + backoff
+            self.say(f"tpubot dev: {child.name} exited ({code}) after {lived:.0f}s; restarting it in {backoff:g}s")
+        return None
+
+    def processes(self) -> dict[str, subprocess.Popen]:
+        return {name: child.process for name, child in self.children.items() if child.process is not None}
+
+
 @dataclass
 class DevStack:
     settings: Settings
     port: int
     workers: int = 1
     stack: LocalStack | None = None
-    processes: dict[str, subprocess.Popen] = field(default_factory=dict)
+    supervisor: Supervisor | None = None
+
+    @property
+    def processes(self) -> dict[str, subprocess.Popen]:
+        return self.supervisor.processes() if self.supervisor else {}
 
     def start(self) -> "DevStack":
         # Only Redis and the stand-ins in this process; web and worker run as their own processes.
@@ -52,8 +123,8 @@ class DevStack:
         commands = {"web": [tpubot, "serve", "--host", "127.0.0.1", "--port", str(self.port)]}
         for n in range(1, self.workers + 1):
             commands[f"worker-{n}" if self.workers > 1 else "worker"] = [tpubot, "worker"]
-        for name, command in commands.items():
-            self.processes[name] = subprocess.Popen(command, env=env)
+        self.supervisor = Supervisor({name: Child(name, command, env) for name, command in commands.items()})
+        self.supervisor.start()
         return self
 
     def summary(self) -> list[str]:
@@ -84,17 +155,16 @@ class DevStack:
         return lines
 
     def wait(self) -> int:
-        """Until SIGINT/SIGTERM (0) or until a process exits on its own (1)."""
+        """Until SIGINT/SIGTERM (0), restarting a child that exits, or until one is given up on (its code)."""
+        assert self.supervisor is not None
         stopping: list[int] = []
         previous = {sig: signal.signal(sig, lambda signum, frame: stopping.append(signum))
                     for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             while not stopping:
-                exited = {name: proc.returncode for name, proc in self.processes.items() if proc.poll() is not None}
-                if exited:
-                    print(f"tpubot dev: {', '.join(f'{n} exited ({c})' for n, c in exited.items())}; stopping",
-                          file=sys.stderr)
-                    return 1
+                given_up = self.supervisor.check()
+                if given_up is not None:
+                    return given_up
                 time.sleep(0.2)
             return 0
         finally:

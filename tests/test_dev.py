@@ -70,3 +70,62 @@ def test_dev_runs_serve_and_worker_on_one_redis_and_stops_them_all(tmp_path):
     assert code == 0
     assert not _listening(port), "the web process outlived tpubot dev"
     assert not _listening(redis_port), "the embedded Redis outlived tpubot dev"
+
+
+def _pid(summary: str, name: str) -> int:
+    return int(re.search(rf"^\s+{name}\s+tpubot \w+\s+pid (\d+)", summary, re.MULTILINE).group(1))
+
+
+def test_a_killed_child_of_dev_is_restarted_and_the_stack_still_answers(tmp_path):
+    secret = secrets.token_hex(16)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "REDIS_", "GEMMA_"))}
+    env.update(TPUBOT_ENV_FILE=os.devnull, SLACK_SIGNING_SECRET=secret, POLL_INTERVAL="0.2s")
+    port = free_port()
+    dev = subprocess.Popen([str(TPUBOT), "dev", "--port", str(port)], env=env, cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    output: list[str] = []
+    errors: list[str] = []
+    for stream, lines in ((dev.stdout, output), (dev.stderr, errors)):
+        threading.Thread(target=lambda s=stream, o=lines: o.extend(s), daemon=True).start()
+    url = f"http://127.0.0.1:{port}"
+    slack = SlackRequests(f"{url}/slack/events", secret)
+    try:
+        wait_until(lambda: _ready(url), timeout=120, what="the dev web process ready")
+        summary = "".join(output)
+        os.kill(_pid(summary, "worker"), signal.SIGKILL)
+        wait_until(lambda: any("tpubot dev: worker restarted" in line for line in errors), timeout=30,
+                   what="the worker restarted")
+        assert any("tpubot dev: worker exited (-9)" in line and "restarting it in" in line for line in errors)
+        # Only a worker provisions: ACTIVE means the restarted one runs jobs.
+        assert "Requested a v5litepod-1" in slack.slash("up", user="UALICE", channel="C0DEV").text
+        wait_until(lambda: "ACTIVE" in slack.slash("status", user="UALICE", channel="C0DEV").text,
+                   timeout=120, interval=0.5, what="the lease ACTIVE")
+
+        os.kill(_pid(summary, "web"), signal.SIGKILL)
+        wait_until(lambda: any("tpubot dev: web restarted" in line for line in errors), timeout=30,
+                   what="the web process restarted")
+        wait_until(lambda: _ready(url), timeout=120, what="the restarted web process ready")
+        assert "ACTIVE" in slack.slash("status", user="UALICE", channel="C0DEV").text
+        assert dev.poll() is None
+    finally:
+        slack.close()
+        dev.send_signal(signal.SIGTERM)
+        code = dev.wait(timeout=60)
+    assert code == 0
+    assert not _listening(port), "the web process outlived tpubot dev"
+
+
+def test_a_child_that_dies_as_it_starts_is_given_up_on_with_one_line():
+    from bot.dev_stack import QUICK_DEATHS_TO_GIVE_UP, Child, Supervisor
+
+    said: list[str] = []
+    supervisor = Supervisor({"broken": Child("broken", [sys.executable, "-c", "raise SystemExit(3)"], dict(os.environ))},
+                            say=said.append)
+    supervisor.start()
+    code = wait_until(lambda: supervisor.check(), timeout=60, interval=0.1, what="the supervisor giving up")
+    assert code == 1
+    restarts = [line for line in said if "restarting it in" in line]
+    assert len(restarts) == QUICK_DEATHS_TO_GIVE_UP - 1
+    assert [line.split("restarting it in ")[1] for line in restarts] == ["0.5s", "1s", "2s", "4s"]  # a backoff
+    assert said[-1].startswith("tpubot dev: broken exited (3) within 10s of starting 5 times in a row; giving up")
+    assert sum("giving up" in line for line in said) == 1
