@@ -81,7 +81,7 @@ def lease_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]
     if lease.deadline:
         fields.append(("Cloud deadline", f"{clock(lease.deadline)} (in {duration(lease.deadline - now)})"))
     else:
-        fields.append(("Run time", f"{duration(lease.run_seconds)}, from when the TPU is ACTIVE"))
+        fields.append(("Run time", f"{duration(lease.run_seconds)}, counted from when the TPU starts"))
     if lease.endpoint:
         fields.append(("Endpoint", f"`{lease.endpoint}`"))
     if state.holds_tpu:

@@ -255,6 +255,6 @@ def test_a_30_minute_lease_waiting_for_capacity_reads_as_30_minutes_not_the_queu
                   state="WAITING_FOR_RESOURCES", created_at=now, state_since=now, run_seconds=1800,
                   valid_until=now + 4 * 3600)
     fields = dict(cards.lease_fields(lease, now=now + 30))
-    assert fields["Run time"] == "30m, from when the TPU is ACTIVE"
+    assert fields["Run time"] == "30m, counted from when the TPU starts"
     assert "Valid until" not in fields
     assert fields["Waits for capacity until"] == f"{cards.clock(now + 4 * 3600)} (in 3h59m); none by then → FAILED"
