@@ -12,6 +12,8 @@ where another try will find it:
 - a job that could not be started (its first read failed) is released for the next poll;
 - jobs themselves turn a Redis error into arq's Retry (bot/worker.py).
 
+A worker that dies mid-job has its job run again by another within seconds (bot/orphaned_jobs.py).
+
 Shutdown waits for in-flight bookkeeping, so no coroutine is left on a closed loop.
 """
 
@@ -25,6 +27,7 @@ from typing import Any, Optional
 from arq.constants import in_progress_key_prefix
 from arq.worker import Worker
 
+from bot.orphaned_jobs import JobOwnership
 from bot.redis_outage import Reconnecting, is_redis_away, wait_for_redis
 from bot.wiring import arq_pool
 
@@ -45,6 +48,14 @@ class ResilientWorker(Worker):
         self._bookkeeping: set[asyncio.Task] = set()
         self._own_shutdown = self.on_shutdown
         self.on_shutdown = self._shutdown
+        self.ownership = JobOwnership(queue_name=self.queue_name, owner_ttl_seconds=int(self.in_progress_timeout_s) + 1)
+        self._own_job_start = self.on_job_start
+        self.on_job_start = self._job_started
+
+    async def _job_started(self, ctx: dict) -> None:
+        await self.ownership.job_started(self.pool, ctx["job_id"])
+        if self._own_job_start:
+            await self._own_job_start(ctx)
 
     async def main(self) -> None:
         if self._pool is None:
@@ -56,7 +67,12 @@ class ResilientWorker(Worker):
                 await pool.aclose()
                 raise
             self._pool = pool
-        await super().main()
+        beats = asyncio.create_task(self.ownership.run(self._pool), name="tpubot-worker-heartbeat")
+        try:
+            await super().main()
+        finally:
+            beats.cancel()
+            await asyncio.gather(beats, return_exceptions=True)
 
     async def _poll_iteration(self) -> None:
         if self._stopping:
@@ -161,6 +177,7 @@ class ResilientWorker(Worker):
             return
         await self._drain(list(self.tasks.values()))
         try:
+            await self.ownership.stopped(self.pool)
             await self.pool.delete(self.health_check_key)
         except Exception as error:
             if not is_redis_away(error):

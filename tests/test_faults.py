@@ -352,3 +352,36 @@ def test_a_release_cut_short_by_a_crash_is_finished_when_its_teardown_runs_again
     finally:
         client.close()
     slack.close()
+
+
+def test_a_worker_sigkilled_mid_provision_with_the_default_timeouts_is_taken_over_within_90s(redis_url, tmp_path,
+                                                                                              monkeypatch):
+    # The production JOB_TIMEOUT (5m) and LOCK_TTL (60s): arq's in-progress key of the dead worker's
+    # job lasts 5m10s, and the restarted worker's resume cannot enqueue the same job id again.
+    from test_expiry_alerts import Workers, worker_env
+
+    monkeypatch.chdir(tmp_path)
+    stack = LocalStack(Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s"),
+                       run_worker=False).start()
+    slack = stack.signed_requests()
+    workers = Workers(worker_env(stack, tmp_path), tmp_path, tmp_path)
+    try:
+        stack.tpu_sandbox.inject_failures(2, http_status=503, path_contains="queuedResources")
+        workers.start(1)
+        assert "Requested" in slack.slash("up us-west4-a 1h", user=ALICE, channel=CHANNEL).text
+        wait_until(lambda: any(r.method == "POST" for r in list(stack.tpu_sandbox.requests)), timeout=60,
+                   interval=0.005, what="the provision job's create")
+        killed = workers.procs[0]
+        killed.send_signal(signal.SIGKILL)
+        killed.wait(timeout=10)
+
+        workers.start(1)
+        restarted = time.monotonic()
+        wait_until(lambda: "READY" in slack.slash("status", user=ALICE, channel=CHANNEL).text, timeout=90,
+                   interval=0.5, what="the lease READY after the restart")
+        print(f"READY {time.monotonic() - restarted:.1f}s after the new worker started")
+        assert len(stack.tpu_sandbox.queued_resources()) == 1  # still exactly one QR
+    finally:
+        workers.stop()
+        slack.close()
+        stack.stop()

@@ -105,3 +105,29 @@ async def test_first_delivery_markers_and_the_job_are_one_step(pool):
     await pool.delete(event, message, Dedupe.marker("event", "Ev2"))
     assert await queue.enqueue_first_delivery("answer_mention", text="hi", **first) == -1
     assert await queue.pending_count() == 1
+
+
+async def test_only_a_dead_workers_unfinished_job_is_released_for_another_try(pool):
+    # arq's in-progress key of a SIGKILLed worker's job lasts the job timeout + 10 s; the job stays
+    # queued. The heartbeat's sweep (bot/orphaned_jobs.py) frees exactly the dead owner's unfinished jobs.
+    from arq.constants import in_progress_key_prefix
+
+    from bot.orphaned_jobs import JobOwnership
+
+    queue = JobQueue(pool, queue_name=QUEUE)
+    dead, live = JobOwnership(QUEUE, owner_ttl_seconds=320), JobOwnership(QUEUE, owner_ttl_seconds=320)
+    await dead.beat(pool)
+    await live.beat(pool)
+    for job_id, owner in (("job:dead", dead), ("job:live", live), ("job:dead-finished", dead)):
+        assert await queue.enqueue("answer_mention", job_id=job_id)
+        await pool.psetex(in_progress_key_prefix + job_id, 310_000, b"1")
+        await owner.job_started(pool, job_id)
+    await pool.zrem(QUEUE, "job:dead-finished")  # finished: its in-progress key is arq's cron guard
+    assert await live.beat(pool) == []  # the dead worker's liveness key has not expired yet
+
+    await pool.delete(dead.alive_key())  # what its TTL does 15 s after the SIGKILL
+    assert await live.beat(pool) == ["job:dead"]
+    assert not await pool.exists(in_progress_key_prefix + "job:dead")
+    assert await pool.exists(in_progress_key_prefix + "job:live")
+    assert await pool.exists(in_progress_key_prefix + "job:dead-finished")
+    assert await live.beat(pool) == []

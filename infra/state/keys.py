@@ -80,3 +80,19 @@ def spend_receipts() -> str:
 
 def membership(team: str, channel: str) -> str:
     return f"{PREFIX}:member:{team}:{channel}"
+
+
+
+# The job queue's bookkeeping sits beside arq's own keys (arq:in-progress:…, arq:retry:…): it is
+# not the bot's state, and a request that changes nothing leaves every tpubot:* key as it was.
+JOB_BOOKKEEPING_PREFIX = "arq:tpubot"
+
+
+def worker_alive(worker_id: str) -> str:
+    """Present while the worker process `worker_id` is alive (a short TTL, refreshed by it)."""
+    return f"{JOB_BOOKKEEPING_PREFIX}:alive:{worker_id}"
+
+
+def job_owner(job_id: str) -> str:
+    """Which worker process runs arq job `job_id` (so a dead one's job can be taken over)."""
+    return f"{JOB_BOOKKEEPING_PREFIX}:owner:{job_id}"

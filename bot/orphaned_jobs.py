@@ -1,0 +1,95 @@
+"""A job whose worker died (SIGKILL, OOM, a lost VM) is run again within seconds, not minutes.
+
+arq marks a started job with an in-progress key that lasts the job timeout + 10 s and leaves the
+job in its queue until it finishes; a worker that dies mid-job leaves both, and no worker may
+start the job until the key expires (5 minutes with JOB_TIMEOUT=5m) — the lease just waits.
+
+Here each worker process says it is alive (a key with a short TTL it refreshes) and records,
+as each job starts (arq's on_job_start hook), that the job is its own. Every heartbeat also
+looks at the in-progress jobs: one still queued whose owner's liveness key has expired belongs
+to a dead worker, and its in-progress key is deleted, so the next poll of any live worker starts
+it again (arq counts the try; jobs are idempotent by design, and a lease's work is fenced by its
+channel lock).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from dataclasses import dataclass, field
+
+from arq.constants import in_progress_key_prefix
+
+from bot.redis_outage import is_redis_away
+from infra.state import keys
+
+log = logging.getLogger("tpubot.worker")
+
+# Refreshed every HEARTBEAT; a worker silent for ALIVE_TTL (three missed beats) is taken for dead.
+HEARTBEAT_SECONDS = 5.0
+ALIVE_TTL_SECONDS = 15
+
+# KEYS: in-progress, owner, queue. ARGV: job id, prefix of the liveness keys.
+# The in-progress key goes only if the job is still queued (unfinished) and its owner is dead.
+_RELEASE_IF_OWNER_DEAD = """
+local owner = redis.call('GET', KEYS[2])
+if not owner then return 0 end
+if redis.call('EXISTS', ARGV[2] .. owner) == 1 then return 0 end
+if not redis.call('ZSCORE', KEYS[3], ARGV[1]) then
+  redis.call('DEL', KEYS[2])
+  return 0
+end
+redis.call('DEL', KEYS[1], KEYS[2])
+return 1
+"""
+
+
+@dataclass
+class JobOwnership:
+    """One worker process's liveness and job ownership, and its sweep of dead workers' jobs."""
+
+    queue_name: str
+    owner_ttl_seconds: int  # as long as arq's in-progress key can last
+    worker_id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+
+    def alive_key(self) -> str:
+        return keys.worker_alive(self.worker_id)
+
+    async def job_started(self, pool, job_id: str) -> None:
+        try:
+            await pool.set(keys.job_owner(job_id), self.worker_id, ex=self.owner_ttl_seconds)
+        except Exception as error:
+            if not is_redis_away(error):
+                raise
+            # Unrecorded, the job falls back to arq's own expiry of its in-progress key if this worker dies.
+            log.warning("could not record job %s as this worker's (%s)", job_id, error)
+
+    async def beat(self, pool) -> list[str]:
+        """Say this worker is alive; release the in-progress jobs of dead ones. The released ids."""
+        await pool.set(self.alive_key(), "1", ex=ALIVE_TTL_SECONDS)
+        release = pool.register_script(_RELEASE_IF_OWNER_DEAD)
+        dead_prefix = keys.worker_alive("")
+        released = []
+        async for key in pool.scan_iter(match=in_progress_key_prefix + "*", count=500):
+            key = key.decode() if isinstance(key, bytes) else key
+            job_id = key[len(in_progress_key_prefix):]
+            if await release(keys=[key, keys.job_owner(job_id), self.queue_name], args=[job_id, dead_prefix]):
+                released.append(job_id)
+        for job_id in released:
+            log.warning("job %s was running on a worker that died; released for another try", job_id)
+        return released
+
+    async def run(self, pool) -> None:
+        """Beat until cancelled; a Redis outage only skips beats."""
+        while True:
+            try:
+                await self.beat(pool)
+            except Exception as error:  # the beat is retried; it must not end silently in its task
+                if not is_redis_away(error):
+                    log.exception("the worker heartbeat failed; trying again in %ss", HEARTBEAT_SECONDS)
+            await asyncio.sleep(HEARTBEAT_SECONDS)
+
+    async def stopped(self, pool) -> None:
+        """A worker stopping cleanly: its jobs were cancelled and re-queued by arq, so say so at once."""
+        await pool.delete(self.alive_key())
