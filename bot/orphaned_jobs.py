@@ -86,6 +86,9 @@ class JobOwnership:
             try:
                 await self.beat(pool)
             except Exception as error:  # the beat is retried; it must not end silently in its task
+                if asyncio.current_task().cancelling():
+                    # A cancel that raced a Redis timeout came out as TimeoutError: still a stop.
+                    raise asyncio.CancelledError("the worker is stopping") from error
                 if not is_redis_away(error):
                     log.exception("the worker heartbeat failed; trying again in %ss", HEARTBEAT_SECONDS)
             await asyncio.sleep(HEARTBEAT_SECONDS)

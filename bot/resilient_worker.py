@@ -27,7 +27,7 @@ from typing import Any, Optional
 from arq.constants import in_progress_key_prefix
 from arq.worker import Worker
 
-from bot.orphaned_jobs import JobOwnership
+from bot.orphaned_jobs import HEARTBEAT_SECONDS, JobOwnership
 from bot.redis_outage import Reconnecting, is_redis_away, wait_for_redis
 from bot.wiring import arq_pool
 
@@ -72,7 +72,8 @@ class ResilientWorker(Worker):
             await super().main()
         finally:
             beats.cancel()
-            await asyncio.gather(beats, return_exceptions=True)
+            # Bounded: a stopping worker must never wait on its heartbeat.
+            await asyncio.wait([beats], timeout=HEARTBEAT_SECONDS)
 
     async def _poll_iteration(self) -> None:
         if self._stopping:
