@@ -31,7 +31,9 @@ from infra.state.redis_server import RedisEndpoint, ensure_redis
 
 
 SANDBOX_POLL_INTERVAL = timedelta(milliseconds=500)
-SANDBOX_MODEL_BOOT_SECONDS = 1.0  # how long a sandbox node's "vLLM" takes to come up after ACTIVE
+# How long a sandbox node's "vLLM" takes to come up after ACTIVE on a cold boot (a warm one: about half),
+# long enough that its boot phases show on the card before READY.
+SANDBOX_MODEL_BOOT_SECONDS = 2.0
 
 
 def free_port() -> int:
@@ -161,6 +163,9 @@ class LocalStack:
                                   on_node_ready=self.node_models.on_node_ready,
                                   on_node_gone=self.node_models.on_node_gone).start()
         self.node_models.boot_api_key = self.cloud.boot_secret
+        self.node_models.publish = self.cloud.tpu.set_guest_attributes
+        self.node_models.cache_location = self.cloud.boot_cache
+        self.node_models.caches = self.cloud.compile_caches
         self.tpu_sandbox = self.cloud.tpu
         overrides = {key: value for key, value in self.cloud.endpoint_overrides().items() if not getattr(self.settings, key)}
         overrides["model_port"] = self.node_models.port

@@ -34,6 +34,20 @@ _STATE_EMOJI = {
 }
 STATE_BADGES = {state: f"{emoji} {STATE_NAMES[state]}" for state, emoji in _STATE_EMOJI.items()}
 
+# The VM's boot phases (infra/boot_phases.py) as people read them.
+BOOT_PHASE_NAMES = {
+    "secrets-fetched": "secrets fetched",
+    "pulling-image": "pulling the vLLM image",
+    "loading-weights": "loading the weights",
+    "compiling": "compiling (XLA)",
+    "serving": "serving",
+    "crashed": "vLLM crashed",
+}
+BOOT_CACHE_NAMES = {
+    "warm": "warm boot (compile cache restored from XLA_CACHE_BUCKET)",
+    "cold": "cold boot (no compile cache: compiling from scratch)",
+}
+
 
 def state_name(state: str) -> str:
     try:
@@ -137,10 +151,26 @@ def model_fields(lease: Lease) -> list[tuple[str, str]]:
         if lease.ttft_ms:
             fields.append(("TTFT / TPOT", f"{ms(lease.ttft_ms)} / {ms(lease.tpot_ms)}"))
             fields.append(("Output", f"{lease.tokens_per_s:.0f} tokens/s (one stream)"))
+        if lease.boot_cache:
+            took = f", {duration(lease.state_since - lease.active_at)} from ACTIVE" if lease.active_at else ""
+            fields.append(("Boot", BOOT_CACHE_NAMES.get(lease.boot_cache, lease.boot_cache) + took))
         return fields
     if state == LeaseState.BOOTING_MODEL:
-        return [("Model", f"booting for {duration(time.time() - lease.state_since)}")]
+        return [("Model", f"booting for {duration(time.time() - lease.state_since)}"), *boot_fields(lease)]
+    if state == LeaseState.FAILED:
+        return boot_fields(lease)
     return []
+
+
+def boot_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]]:
+    """What the VM says of its boot: the phase and how long it has lasted, and warm or cold."""
+    fields = []
+    if lease.boot_phase:
+        since = f" for {duration((now or time.time()) - lease.boot_phase_since)}" if lease.boot_phase_since else ""
+        fields.append(("Boot phase", BOOT_PHASE_NAMES.get(lease.boot_phase, escape(lease.boot_phase)) + since))
+    if lease.boot_cache:
+        fields.append(("Compile cache", BOOT_CACHE_NAMES.get(lease.boot_cache, escape(lease.boot_cache))))
+    return fields
 
 
 def detail_text(lease: Lease) -> str:

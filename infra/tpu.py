@@ -31,6 +31,8 @@ from google.auth.credentials import Credentials
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import tpu_v2
 
+from infra import boot_phases
+from infra.boot_phases import BootReport
 from infra.tpu_errors import TpuError, TpuErrorKind, classify_exception, classify_failed_qr, classify_status
 
 __all__ = [
@@ -325,6 +327,19 @@ class TpuService:
         node = self._with_retries(zone, lambda: _none_if_missing(
             lambda: self._client.get_node(name=name, retry=None, timeout=self.config.timeout)))
         return None if node is None else _node_view(node)
+
+    def get_boot_report(self, zone: str, node_id: str) -> BootReport | None:
+        """What the node's VM published about its boot (guest attributes in boot_phases.NAMESPACE);
+        None if the node is gone. A node that published nothing yet gives an empty report."""
+        request = tpu_v2.GetGuestAttributesRequest(name=f"{self._parent(zone)}/nodes/{node_id}",
+                                                   query_path=f"{boot_phases.NAMESPACE}/")
+        response = self._with_retries(zone, lambda: _none_if_missing(
+            lambda: self._client.get_guest_attributes(request=request, retry=None, timeout=self.config.timeout)))
+        if response is None:
+            return None
+        values = {item.key: item.value for worker in response.guest_attributes[:1]
+                  for item in worker.query_value.items if item.namespace == boot_phases.NAMESPACE}
+        return boot_phases.read_report(values)
 
     def list_accelerator_types(self, zone: str) -> list[str]:
         """The accelerator types the zone offers (e.g. `v5litepod-1`), all pages; the zone search's filter."""

@@ -7,6 +7,9 @@ deterministic id (`boot:{lease}:{n}`), so a retried or duplicated run is a no-op
 1. endpoint from the node: its external IP (or, with ENDPOINT_ADDRESS=internal, its VPC IP) →
    `http://IP:{MODEL_PORT}/v1` (never hard-coded);
 2. `GET /v1/models` until vLLM answers — progress on the card — bounded by `model_boot_timeout`;
+   meanwhile the VM's own account of its boot (guest attributes: phase, since when, warm or cold
+   compile cache) goes on the card, and a vLLM that crashed twice at start-up FAILS the lease at
+   once, with its error line and the fix (infra/vllm_startup_errors.py), not at the timeout;
 3. one real streamed chat completion (TTFT, TPOT, tokens/s by vLLM's benchmark definitions);
 4. two correctness checks (infra/model_correctness.py): a known answer, a parsed tool call;
 5. READY with the endpoint and the figures; DEGRADED (the same, plus what failed and the fix) when a
@@ -23,6 +26,8 @@ import time
 from agent.context import Services
 from agent.lease import idle
 from agent.lease.lifecycle import notify
+from infra import boot_phases
+from infra.boot_phases import BootReport
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
 from infra.model_correctness import CheckFailure, check_known_answer, check_tool_call
 from infra.state.leases import Lease, LeaseState
@@ -31,6 +36,7 @@ log = logging.getLogger(__name__)
 
 BOOT_JOB = "boot_model"
 BOOTABLE_STATES = (LeaseState.ACTIVE.value, LeaseState.BOOTING_MODEL.value)
+CRASH_LOOP_RESTARTS = 2  # the container exited this often without serving: it will not start by itself
 
 
 def boot_job_id(lease_id: str, seq: int) -> str:
@@ -79,7 +85,14 @@ async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: i
             return await _fail(svc, lease, f"vLLM at {endpoint} serves {served}, not {policy.model_name}.",
                                f"set MODEL_NAME to the model the startup script serves ({served}), or fix the "
                                "startup script (`tpubot render-startup-script`).", endpoint=endpoint)
+        await _note_boot(svc, lease, await _boot_report(svc, lease))
         return await _measure(svc, lease, endpoint, api_key)
+    report = await _boot_report(svc, lease)
+    if report is not None and is_crash_loop(report):
+        from infra.vllm_startup_errors import crash_loop_explanation
+
+        reason, fix = crash_loop_explanation(report.last_error, report.restarts, node=lease.node_id, zone=lease.zone)
+        return await _fail(svc, lease, reason, fix, endpoint=endpoint, extra=_boot_changes(lease, report))
     if since_active > policy.model_boot_timeout.total_seconds():
         return await _fail(
             svc, lease,
@@ -93,7 +106,8 @@ async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: i
     progress = (f"Waiting for vLLM at {endpoint}: {_minutes(since_active)} since ACTIVE, gives up after "
                 f"{_minutes(policy.model_boot_timeout.total_seconds())} (now: {check.error}). The VM pulls the vLLM "
                 f"image, reads the HF token and loads {policy.model_name}.")
-    if not await _write(svc, lease, state=LeaseState.BOOTING_MODEL, endpoint=endpoint, detail=progress):
+    boot = _boot_changes(lease, report) if report is not None else {}
+    if not await _write(svc, lease, state=LeaseState.BOOTING_MODEL, endpoint=endpoint, detail=progress, **boot):
         return "stopped: lease changed"
     await svc.jobs.enqueue(BOOT_JOB, job_id=boot_job_id(lease_id, seq + 1), defer_by=policy.boot_poll_interval,
                            team=team, channel=channel, lease_id=lease_id, seq=seq + 1)
@@ -159,6 +173,41 @@ async def lease_api_key(svc: Services, lease: Lease) -> str | None:
         return None
 
 
+def is_crash_loop(report: BootReport) -> bool:
+    return report.restarts >= CRASH_LOOP_RESTARTS and report.phase != boot_phases.SERVING
+
+
+async def _boot_report(svc: Services, lease: Lease) -> BootReport | None:
+    """The VM's guest attributes; None when they cannot be read now (the boot goes on without them)."""
+    from infra.tpu import TpuError
+
+    try:
+        return await asyncio.to_thread(svc.tpu.get_boot_report, lease.zone, lease.node_id)
+    except TpuError as error:
+        log.warning("boot phase of lease %s unreadable: %s", lease.lease_id, error)
+        return None
+
+
+def _boot_changes(lease: Lease, report: BootReport) -> dict[str, object]:
+    """The lease fields for what the VM reported; a phase without a readable start counts from now."""
+    changes: dict[str, object] = {}
+    if report.phase and report.phase != lease.boot_phase:
+        changes["boot_phase"] = report.phase
+        changes["boot_phase_since"] = report.since.timestamp() if report.since else time.time()
+    elif report.phase and report.since and report.since.timestamp() != lease.boot_phase_since:
+        changes["boot_phase_since"] = report.since.timestamp()  # the same phase again (a restart)
+    if report.cache and report.cache != lease.boot_cache:
+        changes["boot_cache"] = report.cache
+    return changes
+
+
+async def _note_boot(svc: Services, lease: Lease, report: BootReport | None) -> None:
+    """Keep the last boot report on the lease without a card update (the READY write that follows shows it)."""
+    changes = _boot_changes(lease, report) if report is not None else {}
+    if changes:
+        await svc.leases.update(lease, **changes)
+
+
 async def _endpoint(svc: Services, lease: Lease) -> str:
     node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
     address = None if node is None else (
@@ -166,9 +215,10 @@ async def _endpoint(svc: Services, lease: Lease) -> str:
     return endpoint_url(address, svc.policy.model_port) if address else ""
 
 
-async def _fail(svc: Services, lease: Lease, reason: str, fix: str, *, endpoint: str = "") -> str:
+async def _fail(svc: Services, lease: Lease, reason: str, fix: str, *, endpoint: str = "",
+                extra: dict[str, object] | None = None) -> str:
     detail = f"{reason} Fix: {fix} The TPU is still running (and billing): `/tpu down` releases it."
-    changes: dict[str, object] = {"state": LeaseState.FAILED, "detail": detail}
+    changes: dict[str, object] = {"state": LeaseState.FAILED, "detail": detail, **(extra or {})}
     if endpoint:
         changes["endpoint"] = endpoint
     ok = await _write(svc, lease, **changes)

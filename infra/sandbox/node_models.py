@@ -10,6 +10,13 @@ startup script names (`boot_api_key`: read from the sandbox's Secret Manager at 
 `infra.sandbox.vllm.MODEL_FAULTS`) is given to every model booted from then on, so a test can
 make the next node's model answer garbage or return tool calls as text.
 
+While it "boots" the node publishes its phases as guest attributes, as the real startup script does
+(infra/boot_phases.py, through `publish`): secrets fetched, pulling the image, loading weights,
+compiling, serving. A cold boot takes `boot_seconds`, compilation most of it (reference/vllm-tpu.md
+§4: 80 %); a warm one — its `XLA_CACHE_BUCKET` already holds a cache under the same key, saved by
+an earlier boot after it served — compiles in a fraction of that. The fault `crash_loop` (an error
+line) makes every booting node's vLLM exit at start-up with that line, restart, and exit again.
+
 A node's address is reserved (a bound socket, held) when the node is first seen and served on
 when its model has "booted", so no other process — another test run's sandbox, say — can take
 it in between. Fallbacks, so the sandbox works anywhere: if the configured port is taken on the 127.0.1.x range,
@@ -23,16 +30,40 @@ import logging
 import random
 import socket
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Mapping
 
 from infra.sandbox.vllm import DEFAULT_SERVED_VERSION, LatencyModel, VllmEmulator
 from infra.sandbox.vllm.served_version import check_served_version
+from infra import boot_phases as bp
 
 log = logging.getLogger(__name__)
 
 NODE_NET = "127.0.1."
 FIRST_HOST, LAST_HOST = 2, 254
 LABEL = "sandbox model"
+
+# Each phase's share of a cold boot, compiling most of it; with the cache restored, compiling takes
+# WARM_COMPILE_SHARE, so a warm boot is about half a cold one (published v5e-1 figures: ~500 s warm
+# against ~1,089 s cold). The first phases are longer than on a real VM, so that the card shows them.
+COLD_PHASES = ((bp.SECRETS_FETCHED, 0.10), (bp.PULLING_IMAGE, 0.15), (bp.LOADING_WEIGHTS, 0.15), (bp.COMPILING, 0.60))
+WARM_COMPILE_SHARE = 0.15
+CRASH_PAUSE_SHARE = 0.05  # how long a crashed container stays down before Docker restarts it
+
+
+class _Boot(threading.Thread):
+    """One node's boot, phase by phase; `cancel` (the node is gone) ends it at the next step."""
+
+    def __init__(self, run: Callable[[threading.Event], None]) -> None:
+        super().__init__(name="boot", daemon=True)
+        self._cancelled = threading.Event()
+        self._body = run
+
+    def run(self) -> None:
+        self._body(self._cancelled)
+
+    def cancel(self) -> None:
+        self._cancelled.set()
 
 
 def _reserve(host: str, port: int, *, reuse: bool = False) -> socket.socket | None:
@@ -74,7 +105,14 @@ class NodeModels:
         self.latency = latency or LatencyModel()  # v5e defaults: TTFT ≈ 22 ms single stream, TPOT ≈ 7.8 ms
         self._lock = threading.Lock()
         self._emulators: dict[tuple[str, str], VllmEmulator] = {}
-        self._boots: dict[tuple[str, str], threading.Timer] = {}  # models still "booting"
+        self._boots: dict[tuple[str, str], _Boot] = {}  # models still "booting"
+        # (zone, node id, namespace, {key: value}): what the node's VM writes as guest attributes.
+        self.publish: Callable[[str, str, str, Mapping[str, str]], None] | None = None
+        # (zone, node id) → the node's compile cache (`gs://bucket/key`), None without a bucket.
+        self.cache_location: Callable[[str, str], str | None] | None = None
+        self.caches: set[str] = set()  # the caches saved so far (CloudSandbox.compile_caches)
+        self.crash_loop: str | None = None  # fault: the error line every booting vLLM exits with
+        self.boots: list[tuple[str, float]] = []  # (cache, seconds) of every boot that reached serving
         # Each stack starts at its own random host, so that stacks of test runs side by side on
         # one machine rarely look at the same addresses.
         self._next_host = random.randint(FIRST_HOST, LAST_HOST)
@@ -101,16 +139,58 @@ class NodeModels:
             with self._lock:
                 self._emulators[(zone, node_id)] = emulator
             if self.boot_seconds <= 0:
-                self._boot(zone, node_id, emulator)
+                self._run_boot(zone, node_id, emulator, threading.Event())
             else:
-                timer = threading.Timer(self.boot_seconds, self._boot, args=(zone, node_id, emulator))
-                timer.name, timer.daemon = "boot", True
+                boot = _Boot(lambda cancelled: self._run_boot(zone, node_id, emulator, cancelled))
                 with self._lock:
-                    self._boots[(zone, node_id)] = timer
-                timer.start()
+                    self._boots[(zone, node_id)] = boot
+                boot.start()
             return host
         log.warning("sandbox: no free address for the model of node %s in %s", node_id, zone)
         return None
+
+    def _run_boot(self, zone: str, node_id: str, emulator: VllmEmulator, cancelled: threading.Event) -> None:
+        started = time.monotonic()
+        location = self.cache_location(zone, node_id) if self.cache_location is not None else None
+        cache = bp.CACHE_WARM if location is not None and location in self.caches else bp.CACHE_COLD
+        self._publish(zone, node_id, {bp.CACHE_KEY: cache, bp.RESTARTS_KEY: "0", bp.LAST_ERROR_KEY: ""})
+        for phase, share in COLD_PHASES:
+            if phase == bp.COMPILING and self.crash_loop is not None:
+                return self._crash_loop(zone, node_id, cancelled)
+            if phase == bp.COMPILING and cache == bp.CACHE_WARM:
+                share = WARM_COMPILE_SHARE
+            self._publish(zone, node_id, {}, phase=phase)
+            if cancelled.wait(share * self.boot_seconds):
+                return None
+        self._boot(zone, node_id, emulator)
+        self._publish(zone, node_id, {}, phase=bp.SERVING)
+        with self._lock:
+            self.boots.append((cache, time.monotonic() - started))
+        if location is not None:
+            self.caches.add(location)  # the VM saves its cache once, after the first READY
+        return None
+
+    def _crash_loop(self, zone: str, node_id: str, cancelled: threading.Event) -> None:
+        """vLLM exits while loading the model; Docker restarts it; again, until the node goes (or,
+        booting instantly, after two crashes: nothing else would ever end the loop)."""
+        restarts = 0
+        while not cancelled.is_set() and (self.boot_seconds > 0 or restarts < 2):
+            restarts += 1
+            self._publish(zone, node_id, {bp.RESTARTS_KEY: str(restarts), bp.LAST_ERROR_KEY: self.crash_loop or ""},
+                          phase=bp.CRASHED)
+            if cancelled.wait(CRASH_PAUSE_SHARE * self.boot_seconds):
+                return
+            self._publish(zone, node_id, {}, phase=bp.LOADING_WEIGHTS)
+            if cancelled.wait(CRASH_PAUSE_SHARE * self.boot_seconds):
+                return
+
+    def _publish(self, zone: str, node_id: str, values: Mapping[str, str], *, phase: str | None = None) -> None:
+        if self.publish is None:
+            return
+        values = dict(values)
+        if phase is not None:
+            values.update({bp.PHASE_KEY: phase, bp.PHASE_SINCE_KEY: time.strftime(bp.SINCE_FORMAT, time.gmtime())})
+        self.publish(zone, node_id, bp.NAMESPACE, values)
 
     def _boot(self, zone: str, node_id: str, emulator: VllmEmulator) -> None:
         with self._lock:

@@ -4,7 +4,7 @@ What it emulates is what `google.cloud.tpu_v2.TpuClient(transport="rest")` and a
 `AuthorizedSession` see (reference/gcp-apis.md §2 and §9):
 
 - `/v2/...` and `/v2alpha1/...` routes for queuedResources (create/get/list/delete), nodes
-  (get/list) and operations (GET poll); `$alt=json;enum-encoding=int` is honoured, integer or
+  (get/list, `:getGuestAttributes`) and operations (GET poll); `$alt=json;enum-encoding=int` is honoured, integer or
   name enums are accepted in bodies.
 - `/v2/` responses are round-tripped through the v2 protos, so they carry only v2-known fields —
   the v2 LRO parser is strict and would choke on `provisioningModel`.
@@ -25,6 +25,9 @@ Assumptions where the real behaviour is unverified (documented so they can be re
 - A FLEX_START rejection leaves no queued resource behind (the create LRO fails with code 3).
 - A non-forced delete of a QR with a running node → 400 FAILED_PRECONDITION.
 - Server-side page size is capped at `max_page_size` (default 100); pageSize 0 means the cap.
+- `getGuestAttributes`: `queryPath` "" or "/" is every namespace, "NS" or "NS/" one namespace,
+  "NS/KEY" one key; nothing published there is an empty `items` list, not a 404. A node has one
+  worker, "0"; `workerIds` naming no worker of the node gives an empty `guestAttributes` list.
 """
 
 from __future__ import annotations
@@ -228,6 +231,8 @@ class TpuSandbox:
             "v2": load_api("tpu.v2", "google.cloud.tpu.v2"),
             "v2alpha1": load_api("tpu.v2alpha1", "google.cloud.tpu.v2alpha1"),
         }
+        # (zone, node id) -> {(namespace, key): value}: what each node's VM wrote to its metadata server.
+        self._guest_attributes: dict[tuple[str, str], dict[tuple[str, str], str]] = {}
         self.rejected: list[RequestRejected] = []  # requests the schema check refused, newest last
         self.response_problems: list[str] = []  # emulator responses that broke the schema (bugs)
 
@@ -329,6 +334,12 @@ class TpuSandbox:
                     return dict((_node_spec(qr.body).get("node") or {}).get("metadata") or {})
         return {}
 
+    def set_guest_attributes(self, zone: str, node_id: str, namespace: str, values: Mapping[str, str]) -> None:
+        """What a node's VM PUTs to `instance/guest-attributes/NAMESPACE/KEY` (the sandbox runs no VM)."""
+        with self._lock:
+            stored = self._guest_attributes.setdefault((zone, node_id), {})
+            stored.update({(namespace, key): str(value) for key, value in values.items()})
+
     # --- state machine -----------------------------------------------------------------------
     def _phase(self, qr: _QueuedResource, now: float) -> _Phase:
         t = self.timings
@@ -369,6 +380,7 @@ class TpuSandbox:
         for key, qr in list(self._qrs.items()):
             if qr.delete_done_at is not None and now >= qr.delete_done_at:
                 del self._qrs[key]
+                self._guest_attributes.pop((qr.zone, qr.node_id), None)
 
     def _ensure_node_ready(self, qr: _QueuedResource) -> None:
         """Run `on_node_ready` once per node, outside the lock (it may start a server)."""
@@ -540,6 +552,8 @@ class TpuSandbox:
                 return self._delete(version, zone, item, query)
         if collection == "acceleratorTypes" and method == "GET":
             return self._accelerator_types(version, project, zone, item, query)
+        if collection == "nodes" and method == "POST" and item is not None and action == "getGuestAttributes":
+            return 200, self._guest_attributes_json(zone, self._get_node(zone, item, start_model=False), body or {})
         if collection == "nodes" and method == "GET":
             if item is None:
                 return self._list_nodes(version, zone, query, integer_enums)
@@ -691,7 +705,7 @@ class TpuSandbox:
         return 200, {"queuedResources": [self._render_qr(version, qr, integer_enums) for qr in page],
                      **({"nextPageToken": token} if token else {}), "unreachable": []}
 
-    def _get_node(self, zone: str, node_id: str) -> _QueuedResource:
+    def _get_node(self, zone: str, node_id: str, *, start_model: bool = True) -> _QueuedResource:
         with self._lock:
             now = self.now()
             for qr in self._qrs.values():
@@ -699,8 +713,21 @@ class TpuSandbox:
                     break
             else:
                 raise _not_found(f"projects/{self.project}/locations/{zone}/nodes/{node_id}")
-        self._ensure_node_ready(qr)
+        if start_model:
+            self._ensure_node_ready(qr)
         return qr
+
+    def _guest_attributes_json(self, zone: str, qr: _QueuedResource, body: dict) -> dict:
+        query_path = str(body.get("queryPath") or "")
+        workers = [str(worker) for worker in body.get("workerIds") or []]
+        if workers and "0" not in workers:
+            return {"guestAttributes": []}  # a v5e-1 node has one worker, "0"
+        namespace, _, key = query_path.strip("/").partition("/") if query_path.strip("/") else ("", "", "")
+        with self._lock:
+            stored = dict(self._guest_attributes.get((zone, qr.node_id), {}))
+        items = [{"namespace": ns, "key": k, "value": value} for (ns, k), value in sorted(stored.items())
+                 if (not namespace or ns == namespace) and (not key or k == key)]
+        return {"guestAttributes": [{"queryPath": query_path, "queryValue": {"items": items}}]}
 
     def _render_node(self, version: str, qr: _QueuedResource, integer_enums: bool) -> dict:
         view = self._node_json(qr)

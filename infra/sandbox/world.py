@@ -62,6 +62,8 @@ class CloudSandbox:
     tpu: TpuSandbox | None = None
     project_api: GcpProjectSandbox | None = None
     tpu_port: int = 0  # 0: any free port
+    # The compile caches saved to XLA_CACHE_BUCKETs (`gs://bucket/key`): what a later boot can restore.
+    compile_caches: set[str] = field(default_factory=set)
 
     def start(self) -> "CloudSandbox":
         w = self.world
@@ -97,6 +99,28 @@ class CloudSandbox:
         name = shlex.split(match.group(1))[0]  # projects/P/secrets/S/versions/latest
         secret = name.split("/secrets/", 1)[-1].split("/", 1)[0]
         return self.project_api.secrets.get(secret)
+
+    def boot_cache(self, zone: str, node_id: str) -> str | None:
+        """Where the node's VM keeps its compile cache (`gs://bucket/key`); None when its script names no bucket.
+
+        The key is derived from what the VM runs (image, model, serve flags, accelerator), as on a real VM.
+        """
+        assert self.tpu is not None
+        node = next(((qr["request"]["tpu"]["nodeSpec"][0].get("node") or {}) for qr in self.tpu.queued_resources()
+                     if qr["zone"] == zone and qr["node_id"] == node_id), None)
+        if node is None:
+            return None
+        script = (node.get("metadata") or {}).get("startup-script", "")
+
+        def value(name: str) -> str:
+            match = re.search(rf"^(?:readonly )?{name}=(.*)$", script, re.MULTILINE)
+            return " ".join(shlex.split(match.group(1))) if match else ""
+
+        # The VM's own names (infra/templates/startup-script.sh): the key tpubot computed at render time.
+        bucket, key = value("CACHE_BUCKET"), value("CACHE_KEY")
+        if not bucket or not key:
+            return None
+        return f"gs://{bucket.removeprefix('gs://').strip('/')}/{key}"
 
     def endpoint_overrides(self) -> dict[str, Any]:
         """The settings that point the bot's real clients at these emulators."""

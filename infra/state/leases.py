@@ -77,6 +77,10 @@ class Lease:
     tokens_per_s: float = 0.0
     model_info: str = ""  # what answered the health check: model id and server fingerprint
     image: str = ""  # the vLLM container image the startup script ran (VLLM_IMAGE), shown on the READY card
+    # What the VM says of its boot (guest attributes, infra/boot_phases.py): the phase, since when, warm/cold.
+    boot_phase: str = ""
+    boot_phase_since: float = 0.0
+    boot_cache: str = ""
 
     @property
     def key(self) -> str:
