@@ -232,3 +232,51 @@ def test_the_logging_clients_traffic_passes_and_every_response_conforms() -> Non
                                            order_by=cloud_logging.DESCENDING))
         assert len(entries) == 25
         assert server.rejected == [] and server.response_problems == []
+
+
+# --- guest attributes: what a booting VM tells the bot (issue 28) ------------------------------------
+
+def _active_node(tpu: TpuSandbox, service: TpuService) -> str:
+    service.create_queued_resource(QrSpec("qr-g", "node-g", ZONE, bot_labels("T", "C", "L"), "#!/bin/bash\n"))
+    tpu.fast_forward(1)
+    assert service.get_node(ZONE, "node-g") is not None
+    return f"projects/{PROJECT}/locations/{ZONE}/nodes/node-g"
+
+
+def test_get_guest_attributes_is_served_as_the_discovery_documents_shape_it(tpu: TpuSandbox,
+                                                                             session: AuthorizedSession) -> None:
+    from infra import boot_phases as bp
+
+    with TpuService(TpuConfig(project=PROJECT, api_endpoint=tpu.base_url), credentials=AnonymousCredentials(),
+                    lro_poll_interval=0.01) as service:
+        node = _active_node(tpu, service)
+        assert service.get_boot_report(ZONE, "node-g") == bp.BootReport()  # nothing published yet
+        tpu.set_guest_attributes(ZONE, "node-g", bp.NAMESPACE, {
+            bp.PHASE_KEY: bp.CRASHED, bp.PHASE_SINCE_KEY: "2026-12-02T14:03:11Z", bp.RESTARTS_KEY: "2",
+            bp.LAST_ERROR_KEY: "AssertionError: Expect no shared layers", bp.CACHE_KEY: bp.CACHE_COLD})
+        tpu.set_guest_attributes(ZONE, "node-g", "other-agent", {"phase": "not ours"})
+        # Through the real google-cloud-tpu v2 client (TpuClient.get_guest_attributes, REST).
+        report = service.get_boot_report(ZONE, "node-g")
+        assert (report.phase, report.restarts, report.cache) == (bp.CRASHED, 2, bp.CACHE_COLD)
+        assert report.last_error == "AssertionError: Expect no shared layers"
+        assert report.since is not None and report.since.isoformat() == "2026-12-02T14:03:11+00:00"
+        assert service.get_boot_report(ZONE, "node-gone") is None  # a missing node: 404, read as None
+
+        # The raw wire, both versions: POST with a GetGuestAttributesRequest body; one entry per worker.
+        for version in ("v2", "v2alpha1"):
+            url = f"{tpu.base_url}/{version}/{node}:getGuestAttributes"
+            answer = session.post(url, json={"queryPath": "tpubot/phase", "workerIds": ["0"]}, timeout=5)
+            assert answer.status_code == 200, answer.text
+            assert answer.json() == {"guestAttributes": [{"queryPath": "tpubot/phase", "queryValue": {
+                "items": [{"namespace": "tpubot", "key": "phase", "value": "crashed"}]}}]}
+            everything = session.post(url, json={}, timeout=5).json()["guestAttributes"][0]["queryValue"]["items"]
+            assert {item["namespace"] for item in everything} == {"tpubot", "other-agent"}
+            # The request message has queryPath and workerIds (plural) and nothing else.
+            refused = session.post(url, json={"queryPath": "tpubot/", "workerId": "0"}, timeout=5)
+            assert_google_400(refused, "workerId", "workerId")
+            assert session.post(url, json={"workerIds": "0"}, timeout=5).status_code == 400  # a list, not a string
+            wrong_verb = session.get(url, timeout=5)  # the method is a POST
+            assert wrong_verb.status_code == 400 and "Method GET is not supported" in wrong_verb.text
+    assert tpu.response_problems == []
+    checked = set(tpu.apis["v2"].checked) | set(tpu.apis["v2alpha1"].checked)
+    assert "tpu.projects.locations.nodes.getGuestAttributes" in checked

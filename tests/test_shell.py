@@ -45,3 +45,18 @@ def test_shell_users_and_unknown_buttons(tmp_path, redis_url):
     assert "Kept the TPU; nothing changed." in out
     # Kept: the TPU is still there, and by now its model is serving (ACTIVE → BOOTING MODEL → READY).
     assert "· READY ==" in out.split("alice> /tpu status")[-1]
+
+
+def test_up_shows_the_boot_phases_before_ready_and_a_second_up_with_a_bucket_boots_warm(tmp_path, redis_url,
+                                                                                        monkeypatch):
+    monkeypatch.setenv("XLA_CACHE_BUCKET", "gs://tpubot-sandbox-cache")
+    result = run_shell("/tpu up\n/tpu down\n!click Tear down\n/tpu up\n", tmp_path, redis_url)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    first, second = out.split("alice> /tpu down")[0], out.split("clicks [Tear down]")[1]
+    booting, ready = first.index("· BOOTING MODEL =="), first.index("· READY ==")
+    assert "Boot phase: compiling (XLA) for " in first[booting:ready]
+    assert "Compile cache: cold boot" in first[booting:ready]
+    assert "Boot: cold boot" in first[ready:]
+    assert "Compile cache: warm boot" in second[: second.index("· READY ==")]
+    assert "Boot: warm boot (compile cache restored from XLA_CACHE_BUCKET)" in second[second.index("· READY =="):]

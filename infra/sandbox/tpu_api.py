@@ -554,7 +554,7 @@ class TpuSandbox:
             return self._accelerator_types(version, project, zone, item, query)
         if collection == "nodes" and method == "POST" and item is not None and action == "getGuestAttributes":
             return 200, self._guest_attributes_json(zone, self._get_node(zone, item, start_model=False), body or {})
-        if collection == "nodes" and method == "GET":
+        if collection == "nodes" and method == "GET" and action is None:
             if item is None:
                 return self._list_nodes(version, zone, query, integer_enums)
             return 200, self._render_node(version, self._get_node(zone, item), integer_enums)

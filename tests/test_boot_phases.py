@@ -1,0 +1,116 @@
+"""A boot you can watch (issue 28): the VM's phases on the card before READY, a crash loop FAILED in
+seconds with its error line and fix, and a second lease's boot warm from XLA_CACHE_BUCKET.
+
+Driven through the real stack: signed `/tpu up` into the bolt app, the worker's real TPU client
+reading the sandbox node's guest attributes (`nodes.getGuestAttributes`), the Slack stand-in's cards.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import waiting
+
+from handlers import cards
+from infra.vllm_flags import DEFAULT_IMAGE
+from infra.vllm_startup_errors import SHARED_KV_ASSERTION, classify_startup_error, crash_loop_explanation
+
+CHANNEL = "C0BOOT"
+
+wait_until = functools.partial(waiting.wait_until, timeout=60.0)
+
+
+def card_bodies(stack) -> list[dict]:
+    return [c.body for c in stack.slack.calls if c.method in ("chat.postMessage", "chat.update")]
+
+
+def first_card(stack, word: str) -> dict | None:
+    return next((b for b in card_bodies(stack) if word in b["text"]), None)
+
+
+def test_the_card_shows_the_vms_boot_phases_before_ready_and_a_cold_boot(make_stack):
+    stack = make_stack(poll_interval="0.2s")
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    ready = wait_until(lambda: first_card(stack, "READY"))
+    bodies = card_bodies(stack)
+    before = [str(b["blocks"]) for b in bodies[: bodies.index(ready)]]
+    phases = {name for name in cards.BOOT_PHASE_NAMES.values() if any(f"*Boot phase*\\n{name} for " in b
+                                                                     for b in before)}
+    assert cards.BOOT_PHASE_NAMES["compiling"] in phases and len(phases) >= 2, phases
+    assert any(cards.BOOT_CACHE_NAMES["cold"] in b for b in before)
+    assert "*Boot*\\n" + cards.BOOT_CACHE_NAMES["cold"] in str(ready["blocks"])
+    # What the bot read is what the node published, through getGuestAttributes (checked against Google's document).
+    assert "tpu.projects.locations.nodes.getGuestAttributes" in stack.tpu_sandbox.apis["v2"].checked
+    assert stack.tpu_sandbox.rejected == [] and stack.tpu_sandbox.response_problems == []
+    status = slack.slash("status", user="UALICE", channel=CHANNEL).json()
+    assert cards.BOOT_CACHE_NAMES["cold"] in str(status["blocks"])
+    slack.close()
+
+
+def test_a_crash_looping_vllm_fails_the_lease_in_seconds_with_its_error_line_and_the_image_to_use(make_stack):
+    stack = make_stack(poll_interval="0.2s")  # model_boot_timeout stays 45 minutes
+    stack.node_models.crash_loop = SHARED_KV_ASSERTION  # what vllm-tpu v0.19.0 does with Gemma 4 E2B
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    failed = wait_until(lambda: first_card(stack, "FAILED"))
+    blocks = str(failed["blocks"])
+    assert "vLLM crashed 2 times at start-up" in blocks or "vLLM crashed 3 times at start-up" in blocks
+    assert f"`{SHARED_KV_ASSERTION}`" in blocks  # the VM's own error line
+    assert f"*Fix:* set VLLM_IMAGE={DEFAULT_IMAGE}" in blocks
+    assert cards.BOOT_PHASE_NAMES["crashed"] in blocks or cards.BOOT_PHASE_NAMES["loading-weights"] in blocks
+    assert not any("READY" in b["text"] for b in card_bodies(stack))
+    status = slack.slash("status", user="UALICE", channel=CHANNEL).json()
+    assert SHARED_KV_ASSERTION in str(status["blocks"])
+    slack.close()
+
+
+def test_a_second_lease_after_teardown_boots_warm_from_the_bucket_and_the_card_says_so(make_stack):
+    stack = make_stack(poll_interval="0.2s", xla_cache_bucket="gs://tpubot-sandbox-cache")
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    first = wait_until(lambda: first_card(stack, "READY"))
+    assert cards.BOOT_CACHE_NAMES["cold"] in str(first["blocks"])
+    lease_id = stack.tpu_sandbox.queued_resources()[0]["labels"]["tpubot-lease"]
+    slack.slash("down", user="UALICE", channel=CHANNEL)
+    slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user="UALICE", channel=CHANNEL,
+                label="Tear down")
+    wait_until(lambda: first_card(stack, "released"))
+    seen = len(card_bodies(stack))
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    second = wait_until(lambda: next((b for b in card_bodies(stack)[seen:] if "READY" in b["text"]), None))
+    assert cards.BOOT_CACHE_NAMES["warm"] in str(second["blocks"])
+    status = slack.slash("status", user="UALICE", channel=CHANNEL).json()
+    assert cards.BOOT_CACHE_NAMES["warm"] in str(status["blocks"])
+    # The cache was saved once, after the first READY, under one key; the warm boot was the shorter.
+    assert len(stack.cloud.compile_caches) == 1
+    assert next(iter(stack.cloud.compile_caches)).startswith("gs://tpubot-sandbox-cache/xla-")
+    (cold, cold_s), (warm, warm_s) = stack.node_models.boots
+    assert (cold, warm) == ("cold", "warm") and warm_s < cold_s
+    slack.close()
+
+
+def test_no_bucket_means_every_boot_is_cold(make_stack):
+    stack = make_stack(poll_interval="0.2s")
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    wait_until(lambda: first_card(stack, "READY"))
+    assert stack.cloud.compile_caches == set() and [cache for cache, _ in stack.node_models.boots] == ["cold"]
+    slack.close()
+
+
+@pytest.mark.parametrize(("line", "name"), [
+    ("AssertionError: Expect no shared layers", "shared-kv-layers"),
+    ("    assert self.num_kv_shared_layers == 0", "shared-kv-layers"),
+    ("huggingface_hub.errors.GatedRepoError: 403 Client Error", "gated-model"),
+    ("jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Attempting to allocate 3.2G", "out-of-memory"),
+    ("vllm: error: unrecognized arguments: --disable_chunked_mm_input", "unknown-flag"),
+    ("Segmentation fault (core dumped)", None),
+])
+def test_known_start_up_errors_are_one_table(line, name):
+    known = classify_startup_error(line)
+    assert (known.name if known else None) == name
+    reason, fix = crash_loop_explanation(line, 2, node="n", zone="z")
+    assert line.strip() in reason and "2 times" in reason
+    assert fix == known.fix if known else "docker logs" in fix and "--zone z" in fix
