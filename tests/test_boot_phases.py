@@ -114,3 +114,13 @@ def test_known_start_up_errors_are_one_table(line, name):
     reason, fix = crash_loop_explanation(line, 2, node="n", zone="z")
     assert line.strip() in reason and "2 times" in reason
     assert fix == known.fix if known else "docker logs" in fix and "--zone z" in fix
+
+
+def test_a_crash_loop_is_two_crashes_without_getting_past_loading_the_model():
+    from agent.lease.model_boot import is_crash_loop
+    from infra import boot_phases as bp
+
+    looping = [bp.BootReport(phase=bp.CRASHED, restarts=2), bp.BootReport(phase=bp.LOADING_WEIGHTS, restarts=3)]
+    going_on = [bp.BootReport(phase=bp.CRASHED, restarts=1), bp.BootReport(phase=bp.COMPILING, restarts=2),
+                bp.BootReport(phase=bp.SERVING, restarts=4), bp.BootReport()]
+    assert [is_crash_loop(r) for r in looping + going_on] == [True, True, False, False, False, False]

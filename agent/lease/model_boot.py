@@ -174,7 +174,10 @@ async def lease_api_key(svc: Services, lease: Lease) -> str | None:
 
 
 def is_crash_loop(report: BootReport) -> bool:
-    return report.restarts >= CRASH_LOOP_RESTARTS and report.phase != boot_phases.SERVING
+    """Crashed twice and not past loading the model since. Not `phase == crashed` alone: Docker
+    restarts a crashed container within a second, so a crash loop spends most of its time loading
+    the weights again; one that got as far as compiling (a transient crash, recovered) is left to go on."""
+    return report.restarts >= CRASH_LOOP_RESTARTS and report.phase not in (boot_phases.COMPILING, boot_phases.SERVING)
 
 
 async def _boot_report(svc: Services, lease: Lease) -> BootReport | None:
