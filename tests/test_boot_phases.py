@@ -67,7 +67,7 @@ def test_a_crash_looping_vllm_fails_the_lease_in_seconds_with_its_error_line_and
 
 
 def test_a_second_lease_after_teardown_boots_warm_from_the_bucket_and_the_card_says_so(make_stack):
-    stack = make_stack(poll_interval="0.2s", xla_cache_bucket="gs://tpubot-sandbox-cache")
+    stack = make_stack(poll_interval="0.2s", xla_cache_bucket="tpubot-sandbox-cache")
     slack = stack.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)
     first = wait_until(lambda: first_card(stack, "READY"))
@@ -84,8 +84,11 @@ def test_a_second_lease_after_teardown_boots_warm_from_the_bucket_and_the_card_s
     status = slack.slash("status", user="UALICE", channel=CHANNEL).json()
     assert cards.BOOT_CACHE_NAMES["warm"] in str(status["blocks"])
     # The cache was saved once, after the first READY, under one key; the warm boot was the shorter.
-    assert len(stack.cloud.compile_caches) == 1
-    assert next(iter(stack.cloud.compile_caches)).startswith("gs://tpubot-sandbox-cache/xla-")
+    from bot.wiring import startup_script_config_from
+    from infra.startup_script import compile_cache_key
+
+    key = compile_cache_key(startup_script_config_from(stack.settings))
+    assert stack.cloud.compile_caches == {f"gs://tpubot-sandbox-cache/{key}"}
     (cold, cold_s), (warm, warm_s) = stack.node_models.boots
     assert (cold, warm) == ("cold", "warm") and warm_s < cold_s
     slack.close()

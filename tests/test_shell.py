@@ -49,7 +49,7 @@ def test_shell_users_and_unknown_buttons(tmp_path, redis_url):
 
 def test_up_shows_the_boot_phases_before_ready_and_a_second_up_with_a_bucket_boots_warm(tmp_path, redis_url,
                                                                                         monkeypatch):
-    monkeypatch.setenv("XLA_CACHE_BUCKET", "gs://tpubot-sandbox-cache")
+    monkeypatch.setenv("XLA_CACHE_BUCKET", "tpubot-sandbox-cache")
     result = run_shell("/tpu up\n/tpu down\n!click Tear down\n/tpu up\n", tmp_path, redis_url)
     out = result.stdout
     assert result.returncode == 0, result.stderr

@@ -101,19 +101,13 @@ class CloudSandbox:
         return self.project_api.secrets.get(secret)
 
     def boot_cache(self, zone: str, node_id: str) -> str | None:
-        """Where the node's VM keeps its compile cache (`gs://bucket/key`); None when its script names no bucket.
-
-        The key is derived from what the VM runs (image, model, serve flags, accelerator), as on a real VM.
-        """
+        """Where the node's VM keeps its compile cache (`gs://CACHE_BUCKET/CACHE_KEY`, as its startup
+        script names them); None when the script names no bucket."""
         assert self.tpu is not None
-        node = next(((qr["request"]["tpu"]["nodeSpec"][0].get("node") or {}) for qr in self.tpu.queued_resources()
-                     if qr["zone"] == zone and qr["node_id"] == node_id), None)
-        if node is None:
-            return None
-        script = (node.get("metadata") or {}).get("startup-script", "")
+        script = self.tpu.node_metadata(zone, node_id).get("startup-script", "")
 
         def value(name: str) -> str:
-            match = re.search(rf"^(?:readonly )?{name}=(.*)$", script, re.MULTILINE)
+            match = re.search(rf"^readonly {name}=(.*)$", script, re.MULTILINE)
             return " ".join(shlex.split(match.group(1))) if match else ""
 
         # The VM's own names (infra/templates/startup-script.sh): the key tpubot computed at render time.
