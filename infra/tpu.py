@@ -161,7 +161,9 @@ def flex_start_body(config: TpuConfig, spec: QrSpec) -> dict[str, Any]:
                 "acceleratorType": config.accelerator_type,
                 "runtimeVersion": config.runtime_version,
                 "labels": {**config.labels, **spec.labels},
-                "metadata": {"startup-script": spec.startup_script},
+                # Guest attributes are off unless the instance's metadata turns them on (Compute's
+                # "enable-guest-attributes"); the startup script publishes its boot phases there.
+                "metadata": {"startup-script": spec.startup_script, "enable-guest-attributes": "TRUE"},
                 "networkConfig": network_config,
                 "serviceAccount": {},
                 **({"tags": list(config.network_tags)} if config.network_tags else {}),

@@ -82,7 +82,7 @@ def test_create_sends_the_flex_start_request(sandbox: TpuSandbox) -> None:
     node = node_spec["node"]
     assert node["acceleratorType"] == "v5litepod-1"
     assert node["runtimeVersion"] == "v2-alpha-tpuv5-lite"
-    assert node["metadata"] == {"startup-script": SCRIPT}
+    assert node["metadata"] == {"startup-script": SCRIPT, "enable-guest-attributes": "TRUE"}
     assert node["networkConfig"] == {"network": "default", "subnetwork": "tpu-subnet", "enableExternalIps": True}
     assert node["serviceAccount"] == {}
     assert node["tags"] == ["tpubot-model"]  # the model firewall rule targets this tag
