@@ -22,10 +22,6 @@ readonly API_KEY_SECRET=@@API_KEY_SECRET
 readonly API_KEY_ACCESS_URL=@@API_KEY_ACCESS_URL
 readonly HF_TOKEN_WAIT_SECONDS=@@HF_TOKEN_WAIT_SECONDS
 readonly HF_TOKEN_RETRY_SECONDS=@@HF_TOKEN_RETRY_SECONDS
-# The key is a hash of everything that makes a compile cache invalid (image, model and revision,
-# serve flags, accelerator type), computed by tpubot when it rendered this script.
-readonly CACHE_KEY=@@CACHE_KEY
-readonly CACHE_BUCKET=@@CACHE_BUCKET
 readonly CONTAINER=tpubot-vllm
 readonly STATE_DIR=${TPUBOT_STATE_DIR:-/var/lib/tpubot}
 VLLM_ARGS=(@@VLLM_ARGS)
