@@ -8,6 +8,7 @@ reading the sandbox node's guest attributes (`nodes.getGuestAttributes`), the Sl
 from __future__ import annotations
 
 import functools
+import re
 
 import pytest
 import waiting
@@ -56,7 +57,9 @@ def test_a_crash_looping_vllm_fails_the_lease_in_seconds_with_its_error_line_and
     slack.slash("up", user="UALICE", channel=CHANNEL)
     failed = wait_until(lambda: first_card(stack, "FAILED"))
     blocks = str(failed["blocks"])
-    assert "vLLM crashed 2 times at start-up" in blocks or "vLLM crashed 3 times at start-up" in blocks
+    # At least the second crash; a slow poll (a loaded machine) may see a later one first.
+    crashes = re.search(r"vLLM crashed (\d+) times at start-up", blocks)
+    assert crashes and int(crashes.group(1)) >= 2, blocks
     assert f"`{SHARED_KV_ASSERTION}`" in blocks  # the VM's own error line
     assert f"*Fix:* set VLLM_IMAGE={DEFAULT_IMAGE}" in blocks
     assert cards.BOOT_PHASE_NAMES["crashed"] in blocks or cards.BOOT_PHASE_NAMES["loading-weights"] in blocks
