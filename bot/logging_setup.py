@@ -35,8 +35,18 @@ def job_context(job: str, lease: str = "-") -> Iterator[None]:
     try:
         yield
     finally:
-        request_id.reset(job_token)
-        lease_id.reset(lease_token)
+        _reset(request_id, job_token)
+        _reset(lease_id, lease_token)
+
+
+def _reset(var: contextvars.ContextVar[str], token: contextvars.Token[str]) -> None:
+    """Undo a set, unless this exit runs in another context than the set did: a job's coroutine
+    left pending when its loop stopped is closed later by the garbage collector, in whatever
+    context is current then. The set never happened in that context, so there is nothing to undo."""
+    try:
+        var.reset(token)
+    except ValueError:
+        pass
 
 
 class RedactingJsonFormatter(logging.Formatter):
