@@ -14,6 +14,7 @@ import re
 from datetime import timedelta
 from pathlib import Path
 from typing import Any, Literal
+from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -163,6 +164,11 @@ class Settings(BaseSettings):
     slack_signing_secret: SecretStr = Field(SecretStr(""), description="request signing secret")
     slack_app_token: SecretStr = Field(SecretStr(""), description="xapp- token, Socket Mode only")
     slack_api_url: str = Field("", description="Slack Web API base URL (tests and shell point it locally)")
+    slack_max_body_bytes: int = Field(1024 * 1024, ge=1024, description="largest request body /slack/events reads "
+                                      "(Slack's payloads are a few KB); a larger one gets a 413")
+    slack_response_url_hosts: CsvList = Field(
+        default_factory=lambda: ["hooks.slack.com", "hooks.slack-gov.com"],
+        description="hosts (host or host:port) a payload's response_url may name; SLACK_API_URL's host is added")
     admins: CsvList = Field(default_factory=list, description="Slack user ids allowed to act on any lease")
 
     # --- access control (empty users+groups: everyone; empty channels: every channel) ----
@@ -227,7 +233,7 @@ class Settings(BaseSettings):
 
     _split = field_validator(
         "tpu_zones", "model_source_ranges", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
-        "write_users", "write_groups", "write_channels", mode="before",
+        "write_users", "write_groups", "write_channels", "slack_response_url_hosts", mode="before",
     )(_split_csv)
 
     @field_validator("budget_workspace_monthly", "budget_channel_monthly", mode="before")
@@ -447,6 +453,15 @@ class Settings(BaseSettings):
     @property
     def project(self) -> str:
         return self.gcp_project or "tpubot-sandbox"
+
+    def response_url_hosts(self) -> list[str]:
+        """SLACK_RESPONSE_URL_HOSTS, plus SLACK_API_URL's host: a Slack stand-in (the sandbox's)
+        serves response_urls beside its Web API."""
+        hosts = [host.lower() for host in self.slack_response_url_hosts]
+        if self.slack_api_url:
+            parts = urlsplit(self.slack_api_url)
+            hosts.append(parts.netloc.lower())
+        return hosts
 
     @staticmethod
     def region_of(zone: str) -> str:

@@ -18,9 +18,11 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from bot.logging_setup import request_id
+from bot.request_gate import BodyTooLarge, Refusal, encoding_refusal, read_capped_body, response_url_allowed, signature_refusal
 from bot.settings import Settings
 from bot.wiring import build_services, slack_client_from, slack_http_session
-from handlers.payload_guard import form_bolt_misreads, interaction_body, malformed_reason
+from handlers.payload_guard import (form_bolt_misreads, interaction_body, malformed_command, malformed_event,
+                                    malformed_reason, response_urls)
 from handlers.slack_app import SingleFlightAuthorize, build_bolt_app
 
 log = logging.getLogger(__name__)
@@ -75,30 +77,53 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
             await redis.aclose()
             await session.close()
 
+    secret = settings.slack_signing_secret.get_secret_value()
+    hosts = settings.response_url_hosts()
+
     async def slack_events(request: Request) -> Response:
         started = time.perf_counter()
-        body = await request.body()  # cached on the request; bolt reads the same bytes
+        try:
+            body = await read_capped_body(request, settings.slack_max_body_bytes)
+        except BodyTooLarge:
+            return _counted("unknown", started, JSONResponse(
+                {"error": f"request body over {settings.slack_max_body_bytes} bytes"}, status_code=413))
         kind = _request_kind(request.headers.get("content-type", ""), body)
+        # Signature first, over the raw bytes: nothing unsigned is parsed, logged or handed to bolt.
+        refusal = signature_refusal(request.scope["headers"], body, secret) or encoding_refusal(body)
+        if refusal is None:
+            bad_url = next((url for url in response_urls(body) if not response_url_allowed(url, hosts)), None)
+            if bad_url is not None:
+                refusal = Refusal(400, "malformed request: response_url is not a Slack host")
+        if refusal is not None:
+            return _counted(kind, started, JSONResponse({"error": refusal.error}, status_code=refusal.status))
+        request._body = body  # starlette's cache of the body: bolt's adapter reads these bytes, not the stream
         token = request_id.set(request.headers.get("x-slack-request-timestamp", "") + "-" + secrets.token_hex(4))
         try:
             interaction = interaction_body(body)
-            reason = malformed_reason(interaction) if interaction is not None else None
+            if interaction is not None:
+                reason = malformed_reason(interaction)
+            elif kind == "event" or body.lstrip().startswith(b"{"):
+                reason = malformed_event(body)
+            else:
+                reason = malformed_command(body)
             form = form_bolt_misreads(body) if interaction is None else None
-            if reason and state["verifier"].is_valid_request(body, dict(request.headers)):
+            if reason:
                 response = JSONResponse({"error": f"malformed {reason}"}, status_code=400)
             elif form is not None:
                 response = await dispatch_parsed(form, request, body)
             else:
                 response = await state["handler"].handle(request)
         except Exception:
-            # bolt builds its context (user, channel…) before verifying the signature and raises
-            # on structurally impossible payloads: answer like bolt would, never with a 500.
+            # bolt builds its context (user, channel…) before running listeners and raises on
+            # structurally impossible payloads: answer like bolt would, never with a 500.
             log.warning("rejected a Slack request bolt could not parse (%s)", kind)
-            signed = state["verifier"].is_valid_request(body, dict(request.headers))
-            response = JSONResponse({"error": "malformed request" if signed else "invalid request"},
-                                    status_code=400 if signed else 401)
+            response = JSONResponse({"error": "malformed request"}, status_code=400)
         finally:
             request_id.reset(token)
+        return _counted(kind, started, response)
+
+    def _counted(kind: str, started: float, response: Response) -> Response:
+        """Count the answer (refused or not) in the ack metrics and return it."""
         metrics = state["services"].metrics
         metrics.ack_seconds.labels(kind).observe(time.perf_counter() - started)
         metrics.requests.labels(kind, str(response.status_code)).inc()

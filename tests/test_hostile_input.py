@@ -138,3 +138,301 @@ def test_mention_text_never_errors_and_creates_no_lease(hostile_stack, text, use
     assert "Traceback" not in reply.body
     # A mention only ever proposes; with no worker nothing runs, and nothing may claim a lease.
     assert sorted(state.keys("tpubot:lease:*")) == leases_before
+
+
+# --- generated hostile requests, per family -------------------------------------------------
+# A fixed seed, ≥ 5,000 cases, the real bolt app behind the real HTTP server. Every family
+# counts its cases, 5xx answers, tracebacks in the captured logs, and writes by the requests
+# it rejected (a digest of the whole Redis keyspace, the audit stream included, before and after).
+
+import hashlib
+import logging
+import random
+import time
+
+import httpx
+
+from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION
+from handlers.proposal_buttons import PROPOSAL_CONFIRM_ACTION, PROPOSAL_DISMISS_ACTION
+from infra.sandbox.slack_requests import sign
+
+SEED = 20261202
+LEASE_CHANNEL = "C0LEASED"
+BODY_MARKER = "HOSTILEBODYMARKER"
+ALL_ACTIONS = [cards.TEARDOWN_CONFIRM_ACTION, cards.TEARDOWN_CANCEL_ACTION, PROPOSAL_CONFIRM_ACTION,
+               PROPOSAL_DISMISS_ACTION, ALERT_TEARDOWN_ACTION, ALERT_ACK_ACTION]
+
+
+class CapturedLogs(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = record.getMessage()
+        if record.exc_info:
+            line += "\n" + logging.Formatter().formatException(record.exc_info)
+        self.lines.append(line)
+
+
+def keyspace_digest(state: redis_sync.Redis) -> str:
+    """Every key and its serialized value (DUMP), hashed: any write shows as a new digest."""
+    keys = sorted(state.keys("*"))
+    pipe = state.pipeline(transaction=False)
+    for key in keys:
+        pipe.dump(key)
+    digest = hashlib.sha256()
+    for key, value in zip(keys, pipe.execute()):
+        digest.update(key + b"\0" + (value or b"") + b"\0")
+    return digest.hexdigest()
+
+
+def state_digest(state: redis_sync.Redis) -> str:
+    """As keyspace_digest, without the audit stream (an authorisation denial is audited on purpose)."""
+    return hashlib.sha256(repr(sorted(state_snapshot(state).items())).encode()).hexdigest()
+
+
+class Raw:
+    """Signed and unsigned requests as bytes, over one keep-alive connection."""
+
+    def __init__(self, url: str, secret: str, hooks: str) -> None:
+        self.url, self.secret, self.hooks = url, secret, hooks
+        self.http = httpx.Client(timeout=30)
+
+    def send(self, body: bytes, *, content_type="application/x-www-form-urlencoded", headers=None, signed=True,
+             timestamp: str | None = None) -> httpx.Response:
+        ts = timestamp if timestamp is not None else str(int(time.time()))
+        pairs = [("content-type", content_type)]
+        if signed:
+            mac = hmac_sig(self.secret, ts, body)
+            pairs += [("x-slack-request-timestamp", ts), ("x-slack-signature", mac)]
+        pairs += list(headers or [])
+        return self.http.post(self.url, content=body, headers=pairs)
+
+
+def hmac_sig(secret: str, ts: str, body: bytes) -> str:
+    import hmac as hmac_
+    return "v0=" + hmac_.new(secret.encode(), b"v0:" + ts.encode("latin-1") + b":" + body, hashlib.sha256).hexdigest()
+
+
+def command(channel: str | None, text: str, user: str, response_url: str, team: str = "T0SANDBOX") -> bytes:
+    fields = {"team_id": team, "user_id": user, "command": "/tpu", "text": text, "response_url": response_url,
+              "trigger_id": "1.2.x", "api_app_id": "A0TPUBOT"}
+    if channel is not None:
+        fields["channel_id"] = channel
+    from urllib.parse import urlencode
+    return urlencode(fields).encode()
+
+
+def click(action_id: str, value, user: str, channel: str, response_url: str, team: str = "T0SANDBOX") -> bytes:
+    payload = {"type": "block_actions", "user": {"id": user, "team_id": team}, "team": {"id": team},
+               "channel": {"id": channel}, "api_app_id": "A0TPUBOT", "response_url": response_url,
+               "container": {"type": "message", "channel_id": channel, "message_ts": "1.1"},
+               "actions": [{"action_id": action_id, "type": "button", "block_id": "b", "value": value}]}
+    return ("payload=" + quote(json.dumps(payload))).encode()
+
+
+def odd_shape(rng: random.Random, hooks: str) -> tuple[bytes, str]:
+    """A signed body whose shape Slack would never send."""
+    junk = rng.choice([None, 1, -1, 2.5, "", "x", [], [1], {}, {"id": 5}, True])
+    choice = rng.randrange(7)
+    if choice == 0:  # interactions other than block_actions, fields missing or of the wrong type
+        payload = {"type": rng.choice(["view_submission", "shortcut", "message_action", "view_closed",
+                                       "block_suggestion", "interactive_message", "nonsense", junk])}
+        for name in ("user", "team", "channel", "view", "message", "callback_id", "trigger_id", "actions", "container"):
+            if rng.random() < 0.5:
+                payload[name] = rng.choice([junk, {"id": junk}, {"id": "U1"}, [junk]])
+        return ("payload=" + quote(json.dumps(payload))).encode(), "application/x-www-form-urlencoded"
+    if choice == 1:  # event as a string, list or wrong object
+        event = rng.choice(["app_mention", ["app_mention"], junk, {"type": junk}, {"type": "app_mention", "text": junk}])
+        envelope = {"type": "event_callback", "team_id": "T0SANDBOX", "event_id": f"Ev{rng.randrange(10**9)}",
+                    "event": event}
+        return json.dumps(envelope).encode(), "application/json"
+    if choice == 2:  # files that are not a list of objects
+        event = {"type": "app_mention", "user": "UMALLORY", "text": "<@UTPUBOT> why", "ts": "1.2",
+                 "channel": CHANNEL, "files": rng.choice(["f", 1, [1], ["x"], {"id": "F1"}, [None], [[]]])}
+        envelope = {"type": "event_callback", "team_id": "T0SANDBOX", "event_id": f"Ev{rng.randrange(10**9)}",
+                    "event": event, "authorizations": [{"user_id": "UTPUBOT"}]}
+        return json.dumps(envelope).encode(), "application/json"
+    if choice == 3:  # a command without channel_id (or user_id)
+        body = command(None, rng.choice(["status", "up", "down", ""]), rng.choice(["UMALLORY", ""]), hooks)
+        return body, "application/x-www-form-urlencoded"
+    if choice == 4:  # JSON that is not an envelope
+        return json.dumps(rng.choice([junk, [junk], {"type": junk}, {"type": "url_verification"}])).encode(), \
+            "application/json"
+    if choice == 5:  # a payload field that is not JSON or not an object
+        return ("payload=" + quote(rng.choice(["{", "[]", "1", "null", '"x"', "{}"]))).encode(), \
+            "application/x-www-form-urlencoded"
+    payload = {"type": "block_actions", "user": rng.choice([junk, {"id": "U1"}]), "actions": rng.choice([junk, [junk]]),
+               "team": junk, "channel": junk}
+    return ("payload=" + quote(json.dumps(payload))).encode(), "application/x-www-form-urlencoded"
+
+
+@pytest.fixture(scope="module")
+def leased(hostile_stack):
+    """A lease held by UALICE in LEASE_CHANNEL (no worker: claimed, never provisioned)."""
+    stack, client, state = hostile_stack
+    reply = client.slash("up us-west4-a 1h", user="UALICE", channel=LEASE_CHANNEL)
+    assert reply.status == 200, reply.body
+    lease_id = state.hget(f"tpubot:lease:T0SANDBOX:{LEASE_CHANNEL}", "lease_id")
+    assert lease_id, reply.body
+    return lease_id.decode()
+
+
+def test_generated_hostile_requests_answer_4xx_or_200_and_rejected_ones_write_nothing(hostile_stack, leased):
+    stack, _, state = hostile_stack
+    hooks = stack.slack.response_url("actions")
+    raw = Raw(f"{stack.web_url}/slack/events", stack.signing_secret, hooks)
+    logs = CapturedLogs()
+    root, bolt = logging.getLogger(), logging.getLogger("slack_bolt")
+    saved = root.level, bolt.level
+    root.addHandler(logs)
+    root.setLevel(logging.INFO)
+    bolt.setLevel(logging.DEBUG)  # bolt logs rejected bodies at INFO: nothing may reach it to log
+    rng = random.Random(SEED)
+    figures: dict[str, dict[str, int]] = {}
+    now = int(time.time())
+
+    def case(family: str, send, *, refused_by_auth: bool = False) -> httpx.Response:
+        counts = figures.setdefault(family, {"cases": 0, "5xx": 0, "tracebacks": 0, "rejected": 0, "writes": 0})
+        digest = state_digest if refused_by_auth else keyspace_digest
+        before, lines = digest(state), len(logs.lines)
+        response = send()
+        counts["cases"] += 1
+        counts["5xx"] += response.status_code >= 500
+        text = response.text
+        rejected = response.status_code >= 400 or refused_by_auth or ":warning:" in text or ":no_entry:" in text
+        if rejected:
+            counts["rejected"] += 1
+            counts["writes"] += digest(state) != before
+        counts["tracebacks"] += any("Traceback" in line for line in logs.lines[lines:]) or "Traceback" in text
+        return response
+
+    try:
+        for _ in range(700):  # timestamp forms
+            ts = rng.choice([f"{now}.5", f"{now}.0", "1e9", f"-{now}", "", "abc", "0x10", f"{now}e0", "1_700_000_000",
+                             "v0",  str(now - 301), str(now + 301), "9" * 40, "NaN", "inf", f"{now},{now}",
+                             str(rng.randrange(10**12)), "-0", "+" + str(now)])
+            case("timestamp forms", lambda: raw.send(command(CHANNEL, "status", "UMALLORY", hooks), timestamp=ts))
+        for _ in range(500):  # encodings
+            junk = bytes(rng.randrange(128, 256) for _ in range(rng.randrange(1, 40)))
+            body = rng.choice([b"payload=" + junk, b"text=" + junk + b"&channel_id=C1", junk,
+                               b'{"type":"event_callback","event":"' + junk + b'"}', "é".encode("latin-1")])
+            ctype = rng.choice(["application/x-www-form-urlencoded", "application/json",
+                                "application/x-www-form-urlencoded; charset=latin-1"])
+            case("encodings", lambda: raw.send(body, content_type=ctype, signed=rng.random() < 0.7))
+        for _ in range(500):  # duplicated headers
+            body = command(CHANNEL, "status", "UMALLORY", hooks)
+            ts = str(int(time.time()))
+            good = hmac_sig(stack.signing_secret, ts, body)
+            dup = rng.choice([[("x-slack-signature", good)], [("x-slack-request-timestamp", ts)],
+                              [("x-slack-signature", "v0=" + "0" * 64)], [("x-slack-request-timestamp", "1")]])
+            case("duplicated headers", lambda: raw.send(body, timestamp=ts, headers=dup))
+        for _ in range(400):  # oversized headers
+            size = rng.choice([100, 1_000, 8_000, 20_000, 70_000])
+            extra = rng.choice([[("x-slack-signature", "v0=" + "a" * size)], [("x-slack-request-timestamp", "1" * size)],
+                                [("x-junk", "j" * size)], [(f"x-h{i}", "v") for i in range(size // 100)]])
+            case("oversized headers", lambda: raw.send(command(CHANNEL, "status", "UMALLORY", hooks),
+                                                       signed=rng.random() < 0.5, headers=extra))
+        for _ in range(600):  # tampered bodies: signed, then one byte changed
+            body = bytearray(rng.choice([command(CHANNEL, "up us-west4-a 1h", "UMALLORY", hooks),
+                                         click(cards.TEARDOWN_CONFIRM_ACTION, leased, "UALICE", LEASE_CHANNEL, hooks)]))
+            ts = str(int(time.time()))
+            mac = hmac_sig(stack.signing_secret, ts, bytes(body))
+            body[rng.randrange(len(body))] ^= 1 << rng.randrange(7)
+            case("tampered bodies", lambda: raw.http.post(raw.url, content=bytes(body), headers={
+                "content-type": "application/x-www-form-urlencoded", "x-slack-request-timestamp": ts,
+                "x-slack-signature": mac}))
+        for _ in range(900):  # odd payload shapes, signed
+            body, ctype = odd_shape(rng, hooks)
+            case("odd payload shapes", lambda: raw.send(body, content_type=ctype))
+        for _ in range(700):  # forged action values, from a channel with no lease
+            value = rng.choice([leased, leased + "x", "", "p" + "0" * 16, "../../etc", "1" * 200, "lease:" + leased,
+                                json.dumps({"lease_id": leased}), "%00", "\u202e", leased.upper()])
+            action = rng.choice(ALL_ACTIONS)
+            case("forged action values", lambda: raw.send(click(action, value, "UMALLORY", CHANNEL, hooks)),
+                 refused_by_auth=True)
+        for _ in range(300):  # a teardown click from a non-holder
+            action = rng.choice([cards.TEARDOWN_CONFIRM_ACTION, ALERT_TEARDOWN_ACTION])
+            case("non-holder teardown clicks", lambda: raw.send(click(action, leased, rng.choice(["UMALLORY", "UEVE"]),
+                                                                      LEASE_CHANNEL, hooks)), refused_by_auth=True)
+        for _ in range(300):  # the holder, naming this lease from another channel (or team)
+            channel, team = rng.choice([(CHANNEL, "T0SANDBOX"), ("C0OTHER", "T0SANDBOX"), (LEASE_CHANNEL, "T0OTHER")])
+            action = rng.choice([cards.TEARDOWN_CONFIRM_ACTION, ALERT_TEARDOWN_ACTION, PROPOSAL_CONFIRM_ACTION])
+            case("another channel's lease", lambda: raw.send(click(action, leased, "UALICE", channel, hooks, team)),
+                 refused_by_auth=True)
+        for _ in range(300):  # response_url hosts
+            url = rng.choice(["https://evil.example/hooks", "http://hooks.slack.com/commands/T/1/x",
+                              "https://hooks.slack.com.evil.example/x", "https://evil.example@127.0.0.2/x",
+                              "http://169.254.169.254/computeMetadata/v1/", "file:///etc/passwd", "", "hooks.slack.com",
+                              "https://hooks.slack.com:99999/x", "http://[::1/x"])
+            body = rng.choice([command(CHANNEL, "status", "UMALLORY", url),
+                               click(cards.TEARDOWN_CANCEL_ACTION, leased, "UALICE", LEASE_CHANNEL, url)])
+            response = case("response_url hosts", lambda: raw.send(body))
+            assert response.status_code == 400, (url, response.status_code, response.text)
+        for size in (500_000, 1024 * 1024 + 1, 3 * 1024 * 1024):  # bodies over and under the cap, unsigned
+            body = ("text=" + BODY_MARKER * (size // len(BODY_MARKER))).encode()
+            for signed in (False, False):
+                response = case("body sizes", lambda: raw.send(body, signed=signed))
+                assert response.status_code == (413 if size > 1024 * 1024 else 401), (size, response.status_code)
+    finally:
+        root.removeHandler(logs)
+        root.setLevel(saved[0])
+        bolt.setLevel(saved[1])
+        raw.http.close()
+    print("\nhostile requests (seed %d):" % SEED)
+    print(f"  {'family':<28} {'cases':>6} {'5xx':>4} {'tracebacks':>10} {'rejected':>8} {'writes':>6}")
+    for family, counts in figures.items():
+        print(f"  {family:<28} {counts['cases']:>6} {counts['5xx']:>4} {counts['tracebacks']:>10} "
+              f"{counts['rejected']:>8} {counts['writes']:>6}")
+    assert sum(c["cases"] for c in figures.values()) >= 5_000
+    bad = {f: c for f, c in figures.items() if c["5xx"] or c["tracebacks"] or c["writes"]}
+    assert not bad, bad
+    assert not any(BODY_MARKER in line for line in logs.lines), "a request body reached the logs"
+    # The lease is untouched by every click above.
+    assert b"TEARING_DOWN" not in repr(state_snapshot(state)).encode()
+
+
+def test_a_dismiss_click_from_another_channel_or_team_leaves_the_proposal(hostile_stack):
+    stack, client, state = hostile_stack
+    key = "tpubot:proposal:p00000000dismiss"
+    record = {"id": "p00000000dismiss", "action": "provision", "args": {"zone": "us-west4-a"}, "team": "T0SANDBOX",
+              "channel": CHANNEL, "proposed_for": "UALICE", "lease_id": "", "created_at": time.time(),
+              "label": "Provision"}
+    state.set(key, json.dumps(record), ex=600)
+    audit_before = state.xlen("tpubot:audit")
+    for channel, team in (("C0OTHER", "T0SANDBOX"), (CHANNEL, "T0OTHER")):
+        other = stack.signed_requests(team=team)
+        try:
+            reply = other.click(action_id=PROPOSAL_DISMISS_ACTION, value=record["id"], user="UMALLORY", channel=channel)
+        finally:
+            other.close()
+        assert reply.status == 200, reply.body
+        assert state.exists(key), (channel, team)
+    assert state.xlen("tpubot:audit") == audit_before
+    reply = client.click(action_id=PROPOSAL_DISMISS_ACTION, value=record["id"], user="UMALLORY", channel=CHANNEL)
+    assert reply.status == 200 and not state.exists(key)
+
+
+def test_unsigned_bodies_over_and_under_the_cap_are_refused_and_never_logged(hostile_stack):
+    stack, _, _ = hostile_stack
+    logs = CapturedLogs()
+    root, bolt = logging.getLogger(), logging.getLogger("slack_bolt")
+    saved = root.level, bolt.level
+    root.addHandler(logs)
+    root.setLevel(logging.INFO)
+    bolt.setLevel(logging.DEBUG)  # as a deployment at INFO would have it, and lower
+    try:
+        with httpx.Client(timeout=30) as http:
+            for size, status in ((500_000, 401), (2 * 1024 * 1024, 413)):
+                body = ("text=" + BODY_MARKER * (size // len(BODY_MARKER))).encode()
+                response = http.post(f"{stack.web_url}/slack/events", content=body,
+                                     headers={"content-type": "application/x-www-form-urlencoded",
+                                              "x-slack-request-timestamp": str(int(time.time())),
+                                              "x-slack-signature": "v0=" + "0" * 64})
+                assert response.status_code == status, (size, response.status_code)
+    finally:
+        root.removeHandler(logs)
+        root.setLevel(saved[0])
+        bolt.setLevel(saved[1])
+    assert not any(BODY_MARKER in line for line in logs.lines)

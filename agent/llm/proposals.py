@@ -121,7 +121,8 @@ async def _confirm_teardown(svc: Services, clicker: Actor, proposal: Proposal) -
 
 async def dismiss(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOutcome:
     proposal = await load(svc, proposal_id)
-    if proposal is None:
+    # Scoped like confirm: a click in another channel (or workspace) must not dismiss this one.
+    if proposal is None or (proposal.team, proposal.channel) != (clicker.team, clicker.channel):
         return ProposalOutcome(False, EXPIRED)
     await svc.proposals.take(proposal_id)
     await svc.audit.record(actor=clicker.user_id, action=f"propose:{proposal.action}", team=clicker.team,
