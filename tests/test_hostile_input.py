@@ -279,6 +279,8 @@ def leased(hostile_stack):
     return lease_id.decode()
 
 
+# ~40 s alone; timed out at the default 300 s once on a contended 2-core machine after the 15,000 property cases.
+@pytest.mark.timeout(900)
 def test_generated_hostile_requests_answer_4xx_or_200_and_rejected_ones_write_nothing(hostile_stack, leased):
     stack, _, state = hostile_stack
     hooks = stack.slack.response_url("actions")
