@@ -423,9 +423,11 @@ def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.
         shell.settle()
         return 0
     finally:
-        if terminal is not None:
-            terminal.close()
-        stack.stop()
+        try:
+            if terminal is not None:
+                terminal.close()
+        finally:  # a hung-up terminal cannot take its modes back; the stack stops all the same
+            stack.stop()
 
 
 def _run_terminal(shell: Shell, terminal: TerminalInput) -> int:

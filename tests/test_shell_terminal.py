@@ -6,9 +6,12 @@ from __future__ import annotations
 
 import os
 import re
+import fcntl
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import threading
 from pathlib import Path
 
@@ -27,15 +30,20 @@ pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX p
 class Terminal:
     """The shell on the slave side of a pty; everything it draws is collected from the master."""
 
-    def __init__(self, tmp_path: Path, redis_url: str) -> None:
+    def __init__(self, tmp_path: Path, redis_url: str | None, columns: int = 120) -> None:
+        """`redis_url` None: the shell starts its own embedded valkey, as it does for a newcomer."""
         self.log = tmp_path / "shell.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_"))}
-        env.update({"REDIS_URL": redis_url, "TERM": "xterm", "TPUBOT_SHELL_LOG": str(self.log),
-                    "TPUBOT_ENV_FILE": os.devnull, "COLUMNS": "120", "LINES": "40"})
+        env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "REDIS_URL"))}
+        env.update({"TERM": "xterm", "TPUBOT_SHELL_LOG": str(self.log),
+                    "TPUBOT_ENV_FILE": os.devnull, "COLUMNS": str(columns), "LINES": "40"})
+        if redis_url is not None:
+            env["REDIS_URL"] = redis_url
         env.pop("INPUTRC", None)
         self.master, slave = os.openpty()
+        fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 40, columns, 0, 0))
         self.process = subprocess.Popen([str(TPUBOT), "shell", "--no-model"], stdin=slave, stdout=slave,
-                                        stderr=slave, cwd=tmp_path, env=env, start_new_session=True)
+                                        stderr=slave, cwd=tmp_path, env=env, start_new_session=True,
+                                        preexec_fn=_take_the_terminal)
         os.close(slave)
         self._raw = bytearray()
         self._lock = threading.Lock()
@@ -74,6 +82,12 @@ class Terminal:
             os.killpg(self.process.pid, signal.SIGTERM)
             self.process.wait(timeout=30)
         os.close(self.master)
+
+
+def _take_the_terminal() -> None:
+    """In the child, after setsid: the pty becomes its controlling terminal, as a terminal window's
+    is, so Ctrl-C reaches its foreground process group as SIGINT and a hang-up as SIGHUP."""
+    fcntl.ioctl(0, termios.TIOCSCTTY, 0)
 
 
 def _overtype(line: str) -> str:
@@ -142,3 +156,57 @@ def test_prompt_editing_history_logs_and_paste(terminal: Terminal) -> None:
 
     terminal.type("!quit\r")
     assert terminal.process.wait(timeout=60) == 0
+
+
+def valkey_children(pid: int) -> set[int]:
+    """The valkey-server processes whose parent is `pid` (Linux /proc)."""
+    found = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            name, fields = stat[stat.index("(") + 1:stat.rindex(")")], stat[stat.rindex(")") + 2:].split()
+            if name.startswith("valkey-server") and int(fields[1]) == pid:
+                found.add(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rindex(")") + 2] != "Z"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="finds the shell's valkey through /proc")
+def test_ctrl_c_keeps_the_embedded_valkey_and_a_kill_or_hangup_takes_it_along(tmp_path) -> None:
+    term = Terminal(tmp_path, redis_url=None)
+    try:
+        term.wait_for("alice> ")
+        (server,) = valkey_children(term.process.pid)
+        # Ctrl-C twice at the prompt: the terminal sends SIGINT to its foreground group.
+        term.type("\x03")
+        term.wait_for("(Ctrl-C: the line was dropped")
+        term.type("\x03")
+        term.wait_for("(Ctrl-C: the line was dropped", count=2)
+        term.type("/tpu status\r")
+        screen = term.wait_for("This channel holds no TPU")
+        assert "state store is unavailable" not in screen and alive(server)
+        term.process.send_signal(signal.SIGTERM)
+        term.process.wait(timeout=60)
+        assert not alive(server)
+    finally:
+        term.close()
+
+    term = Terminal(tmp_path, redis_url=None)
+    try:
+        term.wait_for("alice> ")
+        (server,) = valkey_children(term.process.pid)
+        term.process.send_signal(signal.SIGHUP)  # what closing the terminal window sends
+        term.process.wait(timeout=60)
+        assert not alive(server)
+    finally:
+        term.close()

@@ -41,15 +41,17 @@ def secret_values(settings: Settings) -> list[str]:
 
 
 @contextlib.contextmanager
-def sigterm_exits_cleanly() -> Iterator[None]:
+def sigterm_exits_cleanly(*also: signal.Signals) -> Iterator[None]:
     """uvicorn re-raises the SIGTERM it handled once it has shut down; with the default handler
     that kills the process before its `finally` blocks run (the embedded Redis stayed behind).
-    This handler turns it into SystemExit(0), so they do."""
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    This handler turns it (and the signals in `also`) into SystemExit(0), so they do."""
+    signums = (signal.SIGTERM, *also)
+    previous = {signum: signal.signal(signum, lambda signum, frame: sys.exit(0)) for signum in signums}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _require(settings: Settings, *names: str) -> None:
@@ -172,4 +174,7 @@ def shell(
     settings = load_settings()
     log_path = shell_log_path()
     log_to_file(log_path, logging.WARNING, secrets=secret_values(settings))
-    raise typer.Exit(code=run_shell(settings, sys.stdin, sys.stdout, model=not no_model, log_path=str(log_path)))
+    # A closed terminal (SIGHUP) or a kill (SIGTERM) stops the stack, the embedded valkey with it.
+    with sigterm_exits_cleanly(signal.SIGHUP):
+        code = run_shell(settings, sys.stdin, sys.stdout, model=not no_model, log_path=str(log_path))
+    raise typer.Exit(code=code)

