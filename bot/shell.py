@@ -31,6 +31,13 @@ CHANNEL = "C0SHELL"
 # FAILED and DEGRADED are stable too: a model that failed to boot (or its checks) keeps its lease (and
 # TPU) until `/tpu down`.
 STABLE_STATES = {LeaseState.ACTIVE.value, LeaseState.READY.value, LeaseState.DEGRADED.value, LeaseState.FAILED.value}
+# A lease waiting for capacity waits on the cloud, for seconds or for hours: a line waits this
+# long for it (a zone with capacity moves on by then), and then the next line goes ahead.
+WAITING_ON_CLOUD = {LeaseState.WAITING_FOR_RESOURCES.value: "waiting for capacity in {zone}"}
+CLOUD_PATIENCE_S = 5.0
+# Jobs queued for as long as a TPU runs or waits (watches, deadline timers, idle checks); the
+# lease's state says whether it is in motion.
+BACKGROUND_JOBS = ("watch:", "timer:", "idle:")
 SETTLE_TIMEOUT = 180.0
 # A mention body longer than this is echoed as a one-line summary, not line by line.
 PASTE_ECHO_LINES = 3
@@ -153,6 +160,10 @@ class Shell:
     terminal: "TerminalInput | None" = None  # set on a terminal: prompt, line editing, no echo of typed lines
     _print_lock: threading.Lock = field(default_factory=threading.Lock)
     _shown: dict[str, list[str]] = field(default_factory=dict)  # message ts -> lines last printed
+    _line: str = ""  # the line being run, or the last one
+    _started_by: dict[bytes, str] = field(default_factory=dict)  # lease key -> the line it appeared after
+    _told: set[tuple[bytes, str]] = field(default_factory=set)  # (lease key, state) said to be still working
+    _waiting_since: dict[tuple[bytes, str], float] = field(default_factory=dict)  # (lease key, state) -> first seen
 
     def __post_init__(self) -> None:
         self.requests = self.stack.signed_requests()
@@ -209,6 +220,7 @@ class Shell:
         line = line.rstrip("\n")
         if not line.strip():
             return True
+        self._line = line.strip()
         word = line.split(maxsplit=1)[0].lower()
         if word == "/tpu":
             self.slash(line.strip()[len("/tpu"):].strip())
@@ -283,21 +295,41 @@ class Shell:
 
     # --- settling --------------------------------------------------------------------------
     def busy(self) -> bool:
-        """True while a lease is in motion or a job (other than a periodic watch, timer or idle check) is queued or running."""
+        """True while a lease is in motion (not waiting on the cloud) or a job other than a
+        background watch, timer or idle check is queued or running."""
         for member in self._redis.smembers(keys.lease_index()):
+            self._started_by.setdefault(member, self._line)
             state = self._redis.hget(member, "state")
-            if state is not None and state.decode() not in STABLE_STATES:
+            if state is None or state.decode() in STABLE_STATES:
+                continue
+            if state.decode() not in WAITING_ON_CLOUD:
+                return True
+            since = self._waiting_since.setdefault((member, state.decode()), time.monotonic())
+            if time.monotonic() - since < CLOUD_PATIENCE_S:
                 return True
         # arq keeps a cron job's in-progress key after it ran (so no other worker repeats it): not work.
-        if any(not key.startswith(b"arq:in-progress:cron:") for key in self._redis.keys("arq:in-progress:*")):
-            return True
+        for key in self._redis.keys("arq:in-progress:*"):
+            if not key.decode().removeprefix("arq:in-progress:").startswith(("cron:", *BACKGROUND_JOBS)):
+                return True
         for job_id in self._redis.zrange(QUEUE_NAME, 0, -1):
-            # Watches, deadline timers and idle checks are queued for as long as a TPU runs.
-            if not job_id.decode().startswith(("watch:", "timer:", "idle:")):
+            if not job_id.decode().startswith(BACKGROUND_JOBS):
                 return True
         return False
 
+    def still_working(self) -> list[str]:
+        """`(LINE is still working: waiting for capacity in ZONE)`, once per lease and state."""
+        told = []
+        for member in self._redis.smembers(keys.lease_index()):
+            state, zone = (value.decode() if value else "" for value in self._redis.hmget(member, "state", "zone"))
+            if state in WAITING_ON_CLOUD and (member, state) not in self._told:
+                self._told.add((member, state))
+                what = WAITING_ON_CLOUD[state].format(zone=zone)
+                told.append(f"({self._started_by.get(member) or 'a lease'} is still working: {what})")
+        return told
+
     def settle(self, timeout: float = SETTLE_TIMEOUT) -> bool:
+        """Wait until what the last line started has finished, or waits on the cloud (capacity):
+        such a lease is named once and the next line goes ahead."""
         deadline = time.monotonic() + timeout
         quiet_since = None
         while time.monotonic() < deadline:
@@ -306,6 +338,8 @@ class Shell:
             elif quiet_since is None:
                 quiet_since = time.monotonic()
             elif time.monotonic() - quiet_since > 0.3:
+                if waiting := self.still_working():
+                    self.say("", waiting)
                 return True
             time.sleep(0.05)
         self.say("", [f"(gave up waiting after {timeout:.0f}s; the bot is still working)"])

@@ -60,3 +60,18 @@ def test_up_shows_the_boot_phases_before_ready_and_a_second_up_with_a_bucket_boo
     assert "Boot: cold boot" in first[ready:]
     assert "Compile cache: warm boot" in second[: second.index("· READY ==")]
     assert "Boot: warm boot (compile cache restored from XLA_CACHE_BUCKET)" in second[second.index("· READY =="):]
+
+
+def test_a_lease_waiting_for_capacity_does_not_hold_up_the_next_lines(tmp_path, redis_url):
+    """us-west1-c has no capacity in the sandbox: the lease waits there for hours. The script's
+    later lines are answered at once and the waiting line is named (not "gave up waiting after
+    180s" on each); the timeout is far above what that takes, far below 180 s per line."""
+    result = run_shell("/tpu up us-west1-c 1h\n/tpu status\n/tpu zones\n", tmp_path, redis_url, timeout=150)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "gave up waiting" not in out
+    told = "(/tpu up us-west1-c 1h is still working: waiting for capacity in us-west1-c)"
+    assert out.count(told) == 1
+    status, zones = out.index("alice> /tpu status"), out.index("alice> /tpu zones")
+    assert out.index(told) < status
+    assert "· WAITING FOR RESOURCES ==" in out[status:zones] and "Zone scoreboard" in out[zones:]
