@@ -28,7 +28,10 @@ CASES = [
     (["doctor"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
     (["reconcile"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
     (["shell"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
-    (["worker"], {"REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "1s"}, ["cannot reach Redis at REDIS_URL="]),
+    (["worker"], {"REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "1s", "TPU_API_ENDPOINT": "http://127.0.0.1:9"},
+     ["cannot reach Redis at REDIS_URL="]),
+    # Nothing configured: not a call to Google's TPU API for the sandbox project (serve and socket refuse too).
+    (["worker"], {}, ["GCP_PROJECT is not set", "set GCP_PROJECT to your project id", "tpubot dev"]),
     (["config"], {"TPU_LABELS": "notjson"}, ["TPU_LABELS is not valid JSON", "TPU_LABELS='{"]),
     (["zones"], {"TPU_LABELS": "notjson"}, ["TPU_LABELS is not valid JSON"]),
     (["serve"], {**SLACK, "REDIS_URL": "http://localhost:6379"}, ["REDIS_URL=http://localhost:6379", "redis://"]),

@@ -61,6 +61,17 @@ def _require(settings: Settings, *names: str) -> None:
         raise typer.Exit(code=2)
 
 
+def _require_cloud(settings: Settings) -> None:
+    """With no GCP_PROJECT the bot drives the sandbox project, whose TPU API only the local
+    emulator serves: a worker not pointed at one would call Google's API for it."""
+    if settings.sandbox and not settings.tpu_api_endpoint:
+        from bot.settings import SettingError
+
+        raise SettingError("GCP_PROJECT is not set and TPU_API_ENDPOINT names no sandbox, so this worker has no cloud "
+                           "to drive: set GCP_PROJECT to your project id, or run `tpubot dev` (serve + worker on "
+                           "the local sandboxes)")
+
+
 def _redis_url(settings: Settings):
     from infra.state.redis_server import ensure_redis
 
@@ -99,6 +110,7 @@ def worker(
     settings = load_settings()
     if metrics_port is not None:
         settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
+    _require_cloud(settings)
     start_logging(settings)
     endpoint = _redis_url(settings)
     try:
