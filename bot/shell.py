@@ -17,7 +17,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, TextIO
+from typing import Callable, Mapping, TextIO
 
 import redis as redis_sync
 
@@ -28,6 +28,7 @@ from infra.state import keys
 from infra.state.leases import LeaseState
 
 CHANNEL = "C0SHELL"
+CHANNEL_NAME = "tpu-shell"  # how Slack would show it: mentions of CHANNEL read #tpu-shell
 # FAILED and DEGRADED are stable too: a model that failed to boot (or its checks) keeps its lease (and
 # TPU) until `/tpu down`.
 STABLE_STATES = {LeaseState.ACTIVE.value, LeaseState.READY.value, LeaseState.DEGRADED.value, LeaseState.FAILED.value}
@@ -87,8 +88,14 @@ def user_id_for(name: str) -> str:
     return "U" + re.sub(r"[^A-Z0-9]", "", name.upper())[:20] or "UANON"
 
 
-def render(text: str, blocks: list | None) -> list[str]:
-    """Block Kit → readable lines: header, fields, sections, context, buttons."""
+def render(text: str, blocks: list | None, names: Mapping[str, str] | None = None) -> list[str]:
+    """Block Kit → readable lines: header, fields, sections, context, buttons. `names`: user and
+    channel ids → names, so `<@UALICE>` reads @alice and `<#C0SHELL>` #tpu-shell, as in Slack."""
+    names = names or {}
+
+    def _plain(mrkdwn: str) -> str:
+        return plain(mrkdwn, names)
+
     if not blocks:
         return [_plain(text)]
     lines: list[str] = []
@@ -129,11 +136,14 @@ def emoji(text: str) -> str:
     return Emoji.replace(text)
 
 
-def _plain(mrkdwn: str) -> str:
+def plain(mrkdwn: str, names: Mapping[str, str] | None = None) -> str:
+    """Slack mrkdwn as text, mentions by name (`names`, else the id) as Slack shows them."""
+    names = names or {}
     # A ``` block is Slack's only way to show a table; on a terminal the lines already are one.
     mrkdwn = re.sub(r"```\n?", "\n", mrkdwn).strip("\n") if "```" in mrkdwn else mrkdwn
     mrkdwn = emoji(mrkdwn)
-    text = re.sub(r"<@([A-Z0-9]+)>", r"@\1", mrkdwn)
+    text = re.sub(r"<([@#])([A-Z0-9]+)(?:\|([^>]*))?>",
+                  lambda m: m[1] + (m[3] or names.get(m[2], m[2])), mrkdwn)
     text = re.sub(r"<!subteam\^([A-Z0-9]+)(\|[^>]*)?>", r"@group:\1", text)
     text = re.sub(r"<(https?://[^|>]+)\|([^>]+)>", r"\2 (\1)", text)
     text = text.replace("*", "")
@@ -160,6 +170,7 @@ class Shell:
     terminal: "TerminalInput | None" = None  # set on a terminal: prompt, line editing, no echo of typed lines
     _print_lock: threading.Lock = field(default_factory=threading.Lock)
     _shown: dict[str, list[str]] = field(default_factory=dict)  # message ts -> lines last printed
+    names: dict[str, str] = field(default_factory=dict)  # the shell's Slack directory: user/channel id -> name
     _line: str = ""  # the line being run, or the last one
     _started_by: dict[bytes, str] = field(default_factory=dict)  # lease key -> the line it appeared after
     _told: set[tuple[bytes, str]] = field(default_factory=set)  # (lease key, state) said to be still working
@@ -169,6 +180,7 @@ class Shell:
         self.requests = self.stack.signed_requests()
         self.stack.slack.on_event(self._on_bot_post)
         self._redis = redis_sync.Redis.from_url(self.stack.redis.url)
+        self.names.update({CHANNEL: CHANNEL_NAME, user_id_for(self.user): self.user})
 
     # --- output ----------------------------------------------------------------------------
     def say(self, prefix: str, lines: list[str]) -> None:
@@ -194,10 +206,10 @@ class Shell:
             message = next((m for m in reversed(slack.messages) if m.ts == ts), None)
             if message is None:
                 return
-            where = "thread" if message.thread_ts else "#" + message.channel
+            where = "thread" if message.thread_ts else "#" + self.names.get(message.channel, message.channel)
             verb = {"chat.update": "updated", "chat.stopStream": "replied"}.get(method, "posted")
             self.buttons += _buttons(message.blocks, message.ts, False)
-            lines = render(message.text, message.blocks)
+            lines = render(message.text, message.blocks, self.names)
             before = self._shown.get(message.ts)
             self._shown[message.ts] = lines
             if method == "chat.update" and before is not None:
@@ -213,7 +225,7 @@ class Shell:
         elif method == "response_url":
             blocks = result.get("blocks")
             self.buttons += _buttons(blocks, "", True)
-            self.say("[only you] tpubot: ", render(result.get("text", ""), blocks))
+            self.say("[only you] tpubot: ", render(result.get("text", ""), blocks, self.names))
 
     # --- input -----------------------------------------------------------------------------
     def run_line(self, line: str, more: Callable[[], str | None] = lambda: None) -> bool:
@@ -232,9 +244,7 @@ class Shell:
         elif line.startswith("!click"):
             self.click(line[len("!click"):].strip())
         elif line.startswith("!user"):
-            name = line[len("!user"):].strip() or "alice"
-            self.user = name
-            self.say("", [f"(now acting as {name}, {user_id_for(name)})"])
+            self.act_as(line[len("!user"):].strip())
         elif line.strip() in ("!kick", "!invite"):
             self.membership(joined=line.strip() == "!invite")
         elif line.startswith("!wait"):
@@ -247,6 +257,16 @@ class Shell:
             self.say("", ["(lines start with /tpu, @tpubot, !click, !user, !wait, !kick, !invite, !help or !quit)"])
         return True
 
+    def act_as(self, name: str) -> None:
+        if not name:
+            known = ", ".join(sorted({n for i, n in self.names.items() if i != CHANNEL}))
+            self.say("", [f"(acting as {self.user}, {user_id_for(self.user)}; !user NAME acts as another: "
+                          f"any name, known so far: {known})"])
+            return
+        self.user = name
+        self.names[user_id_for(name)] = name
+        self.say("", [f"(now acting as {name}, {user_id_for(name)})"])
+
     def slash(self, text: str) -> None:
         self.echo(f"/tpu {text}".rstrip())
         reply = self.requests.slash(text, user=user_id_for(self.user), channel=CHANNEL)
@@ -255,7 +275,7 @@ class Shell:
             return
         payload = reply.json()
         self.buttons += _buttons(payload.get("blocks"), "", True)
-        self.say("[only you] tpubot: ", render(payload.get("text", ""), payload.get("blocks")))
+        self.say("[only you] tpubot: ", render(payload.get("text", ""), payload.get("blocks"), self.names))
 
     def mention(self, text: str) -> None:
         if self.terminal is None:
@@ -291,7 +311,7 @@ class Shell:
         if reply.status != 200:
             self.say("[error] ", [f"HTTP {reply.status}: {reply.body[:200]}"])
         verb = "invited tpubot to" if joined else "removed tpubot from"
-        self.say("", [f"({self.user} {verb} #{CHANNEL})"])
+        self.say("", [f"({self.user} {verb} #{CHANNEL_NAME})"])
 
     # --- settling --------------------------------------------------------------------------
     def busy(self) -> bool:
@@ -439,7 +459,7 @@ def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.
             mode += ", sandbox model (heuristic, not Gemma)"
         elif not model:
             mode += ", no model"
-        shell.say("", [f"tpubot shell — {mode}, channel #{CHANNEL}, acting as {shell.user}. "
+        shell.say("", [f"tpubot shell — {mode}, channel #{CHANNEL_NAME}, acting as {shell.user}. "
                        "Type /tpu help, @tpubot …, !help for the rest, !quit to leave."]
                   + ([f"(the bot's logs go to {log_path})"] if log_path else []))
         if terminal is not None:

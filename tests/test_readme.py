@@ -129,7 +129,7 @@ def test_the_five_minute_tour_does_what_the_readme_says(fresh_clone):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     out = result.stdout
     claims = ["/tpu up [zone] [duration]", "Zone scoreboard", "CREATING", "WAITING FOR RESOURCES", "PROVISIONING",
-              "BOOTING MODEL", "READY", "TTFT", "Rate:", "Only @UALICE", "RELEASED", "Receipt", "L1"]
+              "BOOTING MODEL", "READY", "TTFT", "Rate:", "Only @alice", "RELEASED", "Receipt", "L1"]
     positions = [out.find(claim) for claim in claims]
     assert all(p >= 0 for p in positions), [c for c, p in zip(claims, positions) if p < 0]
 

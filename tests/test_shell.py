@@ -24,7 +24,7 @@ def test_piped_lifecycle_prints_active_then_gone_and_exits_0(tmp_path, redis_url
     released = out.index("· RELEASED ==")
     gone = out.rindex("This channel holds no TPU")
     assert active < confirm < released < gone
-    assert "Torn down by @UALICE" in out
+    assert "Torn down by @alice" in out
     assert "Traceback" not in out + result.stderr
     # Each state once, spelled one way (header and State field); an edit prints only what changed.
     assert out.count("· CREATING ==") == 1 and out.count("State: ⏳ CREATING") == 1
@@ -39,7 +39,7 @@ def test_shell_users_and_unknown_buttons(tmp_path, redis_url):
     out = result.stdout
     assert result.returncode == 0, result.stderr
     assert "now acting as bob" in out
-    assert "Only @UALICE (the holder) or an admin" in out
+    assert "Only @alice (the holder) or an admin" in out
     assert "no button whose label contains 'Nothing'" in out
     assert "Unknown subcommand `launch`" in out
     assert "Kept the TPU; nothing changed." in out
@@ -75,3 +75,13 @@ def test_a_lease_waiting_for_capacity_does_not_hold_up_the_next_lines(tmp_path, 
     status, zones = out.index("alice> /tpu status"), out.index("alice> /tpu zones")
     assert out.index(told) < status
     assert "· WAITING FOR RESOURCES ==" in out[status:zones] and "Zone scoreboard" in out[zones:]
+
+
+def test_channels_and_users_by_name_and_a_bare_user_command(tmp_path, redis_url):
+    out = run_shell("/tpu budget\n!kick\n/tpu up\n!invite\n!user\n", tmp_path, redis_url).stdout
+    assert "<#" not in out and "<@" not in out
+    assert "• #tpu-shell: no limit" in out
+    assert "I'm not in #tpu-shell" in out and "(alice removed tpubot from #tpu-shell)" in out
+    # `!user` alone changes nothing and says who you are and how to change it.
+    assert "(acting as alice, UALICE; !user NAME acts as another: any name, known so far: alice)" in out
+    assert "now acting as" not in out

@@ -56,3 +56,9 @@ def test_paste_summary():
 def test_help_lists_every_shell_command():
     listed = {line.split()[0] for line in HELP_LINES}
     assert {"!click", "!user", "!wait", "!kick", "!invite", "!help", "!quit"} <= listed
+
+
+def test_mentions_read_as_slack_shows_them():
+    names = {"UALICE": "alice", "C0SHELL": "tpu-shell"}
+    assert render("<@UALICE> in <#C0SHELL>, <#C0OTHER|general> and <#C0GONE>; <@UNKNOWN>", None, names) == [
+        "@alice in #tpu-shell, #general and #C0GONE; @UNKNOWN"]
