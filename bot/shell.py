@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import select
+import shutil
 import sys
 import threading
 import time
@@ -82,6 +83,22 @@ def paste_summary(text: str) -> list[str]:
     if len(first) > PASTE_ECHO_CHARS:
         first = first[:PASTE_ECHO_CHARS] + f" [+{len(first) - PASTE_ECHO_CHARS:,} characters]"
     return [first, f"[pasted {len(rest):,} lines]"] if rest else [first]
+
+
+def wrap(line: str, width: int, indent: int) -> list[str]:
+    """`line` in rows of at most `width` terminal cells, broken only at spaces (a word longer than
+    a row stays whole: a value is never cut); rows after the first start `indent` spaces in."""
+    from rich.cells import cell_len
+
+    rows: list[str] = []
+    row = ""
+    for piece in re.findall(r" *\S+| +$", line):
+        if row.strip() and cell_len(row + piece) > width:
+            rows.append(row)
+            row = " " * indent + piece.lstrip(" ")
+        else:
+            row += piece
+    return [*rows, row]
 
 
 def user_id_for(name: str) -> str:
@@ -171,6 +188,7 @@ class Shell:
     _print_lock: threading.Lock = field(default_factory=threading.Lock)
     _shown: dict[str, list[str]] = field(default_factory=dict)  # message ts -> lines last printed
     names: dict[str, str] = field(default_factory=dict)  # the shell's Slack directory: user/channel id -> name
+    width: int | None = None  # a terminal's columns: lines wrap at spaces to fit; None: never wrapped
     _line: str = ""  # the line being run, or the last one
     _started_by: dict[bytes, str] = field(default_factory=dict)  # lease key -> the line it appeared after
     _told: set[tuple[bytes, str]] = field(default_factory=set)  # (lease key, state) said to be still working
@@ -189,7 +207,12 @@ class Shell:
             if waiting:
                 self.out.write("\r\x1b[K")  # over the prompt line; it is drawn again below
             for i, line in enumerate(lines):
-                self.out.write(f"{prefix if i == 0 else ' ' * len(prefix)}{line}\n")
+                head = prefix if i == 0 else " " * len(prefix)
+                rows = [head + line]
+                if self.width:
+                    rows = wrap(head + line, self.width, len(prefix) + len(line) - len(line.lstrip(" ")) + 2)
+                for row in rows:
+                    self.out.write(row + "\n")
             if waiting:
                 self.terminal.redraw(self.out)
             self.out.flush()
@@ -371,6 +394,7 @@ class TerminalInput:
     whole without echo (a 5 MB log is not drawn line by line)."""
 
     PASTE_QUIET_S = 0.2  # a paste is over when the terminal sends nothing for this long
+    KEYSTROKE_S = 0.03  # a paste's next bytes follow sooner than this; a typist's next key later
 
     def __init__(self, stream: TextIO) -> None:
         import readline  # noqa: F401 — importing it gives input() line editing and history
@@ -380,6 +404,7 @@ class TerminalInput:
         readline.parse_and_bind("set enable-bracketed-paste off")
         self.fd = stream.fileno()
         self.waiting = False
+        self._raw = False  # waiting at `… ` outside readline: its buffer is not this line's
         self.prompt = ""
         self.pasted = 0
         self.pending: deque[str] = deque()
@@ -400,33 +425,77 @@ class TerminalInput:
     def close(self) -> None:
         self._termios.tcsetattr(self.fd, self._termios.TCSADRAIN, self._saved)
 
-    def read(self, prompt: str) -> str | None:
+    def read(self, prompt: str, typed: str = "") -> str | None:
+        """A line read with readline; `typed`: keys already read, put in its buffer first."""
+        import readline
+
         if self.pending:
             return self.pending.popleft()
         self.prompt, self.waiting = prompt, True
         self._termios.tcsetattr(self.fd, self._termios.TCSANOW, self._typing)
+        readline.set_pre_input_hook((lambda: (readline.insert_text(typed), readline.redisplay())) if typed else None)
         try:
             return input(prompt)
         except EOFError:
             return None
         finally:
+            readline.set_pre_input_hook(None)
             self._termios.tcsetattr(self.fd, self._termios.TCSANOW, self._quiet)
             self.waiting = False
 
     def redraw(self, out: TextIO) -> None:
         import readline
 
-        out.write(self.prompt + readline.get_line_buffer())
+        out.write(self.prompt + ("" if self._raw else readline.get_line_buffer()))
+
+    @staticmethod
+    def _show(text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
 
     def mention_lines(self) -> Callable[[], str | None]:
-        """The lines after `@tpubot …`: a paste already waiting is read at once, else typed lines."""
+        """The lines after `@tpubot …`: a paste (already waiting, or pasted at the `… ` prompt) is
+        read at once without echo, typed lines with readline."""
         self.pasted = 0
         if not self.pending and select.select([self.fd], [], [], 0.05)[0]:
-            lines = self._drain().split("\n")
-            blank = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
-            self.pasted = blank
-            self.pending.extend(lines[:blank + 1] + [line for line in lines[blank + 1:] if line.strip()])
-        return lambda: self.read("… ")
+            self._queue_paste(self._drain())
+        return self._next_mention_line
+
+    def _queue_paste(self, text: str) -> None:
+        lines = text.split("\n")
+        blank = next((i for i, line in enumerate(lines) if not line.strip()), len(lines))
+        self.pasted += blank
+        self.pending.extend(lines[:blank + 1] + [line for line in lines[blank + 1:] if line.strip()])
+
+    def _next_mention_line(self) -> str | None:
+        """At the `… ` prompt, what arrives in one burst with a line break in it is a paste (or a
+        typed Enter); anything else is the start of a typed line, handed to readline."""
+        if self.pending:
+            return self.pending.popleft()
+        prompt = "… "
+        self.prompt, self.waiting, self._raw = prompt, True, True
+        self._show(prompt)
+        try:
+            select.select([self.fd], [], [])
+            burst = os.read(self.fd, 1 << 20).decode("utf-8", "replace")
+            if select.select([self.fd], [], [], self.KEYSTROKE_S)[0]:
+                burst += self._drain()
+        finally:
+            self.waiting = self._raw = False
+        burst = burst.replace("\r\n", "\n").replace("\r", "\n")
+        if burst.startswith("\x04"):  # Ctrl-D: the mention ends here
+            self._show("\n")
+            return None
+        if "\n" not in burst:
+            self._show("\r\x1b[K")  # readline draws the prompt and the keys again
+            return self.read(prompt, typed="".join(ch for ch in burst if ch.isprintable()))
+        first, rest = burst.split("\n", 1)
+        if not rest.strip():  # one line and Enter: show it as typed
+            self._show(first + "\n")
+            return first
+        self._show("\r\x1b[K")  # the paste is summarized, not drawn
+        self._queue_paste(burst)
+        return self.pending.popleft()
 
     def _drain(self) -> str:
         chunks = []
@@ -448,7 +517,8 @@ def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.
     stack = LocalStack(settings, sandbox_model=model and settings.sandbox).start()
     terminal = TerminalInput(stream) if interactive else None
     try:
-        shell = Shell(stack, out=out, terminal=terminal)
+        shell = Shell(stack, out=out, terminal=terminal,
+                      width=shutil.get_terminal_size().columns if terminal is not None else None)
         mode = "sandbox GCP and Slack" if settings.sandbox else f"GCP project {settings.project}"
         if settings.sandbox:
             from infra.sandbox.discovery import strict_available

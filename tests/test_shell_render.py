@@ -62,3 +62,20 @@ def test_mentions_read_as_slack_shows_them():
     names = {"UALICE": "alice", "C0SHELL": "tpu-shell"}
     assert render("<@UALICE> in <#C0SHELL>, <#C0OTHER|general> and <#C0GONE>; <@UNKNOWN>", None, names) == [
         "@alice in #tpu-shell, #general and #C0GONE; @UNKNOWN"]
+
+
+def test_lines_wrap_at_spaces_to_80_columns_and_never_cut_a_value():
+    from rich.cells import cell_len
+
+    from bot.shell import wrap
+
+    qr = "tpubot-" + "0123456789abcdef" * 6  # longer than a row: kept whole on a row of its own
+    line = ("                     Valid until: 2026-12-02 18:34 UTC (in 3h59m); still waiting then → FAILED, "
+            f"no capacity ⏸ {qr} last")
+    rows = wrap(line, 80, 23)
+    assert len(rows) > 1
+    for row in rows:
+        assert cell_len(row) <= 80 or row.strip() == qr, row
+    assert rows[0].startswith(line[:20]) and all(row.startswith(" " * 23) for row in rows[1:])
+    assert [word for row in rows for word in row.split()] == line.split()  # every word whole, in order
+    assert wrap("short", 80, 2) == ["short"] and wrap("", 80, 2) == [""]

@@ -210,3 +210,38 @@ def test_ctrl_c_keeps_the_embedded_valkey_and_a_kill_or_hangup_takes_it_along(tm
         assert not alive(server)
     finally:
         term.close()
+
+
+def test_a_paste_after_a_typed_mention_line_is_folded_and_lines_wrap_at_80_columns(tmp_path, redis_url) -> None:
+    from rich.cells import cell_len
+
+    term = Terminal(tmp_path, redis_url, columns=80)
+    try:
+        term.wait_for("alice> ")
+        # The mention line typed and sent on its own; then, at the `… ` prompt, a paste.
+        term.type("@tpubot why did the job stop?\r")
+        term.wait_for("… ")
+        logs = "".join(f"2024-05-01 10:00:{i % 60:02d} INFO worker step {i} marker-{i}\n" for i in range(300))
+        term.type(logs.replace("\n", "\r") + "\r")
+        term.wait_for("[pasted 300 lines]")
+        term.wait_for("Made without the model", timeout=120)
+        assert len(re.findall(r"marker-\d+", term.screen)) < 50  # not echoed line by line
+
+        # A typed continuation line is still typed: shown, and part of the mention.
+        term.type("@tpubot and now?\r")
+        wait_until(lambda: term.screen.endswith("… "), timeout=30, what="the `… ` prompt")
+        term.type("typed-continuation\r")
+        term.wait_for("… typed-continuation")
+        term.type("\r")
+        term.wait_for("Made without the model", count=2, timeout=120)
+
+        # Cards at 80 columns: rows fit, broken at spaces (a word is never split across rows).
+        term.type("/tpu help\r")
+        screen = term.wait_for(HELP_TITLE)
+        term.wait_for("alice> ", count=4)
+        rows = [row for row in term.screen.split("\n")]
+        assert all(cell_len(row.rstrip()) <= 80 or " " not in row.strip() for row in rows), \
+            [row for row in rows if cell_len(row.rstrip()) > 80]
+        assert "/tpu up [zone] [duration]" in screen
+    finally:
+        term.close()
