@@ -86,8 +86,11 @@ class Terminal:
 
 def _take_the_terminal() -> None:
     """In the child, after setsid: the pty becomes its controlling terminal, as a terminal window's
-    is, so Ctrl-C reaches its foreground process group as SIGINT and a hang-up as SIGHUP."""
+    is, so Ctrl-C reaches its foreground process group as SIGINT and a hang-up as SIGHUP; and
+    SIGINT handled as a terminal's foreground job has it, even when this test run inherited it
+    ignored (started in the background: see tests/test_tpu_sandbox.py)."""
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _overtype(line: str) -> str:

@@ -245,10 +245,18 @@ def test_timings_scale_and_fast_forward(sandbox: TpuSandbox) -> None:
     assert sandbox.now() - before >= 3600
 
 
+# Ctrl-C as a terminal gives it: a test run started in the background (`cmd &` in a script, a CI
+# runner) inherits SIGINT ignored, and a process started so keeps ignoring it, as POSIX intends
+# for background jobs (Python itself installs its handler only when SIGINT is not ignored).
+# `tpubot sandbox` honours that; the test, which stands for a person at a terminal, restores it.
+AS_FROM_A_TERMINAL = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+
+
 def test_sandbox_command_serves_until_interrupted() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen([sys.executable, "-c", "from bot.cli import main; main()", "sandbox", "--port", "0"], cwd=REPO, env=env,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen([sys.executable, "-c", AS_FROM_A_TERMINAL + "from bot.cli import main; main()", "sandbox",
+                                "--port", "0"], cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
     try:
         base_url = process.stdout.readline().strip()  # the first line is the base URL
         assert base_url.startswith("http://127.0.0.1:"), process.stderr.read() if process.poll() is not None else base_url
