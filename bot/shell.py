@@ -163,8 +163,19 @@ def plain(mrkdwn: str, names: Mapping[str, str] | None = None) -> str:
                   lambda m: m[1] + (m[3] or names.get(m[2], m[2])), mrkdwn)
     text = re.sub(r"<!subteam\^([A-Z0-9]+)(\|[^>]*)?>", r"@group:\1", text)
     text = re.sub(r"<(https?://[^|>]+)\|([^>]+)>", r"\2 (\1)", text)
-    text = text.replace("*", "")
+    text = unbold(text)
     return text.replace("&lt;", "<").replace("&gt;", ">").replace("&amp;", "&")
+
+
+# Slack's bold: `*` opens at the start of a word and closes at the end of one; inside `code` it is
+# literal (a digest's `<*>` is a variable, not the start of bold).
+_BOLD = re.compile(r"(?<![\w*])\*(?=\S)([^*\n]*?\S)\*(?![\w*])")
+_CODE_SPAN = re.compile(r"(`[^`\n]*`)")
+
+
+def unbold(text: str) -> str:
+    parts = _CODE_SPAN.split(text)
+    return "".join(part if i % 2 else _BOLD.sub(r"\1", part) for i, part in enumerate(parts))
 
 
 def _buttons(blocks: list | None, message_ts: str, ephemeral: bool) -> list[Button]:

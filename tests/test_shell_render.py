@@ -79,3 +79,13 @@ def test_lines_wrap_at_spaces_to_80_columns_and_never_cut_a_value():
     assert rows[0].startswith(line[:20]) and all(row.startswith(" " * 23) for row in rows[1:])
     assert [word for row in rows for word in row.split()] == line.split()  # every word whole, in order
     assert wrap("short", 80, 2) == ["short"] and wrap("", 80, 2) == [""]
+
+
+def test_bold_is_unwrapped_and_a_digest_variable_keeps_its_star():
+    """Issue 29 item 9: answers showed `worker <>` where the digest's legend says `<*>`."""
+    from bot.shell import plain
+
+    assert plain("*Log summary*: 2 lines") == "Log summary: 2 lines"
+    assert plain('ERROR "worker &lt;*&gt; failed" ×2') == 'ERROR "worker <*> failed" ×2'
+    assert plain("`worker &lt;*&gt; on &lt;*&gt;` and *bold*") == "`worker <*> on <*>` and bold"
+    assert plain("2 * 3 = 6") == "2 * 3 = 6"
