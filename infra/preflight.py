@@ -306,8 +306,6 @@ def check_quota(config: PreflightConfig, credentials: Credentials) -> CheckResul
 
 def check_firewall(config: PreflightConfig, credentials: Credentials) -> CheckResult:
     """Does an enabled INGRESS rule on the network admit every MODEL_SOURCE_RANGES range to the tag's port?"""
-    from google.auth.transport.requests import AuthorizedSession
-
     name = "model firewall"
     create = firewall_fix(config)
     if not config.model_source_ranges:
@@ -317,29 +315,11 @@ def check_firewall(config: PreflightConfig, credentials: Credentials) -> CheckRe
                            f"`curl -s https://checkip.amazonaws.com`), then: {create}")
     base = (config.compute_endpoint or COMPUTE_ENDPOINT).rstrip("/")
     url = f"{base}/compute/v1/projects/{config.project}/global/firewalls"
-    rules: list[dict] = []
-    with AuthorizedSession(credentials) as session:
-        token = ""
-        while True:
-            try:
-                response = session.get(url, params={"maxResults": 500, **({"pageToken": token} if token else {})},
-                                       timeout=CALL_TIMEOUT)
-            except requests.RequestException as error:
-                return _access_failure(name, 0, str(error), "check the network path to the Compute API")
-            if response.status_code == 403:
-                return CheckResult(name, False, f"the Compute API refused to list firewall rules: "
-                                                f"{_message(response)}",
-                                   "grant the bot's account roles/compute.networkViewer (it includes "
-                                   f"compute.firewalls.list), or check by hand: `gcloud compute firewall-rules list "
-                                   f"--filter=network:{config.network_name}`")
-            if response.status_code != 200:
-                return _access_failure(name, response.status_code, _message(response),
-                                       "enable the Compute Engine API (`gcloud services enable compute.googleapis.com`)")
-            page = response.json()
-            rules += page.get("items", [])
-            token = page.get("nextPageToken", "")
-            if not token:
-                break
+    rules = _compute_list(credentials, url, name, "the Compute API refused to list firewall rules",
+                          "grant the bot's account roles/compute.networkViewer (it includes compute.firewalls.list), "
+                          f"or check by hand: `gcloud compute firewall-rules list --filter=network:{config.network_name}`")
+    if isinstance(rules, CheckResult):
+        return rules
     admitting = [rule["name"] for rule in rules if _admits(rule, config)]
     ranges = ",".join(config.model_source_ranges)
     if not admitting:
@@ -387,8 +367,6 @@ def _allows_port(item: dict, port: int) -> bool:
 
 def check_egress(config: PreflightConfig, credentials: Credentials) -> CheckResult:
     """ENDPOINT_ADDRESS=internal: can a node with no external IP pull the image and the weights?"""
-    from google.auth.transport.requests import AuthorizedSession
-
     name, region, network = "internal egress", region_of(config.zone), config.network_name
     mirror = _ARTIFACT_REGISTRY.match(config.vllm_image)
     if mirror and mirror["location"] == region:
@@ -397,29 +375,12 @@ def check_egress(config: PreflightConfig, credentials: Credentials) -> CheckResu
                                        "Face: that needs Cloud NAT or a copy the VM can reach)")
     base = (config.compute_endpoint or COMPUTE_ENDPOINT).rstrip("/")
     url = f"{base}/compute/v1/projects/{config.project}/regions/{region}/routers"
-    routers: list[dict] = []
-    with AuthorizedSession(credentials) as session:
-        token = ""
-        while True:
-            try:
-                response = session.get(url, params={"maxResults": 500, **({"pageToken": token} if token else {})},
-                                       timeout=CALL_TIMEOUT)
-            except requests.RequestException as error:
-                return _access_failure(name, 0, str(error), "check the network path to the Compute API")
-            if response.status_code == 403:
-                return CheckResult(name, False, f"the Compute API refused to list the routers of {region}: "
-                                                f"{_message(response)}",
-                                   "grant the bot's account roles/compute.networkViewer (it includes "
-                                   f"compute.routers.list), or check by hand: `gcloud compute routers list "
-                                   f"--regions={region} --filter=network:{network}`")
-            if response.status_code != 200:
-                return _access_failure(name, response.status_code, _message(response),
-                                       "enable the Compute Engine API (`gcloud services enable compute.googleapis.com`)")
-            page = response.json()
-            routers += page.get("items", [])
-            token = page.get("nextPageToken", "")
-            if not token:
-                break
+    routers = _compute_list(credentials, url, name, f"the Compute API refused to list the routers of {region}",
+                            "grant the bot's account roles/compute.networkViewer (it includes compute.routers.list), "
+                            f"or check by hand: `gcloud compute routers list --regions={region} "
+                            f"--filter=network:{network}`")
+    if isinstance(routers, CheckResult):
+        return routers
     serving = [(router["name"], nat.get("name", "")) for router in routers
                if str(router.get("network", "")).rsplit("/", 1)[-1] == network
                for nat in router.get("nats") or [] if _nat_covers(nat, config)]
@@ -521,6 +482,31 @@ def _message(response) -> str:
     except ValueError:
         return response.text[:200]
 
+
+
+def _compute_list(credentials, url: str, name: str, refused: str, refused_fix: str) -> list[dict] | CheckResult:
+    """Every item of a paged Compute list, or the check's failure that says why it could not be read."""
+    from google.auth.transport.requests import AuthorizedSession
+
+    items: list[dict] = []
+    with AuthorizedSession(credentials) as session:
+        token = ""
+        while True:
+            try:
+                response = session.get(url, params={"maxResults": 500, **({"pageToken": token} if token else {})},
+                                       timeout=CALL_TIMEOUT)
+            except requests.RequestException as error:
+                return _access_failure(name, 0, str(error), "check the network path to the Compute API")
+            if response.status_code == 403:
+                return CheckResult(name, False, f"{refused}: {_message(response)}", refused_fix)
+            if response.status_code != 200:
+                return _access_failure(name, response.status_code, _message(response),
+                                       "enable the Compute Engine API (`gcloud services enable compute.googleapis.com`)")
+            page = response.json()
+            items += page.get("items", [])
+            token = page.get("nextPageToken", "")
+            if not token:
+                return items
 
 def _access_failure(name: str, status: int, message: str, fix: str) -> CheckResult:
     what = f"HTTP {status}" if status else "no answer"
