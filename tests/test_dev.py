@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx
 from waiting import wait_until
@@ -22,6 +23,13 @@ from infra.sandbox.slack_requests import SlackRequests
 
 TPUBOT = Path(sys.executable).with_name("tpubot")
 
+
+
+def sandbox_hooks(summary: str):
+    """response_urls on dev's Slack stand-in, as Slack gives its own: the web process accepts no other host."""
+    api = re.search(r"Slack API\s+sandbox\s+(\S+)", summary).group(1)
+    parts = urlsplit(api)
+    return lambda name: f"{parts.scheme}://{parts.netloc}/hooks/{name}/1"
 
 def _ready(url: str) -> bool:
     try:
@@ -56,7 +64,7 @@ def test_dev_runs_serve_and_worker_on_one_redis_and_stops_them_all(tmp_path):
             assert part in summary, summary
         assert secret not in summary
 
-        slack = SlackRequests(f"{url}/slack/events", secret)
+        slack = SlackRequests(f"{url}/slack/events", secret, response_url_factory=sandbox_hooks(summary))
         try:
             assert "Requested a v5litepod-1" in slack.slash("up", user="UALICE", channel="C0DEV").text
             # Only the worker process provisions: ACTIVE here means it shares the web's Redis.
@@ -88,10 +96,11 @@ def test_a_killed_child_of_dev_is_restarted_and_the_stack_still_answers(tmp_path
     for stream, lines in ((dev.stdout, output), (dev.stderr, errors)):
         threading.Thread(target=lambda s=stream, o=lines: o.extend(s), daemon=True).start()
     url = f"http://127.0.0.1:{port}"
-    slack = SlackRequests(f"{url}/slack/events", secret)
+    slack = None
     try:
         wait_until(lambda: _ready(url), timeout=120, what="the dev web process ready")
         summary = "".join(output)
+        slack = SlackRequests(f"{url}/slack/events", secret, response_url_factory=sandbox_hooks(summary))
         os.kill(_pid(summary, "worker"), signal.SIGKILL)
         wait_until(lambda: any("tpubot dev: worker restarted" in line for line in errors), timeout=30,
                    what="the worker restarted")
@@ -108,7 +117,8 @@ def test_a_killed_child_of_dev_is_restarted_and_the_stack_still_answers(tmp_path
         assert "ACTIVE" in slack.slash("status", user="UALICE", channel="C0DEV").text
         assert dev.poll() is None
     finally:
-        slack.close()
+        if slack is not None:
+            slack.close()
         dev.send_signal(signal.SIGTERM)
         code = dev.wait(timeout=60)
     assert code == 0
