@@ -284,7 +284,7 @@ class _Health:
 
 
 def _boot(tmp_path, cloud, health, bucket: str):
-    from tests.waiting import wait_until
+    from waiting import wait_until
 
     world, bin_dir = tmp_path / "world", tmp_path / "bin"
     world.mkdir(exist_ok=True)
