@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 TPUBOT = Path(sys.executable).with_name("tpubot")
 
 
