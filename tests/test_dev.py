@@ -38,6 +38,13 @@ def _ready(url: str) -> bool:
         return False
 
 
+def dev_env(secret: str) -> dict[str, str]:
+    """A newcomer's environment for `tpubot dev`: none of the caller's Slack, GCP, TPU, Redis or model settings."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "REDIS_", "GEMMA_"))}
+    env.update(TPUBOT_ENV_FILE=os.devnull, SLACK_SIGNING_SECRET=secret, POLL_INTERVAL="0.2s")
+    return env
+
+
 def _listening(port: int) -> bool:
     with socket.socket() as sock:
         return sock.connect_ex(("127.0.0.1", port)) == 0
@@ -45,8 +52,7 @@ def _listening(port: int) -> bool:
 
 def test_dev_runs_serve_and_worker_on_one_redis_and_stops_them_all(tmp_path):
     secret = secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "REDIS_", "GEMMA_"))}
-    env.update(TPUBOT_ENV_FILE=os.devnull, SLACK_SIGNING_SECRET=secret, POLL_INTERVAL="0.2s")
+    env = dev_env(secret)
     port = free_port()
     dev = subprocess.Popen([str(TPUBOT), "dev", "--port", str(port)], env=env, cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
@@ -86,8 +92,7 @@ def _pid(summary: str, name: str) -> int:
 
 def test_a_killed_child_of_dev_is_restarted_and_the_stack_still_answers(tmp_path):
     secret = secrets.token_hex(16)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "REDIS_", "GEMMA_"))}
-    env.update(TPUBOT_ENV_FILE=os.devnull, SLACK_SIGNING_SECRET=secret, POLL_INTERVAL="0.2s")
+    env = dev_env(secret)
     port = free_port()
     dev = subprocess.Popen([str(TPUBOT), "dev", "--port", str(port)], env=env, cwd=tmp_path,
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
