@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import gc
 import logging
@@ -20,7 +21,7 @@ from starlette.routing import Route
 from bot.logging_setup import request_id
 from bot.request_gate import BodyTooLarge, Refusal, encoding_refusal, read_capped_body, response_url_allowed, signature_refusal
 from bot.settings import Settings
-from bot.wiring import build_services, slack_client_from, slack_http_session
+from bot.wiring import WEB_REDIS_TIMEOUT_SECONDS, build_services, slack_client_from, slack_http_session
 from handlers.payload_guard import (form_bolt_misreads, interaction_body, malformed_command, malformed_event,
                                     malformed_reason, response_urls)
 from handlers.slack_app import SingleFlightAuthorize, build_bolt_app
@@ -28,6 +29,8 @@ from handlers.slack_app import SingleFlightAuthorize, build_bolt_app
 log = logging.getLogger(__name__)
 # How long start-up waits for auth.test before serving anyway (a request then retries it).
 AUTH_WARM_TIMEOUT = 5.0
+# A readiness probe answers within its own deadline, whatever the state store's command timeout.
+READY_PING_TIMEOUT = 1.0
 
 
 def settle_heap() -> None:
@@ -56,7 +59,8 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         session = slack_http_session()
         client = slack_client_from(settings, session=session)
-        services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False, slack_client=client)
+        services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False, slack_client=client,
+                                                     redis_timeout=WEB_REDIS_TIMEOUT_SECONDS)
         # bolt's own client has no shared session: bolt deep-copies each request, client included,
         # for its lazy listeners, and an aiohttp session cannot be copied. Listeners make few
         # Slack calls of their own; the services' client (notifier, directory) keeps the session.
@@ -147,7 +151,7 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
 
     async def readyz(request: Request) -> Response:
         try:
-            await state["redis"].ping()
+            await asyncio.wait_for(state["redis"].ping(), READY_PING_TIMEOUT)
         except Exception as error:  # readiness reports any failure; it must never raise
             return JSONResponse({"ready": False, "redis": type(error).__name__}, status_code=503)
         return JSONResponse({"ready": True})

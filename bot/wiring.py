@@ -230,31 +230,39 @@ def slack_client_from(settings: Settings, *, session: aiohttp.ClientSession | No
 # per request (each new connection costs a handshake, and a burst of them can overflow the
 # server's accept queue into 1 s SYN retries).
 REDIS_POOL_SIZE = 32
+# How long one Redis command may wait for its answer. The web process waits longer
+# (WEB_REDIS_TIMEOUT_SECONDS): its acks do not wait on Redis past their budget
+# (handlers/late_answers.py), so a command caught in a failover pause finishes whole instead of
+# timing out with its write perhaps applied later.
+REDIS_TIMEOUT_SECONDS = 2.0
+WEB_REDIS_TIMEOUT_SECONDS = 10.0
 
 
-def _pool(redis_url: str) -> BlockingConnectionPool:
+def _pool(redis_url: str, socket_timeout: float) -> BlockingConnectionPool:
     return BlockingConnectionPool.from_url(redis_url, max_connections=REDIS_POOL_SIZE, timeout=2,
-                                           socket_timeout=2, socket_connect_timeout=2, health_check_interval=30)
+                                           socket_timeout=socket_timeout, socket_connect_timeout=2,
+                                           health_check_interval=30)
 
 
-def redis_client(redis_url: str) -> Redis:
-    return Redis(connection_pool=_pool(redis_url))
+def redis_client(redis_url: str, *, socket_timeout: float = REDIS_TIMEOUT_SECONDS) -> Redis:
+    return Redis(connection_pool=_pool(redis_url, socket_timeout))
 
 
-async def arq_pool(redis_url: str) -> ArqRedis:
+async def arq_pool(redis_url: str, *, socket_timeout: float = REDIS_TIMEOUT_SECONDS) -> ArqRedis:
     # No connection at construction: a web process starts (and answers "state store
     # unavailable") while Redis is down, and recovers when it returns.
-    return ArqRedis(_pool(redis_url), default_queue_name=JOB_QUEUE)
+    return ArqRedis(_pool(redis_url, socket_timeout), default_queue_name=JOB_QUEUE)
 
 
 JOB_QUEUE = QUEUE_NAME
 
 
 async def build_services(
-    settings: Settings, *, redis_url: str, with_tpu: bool, slack_client: AsyncWebClient | None = None
+    settings: Settings, *, redis_url: str, with_tpu: bool, slack_client: AsyncWebClient | None = None,
+    redis_timeout: float = REDIS_TIMEOUT_SECONDS,
 ) -> tuple[Services, Redis, ArqRedis]:
-    redis = redis_client(redis_url)
-    pool = await arq_pool(redis_url)
+    redis = redis_client(redis_url, socket_timeout=redis_timeout)
+    pool = await arq_pool(redis_url, socket_timeout=redis_timeout)
     leases = LeaseStore(redis)
     metrics = Metrics()
     alerting = alert_wiring.alerting_from(settings, redis, slack_client, metrics)

@@ -3,11 +3,13 @@ the channel can click) and the button's opaque value — and how a click is answ
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable
 
-from slack_bolt.async_app import AsyncApp, AsyncBoltContext, AsyncRespond
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
 
 from agent.context import Actor
+from handlers.late_answers import LateAnswers
 
 MAX_VALUE = 64  # our values are ids; anything longer is not one of ours
 
@@ -42,5 +44,31 @@ async def send_reply(respond: AsyncRespond, context: AsyncBoltContext) -> None:
 
 
 def on_click(app: AsyncApp, action_id: str, handle: Callable[..., Awaitable[None]]) -> None:
-    """Register `handle` (acks after its durable work) with `send_reply` as its lazy listener."""
-    app.action(action_id)(ack=handle, lazy=[send_reply])
+    """Register `handle` (acks after its durable work) with `send_reply` as its lazy listener.
+
+    A click whose work overruns the ack budget (the state store in a failover pause) is acked
+    empty while the work goes on; its reply is then posted when the work ends (late_answers)."""
+    late_answers: LateAnswers[bool] = LateAnswers()
+    wanted = set(inspect.signature(handle).parameters)
+
+    async def handle_within_ack_budget(ack: AsyncAck, body: dict, context: AsyncBoltContext,
+                                       respond: AsyncRespond) -> None:
+        offered = {"ack": ack, "body": body, "context": context, "respond": respond}
+
+        async def work() -> bool:
+            await handle(**{name: value for name, value in offered.items() if name in wanted})
+            return True
+
+        async def reply_late(_: bool) -> None:
+            message = context.get(REPLY)
+            if message and message is not replied_on_time:
+                await respond(**message)
+
+        finished = await late_answers.within_budget(work(), reply_late)
+        # What the context holds now, bolt's lazy send_reply posts; reply_late posts only what comes after.
+        replied_on_time = context.get(REPLY)
+        if not finished:
+            await ack()
+
+    handle_within_ack_budget.__name__ = getattr(handle, "__name__", "handle_click")
+    app.action(action_id)(ack=handle_within_ack_budget, lazy=[send_reply])

@@ -17,10 +17,12 @@ from __future__ import annotations
 import logging
 
 from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
 from agent.context import Services
 from agent.redact import redact_lines
+from handlers.late_answers import LateAnswers
 from handlers.mention_job import ANSWER_JOB, job_id
 
 log = logging.getLogger(__name__)
@@ -29,15 +31,17 @@ MAX_TEXT = 40_000  # Slack's own message limit; anything longer is not a message
 
 
 def register(app: AsyncApp, services: Services) -> None:
+    queueing: LateAnswers[int] = LateAnswers()
+
     @app.event("app_mention")
     async def handle_app_mention(body: dict, event: dict, context: AsyncBoltContext) -> None:
-        await accept_mention(services, body, event, context.bot_user_id or "")
+        await accept_mention(services, queueing, body, event, context.bot_user_id or "")
 
     @app.event({"type": "message", "subtype": "file_share"})
     async def handle_file_share(body: dict, event: dict, context: AsyncBoltContext) -> None:
         bot = context.bot_user_id or ""
         if bot and f"<@{bot}" in event.get("text", ""):
-            await accept_mention(services, body, event, bot)
+            await accept_mention(services, queueing, body, event, bot)
 
     @app.event("message")
     async def ignore_other_messages() -> None:
@@ -45,8 +49,11 @@ def register(app: AsyncApp, services: Services) -> None:
         return None
 
 
-async def accept_mention(services: Services, body: dict, event: dict, bot_user_id: str) -> None:
-    """Queue the answer; raises RedisError when it cannot, so Slack gets a 500 and retries later."""
+async def accept_mention(services: Services, queueing: LateAnswers[int], body: dict, event: dict,
+                         bot_user_id: str) -> None:
+    """Queue the answer; raises RedisError when it cannot, or not within the ack budget, so Slack
+    gets a 500 and retries later. A queueing that overruns the budget goes on: when it lands, the
+    retry finds its markers and is dropped as a repeat."""
     team = body.get("team_id") or event.get("team", "")
     channel, ts = event.get("channel", ""), event.get("ts", "")
     if not channel or not ts:
@@ -61,13 +68,15 @@ async def accept_mention(services: Services, body: dict, event: dict, bot_user_i
     try:
         # Markers and job in one atomic step: a delivery is never marked seen without its job.
         # The worker posts the status line first thing, so the web process makes no Slack call.
-        outcome = await services.jobs.enqueue_first_delivery(
+        outcome = await queueing.within_budget(services.jobs.enqueue_first_delivery(
             ANSWER_JOB, job_id=job_id(team, channel, ts),
             markers=[services.dedupe.marker(kind, value) for kind, value in markers],
             marker_ttl=services.dedupe.ttl_seconds,
             team=team, channel=channel, ts=ts, thread_ts=event.get("thread_ts") or ts, user=event.get("user", ""),
             text=text, files=files, bot_user_id=bot_user_id, notes=notes,
-        )
+        ), _queued_late)
+        if outcome is None:
+            raise RedisTimeoutError("the answer was not queued within the ack budget")
     except RedisError:
         log.error("state store unavailable; mention %s:%s left for Slack to retry", channel, ts)
         raise
@@ -75,6 +84,10 @@ async def accept_mention(services: Services, body: dict, event: dict, bot_user_i
         kind = markers[outcome - 1][0]
         await services.audit.record(actor=event.get("user", ""), action="mention", team=team, channel=channel,
                                     outcome=f"duplicate_{kind}", detail=body.get("event_id", "") if kind == "event" else ts)
+
+
+async def _queued_late(outcome: int) -> None:
+    log.info("a mention's answer was queued after its ack budget (outcome %d); Slack's retry is a repeat", outcome)
 
 
 def read_text(raw: str) -> tuple[str, list[str]]:

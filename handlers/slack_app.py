@@ -14,6 +14,7 @@ import asyncio
 import importlib
 import logging
 
+from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncApp
 from slack_bolt.authorization import AuthorizeResult
 from slack_sdk.web.async_client import AsyncWebClient
@@ -81,4 +82,15 @@ def build_bolt_app(services: Services, *, client: AsyncWebClient, signing_secret
                    authorize=(authorize or SingleFlightAuthorize(client)).for_bolt)
     for module_name in LISTENER_MODULES:
         importlib.import_module(module_name).register(app, services)
+    app.error(report_listener_error)
     return app
+
+
+async def report_listener_error(error: Exception) -> None:
+    """bolt answers a listener that raised with a 500 (Slack retries it). A state store that is
+    away is an outage the listener has already reported in one line, not a bug to trace."""
+    if isinstance(error, RedisError):
+        log.warning("listener left the request for Slack to retry: state store unavailable (%s: %s)",
+                    type(error).__name__, error)
+        return
+    log.error("listener failed", exc_info=error)

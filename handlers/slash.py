@@ -6,7 +6,8 @@ import logging
 
 from pydantic import ValidationError
 from redis.exceptions import RedisError
-from slack_bolt.async_app import AsyncAck, AsyncApp
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
 from agent.actions import get_action, run_action
 from agent.actions.registry import first_error, validate_args
@@ -15,28 +16,46 @@ from agent.context import Actor, Services
 from handlers import cards
 from handlers.ask_job import ASK_JOB, ask_job_id
 from handlers.commands import CommandError, ParsedCommand, help_text, parse
+from handlers.late_answers import LateAnswers
 
 log = logging.getLogger(__name__)
 
 STATE_STORE_DOWN = ":warning: The state store is unavailable, so nothing changed. Try again in a minute."
+# A write the client gave up waiting for may still be applied when the server catches up.
+STATE_STORE_SLOW = (":warning: The state store did not answer in time, so this command may or may not have "
+                    "taken effect. Check `/tpu status` in a minute before trying again.")
+STILL_WORKING = ":hourglass_flowing_sand: The state store is slow to answer; the result of this command follows here."
 
 
 def register(app: AsyncApp, services: Services) -> None:
+    late_answers: LateAnswers[tuple[str, list[dict]]] = LateAnswers()
+
     @app.command("/tpu")
-    async def handle_tpu_command(ack: AsyncAck, command: dict) -> None:
-        actor = Actor(user_id=command["user_id"], team=command.get("team_id", ""), channel=command["channel_id"])
-        try:
-            parsed = parse(command.get("text", ""))
-            if parsed.action in QUEUED_ACTIONS:
-                text, blocks = await queue_subcommand(services, actor, parsed, command)
-            else:
-                text, blocks = await run_subcommand(services, actor, parsed)
-        except CommandError as error:
-            text, blocks = cards.notice(f":warning: {error}")
-        except RedisError:
-            log.exception("state store unavailable during /tpu")
-            text, blocks = cards.notice(STATE_STORE_DOWN)
+    async def handle_tpu_command(ack: AsyncAck, respond: AsyncRespond, command: dict) -> None:
+        async def answer_late(answer: tuple[str, list[dict]]) -> None:
+            text, blocks = answer
+            await respond(text=text, blocks=blocks, response_type="ephemeral")
+
+        answer = await late_answers.within_budget(answer_command(services, command), answer_late)
+        text, blocks = answer or cards.notice(STILL_WORKING)
         await ack(text=text, blocks=blocks, response_type="ephemeral")
+
+
+async def answer_command(services: Services, command: dict) -> tuple[str, list[dict]]:
+    actor = Actor(user_id=command["user_id"], team=command.get("team_id", ""), channel=command["channel_id"])
+    try:
+        parsed = parse(command.get("text", ""))
+        if parsed.action in QUEUED_ACTIONS:
+            return await queue_subcommand(services, actor, parsed, command)
+        return await run_subcommand(services, actor, parsed)
+    except CommandError as error:
+        return cards.notice(f":warning: {error}")
+    except RedisTimeoutError:
+        log.exception("state store timed out during /tpu")
+        return cards.notice(STATE_STORE_SLOW)
+    except RedisError:
+        log.exception("state store unavailable during /tpu")
+        return cards.notice(STATE_STORE_DOWN)
 
 
 # Subcommands whose answer may outlast Slack's 3-second ack: queued for the worker, answered via response_url.

@@ -12,6 +12,7 @@ import secrets
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import httpx
@@ -20,6 +21,7 @@ from arq.jobs import Job, JobStatus
 from waiting import wait_until
 
 from bot.local_stack import free_port
+from handlers import cards
 from bot.wiring import arq_pool
 from infra.jobs import QUEUE_NAME, JobQueue
 from infra.sandbox.slack_api import SlackApiSandbox
@@ -177,3 +179,76 @@ def test_serve_stops_its_embedded_redis_on_sigterm(tmp_path):
         assert web.wait(timeout=30) == 0
     with socket.socket() as sock:
         assert sock.connect_ex(("127.0.0.1", redis_port)) != 0, "the embedded Redis outlived `tpubot serve`"
+
+
+SLACK_ACK_WINDOW_SECONDS = 3.0
+
+
+def test_commands_clicks_and_mentions_are_acked_within_slacks_window_while_redis_is_frozen(failover):
+    """A paused primary (SIGSTOP: connections open, nothing answers) for 5 s: every ack is inside
+    Slack's 3 s, through a client that gives up at 3 s as Slack does. The work is not cut: the
+    command's answer follows on its response_url after the thaw, the lease it asked for is
+    provisioned, and the mention is answered (Slack's retry of it finds it queued)."""
+    redis, procs = failover
+    wait_until(lambda: _status(f"{procs.url}/readyz") == 200, timeout=60, what="web ready")
+    assert "holds no TPU" in procs.requests.slash("status", user=ALICE, channel=CHANNEL).text
+    def impatient(send):  # a client that gives up at 3 s, as Slack does
+        client = SlackRequests(f"{procs.url}/slack/events", procs.secret, timeout=SLACK_ACK_WINDOW_SECONDS,
+                               response_url_factory=procs.slack.response_url)
+        try:
+            return send(client)
+        finally:
+            client.close()
+
+    requests = {
+        "status": lambda client: client.slash("status", user=ALICE, channel=CHANNEL),
+        "up": lambda client: client.slash("up", user=ALICE, channel=CHANNEL),
+        "mention": lambda client: client.mention("<@UTPUBOT> what is this?\nERROR boom", user=ALICE,
+                                                 channel=CHANNEL, event_id="EvFROZEN1", ts="1700000000.000100"),
+    }
+    redis.freeze()
+    try:
+        frozen_at = time.monotonic()
+        with ThreadPoolExecutor(len(requests)) as pool:  # at once, as Slack's users would
+            replies = dict(zip(requests, pool.map(impatient, requests.values())))
+        assert time.monotonic() - frozen_at < OUTAGE_SECONDS, "the freeze ended before the acks came back"
+        time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - frozen_at)))  # the rest of the freeze
+    finally:
+        redis.thaw()
+    status, up, mention = replies["status"], replies["up"], replies["mention"]
+
+    assert status.status == 200 and "follows here" in status.text, status
+    assert up.status == 200 and "follows here" in up.text, up
+    # Not queued within the budget: Slack is told to retry, and the queueing goes on.
+    assert mention.status == 500, mention
+    wait_until(lambda: len(procs.slack.responses) >= 2, timeout=30, what="both late answers")
+    late = [str(response) for response in procs.slack.responses]
+    assert any("holds no TPU" in text for text in late) and any("Requested a" in text for text in late), late
+    wait_until(lambda: any("ACTIVE" in str(c.body.get("blocks")) for c in procs.slack.calls_to("chat.update")),
+               timeout=90, what="the lease asked for during the freeze became ACTIVE")
+    assert len(procs.tpu.queued_resources()) == 1
+
+    retry = procs.requests.mention("<@UTPUBOT> what is this?\nERROR boom", user=ALICE, channel=CHANNEL,
+                                   event_id="EvFROZEN1", ts="1700000000.000100", retry_num=1)
+    assert retry.status == 200
+    wait_until(lambda: [c for c in procs.slack.calls_to("chat.postMessage")
+                        if c.body.get("thread_ts") == "1700000000.000100"], timeout=60, what="the mention answered")
+
+    # A click caught in a freeze: acked empty in time, its reply posted when the teardown is recorded.
+    confirm = procs.requests.slash("down", user=ALICE, channel=CHANNEL).json()
+    button = next(e for b in confirm["blocks"] if b["type"] == "actions" for e in b["elements"]
+                  if e["action_id"] == cards.TEARDOWN_CONFIRM_ACTION)
+    redis.freeze()
+    try:
+        frozen_at = time.monotonic()
+        click = impatient(lambda client: client.click(action_id=button["action_id"], value=button["value"],
+                                                      user=ALICE, channel=CHANNEL, label="Tear down"))
+        assert time.monotonic() - frozen_at < OUTAGE_SECONDS, "the freeze ended before the ack came back"
+        time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - frozen_at)))
+    finally:
+        redis.thaw()
+    assert click.status == 200, click
+    wait_until(lambda: any("Tearing down" in str(r) for r in procs.slack.responses), timeout=30,
+               what="the click's late reply")
+    wait_until(lambda: procs.tpu.queued_resources() == [], timeout=60, what="the TPU torn down")
+    assert not any("Traceback" in line for line in procs.log_lines("web"))

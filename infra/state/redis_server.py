@@ -6,6 +6,8 @@ installed. It keeps nothing on disk: state that matters is rebuilt from GCP by t
 
 from __future__ import annotations
 
+import os
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,6 +115,7 @@ class RestartableRedis:
         self.data_dir = data_dir
         self.url = f"redis://127.0.0.1:{port}/0"
         self._server: Any = None
+        self._frozen_pid: int | None = None  # a paused server cannot tell its pid
 
     def start(self) -> "RestartableRedis":
         ValkeyServer = _valkey_server_class()
@@ -122,9 +125,32 @@ class RestartableRedis:
         return self
 
     def stop(self) -> None:
+        self.thaw()
         if self._server is not None:
             self._server.stop()
             self._server = None
+
+    def freeze(self) -> None:
+        """Pause the server (SIGSTOP): connections stay open and nothing answers — a primary stalled
+        by a slow disk or a VM pause, where clients wait out their socket timeouts."""
+        self._frozen_pid = self._pid()
+        os.kill(self._frozen_pid, signal.SIGSTOP)
+
+    def thaw(self) -> None:
+        if self._frozen_pid is not None:
+            os.kill(self._frozen_pid, signal.SIGCONT)
+            self._frozen_pid = None
+
+    def _pid(self) -> int:
+        import redis
+
+        if self._server is None:
+            raise RuntimeError("the server is not running")
+        client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
+        try:
+            return int(client.info("server")["process_id"])
+        finally:
+            client.close()
 
     @property
     def running(self) -> bool:

@@ -1,0 +1,56 @@
+"""Answers that would outlast Slack's 3-second ack.
+
+A slash command's work (a lease claim, a status read) normally takes milliseconds and its answer
+is the ack itself. While the state store is slow — a failover, a primary paused for seconds — each
+Redis call can wait up to its socket timeout, and the ack would arrive after Slack has shown the
+user "dispatch_failed". The work is never cancelled to meet the deadline (a claim written without
+its job, cut halfway, is worse than a late answer): the ack says the answer follows, and the answer
+goes to the command's response_url when the work has finished.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+# Slack allows 3 s for the whole round trip; the signature check, bolt and the network use
+# milliseconds of it, so the work gets 2.5 s before the ack goes out without it.
+ACK_BUDGET_SECONDS = 2.5
+
+
+class LateAnswers(Generic[T]):
+    """Runs work against the ack budget; work that overruns it is delivered later, once it ends."""
+
+    def __init__(self, budget_seconds: float = ACK_BUDGET_SECONDS) -> None:
+        self.budget_seconds = budget_seconds
+        # Strong references: the event loop keeps only weak ones to running tasks.
+        self._deliveries: set[asyncio.Task[None]] = set()
+
+    async def within_budget(self, work: Awaitable[T], deliver: Callable[[T], Awaitable[None]]) -> T | None:
+        """The work's result when it finishes within the budget; otherwise None, and `deliver`
+        gets the result when the work ends."""
+        task = asyncio.ensure_future(work)
+        done, _ = await asyncio.wait({task}, timeout=self.budget_seconds)
+        if done:
+            return task.result()
+        delivery = asyncio.create_task(self._deliver_when_done(task, deliver))
+        self._deliveries.add(delivery)
+        delivery.add_done_callback(self._deliveries.discard)
+        return None
+
+    @property
+    def pending(self) -> int:
+        return len(self._deliveries)
+
+    @staticmethod
+    async def _deliver_when_done(task: asyncio.Future[T], deliver: Callable[[T], Awaitable[None]]) -> None:
+        try:
+            await deliver(await task)
+        except Exception:  # a late answer that cannot be posted is logged; the work itself is done
+            log.exception("could not deliver a late answer")
