@@ -50,7 +50,7 @@ HELP_LINES = (
     "@tpubot …        a mention; the following lines, up to a blank line, belong to it (pasted logs)",
     "!click TEXT      press the most recent button whose label contains TEXT",
     "!user NAME       act as another user",
-    "!wait            wait until the bot has finished what it started",
+    "!wait            wait until the bot has finished what it started, capacity waits included (3 min at most)",
     "!kick            remove tpubot from the channel (/tpu up then claims nothing)",
     "!invite          invite tpubot back",
     "!help            this list",
@@ -282,7 +282,7 @@ class Shell:
         elif line.strip() in ("!kick", "!invite"):
             self.membership(joined=line.strip() == "!invite")
         elif line.startswith("!wait"):
-            self.settle()
+            self.settle(cloud_patience=SETTLE_TIMEOUT)  # asked for: through waits on the cloud too
         elif line.strip() == "!help":
             self.say("", list(HELP_LINES))
         elif line.strip() in ("!quit", "!exit"):
@@ -348,9 +348,10 @@ class Shell:
         self.say("", [f"({self.user} {verb} #{CHANNEL_NAME})"])
 
     # --- settling --------------------------------------------------------------------------
-    def busy(self) -> bool:
-        """True while a lease is in motion (not waiting on the cloud) or a job other than a
-        background watch, timer or idle check is queued or running."""
+    def busy(self, cloud_patience: float = CLOUD_PATIENCE_S) -> bool:
+        """True while a lease is in motion (or has waited on the cloud for less than
+        `cloud_patience`) or a job other than a background watch, timer or idle check is queued
+        or running."""
         for member in self._redis.smembers(keys.lease_index()):
             self._started_by.setdefault(member, self._line)
             state = self._redis.hget(member, "state")
@@ -359,7 +360,7 @@ class Shell:
             if state.decode() not in WAITING_ON_CLOUD:
                 return True
             since = self._waiting_since.setdefault((member, state.decode()), time.monotonic())
-            if time.monotonic() - since < CLOUD_PATIENCE_S:
+            if time.monotonic() - since < cloud_patience:
                 return True
         # arq keeps a cron job's in-progress key after it ran (so no other worker repeats it): not work.
         for key in self._redis.keys("arq:in-progress:*"):
@@ -381,13 +382,13 @@ class Shell:
                 told.append(f"({self._started_by.get(member) or 'a lease'} is still working: {what})")
         return told
 
-    def settle(self, timeout: float = SETTLE_TIMEOUT) -> bool:
-        """Wait until what the last line started has finished, or waits on the cloud (capacity):
-        such a lease is named once and the next line goes ahead."""
+    def settle(self, timeout: float = SETTLE_TIMEOUT, cloud_patience: float = CLOUD_PATIENCE_S) -> bool:
+        """Wait until what the last line started has finished, or has waited on the cloud
+        (capacity) for `cloud_patience`: such a lease is named once and the next line goes ahead."""
         deadline = time.monotonic() + timeout
         quiet_since = None
         while time.monotonic() < deadline:
-            if self.busy():
+            if self.busy(cloud_patience):
                 quiet_since = None
             elif quiet_since is None:
                 quiet_since = time.monotonic()
