@@ -22,6 +22,7 @@ from agent.redact import Redactor
 from infra.jobs import JobQueue
 from infra.metrics import Metrics
 from infra.prices import PriceTable
+from infra.runbooks.library import RunbookLibrary
 from infra.state.alerts import AlertMarks
 from infra.state.audit import AuditLog
 from infra.state.bench_results import BenchResults
@@ -173,6 +174,8 @@ class Services:
     # secret values (bot/wiring.py); an agent run's copy also knows every live lease's model key
     # (agent/actions/secret_values.py), since a lease key has no shape a pattern could find.
     redactor: Redactor = field(default_factory=Redactor)
+    # Runbooks the agent searches and cites (issue 31): the built-in ones, plus RUNBOOKS_DIR/URLS.
+    runbooks: RunbookLibrary = field(default_factory=RunbookLibrary.from_settings)
 
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "ChannelUnreachable", "LeaseHook", "LeaseObserver",

@@ -158,6 +158,10 @@ class Settings(BaseSettings):
     agent_max_steps: int = Field(4, ge=1, le=10, description="model calls per mention before the agent must answer")
     agent_stream: bool = Field(True, description="stream model replies (and Slack replies, where the workspace can)")
     agent_use_model: bool = Field(True, description="False: mentions always get the model-less answer")
+    runbooks_dir: str = Field("", description="a folder of the team's runbooks (Markdown, docs/runbooks.md), "
+                                              "searched with the built-in ones; re-read when a file changes")
+    runbooks_urls: CsvList = Field(default_factory=list, description="http(s) URLs of Markdown runbooks, "
+                                   "comma-separated; fetched again after a minute")
 
     # --- Slack -----------------------------------------------------------------------------
     slack_bot_token: SecretStr = Field(SecretStr(""), description="xoxb- bot token")
@@ -233,7 +237,7 @@ class Settings(BaseSettings):
 
     _split = field_validator(
         "tpu_zones", "model_source_ranges", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
-        "write_users", "write_groups", "write_channels", "slack_response_url_hosts", mode="before",
+        "write_users", "write_groups", "write_channels", "slack_response_url_hosts", "runbooks_urls", mode="before",
     )(_split_csv)
 
     @field_validator("budget_workspace_monthly", "budget_channel_monthly", mode="before")
@@ -261,6 +265,23 @@ class Settings(BaseSettings):
                 raise ValueError(f"MODEL_SOURCE_RANGES={','.join(value)}: {item!r} is not an address range; write "
                                  "it like 203.0.113.7/32 (the bot's egress IP) or 10.128.0.0/20") from None
         return [str(ipaddress.ip_network(item, strict=False)) for item in value]
+
+    @field_validator("runbooks_dir")
+    @classmethod
+    def _runbooks_dir(cls, value: str) -> str:
+        if value and not Path(value).expanduser().is_dir():
+            raise ValueError(f"RUNBOOKS_DIR={value} is not a folder; name a folder of Markdown runbooks "
+                             "(docs/runbooks.md), or leave it empty for the built-in ones only")
+        return str(Path(value).expanduser()) if value else value
+
+    @field_validator("runbooks_urls")
+    @classmethod
+    def _runbooks_urls(cls, value: list[str]) -> list[str]:
+        for url in value:
+            if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).netloc:
+                raise ValueError(f"RUNBOOKS_URLS: {url!r} is not an http(s) URL; write it like "
+                                 "https://raw.githubusercontent.com/acme/runbooks/main/tpu.md")
+        return value
 
     @field_validator("vllm_image")
     @classmethod

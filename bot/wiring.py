@@ -25,6 +25,7 @@ from bot.settings import SECRET_FIELDS, Settings
 from handlers.directory import SlackGroupDirectory
 from handlers.notifier import SlackLeaseObserver
 from infra.metrics import Metrics
+from infra.runbooks.library import RunbookLibrary
 from infra.jobs import QUEUE_NAME, JobQueue
 from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
@@ -288,6 +289,7 @@ async def build_services(
         model_keys=model_keys_from(settings),
         membership=ChannelMembership(redis),
         redactor=redactor_from(settings),
+        runbooks=RunbookLibrary.from_settings(settings.runbooks_dir, settings.runbooks_urls),
     )
     services.hooks.extend(alert_wiring.alert_hooks())
     _wire_provisioning(services, settings, redis)

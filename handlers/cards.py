@@ -261,3 +261,20 @@ def zones_card(rows: list[dict], order: list[str], now: float | None = None, lim
 
 def notice(text: str) -> tuple[str, list[dict]]:
     return text, [{"type": "section", "text": {"type": "mrkdwn", "text": _truncate(text, 3000)}}]
+
+
+def runbook_card(query: str, results: list[dict], summary: str) -> tuple[str, list[dict]]:
+    """`/tpu runbook …`: one section per runbook section found, its sources and origin under it."""
+    blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": _truncate(f"Runbooks: {query}", 150)}}]
+    for result in results[:10]:
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _truncate(
+            f"*{result['title']}* `{result['cite']}`\n{result['body']}", 3000)}})
+        origin = result["origin"]
+        # A team file is named, not its path on the bot's disk.
+        where = origin if origin == "built-in" else f"from {origin if '://' in origin else origin.rsplit('/', 1)[-1]}"
+        sources = ", ".join(f"<{url}>" if url.startswith("http") else url for url in result["sources"][:4])
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _truncate(
+            f"{where}" + (f" · sources: {sources}" if sources else ""), 2000)}]})
+    if not results:
+        return notice(summary)
+    return _truncate(summary, 3000), blocks

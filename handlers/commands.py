@@ -102,6 +102,13 @@ def _parse_oncall(tokens: list[str]) -> dict:
         raise CommandError(f"{error}. {ONCALL_USAGE}") from None
 
 
+def _parse_runbook(tokens: list[str]) -> dict:
+    if not tokens:
+        raise CommandError("`/tpu runbook` needs words to look for. Usage: `/tpu runbook <error or symptom>`, "
+                           "e.g. `/tpu runbook RESOURCE_EXHAUSTED`")
+    return {"query": " ".join(tokens)}
+
+
 def _parse_ask(tokens: list[str]) -> dict:
     if not tokens:
         raise CommandError("`/tpu ask` needs a question. Usage: `/tpu ask <question>`, e.g. `/tpu ask what is a TPU?`")
@@ -160,6 +167,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("bench", "/tpu bench", "Benchmark this channel's READY model (a small sweep) and post the chart in its thread.", _no_args("bench"), "bench"),
     Subcommand("zones", "/tpu zones", "Show the zone scoreboard: last outcome, when, median time to ACTIVE, skipped until.", _no_args("zones"), "zones"),
     Subcommand("ask", "/tpu ask <question>", "Ask this channel's model directly; the answer comes with TTFT, TPOT and tokens/s.", _parse_ask, "ask_model"),
+    Subcommand("runbook", "/tpu runbook <error or symptom>", "Search the runbooks (built-in and the team's): the best sections, each cited as RB:file#section, with cause and fix.", _parse_runbook, "search_runbooks"),
     Subcommand("budget", "/tpu budget [set USD|clear] [#channel]", "Show the monthly spend budgets; admins set them (no channel: the workspace's).", _parse_budget, "budget"),
     Subcommand("spend", "/tpu spend [chart] [YYYY-MM]", "A month's TPU spend per channel: leases, hours, dollars, $/M output tokens, idle hours; `chart` posts a bar chart.", _parse_spend, "spend"),
     Subcommand("help", "/tpu help", "Show this help.", _no_args("help")),

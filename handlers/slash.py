@@ -126,6 +126,8 @@ def render_result(services: Services, action_name: str, result) -> tuple[str, li
         from handlers.spend_view import spend_sections
 
         return result.text[:3000], spend_sections(result.text)
+    if action_name == "search_runbooks" and result.ok:
+        return cards.runbook_card(result.data.get("query", ""), result.data.get("results", []), result.text)
     if action_name == "zones":
         return cards.zones_card(result.data.get("zones", []), result.data.get("order", []))
     if action_name == "teardown":

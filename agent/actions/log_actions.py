@@ -33,8 +33,11 @@ from agent.access import ActionKind
 from agent.actions.registry import ActionResult, action
 from agent.context import Actor, LogMaterial, Services
 from agent.digest import LineSpool, build_digest, lines_from_chunks, lines_from_entries
+from agent.digest.runbook_links import render_links, runbook_links
 from infra.cloud_logging import TPU_WORKER_RESOURCE, CloudLogsQuery, cloud_logs_query
 from infra.local_files import LocalFileError
+from infra.runbooks.index import RunbookIndex
+from infra.runbooks.library import RunbookLibrary
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +83,17 @@ def cited_lines(digest) -> list[int]:
     return sorted(dict.fromkeys(lines[:MAX_CITED]))
 
 
-def digest_result(lines: Iterable[str], budget: int, *, source: str) -> ActionResult:
+def digest_result(lines: Iterable[str], budget: int, *, source: str,
+                  runbooks: RunbookIndex | None = None) -> ActionResult:
+    """The digest, and after it the runbook sections its lines match (runbook_links)."""
     digest = build_digest(lines, budget_tokens=budget)
+    links = runbook_links(digest, runbooks)
     data = {"source": source, "total_lines": digest.total_lines, "templates": len(digest.ranked),
-            "cited_lines": cited_lines(digest)}
-    return ActionResult(True, digest.render(), data)
+            "cited_lines": cited_lines(digest), "runbooks": [link.cite for link in links]}
+    text = digest.render()
+    if links:
+        text += "\n\nRunbooks whose symptoms match these lines:\n" + render_links(links)
+    return ActionResult(True, text, data)
 
 
 @dataclass(frozen=True)
@@ -145,10 +154,10 @@ async def summarize_logs(svc: Services, actor: Actor, args: SummarizeLogsArgs) -
         found = await asyncio.to_thread(log_input, svc, args, spool)  # reading must not stall the loop
         if isinstance(found, str):
             return ActionResult(False, found)
-        return await asyncio.to_thread(summarize_found, found, args)
+        return await asyncio.to_thread(summarize_found, found, args, svc.runbooks)
 
 
-def summarize_found(found: LogInput, args: SummarizeLogsArgs) -> ActionResult:
+def summarize_found(found: LogInput, args: SummarizeLogsArgs, runbooks: RunbookLibrary) -> ActionResult:
     lines = found.lines
     if args.contains:
         needle = args.contains.lower()
@@ -157,7 +166,7 @@ def summarize_found(found: LogInput, args: SummarizeLogsArgs) -> ActionResult:
                                        f"{found.where}.")
         # Keep the numbering of the original lines: non-matching lines become blank.
         lines = (line if needle in line.lower() else "" for line in found.lines)
-    result = digest_result(lines, args.max_tokens, source=found.line_map or found.where)
+    result = digest_result(lines, args.max_tokens, source=found.line_map or found.where, runbooks=runbooks.index())
     if found.line_map:
         result.text = f"Sources: {found.line_map}\n{result.text}"
     return result
@@ -223,7 +232,9 @@ async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs
             return ActionResult(True, f"No {args.min_severity}+ entries from {scope.describe} in the last "
                                       f"{args.hours:g}h (filter: {query.filter}).", {"entries": 0})
         # Entries arrive newest first; the digest reads them oldest first.
-        out = await asyncio.to_thread(digest_result, reversed(spool), DEFAULT_DIGEST_TOKENS, source="Cloud Logging")
+        index = await asyncio.to_thread(svc.runbooks.index)
+        out = await asyncio.to_thread(digest_result, reversed(spool), DEFAULT_DIGEST_TOKENS, source="Cloud Logging",
+                                      runbooks=index)
     finally:
         spool.close()
     more = " (newest entries only; the window has more)" if query.truncated else ""

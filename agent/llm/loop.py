@@ -106,7 +106,7 @@ class AgentLoop:
     async def run(self) -> AgentRun:
         # Digesting spooled attachments reads them from disk: not on the event loop.
         messages, self.cited = await asyncio.to_thread(build_messages, self.mention, user_id=self.actor.user_id,
-                                                       redactor=self.svc.redactor)
+                                                       redactor=self.svc.redactor, runbooks=self.svc.runbooks)
         steps = 0
         answer: str | None = None
         try:

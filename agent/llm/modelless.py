@@ -22,6 +22,8 @@ from agent.digest import build_digest
 from agent.llm.intents import Intent, classify, provision_details
 from agent.llm.material import MentionInput, unread_warnings
 from agent.llm.run import AgentRun
+from agent.digest.runbook_links import runbook_links
+from infra.runbooks.library import RunbookLibrary
 from infra.state.leases import LeaseState
 
 log = logging.getLogger(__name__)
@@ -44,7 +46,7 @@ def _code(text: str, limit: int = EXEMPLAR_CHARS) -> str:
     return "`" + (text if len(text) <= limit else text[: limit - 1] + "…") + "`"
 
 
-def summarize(mention: MentionInput) -> tuple[str, list[int]]:
+def summarize(mention: MentionInput, runbooks: RunbookLibrary | None = None) -> tuple[str, list[int]]:
     digest = build_digest(mention.log_lines(), budget_tokens=SUMMARY_TOKENS)
     ranked = sorted(digest.templates, key=lambda t: (-t.severity, t.first_line))[:SHOWN_TEMPLATES]
     errors = [t for t in digest.ranked if t.severity_name in ("ERROR", "CRITICAL", "ALERT", "EMERGENCY", "FATAL")]
@@ -62,7 +64,12 @@ def summarize(mention: MentionInput) -> tuple[str, list[int]]:
         lines.append(f"• {t.severity_name} ×{t.count} ({span}): {_code(t.template, 100)}{shown}")
     if len(digest.ranked) > len(ranked):
         lines.append(f"…and {len(digest.ranked) - len(ranked)} more kinds of message.")
-    return "\n".join(lines), cited_lines(digest)
+    links = runbook_links(digest, runbooks.index() if runbooks is not None else None)
+    for link in links:
+        lines.append(f"This looks like *{link.section.title}*, see {link.cite} (its symptoms match {link.evidence()})."
+                     + (f" Fix: {link.first_fix()}" if link.first_fix() else ""))
+    cited = sorted(set(cited_lines(digest)) | {line for link in links for line in link.lines[:2]})
+    return "\n".join(lines), cited
 
 
 def _invalid(svc: Services, action_name: str, args: dict) -> str | None:
@@ -92,7 +99,7 @@ async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: 
     cards: list = []
     cited: list[int] = []
     if mention.has_logs:
-        summary, cited = await asyncio.to_thread(summarize, mention)  # reads spooled attachments from disk
+        summary, cited = await asyncio.to_thread(summarize, mention, svc.runbooks)  # reads spooled attachments
         parts.append(summary)
     elif Intent.LOGS in intents:
         parts.append("No logs came with this message: paste them (in ``` fences) or attach a file.")

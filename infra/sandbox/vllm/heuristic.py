@@ -2,11 +2,12 @@
 
 It is not a language model and never pretends to be Gemma: every text it writes says it is the
 sandbox model. It exists so the agent loop visibly works end to end on embedded defaults:
-- tools offered and the last user message asks about status / zones / cost / logs → one tool
+- tools offered and the last user message asks about runbooks / status / zones / cost / logs → one tool
   call in Gemma 4's raw syntax, for the first offered tool whose name matches;
 - the conversation ends with tool results → a short summary: for a log digest, the top error
   template (most severe, then most frequent), its count and the lines it cites ("L12"); for
-  other results, their first lines, cut at a word;
+  other results, their first lines, cut at a word; and for each runbook section a result holds,
+  "This looks like …, see RB:…" with its fix;
 - a question that is a sum or product of two whole numbers ("What is 17 + 25?") → its answer, so
   the boot's known-answer check (infra/model_correctness.py) passes on a healthy sandbox model;
 - anything else → a plain labelled reply.
@@ -24,6 +25,7 @@ Q = '<|"|>'
 
 # (words in the user's message, substrings of a tool name), checked in order.
 _INTENTS: list[tuple[tuple[str, ...], tuple[str, ...]]] = [
+    (("runbook", "runbooks", "playbook"), ("runbook",)),
     (("log", "logs", "error", "errors", "incident", "summarize", "summarise"), ("log",)),
     (("zone", "zones", "region", "capacity"), ("zone",)),
     (("cost", "price", "spend", "bill", "$"), ("cost", "price")),
@@ -111,7 +113,35 @@ def digest_templates(text: str) -> list[_Template]:
     return out
 
 
+# A runbook section in a tool result: `RB:file#section — Title (its symptoms match L3, L4)`, then
+# its `Fix: …` line (agent/digest/runbook_links.py, agent/actions/runbook_actions.py).
+_RUNBOOK = re.compile(r"^(?P<cite>RB:[\w.-]+#[\w-]+) — (?P<title>.+?)(?: \(its symptoms match (?P<lines>[L\d, ]+)\))?$")
+
+
+def runbooks_in(result: str) -> list[str]:
+    """"This looks like …, see RB:…" for each runbook section in a tool result, with its fix."""
+    said: list[str] = []
+    lines = result.splitlines()
+    for i, raw in enumerate(lines):
+        m = _RUNBOOK.match(raw.strip())
+        if not m:
+            continue
+        fix = next((line.strip()[len("Fix:"):].strip() for line in lines[i + 1:i + 8]
+                    if line.strip().startswith("Fix:")), "")
+        evidence = f" (its symptoms match {m['lines']})" if m["lines"] else ""
+        said.append(f"This looks like {m['title']}, see {m['cite']}{evidence}."
+                    + (f" Fix: {_cut(fix, 200)}" if fix else ""))
+    return said[:2]
+
+
 def summarize_result(name: str, result: str) -> str:
+    runbooks = runbooks_in(result)
+    if runbooks and not digest_templates(result):
+        return f"The runbooks ({name}) hold: " + " ".join(runbooks)
+    return " ".join([_summarize_digest_or_text(name, result), *runbooks])
+
+
+def _summarize_digest_or_text(name: str, result: str) -> str:
     errors = [t for t in digest_templates(result) if t.severity in _SEVERITY_RANK]
     if errors:
         top = min(errors, key=lambda t: (_SEVERITY_RANK[t.severity], -t.count))
