@@ -115,7 +115,7 @@ class DevStack:
     def start(self) -> "DevStack":
         # Only Redis and the stand-ins in this process; web and worker run as their own processes.
         self.stack = LocalStack(self.settings, run_worker=False, run_web=False,
-                                sandbox_model=self.settings.sandbox).start()
+                                sandbox_model=self.settings.mode.is_sandbox).start()
         env = dict(os.environ)
         env.update({name.upper(): _env_value(value) for name, value in self.stack.overrides.items()})
         env["PORT"] = str(self.port)

@@ -176,12 +176,12 @@ class LocalStack:
             _check_reachable(self.settings.redis_url)
         self.redis = ensure_redis(self.settings.redis_url)
         overrides: dict[str, Any] = {"redis_url": self.redis.url}
-        if self.settings.sandbox:
+        if self.settings.mode.is_sandbox:
             # The emulated cloud moves in seconds, not minutes: look at it as often.
             overrides["poll_interval"] = min(self.settings.poll_interval, SANDBOX_POLL_INTERVAL)
-        if self.settings.sandbox and not self.settings.tpu_api_endpoint:
+        if self.settings.mode.is_sandbox and not self.settings.tpu_api_endpoint:
             overrides.update(self._start_cloud())
-        if self.settings.sandbox and not self.settings.logging_api_endpoint:
+        if self.settings.mode.is_sandbox and not self.settings.logging_api_endpoint:
             from infra.sandbox.logging_api import LoggingEmulator, generate_entries
 
             self.logging_emulator = LoggingEmulator(self.settings.project,

@@ -20,6 +20,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
+from infra.deployment_mode import DeploymentMode
 from infra.durations import FLEX_START_LONGEST, SHORTEST_LEASE, format_duration, parse_duration
 from infra.prices import PriceTableSetting, default_price_table
 from infra.vllm_flags import (
@@ -467,9 +468,10 @@ class Settings(BaseSettings):
 
     # --- derived ---------------------------------------------------------------------------
     @property
-    def sandbox(self) -> bool:
-        """No GCP project configured: every cloud call goes to the local emulators."""
-        return not self.gcp_project
+    def mode(self) -> DeploymentMode:
+        """The one place the mode is decided: no GCP project configured means the sandbox, where
+        every cloud call goes to the local emulators."""
+        return DeploymentMode.for_project(self.gcp_project)
 
     @property
     def project(self) -> str:

@@ -68,10 +68,10 @@ def cloud_logging_config_from(settings: Settings):
     """None in the sandbox without a Logging emulator: anonymous calls to Google would only fail."""
     from infra.cloud_logging import CloudLoggingConfig
 
-    if settings.sandbox and not settings.logging_api_endpoint:
+    if settings.mode.is_sandbox and not settings.logging_api_endpoint:
         return None
     return CloudLoggingConfig(project=settings.project, api_endpoint=settings.logging_api_endpoint or None,
-                              anonymous=settings.sandbox)
+                              anonymous=settings.mode.is_sandbox)
 
 
 def policy_from(settings: Settings) -> Policy:
@@ -134,14 +134,10 @@ def model_keys_from(settings: Settings):
     """The per-lease model API keys in Secret Manager; None in a sandbox without a Secret Manager emulator."""
     from infra.model_keys import ModelKeys
 
-    if settings.sandbox and not settings.secretmanager_api_endpoint:
+    if settings.mode.is_sandbox and not settings.secretmanager_api_endpoint:
         return None
-    credentials = None
-    if settings.sandbox:
-        from google.auth.credentials import AnonymousCredentials
-
-        credentials = AnonymousCredentials()
-    return ModelKeys(settings.project, credentials=credentials, api_endpoint=settings.secretmanager_api_endpoint)
+    return ModelKeys(settings.project, credentials=settings.mode.credentials(),
+                     api_endpoint=settings.secretmanager_api_endpoint)
 
 
 def preflight_config_from(settings: Settings):
@@ -150,7 +146,7 @@ def preflight_config_from(settings: Settings):
     return PreflightConfig(
         project=settings.project, zone=settings.tpu_zone, accelerator=settings.tpu_accelerator_type,
         network=settings.network, subnetwork=settings.subnetwork, hf_token_secret=settings.hf_token_secret,
-        sandbox=settings.sandbox, tpu_endpoint=settings.tpu_api_endpoint,
+        mode=settings.mode, tpu_endpoint=settings.tpu_api_endpoint,
         compute_endpoint=settings.compute_api_endpoint, quotas_endpoint=settings.quotas_api_endpoint,
         secretmanager_endpoint=settings.secretmanager_api_endpoint,
         model_port=settings.model_port, network_tag=settings.model_network_tag,
@@ -164,7 +160,7 @@ SANDBOX_SOURCE_RANGES = ("127.0.0.1/32",)  # the sandbox bot reaches its nodes' 
 
 
 def model_source_ranges_of(settings: Settings) -> list[str]:
-    return list(settings.model_source_ranges) or (list(SANDBOX_SOURCE_RANGES) if settings.sandbox else [])
+    return list(settings.model_source_ranges) or (list(SANDBOX_SOURCE_RANGES) if settings.mode.is_sandbox else [])
 
 
 def tpu_config_from(settings: Settings):
@@ -188,15 +184,10 @@ def tpu_config_from(settings: Settings):
 def tpu_service_from(settings: Settings, metrics: Metrics | None = None):
     from infra.tpu import TpuService
 
-    credentials = None
-    if settings.sandbox:
-        from google.auth.credentials import AnonymousCredentials
-
-        credentials = AnonymousCredentials()
     # The emulator settles a create LRO in a fraction of a second; polling it each second would only wait.
     on_error = (lambda error: metrics.gcp_errors.labels(error.kind.value).inc()) if metrics else None
-    return TpuService(tpu_config_from(settings), credentials=credentials,
-                      lro_poll_interval=0.05 if settings.sandbox else 1.0, on_error=on_error)
+    return TpuService(tpu_config_from(settings), credentials=settings.mode.credentials(),
+                      lro_poll_interval=0.05 if settings.mode.is_sandbox else 1.0, on_error=on_error)
 
 
 SLACK_TIMEOUT_SECONDS = 10

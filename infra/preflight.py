@@ -45,6 +45,7 @@ from google.auth import exceptions as auth_exc
 from google.auth.credentials import Credentials
 from redis.asyncio import Redis
 
+from infra.deployment_mode import DeploymentMode
 from infra.state import keys
 from infra.tpu_errors import region_of
 
@@ -68,7 +69,7 @@ class PreflightConfig:
     network: str = ""
     subnetwork: str = ""
     hf_token_secret: str = "hf-token"
-    sandbox: bool = False  # anonymous credentials against the local emulators
+    mode: DeploymentMode = DeploymentMode.CLOUD  # SANDBOX: anonymous credentials against the local emulators
     tpu_endpoint: str = ""
     compute_endpoint: str = ""
     quotas_endpoint: str = ""
@@ -94,11 +95,12 @@ class PreflightConfig:
 
     def fingerprint(self) -> str:
         """What the verdict depends on, including which endpoint set answered (see `endpoint_kind`)."""
+        sandbox = self.mode.is_sandbox
         endpoints = [endpoint_kind(e) for e in (self.tpu_endpoint, self.compute_endpoint, self.quotas_endpoint,
                                                   self.secretmanager_endpoint, self.storage_endpoint)]
         basis = [self.project, self.zone, self.accelerator, self.network_name, self.subnetwork, self.hf_token_secret,
                  # The sandbox's rule admits every port, and its model port moves when 8000 is taken.
-                 None if self.sandbox else self.model_port, self.network_tag, sorted(self.model_source_ranges), self.sandbox, endpoints,
+                 None if sandbox else self.model_port, self.network_tag, sorted(self.model_source_ranges), sandbox, endpoints,
                  self.endpoint_address, self.vllm_image, self.xla_cache_bucket]
         return hashlib.sha1(json.dumps(basis).encode()).hexdigest()[:16]
 
@@ -167,13 +169,11 @@ def run_preflight(config: PreflightConfig, credentials: Credentials | None = Non
 
 def check_credentials(config: PreflightConfig, credentials: Credentials | None) -> tuple[Credentials | None, CheckResult]:
     if credentials is not None:
-        kind = "anonymous (sandbox)" if config.sandbox else type(credentials).__name__
+        kind = "anonymous (sandbox)" if config.mode.is_sandbox else type(credentials).__name__
         return credentials, CheckResult("credentials", True, f"using {kind} credentials")
-    if config.sandbox:
-        from google.auth.credentials import AnonymousCredentials
-
-        return AnonymousCredentials(), CheckResult("credentials", True, "sandbox: anonymous credentials "
-                                                                        "against the local emulators")
+    if config.mode.is_sandbox:
+        return config.mode.credentials(), CheckResult("credentials", True,
+                                                      "sandbox: anonymous credentials against the local emulators")
     fix = ("run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service-account "
            "key file; leave GCP_PROJECT empty to use the local sandbox")
     try:

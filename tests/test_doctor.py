@@ -163,7 +163,7 @@ def test_no_verdict_is_shared_across_endpoint_sets(own_cloud, env, redis_url):
 
     settings = Settings.load()
     local = preflight_config_from(settings)
-    google = PreflightConfig(project=local.project, zone=local.zone, sandbox=local.sandbox,
+    google = PreflightConfig(project=local.project, zone=local.zone, mode=local.mode,
                              model_source_ranges=local.model_source_ranges)
     other_local = preflight_config_from(settings.model_copy(update={"tpu_api_endpoint": "http://127.0.0.1:1"}))
     async def failures(fingerprint: str) -> list[str]:

@@ -17,6 +17,7 @@ from google.auth.credentials import AnonymousCredentials
 from google.auth.transport.requests import AuthorizedSession
 from google.cloud import cloudquotas_v1, logging as cloud_logging, secretmanager_v1
 
+from infra.deployment_mode import DeploymentMode
 from infra.preflight import PreflightConfig, check_cache_bucket, check_egress
 from infra.sandbox.discovery import strict_available
 from infra.sandbox.gcp_project_api import GcpProjectSandbox
@@ -215,7 +216,7 @@ def test_the_typed_project_clients_pass_and_every_response_conforms(project_api:
         rules = session.get(f"{project_api.base_url}/compute/v1/projects/{PROJECT}/global/firewalls", timeout=5)
     assert rules.status_code == 200 and rules.json()["items"][0]["targetTags"] == ["tpubot-model"]
     # Doctor's internal-egress and cache-bucket checks, as they call Compute and Storage.
-    config = PreflightConfig(project=PROJECT, zone=ZONE, sandbox=True, compute_endpoint=project_api.base_url,
+    config = PreflightConfig(project=PROJECT, zone=ZONE, mode=DeploymentMode.SANDBOX, compute_endpoint=project_api.base_url,
                              storage_endpoint=project_api.base_url, endpoint_address="internal",
                              xla_cache_bucket="xla-cache")
     assert check_egress(config, AnonymousCredentials()).ok and check_cache_bucket(config, AnonymousCredentials()).ok

@@ -4,6 +4,7 @@ import pytest
 from pydantic import ValidationError
 
 from bot.settings import Settings, describe_sources
+from infra.deployment_mode import DeploymentMode
 
 
 def load(tmp_path, monkeypatch, env_text="", **env):
@@ -24,7 +25,7 @@ def test_defaults_are_a_valid_v5e_flex_start_request(tmp_path, monkeypatch):
     assert s.tpu_runtime_version == "v2-alpha-tpuv5-lite"
     assert s.tpu_machine_type == "ct5lp-hightpu-1t"
     assert s.max_run_duration == timedelta(hours=4)
-    assert s.sandbox
+    assert s.mode is DeploymentMode.SANDBOX  # no GCP_PROJECT
 
 
 def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):

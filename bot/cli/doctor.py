@@ -46,7 +46,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
     cloud = None
     endpoints = ("tpu_api_endpoint", "compute_api_endpoint", "quotas_api_endpoint", "secretmanager_api_endpoint",
                  "storage_api_endpoint")
-    if settings.sandbox and not all(getattr(settings, name) for name in endpoints):
+    if settings.mode.is_sandbox and not all(getattr(settings, name) for name in endpoints):
         # A sandbox run never asks the real Google APIs (anonymously, they would only fail with
         # misleading fixes): the endpoints that are set are checked as given, the rest locally.
         from infra.sandbox.world import CloudSandbox, SandboxWorld
@@ -60,7 +60,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
     try:
         from bot.wiring import preflight_config_from
 
-        where = "sandbox" if settings.sandbox else f"project {settings.project}"
+        where = "sandbox" if settings.mode.is_sandbox else f"project {settings.project}"
         report = run_preflight(preflight_config_from(settings), extra=[
             CheckResult("settings", True, f"valid ({where}, zone {settings.tpu_zone}, {settings.tpu_accelerator_type})"),
         ])
