@@ -45,7 +45,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from infra.gcs_location import DUAL_REGIONS
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: F401  (the ids Google uses)
-from infra.sandbox.http_server import SandboxHTTPServer, serve_in_thread
+from infra.sandbox.http_server import ServerThread
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api, proto_api
 
 _COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<rest>.*))?$")
@@ -103,24 +103,18 @@ class GcpProjectSandbox:
         self.guest_attribute_writes: list[tuple[str, str]] = []  # every ("namespace/key", value), in order
         self._lock = threading.Lock()
         self._host, self._port = host, port
-        self._server: SandboxHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http: ServerThread | None = None
 
     # --- lifecycle --------------------------------------------------------------------------
     def start(self) -> str:
-        if self._server is None:
-            self._server = SandboxHTTPServer((self._host, self._port), _handler_for(self))
-            self._thread = serve_in_thread(self._server, "gcp-project-sandbox")
+        if self._http is None:
+            self._http = ServerThread((self._host, self._port), _handler_for(self), "gcp-project-sandbox").start()
         return self.base_url
 
     def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = self._thread = None
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
 
     def __enter__(self) -> "GcpProjectSandbox":
         self.start()
@@ -131,10 +125,9 @@ class GcpProjectSandbox:
 
     @property
     def base_url(self) -> str:
-        if self._server is None:
+        if self._http is None:
             raise RuntimeError("the GCP project sandbox is not running; call start() first")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._http.root
 
     @property
     def metadata_url(self) -> str:

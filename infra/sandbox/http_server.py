@@ -1,4 +1,5 @@
-"""The stdlib HTTP server the sandbox emulators (Slack, TPU, Logging, project APIs) serve on.
+"""The stdlib HTTP server the sandbox emulators (Slack, TPU, Logging, project APIs) serve on,
+and its life on a background thread (`ServerThread`), the same for each of them.
 
 Two settings differ from `ThreadingHTTPServer`'s defaults, both for a busy machine running many
 stacks: a listen backlog of 128 instead of 5 (a burst of the bot's calls — the TPU emulator
@@ -10,7 +11,7 @@ a stack does not wait half a second per emulator.
 from __future__ import annotations
 
 import threading
-from http.server import ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SHUTDOWN_POLL_SECONDS = 0.05
 
@@ -20,8 +21,34 @@ class SandboxHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
 
-def serve_in_thread(server: SandboxHTTPServer, name: str) -> threading.Thread:
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS},
-                              name=name, daemon=True)
-    thread.start()
-    return thread
+class ServerThread:
+    """One emulator's server: bound at construction (its address is known from then on), served
+    on a background thread by `start`, closed by `stop`; both may be called again to no effect."""
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], name: str) -> None:
+        self.server = SandboxHTTPServer(address, handler)
+        self.name = name
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    @property
+    def root(self) -> str:
+        host, port = self.server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def start(self) -> ServerThread:
+        if self._thread is None and not self._closed:
+            self._thread = threading.Thread(target=self.server.serve_forever, name=self.name, daemon=True,
+                                            kwargs={"poll_interval": SHUTDOWN_POLL_SECONDS})
+            self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        if self._thread is not None:  # shutdown() waits for serve_forever(), so only once it ran
+            self.server.shutdown()
+        self.server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

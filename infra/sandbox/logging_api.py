@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from infra.sandbox.http_server import SandboxHTTPServer, serve_in_thread
+from infra.sandbox.http_server import ServerThread
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
 
 SEVERITY_NUMBERS = {
@@ -121,8 +121,7 @@ class LoggingEmulator:
         self.rejected: list[RequestRejected] = []
         self.response_problems: list[str] = []
         self._lock = threading.Lock()
-        self._server: SandboxHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http: ServerThread | None = None
 
     # --- control ---
     def fail_next(self, count: int, *, after: int = 0) -> None:
@@ -133,9 +132,8 @@ class LoggingEmulator:
 
     @property
     def url(self) -> str:
-        assert self._server is not None, "call start() first"
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        assert self._http is not None, "call start() first"
+        return self._http.root
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> LoggingEmulator:
         emulator = self
@@ -155,18 +153,16 @@ class LoggingEmulator:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
                 return
 
-        self._server = SandboxHTTPServer((host, port), Handler)
-        self._thread = serve_in_thread(self._server, "logging-emulator")
+        self._http = ServerThread((host, port), Handler, "logging-emulator").start()
         return self
 
     def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
 
     def __enter__(self) -> LoggingEmulator:
-        return self.start() if self._server is None else self
+        return self.start() if self._http is None else self
 
     def __exit__(self, *exc: object) -> None:
         self.stop()

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from infra.sandbox.http_server import SandboxHTTPServer, serve_in_thread
+from infra.sandbox.http_server import ServerThread
 from infra.sandbox import slack_rules
 
 BOT_USER_ID = "UTPUBOT"
@@ -93,22 +93,19 @@ class SlackApiSandbox:
         self._changed = threading.Condition(self._lock)
         self._listeners: list[Callable[[str, dict], None]] = []
         handler = _make_handler(self)
-        self._server = SandboxHTTPServer((host, port), handler)
-        self._thread: threading.Thread | None = None
+        self._http = ServerThread((host, port), handler, "slack-sandbox")
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> str:
-        self._thread = serve_in_thread(self._server, "slack-sandbox")
+        self._http.start()
         return self.base_url
 
     def stop(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
+        self._http.stop()
 
     @property
     def root(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._http.root
 
     @property
     def base_url(self) -> str:

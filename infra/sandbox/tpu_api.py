@@ -51,7 +51,7 @@ from urllib.parse import parse_qs, urlsplit
 from google.cloud import tpu_v2
 from google.protobuf import json_format
 
-from infra.sandbox.http_server import SandboxHTTPServer, serve_in_thread
+from infra.sandbox.http_server import ServerThread
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
 
 
@@ -224,8 +224,7 @@ class TpuSandbox:
         self._node_numbers = itertools.count(2)
         self._injected: list[tuple[int, str, str | None]] = []  # (http status, message, path substring)
         self._host, self._port = host, port
-        self._server: SandboxHTTPServer | None = None
-        self._thread: threading.Thread | None = None
+        self._http: ServerThread | None = None
         # Google's discovery documents for both versions (None without google-api-python-client: lenient).
         self.apis: dict[str, DiscoveryApi | None] = {
             "v2": load_api("tpu.v2", "google.cloud.tpu.v2"),
@@ -243,20 +242,14 @@ class TpuSandbox:
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> str:
         """Start serving on a background thread; returns the base URL (`http://127.0.0.1:PORT`)."""
-        if self._server is not None:
-            return self.base_url
-        self._server = SandboxHTTPServer((self._host, self._port), _handler_for(self))
-        self._thread = serve_in_thread(self._server, "tpu-sandbox")
+        if self._http is None:
+            self._http = ServerThread((self._host, self._port), _handler_for(self), "tpu-sandbox").start()
         return self.base_url
 
     def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.shutdown()
-        self._server.server_close()
-        if self._thread is not None:
-            self._thread.join(timeout=5)
-        self._server = self._thread = None
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
 
     def __enter__(self) -> "TpuSandbox":
         self.start()
@@ -267,10 +260,9 @@ class TpuSandbox:
 
     @property
     def base_url(self) -> str:
-        if self._server is None:
+        if self._http is None:
             raise RuntimeError("the TPU sandbox is not running; call start() first")
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}"
+        return self._http.root
 
     # --- control surface ---------------------------------------------------------------------
     def now(self) -> float:
