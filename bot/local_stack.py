@@ -17,7 +17,7 @@ import traceback
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import uvicorn
 from pydantic import SecretStr
@@ -28,6 +28,15 @@ from bot.worker import build_worker
 from infra.sandbox.vllm.served_version import served_version_for
 from infra.sandbox.slack_requests import SlackRequests
 from infra.state.redis_server import RedisEndpoint, ensure_redis
+
+if TYPE_CHECKING:
+    from infra.sandbox.emulators import SandboxEmulators
+    from infra.sandbox.logging_api import LoggingEmulator
+    from infra.sandbox.node_models import NodeModels
+    from infra.sandbox.slack_api import SlackApiSandbox
+    from infra.sandbox.tpu_api import TpuSandbox
+    from infra.sandbox.vllm import VllmEmulator
+    from infra.sandbox.world import CloudSandbox
 
 
 SANDBOX_POLL_INTERVAL = timedelta(milliseconds=500)
@@ -136,42 +145,65 @@ class LocalStack:
     run_web: bool = True  # False: no Slack-facing web app (`tpubot mcp` needs only the worker; `tpubot dev` runs its own)
     tpu_zones: dict | None = None
     redis: RedisEndpoint | None = None
-    tpu_sandbox: Any = None
-    slack: Any = None
     web_url: str = ""
     sandbox_model: bool = False  # start a sandbox vLLM (labelled heuristic) unless GEMMA_BASE_URL is set
-    model_emulator: Any = None
-    logging_emulator: Any = None
     world: Any = None  # infra.sandbox.world.SandboxWorld; None: the default world (tpu_zones if given)
-    cloud: Any = None  # the running CloudSandbox (TPU + project APIs)
-    node_models: Any = None  # sandbox vLLM per ACTIVE node
+    emulators: SandboxEmulators | None = None  # the stand-ins start() ran for what the settings leave unset
     overrides: dict[str, Any] = field(default_factory=dict)  # what start() pointed at the stand-ins
     _web: _UvicornThread | None = field(default=None, repr=False)
     _worker: _WorkerThread | None = field(default=None, repr=False)
 
-    def _start_cloud(self) -> dict[str, Any]:
-        """The emulated project, with a labelled sandbox vLLM on every ACTIVE node at http://127.0.1.N:PORT/v1."""
-        from infra.sandbox.node_models import NodeModels
-        from infra.sandbox.world import CloudSandbox, SandboxWorld
+    # The running stand-ins, None where a real endpoint is configured (or before start()).
+    @property
+    def cloud(self) -> CloudSandbox | None:
+        return self.emulators.cloud if self.emulators else None
 
-        world = self.world or (SandboxWorld(zones=dict(self.tpu_zones)) if self.tpu_zones else SandboxWorld())
-        self.node_models = NodeModels(model=self.settings.model_name, max_model_len=self.settings.vllm_max_model_len,
-                                      preferred_port=self.settings.model_port,
-                                      served_version=served_version_for(self.settings.vllm_image),
-                                      boot_seconds=SANDBOX_MODEL_BOOT_SECONDS * self.settings.sandbox_time_scale)
-        self.cloud = CloudSandbox(world, project=self.settings.project, time_scale=self.settings.sandbox_time_scale,
-                                  on_node_ready=self.node_models.on_node_ready,
-                                  on_node_gone=self.node_models.on_node_gone).start()
-        self.node_models.boot_api_key = self.cloud.boot_secret
-        self.node_models.publish = self.cloud.tpu.set_guest_attributes
-        self.node_models.cache_location = self.cloud.boot_cache
-        self.node_models.caches = self.cloud.compile_caches
-        self.tpu_sandbox = self.cloud.tpu
-        overrides = {key: value for key, value in self.cloud.endpoint_overrides().items() if not getattr(self.settings, key)}
-        overrides["model_port"] = self.node_models.port
-        return overrides
+    @property
+    def tpu_sandbox(self) -> TpuSandbox | None:
+        return self.cloud.tpu if self.cloud else None
+
+    @property
+    def node_models(self) -> NodeModels | None:  # a sandbox vLLM per ACTIVE node
+        return self.emulators.node_models if self.emulators else None
+
+    @property
+    def logging_emulator(self) -> LoggingEmulator | None:
+        return self.emulators.logging if self.emulators else None
+
+    @property
+    def model_emulator(self) -> VllmEmulator | None:
+        return self.emulators.model if self.emulators else None
+
+    @property
+    def slack(self) -> SlackApiSandbox | None:
+        return self.emulators.slack if self.emulators else None
+
+    def _start_emulators(self, emulators: SandboxEmulators) -> None:
+        """A stand-in for each outside service the settings name no endpoint for; on the sandbox
+        the emulated project too, with a labelled sandbox vLLM on every ACTIVE node at
+        http://127.0.1.N:PORT/v1."""
+        from infra.sandbox.node_models import NodeModels
+        from infra.sandbox.world import SandboxWorld
+
+        settings = self.settings
+        if settings.mode.is_sandbox and not settings.tpu_api_endpoint:
+            world = self.world or (SandboxWorld(zones=dict(self.tpu_zones)) if self.tpu_zones else SandboxWorld())
+            node_models = NodeModels(model=settings.model_name, max_model_len=settings.vllm_max_model_len,
+                                     preferred_port=settings.model_port,
+                                     served_version=served_version_for(settings.vllm_image),
+                                     boot_seconds=SANDBOX_MODEL_BOOT_SECONDS * settings.sandbox_time_scale)
+            emulators.start_cloud(world, project=settings.project, time_scale=settings.sandbox_time_scale,
+                                  node_models=node_models)
+        if settings.mode.is_sandbox and not settings.logging_api_endpoint:
+            emulators.start_logging(settings.project)
+        if self.sandbox_model and not settings.gemma_base_url:
+            emulators.start_model(served_version=served_version_for(settings.vllm_image))
+        if not settings.slack_api_url:
+            emulators.start_slack(settings.slack_bot_token.get_secret_value() or "xoxb-sandbox-" + secrets.token_hex(8))
 
     def start(self) -> "LocalStack":
+        from infra.sandbox.emulators import SandboxEmulators
+
         if self.settings.redis_url:
             _check_reachable(self.settings.redis_url)
         self.redis = ensure_redis(self.settings.redis_url)
@@ -179,27 +211,17 @@ class LocalStack:
         if self.settings.mode.is_sandbox:
             # The emulated cloud moves in seconds, not minutes: look at it as often.
             overrides["poll_interval"] = min(self.settings.poll_interval, SANDBOX_POLL_INTERVAL)
-        if self.settings.mode.is_sandbox and not self.settings.tpu_api_endpoint:
-            overrides.update(self._start_cloud())
-        if self.settings.mode.is_sandbox and not self.settings.logging_api_endpoint:
-            from infra.sandbox.logging_api import LoggingEmulator, generate_entries
-
-            self.logging_emulator = LoggingEmulator(self.settings.project,
-                                                    generate_entries(self.settings.project, 500)).start()
-            overrides["logging_api_endpoint"] = self.logging_emulator.url
-        if self.sandbox_model and not self.settings.gemma_base_url:
-            from infra.sandbox.vllm import LatencyModel, VllmEmulator
-
-            self.model_emulator = VllmEmulator(latency=LatencyModel().scaled(0.25),
-                                               served_version=served_version_for(self.settings.vllm_image))
-            overrides["gemma_base_url"] = self.model_emulator.start()
-        if not self.settings.slack_api_url:
-            from infra.sandbox.slack_api import SlackApiSandbox
-
-            token = self.settings.slack_bot_token.get_secret_value() or "xoxb-sandbox-" + secrets.token_hex(8)
-            self.slack = SlackApiSandbox(token=token)
-            overrides["slack_api_url"] = self.slack.start()
-            overrides["slack_bot_token"] = SecretStr(token)
+        self.emulators = SandboxEmulators()
+        try:
+            self._start_emulators(self.emulators)
+        except BaseException:  # the ones that did start would outlive the stack
+            self.emulators.stop()
+            raise
+        overrides.update(self.emulators.unset_in(self.settings))
+        if self.node_models is not None:
+            overrides["model_port"] = self.node_models.port  # where every sandbox node serves its model
+        if self.slack is not None:
+            overrides["slack_bot_token"] = SecretStr(self.slack.token)
         if not self.settings.slack_signing_secret.get_secret_value():
             overrides["slack_signing_secret"] = SecretStr(secrets.token_hex(16))
         self.settings = self.settings.model_copy(update=overrides)
@@ -219,6 +241,8 @@ class LocalStack:
 
     def signed_requests(self, team: str = "T0SANDBOX") -> SlackRequests:
         """A client that sends this stack signed Slack requests, with response_urls its Slack stand-in records."""
+        if self.slack is None:
+            raise RuntimeError("this stack runs no Slack stand-in (SLACK_API_URL is set) to record response_urls")
         return SlackRequests(f"{self.web_url}/slack/events", self.signing_secret, team=team,
                              response_url_factory=self.slack.response_url)
 
@@ -231,18 +255,8 @@ class LocalStack:
                 stuck = error
         if self._web:
             self._web.stop()
-        if self.slack:
-            self.slack.stop()
-        if self.cloud:
-            self.cloud.stop()
-        elif self.tpu_sandbox:
-            self.tpu_sandbox.stop()
-        if self.node_models:
-            self.node_models.stop_all()
-        if self.model_emulator:
-            self.model_emulator.stop()
-        if self.logging_emulator:
-            self.logging_emulator.stop()
+        if self.emulators:
+            self.emulators.stop()
         if self.redis:
             self.redis.stop()
         if stuck is not None:

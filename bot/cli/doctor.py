@@ -43,30 +43,25 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
         for check in failed:
             _line(out, check)
         raise typer.Exit(code=2)
-    cloud = None
+    from bot.wiring import preflight_config_from
+    from infra.sandbox.emulators import SandboxEmulators
+
     endpoints = ("tpu_api_endpoint", "compute_api_endpoint", "quotas_api_endpoint", "secretmanager_api_endpoint",
                  "storage_api_endpoint")
-    if settings.mode.is_sandbox and not all(getattr(settings, name) for name in endpoints):
-        # A sandbox run never asks the real Google APIs (anonymously, they would only fail with
-        # misleading fixes): the endpoints that are set are checked as given, the rest locally.
-        from infra.sandbox.world import CloudSandbox, SandboxWorld
-
-        cloud = CloudSandbox(SandboxWorld(), project=settings.project).start()
-        local = {k: v for k, v in cloud.endpoint_overrides().items() if not getattr(settings, k)}
-        settings = settings.model_copy(update=local)
-        out.write("GCP_PROJECT is unset: checking against the local sandbox emulators"
-                  + (f" ({', '.join(k.upper() for k in local)} started here).\n" if len(local) < len(endpoints)
-                     else ".\n"))
-    try:
-        from bot.wiring import preflight_config_from
-
+    with SandboxEmulators() as emulators:
+        if settings.mode.is_sandbox and not all(getattr(settings, name) for name in endpoints):
+            # A sandbox run never asks the real Google APIs (anonymously, they would only fail with
+            # misleading fixes): the endpoints that are set are checked as given, the rest locally.
+            emulators.start_cloud(project=settings.project)
+            local = emulators.unset_in(settings)
+            settings = settings.model_copy(update=local)
+            out.write("GCP_PROJECT is unset: checking against the local sandbox emulators"
+                      + (f" ({', '.join(k.upper() for k in local)} started here).\n" if len(local) < len(endpoints)
+                         else ".\n"))
         where = "sandbox" if settings.mode.is_sandbox else f"project {settings.project}"
         report = run_preflight(preflight_config_from(settings), extra=[
             CheckResult("settings", True, f"valid ({where}, zone {settings.tpu_zone}, {settings.tpu_accelerator_type})"),
         ])
-    finally:
-        if cloud is not None:
-            cloud.stop()
     if as_json:
         print_json(_document(report.checks))
     else:

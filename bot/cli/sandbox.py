@@ -25,24 +25,22 @@ def run_sandbox(
     project: str = typer.Option("tpubot-sandbox", "--project", help="the only project the emulator knows"),
 ) -> None:
     from infra.sandbox.discovery import strict_available
-    from infra.sandbox.world import CloudSandbox, SandboxWorld
+    from infra.sandbox.emulators import SandboxEmulators
 
-    cloud = CloudSandbox(SandboxWorld(), project=project, time_scale=time_scale, tpu_port=port).start()
-    sandbox = cloud.tpu
-    base_url = sandbox.start()
-    typer.echo(base_url)
-    typer.echo(f"TPU API emulator for project {project}; zones: "
-               + ", ".join(f"{zone}={behaviour.value}" for zone, behaviour in sandbox.zones().items()))
-    typer.echo("requests are checked against Google's discovery documents" if strict_available() else
-               "requests are NOT checked against Google's schemas (pip install google-api-python-client)")
-    typer.echo("Use it with: " + "  ".join(f"{key.upper()}={value}" for key, value in cloud.endpoint_overrides().items())
-               + "  (Ctrl-C stops it)")
-    typer.echo("For serve + worker on one Redis with every sandbox (TPU, Logging, Slack, model): tpubot dev")
-    stopped = threading.Event()
-    try:
-        while not stopped.wait(timeout=3600):
+    with SandboxEmulators() as emulators:
+        tpu = emulators.start_cloud(project=project, time_scale=time_scale, tpu_port=port).tpu
+        assert tpu is not None  # started with the cloud
+        typer.echo(tpu.base_url)
+        typer.echo(f"TPU API emulator for project {project}; zones: "
+                   + ", ".join(f"{zone}={behaviour.value}" for zone, behaviour in tpu.zones().items()))
+        typer.echo("requests are checked against Google's discovery documents" if strict_available() else
+                   "requests are NOT checked against Google's schemas (pip install google-api-python-client)")
+        typer.echo("Use it with: " + "  ".join(f"{key.upper()}={value}" for key, value in emulators.overrides.items())
+                   + "  (Ctrl-C stops it)")
+        typer.echo("For serve + worker on one Redis with every sandbox (TPU, Logging, Slack, model): tpubot dev")
+        stopped = threading.Event()
+        try:
+            while not stopped.wait(timeout=3600):
+                pass
+        except KeyboardInterrupt:
             pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        cloud.stop()
