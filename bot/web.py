@@ -10,20 +10,18 @@ import secrets
 import time
 from collections.abc import AsyncIterator
 
-from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler, to_starlette_response
-from slack_bolt.request.async_request import AsyncBoltRequest
-from slack_sdk.signature import SignatureVerifier
+from slack_bolt.adapter.starlette.async_handler import AsyncSlackRequestHandler
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from bot.bolt_form_adapter import ParsedFormDispatch, form_bolt_misreads
 from bot.logging_setup import request_id
 from bot.request_gate import BodyTooLarge, Refusal, encoding_refusal, read_capped_body, response_url_allowed, signature_refusal
 from bot.settings import Settings
 from bot.wiring import WEB_REDIS_TIMEOUT_SECONDS, build_services, slack_client_from, slack_http_session
-from handlers.payload_guard import (form_bolt_misreads, interaction_body, malformed_command, malformed_event,
-                                    malformed_reason, response_urls)
+from handlers.payload_guard import interaction_body, malformed_command, malformed_event, malformed_reason, response_urls
 from handlers.slack_app import SingleFlightAuthorize, build_bolt_app
 
 log = logging.getLogger(__name__)
@@ -51,6 +49,15 @@ def _request_kind(content_type: str, body: bytes) -> str:
     return "interaction" if body.startswith(b"payload=") else "command"
 
 
+def _replayed(request: Request, body: bytes) -> Request:
+    """`request` with its body to be read again: the gate read the stream (under its cap), and
+    bolt's adapter reads the body from the request it is handed."""
+    async def receive() -> dict:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request(request.scope, receive)
+
+
 def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = False) -> Starlette:
     """`own_process`: the app is all this process runs (`tpubot serve`), so its heap may be frozen."""
     state: dict = {}
@@ -70,8 +77,8 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
                               signing_secret=settings.slack_signing_secret.get_secret_value())
         # auth.test now, not in the first request before its ack (Slack allows 3 s for it).
         await authorize.warm(timeout=AUTH_WARM_TIMEOUT)
-        state.update(bolt=bolt, handler=AsyncSlackRequestHandler(bolt), redis=redis, services=services,
-                     verifier=SignatureVerifier(settings.slack_signing_secret.get_secret_value() or "unset"))
+        state.update(handler=AsyncSlackRequestHandler(bolt), redis=redis, services=services,
+                     parsed_forms=ParsedFormDispatch(bolt, settings.slack_signing_secret.get_secret_value()))
         if own_process:
             settle_heap()
         try:
@@ -100,7 +107,6 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
                 refusal = Refusal(400, "malformed request: response_url is not a Slack host")
         if refusal is not None:
             return _counted(kind, started, JSONResponse({"error": refusal.error}, status_code=refusal.status))
-        request._body = body  # starlette's cache of the body: bolt's adapter reads these bytes, not the stream
         token = request_id.set(request.headers.get("x-slack-request-timestamp", "") + "-" + secrets.token_hex(4))
         try:
             interaction = interaction_body(body)
@@ -114,9 +120,10 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
             if reason:
                 response = JSONResponse({"error": f"malformed {reason}"}, status_code=400)
             elif form is not None:
-                response = await dispatch_parsed(form, request, body)
+                response = await state["parsed_forms"].dispatch(form, body, request.headers)
             else:
-                response = await state["handler"].handle(request)
+                # bolt's documented path: its adapter parses the raw body and checks the signature again.
+                response = await state["handler"].handle(_replayed(request, body))
         except Exception:
             # bolt builds its context (user, channel…) before running listeners and raises on
             # structurally impossible payloads: answer like bolt would, never with a 500.
@@ -132,15 +139,6 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
         metrics.ack_seconds.labels(kind).observe(time.perf_counter() - started)
         metrics.requests.labels(kind, str(response.status_code)).inc()
         return response
-
-    async def dispatch_parsed(form: dict, request: Request, body: bytes) -> Response:
-        """A form body bolt would misread (payload_guard.form_bolt_misreads), dispatched already
-        parsed. bolt skips its signature check for parsed bodies, so it is done here first."""
-        headers = dict(request.headers)
-        if not state["verifier"].is_valid_request(body, headers):
-            return JSONResponse({"error": "invalid request"}, status_code=401)
-        parsed = AsyncBoltRequest(body=form, headers=headers, mode="socket_mode")
-        return to_starlette_response(await state["bolt"].async_dispatch(parsed))
 
     async def prometheus(request: Request) -> Response:
         metrics = state["services"].metrics

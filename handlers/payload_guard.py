@@ -1,5 +1,5 @@
-"""Interaction payloads Slack would never send, and form bodies bolt would misread,
-recognised before bolt sees them.
+"""Interaction payloads Slack would never send, recognised before bolt sees them (the form
+bodies bolt would misread: bot/bolt_form_adapter.py).
 
 bolt derives every listener argument (`action`, `view`…) eagerly, for middleware too, and
 raises on structurally impossible bodies; Slack's real payloads always carry these shapes, so
@@ -135,22 +135,6 @@ def malformed_command(raw: bytes) -> str | None:
     except ValidationError as error:
         return _first_field(error)
     return None
-
-
-def form_bolt_misreads(raw: bytes) -> dict | None:
-    """The fields of a form body (a slash command) that bolt would misread, else None.
-
-    bolt takes any form body that merely contains the text "payload" for an interaction, finds
-    no `payload` field and dispatches an empty body (slack_bolt/request/internals.parse_body,
-    bolt 1.30): `/tpu up payload` would get a 404. Such bodies are handed to bolt parsed.
-    """
-    if b"payload" not in raw or raw.startswith(b"payload=") or raw.lstrip().startswith(b"{"):
-        return None
-    try:
-        fields = dict(parse_qsl(raw.decode("utf-8"), keep_blank_values=True))
-    except UnicodeDecodeError:
-        return None
-    return None if "payload" in fields else fields
 
 
 def response_urls(raw: bytes) -> list[object]:
