@@ -1,6 +1,6 @@
 """The house rules of the code: no import circle, and every arrow points down.
 
-Between packages: `bot → handlers → agent → infra`. Inside `agent/`: `llm → actions → lease,
+Between packages: `bot → handlers → agent → infra`. Inside `agent/`: `evals → llm → actions → lease,
 digest → root` (the mention agent reaches a lease only through actions; `lease` knows nothing of
 `llm`). Every import counts — module level, inside functions and under TYPE_CHECKING — because a
 type-only arrow is still a dependency a reader has to hold in their head.
@@ -21,6 +21,7 @@ AGENT_MAY_IMPORT = {
     "lease": {"root"},
     "actions": {"lease", "digest", "root"},
     "llm": {"actions", "digest", "root"},
+    "evals": {"llm", "actions", "digest", "root"},
 }
 
 

@@ -25,6 +25,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli.mcp",
     "bot.cli.docs",
     "bot.cli.spend",
+    "bot.cli.eval",
 )
 
 

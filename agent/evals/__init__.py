@@ -1,0 +1,1 @@
+"""`tpubot eval`: incidents with expected answers, three arms, deterministic scores (issue 31)."""

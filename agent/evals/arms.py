@@ -1,0 +1,75 @@
+"""The three arms an incident is put to, each answering it as the bot would:
+
+- `agent`: the mention agent (tools, runbooks, the digest) on a given endpoint;
+- `bare`: the same model with only the question and the numbered logs, no tools, no digest;
+- `modelless`: the bot's answer without a model (intent rules, the digest, runbook links).
+Each run gets its own channel, so no arm sees another's state.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import time
+from dataclasses import dataclass
+
+from agent.context import Actor, Services
+from agent.llm.loop import run_agent
+from agent.llm.material import MentionBuilder
+from agent.llm.model_endpoint import ModelEndpoint, openai_client
+from agent.llm.run import NullSink
+from agent.model_config import ModelConfig
+from agent.evals.cases import Incident
+
+BARE_SYSTEM = "You are an SRE assistant. Answer briefly. Cite log lines like L12."
+
+
+class Arm(str, enum.Enum):
+    AGENT = "agent"
+    BARE = "bare"
+    MODELLESS = "modelless"
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str
+    proposed: list[str]
+    seconds: float
+    error: str = ""
+
+
+def mention_of(incident: Incident):
+    builder = MentionBuilder(incident.mention)
+    builder.add("pasted text", list(incident.logs))
+    return builder.build()
+
+
+async def answer(arm: Arm, incident: Incident, svc: Services, *, endpoint: str, model: str,
+                 channel: str) -> Answer:
+    started = time.perf_counter()
+    actor = Actor(user_id="UEVAL", team="T0EVAL", channel=channel)
+    try:
+        if arm is Arm.BARE:
+            text, proposed = await _bare(incident, endpoint, model), []
+        else:
+            config = dataclasses.replace(svc.model or ModelConfig(), base_url=endpoint, model=model, stream=False,
+                                         enabled=arm is Arm.AGENT)
+            run = await run_agent(dataclasses.replace(svc, model=config), actor, mention_of(incident), NullSink())
+            text, proposed = run.text, [proposal.action for proposal in run.proposals]
+    except Exception as error:  # an arm that fails scores 0 on the case; the run goes on
+        return Answer("", [], time.perf_counter() - started, f"{type(error).__name__}: {error}")
+    return Answer(text, proposed, time.perf_counter() - started)
+
+
+async def _bare(incident: Incident, endpoint: str, model: str) -> str:
+    config = ModelConfig(base_url=endpoint, model=model)
+    client = openai_client(ModelEndpoint(endpoint, "eval"), config)
+    numbered = "\n".join(f"L{number}: {line}" for number, line in enumerate(incident.logs, start=1))
+    try:
+        completion = await client.chat.completions.create(
+            model=model, max_tokens=config.max_answer_tokens, temperature=config.temperature,
+            messages=[{"role": "system", "content": BARE_SYSTEM},
+                      {"role": "user", "content": f"{incident.mention}\n\nLogs:\n{numbered}"}])
+    finally:
+        await client.close()
+    return (completion.choices[0].message.content or "") if completion.choices else ""

@@ -1,0 +1,90 @@
+"""Running a set of incidents against the arms, and what the table and `--json` show."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import statistics
+from dataclasses import dataclass, field
+
+from agent.context import Services
+from agent.evals.arms import Answer, Arm, answer
+from agent.evals.cases import Incident
+from agent.evals.scoring import CHECKS, Score, score_answer
+from infra.runbooks.index import RunbookIndex
+
+_STAMP = re.compile(r"^\S*\d{2}:\d{2}:\d{2}\S*\s+")
+SEARCH_TOP = 3
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    incident: Incident
+    arm: Arm
+    answer: Answer
+    score: Score
+
+    def as_dict(self) -> dict:
+        return {"case": self.incident.name, "kind": self.incident.kind, "arm": self.arm.value,
+                "score": round(self.score.value, 4), "passed": self.score.passed, "checks": self.score.checks,
+                "missing_facts": list(self.score.missing_facts), "bad_citations": list(self.score.bad_citations),
+                "missing_runbooks": list(self.score.missing_runbooks), "problems": list(self.score.problems),
+                "proposed": self.answer.proposed, "seconds": round(self.answer.seconds, 3),
+                "error": self.answer.error, "answer": self.answer.text}
+
+
+@dataclass
+class EvalResult:
+    arms: list[Arm]
+    endpoint_label: str
+    results: list[CaseResult] = field(default_factory=list)
+    search_hits: int = 0
+    search_cases: int = 0
+
+    def of(self, arm: Arm) -> list[CaseResult]:
+        return [result for result in self.results if result.arm is arm]
+
+    def summary(self, arm: Arm) -> dict:
+        rows = self.of(arm)
+        return {"arm": arm.value, "cases": len(rows), "passed": sum(r.score.passed for r in rows),
+                "score": round(100 * statistics.fmean(r.score.value for r in rows), 1) if rows else 0.0,
+                "checks": {check: round(100 * statistics.fmean(r.score.checks[check] for r in rows), 1) if rows else 0.0
+                           for check in CHECKS},
+                "errors": sum(bool(r.answer.error) for r in rows)}
+
+    def as_dict(self) -> dict:
+        return {"endpoint": self.endpoint_label, "arms": [self.summary(arm) for arm in self.arms],
+                "runbook_search": {"top": SEARCH_TOP, "hits": self.search_hits, "cases": self.search_cases},
+                "cases": [result.as_dict() for result in self.results]}
+
+
+def search_query(incident: Incident) -> str:
+    """What the agent would search with: the question and the evidence lines, without their times."""
+    evidence = [_STAMP.sub("", incident.logs[n - 1]) for n in incident.evidence_lines]
+    return " ".join([incident.mention, *evidence])
+
+
+def measure_search(incidents: list[Incident], index: RunbookIndex) -> tuple[int, int]:
+    """How many of the incidents that expect a runbook find one of them in the top SEARCH_TOP."""
+    expecting = [incident for incident in incidents if incident.runbooks]
+    hits = 0
+    for incident in expecting:
+        found = [hit.section.cite for hit in index.search(search_query(incident), limit=SEARCH_TOP)]
+        hits += any(cite in found for cite in incident.runbooks)
+    return hits, len(expecting)
+
+
+async def run_eval(svc: Services, incidents: list[Incident], arms: list[Arm], *, endpoint: str, model: str,
+                   endpoint_label: str, on_case=None) -> EvalResult:
+    index = await asyncio.to_thread(svc.runbooks.index)
+    result = EvalResult(arms=arms, endpoint_label=endpoint_label)
+    result.search_hits, result.search_cases = measure_search(incidents, index)
+    for number, incident in enumerate(incidents, start=1):
+        for arm in arms:
+            channel = f"C0EVAL{number:04d}{arm.value[:2].upper()}"
+            reply = await answer(arm, incident, svc, endpoint=endpoint, model=model, channel=channel)
+            case = CaseResult(incident, arm, reply, score_answer(incident, reply.text, reply.proposed, index))
+            result.results.append(case)
+            if on_case is not None:
+                on_case(case)
+    return result
