@@ -136,7 +136,8 @@ def test_every_reporting_command_is_documented_with_json():
     from agent.lease.reconcile import ReconcileReport
 
     sections = documented_keys()
-    assert set(sections) == {"capacity", "cost", "bench", "zones", "config", "doctor", "reconcile", "digest", "spend"}
+    assert set(sections) == {"capacity", "cost", "bench", "zones", "config", "doctor", "reconcile", "digest", "spend",
+                             "eval"}
     assert sections["reconcile"] == ["summary", *(f.name for f in dataclasses.fields(ReconcileReport))]
     for name in sections:
         help_text = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "200"}).output

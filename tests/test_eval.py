@@ -87,6 +87,9 @@ def test_tpubot_eval_runs_a_teams_own_cases_against_the_three_arms(tmp_path):
     result = _eval(tmp_path, "--cases", str(cases), "--only-cases", "--variations", "1", "--json")
     assert result.returncode == 0, result.stderr
     report = json.loads(result.stdout)
+    from test_cli_output import documented_keys
+
+    assert list(report) == documented_keys()["eval"]
     assert [arm["arm"] for arm in report["arms"]] == ["agent", "bare", "modelless"]
     assert report["endpoint"] == "the sandbox model (a heuristic stand-in, not Gemma)"
     assert {case["case"] for case in report["cases"]} == {"ledger-lock", "ledger-lock~1"}
