@@ -140,7 +140,7 @@ def test_agent_rooms_follow_llm_actions_lease_digest_root():
 
 def test_agent_has_its_rooms_and_a_small_root():
     rooms = sorted(p.name for p in (ROOT / "agent").iterdir() if (p / "__init__.py").exists())
-    assert rooms == ["actions", "digest", "lease", "llm"]
+    assert rooms == ["actions", "digest", "evals", "lease", "llm"]
     root_modules = sorted(p.stem for p in (ROOT / "agent").glob("*.py") if p.stem != "__init__")
     assert set(root_modules) <= {"access", "actor", "context", "model_config", "policy", "redact"}
 
