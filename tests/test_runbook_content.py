@@ -1,0 +1,85 @@
+"""The shipped runbooks and eval incidents hold together (issue 31): every built-in section is
+complete and sourced, every incident's expectations are grounded in its own logs and in the
+runbook sections it expects. A typo in a regex, a renamed section or a line number that moved
+fails here, not in the middle of an eval run."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+
+import pytest
+
+import agent.actions  # noqa: F401  (registers the actions an incident may forbid)
+from agent.actions.registry import REGISTRY
+from agent.evals.cases import Incident, load_incidents, shipped_dir
+from infra.runbooks.library import builtin_dir
+from infra.runbooks.sections import Section, parse_runbook
+
+KINDS = {"tpu-flex-start", "tpu-quota", "tpu-waiting", "tpu-hbm", "vllm-startup", "vllm-memory",
+         "gemma-serving", "slack-scopes", "redis-outage", "generic-service"}
+_URL = re.compile(r"^https://\S+$")
+_BACKTICKED = re.compile(r"`([^`]+)`")
+
+
+def _builtin() -> tuple[list[Section], list[str]]:
+    sections: list[Section] = []
+    problems: list[str] = []
+    for path in sorted(builtin_dir().glob("*.md")):
+        parsed = parse_runbook(path.stem, path.read_text(encoding="utf-8"), path.name)
+        sections += parsed.sections
+        problems += parsed.problems
+    return sections, problems
+
+
+SECTIONS, PARSE_PROBLEMS = _builtin()
+BY_CITE = {section.cite: section for section in SECTIONS}
+INCIDENTS = load_incidents([shipped_dir()])
+
+
+def test_the_builtin_runbooks_parse_without_problems_and_cover_the_bots_world():
+    assert PARSE_PROBLEMS == []
+    assert len(SECTIONS) >= 20
+    assert len(BY_CITE) == len(SECTIONS), "two sections share a citation"
+    assert {section.stem for section in SECTIONS} >= {"tpu-flex-start", "tpu-quota", "vllm-tpu", "gemma4-serving",
+                                                       "slack", "redis"}
+
+
+@pytest.mark.parametrize("section", SECTIONS, ids=lambda section: section.cite)
+def test_each_section_has_specific_symptoms_a_cause_a_fix_and_public_sources(section: Section):
+    assert 2 <= len(section.symptoms) <= 6
+    for item in section.symptoms:
+        assert _BACKTICKED.search(item), f"symptom without a pattern: {item!r}"
+    for pattern in section.patterns:
+        # specific: a pattern that fits a bare word like "error" or an empty line fits any log
+        assert not pattern.search("") and not pattern.search("error"), pattern.pattern
+    assert section.cause and section.fix
+    assert section.sources and all(_URL.match(source) for source in section.sources), section.sources
+    words = len(" ".join((section.title, *section.symptoms, section.cause, section.fix)).split())
+    assert 70 <= words <= 200, f"{words} words; a 2B model reads this beside the logs"
+
+
+def test_the_incidents_cover_every_kind():
+    assert len(INCIDENTS) >= 32
+    kinds = Counter(incident.kind for incident in INCIDENTS)
+    assert set(kinds) == KINDS
+    assert all(count >= 2 for count in kinds.values()), kinds
+    assert kinds["generic-service"] >= 6
+
+
+@pytest.mark.parametrize("incident", INCIDENTS, ids=lambda incident: incident.id)
+def test_each_incident_is_grounded_in_its_logs_and_its_runbooks(incident: Incident):
+    assert incident.origin.endswith(f"/{incident.id}.toml")
+    assert 15 <= len(incident.logs) <= 80
+    assert incident.evidence_lines and all(1 <= n <= len(incident.logs) for n in incident.evidence_lines)
+    assert set(incident.forbidden) <= set(REGISTRY), f"unknown actions {set(incident.forbidden) - set(REGISTRY)}"
+    evidence = [incident.logs[n - 1] for n in incident.evidence_lines]
+    expected = [BY_CITE.get(cite) for cite in incident.runbooks]
+    assert None not in expected, f"no such section: {[c for c, s in zip(incident.runbooks, expected) if s is None]}"
+    assert (incident.kind == "generic-service") == (not expected)
+    for section in expected:
+        assert any(section.matches(line) for line in evidence), f"{section.cite} matches no evidence line"
+    fixes = [section.fix for section in expected]
+    for fact in incident.facts:
+        assert any(re.search(fact, text, re.IGNORECASE) for text in evidence + fixes), \
+            f"fact {fact!r} is neither in an evidence line nor in an expected runbook's fix"
