@@ -108,3 +108,11 @@ def test_bad_eval_options_say_what_to_type_instead(tmp_path):
     missing = _eval(tmp_path, "--cases", str(tmp_path / "nope"))
     assert missing.returncode == 2 and "not a folder" in missing.stderr
     assert "Traceback" not in wrong_arm.stderr + missing.stderr
+
+
+def test_the_incident_shown_in_docs_eval_md_is_a_valid_incident():
+    page = (Path(__file__).resolve().parent.parent / "docs" / "eval.md").read_text(encoding="utf-8")
+    example = re.search(r"```toml\n(.*?)```", page, re.S).group(1)
+    incident = parse_incident(example, "docs/eval.md")
+    assert incident.logs[incident.evidence_lines[0] - 1].endswith("waiting for advisory lock 4242")
+    assert incident.runbooks == ("RB:payments#ledger-writer-stuck-on-a-lock",)
