@@ -211,3 +211,41 @@ def test_tpu_runbook_finds_a_section_added_to_the_team_folder_without_a_restart(
         assert "RB:search#index-rebuild-loops" in str(reply["blocks"]) and "Roll back the mapping" in str(reply["blocks"])
         empty = slack.slash("runbook", user=ALICE, channel="C0RB3").json()
         assert "needs words to look for" in empty["text"] and "/tpu runbook RESOURCE_EXHAUSTED" in empty["text"]
+
+
+# --- the built-in runbooks, through the whole bot ---------------------------------------------
+
+def _shipped(incident_id: str):
+    from agent.evals.cases import load_incidents, shipped_dir
+
+    return next(i for i in load_incidents([shipped_dir()]) if i.id == incident_id)
+
+
+def _builtin_stack(redis_url, tmp_path, monkeypatch, **overrides) -> LocalStack:
+    monkeypatch.chdir(tmp_path)
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s", **overrides)
+    return LocalStack(settings)
+
+
+@pytest.mark.parametrize("incident_id, cite", [
+    ("vllm-startup-shared-kv-old-image", "RB:vllm-tpu#image-too-old-for-gemma-4-e2b-shared-kv-layers"),
+    ("vllm-mm-batched-tokens", "RB:vllm-tpu#max-num-batched-tokens-below-a-multimodal-item"),
+])
+def test_a_vllm_start_up_failure_is_answered_with_its_built_in_runbook_and_fix(redis_url, tmp_path, monkeypatch,
+                                                                              incident_id, cite):
+    incident = _shipped(incident_id)
+    logs = "\n".join(incident.logs)
+    section = RunbookLibrary.from_settings().index().by_cite(cite)
+    assert section is not None and incident.runbooks[0] == cite
+    first_fix_words = " ".join(section.fix.splitlines()[0].lstrip("0123456789.) ").split()[:4])
+    with _builtin_stack(redis_url, tmp_path, monkeypatch) as stack:  # no model: the model-less answer
+        stack.signed_requests().mention(f"<@UTPUBOT> {incident.mention}\n{logs}", user=ALICE, channel="C0RB4")
+        modelless = _answer(stack, "C0RB4")
+    with VllmEmulator(latency=LatencyModel.instant()) as emu, \
+            _builtin_stack(redis_url, tmp_path, monkeypatch, gemma_base_url=emu.base_url) as stack:
+        stack.signed_requests().mention(f"<@UTPUBOT> summarize these logs: {incident.mention}\n{logs}",
+                                        user=ALICE, channel="C0RB5")
+        sandbox = _answer(stack, "C0RB5")
+    for text in (modelless, sandbox):
+        assert f"see {cite}" in text and f"Fix: {first_fix_words}" in text, text
+    assert "heuristic stand-in" in sandbox and "_Made without the model" in modelless

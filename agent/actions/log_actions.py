@@ -32,8 +32,8 @@ from agent import access
 from agent.access import ActionKind
 from agent.actions.registry import ActionResult, action
 from agent.context import Actor, LogMaterial, Services
-from agent.digest import LineSpool, build_digest, lines_from_chunks, lines_from_entries
-from agent.digest.runbook_links import render_links, runbook_links
+from agent.digest import LineSpool, lines_from_chunks, lines_from_entries
+from agent.digest.runbook_links import digest_with_runbooks
 from infra.cloud_logging import TPU_WORKER_RESOURCE, CloudLogsQuery, cloud_logs_query
 from infra.local_files import LocalFileError
 from infra.runbooks.index import RunbookIndex
@@ -86,13 +86,12 @@ def cited_lines(digest) -> list[int]:
 def digest_result(lines: Iterable[str], budget: int, *, source: str,
                   runbooks: RunbookIndex | None = None) -> ActionResult:
     """The digest, and after it the runbook sections its lines match (runbook_links)."""
-    digest = build_digest(lines, budget_tokens=budget)
-    links = runbook_links(digest, runbooks)
+    digest, links, links_text = digest_with_runbooks(lines, budget, runbooks)
     data = {"source": source, "total_lines": digest.total_lines, "templates": len(digest.ranked),
             "cited_lines": cited_lines(digest), "runbooks": [link.cite for link in links]}
     text = digest.render()
     if links:
-        text += "\n\nRunbooks whose symptoms match these lines:\n" + render_links(links)
+        text += "\n\nRunbooks whose symptoms match these lines:\n" + links_text
     return ActionResult(True, text, data)
 
 

@@ -10,11 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from collections.abc import Iterable
+
+from agent.digest.digest import Digest, DigestBuilder
+from agent.digest.tokens import estimate_tokens
 from infra.runbooks.index import RunbookIndex
 from infra.runbooks.sections import Section
 
 MAX_LINKS = 3
 FIX_CHARS = 240
+MIN_DIGEST_TOKENS = 600
 
 
 @dataclass(frozen=True)
@@ -54,3 +59,20 @@ def render_links(links: list[RunbookLink]) -> str:
     """For the model: each matching section, its evidence, and its cause and fix."""
     return "\n\n".join(f"{link.cite} — {link.section.title} (its symptoms match {link.evidence()})\n"
                        f"{link.section.body()}" for link in links)
+
+
+def digest_with_runbooks(lines: Iterable[str], budget_tokens: int,
+                         index: RunbookIndex | None) -> tuple[Digest, list[RunbookLink], str]:
+    """The digest and its runbook links within `budget_tokens` together: the links' text is taken
+    out of the digest's budget (the logs are mined once, the digest laid out again), so a capped
+    tool result never loses the runbooks at its end."""
+    builder = DigestBuilder()
+    for line in lines:
+        builder.add(line)
+    digest = builder.build(budget_tokens)
+    links = runbook_links(digest, index)
+    if not links:
+        return digest, [], ""
+    text = render_links(links)
+    digest = builder.build(max(MIN_DIGEST_TOKENS, budget_tokens - estimate_tokens(text) - 20))
+    return digest, links, text

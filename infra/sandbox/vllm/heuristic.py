@@ -128,6 +128,7 @@ def runbooks_in(result: str) -> list[str]:
             continue
         fix = next((line.strip()[len("Fix:"):].strip() for line in lines[i + 1:i + 8]
                     if line.strip().startswith("Fix:")), "")
+        fix = re.sub(r"^\d+[.)]\s*", "", fix)  # its first step, without the step's number
         evidence = f" (its symptoms match {m['lines']})" if m["lines"] else ""
         said.append(f"This looks like {m['title']}, see {m['cite']}{evidence}."
                     + (f" Fix: {_cut(fix, 200)}" if fix else ""))
@@ -189,7 +190,8 @@ def respond(request: dict[str, Any], label: str = "sandbox model") -> str:
             break
     tools = _tool_names(request)
     if tools and request.get("tool_choice") != "none":
-        lowered = user_text.lower()
+        # The person's words, not the material fenced after them (a digest's labels say "runbook" too).
+        lowered = user_text.split("<<<DATA", 1)[0].lower()
         words = set(re.findall(r"[a-z]+", lowered))
         for triggers, name_parts in _INTENTS:
             # Words match whole ("status?" is status); a trigger with punctuation ("$", "up?") as written.
