@@ -19,7 +19,6 @@ TEARDOWN_CANCEL_ACTION = "teardown_cancel"
 
 # One spelling of each state wherever a person reads it (card header, State field, App Home):
 # words, not identifiers. PENDING is the lease before any request reached GCP.
-STATE_NAMES = {state: state.label for state in LeaseState}
 _STATE_EMOJI = {
     LeaseState.PENDING: ":hourglass_flowing_sand:",
     LeaseState.CREATING: ":hourglass_flowing_sand:",
@@ -32,7 +31,7 @@ _STATE_EMOJI = {
     LeaseState.FAILED: ":red_circle:",
     LeaseState.TEARING_DOWN: ":wastebasket:",
 }
-STATE_BADGES = {state: f"{emoji} {STATE_NAMES[state]}" for state, emoji in _STATE_EMOJI.items()}
+STATE_BADGES = {state: f"{emoji} {state.label}" for state, emoji in _STATE_EMOJI.items()}
 
 # The VM's boot phases (infra/boot_phases.py) as people read them.
 BOOT_PHASE_NAMES = {
@@ -49,11 +48,8 @@ BOOT_CACHE_NAMES = {
 }
 
 
-def state_name(state: str) -> str:
-    try:
-        return STATE_NAMES[LeaseState(state)]
-    except ValueError:
-        return state
+def state_name(state: LeaseState) -> str:
+    return state.label
 
 
 def escape(text: str) -> str:
@@ -76,9 +72,9 @@ def _truncate(text: str, limit: int) -> str:
 
 def lease_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]]:
     now = now or time.time()
-    state = LeaseState(lease.state)
+    state = lease.state
     fields = [
-        ("State", STATE_BADGES.get(state, lease.state)),
+        ("State", STATE_BADGES.get(state, state.value)),
         ("Zone", lease.zone),
         ("Holder", f"<@{lease.holder}>"),
         ("Queued resource", f"`{lease.qr_id}`"),
@@ -105,9 +101,9 @@ def lease_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]
 
 
 def status_card(lease: Lease, now: float | None = None) -> tuple[str, list[dict]]:
-    state = LeaseState(lease.state)
-    badge = STATE_BADGES.get(state, lease.state)
-    title = _truncate(f"TPU {lease.zone} · {state_name(lease.state)}", 150)
+    state = lease.state
+    badge = STATE_BADGES.get(state, state.value)
+    title = _truncate(f"TPU {lease.zone} · {state_name(state)}", 150)
     fields = lease_fields(lease, now)
     blocks: list[dict] = [
         {"type": "header", "text": {"type": "plain_text", "text": title}},
@@ -143,7 +139,7 @@ def ms(value: float) -> str:
 
 def model_fields(lease: Lease) -> list[tuple[str, str]]:
     """The model's health: what answered, and TTFT/TPOT/tokens per second from one streamed request."""
-    state = LeaseState(lease.state)
+    state = lease.state
     if state in (LeaseState.READY, LeaseState.DEGRADED):
         fields = [("Model", escape(lease.model_info) or "serving")]
         if lease.image:
@@ -176,7 +172,7 @@ def boot_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]]
 def detail_text(lease: Lease) -> str:
     """The progress note, or for FAILED (DEGRADED) the reason (what failed) with its fix on a line of its own."""
     text = escape(lease.detail)
-    state = LeaseState(lease.state)
+    state = lease.state
     if state in (LeaseState.FAILED, LeaseState.DEGRADED):
         reason, sep, fix = text.partition(" Fix: ")
         head = ":red_circle: *Reason:*" if state == LeaseState.FAILED else ":warning: *DEGRADED, what failed:*"

@@ -16,7 +16,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import ChannelUnreachable
 from handlers import cards
-from infra.state.leases import Lease, LeaseStore
+from infra.state.leases import Lease, LeaseState, LeaseStore
 from infra.state.membership import ChannelMembership
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ def slack_error(error: SlackApiError) -> str:
 
 def lost_channel_text(lease: Lease) -> str:
     return (f":warning: I can't post in <#{lease.channel}> any more, so the status card of your TPU "
-            f"`{lease.qr_id}` ({lease.state}) there has stopped updating. The TPU itself is unaffected and is still "
+            f"`{lease.qr_id}` ({lease.state.value}) there has stopped updating. The TPU itself is unaffected and is still "
             f"released at its deadline. To follow it, `/invite @tpubot` in <#{lease.channel}>; to release it now, "
             "run `/tpu down` there.")
 
@@ -110,6 +110,6 @@ class SlackLeaseObserver:
         first_news = True
         if self._membership is not None:
             first_news = await self._membership.record(lease.team, lease.channel, member=False)
-        if first_news and lease.state != "PENDING":
+        if first_news and lease.state != LeaseState.PENDING:
             await self.tell_holder(lease, text or lost_channel_text(lease))
         return ChannelUnreachable(lease.channel, reason)

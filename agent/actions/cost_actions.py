@@ -12,7 +12,6 @@ from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 from infra import capacity, prices
 from infra.bench_report import best_cells
-from infra.state.leases import LeaseState
 
 
 class CostArgs(BaseModel):
@@ -55,7 +54,7 @@ async def estimate_cost(svc: Services, actor: Actor, args: CostArgs) -> ActionRe
             length = timedelta(seconds=lease.run_seconds) if lease and lease.run_seconds else policy.max_run
             total = prices.cost_for(price, length, chips=alerting.policy.chips)
             data["cost_full_run"] = total
-            state = f"lease `{lease.lease_id}` is {LeaseState(lease.state).label}, not billed yet" if lease else "no TPU in this channel"
+            state = f"lease `{lease.lease_id}` is {lease.state.label}, not billed yet" if lease else "no TPU in this channel"
             lines.append(f"A {length.total_seconds() / 3600:g} h run costs {_money(total)} ({state}).")
         single, best = best_cells(await alerting.bench.latest(actor.team, actor.channel))
         if single or best:

@@ -12,7 +12,6 @@ from agent.lease import lifecycle
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Policy, Services
 from infra.durations import check_lease_length
-from infra.state.leases import LeaseState
 from infra.state.membership import Membership
 
 
@@ -60,7 +59,7 @@ class NoArgs(BaseModel):
 
 def lease_summary(lease: Any) -> dict:
     return {
-        "lease_id": lease.lease_id, "state": lease.state, "zone": lease.zone, "holder": lease.holder,
+        "lease_id": lease.lease_id, "state": lease.state.value, "zone": lease.zone, "holder": lease.holder,
         "queued_resource": lease.qr_id, "endpoint": lease.endpoint or None,
         "created_at": lease.created_at, "deadline": lease.deadline or None,
     }
@@ -136,7 +135,7 @@ async def cannot_post_reason(svc: Services, actor: Actor) -> str:
 
 def already_held(lease: Any) -> ActionResult:
     return ActionResult(False, f"This channel's TPU is already held by <@{lease.holder}> (lease {lease.lease_id}, "
-                               f"{LeaseState(lease.state).label}); nothing new was created.", lease_summary(lease), lease)
+                               f"{lease.state.label}); nothing new was created.", lease_summary(lease), lease)
 
 
 async def preflight_blockers(svc: Services, zone: str | None) -> list:
@@ -170,5 +169,5 @@ async def status(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     lease = await svc.leases.get(actor.team, actor.channel)
     if lease is None:
         return ActionResult(True, "This channel holds no TPU.", {"lease": None})
-    return ActionResult(True, f"TPU {LeaseState(lease.state).label} in {lease.zone} (lease {lease.lease_id}).",
+    return ActionResult(True, f"TPU {lease.state.label} in {lease.zone} (lease {lease.lease_id}).",
                         {"lease": lease_summary(lease)}, lease)

@@ -41,17 +41,17 @@ async def resolve_endpoint(svc: Services, actor: Actor, *, include_degraded: boo
     if not config.enabled:
         return None
     own = await svc.leases.get(actor.team, actor.channel)
-    if own is not None and own.state == LeaseState.DEGRADED.value and _usable(own.endpoint):
+    if own is not None and own.state == LeaseState.DEGRADED and _usable(own.endpoint):
         if not include_degraded:
             return None
         return ModelEndpoint(own.endpoint, "this channel's TPU (DEGRADED)",
                              await _lease_key(svc, own.lease_id) or config.api_key)
-    if own is not None and own.state == LeaseState.READY.value and _usable(own.endpoint):
+    if own is not None and own.state == LeaseState.READY and _usable(own.endpoint):
         return ModelEndpoint(own.endpoint, "this channel's TPU", await _lease_key(svc, own.lease_id) or config.api_key)
     if _usable(config.base_url):
         return ModelEndpoint(config.base_url.rstrip("/"), "GEMMA_BASE_URL", config.api_key)
     for lease in await svc.leases.all():
-        if lease.state == LeaseState.READY.value and _usable(lease.endpoint):
+        if lease.state == LeaseState.READY and _usable(lease.endpoint):
             return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>",
                                  await _lease_key(svc, lease.lease_id) or config.api_key)
     return None
@@ -60,7 +60,7 @@ async def resolve_endpoint(svc: Services, actor: Actor, *, include_degraded: boo
 async def degraded_reason_here(svc: Services, actor: Actor) -> str | None:
     """What the channel's own DEGRADED lease failed (why its mentions get no model); None: not DEGRADED."""
     own = await svc.leases.get(actor.team, actor.channel)
-    return degraded_reason(own) if own is not None and own.state == LeaseState.DEGRADED.value else None
+    return degraded_reason(own) if own is not None and own.state == LeaseState.DEGRADED else None
 
 
 async def _lease_key(svc: Services, lease_id: str) -> str:

@@ -25,7 +25,7 @@ def lease_row(svc: Services, lease: Lease, now: float) -> dict:
     if svc.alerting is not None and lease.active_at:
         cost = receipts.cost_so_far(svc.alerting, svc.policy.accelerator_type, lease, now)
     return {
-        "lease_id": lease.lease_id, "channel": lease.channel, "holder": lease.holder, "state": lease.state,
+        "lease_id": lease.lease_id, "channel": lease.channel, "holder": lease.holder, "state": lease.state.value,
         "zone": lease.zone, "deadline": lease.deadline or None, "created_at": lease.created_at,
         "active_at": lease.active_at or None, "endpoint": lease.endpoint or None, "cost_so_far": cost,
     }

@@ -130,7 +130,7 @@ async def fire_timer(svc: "Services", team: str, channel: str, lease_id: str, ki
         return "skipped: lease gone"
     if abs(lease.deadline - deadline) > DEADLINE_TOLERANCE:
         return "skipped: deadline moved"
-    if lease.state == LeaseState.TEARING_DOWN.value:
+    if lease.state == LeaseState.TEARING_DOWN:
         return "skipped: tearing down"
     if kind == EXPIRY:
         return await expire_lease(svc, lease, cause="timer")
@@ -174,7 +174,7 @@ async def expire_lease(svc: "Services", lease: Lease, *, cause: str, qr_state: s
         current = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
         if current is None:
             return "skipped: already released"
-        if current.state == LeaseState.TEARING_DOWN.value:
+        if current.state == LeaseState.TEARING_DOWN:
             return "skipped: tearing down"
         # SUSPENDED and FAILED QRs still hold quota; force-delete (already gone is fine).
         await asyncio.to_thread(svc.tpu.delete_queued_resource, current.zone, current.qr_id)

@@ -69,8 +69,8 @@ async def check_idle(svc: "Services", team: str, channel: str, lease_id: str) ->
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None or svc.alerting is None:
         return "stopped: lease gone"
-    if not lease.lease_state.holds_tpu:
-        return f"stopped: {lease.state}"
+    if not lease.state.holds_tpu:
+        return f"stopped: {lease.state.value}"
     alerting = svc.alerting
     now = time.time()
     timeout = max(0.5, min(5.0, alerting.policy.idle_check_interval.total_seconds()))

@@ -118,7 +118,7 @@ async def request_teardown(svc: Services, actor: Actor) -> TeardownOutcome:
         return TeardownOutcome(
             False, f"Only <@{lease.holder}> (the holder) or an admin can tear down this channel's TPU.", lease
         )
-    if lease.state == LeaseState.TEARING_DOWN.value:
+    if lease.state == LeaseState.TEARING_DOWN:
         return TeardownOutcome(False, "This channel's TPU is already being torn down.", lease)
     return TeardownOutcome(True, "confirm", lease)
 
@@ -261,15 +261,15 @@ async def schedule_watch(svc: Services, lease: Lease, *, delay: timedelta) -> No
 
 async def resume_job_for(svc: Services, lease: Lease) -> bool:
     """Re-enqueue whatever job a lease is waiting on (after a crash between a write and its enqueue)."""
-    if lease.state == LeaseState.PENDING.value or (lease.state == LeaseState.CREATING.value and not lease.watch_seq):
+    if lease.state == LeaseState.PENDING or (lease.state == LeaseState.CREATING and not lease.watch_seq):
         round_ = lease.search_round  # a zone search may be in its nth job run
         return await svc.jobs.enqueue(PROVISION_JOB, job_id=f"provision:{lease.lease_id}" + (f":{round_}" if round_ else ""),
                                       team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
                                       **({"search_round": round_} if round_ else {}))
-    if lease.state == LeaseState.TEARING_DOWN.value:
+    if lease.state == LeaseState.TEARING_DOWN:
         return await svc.jobs.enqueue(TEARDOWN_JOB, job_id=f"teardown:{lease.lease_id}",
                                       team=lease.team, channel=lease.channel, lease_id=lease.lease_id)
-    if lease.state == LeaseState.FAILED.value:
+    if lease.state == LeaseState.FAILED:
         return False
     return await svc.jobs.enqueue(WATCH_JOB, job_id=f"watch:{lease.lease_id}:{lease.watch_seq}",
                                   team=lease.team, channel=lease.channel, lease_id=lease.lease_id,

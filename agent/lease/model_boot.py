@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from typing import Unpack
 
 from agent.context import Services
 from agent.lease import idle
@@ -30,12 +31,12 @@ from infra import boot_phases
 from infra.boot_phases import BootReport
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
 from infra.model_correctness import CheckFailure, check_known_answer, check_tool_call
-from infra.state.leases import Lease, LeaseState
+from infra.state.leases import Lease, LeaseChanges, LeaseState
 
 log = logging.getLogger(__name__)
 
 BOOT_JOB = "boot_model"
-BOOTABLE_STATES = (LeaseState.ACTIVE.value, LeaseState.BOOTING_MODEL.value)
+BOOTABLE_STATES = (LeaseState.ACTIVE, LeaseState.BOOTING_MODEL)
 CRASH_LOOP_RESTARTS = 2  # the container exited this often without serving: it will not start by itself
 
 
@@ -106,8 +107,9 @@ async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: i
     progress = (f"Waiting for vLLM at {endpoint}: {_minutes(since_active)} since ACTIVE, gives up after "
                 f"{_minutes(policy.model_boot_timeout.total_seconds())} (now: {check.error}). The VM pulls the vLLM "
                 f"image, reads the HF token and loads {policy.model_name}.")
-    boot = _boot_changes(lease, report) if report is not None else {}
-    if not await _write(svc, lease, state=LeaseState.BOOTING_MODEL, endpoint=endpoint, detail=progress, **boot):
+    booting: LeaseChanges = {"state": LeaseState.BOOTING_MODEL, "endpoint": endpoint, "detail": progress,
+                             **(_boot_changes(lease, report) if report is not None else {})}
+    if not await _write(svc, lease, **booting):
         return "stopped: lease changed"
     await svc.jobs.enqueue(BOOT_JOB, job_id=boot_job_id(lease_id, seq + 1), defer_by=policy.boot_poll_interval,
                            team=team, channel=channel, lease_id=lease_id, seq=seq + 1)
@@ -191,9 +193,9 @@ async def _boot_report(svc: Services, lease: Lease) -> BootReport | None:
         return None
 
 
-def _boot_changes(lease: Lease, report: BootReport) -> dict[str, object]:
+def _boot_changes(lease: Lease, report: BootReport) -> LeaseChanges:
     """The lease fields for what the VM reported; a phase without a readable start counts from now."""
-    changes: dict[str, object] = {}
+    changes: LeaseChanges = {}
     if report.phase and report.phase != lease.boot_phase:
         changes["boot_phase"] = report.phase
         changes["boot_phase_since"] = report.since.timestamp() if report.since else time.time()
@@ -206,7 +208,7 @@ def _boot_changes(lease: Lease, report: BootReport) -> dict[str, object]:
 
 async def _note_boot(svc: Services, lease: Lease, report: BootReport | None) -> None:
     """Keep the last boot report on the lease without a card update (the READY write that follows shows it)."""
-    changes = _boot_changes(lease, report) if report is not None else {}
+    changes: LeaseChanges = _boot_changes(lease, report) if report is not None else {}
     if changes:
         await svc.leases.update(lease, **changes)
 
@@ -219,9 +221,9 @@ async def _endpoint(svc: Services, lease: Lease) -> str:
 
 
 async def _fail(svc: Services, lease: Lease, reason: str, fix: str, *, endpoint: str = "",
-                extra: dict[str, object] | None = None) -> str:
+                extra: LeaseChanges | None = None) -> str:
     detail = f"{reason} Fix: {fix} The TPU is still running (and billing): `/tpu down` releases it."
-    changes: dict[str, object] = {"state": LeaseState.FAILED, "detail": detail, **(extra or {})}
+    changes: LeaseChanges = {"state": LeaseState.FAILED, "detail": detail, **(extra or {})}
     if endpoint:
         changes["endpoint"] = endpoint
     ok = await _write(svc, lease, **changes)
@@ -230,7 +232,7 @@ async def _fail(svc: Services, lease: Lease, reason: str, fix: str, *, endpoint:
     return "failed: " + reason if ok else "stopped: lease changed"
 
 
-async def _write(svc: Services, lease: Lease, **changes: object) -> bool:
+async def _write(svc: Services, lease: Lease, **changes: Unpack[LeaseChanges]) -> bool:
     # Re-read first: a teardown confirmed meanwhile must not be overwritten by a model state.
     fresh = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
     if fresh is None or fresh.state not in BOOTABLE_STATES:

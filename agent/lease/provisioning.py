@@ -29,7 +29,7 @@ from agent.lease.lifecycle import (
 from agent.lease.zone_search import SearchOutcome, ZoneSearch, nothing_to_try_message, unavailable_message
 from infra.state.leases import Lease, LeaseState
 
-WORKING_STATES = (LeaseState.PENDING.value, LeaseState.CREATING.value)
+WORKING_STATES = (LeaseState.PENDING, LeaseState.CREATING)
 
 
 def provision_job_id(lease_id: str, search_round: int = 0) -> str:
@@ -44,7 +44,7 @@ async def provision_job(svc: Services, team: str, channel: str, lease_id: str, s
     if token is None:
         raise LockBusy(f"{team}/{channel}")
     try:
-        if lease.state == LeaseState.PENDING.value:
+        if lease.state == LeaseState.PENDING:
             try:
                 lease = await svc.observer.lease_changed(lease) if svc.observer else lease
             except ChannelUnreachable as error:

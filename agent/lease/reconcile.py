@@ -42,8 +42,7 @@ LOCK_SCOPE = ("tpubot", "reconciler")
 LOCK_TTL_MS = 5 * 60 * 1000
 ADMIN_ALERT_TTL = 86_400
 # Leases the provision or teardown jobs own right now: a missing QR is expected there.
-IN_FLIGHT = {LeaseState.PENDING.value, LeaseState.CREATING.value, LeaseState.TEARING_DOWN.value,
-             LeaseState.FAILED.value}
+IN_FLIGHT = {LeaseState.PENDING, LeaseState.CREATING, LeaseState.TEARING_DOWN, LeaseState.FAILED}
 # A key younger than this is left alone even without a lease: the sweep never races a provision
 # job between its claim and its create, whatever the clocks say.
 ORPHAN_KEY_AGE = 15 * 60
@@ -177,7 +176,7 @@ async def _restore(svc: "Services", report: ReconcileReport, qr: "QueuedResource
             endpoint = endpoint_url(node.external_ip, svc.policy.model_port)
     lease = Lease(
         lease_id=lease_id, team=team, channel=channel, holder=qr.labels.get("tpubot-holder", "").upper(),
-        zone=qr.zone, qr_id=qr.qr_id, node_id=qr.node_id or "", state=state.value,
+        zone=qr.zone, qr_id=qr.qr_id, node_id=qr.node_id or "", state=state,
         created_at=qr.create_time.timestamp() if qr.create_time else now, deadline=deadline,
         run_seconds=run_seconds, endpoint=endpoint, state_since=now,
         active_at=deadline - run_seconds if deadline else 0.0, detail=RESTORED_NOTE,
@@ -194,7 +193,7 @@ async def _restore(svc: "Services", report: ReconcileReport, qr: "QueuedResource
 
 
 async def _ensure_timers(svc: "Services", report: ReconcileReport, lease: Lease, now: float) -> None:
-    if svc.alerting is None or not lease.lease_state.holds_tpu:
+    if svc.alerting is None or not lease.state.holds_tpu:
         return
     if lease.deadline:
         report.timers += await expiry.schedule_timers(svc, lease, now=now)

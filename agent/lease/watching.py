@@ -19,7 +19,7 @@ from agent.lease.lifecycle import (
     schedule_watch,
 )
 from infra.endpoint_probe import endpoint_url
-from infra.state.leases import LeaseState
+from infra.state.leases import LeaseChanges, LeaseState
 
 
 async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: int) -> str:
@@ -27,7 +27,7 @@ async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: 
     from infra.tpu import TpuError
 
     lease = await svc.leases.get_by_id(team, channel, lease_id)
-    if lease is None or lease.state in (LeaseState.TEARING_DOWN.value, LeaseState.FAILED.value):
+    if lease is None or lease.state in (LeaseState.TEARING_DOWN, LeaseState.FAILED):
         return "stopped: lease changed"
     try:
         qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
@@ -55,12 +55,12 @@ async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: 
         await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
         return "failed"
     new_state = lease_state_for(qr.state)
-    changes: dict[str, object] = {}
-    if new_state != lease.lease_state and not (lease.lease_state.holds_tpu and new_state == LeaseState.ACTIVE):
+    changes: LeaseChanges = {}
+    if new_state != lease.state and not (lease.state.holds_tpu and new_state == LeaseState.ACTIVE):
         changes["state"] = new_state
     if new_state == LeaseState.ACTIVE and not lease.active_at:
         now = time.time()
-        changes.update(active_at=now, deadline=now + lease.run_seconds)
+        changes["active_at"], changes["deadline"] = now, now + lease.run_seconds
         node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
         if node and node.external_ip:
             changes["endpoint"] = endpoint_url(node.external_ip, svc.policy.model_port)
@@ -77,6 +77,6 @@ async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: 
         except LockBusy:
             await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
             return "retry: channel busy"
-    delay = svc.policy.active_poll_interval if lease.lease_state.holds_tpu else svc.policy.poll_interval
+    delay = svc.policy.active_poll_interval if lease.state.holds_tpu else svc.policy.poll_interval
     await schedule_watch(svc, lease, delay=delay)
     return f"watching: {qr.state}"

@@ -220,7 +220,7 @@ class ZoneOutcomeHook:
 
     async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
         # An accepted QR that failed before ACTIVE: typically still WAITING_FOR_RESOURCES at valid-until.
-        if svc.scoreboard is None or lease.state != LeaseState.FAILED.value or not lease.queued_at or lease.active_at:
+        if svc.scoreboard is None or lease.state != LeaseState.FAILED or not lease.queued_at or lease.active_at:
             return
         error = classify_status(None, reason, zone=lease.zone)
         await svc.scoreboard.record_error(lease.zone, error, lease.lease_id)

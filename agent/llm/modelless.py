@@ -125,10 +125,10 @@ async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: 
         pass  # asked to tear down: never answer with an offer to provision
     elif lease is None and not any(p.action == "provision" for p in cards):
         cards.append(await proposal_rules.propose(svc, actor, "provision", {}, label="Bring the model up"))
-    elif lease is not None and lease.state == LeaseState.DEGRADED.value:
+    elif lease is not None and lease.state == LeaseState.DEGRADED:
         parts.append("This channel's TPU is DEGRADED: its model failed the boot's correctness checks, so mentions "
                      "here are answered without it (the card says what failed and the fix).")
-    elif lease is not None and lease.state != LeaseState.READY.value:
-        parts.append(f"This channel's TPU is {LeaseState(lease.state).label}; its model answers once it is READY.")
+    elif lease is not None and lease.state != LeaseState.READY:
+        parts.append(f"This channel's TPU is {lease.state.label}; its model answers once it is READY.")
     return AgentRun(text="\n\n".join(parts), label=f"Made without the model: {reason}.", used_model=False,
                     proposals=cards, cited=cited)

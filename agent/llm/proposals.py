@@ -64,7 +64,7 @@ async def precheck(svc: Services, actor: Actor, action_name: str) -> ProposalChe
             return ProposalCheck(False, "This channel holds no TPU, so there is nothing to tear down.")
         return ProposalCheck(True, "", lease)
     if action_name == "provision" and lease is not None:
-        return ProposalCheck(False, f"This channel already holds a TPU (lease {lease.lease_id}, {lease.state}, "
+        return ProposalCheck(False, f"This channel already holds a TPU (lease {lease.lease_id}, {lease.state.value}, "
                                     f"holder <@{lease.holder}>); nothing new is needed.", lease)
     return ProposalCheck(True, "", lease)
 

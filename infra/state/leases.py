@@ -8,17 +8,22 @@ cannot touch the channel's new lease.
 
 from __future__ import annotations
 
+import logging
 import secrets
 import time
 from dataclasses import dataclass, fields
-from enum import Enum
+from enum import StrEnum
+from typing import Any, TypedDict, Unpack, get_type_hints
 
 from redis.asyncio import Redis
 
 from infra.state import keys
 
+log = logging.getLogger(__name__)
 
-class LeaseState(str, Enum):
+
+# A StrEnum, so a state reads and formats as its stored name ("READY") wherever it is shown.
+class LeaseState(StrEnum):
     PENDING = "PENDING"  # claimed; the provision job has not created the QR yet
     CREATING = "CREATING"
     WAITING_FOR_RESOURCES = "WAITING_FOR_RESOURCES"
@@ -52,7 +57,7 @@ class Lease:
     zone: str
     qr_id: str
     node_id: str
-    state: str
+    state: LeaseState
     fence: int = 0
     created_at: float = 0.0
     deadline: float = 0.0  # the flex-start maxRunDuration end (epoch seconds); set at ACTIVE
@@ -82,22 +87,24 @@ class Lease:
     boot_phase_since: float = 0.0
     boot_cache: str = ""
 
+    def __post_init__(self) -> None:
+        # A lease built from a state's name (a test, an old caller) still holds the enum; an unknown name raises.
+        self.state = LeaseState(self.state)
+
     @property
     def key(self) -> str:
         return keys.lease(self.team, self.channel)
 
-    @property
-    def lease_state(self) -> LeaseState:
-        return LeaseState(self.state)
-
     def to_redis(self) -> dict[str, str]:
         # Flat fields only, so no asdict (which deep-copies each value, in the ack path of /tpu up).
-        return {f.name: str(getattr(self, f.name)) for f in fields(self)}
+        return {f.name: _stored(getattr(self, f.name)) for f in fields(self)}
 
     @classmethod
     def from_redis(cls, raw: dict) -> "Lease":
+        """The stored lease. Stored fields this version does not know are skipped here (and stay in
+        Redis): a hash written by a newer or older version still reads; `unknown_fields` names them."""
         decoded = {_text(k): _text(v) for k, v in raw.items()}
-        kwargs = {}
+        kwargs: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in decoded:
                 continue
@@ -106,9 +113,95 @@ class Lease:
                 kwargs[f.name] = int(float(value or 0))
             elif f.type in ("float", float):
                 kwargs[f.name] = float(value or 0)
+            elif f.type in ("LeaseState", LeaseState):
+                kwargs[f.name] = _state(value, decoded.get("lease_id", "?"))
             else:
                 kwargs[f.name] = value
         return cls(**kwargs)
+
+
+LEASE_FIELDS = frozenset(f.name for f in fields(Lease))
+# Identity and fencing: written by the claim script only. An update naming one is refused.
+FIXED_FIELDS = frozenset({"lease_id", "team", "channel", "fence"})
+
+
+class LeaseChanges(TypedDict, total=False):
+    """What a fenced update may write, field by field with its type (every lease field but FIXED_FIELDS;
+    tests/test_state.py holds the two lists together)."""
+
+    holder: str
+    zone: str
+    qr_id: str
+    node_id: str
+    state: LeaseState
+    created_at: float
+    deadline: float
+    run_seconds: int
+    endpoint: str
+    card_channel: str
+    card_ts: str
+    detail: str
+    state_since: float
+    active_at: float
+    watch_seq: int
+    torn_down_by: str
+    idle_since: float
+    zone_explicit: int
+    search_round: int
+    queued_at: float
+    valid_until: float
+    ttft_ms: float
+    tpot_ms: float
+    tokens_per_s: float
+    model_info: str
+    image: str
+    boot_phase: str
+    boot_phase_since: float
+    boot_cache: str
+
+
+CHANGE_TYPES: dict[str, type] = get_type_hints(LeaseChanges)
+
+
+def encoded_changes(changes: dict[str, object]) -> list[str]:
+    """`changes` as the update script's flat name/value arguments; a TypeError names a field that is not
+    a lease's (a typo would otherwise write a field nothing reads) or a value of the wrong type."""
+    flat: list[str] = []
+    for name, value in changes.items():
+        kind = CHANGE_TYPES.get(name)
+        if kind is None:
+            why = "is fixed at the claim" if name in FIXED_FIELDS else "is not a lease field"
+            raise TypeError(f"LeaseStore.update: {name!r} {why}; the fields it writes are "
+                            f"{', '.join(sorted(CHANGE_TYPES))}")
+        if not _is_a(value, kind):
+            raise TypeError(f"LeaseStore.update: {name!r} takes {kind.__name__}, not {type(value).__name__} {value!r}")
+        flat += [name, _stored(value)]
+    return flat
+
+
+def _is_a(value: object, kind: type) -> bool:
+    if isinstance(value, bool):  # an int to Python, but it would be stored as "True"
+        return False
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
+def unknown_fields(raw: dict, *, expected: frozenset[str] = frozenset()) -> set[str]:
+    """The stored fields of a lease hash that this version's Lease does not have (besides `expected`)."""
+    return {name for name in (_text(k) for k in raw) if name not in LEASE_FIELDS and name not in expected}
+
+
+def _stored(value: object) -> str:
+    return value.value if isinstance(value, LeaseState) else str(value)
+
+
+def _state(value: str, lease_id: str) -> LeaseState:
+    try:
+        return LeaseState(value)
+    except ValueError:
+        raise ValueError(f"lease {lease_id} is stored in state {value!r}, which this version does not know "
+                         f"(it knows {', '.join(LeaseState)})") from None
 
 
 def _text(value: bytes | str) -> str:
@@ -127,7 +220,7 @@ def candidate_lease(*, team: str, channel: str, holder: str, zone: str, run_seco
     now = time.time()
     return Lease(
         lease_id=lease_id, team=team, channel=channel, holder=holder, zone=zone,
-        qr_id=qr_id_for(lease_id), node_id=node_id_for(lease_id), state=LeaseState.PENDING.value,
+        qr_id=qr_id_for(lease_id), node_id=node_id_for(lease_id), state=LeaseState.PENDING,
         created_at=now, state_since=now, run_seconds=run_seconds, zone_explicit=int(zone_explicit),
     )
 
@@ -184,6 +277,7 @@ redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
 return 1
 """
 RELEASE_NOTE_TTL_SECONDS = 7 * 24 * 3600
+RELEASE_FIELDS = frozenset({"release_reason", "released_by", "released_at", "tell_channel"})
 
 
 @dataclass(frozen=True)
@@ -215,6 +309,21 @@ class LeaseStore:
         self._claim = redis.register_script(_CLAIM)
         self._update = redis.register_script(_UPDATE)
         self._release = redis.register_script(_RELEASE)
+        self._unknown_said: set[str] = set()  # stored field names already logged as unknown
+
+    def _read(self, raw: dict) -> Lease:
+        lease = Lease.from_redis(raw)
+        self._say_unknown(raw, lease.lease_id)
+        return lease
+
+    def _say_unknown(self, raw: dict, lease_id: str, *, expected: frozenset[str] = frozenset()) -> None:
+        """Log (once per store and name) the stored fields Lease.from_redis skips: a deployment that rolls
+        forward or back keeps reading its leases, and the log says what was left aside."""
+        unknown = unknown_fields(raw, expected=expected) - self._unknown_said
+        if unknown:
+            self._unknown_said |= unknown
+            log.warning("lease %s has stored fields this version does not know, left as they are: %s",
+                        lease_id, ", ".join(sorted(unknown)))
 
     async def claim(self, *, team: str, channel: str, holder: str, zone: str, run_seconds: int,
                     zone_explicit: bool = False) -> ClaimResult:
@@ -225,7 +334,7 @@ class LeaseStore:
             args=claim_fields(candidate),
         )
         pairs = dict(zip(raw[::2], raw[1::2]))
-        return ClaimResult(created=bool(created), lease=Lease.from_redis(pairs))
+        return ClaimResult(created=bool(created), lease=self._read(pairs))
 
     async def restore(self, lease: Lease) -> bool:
         """Recreate a lease from GCP's record (reconciler); never overwrites an existing one."""
@@ -237,19 +346,18 @@ class LeaseStore:
 
     async def get(self, team: str, channel: str) -> Lease | None:
         raw = await self._redis.hgetall(keys.lease(team, channel))
-        return Lease.from_redis(raw) if raw else None
+        return self._read(raw) if raw else None
 
     async def get_by_id(self, team: str, channel: str, lease_id: str) -> Lease | None:
         lease = await self.get(team, channel)
         return lease if lease and lease.lease_id == lease_id else None
 
-    async def update(self, lease: Lease, **changes: object) -> Lease | None:
-        """Fenced write of `changes`; returns the updated lease, or None if it was replaced or released."""
+    async def update(self, lease: Lease, **changes: Unpack[LeaseChanges]) -> Lease | None:
+        """Fenced write of `changes`; returns the updated lease, or None if it was replaced or released.
+        A field that is not a lease's, or a value of the wrong type, is a TypeError and writes nothing."""
         if "state" in changes and changes["state"] != lease.state:
             changes.setdefault("state_since", time.time())
-        args: list[str] = [lease.lease_id]
-        for name, value in changes.items():
-            args += [name, value.value if isinstance(value, Enum) else str(value)]
+        args = [lease.lease_id, *encoded_changes(dict(changes))]
         ok = await self._update(keys=[lease.key], args=args)
         if not ok:
             return None
@@ -266,7 +374,11 @@ class LeaseStore:
 
     async def unfinished_release(self, lease_id: str) -> Release | None:
         raw = await self._redis.hgetall(keys.release_note(lease_id))
-        return Release.from_redis(raw) if raw else None
+        if not raw:
+            return None
+        release = Release.from_redis(raw)
+        self._say_unknown(raw, release.lease.lease_id, expected=RELEASE_FIELDS)
+        return release
 
     async def unfinished_releases(self, *, released_before: float) -> list[Release]:
         found = []
@@ -290,7 +402,7 @@ class LeaseStore:
         for member in sorted(_text(m) for m in members):
             raw = await self._redis.hgetall(member)
             if raw:
-                leases.append(Lease.from_redis(raw))
+                leases.append(self._read(raw))
             else:
                 await self._redis.srem(keys.lease_index(), member)
         return leases
