@@ -10,7 +10,7 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
 from agent.actions import get_action, run_action
-from agent.actions.registry import first_error, validate_args
+from agent.actions.registry import Declined, first_error, validate_args
 from agent.actions.lease_actions import PRICED_ZONES_ONLY
 from agent.context import Actor, Services
 from handlers import cards
@@ -93,20 +93,23 @@ async def run_subcommand(services: Services, actor: Actor, parsed: ParsedCommand
     return render_result(services, parsed.action, result)
 
 
+DECLINED_ICONS = {
+    Declined.PREFLIGHT_FAILED: ":stop_sign:",
+    Declined.BUDGET: ":money_with_wings:",
+    Declined.NOT_IN_CHANNEL: ":warning:",
+}
+
+
 def render_result(services: Services, action_name: str, result) -> tuple[str, list[dict]]:
     lease = result.lease
     if action_name == "provision":
-        if result.data.get("preflight_failed"):
-            return cards.notice(f":stop_sign: {result.text}")
-        if result.data.get("budget_refused"):
-            return cards.notice(f":money_with_wings: {result.text}")
-        if result.data.get("not_in_channel"):
-            return cards.notice(f":warning: {result.text}")
+        if result.declined is not None:
+            return cards.notice(f"{DECLINED_ICONS[result.declined]} {result.text}")
         if result.ok:
             search = "" if lease.zone_explicit else " If that zone refuses, the best-known other zones are tried."
-            if result.data.get("priced_zones_only"):
+            if result.priced_zones_only:
                 search = (" If that zone refuses, the best-known other zones are tried — "
-                          f"{PRICED_ZONES_ONLY.format(zones=', '.join(result.data['priced_zones_only']))}.")
+                          f"{PRICED_ZONES_ONLY.format(zones=', '.join(result.priced_zones_only))}.")
             return cards.notice(
                 f":white_check_mark: Requested a {services.policy.accelerator_type} flex-start TPU in {lease.zone} "
                 f"for {cards.duration(lease.run_seconds)} (lease `{lease.lease_id}`).{search} The status card follows in this channel."

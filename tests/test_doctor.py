@@ -70,7 +70,7 @@ def test_failed_verdict_is_cached_and_up_explains_it_instead_of_searching(env, r
     with LocalStack(settings) as stack:
         slack = stack.signed_requests()
         reply = slack.slash("up", user="UALICE", channel="C0DOC")
-        assert "tpubot doctor" in reply.text and "hf token secret" in reply.text
+        assert reply.text.startswith(":stop_sign:") and "tpubot doctor" in reply.text and "hf token secret" in reply.text
         assert "gcloud secrets create gemma-hf-token" in reply.text
         assert "holds no TPU" in slack.slash("status", user="UALICE", channel="C0DOC").text
         assert stack.tpu_sandbox.create_attempts == []

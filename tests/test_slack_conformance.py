@@ -186,6 +186,7 @@ def test_up_in_a_channel_the_bot_was_removed_from_claims_nothing_and_says_how_to
     bot_left(slack, stack)
     reply = slack.slash("up", user=ALICE, channel=CHANNEL)
     assert reply.status == 200 and "/invite @tpubot" in reply.text and "Nothing was requested" in reply.text
+    assert reply.text.startswith(":warning:")
     assert lease_state(stack) is None and stack.tpu_sandbox.queued_resources() == []
     assert "holds no TPU" in slack.slash("status", user=ALICE, channel=CHANNEL).text
     bot_joined(slack, stack)

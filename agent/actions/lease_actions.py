@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from agent.lease import lifecycle
-from agent.actions.registry import ActionKind, ActionResult, action
+from agent.actions.registry import ActionKind, ActionResult, Declined, action
 from agent.context import Actor, Policy, Services
 from infra.durations import check_lease_length
 from infra.state.membership import Membership
@@ -75,14 +75,15 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
         return already_held(held)
     unpostable = await cannot_post_reason(svc, actor)
     if unpostable:
-        return ActionResult(False, unpostable, {"not_in_channel": True})
+        return ActionResult(False, unpostable, {"not_in_channel": True}, declined=Declined.NOT_IN_CHANNEL)
     # Both reads only matter for a new lease, and neither waits for the other.
     blocked, zone = await asyncio.gather(preflight_blockers(svc, args.zone), lifecycle.starting_zone(svc, args.zone))
     if blocked:
         fixes = "\n".join(f"• {check.name}: {check.detail}. Fix: {check.fix}" for check in blocked)
         return ActionResult(False, "The last `tpubot doctor` run found problems that would make `/tpu up` fail, so "
                                    f"nothing was requested:\n{fixes}\nFix them, run `tpubot doctor` again, then "
-                                   "`/tpu up`.", {"preflight_failed": [check.name for check in blocked]})
+                                   "`/tpu up`.", {"preflight_failed": [check.name for check in blocked]},
+                            declined=Declined.PREFLIGHT_FAILED)
     outcome = await lifecycle.request_provision(svc, actor, zone=zone, zone_explicit=args.zone is not None,
                                                 hours=args.hours)
     if outcome.refusal is not None:
@@ -92,15 +93,17 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
         return already_held(lease)
     where = lease.zone if args.zone else f"{lease.zone} (searching the other configured zones if it refuses)"
     data = lease_summary(lease)
+    priced_only: list[str] = []
     if not args.zone and svc.spend is not None:
         from agent.lease import budget
 
         searched = await budget.searchable_zones(svc, actor.team, actor.channel)
         if len(searched) < len(svc.policy.zones):
             data["priced_zones_only"] = searched
+            priced_only = searched
             where = f"{lease.zone} ({PRICED_ZONES_ONLY.format(zones=', '.join(searched))})"
     return ActionResult(True, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
-                              f"(lease {lease.lease_id}).", data, lease)
+                              f"(lease {lease.lease_id}).", data, lease, priced_zones_only=priced_only)
 
 
 PRICED_ZONES_ONLY = ("under a budget only zones with a price are searched: {zones}; add prices to PRICES in tpu.env "
@@ -114,7 +117,7 @@ async def budget_refused(svc: Services, actor: Actor, refusal: Any, args: Provis
     searched = None if args.zone else await budget.searchable_zones(svc, actor.team, actor.channel)
     rate = budget.worst_case_rate(svc, zone, args.zone is not None, searched)
     text, data = budget.refusal_text(svc, refusal, rate=rate, hours=hours, zone=args.zone)
-    return ActionResult(False, text, data)
+    return ActionResult(False, text, data, declined=Declined.BUDGET)
 
 
 DM_CHANNEL = ("A TPU belongs to a channel, and this conversation is not one I can post its status card in. "

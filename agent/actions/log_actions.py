@@ -87,12 +87,13 @@ def digest_result(lines: Iterable[str], budget: int, *, source: str,
                   runbooks: RunbookIndex | None = None) -> ActionResult:
     """The digest, and after it the runbook sections its lines match (runbook_links)."""
     digest, links, links_text = digest_with_runbooks(lines, budget, runbooks)
+    cited = cited_lines(digest)
     data = {"source": source, "total_lines": digest.total_lines, "templates": len(digest.ranked),
-            "cited_lines": cited_lines(digest), "runbooks": [link.cite for link in links]}
+            "cited_lines": cited, "runbooks": [link.cite for link in links]}
     text = digest.render()
     if links:
         text += "\n\nRunbooks whose symptoms match these lines:\n" + links_text
-    return ActionResult(True, text, data)
+    return ActionResult(True, text, data, cited_lines=cited)
 
 
 @dataclass(frozen=True)

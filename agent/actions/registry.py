@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Awaitable, Callable
 
 from pydantic import BaseModel, ValidationError
@@ -22,14 +23,28 @@ from agent.context import Actor, Services
 from infra.state.leases import Lease
 
 
+class Declined(StrEnum):
+    """Why an action did nothing, where a caller words it its own way (the `/tpu up` reply's icon)."""
+
+    PREFLIGHT_FAILED = "preflight_failed"  # the last `tpubot doctor` run found blockers
+    BUDGET = "budget"  # the worst case does not fit a budget
+    NOT_IN_CHANNEL = "not_in_channel"  # the bot cannot post the channel's status card
+
+
 @dataclass
 class ActionResult:
     ok: bool
     text: str  # a plain summary for people and for the model
+    # What a model reads beside `text`, as is: the mention agent's tool result, MCP's structured content.
+    # Slack views may show it (the zones card, the Home tab), but no caller branches on its keys: what a
+    # caller decides by is a typed field below, so the model's view can change without moving a decision.
     data: dict = field(default_factory=dict)
     lease: Lease | None = None
     needs_confirmation: bool = False  # the caller must show a confirm card before acting
     denied: bool = False  # access control refused the actor; `text` says who may
+    declined: Declined | None = None  # set when not ok for a reason a caller shows apart
+    priced_zones_only: list[str] = field(default_factory=list)  # provision under a budget: the zones it may search
+    cited_lines: list[int] = field(default_factory=list)  # a log digest's lines worth citing
 
 
 ActionFn = Callable[[Services, Actor, Any], Awaitable[ActionResult]]

@@ -234,8 +234,8 @@ class AgentLoop:
             log.exception("action %s failed in the agent loop", action.name)
             return f"Error: `{action.name}` failed inside the bot; say so to the person."
         self.tools_run.append(action.name)
-        if action.name in LOG_TOOLS and result.data.get("cited_lines"):
-            self.cited = list(result.data["cited_lines"])
+        if action.name in LOG_TOOLS and result.cited_lines:
+            self.cited = list(result.cited_lines)
         return self._result_text(action, result)
 
     def _arguments(self, action: Action, call: ToolCallRequest) -> BaseModel:
