@@ -23,7 +23,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Literal
 
 from redis.asyncio import Redis
 
@@ -79,11 +79,14 @@ class Attempt:
         return self.outcome in SUCCESS_OUTCOMES
 
 
+SkipScope = Literal["zone", "region"]
+
+
 @dataclass(frozen=True)
 class Skip:
     until: float
     outcome: str
-    scope: str  # "zone" or "region"
+    scope: SkipScope
 
 
 @dataclass
@@ -136,7 +139,7 @@ class ZoneScoreboard:
     def _attempts_key(self, zone: str) -> str:
         return f"{_PREFIX}:{self.accelerator}:attempts:{zone}"
 
-    def _skip_key(self, scope: str, where: str) -> str:
+    def _skip_key(self, scope: SkipScope, where: str) -> str:
         return f"{_PREFIX}:{self.accelerator}:skip-{scope}:{where}"
 
     def _offers_key(self, zone: str) -> str:
@@ -170,8 +173,8 @@ class ZoneScoreboard:
         skip_for = error.kind.suggested_skip
         if skip_for is None:
             return None
-        scope, where = ("region", error.region or region_of(zone)) if error.kind.scope is ErrorScope.REGION \
-            else ("zone", zone)
+        scope: SkipScope = "region" if error.kind.scope is ErrorScope.REGION else "zone"
+        where = (error.region or region_of(zone)) if scope == "region" else zone
         skip = Skip(until=now + skip_for.total_seconds(), outcome=error.kind.value, scope=scope)
         await self._redis.set(self._skip_key(scope, where), json.dumps(skip.__dict__),
                               px=max(1, int(skip_for.total_seconds() * 1000)))

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import time
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from agent.lease import alerts, receipts
 from agent.lease.alerts import ACK_IDLE
@@ -92,7 +92,11 @@ async def check_idle(svc: "Services", team: str, channel: str, lease_id: str) ->
     return outcome
 
 
-async def _warn_or_tear_down(svc: "Services", lease: Lease, idle: float, idle_since: float, now: float) -> str:
+IdleDecision = Literal["", "warned", "warned earlier", "teardown"]  # "": not idle long enough to warn
+
+
+async def _warn_or_tear_down(svc: "Services", lease: Lease, idle: float, idle_since: float,
+                             now: float) -> IdleDecision:
     alerting = svc.alerting
     limit = alerting.policy.idle_teardown.total_seconds()
     warn_from = limit - alerting.policy.idle_warning_lead.total_seconds()

@@ -26,7 +26,7 @@ from agent.lease.lifecycle import (
     notify,
     schedule_watch,
 )
-from agent.lease.zone_search import SearchOutcome, ZoneSearch, nothing_to_try_message, unavailable_message
+from agent.lease.zone_search import SearchOutcome, SearchStatus, ZoneSearch, nothing_to_try_message, unavailable_message
 from infra.state.leases import Lease, LeaseState
 
 WORKING_STATES = (LeaseState.PENDING, LeaseState.CREATING)
@@ -70,7 +70,7 @@ async def _provision(svc: Services, lease: Lease, token: str) -> str:
         await fail_lease(svc, lease, unavailable_message(error))
         return f"failed: {error.kind.value}"
     if existing is not None:
-        return await _created(svc, lease, SearchOutcome(status="created", zone=lease.zone, qr=existing))
+        return await _created(svc, lease, SearchOutcome(status=SearchStatus.CREATED, zone=lease.zone, qr=existing))
     if svc.model_keys is not None:
         # The VM reads the key at boot, so it must exist before the create; a retried job keeps it.
         from infra.model_keys import ModelKeyError
@@ -124,16 +124,16 @@ async def _provision(svc: Services, lease: Lease, token: str) -> str:
     outcome = await search.run(order, create, lease_id=lease.lease_id, deadline=deadline, still_wanted=still_wanted)
     if outcome.created:
         return await _created(svc, current, outcome)
-    if outcome.status == "cancelled":
+    if outcome.status is SearchStatus.CANCELLED:
         return "stopped: lease changed during the search"
-    if outcome.status == "budget":
+    if outcome.status is SearchStatus.TIME_BUDGET:
         return await _continue_later(svc, current)
-    if lease.zone_explicit and outcome.status == "exhausted" and outcome.last_error is not None:
+    if lease.zone_explicit and outcome.status is SearchStatus.EXHAUSTED and outcome.last_error is not None:
         await fail_lease(svc, current, f"{explain(outcome.last_error)} (You asked for {lease.zone}; `/tpu up` "
                                        "without a zone searches the other configured zones.)")
         return f"failed: {outcome.last_error.kind.value}"
     await fail_lease(svc, current, outcome.message or "No zone could be tried.")
-    return f"failed: {outcome.status}"
+    return f"failed: {outcome.status.value}"
 
 
 async def _created(svc: Services, lease: Lease, outcome: SearchOutcome) -> str:

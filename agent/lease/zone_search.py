@@ -22,6 +22,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from agent.context import Services
 from infra.scoreboard import Skip, ZoneOrder, ZoneScoreboard
@@ -35,9 +36,18 @@ LIST_CONCURRENCY = 8  # acceleratorTypes look-ups in flight at once (44 zones: 6
 CONFIG_SETTINGS_HINT = "GCP_PROJECT, NETWORK/SUBNETWORK, TPU_ACCELERATOR_TYPE and TPU_RUNTIME_VERSION"
 
 
+class SearchStatus(StrEnum):
+    CREATED = "created"  # a zone took the request
+    CONFIGURATION = "configuration"  # an error every zone would give: a setting to fix
+    EXHAUSTED = "exhausted"  # every zone was tried (or none could be)
+    UNAVAILABLE = "unavailable"  # the TPU API itself failed past the client's retries
+    TIME_BUDGET = "budget"  # this run's time is spent: the search continues in a new job
+    CANCELLED = "cancelled"  # the lease stopped wanting a TPU during the search
+
+
 @dataclass
 class SearchOutcome:
-    status: str  # created | configuration | exhausted | unavailable | budget | cancelled
+    status: SearchStatus
     zone: str = ""
     qr: object | None = None  # infra.tpu.QueuedResourceView when created
     attempts: list[tuple[str, str]] = field(default_factory=list)  # (zone, outcome class)
@@ -47,7 +57,7 @@ class SearchOutcome:
 
     @property
     def created(self) -> bool:
-        return self.status == "created"
+        return self.status is SearchStatus.CREATED
 
 
 class ZoneSearch:
@@ -94,24 +104,24 @@ class ZoneSearch:
         still_wanted: Callable[[], Awaitable[bool]] | None = None,
     ) -> SearchOutcome:
         """Try `order` in turn with `create(zone, n, total)`; classify, record and decide after each."""
-        outcome = SearchOutcome(status="exhausted")
+        outcome = SearchOutcome(status=SearchStatus.EXHAUSTED)
         skipped_regions: set[str] = set()
         failures: list[tuple[str, TpuError]] = []
         for n, zone in enumerate(order, start=1):
             if region_of(zone) in skipped_regions:
                 continue
             if deadline is not None and outcome.attempts and time.monotonic() >= deadline:
-                outcome.status = "budget"
+                outcome.status = SearchStatus.TIME_BUDGET
                 return outcome
             if still_wanted is not None and not await still_wanted():
-                outcome.status = "cancelled"
+                outcome.status = SearchStatus.CANCELLED
                 return outcome
             try:
                 qr = await create(zone, n, len(order))
             except TpuError as error:
                 if error.retryable:
                     # The API itself failed past the client's retries: nothing to learn about the zone.
-                    outcome.status, outcome.last_error = "unavailable", error
+                    outcome.status, outcome.last_error = SearchStatus.UNAVAILABLE, error
                     outcome.message = unavailable_message(error)
                     return outcome
                 zone_of_error = error.zone if error.zone in self.zones else zone
@@ -135,7 +145,7 @@ class ZoneSearch:
                 continue
             await self._board.record_accepted(zone, lease_id)
             outcome.attempts.append((zone, "accepted"))
-            outcome.status, outcome.zone, outcome.qr = "created", zone, qr
+            outcome.status, outcome.zone, outcome.qr = SearchStatus.CREATED, zone, qr
             return outcome
         outcome.message = self._exhausted_message(failures)
         return outcome
@@ -146,7 +156,7 @@ class ZoneSearch:
 
     # --- messages -------------------------------------------------------------------------
     def _configuration(self, outcome: SearchOutcome, zone: str, error: TpuError) -> SearchOutcome:
-        outcome.status, outcome.zone, outcome.setting = "configuration", zone, error.setting
+        outcome.status, outcome.zone, outcome.setting = SearchStatus.CONFIGURATION, zone, error.setting
         setting = f"the {error.setting} setting" if error.setting else f"the settings ({CONFIG_SETTINGS_HINT})"
         outcome.message = (
             f"{error.message} This is a configuration problem: it would fail the same way in every zone, so the "
@@ -156,7 +166,7 @@ class ZoneSearch:
         return outcome
 
     def _repeated(self, outcome: SearchOutcome, zones: list[str], error: TpuError) -> SearchOutcome:
-        outcome.status, outcome.setting = "configuration", None
+        outcome.status, outcome.setting = SearchStatus.CONFIGURATION, None
         outcome.message = (
             f"The same error came back from {len(zones)} zones ({', '.join(zones)}): {error.message} "
             "An error that follows the request from zone to zone is a configuration problem that no other zone "

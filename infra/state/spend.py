@@ -25,6 +25,7 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
+from typing import Literal
 
 from redis.asyncio import Redis
 
@@ -204,19 +205,23 @@ class SpendRecord:
         return cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
 
 
+LimitSource = Literal["set", "default", "none"]  # admin-set, the settings' default, or no limit
+BudgetScope = Literal["channel", "workspace"]
+
+
 @dataclass(frozen=True)
 class Limits:
     """The limits in force for one channel: stored (admin-set) over the settings' defaults."""
 
     workspace: float | None
     channel: float | None
-    workspace_source: str = "none"  # "set", "default" or "none"
-    channel_source: str = "none"
+    workspace_source: LimitSource = "none"
+    channel_source: LimitSource = "none"
 
 
 @dataclass(frozen=True)
 class Refusal:
-    scope: str  # "channel" or "workspace"
+    scope: BudgetScope
     need: float | None  # None: no price, so no worst case
     channel_limit: float | None
     channel_spent: float
@@ -332,7 +337,7 @@ class SpendLedger:
             scope, *numbers = (_text(part) for part in reply[1:])
             ch_limit, ch_spent, ch_reserved, ws_limit, ws_spent, ws_reserved = numbers
             return BudgetedClaim(None, Refusal(
-                scope=scope, need=worst_case_usd, channel_limit=_limit(ch_limit), channel_spent=float(ch_spent),
+                scope="channel" if scope == "channel" else "workspace", need=worst_case_usd, channel_limit=_limit(ch_limit), channel_spent=float(ch_spent),
                 channel_reserved=float(ch_reserved), workspace_limit=_limit(ws_limit),
                 workspace_spent=float(ws_spent), workspace_reserved=float(ws_reserved)))
         raw = reply[1]
