@@ -177,6 +177,18 @@ class Services:
     # Runbooks the agent searches and cites (issue 31): the built-in ones, plus RUNBOOKS_DIR/URLS.
     runbooks: RunbookLibrary = field(default_factory=RunbookLibrary.from_settings)
 
+    def worker_tpu(self) -> "TpuService":
+        """The TPU client, for the code that runs only in the worker (bot/wiring.py gives it one)."""
+        if self.tpu is None:
+            raise RuntimeError("this process has no TPU client: GCP calls run in the worker")
+        return self.tpu
+
+    def wired_alerting(self) -> Alerting:
+        """The alerting parts, for the code that runs only where they are wired (its callers check)."""
+        if self.alerting is None:
+            raise RuntimeError("alerting is not wired in this process")
+        return self.alerting
+
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "ChannelUnreachable", "LeaseHook", "LeaseObserver",
            "LogMaterial", "ModelConfig", "Policy", "Services"]

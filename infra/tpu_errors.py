@@ -216,13 +216,18 @@ def classify_http(status: int, message: str, *, zone: str | None = None, reason:
 
 
 class FailedQueuedResource(Protocol):
-    """What `classify_failed_qr` reads; `infra.tpu.QueuedResourceView` has it."""
+    """What `classify_failed_qr` reads; `infra.tpu.QueuedResourceView` (frozen) has it."""
 
-    qr_id: str
-    zone: str
-    state: str
-    failure_code: int | None
-    failure_message: str | None
+    @property
+    def qr_id(self) -> str: ...
+    @property
+    def zone(self) -> str: ...
+    @property
+    def state(self) -> str: ...
+    @property
+    def failure_code(self) -> int | None: ...
+    @property
+    def failure_message(self) -> str | None: ...
 
 
 def classify_failed_qr(qr: FailedQueuedResource) -> TpuError | None:

@@ -89,6 +89,7 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
     if outcome.refusal is not None:
         return await budget_refused(svc, actor, outcome.refusal, args, zone)
     lease = outcome.lease
+    assert lease is not None, "only a budget refusal comes without a lease"
     if not outcome.created:
         return already_held(lease)
     where = lease.zone if args.zone else f"{lease.zone} (searching the other configured zones if it refuses)"
@@ -155,7 +156,7 @@ async def preflight_blockers(svc: Services, zone: str | None) -> list:
         NoArgs, kind=ActionKind.WRITE, destructive=True)
 async def teardown(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     outcome = await lifecycle.request_teardown(svc, actor)
-    if not outcome.ok:
+    if not outcome.ok or outcome.lease is None:
         return ActionResult(False, outcome.message, lease=outcome.lease)
     return ActionResult(True, f"Confirm to tear down {outcome.lease.qr_id}.", lease_summary(outcome.lease),
                         outcome.lease, needs_confirmation=True)

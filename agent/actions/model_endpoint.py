@@ -85,7 +85,7 @@ SANDBOX_FINGERPRINT_SUFFIX = "-sandbox"  # infra/sandbox/vllm labels every respo
 
 
 def is_sandbox(fingerprint: str | None) -> bool:
-    return bool(fingerprint) and fingerprint.endswith(SANDBOX_FINGERPRINT_SUFFIX)
+    return fingerprint is not None and fingerprint.endswith(SANDBOX_FINGERPRINT_SUFFIX)
 
 
 def endpoint_label(endpoint: ModelEndpoint, fingerprint: str | None) -> str:

@@ -60,7 +60,7 @@ class Action:
     destructive: bool = False
     # For a WRITE action some calls of which only read (`oncall` without arguments shows the list):
     # True for those calls, so a confirm step (MCP's `confirm: true`) is asked only for the others.
-    reads_only: Callable[[BaseModel], bool] | None = None
+    reads_only: Callable[[Any], bool] | None = None  # called with the action's own `args` model
 
     @property
     def read_only(self) -> bool:
@@ -140,7 +140,7 @@ REGISTRY: dict[str, Action] = {}
 
 def action(name: str, description: str, args: type[BaseModel], *, kind: ActionKind = ActionKind.READ,
            destructive: bool = False,
-           reads_only: Callable[[BaseModel], bool] | None = None) -> Callable[[ActionFn], ActionFn]:
+           reads_only: Callable[[Any], bool] | None = None) -> Callable[[ActionFn], ActionFn]:
     def register(fn: ActionFn) -> ActionFn:
         if name in REGISTRY:
             raise ValueError(f"action {name} declared twice")

@@ -108,14 +108,15 @@ async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionRe
     report = await budget.month_spend(svc, actor.team, month, now)
     mine = next((row for row in report.channels if row.channel == channel), None)
     ch_spent = mine.cost if mine else 0.0
+    ch_reserved = ledger.channel_reserved.get(channel, 0.0)
     data = {"month": month, "channel": channel,
             "channel_budget_usd": limits.channel, "channel_budget_source": limits.channel_source,
             "workspace_budget_usd": limits.workspace, "workspace_budget_source": limits.workspace_source,
-            "channel_spent_usd": ch_spent, "channel_reserved_usd": ledger.channel_reserved.get(channel, 0.0),
+            "channel_spent_usd": ch_spent, "channel_reserved_usd": ch_reserved,
             "workspace_spent_usd": report.cost, "workspace_reserved_usd": ledger.reserved}
     lines = [f"*Budgets for {month}* (USD, calendar month UTC):",
              f"• <#{channel}>: {_limit_text(limits.channel, limits.channel_source)}; {budget.money(ch_spent)} spent so "
-             f"far, {budget.money(data['channel_reserved_usd'])} held by running TPUs (their worst case).",
+             f"far, {budget.money(ch_reserved)} held by running TPUs (their worst case).",
              f"• Workspace: {_limit_text(limits.workspace, limits.workspace_source)}; {budget.money(report.cost)} spent "
              f"so far, {budget.money(ledger.reserved)} held by running TPUs.",
              *_set_channel_lines(await svc.spend.channel_limits(actor.team), channel),
@@ -140,6 +141,7 @@ async def set_budget(svc: Services, actor: Actor, args: SetBudgetArgs) -> Action
         text = (f"{whose} admin-set monthly budget is cleared; {after}." if removed
                 else f"{whose} monthly budget was not set by an admin; nothing changed ({after}).")
         return ActionResult(True, text, {"channel": channel, "cleared": removed, "budget_usd": now_in_force})
+    assert args.usd is not None, "SetBudgetArgs holds usd unless clear"
     await svc.spend.set_limit(actor.team, args.usd, channel=channel)
     month = month_of(time.time())
     text = (f"{whose} monthly budget is now {budget.money(args.usd)} (from {month}, UTC months). `/tpu up` is "

@@ -253,7 +253,8 @@ class DigestBuilder:
         members: list[list[int]] = [[] for _ in mined.templates]
         for signature, cluster in enumerate(mined.cluster_of):
             members[cluster].append(signature)
-        first_error_signature = self._first_error[2] if self._first_error else None
+        first_error = self._first_error
+        first_error_signature = first_error[2] if first_error else None
         summaries = []
         first_error_summary = None
         for cluster, signatures in enumerate(members):
@@ -262,8 +263,8 @@ class DigestBuilder:
             count = sum(self._miner.counts[s] for s in signatures)
             exemplar_lines = {self._first_line[first]: self._first_text[first]}
             is_first_error = first_error_signature in signatures
-            if is_first_error:
-                line, text, _ = self._first_error
+            if first_error is not None and is_first_error:
+                line, text, _ = first_error
                 exemplar_lines[line] = text
             if len(signatures) > 1:
                 # a second wording of the same event shows what varies
@@ -271,8 +272,8 @@ class DigestBuilder:
                 exemplar_lines.setdefault(self._first_line[other], self._first_text[other])
             exemplar_lines.setdefault(self._last_line[last], self._last_text[last])
             ordered = sorted(exemplar_lines.items())
-            if is_first_error:  # the first error must survive a cut to one exemplar
-                ordered.sort(key=lambda item: item[0] != self._first_error[0])
+            if first_error is not None and is_first_error:  # the first error must survive a cut to one exemplar
+                ordered.sort(key=lambda item: item[0] != first_error[0])
             exemplars = [Exemplar(number, text) for number, text in ordered[:MAX_EXEMPLARS]]
             summary = TemplateSummary(
                 id=0,

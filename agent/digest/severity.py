@@ -95,7 +95,7 @@ def severity_name(severity: int) -> str:
     return SEVERITY_NAMES.get(severity, str(severity))
 
 
-def parse_severity(value: str | int | None) -> int:
+def parse_severity(value: object) -> int:
     """`"ERROR"`, `"error"`, `500` or None -> number (unknown names -> DEFAULT)."""
     if value is None:
         return DEFAULT

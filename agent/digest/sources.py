@@ -8,7 +8,7 @@ import io
 import json
 from collections.abc import Iterable, Iterator
 from datetime import datetime
-from typing import IO, Any
+from typing import IO, Any, cast
 
 GZIP_MAGIC = b"\x1f\x8b"
 
@@ -35,11 +35,13 @@ def lines_from_stream(stream: IO[bytes]) -> Iterator[str]:
     recognised by its magic bytes, undecodable bytes replaced, `\n`, `\r\n` and `\r` ends."""
     buffered = None
     if not hasattr(stream, "peek"):
-        stream = buffered = io.BufferedReader(stream)  # type: ignore[arg-type]
+        # BufferedReader needs only readinto, which any binary stream has (typing's IO does not say so)
+        stream = buffered = io.BufferedReader(cast(io.RawIOBase, stream))
+    source: IO[bytes] | gzip.GzipFile = stream
     if stream.peek(2)[:2] == GZIP_MAGIC:
-        stream = gzip.GzipFile(fileobj=stream, mode="rb")  # type: ignore[assignment]
+        source = gzip.GzipFile(fileobj=stream, mode="rb")
     try:
-        yield from _text_lines(stream)
+        yield from _text_lines(source)
     finally:
         # the caller's stream stays open: closing it is the caller's business
         if buffered is not None:
@@ -53,8 +55,8 @@ def lines_from_chunks(chunks: Iterable[bytes]) -> Iterator[str]:
     yield from _text_lines(io.BufferedReader(_ChunkReader(chunks)))
 
 
-def _text_lines(stream: IO[bytes]) -> Iterator[str]:
-    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=None)  # type: ignore[type-var]
+def _text_lines(stream: IO[bytes] | gzip.GzipFile) -> Iterator[str]:
+    text = io.TextIOWrapper(stream, encoding="utf-8", errors="replace", newline=None)
     try:
         for line in text:
             yield line[:-1] if line[-1:] == "\n" else line
@@ -73,7 +75,7 @@ class _ChunkReader(io.RawIOBase):
     def readable(self) -> bool:
         return True
 
-    def readinto(self, buffer) -> int:  # type: ignore[no-untyped-def]
+    def readinto(self, buffer) -> int:
         while not self._current:
             chunk = next(self._chunks, None)
             if chunk is None:

@@ -74,9 +74,10 @@ def worst_case_rate(svc: "Services", zone: str, zone_explicit: bool,
     else:
         zones = sorted(set(svc.policy.zones) | {zone})
     rates = [zone_rate(svc, z) for z in zones]
-    if not rates or any(rate is None for rate in rates):
+    known = [rate for rate in rates if rate is not None]
+    if not rates or len(known) < len(rates):
         return None
-    return max(rates)
+    return max(known)
 
 
 async def lease_worst_case(svc: "Services", lease: Lease) -> float:
@@ -96,6 +97,7 @@ async def claim(svc: "Services", actor: "Actor", *, zone: str, zone_explicit: bo
         zone = searched[0]  # the card starts where the search can go
     rate = worst_case_rate(svc, zone, zone_explicit, searched)
     worst = None if rate is None else rate * run_seconds / 3600
+    assert svc.spend is not None, "request_provision budgets a claim only with a spend ledger"
     return await svc.spend.claim_within_budget(
         team=actor.team, channel=actor.channel, holder=actor.user_id, zone=zone, run_seconds=run_seconds,
         zone_explicit=zone_explicit, worst_case_usd=worst,
@@ -162,7 +164,7 @@ async def spend_record(svc: "Services", lease: Lease, now: float) -> SpendRecord
         lease_id=lease.lease_id, channel=lease.channel, holder=lease.holder, zone=lease.zone,
         started_at=lease.created_at, ended_at=now, billed_seconds=seconds,
         cost=prices.cost_for(rate, timedelta(seconds=seconds)) if rate is not None else 0.0,
-        output_tokens=usage.output_tokens if read else None, requests=usage.requests if read else None,
+        output_tokens=usage.output_tokens if usage and read else None, requests=usage.requests if usage and read else None,
         idle_seconds=usage.idle_total if usage else 0.0,
         usd_per_chip_hour=(rate / svc.alerting.policy.chips) if rate is not None and svc.alerting else None,
     )
@@ -237,6 +239,7 @@ class MonthSpend:
 async def month_spend(svc: "Services", team: str, month: str, now: float | None = None) -> MonthSpend:
     """Per channel: settled leases plus running ones as of now (cost so far, usage so far)."""
     now = now or time.time()
+    assert svc.spend is not None, "month_spend is asked only where a spend ledger is wired"
     ledger = await svc.spend.month(team, month)
     rows: dict[str, ChannelSpend] = {}
 

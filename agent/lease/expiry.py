@@ -86,7 +86,7 @@ async def missing_timers(svc: "Services", lease: Lease, *, now: float | None = N
         if kind != EXPIRY and when < now:
             continue
         job_id = timer_job_id(lease.lease_id, lease.deadline, kind)
-        if not await svc.jobs.exists(job_id) and not await svc.alerting.marks.claimed(lease.lease_id, kind):
+        if not await svc.jobs.exists(job_id) and not await svc.wired_alerting().marks.claimed(lease.lease_id, kind):
             missing.append(job_id)
     return missing
 
@@ -139,7 +139,7 @@ async def fire_timer(svc: "Services", team: str, channel: str, lease_id: str, ki
 
 async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> str:
     now = time.time()
-    alerting = svc.alerting
+    alerting = svc.wired_alerting()
     if now >= lease.deadline:
         return "skipped: past the deadline (the expiry alert covers it)"
     if any(ack.kind == ACK_DEADLINE for ack in await alerting.marks.acks(lease.lease_id)):
@@ -177,7 +177,7 @@ async def expire_lease(svc: "Services", lease: Lease, *, cause: str, qr_state: s
         if current.state == LeaseState.TEARING_DOWN:
             return "skipped: tearing down"
         # SUSPENDED and FAILED QRs still hold quota; force-delete (already gone is fine).
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, current.zone, current.qr_id)
+        await asyncio.to_thread(svc.worker_tpu().delete_queued_resource, current.zone, current.qr_id)
         now = time.time()
         reason = (f"Expired at {_clock(current.deadline)}: the flex-start run time ended, Google Cloud deleted "
                   f"the VM and the bot deleted the leftover queued resource" if current.deadline else

@@ -37,7 +37,7 @@ def idle_job_id(lease_id: str, slot: int) -> str:
 
 async def schedule_check(svc: "Services", lease: Lease, *, after: float | None = None) -> bool:
     """Enqueue the next check in the slot after `after`; False if that slot is already queued."""
-    interval = svc.alerting.policy.idle_check_interval.total_seconds()
+    interval = svc.wired_alerting().policy.idle_check_interval.total_seconds()
     slot = int((after or time.time()) // interval) + 1
     return await svc.jobs.enqueue(
         IDLE_JOB, job_id=idle_job_id(lease.lease_id, slot),
@@ -97,7 +97,9 @@ IdleDecision = Literal["", "warned", "warned earlier", "teardown"]  # "": not id
 
 async def _warn_or_tear_down(svc: "Services", lease: Lease, idle: float, idle_since: float,
                              now: float) -> IdleDecision:
-    alerting = svc.alerting
+    alerting = svc.wired_alerting()
+    if alerting.policy.idle_teardown is None:  # the caller checks: no idle teardown configured
+        return ""
     limit = alerting.policy.idle_teardown.total_seconds()
     warn_from = limit - alerting.policy.idle_warning_lead.total_seconds()
     if idle < warn_from:
@@ -129,11 +131,12 @@ async def tear_down_idle(svc: "Services", lease: Lease, idle: float) -> bool:
         return False
     await svc.jobs.enqueue(TEARDOWN_JOB, job_id=f"teardown:{lease.lease_id}", team=lease.team,
                            channel=lease.channel, lease_id=lease.lease_id)
-    await alerts.post_once(svc.alerting, Alert(
+    alerting = svc.wired_alerting()
+    await alerts.post_once(alerting, Alert(
         lease=updated, marker="idle-teardown", title=f"Idle TPU in {lease.zone} is being torn down",
         body=f"{note}. The receipt follows in the status card's thread.",
-        mentions=await alerts.mentions_for(svc.alerting, updated),
-        cost_so_far=receipts.cost_so_far(svc.alerting, svc.policy.accelerator_type, updated),
+        mentions=await alerts.mentions_for(alerting, updated),
+        cost_so_far=receipts.cost_so_far(alerting, svc.policy.accelerator_type, updated),
     ))
     await notify(svc, updated)
     await svc.audit.record(actor="tpubot", action="idle_teardown", team=lease.team, channel=lease.channel,

@@ -13,6 +13,7 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from agent import access
 from agent.context import Actor, ChannelUnreachable, Services
@@ -263,9 +264,9 @@ async def resume_job_for(svc: Services, lease: Lease) -> bool:
     """Re-enqueue whatever job a lease is waiting on (after a crash between a write and its enqueue)."""
     if lease.state == LeaseState.PENDING or (lease.state == LeaseState.CREATING and not lease.watch_seq):
         round_ = lease.search_round  # a zone search may be in its nth job run
+        later_round: dict[str, Any] = {"search_round": round_} if round_ else {}
         return await svc.jobs.enqueue(PROVISION_JOB, job_id=f"provision:{lease.lease_id}" + (f":{round_}" if round_ else ""),
-                                      team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
-                                      **({"search_round": round_} if round_ else {}))
+                                      team=lease.team, channel=lease.channel, lease_id=lease.lease_id, **later_round)
     if lease.state == LeaseState.TEARING_DOWN:
         return await svc.jobs.enqueue(TEARDOWN_JOB, job_id=f"teardown:{lease.lease_id}",
                                       team=lease.team, channel=lease.channel, lease_id=lease.lease_id)

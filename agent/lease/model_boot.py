@@ -187,7 +187,7 @@ async def _boot_report(svc: Services, lease: Lease) -> BootReport | None:
     from infra.tpu import TpuError
 
     try:
-        return await asyncio.to_thread(svc.tpu.get_boot_report, lease.zone, lease.node_id)
+        return await asyncio.to_thread(svc.worker_tpu().get_boot_report, lease.zone, lease.node_id)
     except TpuError as error:
         log.warning("boot phase of lease %s unreadable: %s", lease.lease_id, error)
         return None
@@ -214,7 +214,7 @@ async def _note_boot(svc: Services, lease: Lease, report: BootReport | None) -> 
 
 
 async def _endpoint(svc: Services, lease: Lease) -> str:
-    node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
+    node = await asyncio.to_thread(svc.worker_tpu().get_node, lease.zone, lease.node_id)
     address = None if node is None else (
         node.internal_ip if svc.policy.endpoint_address == "internal" else node.external_ip)
     return endpoint_url(address, svc.policy.model_port) if address else ""

@@ -63,7 +63,7 @@ async def _provision(svc: Services, lease: Lease, token: str) -> str:
 
     # A QR this lease already created (a crash between the create and the state write) is adopted.
     try:
-        existing = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        existing = await asyncio.to_thread(svc.worker_tpu().get_queued_resource, lease.zone, lease.qr_id)
     except TpuError as error:
         if not error.retryable:
             raise
@@ -114,7 +114,7 @@ async def _provision(svc: Services, lease: Lease, token: str) -> str:
             startup_script=svc.startup_script(current),
             max_run_duration=timedelta(seconds=current.run_seconds),
         )
-        return await asyncio.to_thread(svc.tpu.create_queued_resource, spec)
+        return await asyncio.to_thread(svc.worker_tpu().create_queued_resource, spec)
 
     async def still_wanted() -> bool:
         fresh = await svc.leases.get_by_id(current.team, current.channel, current.lease_id)
@@ -138,8 +138,9 @@ async def _provision(svc: Services, lease: Lease, token: str) -> str:
 
 async def _created(svc: Services, lease: Lease, outcome: SearchOutcome) -> str:
     qr = outcome.qr
+    assert qr is not None, "a created outcome carries its QR"
     now = time.time()
-    valid_until = qr.valid_until_time.timestamp() if getattr(qr, "valid_until_time", None) else \
+    valid_until = qr.valid_until_time.timestamp() if qr.valid_until_time else \
         now + svc.policy.valid_until.total_seconds()
     lease = await svc.leases.update(
         lease, state=lease_state_for(qr.state), zone=outcome.zone, queued_at=lease.queued_at or now,

@@ -97,7 +97,7 @@ async def _pass(svc: "Services", now: float) -> ReconcileReport:
     seen_leases: set[str] = set()
     for zone in report.zones:
         try:
-            qrs = await asyncio.to_thread(svc.tpu.list_queued_resources, zone, {"managed-by": MANAGED_BY})
+            qrs = await asyncio.to_thread(svc.worker_tpu().list_queued_resources, zone, {"managed-by": MANAGED_BY})
         except TpuError as error:
             log.warning("reconcile: cannot list %s: %s", zone, error)
             report.zones_failed.append(zone)
@@ -135,7 +135,7 @@ async def _repair_from_qr(svc: "Services", report: ReconcileReport, qr: "QueuedR
         await _ensure_timers(svc, report, lease, now)
         return
     if qr.state in ("SUSPENDED", "FAILED", "SUSPENDING"):
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, qr.zone, qr.qr_id)
+        await asyncio.to_thread(svc.worker_tpu().delete_queued_resource, qr.zone, qr.qr_id)
         report.deleted.append(qr.qr_id)
         if svc.alerting and svc.alerting.sink:
             await svc.alerting.sink.post_notice(
@@ -155,7 +155,7 @@ async def _restore(svc: "Services", report: ReconcileReport, qr: "QueuedResource
     from infra.tpu import TpuError
 
     try:
-        window = await asyncio.to_thread(svc.tpu.get_run_window, qr.zone, qr.qr_id)
+        window = await asyncio.to_thread(svc.worker_tpu().get_run_window, qr.zone, qr.qr_id)
     except TpuError:
         window = None
     state = lease_state_for(qr.state)
@@ -169,7 +169,7 @@ async def _restore(svc: "Services", report: ReconcileReport, qr: "QueuedResource
     endpoint = ""
     if state == LeaseState.ACTIVE and qr.node_id:
         try:
-            node = await asyncio.to_thread(svc.tpu.get_node, qr.zone, qr.node_id)
+            node = await asyncio.to_thread(svc.worker_tpu().get_node, qr.zone, qr.node_id)
         except TpuError:
             node = None
         if node and node.external_ip:
@@ -205,7 +205,7 @@ async def _release_if_gone(svc: "Services", report: ReconcileReport, lease: Leas
     from infra.tpu import TpuError
 
     try:  # the list may predate a QR created since; ask for this one before releasing
-        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        qr = await asyncio.to_thread(svc.worker_tpu().get_queued_resource, lease.zone, lease.qr_id)
     except TpuError:
         return
     if qr is not None:

@@ -25,9 +25,9 @@ async def teardown_job(svc: Services, team: str, channel: str, lease_id: str) ->
         raise LockBusy(f"{team}/{channel}")
     try:
         # force=true deletes the node too; a QR that is already gone counts as deleted.
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
+        await asyncio.to_thread(svc.worker_tpu().delete_queued_resource, lease.zone, lease.qr_id)
         deadline = time.monotonic() + svc.policy.teardown_wait.total_seconds()
-        while await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id) is not None:
+        while await asyncio.to_thread(svc.worker_tpu().get_queued_resource, lease.zone, lease.qr_id) is not None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{lease.qr_id} still exists after {svc.policy.teardown_wait}")
             await asyncio.sleep(min(1.0, svc.policy.poll_interval.total_seconds()))

@@ -23,11 +23,15 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
 from agent.context import Services
 from infra.scoreboard import Skip, ZoneOrder, ZoneScoreboard
 from infra.state.leases import Lease, LeaseState
 from infra.tpu_errors import ErrorScope, TpuError, TpuErrorKind, classify_status, region_of
+
+if TYPE_CHECKING:
+    from infra.tpu import QueuedResourceView
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +53,7 @@ class SearchStatus(StrEnum):
 class SearchOutcome:
     status: SearchStatus
     zone: str = ""
-    qr: object | None = None  # infra.tpu.QueuedResourceView when created
+    qr: QueuedResourceView | None = None  # set when created
     attempts: list[tuple[str, str]] = field(default_factory=list)  # (zone, outcome class)
     message: str = ""  # for people: what happened and what to fix
     setting: str | None = None  # the setting to fix, for configuration outcomes
@@ -97,7 +101,7 @@ class ZoneSearch:
     async def run(
         self,
         order: list[str],
-        create: Callable[[str, int, int], Awaitable[object]],
+        create: Callable[[str, int, int], Awaitable[QueuedResourceView]],
         *,
         lease_id: str = "",
         deadline: float | None = None,

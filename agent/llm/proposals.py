@@ -94,6 +94,7 @@ async def confirm(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOu
     proposal = await load(svc, proposal_id)
     if proposal is None or (proposal.team, proposal.channel) != (clicker.team, clicker.channel):
         return ProposalOutcome(False, EXPIRED)
+    assert svc.proposals is not None, "load() found the proposal in the store"
     if proposal.action == "teardown":
         return await _confirm_teardown(svc, clicker, proposal)
     if get_action(proposal.action) is None:
@@ -106,8 +107,9 @@ async def confirm(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOu
 
 
 async def _confirm_teardown(svc: Services, clicker: Actor, proposal: Proposal) -> ProposalOutcome:
+    assert svc.proposals is not None, "confirm() loaded the proposal from the store"
     check = await lease_actions.request_teardown(svc, clicker)  # holder or admin, and a lease to tear down
-    if not check.ok:
+    if not check.ok or check.lease is None:
         return ProposalOutcome(False, check.message, check.lease)
     if proposal.lease_id and check.lease.lease_id != proposal.lease_id:
         await svc.proposals.take(proposal.id)
@@ -124,6 +126,7 @@ async def dismiss(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOu
     # Scoped like confirm: a click in another channel (or workspace) must not dismiss this one.
     if proposal is None or (proposal.team, proposal.channel) != (clicker.team, clicker.channel):
         return ProposalOutcome(False, EXPIRED)
+    assert svc.proposals is not None, "load() found the proposal in the store"
     await svc.proposals.take(proposal_id)
     await svc.audit.record(actor=clicker.user_id, action=f"propose:{proposal.action}", team=clicker.team,
                            channel=clicker.channel, outcome="dismissed", detail=proposal_id)
