@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from datetime import datetime, timezone
-from typing import Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -134,7 +134,7 @@ class SlackAlertSink:
                 log.warning("thread reference for %s failed: %s", lease.lease_id, error.response.get("error"))
 
     async def post_notice(self, channel: str, text: str, *, thread_ts: str = "") -> None:
-        kwargs = {"thread_ts": thread_ts} if thread_ts else {}
+        kwargs: dict[str, Any] = {"thread_ts": thread_ts} if thread_ts else {}
         await self._client.chat_postMessage(channel=channel, text=text, unfurl_links=False, unfurl_media=False,
                                             **kwargs)
 

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -40,7 +41,7 @@ async def bench_endpoint(svc: Services, client: AsyncWebClient, *, team: str, ch
     # Re-read: the model may have gone away (or the lease been replaced) since the ack.
     if lease is None or lease.lease_id != lease_id or lease.state != LeaseState.READY or not lease.endpoint:
         return "not-ready"
-    where = {"channel": lease.card_channel or channel}
+    where: dict[str, Any] = {"channel": lease.card_channel or channel}
     if lease.card_ts:
         where["thread_ts"] = lease.card_ts
     from agent.lease.model_boot import lease_api_key

@@ -183,7 +183,7 @@ def detail_text(lease: Lease) -> str:
 def released_card(lease: Lease, reason: str, by: str = "") -> tuple[str, list[dict]]:
     who = f" by <@{by}>" if by else ""
     text = f"TPU {lease.zone} released: {reason}{who}."
-    blocks = [
+    blocks: list[dict] = [
         {"type": "header", "text": {"type": "plain_text", "text": _truncate(f"TPU {lease.zone} · RELEASED", 150)}},
         {"type": "section", "text": {"type": "mrkdwn", "text": _truncate(f"{escape(reason)}{who}.", 3000)}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": f"lease `{lease.lease_id}` · QR `{lease.qr_id}`"}]},
@@ -203,7 +203,7 @@ def receipt_text(lease: Lease, now: float | None = None, by: str = "") -> str:
 
 def teardown_confirm_card(lease: Lease) -> tuple[str, list[dict]]:
     text = f"Tear down this channel's TPU in {lease.zone} (lease {lease.lease_id})?"
-    blocks = [
+    blocks: list[dict] = [
         {"type": "section", "text": {"type": "mrkdwn", "text": f":warning: {text}\nThis deletes queued resource `{lease.qr_id}` and its node."}},
         {
             "type": "actions",
@@ -246,7 +246,7 @@ def zones_card(rows: list[dict], order: list[str], now: float | None = None, lim
     summary = (f"`/tpu up` without a zone tries {first} first ({len(order)} zones in play)." if first
                else "`/tpu up` without a zone has no zone to try right now: every zone is skipped or lacks the type.")
     table = _truncate("\n".join(lines), 2990)
-    blocks = [
+    blocks: list[dict] = [
         {"type": "header", "text": {"type": "plain_text", "text": "Zone scoreboard"}},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"```{table}```"}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": summary + " Quota is not availability: only "

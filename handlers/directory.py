@@ -30,6 +30,6 @@ class SlackGroupDirectory:
             reason = error.response.data.get("error") if isinstance(error.response.data, dict) else error.response.status_code
             log.warning("usergroups.users.list %s failed: %s", group_id, reason)
             return frozenset()
-        users = list(response.get("users", []))
+        users: list[str] = list(response.get("users", []))
         await self._redis.set(key, json.dumps(users), ex=self._ttl)
         return frozenset(users)

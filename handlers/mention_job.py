@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+from collections.abc import Sequence
 
 from redis.exceptions import RedisError
 from slack_sdk import WebClient
@@ -91,7 +92,7 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
 
 
 async def gather_input(client: AsyncWebClient, *, channel: str, ts: str, thread_ts: str, text: str,
-                       files: list[dict], bot_user_id: str, notes: list[str] = ()) -> MentionInput:
+                       files: list[dict], bot_user_id: str, notes: Sequence[str] = ()) -> MentionInput:
     """The mention's material; the caller closes it. On an error nothing is left open."""
     builder = build_mention(text)
     builder.notes.extend(notes)
@@ -150,7 +151,8 @@ async def thread_lines(client: AsyncWebClient, channel: str, thread_ts: str, ts:
         except SlackApiError as error:
             notes.append(f"Could not read the earlier thread messages ({slack_error(error)}).")
             break
-        messages.extend(m for m in response.get("messages", []) if m.get("ts") != ts)
+        page: list[dict] = response.get("messages", [])
+        messages.extend(m for m in page if m.get("ts") != ts)
         cursor = (response.get("response_metadata") or {}).get("next_cursor")
         if not response.get("has_more") or not cursor:
             break

@@ -39,7 +39,7 @@ def proposal_card(proposal: Proposal) -> tuple[str, list[dict]]:
             "deny": {"type": "plain_text", "text": "Keep it"},
             "style": "danger",
         }
-    blocks = [
+    blocks: list[dict] = [
         {"type": "section", "text": {"type": "mrkdwn",
                                      "text": f":robot_face: *Proposed:* {cards.escape(what)}.\n{who}"}},
         {"type": "actions", "elements": [

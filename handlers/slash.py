@@ -64,7 +64,9 @@ QUEUED_ACTIONS = {"ask_model": ASK_JOB}
 
 async def queue_subcommand(services: Services, actor: Actor, parsed: ParsedCommand,
                            command: dict) -> tuple[str, list[dict]]:
+    assert parsed.action in QUEUED_ACTIONS, "the caller routes only queued actions here"
     action = get_action(parsed.action)
+    assert action is not None, "the parser yields registered actions only"
     try:
         args = validate_args(action, parsed.args, services)
     except ValidationError as error:
@@ -81,6 +83,7 @@ async def run_subcommand(services: Services, actor: Actor, parsed: ParsedCommand
     if parsed.action is None:
         return cards.notice(help_text())
     action = get_action(parsed.action)
+    assert action is not None, "the parser yields registered actions only"
     try:
         args = validate_args(action, parsed.args, services)
     except ValidationError as error:

@@ -20,7 +20,7 @@ def spend_sections(text: str) -> list[dict]:
         if parts[-1] and size > SECTION_LIMIT:
             parts.append([])
         parts[-1].append(row)
-    blocks = [{"type": "section", "text": {"type": "mrkdwn", "text": head.strip() or " "}}]
+    blocks: list[dict] = [{"type": "section", "text": {"type": "mrkdwn", "text": head.strip() or " "}}]
     for part in parts[:MAX_SECTIONS]:
         blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": "```" + "\n".join([header, *part]) + "```"}})
     if len(parts) > MAX_SECTIONS:

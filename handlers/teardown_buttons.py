@@ -19,7 +19,7 @@ def register(app: AsyncApp, services: Services) -> None:
         except RedisError:
             reply_after_ack(context, text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
         else:
-            if outcome.ok:
+            if outcome.ok and outcome.lease is not None:
                 reply_after_ack(context, replace_original=True,
                                 text=f":wastebasket: Tearing down `{outcome.lease.qr_id}`… the status card shows progress.")
             else:
