@@ -21,6 +21,7 @@ Units, because they are easy to mix up:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 GIB = 2**30
 KIB = 2**10
@@ -157,7 +158,7 @@ def footprint(
     *, resident_gib: float | None = None, kv_kib_per_token: float | None = None, base: ModelFootprint = GEMMA4_E2B
 ) -> ModelFootprint:
     """The default model footprint with some measurements replaced (CLI options)."""
-    changes: dict[str, int] = {}
+    changes: dict[str, Any] = {}
     if resident_gib is not None:
         changes["resident_bytes"] = round(resident_gib * GIB)
     if kv_kib_per_token is not None:

@@ -92,7 +92,7 @@ def format_duration(delta: timedelta, *, parts: int | None = None) -> str:
         return f"{total:.3g}s"
     seconds = int(total)
     sign, seconds = ("-", -seconds) if seconds < 0 else ("", seconds)
-    units = []
+    units: list[tuple[int, str]] = []
     for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
         count, seconds = divmod(seconds, size)
         if count or units:

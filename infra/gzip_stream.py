@@ -33,12 +33,13 @@ def gunzip_chunks(chunks: Iterable[bytes], max_bytes: int, name: str, error: typ
 
     Members written one after another (`cat a.gz b.gz`, pigz) are read like `gzip -d` reads them;
     bytes after the last member that do not start another one are ignored."""
-    inflater = zlib.decompressobj(GZIP_WBITS)  # None between members
+    inflater: zlib._Decompress | None = zlib.decompressobj(GZIP_WBITS)  # None between members
     produced = 0
     between = b""  # the start of what follows a finished member, until it shows whether it is one
 
     def inflate(data: bytes) -> Iterator[bytes]:
         nonlocal produced
+        assert inflater is not None, "called inside a member only"
         try:
             out = inflater.decompress(data, OUT_BYTES)
         except zlib.error as exc:

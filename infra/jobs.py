@@ -66,7 +66,7 @@ class JobQueue:
         return int(await self._queue_first_delivery(keys=job_keys + markers, args=job_args + [marker_ttl]))
 
     def _job(self, function: str, job_id: str, defer_until: datetime | None, defer_by: timedelta | None,
-             kwargs: dict[str, Any]) -> tuple[list[str], list[object]]:
+             kwargs: dict[str, Any]) -> tuple[list[str], list[bytes | str | int]]:
         if defer_until and defer_by:
             raise ValueError("use either defer_until or defer_by, not both")
         now_ms = timestamp_ms()

@@ -6,11 +6,11 @@ without importing each other (agent/actions/model_endpoint.py hands it the endpo
 
 from __future__ import annotations
 
-import httpx
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, Timeout
 
 
 def openai_client(base_url: str, *, api_key: str, read_timeout: float, connect_timeout: float,
                   max_retries: int) -> AsyncOpenAI:
-    timeout = httpx.Timeout(read_timeout, connect=connect_timeout)
+    # openai's own Timeout: httpx's before openai 3, httpx2's since (an httpx one is converted per request)
+    timeout = Timeout(read_timeout, connect=connect_timeout)
     return AsyncOpenAI(base_url=base_url, api_key=api_key, timeout=timeout, max_retries=max_retries)

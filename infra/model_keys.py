@@ -18,6 +18,7 @@ import secrets
 import threading
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 import requests
 from google.api_core import exceptions as gexc
@@ -25,6 +26,9 @@ from google.auth import exceptions as auth_exc
 from google.auth.credentials import Credentials
 
 from infra.tpu import MANAGED_BY
+
+if TYPE_CHECKING:
+    from google.cloud.secretmanager_v1 import SecretManagerServiceClient
 
 SECRET_PREFIX = "tpubot-model-key-"
 CALL_TIMEOUT = 15.0
@@ -64,7 +68,7 @@ class ModelKeys:
     def __post_init__(self) -> None:
         self._cache: dict[str, str] = {}  # lease id → key; a key never changes during its lease
         self._lock = threading.Lock()
-        self._client = None
+        self._client: SecretManagerServiceClient | None = None
 
     # --- the lease's life -------------------------------------------------------------------
     async def create(self, lease_id: str) -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import openai
 from openai import AsyncOpenAI
+from openai.types.chat import ChatCompletionMessageParam
 
 from infra.bench import StreamRecorder
 
@@ -38,7 +39,7 @@ class TimedAnswer:
                 "prompt_tokens": self.prompt_tokens, "output_tokens": self.output_tokens}
 
 
-async def ask_timed(client: AsyncOpenAI, model: str, messages: list[dict], *, max_tokens: int,
+async def ask_timed(client: AsyncOpenAI, model: str, messages: list[ChatCompletionMessageParam], *, max_tokens: int,
                     temperature: float = 0.0) -> TimedAnswer:
     """Stream one chat completion; any API or connection error is a failed answer, never an exception."""
     parts: list[str] = []

@@ -350,8 +350,17 @@ def _admits(rule: dict, config: PreflightConfig) -> bool:
     if not any(_allows_port(item, config.model_port) for item in rule["allowed"]):
         return False
     sources = [ipaddress.ip_network(r, strict=False) for r in rule.get("sourceRanges") or []]
-    return all(any(wanted.version == source.version and wanted.subnet_of(source) for source in sources)
+    return all(any(_subnet_of(wanted, source) for source in sources)
                for wanted in (ipaddress.ip_network(r, strict=False) for r in config.model_source_ranges))
+
+
+def _subnet_of(inner: ipaddress.IPv4Network | ipaddress.IPv6Network,
+               outer: ipaddress.IPv4Network | ipaddress.IPv6Network) -> bool:
+    if isinstance(inner, ipaddress.IPv4Network) and isinstance(outer, ipaddress.IPv4Network):
+        return inner.subnet_of(outer)
+    if isinstance(inner, ipaddress.IPv6Network) and isinstance(outer, ipaddress.IPv6Network):
+        return inner.subnet_of(outer)
+    return False  # an IPv4 range never holds an IPv6 one, nor the reverse
 
 
 def _allows_port(item: dict, port: int) -> bool:
@@ -492,9 +501,9 @@ def _compute_list(credentials, url: str, name: str, refused: str, refused_fix: s
     with AuthorizedSession(credentials) as session:
         token = ""
         while True:
+            query: dict[str, str | int] = {"maxResults": 500, **({"pageToken": token} if token else {})}
             try:
-                response = session.get(url, params={"maxResults": 500, **({"pageToken": token} if token else {})},
-                                       timeout=CALL_TIMEOUT)
+                response = session.get(url, params=query, timeout=CALL_TIMEOUT)
             except requests.RequestException as error:
                 return _access_failure(name, 0, str(error), "check the network path to the Compute API")
             if response.status_code == 403:

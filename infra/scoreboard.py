@@ -23,7 +23,8 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Callable, Iterable, Literal
+from typing import Awaitable, Callable, Iterable, Literal, cast
+# cast(Awaitable[...]): redis-py's asyncio client carries the sync client's `Awaitable[X] | X` types
 
 from redis.asyncio import Redis
 
@@ -202,7 +203,7 @@ class ZoneScoreboard:
         return {z: None if v is None else _text(v) == "1" for z, v in zip(zones, values)}
 
     async def history(self, zone: str) -> list[Attempt]:
-        return [Attempt.from_json(raw) for raw in await self._redis.lrange(self._attempts_key(zone), 0, -1)]
+        return [Attempt.from_json(raw) for raw in await cast(Awaitable[list], self._redis.lrange(self._attempts_key(zone), 0, -1))]
 
     async def skip_for(self, zone: str) -> Skip | None:
         """The later of the zone's and its region's skips, if either is still running."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shlex
 import string
 from dataclasses import dataclass, field
@@ -40,7 +41,7 @@ class _ScriptTemplate(string.Template):
     delimiter = "@@"
     idpattern = r"[A-Z][A-Z0-9_]*"
     braceidpattern = r"(?!)"  # no `@@{…}` form, so a brace after @@ can never be taken for one
-    flags = 0  # case-sensitive: placeholders are upper-case only
+    flags = re.RegexFlag(0)  # case-sensitive: placeholders are upper-case only
 
 
 @dataclass(frozen=True)

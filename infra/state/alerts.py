@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from typing import Awaitable, cast
+# cast(Awaitable[...]): redis-py's asyncio client carries the sync client's `Awaitable[X] | X` types
 
 from redis.asyncio import Redis
 
@@ -47,12 +49,12 @@ class AlertMarks:
     async def acknowledge(self, lease_id: str, kind: str, user: str, *, ttl_seconds: int = 7 * DAY) -> bool:
         """Record the first acknowledgement of (lease, kind); False if it was already acknowledged."""
         key = keys.alert_acks(lease_id)
-        created = await self._redis.hsetnx(key, kind, f"{user}|{time.time():.3f}")
+        created = await cast(Awaitable[bool], self._redis.hsetnx(key, kind, f"{user}|{time.time():.3f}"))
         await self._redis.expire(key, ttl_seconds)
         return bool(created)
 
     async def acks(self, lease_id: str) -> list[Ack]:
-        raw = await self._redis.hgetall(keys.alert_acks(lease_id))
+        raw = await cast(Awaitable[dict], self._redis.hgetall(keys.alert_acks(lease_id)))
         acks = []
         for kind, value in raw.items():
             user, _, at = _text(value).partition("|")

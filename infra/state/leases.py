@@ -13,7 +13,8 @@ import secrets
 import time
 from dataclasses import dataclass, fields
 from enum import StrEnum
-from typing import Any, TypedDict, Unpack, get_type_hints
+from typing import Any, Awaitable, TypedDict, Unpack, cast, get_type_hints
+# cast(Awaitable[...]): redis-py's asyncio client carries the sync client's `Awaitable[X] | X` types
 
 from redis.asyncio import Redis
 
@@ -345,7 +346,7 @@ class LeaseStore:
         return bool(created)
 
     async def get(self, team: str, channel: str) -> Lease | None:
-        raw = await self._redis.hgetall(keys.lease(team, channel))
+        raw = await cast(Awaitable[dict], self._redis.hgetall(keys.lease(team, channel)))
         return self._read(raw) if raw else None
 
     async def get_by_id(self, team: str, channel: str, lease_id: str) -> Lease | None:
@@ -373,7 +374,7 @@ class LeaseStore:
         return release if released else None
 
     async def unfinished_release(self, lease_id: str) -> Release | None:
-        raw = await self._redis.hgetall(keys.release_note(lease_id))
+        raw = await cast(Awaitable[dict], self._redis.hgetall(keys.release_note(lease_id)))
         if not raw:
             return None
         release = Release.from_redis(raw)
@@ -397,12 +398,12 @@ class LeaseStore:
             await pipe.execute()
 
     async def all(self) -> list[Lease]:
-        members = await self._redis.smembers(keys.lease_index())
+        members = await cast(Awaitable[set], self._redis.smembers(keys.lease_index()))
         leases = []
         for member in sorted(_text(m) for m in members):
-            raw = await self._redis.hgetall(member)
+            raw = await cast(Awaitable[dict], self._redis.hgetall(member))
             if raw:
                 leases.append(self._read(raw))
             else:
-                await self._redis.srem(keys.lease_index(), member)
+                await cast(Awaitable[int], self._redis.srem(keys.lease_index(), member))
         return leases

@@ -10,7 +10,7 @@ import os
 import signal
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 
 @dataclass
@@ -90,7 +90,8 @@ def start_embedded_valkey(**config: Any) -> Any:
             continue
         client = redis.Redis(host=server.host, port=server.port, socket_timeout=5)
         try:
-            answering_pid = int(client.info("server")["process_id"])
+            # cast: redis-py types a sync reply as `Awaitable | Any` too (one set of annotations for both clients)
+            answering_pid = int(cast(dict, client.info("server"))["process_id"])
         except redis.RedisError as error:  # a stranger's server (a password, say), or ours died
             last = error
             server.stop()

@@ -25,7 +25,8 @@ import json
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
-from typing import Literal
+from typing import Awaitable, Literal, cast
+# cast(Awaitable[...]): redis-py's asyncio client carries the sync client's `Awaitable[X] | X` types
 
 from redis.asyncio import Redis
 
@@ -293,7 +294,7 @@ class SpendLedger:
     # --- budgets -----------------------------------------------------------------------------
 
     async def limits(self, team: str, channel: str) -> Limits:
-        stored_ws, stored_ch = await self._redis.hmget(keys.budget_limits(team), "workspace", f"channel:{channel}")
+        stored_ws, stored_ch = await cast(Awaitable[list], self._redis.hmget(keys.budget_limits(team), ["workspace", f"channel:{channel}"]))
         ws, ch = _limit(stored_ws), _limit(stored_ch)
         return Limits(
             workspace=ws if ws is not None else self.default_workspace,
@@ -304,15 +305,15 @@ class SpendLedger:
 
     async def channel_limits(self, team: str) -> dict[str, float]:
         """Every channel with an admin-set limit."""
-        raw = await self._redis.hgetall(keys.budget_limits(team))
+        raw = await cast(Awaitable[dict], self._redis.hgetall(keys.budget_limits(team)))
         return {_text(k).removeprefix("channel:"): float(_text(v)) for k, v in raw.items()
                 if _text(k).startswith("channel:")}
 
     async def set_limit(self, team: str, usd: float, *, channel: str | None = None) -> None:
-        await self._redis.hset(keys.budget_limits(team), f"channel:{channel}" if channel else "workspace", repr(usd))
+        await cast(Awaitable[int], self._redis.hset(keys.budget_limits(team), f"channel:{channel}" if channel else "workspace", repr(usd)))
 
     async def clear_limit(self, team: str, *, channel: str | None = None) -> bool:
-        return bool(await self._redis.hdel(keys.budget_limits(team), f"channel:{channel}" if channel else "workspace"))
+        return bool(await cast(Awaitable[int], self._redis.hdel(keys.budget_limits(team), f"channel:{channel}" if channel else "workspace")))
 
     # --- claim, settle, reserve --------------------------------------------------------------
 

@@ -8,6 +8,8 @@ missing (unreachable or unparsable endpoint) restarts the idle clock: unknown is
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Awaitable, cast
+# cast(Awaitable[...]): redis-py's asyncio client carries the sync client's `Awaitable[X] | X` types
 
 from redis.asyncio import Redis
 
@@ -40,7 +42,7 @@ class UsageStore:
         self._ttl = ttl_seconds
 
     async def get(self, lease_id: str) -> UsageState:
-        raw = await self._redis.hgetall(keys.usage(lease_id))
+        raw = await cast(Awaitable[dict], self._redis.hgetall(keys.usage(lease_id)))
         values = {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in raw.items()}
         return UsageState(
             requests=values.get("offset_requests", 0.0) + values.get("requests", 0.0),
@@ -54,7 +56,7 @@ class UsageStore:
     async def record(self, lease_id: str, reading: VllmUsage | None, now: float) -> UsageState:
         """Fold one reading in. One worker runs a lease's check at a time (deterministic job ids)."""
         key = keys.usage(lease_id)
-        raw = await self._redis.hgetall(key)
+        raw = await cast(Awaitable[dict], self._redis.hgetall(key))
         old = {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in raw.items()}
         new = {name: old.get(name, 0.0) for name in _FIELDS}
         if reading is None:
@@ -75,6 +77,6 @@ class UsageStore:
                 new["idle_seconds"] += max(0.0, now - old["metrics_at"])  # nothing ran since the last reading
             new.update(requests=reading.requests, output_tokens=reading.output_tokens, metrics_at=now,
                        unknown_since=0.0)
-        await self._redis.hset(key, mapping={name: repr(value) for name, value in new.items()})
+        await cast(Awaitable[int], self._redis.hset(key, mapping={name: repr(value) for name, value in new.items()}))
         await self._redis.expire(key, self._ttl)
         return await self.get(lease_id)
