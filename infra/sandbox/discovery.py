@@ -293,7 +293,9 @@ def proto_api(name: str, proto_package: str, routes: list[tuple[str, str, str, A
         response_ref = _add_message_schema(schemas, response.DESCRIPTOR)
         methods.append(Method(method_id, http_method, _path_pattern(path), dict(params), request_ref, response_ref))
     # The standard query parameters are the same for every Google API; borrow them from one document.
-    return DiscoveryApi(name, schemas, methods, frozenset(_document("tpu.v2")["parameters"]), proto_package)
+    standard = _document("tpu.v2")
+    assert standard is not None, "strict_available() found the discovery documents"
+    return DiscoveryApi(name, schemas, methods, frozenset(standard["parameters"]), proto_package)
 
 
 def _add_message_schema(schemas: dict[str, dict], descriptor: Any) -> str:

@@ -37,7 +37,7 @@ import json
 import re
 import secrets
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler
 from datetime import datetime, timezone
 from typing import Any
@@ -162,7 +162,7 @@ class GcpProjectSandbox:
                                                    "reason": "invalid"}]
                 return status, payload
         status, payload = self._route(method, url.path, query, headers, body)
-        if checked is not None and status == 200:
+        if api is not None and checked is not None and status == 200:
             problems = api.check_response(checked, payload)
             if problems:
                 with self._lock:
@@ -228,7 +228,7 @@ class GcpProjectSandbox:
         if denied := self._deny("secretmanager.secrets.list", f"projects/{project}"):
             return denied
         terms = [t for t in re.split(r"\s+AND\s+", (query.get("filter") or [""])[0].strip()) if t]
-        tests = []
+        tests: list[Callable[..., bool]] = []  # each called with a secret id (its defaults bind the term)
         for term in terms:
             if label := re.fullmatch(r"labels\.([a-z][\w-]*)\s*[=:]\s*\"?([\w-]*)\"?", term):
                 tests.append(lambda sid, k=label[1], v=label[2]: self.secret_labels.get(sid, {}).get(k) == v)
@@ -356,7 +356,8 @@ class GcpProjectSandbox:
                 return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/routers/{router}' "
                                            "was not found", "notFound")
             return 200, match
-        body = {"kind": "compute#routerList", "id": f"projects/{project}/regions/{region}/routers", "selfLink": base}
+        body: dict[str, Any] = {"kind": "compute#routerList", "id": f"projects/{project}/regions/{region}/routers",
+                                "selfLink": base}
         if found:
             body["items"] = found  # Compute leaves an empty list out
         return 200, body
@@ -437,9 +438,10 @@ class GcpProjectSandbox:
         name = f"projects/{self.project_number}/secrets/{secret}"
         if version is None:
             return 200, self._secret_json(secret)
-        if version not in ("latest", "1") or self.secrets[secret] is None:
+        value = self.secrets[secret]
+        if version not in ("latest", "1") or value is None:
             return _google_error(404, f"Secret Version [{name}/versions/{version}] not found.")
-        data = self.secrets[secret].encode()
+        data = value.encode()
         return 200, {"name": f"{name}/versions/1",
                      "payload": {"data": base64.b64encode(data).decode(), "dataCrc32c": str(crc32c(data))}}
 

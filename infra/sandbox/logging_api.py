@@ -189,7 +189,7 @@ class LoggingEmulator:
                     self.rejected.append(rejected)
                 return 400, rejected.google_error()
         status, body = self._list(request)
-        if method is not None and status == 200:
+        if self.api is not None and method is not None and status == 200:
             problems = self.api.check_response(method, body)
             if problems:
                 with self._lock:

@@ -12,6 +12,7 @@ import json
 import secrets
 import time
 from dataclasses import dataclass
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -78,8 +79,8 @@ class SlackRequests:
                 bot_user_id: str = "UTPUBOT", edited_ts: str | None = None, subtype: str | None = None) -> SlackReply:
         """An `app_mention` event, or with `subtype="file_share"` the `message` event Slack may send instead."""
         ts = ts or f"{time.time():.6f}"
-        event = {"type": "message" if subtype else "app_mention", "user": user, "text": text, "ts": ts,
-                 "channel": channel, "event_ts": edited_ts or ts, "team": self.team}
+        event: dict[str, Any] = {"type": "message" if subtype else "app_mention", "user": user, "text": text, "ts": ts,
+                                 "channel": channel, "event_ts": edited_ts or ts, "team": self.team}
         if subtype:
             event["subtype"] = subtype
             event["channel_type"] = "channel"
@@ -112,7 +113,7 @@ class SlackRequests:
 
     def click(self, *, action_id: str, value: str, user: str, channel: str, message_ts: str = "",
               label: str = "", is_ephemeral: bool = True) -> SlackReply:
-        payload = {
+        payload: dict[str, Any] = {
             "type": "block_actions", "user": {"id": user, "username": user.lower(), "team_id": self.team},
             "api_app_id": "A0TPUBOT", "token": "legacy", "trigger_id": f"{time.time():.3f}.click",
             "team": {"id": self.team, "domain": "sandbox"}, "channel": {"id": channel, "name": channel.lower()},

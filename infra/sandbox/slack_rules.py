@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 from slack_sdk.errors import SlackObjectFormationError
@@ -116,6 +117,7 @@ def _model_error(block: dict) -> tuple[str, str]:
 
 def _empty_text(value: Any, path: str = "") -> str | None:
     """The pointer to the first text object with no text in it, or None."""
+    items: Iterable[tuple[Any, Any]]
     if isinstance(value, dict):
         if value.get("type") in ("plain_text", "mrkdwn") and not str(value.get("text", "")).strip():
             return f"{path}/text"

@@ -471,6 +471,7 @@ class TpuSandbox:
             else:
                 qr = self._qrs.get((op.zone, op.qr_id))
                 view = self._qr_json(qr, now) if qr is not None else op.snapshot
+                assert view is not None, "a create operation is settled (its QR's view kept) before it is done"
                 if version == "v2":
                     view = _as_v2(view, tpu_v2.QueuedResource, integer_enums=False)
                 body["response"] = {"@type": f"type.googleapis.com/google.cloud.tpu.{version}.QueuedResource",
@@ -501,7 +502,7 @@ class TpuSandbox:
             status, payload = self._route(method, url.path, query, body)
         except _ApiError as error:
             return error.http_status, error.body()
-        if checked is not None and status == 200:
+        if api is not None and checked is not None and status == 200:
             problems = api.check_response(checked, payload)
             if problems:
                 with self._lock:
@@ -761,6 +762,7 @@ class TpuSandbox:
             if qr.deleting_since is None:
                 qr.deleting_since = now
                 qr.delete_done_at = now + self.timings.deleting
+            assert qr.delete_done_at is not None, "set with deleting_since"
             gone = self._claim_node_gone(qr)
             op = _Operation(name=f"projects/{self.project}/locations/{zone}/operations/{_operation_id(now)}",
                             zone=zone, qr_id=qr_id, verb="delete", created_at=now, done_at=qr.delete_done_at)

@@ -129,7 +129,8 @@ class _Renderer:
         return ",".join(out)
 
     def declaration(self, tool: dict[str, Any]) -> str:
-        fn = tool.get("function") if isinstance(tool.get("function"), dict) else tool
+        function = tool.get("function")
+        fn = function if isinstance(function, dict) else tool
         name = fn.get("name", "")
         text = f"declaration:{name}{{description:{Q}{fn.get('description') or ''}{Q}"
         params = fn.get("parameters")

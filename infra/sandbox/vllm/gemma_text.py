@@ -81,8 +81,8 @@ def needs_synthetic_channel(first_delta: str) -> bool:
     return first_delta.startswith(THOUGHT_LABEL) or first_delta == "thought" or CHANNEL_CLOSE in first_delta
 
 
-def _first(text: str, i: int, needles: tuple[str, ...]) -> tuple[int, str | None]:
-    best, which = -1, None
+def _first(text: str, i: int, needles: tuple[str, ...]) -> tuple[int, str]:
+    best, which = -1, ""
     for needle in needles:
         k = text.find(needle, i)
         if k >= 0 and (best < 0 or k < best):

@@ -47,6 +47,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class LatencyModel:
     block_size: int = 128
 
     @classmethod
-    def instant(cls, **overrides: float) -> LatencyModel:
+    def instant(cls, **overrides: Any) -> LatencyModel:
         """Same model, no waiting: for tests that do not care about timing."""
         return cls(time_scale=0.0, **overrides)
 
@@ -271,13 +272,16 @@ def simulate_closed_loop(
                     pending.append(now + latency.request_overhead_s)
                     sent += 1
     start = min(s.arrival for s in done)
+    # (sequence, first token, finish): both times are set above on every sequence that finished
+    timed = [(s, s.first_token_time, s.finish_time) for s in done
+             if s.first_token_time is not None and s.finish_time is not None]
     return SimulationResult(
-        duration=max(s.finish_time for s in done) - start,
+        duration=max(finish for _, _, finish in timed) - start,
         completed=len(done),
         output_tokens=sum(s.output_len for s in done),
         preemptions=core.num_preemptions,
-        ttfts=[s.first_token_time - s.arrival for s in done],
-        tpots=[(s.finish_time - s.first_token_time) / (s.output_len - 1) for s in done if s.output_len > 1],
+        ttfts=[first - s.arrival for s, first, _ in timed],
+        tpots=[(finish - first) / (s.output_len - 1) for s, first, finish in timed if s.output_len > 1],
     )
 
 

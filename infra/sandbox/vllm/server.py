@@ -485,7 +485,7 @@ class VllmEmulator:
                 reasoning_text += delta["reasoning"]
             usage = Usage(prompt_tokens, generated, count_tokens(reasoning_text))
             if finished:
-                finish = streaming_finish(plan.finish_reason, parser.tool_calls_emitted, tool_choice)
+                finish = streaming_finish(plan.finish_reason, parser.tool_calls_emitted > 0, tool_choice)
                 await resp.write(
                     writer.finish(
                         delta or {}, finish, plan.stop_reason, with_fingerprint=not include_usage, usage=usage
@@ -550,7 +550,7 @@ class VllmEmulator:
                 await resp.write(ChunkWriter.sse(chunk))
             self._account(prompt_tokens, plan)
             if opts.get("include_usage"):
-                usage_chunk = {
+                usage_chunk: dict[str, Any] = {
                     "id": request_id,
                     "object": "text_completion",
                     "created": created,
