@@ -5,6 +5,7 @@ bot/worker.py registers `FUNCTIONS` and `cron_jobs(settings)`; the bodies live i
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from arq import Retry, cron
@@ -18,7 +19,7 @@ async def fire_timer(ctx: dict, *, team: str, channel: str, lease_id: str, kind:
     try:
         return await expiry.fire_timer(ctx["services"], team, channel, lease_id, kind, deadline, due)
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel))
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel, ctx["job_try"])) from None
 
 
 async def check_idle(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:
@@ -38,7 +39,7 @@ async def budget_alerts(ctx: dict) -> str:
     return f"posted {len(posted)}"
 
 
-FUNCTIONS = [fire_timer, check_idle]
+FUNCTIONS: list[Callable[..., Awaitable[str]]] = [fire_timer, check_idle]
 
 
 def cron_schedule(interval: timedelta) -> dict:

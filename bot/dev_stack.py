@@ -78,6 +78,7 @@ class Supervisor:
             if child.restart_at is not None:
                 if now >= child.restart_at:
                     child.start()
+                    assert child.process is not None, "start() made it"
                     self.say(f"tpubot dev: {child.name} restarted (pid {child.process.pid})")
                 continue
             code = child.process.poll() if child.process else None

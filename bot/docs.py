@@ -53,7 +53,7 @@ def render_mcp_tools() -> str:
              "confirm button, and a call without it is refused and changes nothing."]
     for action in REGISTRY.values():
         tool = mcp_tool(action)
-        lines += ["", f"### `{tool.name}` ({tool_label(action, confirm=f'`{CONFIRM}: true`')})", "", tool.description]
+        lines += ["", f"### `{tool.name}` ({tool_label(action, confirm=f'`{CONFIRM}: true`')})", "", tool.description or ""]
         properties = tool.input_schema.get("properties", {})
         if not properties:
             lines += ["", "No arguments."]

@@ -78,7 +78,7 @@ def env_value(value: Any) -> str:
 
 def default_of(name: str) -> Any:
     field = Settings.model_fields[name]
-    return field.default_factory() if field.default_factory is not None else field.default
+    return field.get_default(call_default_factory=True)
 
 
 def render_env_example() -> str:

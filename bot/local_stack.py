@@ -20,6 +20,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
+from arq.worker import Worker
 from pydantic import SecretStr
 
 from bot.settings import Settings
@@ -83,7 +84,7 @@ class _WorkerThread:
         self._settings = settings
         self._redis_url = redis_url
         self._ready = threading.Event()
-        self.worker = None
+        self.worker: Worker | None = None
         self.loop: asyncio.AbstractEventLoop | None = None
         self.thread = threading.Thread(target=self._run, name="tpubot-worker", daemon=True)
 
@@ -119,7 +120,8 @@ class _WorkerThread:
 
 def _awaiting(task: asyncio.Task) -> list[str]:
     """The chain of awaits a suspended task is in, innermost last (for a worker that will not stop)."""
-    chain, awaited = [], task.get_coro()
+    chain: list[str] = []
+    awaited: Any = task.get_coro()
     while awaited is not None and len(chain) < 40:
         frame = getattr(awaited, "cr_frame", None) or getattr(awaited, "ag_frame", None)
         chain.append(f"{frame.f_code.co_qualname}:{frame.f_lineno}" if frame else type(awaited).__name__)

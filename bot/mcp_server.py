@@ -90,7 +90,7 @@ def input_schema(action: Action) -> dict:
     return schema
 
 
-def annotations(action: Action) -> types.ToolAnnotations:
+def tool_annotations(action: Action) -> types.ToolAnnotations:
     # MCP's destructiveHint means "not only additive". Provision is flagged too: it spends money
     # and takes the channel's one TPU slot, which is why the issue asks for a confirm on both.
     return types.ToolAnnotations(
@@ -110,7 +110,7 @@ def description(action: Action) -> str:
 
 def mcp_tool(action: Action) -> types.Tool:
     return types.Tool(name=action.name, description=description(action), input_schema=input_schema(action),
-                      annotations=annotations(action))
+                      annotations=tool_annotations(action))
 
 
 def mcp_tools() -> list[types.Tool]:
@@ -203,9 +203,10 @@ def tool_result(result: ActionResult) -> types.CallToolResult:
 
 async def confirm_teardown(svc: Services, actor: Actor, requested: ActionResult) -> ActionResult:
     """The same call the Slack confirm button makes, with the lease the request step named."""
+    assert requested.lease is not None, "teardown asks for a confirmation only with the lease to tear down"
     outcome = await lifecycle.confirm_teardown(svc, actor, requested.lease.lease_id)
     data = lease_summary(outcome.lease) if outcome.lease else {}
-    text = f"Tearing down {outcome.lease.qr_id}." if outcome.ok else outcome.message
+    text = f"Tearing down {outcome.lease.qr_id}." if outcome.ok and outcome.lease else outcome.message
     return ActionResult(outcome.ok, text, data, outcome.lease)
 
 
@@ -220,6 +221,7 @@ async def call_tool(session: McpSession, name: str, arguments: dict | None) -> t
     mode = session.first_words()
     if mode:
         first = result.content[0]
+        assert isinstance(first, types.TextContent), "tool_result and refusal answer in text"
         result.content[0] = types.TextContent(text=f"[{mode}]\n{first.text}")
         result.structured_content = {**(result.structured_content or {}), "mode": mode}
     return result
@@ -328,6 +330,7 @@ async def serve_stdio(settings: Settings) -> None:
         # No deployment to act on: run its worker here, on the embedded defaults `tpubot shell` uses.
         stack = await anyio.to_thread.run_sync(LocalStack(settings, run_web=False).start)
         log.warning("%s.", mode_line(stack.settings, local=True))
+        assert stack.redis is not None, "a started stack has its Redis"
         try:
             server = build_server(stack.settings, redis_url=stack.redis.url, mode=mode_line(stack.settings, local=True))
             await server.run(read_stream, write_stream, server.create_initialization_options())

@@ -86,7 +86,8 @@ class JobOwnership:
             try:
                 await self.beat(pool)
             except Exception as error:  # the beat is retried; it must not end silently in its task
-                if asyncio.current_task().cancelling():
+                current = asyncio.current_task()  # this coroutine's own task: never None here
+                if current is not None and current.cancelling():
                     # A cancel that raced a Redis timeout came out as TimeoutError: still a stop.
                     raise asyncio.CancelledError("the worker is stopping") from error
                 if not is_redis_away(error):

@@ -401,6 +401,7 @@ class Settings(BaseSettings):
     @model_validator(mode="after")
     def _accelerator_consistency(self) -> "Settings":
         family = accelerator_family(self.tpu_accelerator_type)
+        assert family is not None, "the field's check_accelerator accepted it"
         spec = ACCELERATOR_FAMILIES[family]
         if self.tpu_runtime_version not in spec["runtimes"]:
             raise ValueError(

@@ -18,7 +18,8 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Mapping, TextIO
+from pathlib import Path
+from typing import Callable, Mapping, TextIO, cast
 
 import redis as redis_sync
 
@@ -67,10 +68,9 @@ class Button:
     ephemeral: bool
 
 
-def shell_log_path() -> "Path":
+def shell_log_path() -> Path:
     """Where `tpubot shell` writes the bot's logs: one file per shell, in the temp directory."""
     import tempfile
-    from pathlib import Path
 
     return Path(os.environ.get("TPUBOT_SHELL_LOG") or Path(tempfile.gettempdir()) / f"tpubot-shell-{os.getpid()}.log")
 
@@ -208,6 +208,7 @@ class Shell:
     def __post_init__(self) -> None:
         self.requests = self.stack.signed_requests()
         self.stack.slack.on_event(self._on_bot_post)
+        assert self.stack.redis is not None, "a started stack has its Redis"
         self._redis = redis_sync.Redis.from_url(self.stack.redis.url)
         self.names.update({CHANNEL: CHANNEL_NAME, user_id_for(self.user): self.user})
 
@@ -224,7 +225,7 @@ class Shell:
                     rows = wrap(head + line, self.width, len(prefix) + len(line) - len(line.lstrip(" ")) + 2)
                 for row in rows:
                     self.out.write(row + "\n")
-            if waiting:
+            if waiting and self.terminal is not None:
                 self.terminal.redraw(self.out)
             self.out.flush()
 
@@ -352,9 +353,10 @@ class Shell:
         """True while a lease is in motion (or has waited on the cloud for less than
         `cloud_patience`) or a job other than a background watch, timer or idle check is queued
         or running."""
-        for member in self._redis.smembers(keys.lease_index()):
+        # cast: redis-py types a sync reply as `Awaitable[X] | X` (one set of annotations for both clients)
+        for member in cast(set, self._redis.smembers(keys.lease_index())):
             self._started_by.setdefault(member, self._line)
-            state = self._redis.hget(member, "state")
+            state = cast("bytes | None", self._redis.hget(member, "state"))
             if state is None or state.decode() in STABLE_STATES:
                 continue
             if state.decode() not in WAITING_ON_CLOUD:
@@ -363,10 +365,10 @@ class Shell:
             if time.monotonic() - since < cloud_patience:
                 return True
         # arq keeps a cron job's in-progress key after it ran (so no other worker repeats it): not work.
-        for key in self._redis.keys("arq:in-progress:*"):
+        for key in cast(list, self._redis.keys("arq:in-progress:*")):
             if not key.decode().removeprefix("arq:in-progress:").startswith(("cron:", *BACKGROUND_JOBS)):
                 return True
-        for job_id in self._redis.zrange(QUEUE_NAME, 0, -1):
+        for job_id in cast(list, self._redis.zrange(QUEUE_NAME, 0, -1)):
             if not job_id.decode().startswith(BACKGROUND_JOBS):
                 return True
         return False
@@ -374,8 +376,8 @@ class Shell:
     def still_working(self) -> list[str]:
         """`(LINE is still working: waiting for capacity in ZONE)`, once per lease and state."""
         told = []
-        for member in self._redis.smembers(keys.lease_index()):
-            state, zone = (value.decode() if value else "" for value in self._redis.hmget(member, "state", "zone"))
+        for member in cast(set, self._redis.smembers(keys.lease_index())):
+            state, zone = (value.decode() if value else "" for value in cast(list, self._redis.hmget(member, ["state", "zone"])))
             if state in WAITING_ON_CLOUD and (member, state) not in self._told:
                 self._told.add((member, state))
                 what = WAITING_ON_CLOUD[state].format(zone=zone)
@@ -445,7 +447,11 @@ class TerminalInput:
             return self.pending.popleft()
         self.prompt, self.waiting = prompt, True
         self._termios.tcsetattr(self.fd, self._termios.TCSANOW, self._typing)
-        readline.set_pre_input_hook((lambda: (readline.insert_text(typed), readline.redisplay())) if typed else None)
+        def put_typed() -> None:
+            readline.insert_text(typed)
+            readline.redisplay()
+
+        readline.set_pre_input_hook(put_typed if typed else None)
         try:
             return input(prompt)
         except EOFError:

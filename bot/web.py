@@ -108,6 +108,7 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
         if refusal is not None:
             return _counted(kind, started, JSONResponse({"error": refusal.error}, status_code=refusal.status))
         token = request_id.set(request.headers.get("x-slack-request-timestamp", "") + "-" + secrets.token_hex(4))
+        response: Response
         try:
             interaction = interaction_body(body)
             if interaction is not None:

@@ -7,6 +7,7 @@ Async clients are built inside the event loop that uses them (redis.asyncio bind
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import aiohttp
 from arq.connections import ArqRedis
@@ -206,7 +207,7 @@ def slack_http_session() -> aiohttp.ClientSession:
 
 def slack_client_from(settings: Settings, *, session: aiohttp.ClientSession | None = None) -> AsyncWebClient:
     """`session`: from slack_http_session(), owned (and closed) by the caller; None = one per call."""
-    kwargs = {}
+    kwargs: dict[str, Any] = {}
     if settings.slack_api_url:
         kwargs["base_url"] = settings.slack_api_url
     return AsyncWebClient(

@@ -8,6 +8,7 @@ from typing import Any, Awaitable, Callable
 
 from arq import Retry, cron
 from arq.connections import RedisSettings
+from arq.typing import WorkerCoroutine
 from prometheus_client import start_http_server
 
 from agent.lease import lifecycle, provisioning, teardown, watching
@@ -25,7 +26,7 @@ log = logging.getLogger(__name__)
 REDIS_AWAY_RETRY_SECONDS = 2
 
 
-def counted(job: Callable[..., Awaitable[Any]]) -> Callable[..., Awaitable[Any]]:
+def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
     """Count every finished job by function and outcome in the worker's /metrics; log its lines
     with the job and lease ids; and retry it, rather than fail it, when Redis is away."""
 
@@ -55,7 +56,7 @@ async def provision_lease(ctx: dict, *, team: str, channel: str, lease_id: str, 
     try:
         return await provisioning.provision_job(ctx["services"], team, channel, lease_id, search_round)
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel, ctx["job_try"]))
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel, ctx["job_try"])) from None
 
 
 async def watch_lease(ctx: dict, *, team: str, channel: str, lease_id: str, seq: int) -> str:
@@ -66,7 +67,7 @@ async def teardown_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -
     try:
         return await teardown.teardown_job(ctx["services"], team, channel, lease_id)
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel, ctx["job_try"]))
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel, ctx["job_try"])) from None
 
 
 async def resume_leases(ctx: dict) -> int:
@@ -112,7 +113,7 @@ async def answer_ask(ctx: dict, **ask: Any) -> str:
     return await ask_job.answer_ask(ctx["services"], **ask)
 
 
-def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, handle_signals: bool = True) -> Worker:
+def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, handle_signals: bool = True) -> ResilientWorker:
     async def on_startup(ctx: dict) -> None:
         session = slack_http_session()
         slack = slack_client_from(settings, session=session)
@@ -135,11 +136,11 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
             await ctx["slack_session"].close()
 
     job_timeout = int(settings.job_timeout.total_seconds())
+    jobs: list[Callable[..., Awaitable[Any]]] = [
+        answer_mention, answer_ask, provision_lease, watch_lease, teardown_lease, boot_model, bench_endpoint,
+        post_spend_chart, *alert_jobs.FUNCTIONS]
     kwargs: dict[str, Any] = dict(
-        functions=[counted(job) for job in
-                   (answer_mention, answer_ask, provision_lease, watch_lease, teardown_lease, boot_model, bench_endpoint,
-                    post_spend_chart,
-                    *alert_jobs.FUNCTIONS)],
+        functions=[counted(job) for job in jobs],
         cron_jobs=[cron(counted(resume_leases), second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
         redis_settings=RedisSettings.from_dsn(redis_url),
         queue_name=JOB_QUEUE,

@@ -8,7 +8,7 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Optional
 
 import typer
-from typer.core import TyperCommand
+from typer.core import TyperArgument, TyperCommand
 
 # One line per command module; a module's `register(app)` adds its commands.
 COMMAND_MODULES: tuple[str, ...] = (
@@ -29,6 +29,13 @@ COMMAND_MODULES: tuple[str, ...] = (
 )
 
 
+class _UntypedArgument(TyperArgument):
+    """An argument whose help shows its metavar (FILE) alone: `<str>` after it adds nothing."""
+
+    def display_type_rich(self, ctx: object) -> str | None:
+        return None
+
+
 class PlainCommand(TyperCommand):
     """A command whose help names each option's value as a word (`--hours HOURS`), not a type
     (`<float>`), and whose summary in `tpubot --help` is never cut short."""
@@ -39,8 +46,8 @@ class PlainCommand(TyperCommand):
             # typer's options are not click.Option subclasses: tell them by their is_flag attribute.
             if getattr(param, "is_flag", True) is False and param.metavar is None:
                 param.metavar = (param.name or "value").upper()
-            elif param.param_type_name == "argument":
-                param.display_type_rich = lambda ctx: None  # the metavar (FILE) says it; `<str>` adds nothing
+            elif isinstance(param, TyperArgument):
+                param.__class__ = _UntypedArgument  # typer built it; only its help line changes
 
 
 def package_version() -> str:

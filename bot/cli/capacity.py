@@ -5,12 +5,11 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from pydantic import ValidationError
 from rich.console import Console
-from rich.table import Table
 
 from bot.settings import FLEX_START_MAX, Settings, check_accelerator, chip_count
 from infra import capacity, prices
@@ -178,6 +177,7 @@ def show_cost(
     if price is None:
         typer.echo(missing, err=True)
         raise typer.Exit(code=1)
+    assert lease is not None, "costed whenever there is a price"
     rate = f"${price.usd_per_chip_hour:.4g}/chip-h × {chips} chip{'s' if chips > 1 else ''}"
     if started:
         typer.echo(f"lease {lease['started'][:16].replace('T', ' ')} → {lease['deadline'][:16].replace('T', ' ')} UTC "
@@ -226,8 +226,8 @@ def _per_million(price, chips: int, bench_file: Path) -> list[dict]:
         single, best = best_cells(load_cells(bench_file))
     except (OSError, ValueError) as exc:
         typer.echo(f"cannot read {bench_file}: {exc}", err=True)
-        raise typer.Exit(code=1)
-    rows = []
+        raise typer.Exit(code=1) from None
+    rows: list[dict[str, Any]] = []
     for label, cell in (("concurrency 1", single), ("best measured batch", best)):
         if cell is None:
             rows.append({"label": label, "usd": None})
@@ -268,7 +268,9 @@ async def _channel_cost_text(settings: Settings, team: str, channel: str) -> str
     services, redis, pool = await build_services(settings, redis_url=settings.redis_url, with_tpu=False)
     try:
         # The operator already holds the Redis credentials: no Slack access rule applies here.
-        result = await get_action("estimate_cost").run(services, Actor("tpubot-cli", team, channel), CostArgs())
+        estimate_cost = get_action("estimate_cost")
+        assert estimate_cost is not None, "agent.actions registers estimate_cost"
+        result = await estimate_cost.run(services, Actor("tpubot-cli", team, channel), CostArgs())
         return result.text
     finally:
         await pool.aclose()
@@ -334,5 +336,5 @@ def bench(
 
 def results_report(result) -> Report:
     table = results_table(result)
-    return Report(title=table.title, columns=table.columns, rows=table.rows, notes=[table.caption],
+    return Report(title=table.title, columns=table.columns, rows=list(table.rows), notes=[table.caption],
                   right_aligned=frozenset(table.columns), key_columns=2)  # context, concurrency

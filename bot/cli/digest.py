@@ -21,7 +21,7 @@ import sys
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO, ContextManager, NoReturn, Optional, TextIO
+from typing import TYPE_CHECKING, ContextManager, NoReturn, Optional, TextIO, cast
 
 from agent.digest import DEFAULT_BUDGET, VLLMTokenizer, build_digest, lines_from_stream
 
@@ -148,11 +148,12 @@ def print_digest(request: DigestRequest, out: TextIO) -> None:
         out.write(_TERMINAL_CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", result.render()) + "\n")
 
 
-def _open(source: str) -> ContextManager[BinaryIO]:
+def _open(source: str) -> ContextManager[io.BufferedReader]:
     if source == "-":
         stdin = sys.stdin.buffer
-        if not hasattr(stdin, "peek"):  # a test runner's BytesIO; the real stdin is buffered
-            stdin = io.BufferedReader(stdin)  # type: ignore[arg-type]
+        if not isinstance(stdin, io.BufferedReader):  # a test runner's BytesIO; the real stdin is buffered
+            # BufferedReader needs only readinto, which any binary stream has (typing's BinaryIO does not say so)
+            stdin = io.BufferedReader(cast(io.RawIOBase, stdin))
         return contextlib.nullcontext(stdin)  # stdin belongs to the process: not closed here
     path = Path(source)
     if path.is_dir():
@@ -160,7 +161,7 @@ def _open(source: str) -> ContextManager[BinaryIO]:
     if not path.exists():
         raise DigestRefused(f"no such file: {source}")
     try:
-        return path.open("rb", buffering=_SAMPLE)
+        return io.BufferedReader(io.FileIO(path, "r"), buffer_size=_SAMPLE)  # open(path, "rb", buffering=_SAMPLE)
     except OSError as error:
         raise DigestRefused(f"cannot read {source}: {error.strerror or error}") from None
 

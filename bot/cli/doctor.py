@@ -68,9 +68,9 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
         for check in report.checks:
             _line(out, check)
     _cache(settings, report, out)
-    failed = len(report.failures)
+    failures = len(report.failures)
     warned = sum(1 for check in report.checks if check.ok and check.warning)
-    verdict = f"{failed} check(s) failed" if failed else "all checks passed"
+    verdict = f"{failures} check(s) failed" if failures else "all checks passed"
     out.write(f"\n{verdict}{f', {warned} with a warning' if warned else ''}\n")
     raise typer.Exit(code=0 if report.ok else 1)
 

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 from pydantic import ValidationError
+from pydantic_core import ErrorDetails
 from pydantic_settings import SettingsError
 
 from agent.redact import redact
@@ -47,7 +48,7 @@ def _example(name: str) -> str:
     return f"{name.upper()}=<value> (tpubot config shows the current ones)"
 
 
-def _one(error: dict[str, Any]) -> str:
+def _one(error: ErrorDetails) -> str:
     message = str(error["msg"]).removeprefix("Value error, ")
     if not error["loc"]:  # a check across several settings: its message names them and the fix
         return message
