@@ -199,7 +199,7 @@ def measure(apps: dict[str, list[str]], secret: str, requests: int, concurrency:
     for name, urls in apps.items():
         events = [u + "/slack/events" for u in urls]
 
-        def leases(prefix: str) -> list[tuple[str, str, str]]:
+        def leases(prefix: str, name: str = name, events: list[str] = events) -> list[tuple[str, str, str]]:
             if name.startswith("bare"):  # it acks any click alike
                 return [(f"{prefix}{i:04d}", "U000", "none") for i in range(clicks)]
             return carded_leases(events, secret, redis_url, prefix, clicks)

@@ -34,7 +34,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 

@@ -46,7 +46,7 @@ def test_doctor_fails_with_the_fix_when_the_secret_is_missing(env):
     env.setenv("HF_TOKEN_SECRET", "gemma-hf-token")
     result = doctor()
     assert result.exit_code != 0
-    line = next(l for l in result.output.splitlines() if l.startswith("FAIL"))
+    line = next(out for out in result.output.splitlines() if out.startswith("FAIL"))
     assert "hf token secret" in line and "gemma-hf-token" in line
     assert "gcloud secrets create gemma-hf-token" in result.output
     assert "PASS  network" in result.output and "1 check(s) failed" in result.output
@@ -134,8 +134,8 @@ def test_denied_quota_and_secret_name_the_missing_role(own_cloud):
     result = doctor()
     assert result.exit_code == 1
     lines = result.output.splitlines()
-    quota = lines.index(next(l for l in lines if l.startswith("FAIL  tpu quota")))
-    secret = lines.index(next(l for l in lines if l.startswith("FAIL  hf token secret")))
+    quota = lines.index(next(line for line in lines if line.startswith("FAIL  tpu quota")))
+    secret = lines.index(next(line for line in lines if line.startswith("FAIL  hf token secret")))
     assert "Permission 'cloudquotas.quotas.get' denied" in lines[quota]
     assert "roles/cloudquotas.viewer" in lines[quota + 1] and "enable" not in lines[quota + 1]
     assert "Permission 'secretmanager.versions.access' denied" in lines[secret]

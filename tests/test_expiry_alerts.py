@@ -77,7 +77,7 @@ class Workers:
 def settings_env(settings: Settings) -> dict[str, str]:
     """The stack's effective settings (emulator URLs, tokens, ports) as a process environment."""
     env = {}
-    for name, field in Settings.model_fields.items():
+    for name in Settings.model_fields:
         value = getattr(settings, name)
         if isinstance(value, SecretStr):
             value = value.get_secret_value()
@@ -348,7 +348,7 @@ def node_emulators(stack, channels: list[str]) -> dict[str, VllmEmulator]:
     for channel in channels:
         lease = lease_of(stack, channel)
         if node_models is not None:
-            found[channel] = wait_until(lambda: node_models.emulator_for(lease["zone"], lease["node_id"]),
+            found[channel] = wait_until(lambda lease=lease: node_models.emulator_for(lease["zone"], lease["node_id"]),
                                         timeout=20, what=f"{channel}'s node emulator")
         else:
             emulator = VllmEmulator()

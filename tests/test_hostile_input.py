@@ -4,10 +4,15 @@ changes state. Each property runs 5,000 generated cases against one running stac
 
 from __future__ import annotations
 
+import hashlib
 import json
+import logging
+import random
 import string
+import time
 from urllib.parse import quote
 
+import httpx
 import pytest
 import redis as redis_sync
 from hypothesis import HealthCheck, given, settings
@@ -16,6 +21,8 @@ from hypothesis import strategies as st
 from bot.local_stack import LocalStack
 from bot.settings import Settings
 from handlers import cards
+from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION
+from handlers.proposal_buttons import PROPOSAL_CONFIRM_ACTION, PROPOSAL_DISMISS_ACTION
 
 CASES = 5_000
 CHANNEL = "C0HOSTILE"
@@ -68,17 +75,6 @@ tpu_text = st.one_of(
 # A fixed seed, ≥ 5,000 cases, the real bolt app behind the real HTTP server. Every family
 # counts its cases, 5xx answers, tracebacks in the captured logs, and writes by the requests
 # it rejected (a digest of the whole Redis keyspace, the audit stream included, before and after).
-
-import hashlib
-import logging
-import random
-import time
-
-import httpx
-
-from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION
-from handlers.proposal_buttons import PROPOSAL_CONFIRM_ACTION, PROPOSAL_DISMISS_ACTION
-from infra.sandbox.slack_requests import sign
 
 SEED = 20261202
 LEASE_CHANNEL = "C0LEASED"
@@ -239,53 +235,54 @@ def test_generated_hostile_requests_answer_4xx_or_200_and_rejected_ones_write_no
             ts = rng.choice([f"{now}.5", f"{now}.0", "1e9", f"-{now}", "", "abc", "0x10", f"{now}e0", "1_700_000_000",
                              "v0",  str(now - 301), str(now + 301), "9" * 40, "NaN", "inf", f"{now},{now}",
                              str(rng.randrange(10**12)), "-0", "+" + str(now)])
-            case("timestamp forms", lambda: raw.send(command(CHANNEL, "status", "UMALLORY", hooks), timestamp=ts))
+            case("timestamp forms", lambda ts=ts: raw.send(command(CHANNEL, "status", "UMALLORY", hooks), timestamp=ts))
         for _ in range(500):  # encodings
             junk = bytes(rng.randrange(128, 256) for _ in range(rng.randrange(1, 40)))
             body = rng.choice([b"payload=" + junk, b"text=" + junk + b"&channel_id=C1", junk,
                                b'{"type":"event_callback","event":"' + junk + b'"}', "é".encode("latin-1")])
             ctype = rng.choice(["application/x-www-form-urlencoded", "application/json",
                                 "application/x-www-form-urlencoded; charset=latin-1"])
-            case("encodings", lambda: raw.send(body, content_type=ctype, signed=rng.random() < 0.7))
+            case("encodings", lambda body=body, ctype=ctype: raw.send(body, content_type=ctype, signed=rng.random() < 0.7))
         for _ in range(500):  # duplicated headers
             body = command(CHANNEL, "status", "UMALLORY", hooks)
             ts = str(int(time.time()))
             good = hmac_sig(stack.signing_secret, ts, body)
             dup = rng.choice([[("x-slack-signature", good)], [("x-slack-request-timestamp", ts)],
                               [("x-slack-signature", "v0=" + "0" * 64)], [("x-slack-request-timestamp", "1")]])
-            case("duplicated headers", lambda: raw.send(body, timestamp=ts, headers=dup))
+            case("duplicated headers", lambda body=body, ts=ts, dup=dup: raw.send(body, timestamp=ts, headers=dup))
         for _ in range(400):  # oversized headers
             size = rng.choice([100, 1_000, 8_000, 20_000, 70_000])
             extra = rng.choice([[("x-slack-signature", "v0=" + "a" * size)], [("x-slack-request-timestamp", "1" * size)],
                                 [("x-junk", "j" * size)], [(f"x-h{i}", "v") for i in range(size // 100)]])
-            case("oversized headers", lambda: raw.send(command(CHANNEL, "status", "UMALLORY", hooks),
-                                                       signed=rng.random() < 0.5, headers=extra))
+            case("oversized headers", lambda extra=extra: raw.send(command(CHANNEL, "status", "UMALLORY", hooks),
+                                                                   signed=rng.random() < 0.5, headers=extra))
         for _ in range(600):  # tampered bodies: signed, then one byte changed
             body = bytearray(rng.choice([command(CHANNEL, "up us-west4-a 1h", "UMALLORY", hooks),
                                          click(cards.TEARDOWN_CONFIRM_ACTION, leased, "UALICE", LEASE_CHANNEL, hooks)]))
             ts = str(int(time.time()))
             mac = hmac_sig(stack.signing_secret, ts, bytes(body))
             body[rng.randrange(len(body))] ^= 1 << rng.randrange(7)
-            case("tampered bodies", lambda: raw.http.post(raw.url, content=bytes(body), headers={
+            case("tampered bodies", lambda body=body, ts=ts, mac=mac: raw.http.post(raw.url, content=bytes(body), headers={
                 "content-type": "application/x-www-form-urlencoded", "x-slack-request-timestamp": ts,
                 "x-slack-signature": mac}))
         for _ in range(900):  # odd payload shapes, signed
             body, ctype = odd_shape(rng, hooks)
-            case("odd payload shapes", lambda: raw.send(body, content_type=ctype))
+            case("odd payload shapes", lambda body=body, ctype=ctype: raw.send(body, content_type=ctype))
         for _ in range(700):  # forged action values, from a channel with no lease
             value = rng.choice([leased, leased + "x", "", "p" + "0" * 16, "../../etc", "1" * 200, "lease:" + leased,
                                 json.dumps({"lease_id": leased}), "%00", "\u202e", leased.upper()])
             action = rng.choice(ALL_ACTIONS)
-            case("forged action values", lambda: raw.send(click(action, value, "UMALLORY", CHANNEL, hooks)),
+            case("forged action values", lambda action=action, value=value: raw.send(click(action, value, "UMALLORY", CHANNEL, hooks)),
                  refused_by_auth=True)
         for _ in range(300):  # a teardown click from a non-holder
             action = rng.choice([cards.TEARDOWN_CONFIRM_ACTION, ALERT_TEARDOWN_ACTION])
-            case("non-holder teardown clicks", lambda: raw.send(click(action, leased, rng.choice(["UMALLORY", "UEVE"]),
-                                                                      LEASE_CHANNEL, hooks)), refused_by_auth=True)
+            case("non-holder teardown clicks", lambda action=action: raw.send(
+                click(action, leased, rng.choice(["UMALLORY", "UEVE"]), LEASE_CHANNEL, hooks)), refused_by_auth=True)
         for _ in range(300):  # the holder, naming this lease from another channel (or team)
             channel, team = rng.choice([(CHANNEL, "T0SANDBOX"), ("C0OTHER", "T0SANDBOX"), (LEASE_CHANNEL, "T0OTHER")])
             action = rng.choice([cards.TEARDOWN_CONFIRM_ACTION, ALERT_TEARDOWN_ACTION, PROPOSAL_CONFIRM_ACTION])
-            case("another channel's lease", lambda: raw.send(click(action, leased, "UALICE", channel, hooks, team)),
+            case("another channel's lease", lambda action=action, channel=channel, team=team: raw.send(
+                click(action, leased, "UALICE", channel, hooks, team)),
                  refused_by_auth=True)
         for _ in range(300):  # response_url hosts
             url = rng.choice(["https://evil.example/hooks", "http://hooks.slack.com/commands/T/1/x",
@@ -294,12 +291,12 @@ def test_generated_hostile_requests_answer_4xx_or_200_and_rejected_ones_write_no
                               "https://hooks.slack.com:99999/x", "http://[::1/x"])
             body = rng.choice([command(CHANNEL, "status", "UMALLORY", url),
                                click(cards.TEARDOWN_CANCEL_ACTION, leased, "UALICE", LEASE_CHANNEL, url)])
-            response = case("response_url hosts", lambda: raw.send(body))
+            response = case("response_url hosts", lambda body=body: raw.send(body))
             assert response.status_code == 400, (url, response.status_code, response.text)
         for size in (500_000, 1024 * 1024 + 1, 3 * 1024 * 1024):  # bodies over and under the cap, unsigned
             body = ("text=" + BODY_MARKER * (size // len(BODY_MARKER))).encode()
             for signed in (False, False):
-                response = case("body sizes", lambda: raw.send(body, signed=signed))
+                response = case("body sizes", lambda body=body, signed=signed: raw.send(body, signed=signed))
                 assert response.status_code == (413 if size > 1024 * 1024 else 401), (size, response.status_code)
     finally:
         root.removeHandler(logs)

@@ -173,7 +173,7 @@ async def test_mcp_tools_match_the_registry_and_provision_needs_confirm(cloud, r
 
         # The lease list resource shows it; status agrees.
         leases = json.loads((await mcp.read_resource("tpubot://leases")).contents[0].text)["leases"]
-        assert [(l["channel"], l["holder"], l["lease_id"]) for l in leases] == [
+        assert [(held["channel"], held["holder"], held["lease_id"]) for held in leases] == [
             (CHANNEL, ME, created.structured_content["lease_id"])]
         status = await mcp.call_tool("status", {})
         assert status.structured_content["lease"]["state"] == "ACTIVE"

@@ -51,7 +51,7 @@ async def test_update_is_fenced_and_records_state_change_time(redis):
     updated = await store.update(lease, state=LeaseState.ACTIVE, endpoint="http://1.2.3.4:8000/v1")
     assert updated.state == "ACTIVE" and updated.endpoint.endswith("/v1")
     assert updated.state_since >= lease.state_since
-    assert [l.lease_id for l in await store.all()] == [lease.lease_id]
+    assert [stored.lease_id for stored in await store.all()] == [lease.lease_id]
 
 
 async def test_leases_are_per_team_and_channel(redis):

@@ -127,7 +127,7 @@ def test_state_walks_to_active_and_node_has_external_ip(sandbox: TpuSandbox, tpu
     seen = ["CREATING"]
     for expected in ("WAITING_FOR_RESOURCES", "PROVISIONING", "ACTIVE"):
         sandbox.fast_forward(3600)
-        wait_until(lambda: state_of(tpu, "qr-a") == expected)
+        wait_until(lambda expected=expected: state_of(tpu, "qr-a") == expected)
         seen.append(expected)
         if expected != "ACTIVE":
             assert tpu.get_node(ZONE, "node-qr-a") is None

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 from vllm_replay import client, emu, replay_non_streaming, replay_streaming  # noqa: F401 (fixtures)
 
 Q = '<|"|>'
@@ -43,8 +41,8 @@ def both(emu, client, c: dict, tools: list | None) -> tuple[dict, dict]:
 
 
 def test_item1_argument_types_follow_anyof_type_lists_enum_and_json_fallback(emu, client):
-    raw = (f"<|tool_call>call:typed{{maybe_n:1e3,maybe_s:null,int_or_null:null,enum_int:2,i:4.0,n:inf,"
-           f"b:1}}<tool_call|>")
+    raw = ("<|tool_call>call:typed{maybe_n:1e3,maybe_s:null,int_or_null:null,enum_int:2,i:4.0,n:inf,"
+           "b:1}<tool_call|>")
     for got in both(emu, client, case(raw), [TYPED]):
         args = json.loads(got["tool_calls"][0][1])
         assert args == {"maybe_n": 1000, "maybe_s": None, "int_or_null": None, "enum_int": 2, "i": 4.0,

@@ -14,7 +14,7 @@ import openai
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.actions.lease_actions import NoArgs
-from agent.actions.registry import ActionKind, ActionResult, action
+from agent.actions.registry import ActionResult, action
 from agent.context import Actor, Services
 from agent.model_config import ModelConfig
 from agent.actions.model_endpoint import ModelEndpoint, endpoint_label, openai_client, resolve_endpoint

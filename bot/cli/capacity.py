@@ -251,7 +251,7 @@ def _show_channel_cost(console: Console, settings: Settings, *, team: str, chann
         text = asyncio.run(asyncio.wait_for(_channel_cost_text(settings, team, channel), timeout=15))
     except (RedisError, OSError, asyncio.TimeoutError) as exc:
         console.print(f"[red]cannot read the lease from Redis at REDIS_URL: {type(exc).__name__}: {exc}[/red]")
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=1) from None
     if as_json:
         print_json({"team": team, "channel": channel, "text": text.replace("*", "")})
         return
@@ -319,7 +319,7 @@ def bench(
         result = run_sweep_with_progress(config, console=Console(stderr=True))
     except EndpointNotAnswering as error:
         typer.echo(f"bench stopped: {error}", err=True)
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=1) from None
     if as_json:
         print_json(result.as_dict())
     else:

@@ -42,7 +42,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
             print_json(_document(failed))
         for check in failed:
             _line(out, check)
-        raise typer.Exit(code=2)
+        raise typer.Exit(code=2) from None
     from bot.wiring import preflight_config_from
     from infra.sandbox.emulators import SandboxEmulators
 

@@ -372,7 +372,7 @@ class GcpProjectSandbox:
                 "selfLink": f"{base}/regions/{region}/routers/{router['name']}"}
 
     def _bucket(self, bucket: str) -> tuple[int, dict]:
-        if denied := self._deny("storage.buckets.get", f"projects/_/buckets/{bucket}"):
+        if self._deny("storage.buckets.get", f"projects/_/buckets/{bucket}"):
             message = ("anonymous-caller does not have storage.buckets.get access to the Google Cloud Storage "
                        "bucket. Permission 'storage.buckets.get' denied on resource (or it may not exist).")
             return 403, {"error": {"code": 403, "message": message,

@@ -26,6 +26,7 @@ non-Linux systems) nodes share it, one model at a time.
 
 from __future__ import annotations
 
+import functools
 import logging
 import random
 import socket
@@ -141,7 +142,7 @@ class NodeModels:
             if self.boot_seconds <= 0:
                 self._run_boot(zone, node_id, emulator, threading.Event())
             else:
-                boot = _Boot(lambda cancelled: self._run_boot(zone, node_id, emulator, cancelled))
+                boot = _Boot(functools.partial(self._run_boot, zone, node_id, emulator))
                 with self._lock:
                     self._boots[(zone, node_id)] = boot
                 boot.start()

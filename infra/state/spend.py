@@ -393,7 +393,7 @@ class SpendLedger:
         found, start = [], "-"
         while True:
             rows = await self._redis.xrange(keys.spend_receipts(), min=start, count=500)
-            for entry_id, fields in rows:
+            for _entry_id, fields in rows:
                 f = {_text(k): _text(v) for k, v in fields.items()}
                 found.append((f["team"], f["month"], SpendRecord.from_json(f["record"])))
             if len(rows) < 500:
