@@ -11,7 +11,11 @@ import pytest
 from infra.sandbox.vllm import DEFAULT_SERVED_VERSION
 from infra.sandbox.vllm.chat_template import render
 from agent.llm.prompt import model_tools
-from test_agent_mentions import ALICE, LOGS, Q, answer, emu, stack, tool_messages  # noqa: F401 (fixtures)
+import test_agent_mentions
+from test_agent_mentions import ALICE, LOGS, Q, answer, tool_messages
+
+# Fixtures shared with test_agent_mentions, bound here by name (pytest finds a module's fixtures by name)
+emu, stack = test_agent_mentions.emu, test_agent_mentions.stack
 
 
 def assistant_messages(request: dict) -> list[dict]:

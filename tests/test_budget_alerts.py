@@ -12,7 +12,11 @@ import subprocess
 
 import redis as redis_sync
 
-from test_expiry_alerts import ADMIN, ALICE, TEAM, TPUBOT, channel_posts, harness, wait_until, worker_env  # noqa: F401
+import test_expiry_alerts
+from test_expiry_alerts import ADMIN, ALICE, TEAM, TPUBOT, channel_posts, wait_until, worker_env
+
+# Fixtures shared with test_expiry_alerts, bound here by name (pytest finds a module's fixtures by name)
+harness = test_expiry_alerts.harness
 
 
 def price(usd_per_chip_hour: float) -> str:

@@ -13,7 +13,11 @@ import pytest
 
 from agent.llm.prompt import model_tools
 from infra.sandbox.vllm.tokens import split_tokens
-from vllm_replay import client, emu, expected, replay_non_streaming, replay_streaming  # noqa: F401 (fixtures)
+import vllm_replay
+from vllm_replay import expected, replay_non_streaming, replay_streaming
+
+# Fixtures shared with vllm_replay, bound here by name (pytest finds a module's fixtures by name)
+client, emu = vllm_replay.client, vllm_replay.emu
 
 Q = '<|"|>'
 

@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import json
 
-from vllm_replay import client, emu, replay_non_streaming, replay_streaming  # noqa: F401 (fixtures)
+import vllm_replay
+from vllm_replay import replay_non_streaming, replay_streaming
+
+# Fixtures shared with vllm_replay, bound here by name (pytest finds a module's fixtures by name)
+client, emu = vllm_replay.client, vllm_replay.emu
 
 Q = '<|"|>'
 
