@@ -149,7 +149,7 @@ class RestartableRedis:
             raise RuntimeError("the server is not running")
         client = redis.Redis(host="127.0.0.1", port=self.port, socket_timeout=5)
         try:
-            return int(client.info("server")["process_id"])
+            return int(cast(dict, client.info("server"))["process_id"])  # cast: as in start_embedded_valkey
         finally:
             client.close()
 
