@@ -448,3 +448,30 @@ def test_alert_teardown_button_goes_through_confirm_and_checks_the_lease(harness
     confirm = wait_until(lambda: [r for r in stack.slack.responses if r.get("blocks")], timeout=10, what="confirm card")
     assert "Tear down this channel's TPU" in confirm[-1]["text"]
     assert qrs_of(stack, channel)[0]["state"] == "ACTIVE"  # nothing happens before the confirm click
+
+
+async def test_a_deadline_timer_that_meets_a_busy_channel_lock_is_tried_again(redis_url, tmp_path, monkeypatch):
+    """The timer job asks arq for another try when the channel is busy, as the other lease jobs do
+    (it once called lock_retry_delay without the try number: a TypeError, and the timer was lost)."""
+    from arq import Retry
+
+    from agent.lease.expiry import EXPIRY
+    from bot import alert_jobs
+    from bot.wiring import build_services
+
+    monkeypatch.chdir(tmp_path)  # no stray tpu.env
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url)
+    services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False)
+    try:
+        claim = await services.leases.claim(team=TEAM, channel="C0BUSY", holder=ALICE, zone="us-west4-a",
+                                            run_seconds=3600)
+        assert await services.locks.acquire(TEAM, "C0BUSY") is not None  # another operation holds the channel
+        with pytest.raises(Retry) as retry:
+            await alert_jobs.fire_timer({"services": services, "job_try": 1}, team=TEAM, channel="C0BUSY",
+                                        lease_id=claim.lease.lease_id, kind=EXPIRY, deadline=claim.lease.deadline,
+                                        due=time.time())
+        assert retry.value.defer_score is not None and 0 < retry.value.defer_score <= 60_000
+        assert await services.leases.get(TEAM, "C0BUSY") is not None  # nothing expired behind the lock
+    finally:
+        await pool.aclose()
+        await redis.aclose()

@@ -7,6 +7,7 @@ sandbox emulator over HTTP; Slack's Web API is the local stand-in that records e
 
 from __future__ import annotations
 
+import json
 import time
 
 import pytest
@@ -16,6 +17,7 @@ from waiting import wait_until
 from agent.lease.reconcile import LOCK_SCOPE
 from handlers import cards
 from infra.sandbox.slack_requests import sign
+from infra.sandbox.tpu_api import ZoneBehaviour
 from infra.state import keys
 from infra.state.leases import Lease
 
@@ -258,3 +260,24 @@ def test_a_30_minute_lease_waiting_for_capacity_reads_as_30_minutes_not_the_queu
     assert fields["Run time"] == "30m, counted from when the TPU starts"
     assert "Valid until" not in fields
     assert fields["Waits for capacity until"] == f"{cards.clock(now + 4 * 3600)} (in 3h59m); none by then → FAILED"
+
+
+def test_a_queued_resource_that_fails_while_waiting_fails_the_lease_and_is_deleted(stack, slack):
+    """The watcher's FAILED path: out of valid-until time with no capacity, the QR turns FAILED;
+    the lease fails with the reason and the QR, which still holds quota, is deleted."""
+    zone = stack.settings.tpu_zone
+    stack.tpu_sandbox.set_zone(zone, ZoneBehaviour.NO_CAPACITY)
+    client = redis_sync.Redis.from_url(stack.redis.url)
+    lease_key = keys.lease("T0SANDBOX", CHANNEL)
+    try:
+        slack.slash(f"up {zone}", user=ALICE, channel=CHANNEL)
+        wait_until(lambda: client.hget(lease_key, "state") == b"WAITING_FOR_RESOURCES", timeout=20,
+                   what="the lease waiting for capacity, its QR watched")
+        stack.tpu_sandbox.fast_forward(stack.settings.valid_until_duration.total_seconds() + 1)
+        wait_until(lambda: stack.tpu_sandbox.queued_resources() == [], timeout=20, what="the FAILED QR deleted")
+        wait_until(lambda: client.hget(lease_key, "state") in (None, b"FAILED"), timeout=20, what="the lease failed")
+    finally:
+        client.close()
+    failed_cards = [json.dumps(c.body.get("blocks")) for c in stack.slack.calls
+                    if c.method == "chat.update" and "FAILED" in c.body.get("text", "")]
+    assert failed_cards and "capacity" in failed_cards[-1].lower(), failed_cards
