@@ -207,6 +207,7 @@ class Shell:
 
     def __post_init__(self) -> None:
         self.requests = self.stack.signed_requests()
+        assert self.stack.slack is not None, "the shell's stack runs the Slack stand-in"
         self.stack.slack.on_event(self._on_bot_post)
         assert self.stack.redis is not None, "a started stack has its Redis"
         self._redis = redis_sync.Redis.from_url(self.stack.redis.url)
@@ -236,6 +237,7 @@ class Shell:
 
     def _on_bot_post(self, method: str, result: dict) -> None:
         slack = self.stack.slack
+        assert slack is not None, "the shell's stack runs the Slack stand-in"
         if method in ("chat.postMessage", "chat.update", "chat.postEphemeral", "chat.stopStream"):
             ts = result.get("ts") or result.get("message_ts")
             message = next((m for m in reversed(slack.messages) if m.ts == ts), None)
@@ -336,6 +338,7 @@ class Shell:
 
     def membership(self, *, joined: bool) -> None:
         """!kick / !invite: the bot leaves or joins the channel, and Slack tells it so (an event)."""
+        assert self.stack.slack is not None, "the shell's stack runs the Slack stand-in"
         if joined:
             self.stack.slack.invite(CHANNEL)
         else:

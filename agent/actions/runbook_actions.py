@@ -38,7 +38,7 @@ async def search_runbooks(svc: Services, actor: Actor, args: SearchRunbooksArgs)
         return ActionResult(True, f"No runbook section matches “{args.query}”. `/tpu runbook` with other words "
                                   "(an error message works best) may find one.", {"query": args.query, "results": []})
     parts: list[str] = []
-    shown = []
+    shown: list[dict] = []
     budget = args.max_tokens
     for hit in hits:
         section = hit.section

@@ -86,7 +86,7 @@ async def _run(incidents, arms, endpoint: str, model: str, *, quiet: bool):
     redis_endpoint = ensure_redis(settings.redis_url)
     sandbox = None if endpoint else VllmEmulator(latency=LatencyModel.instant())
     try:
-        base_url = endpoint.rstrip("/") if endpoint else await sandbox.start_async()
+        base_url = await sandbox.start_async() if sandbox is not None else endpoint.rstrip("/")
         services, redis, pool = await build_services(settings, redis_url=redis_endpoint.url, with_tpu=False)
         try:
             def progress(case) -> None:

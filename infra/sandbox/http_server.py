@@ -34,7 +34,7 @@ class ServerThread:
     @property
     def root(self) -> str:
         host, port = self.server.server_address[:2]
-        return f"http://{host}:{port}"
+        return f"http://{host!s}:{port}"  # an AF_INET address: its host is a str
 
     def start(self) -> ServerThread:
         if self._thread is None and not self._closed:
