@@ -10,6 +10,7 @@ sandbox model. It exists so the agent loop visibly works end to end on embedded 
   "This looks like …, see RB:…" with its fix;
 - a question that is a sum or product of two whole numbers ("What is 17 + 25?") → its answer, so
   the boot's known-answer check (infra/model_correctness.py) passes on a healthy sandbox model;
+- no such word, but the message carries a log digest → the log tool, as a model would read them;
 - anything else → a plain labelled reply.
 Its output is raw Gemma text, so it goes through the same vLLM-side parsing as scripted turns.
 """
@@ -86,6 +87,7 @@ _SEVERITY_RANK = {"FATAL": 0, "CRITICAL": 0, "EMERGENCY": 0, "ALERT": 0, "ERROR"
 _DIGEST_LINES = re.compile(r"Log digest: (?P<lines>[\d,]+) lines")
 _ARITHMETIC = re.compile(r"\bwhat is (\d{1,9}) *([+*x×-]) *(\d{1,9})\b", re.IGNORECASE)
 _OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "x": operator.mul, "×": operator.mul}
+_LOG_MATERIAL = "<<<DATA log digest"
 _FENCE = re.compile(r"^(<<<DATA.*|DATA>>>)$")
 _QUOTE_CHARS = 240
 
@@ -199,6 +201,11 @@ def respond(request: dict[str, Any], label: str = "sandbox model") -> str:
                 for name, params in tools:
                     if any(part in name.lower() for part in name_parts):
                         return f"Checking with {name}. " + _call(name, params, user_text)
+        # No intent in the person's words ("what went wrong here?") but logs came with them: read those.
+        if _LOG_MATERIAL in user_text:
+            for name, params in tools:
+                if "log" in name.lower():
+                    return f"Checking with {name}. " + _call(name, params, user_text)
     if asked := _ARITHMETIC.search(user_text):
         value = _OPERATORS[asked[2]](int(asked[1]), int(asked[3]))
         return f"[{label}: heuristic stand-in, not Gemma] {value}"
