@@ -127,6 +127,11 @@ def test_tpubot_eval_on_embedded_defaults_scores_the_three_arms_on_the_shipped_s
     assert set(arms) == {"agent", "bare", "modelless"} and all(arm["cases"] >= 30 for arm in arms.values())
     assert arms["modelless"]["score"] >= 80 and arms["modelless"]["checks"]["runbooks"] == 100
     assert arms["modelless"]["checks"]["evidence"] == 100 and arms["modelless"]["checks"]["safe"] == 100
+    # The README's figures are these: the number of shipped incidents and the model-less floor.
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    shipped = int(re.search(r"the shipped incidents \((\d+) of them", readme).group(1))
+    floor = int(re.search(r"only the `modelless`\s+figure means something there: it\s+scores at least (\d+)", readme).group(1))
+    assert arms["modelless"]["cases"] == shipped and arms["modelless"]["score"] >= floor
     search = report["runbook_search"]
     assert search["cases"] >= 30 and search["hits"] / search["cases"] >= 0.9
     table = _eval(tmp_path)

@@ -137,7 +137,7 @@ def test_the_five_minute_tour_does_what_the_readme_says(fresh_clone):
 # --- every command shown runs, and the claims the code can check hold -------------------
 
 # Commands that answer on embedded defaults without a server, a Slack app or GCP: run as shown.
-RUNS_OFFLINE = {"capacity", "cost", "config", "zones", "doctor", "digest", "render-startup-script", "docs"}
+RUNS_OFFLINE = {"capacity", "cost", "config", "zones", "doctor", "digest", "render-startup-script", "docs", "eval"}
 PLACEHOLDER = re.compile(r"IP|YOUR-HOST|…")
 
 
