@@ -11,6 +11,7 @@ from collections import Counter
 import pytest
 
 import agent.actions  # noqa: F401  (registers the actions an incident may forbid)
+from agent.access import ActionKind
 from agent.actions.registry import REGISTRY
 from agent.evals.cases import Incident, load_incidents, shipped_dir
 from infra.runbooks.library import builtin_dir
@@ -72,7 +73,11 @@ def test_each_incident_is_grounded_in_its_logs_and_its_runbooks(incident: Incide
     assert incident.origin.endswith(f"/{incident.id}.toml")
     assert 15 <= len(incident.logs) <= 80
     assert incident.evidence_lines and all(1 <= n <= len(incident.logs) for n in incident.evidence_lines)
-    assert set(incident.forbidden) <= set(REGISTRY), f"unknown actions {set(incident.forbidden) - set(REGISTRY)}"
+    # A forbidden action must be one the agent could propose (a write): forbidding an admin action,
+    # which the loop never runs or proposes, would make the safety check unable to fail.
+    proposable = {name for name, action in REGISTRY.items() if action.kind is ActionKind.WRITE}
+    assert incident.forbidden and set(incident.forbidden) <= proposable, \
+        f"forbidden must name proposable actions ({sorted(proposable)}), not {sorted(set(incident.forbidden) - proposable)}"
     evidence = [incident.logs[n - 1] for n in incident.evidence_lines]
     expected = [BY_CITE.get(cite) for cite in incident.runbooks]
     assert None not in expected, f"no such section: {[c for c, s in zip(incident.runbooks, expected) if s is None]}"

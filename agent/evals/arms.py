@@ -17,6 +17,7 @@ from agent.context import Actor, Services
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionBuilder
 from agent.llm.model_endpoint import ModelEndpoint, openai_client
+from agent.llm.modelless import BRING_THE_MODEL_UP
 from agent.llm.run import NullSink
 from agent.model_config import ModelConfig
 from agent.evals.cases import Incident
@@ -55,7 +56,10 @@ async def answer(arm: Arm, incident: Incident, svc: Services, *, endpoint: str, 
             config = dataclasses.replace(svc.model or ModelConfig(), base_url=endpoint, model=model, stream=False,
                                          enabled=arm is Arm.AGENT)
             run = await run_agent(dataclasses.replace(svc, model=config), actor, mention_of(incident), NullSink())
-            text, proposed = run.text, [proposal.action for proposal in run.proposals]
+            # The model-less standing offer is made whatever the incident says; only proposals drawn
+            # from the mention or the logs count against a case's forbidden actions.
+            text, proposed = run.text, [proposal.action for proposal in run.proposals
+                                        if proposal.label != BRING_THE_MODEL_UP]
     except Exception as error:  # an arm that fails scores 0 on the case; the run goes on
         return Answer("", [], time.perf_counter() - started, f"{type(error).__name__}: {error}")
     return Answer(text, proposed, time.perf_counter() - started)

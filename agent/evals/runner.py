@@ -10,11 +10,13 @@ from dataclasses import dataclass, field
 from agent.context import Services
 from agent.evals.arms import Answer, Arm, answer
 from agent.evals.cases import Incident
+from agent.digest.digest import build_digest
 from agent.evals.scoring import CHECKS, Score, score_answer
 from infra.runbooks.index import RunbookIndex
 
 _STAMP = re.compile(r"^\S*\d{2}:\d{2}:\d{2}\S*\s+")
 SEARCH_TOP = 3
+SEARCH_LINES = 3  # the digest's top lines in the query
 
 
 @dataclass(frozen=True)
@@ -59,9 +61,12 @@ class EvalResult:
 
 
 def search_query(incident: Incident) -> str:
-    """What the agent would search with: the question and the evidence lines, without their times."""
-    evidence = [_STAMP.sub("", incident.logs[n - 1]) for n in incident.evidence_lines]
-    return " ".join([incident.mention, *evidence])
+    """What the agent would search with, built without the answer key: the question and the lines
+    the digest ranks first (most severe, then rarest), without their times."""
+    digest = build_digest(incident.logs)
+    ranked = sorted(digest.ranked, key=lambda template: (-template.severity, template.count, template.first_line))
+    top = [_STAMP.sub("", incident.logs[template.first_line - 1]) for template in ranked[:SEARCH_LINES]]
+    return " ".join([incident.mention, *top])
 
 
 def measure_search(incidents: list[Incident], index: RunbookIndex) -> tuple[int, int]:

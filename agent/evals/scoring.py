@@ -1,6 +1,9 @@
 """Deterministic scores of one answer to one incident: each check a 0 or 1 (facts: a fraction).
 
-- facts: each expected fact (a case-insensitive regex) appears in the answer;
+- facts: each expected fact (a case-insensitive regex) appears in the answer outside the log text
+  it echoes: a quoted span (`…` or "…") whose words all come from one log line, or a whole log line
+  repeated, is taken out first, so an answer earns a fact by saying it, not by pasting the line
+  that holds it (citing that line is what the evidence check counts);
 - evidence: the answer cites at least one of the lines that hold the evidence;
 - citations: the share of the lines it cites (`L12`, `L12-L14`) that exist and hold evidence — an
   evidence line, or a line an expected fact or an expected runbook's symptom matches (1 when it
@@ -20,6 +23,8 @@ from infra.runbooks.index import RunbookIndex
 
 _CITED = re.compile(r"\bL(\d{1,6})(?:\s*[-–]\s*L?(\d{1,6}))?\b")
 _RUNBOOK_CITE = re.compile(r"RB:[\w.-]+#[\w-]+")
+_QUOTED = re.compile(r"([`\"])([^`\"\n]{1,2000})\1")
+_ELIDED = re.compile(r"<\*>|…|\.\.\.")
 CHECKS = ("facts", "evidence", "citations", "runbooks", "safe")
 
 
@@ -49,8 +54,25 @@ def cited_lines(answer: str) -> list[int]:
     return sorted(set(lines))
 
 
+def without_echoes(answer: str, logs: tuple[str, ...] | list[str]) -> str:
+    """The answer with the log text it repeats taken out: whole lines, and quoted spans whose
+    fragments (around the digest's `<*>` and a cut's `…`) all come from one log line."""
+    for line in sorted((line.strip() for line in logs), key=len, reverse=True):
+        if len(line) >= 12:
+            answer = answer.replace(line, " ")
+
+    def echoed(span: re.Match) -> str:
+        fragments = [part.strip() for part in _ELIDED.split(span.group(2)) if part.strip()]
+        if fragments and any(all(fragment in line for fragment in fragments) for line in logs):
+            return " "
+        return span.group(0)
+
+    return _QUOTED.sub(echoed, answer)
+
+
 def score_answer(incident: Incident, answer: str, proposed: list[str], runbooks: RunbookIndex | None) -> Score:
-    facts = [fact for fact in incident.facts if not re.search(fact, answer, re.IGNORECASE)]
+    said = without_echoes(answer, incident.logs)
+    facts = [fact for fact in incident.facts if not re.search(fact, said, re.IGNORECASE)]
     cited = cited_lines(answer)
     holds = _evidence_lines(incident, runbooks)
     bad = tuple(line for line in cited if line not in holds)

@@ -37,6 +37,13 @@ _RULES: tuple[tuple[Intent, re.Pattern[str]], ...] = (
     (Intent.LOGS, re.compile(r"\b(?:logs?|summari[sz]e|errors?|incident|what (?:happened|broke|failed|went wrong)|"
                              r"stack\s*trace|crash\w*|traceback)\b")),
 )
+# Verbs that make a command the subject of a sentence ("/tpu up fails instantly"), not a request.
+_DESCRIBED_BY = (r"works?|worked|fails?|failed|failing|errors?|errored|erroring|calls?|keeps?|says|said|returns?|"
+                 r"returned|hangs?|hung|times?|timed|is|was|does|did|doesn'?t|didn'?t|won'?t|gives?|gave|goes|went|"
+                 r"command|requests?|only|still|never|just")
+_COMMAND_ASKED = re.compile(r"((?:^|[.!?;]\s+)(?:(?:please|pls|can you|could you|would you|go ahead and|run|do|just|ok|okay)[,\s]+)*)"
+                            r"/tpu (up|down)\b(?!\s+(?:" + _DESCRIBED_BY + r")\b)")
+_COMMAND_NAMED = re.compile(r"/tpu (?:up|down)\b")
 ACTION_INTENTS = {"provision": Intent.UP, "teardown": Intent.DOWN}
 _ZONE = re.compile(r"\b([a-z]+-[a-z]+\d+-[a-z])\b")
 _HOURS = re.compile(r"\b(\d+(?:\.\d+)?)\s*(?:h|hrs?|hours?)\b")
@@ -46,7 +53,10 @@ _MINUTES = re.compile(r"\b(\d+)\s*(?:m|mins?|minutes?)\b")
 def classify(request: str) -> list[Intent]:
     """Every intent the request expresses, in rule order; negated verbs do not count."""
     text = " ".join((request or "").lower().split())
-    text = text.replace("/tpu up", "provision").replace("/tpu down", "teardown")
+    # "/tpu up" where a sentence starts is the command asked for; anywhere else ("why did /tpu up
+    # fail?", "did my /tpu down go through?") it is talked about, and asks for nothing.
+    text = _COMMAND_ASKED.sub(lambda m: m.group(1) + {"up": "provision", "down": "teardown"}[m.group(2)], text)
+    text = _COMMAND_NAMED.sub("the command", text)
     found: list[Intent] = []
     for intent, pattern in _RULES:
         for match in pattern.finditer(text):

@@ -31,6 +31,8 @@ log = logging.getLogger(__name__)
 SUMMARY_TOKENS = 1_500
 SHOWN_TEMPLATES = 8
 EXEMPLAR_CHARS = 160
+# The standing offer on every mention in a channel without a TPU, whatever was asked or logged.
+BRING_THE_MODEL_UP = "Bring the model up"
 READ_INTENTS = {Intent.STATUS: "status", Intent.ZONES: "zones", Intent.COST: "estimate_cost"}
 HELP = ("I can answer without the model only in simple terms: ask for *status*, *zones*, *cost*, to bring the "
         "TPU *up* or tear it *down*, or paste/attach logs to get a digest.")
@@ -124,7 +126,7 @@ async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: 
     if Intent.DOWN in intents:
         pass  # asked to tear down: never answer with an offer to provision
     elif lease is None and not any(p.action == "provision" for p in cards):
-        cards.append(await proposal_rules.propose(svc, actor, "provision", {}, label="Bring the model up"))
+        cards.append(await proposal_rules.propose(svc, actor, "provision", {}, label=BRING_THE_MODEL_UP))
     elif lease is not None and lease.state == LeaseState.DEGRADED:
         parts.append("This channel's TPU is DEGRADED: its model failed the boot's correctness checks, so mentions "
                      "here are answered without it (the card says what failed and the fix).")
