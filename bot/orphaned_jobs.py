@@ -10,6 +10,15 @@ looks at the in-progress jobs: one still queued whose owner's liveness key has e
 to a dead worker, and its in-progress key is deleted, so the next poll of any live worker starts
 it again (arq counts the try; jobs are idempotent by design, and a lease's work is fenced by its
 channel lock).
+
+The job's channel lock would otherwise hold the rerun off until its TTL (LOCK_TTL, 60 s): a
+worker's lock tokens name the worker (infra/state/locks.py), and the same heartbeat first
+releases every lock whose owner's liveness key has expired, so the released job finds its
+channel free. Locks are found by a SCAN of their key pattern, like the in-progress keys: the
+lock stays one key set by one SET NX PX, with no per-worker index to keep in step with it (an
+index would need its own writes on acquire and release, its own TTL and pruning, and the sweep
+would still have to find the dead workers' indexes). The cost is a second pass over the
+keyspace per beat, cheap at this bot's size (leases, locks, TTL'd dedupe markers).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ from arq.constants import in_progress_key_prefix
 
 from bot.redis_outage import is_redis_away
 from infra.state import keys
+from infra.state.locks import release_locks_of_dead_owners
 
 log = logging.getLogger("tpubot.worker")
 
@@ -45,6 +55,14 @@ return 1
 """
 
 
+@dataclass(frozen=True)
+class Swept:
+    """What one heartbeat took back from dead workers."""
+
+    jobs: list[str]  # arq job ids released for another try
+    locks: list[str]  # channel lock keys released
+
+
 @dataclass
 class JobOwnership:
     """One worker process's liveness and job ownership, and its sweep of dead workers' jobs."""
@@ -65,11 +83,15 @@ class JobOwnership:
             # Unrecorded, the job falls back to arq's own expiry of its in-progress key if this worker dies.
             log.warning("could not record job %s as this worker's (%s)", job_id, error)
 
-    async def beat(self, pool) -> list[str]:
-        """Say this worker is alive; release the in-progress jobs of dead ones. The released ids."""
+    async def beat(self, pool) -> Swept:
+        """Say this worker is alive; release the channel locks, then the in-progress jobs, of dead ones."""
         await pool.set(self.alive_key(), "1", ex=ALIVE_TTL_SECONDS)
-        release = pool.register_script(_RELEASE_IF_OWNER_DEAD)
         dead_prefix = keys.worker_alive("")
+        # Locks first: a job released in this beat must not find its dead owner's lock still held.
+        locks = await release_locks_of_dead_owners(pool, dead_prefix)
+        for key in locks:
+            log.warning("lock %s was held by a worker that died; released", key)
+        release = pool.register_script(_RELEASE_IF_OWNER_DEAD)
         released = []
         async for key in pool.scan_iter(match=in_progress_key_prefix + "*", count=500):
             key = key.decode() if isinstance(key, bytes) else key
@@ -78,7 +100,7 @@ class JobOwnership:
                 released.append(job_id)
         for job_id in released:
             log.warning("job %s was running on a worker that died; released for another try", job_id)
-        return released
+        return Swept(jobs=released, locks=locks)
 
     async def run(self, pool) -> None:
         """Beat until cancelled; a Redis outage only skips beats."""

@@ -49,6 +49,8 @@ class ResilientWorker(Worker):
         self._own_shutdown = self.on_shutdown
         self.on_shutdown = self._shutdown
         self.ownership = JobOwnership(queue_name=self.queue_name, owner_ttl_seconds=int(self.in_progress_timeout_s) + 1)
+        # on_startup builds the services with it, so this process's lock tokens name it (bot/orphaned_jobs.py).
+        self.ctx["worker_id"] = self.ownership.worker_id
         self._own_job_start = self.on_job_start
         self.on_job_start = self._job_started
 

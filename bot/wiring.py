@@ -252,8 +252,10 @@ JOB_QUEUE = QUEUE_NAME
 
 async def build_services(
     settings: Settings, *, redis_url: str, with_tpu: bool, slack_client: AsyncWebClient | None = None,
-    redis_timeout: float = REDIS_TIMEOUT_SECONDS,
+    redis_timeout: float = REDIS_TIMEOUT_SECONDS, lock_owner: str | None = None,
 ) -> tuple[Services, Redis, ArqRedis]:
+    """`lock_owner`: a worker's id, so a lock it dies holding is released by the heartbeat's
+    sweep (bot/orphaned_jobs.py); other processes take plain tokens, left to the lock's TTL."""
     redis = redis_client(redis_url, socket_timeout=redis_timeout)
     pool = await arq_pool(redis_url, socket_timeout=redis_timeout)
     leases = LeaseStore(redis)
@@ -262,7 +264,7 @@ async def build_services(
     services = Services(
         metrics=metrics,
         leases=leases,
-        locks=ChannelLocks(redis, ttl_ms=int(settings.lock_ttl.total_seconds() * 1000)),
+        locks=ChannelLocks(redis, ttl_ms=int(settings.lock_ttl.total_seconds() * 1000), owner=lock_owner),
         audit=AuditLog(redis),
         dedupe=Dedupe(redis),
         jobs=JobQueue(pool, queue_name=JOB_QUEUE),

@@ -118,7 +118,7 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
         session = slack_http_session()
         slack = slack_client_from(settings, session=session)
         services, redis, pool = await build_services(
-            settings, redis_url=redis_url, with_tpu=True, slack_client=slack
+            settings, redis_url=redis_url, with_tpu=True, slack_client=slack, lock_owner=ctx["worker_id"]
         )
         ctx.update(services=services, state_redis=redis, state_pool=pool, slack=slack, slack_session=session)
         if settings.worker_metrics_port:

@@ -123,11 +123,48 @@ async def test_only_a_dead_workers_unfinished_job_is_released_for_another_try(po
         await pool.psetex(in_progress_key_prefix + job_id, 310_000, b"1")
         await owner.job_started(pool, job_id)
     await pool.zrem(QUEUE, "job:dead-finished")  # finished: its in-progress key is arq's cron guard
-    assert await live.beat(pool) == []  # the dead worker's liveness key has not expired yet
+    assert (await live.beat(pool)).jobs == []  # the dead worker's liveness key has not expired yet
 
     await pool.delete(dead.alive_key())  # what its TTL does 15 s after the SIGKILL
-    assert await live.beat(pool) == ["job:dead"]
+    assert (await live.beat(pool)).jobs == ["job:dead"]
     assert not await pool.exists(in_progress_key_prefix + "job:dead")
     assert await pool.exists(in_progress_key_prefix + "job:live")
     assert await pool.exists(in_progress_key_prefix + "job:dead-finished")
-    assert await live.beat(pool) == []
+    assert (await live.beat(pool)).jobs == []
+
+
+async def test_only_a_dead_workers_channel_locks_are_released_by_the_heartbeat(pool):
+    # A SIGKILLed worker's channel lock would hold its released job off for LOCK_TTL (60 s); the
+    # heartbeat frees the locks whose token names a worker whose liveness key has expired, and
+    # no other: a live worker's lock and a plain-token lock (web process, CLI) stay.
+    from bot.orphaned_jobs import JobOwnership
+    from infra.state.locks import ChannelLocks
+
+    dead, live = JobOwnership(QUEUE, owner_ttl_seconds=320), JobOwnership(QUEUE, owner_ttl_seconds=320)
+    await dead.beat(pool)
+    await live.beat(pool)
+    dead_locks = ChannelLocks(pool, ttl_ms=60_000, owner=dead.worker_id)
+    live_locks = ChannelLocks(pool, ttl_ms=60_000, owner=live.worker_id)
+    plain_locks = ChannelLocks(pool, ttl_ms=60_000)
+    dead_token = await dead_locks.acquire("T1", "C-dead")
+    live_token = await live_locks.acquire("T1", "C-live")
+    plain_token = await plain_locks.acquire("T1", "C-plain")
+    reconciler_token = await dead_locks.acquire("tpubot", "reconciler", ttl_ms=300_000)
+    assert dead_token and dead_token.startswith(dead.worker_id + ".")
+    assert live_token and plain_token and reconciler_token and "." not in plain_token
+    assert (await live.beat(pool)).locks == []  # the dead worker's liveness key has not expired yet
+
+    await pool.delete(dead.alive_key())  # what its TTL does 15 s after the SIGKILL
+    swept = await live.beat(pool)
+    assert sorted(swept.locks) == ["tpubot:lock:T1:C-dead", "tpubot:lock:tpubot:reconciler"]
+    assert await live_locks.acquire("T1", "C-dead") is not None  # the channel is free at once
+    assert await live_locks.holder_token("T1", "C-live") == live_token
+    assert await plain_locks.holder_token("T1", "C-plain") == plain_token
+    assert 50_000 < await pool.pttl("tpubot:lock:T1:C-plain") <= 60_000  # nothing shortened either
+
+    # The live holder still extends and releases its own lock; the dead one's token is spent.
+    assert await live_locks.extend("T1", "C-live", live_token, ttl_ms=90_000)
+    assert not await dead_locks.release("T1", "C-dead", dead_token)
+    assert (await live.beat(pool)).locks == []
+    assert await live_locks.release("T1", "C-live", live_token)
+    assert await plain_locks.release("T1", "C-plain", plain_token)

@@ -77,6 +77,20 @@ async def test_lock_excludes_releases_only_with_token_and_always_expires(redis):
     assert await locks.acquire("T1", "C1") is not None
 
 
+async def test_a_lock_owners_tokens_name_it_and_work_like_plain_ones(redis):
+    locks = ChannelLocks(redis, ttl_ms=5_000, owner="a1b2c3")
+    token = await locks.acquire("T1", "C3")
+    assert token and token.startswith("a1b2c3.") and len(token) > len("a1b2c3.") + 16
+    assert await ChannelLocks(redis).acquire("T1", "C3") is None
+    assert await locks.extend("T1", "C3", token, ttl_ms=20_000)
+    assert not await locks.release("T1", "C3", "a1b2c3.not-the-token")
+    assert await locks.release("T1", "C3", token)
+    assert await locks.acquire("T1", "C3") and await locks.force_unlock("T1", "C3")
+    for bad in ("", "w.1"):
+        with pytest.raises(ValueError, match="lock owner"):
+            ChannelLocks(redis, owner=bad)
+
+
 async def test_lock_ttl_frees_a_crashed_holder(redis):
     locks = ChannelLocks(redis, ttl_ms=50)
     assert await locks.acquire("T1", "C9")

@@ -42,7 +42,8 @@ async def lock_retry_delay(svc: Services, team: str, channel: str, attempt: int)
     """When a job that found the channel's lock busy (try number `attempt`) should try again.
 
     A live holder lets go within seconds (a teardown finishing as the next `/tpu up`'s
-    provision job starts); a killed one's lock only ends by TTL. Doubling from 1 s serves both:
+    provision job starts); a killed worker's lock goes when the heartbeat sweep finds it dead
+    (~15-20 s, bot/orphaned_jobs.py), another killed holder's only by TTL. Doubling from 1 s serves all:
     the first retries come at once, and a few doublings reach the TTL, where short fixed
     retries would use up the job's tries before a dead holder's lock expires. Never later than
     the lock can last.

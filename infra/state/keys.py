@@ -27,6 +27,11 @@ def lock(team: str, channel: str) -> str:
     return f"{PREFIX}:lock:{team}:{channel}"
 
 
+def lock_pattern() -> str:
+    """A SCAN pattern for every operation lock."""
+    return f"{PREFIX}:lock:*"
+
+
 def dedupe(kind: str, value: str) -> str:
     return f"{PREFIX}:dedupe:{kind}:{value}"
 
