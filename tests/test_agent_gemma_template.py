@@ -1,6 +1,7 @@
 """The agent's requests render well in Gemma 4's chat template (issue 24, items 6–8) and a call cut
-off at max_tokens is not run. The sandbox renders every request with the current template and
-records what renders badly in `emu.prompt_problems` (infra/sandbox/vllm/chat_template.py)."""
+off at max_tokens is not run. The sandbox renders every request with the pinned revision's template
+(blob fbe3b59b…) and records what renders badly in `emu.prompt_problems`
+(infra/sandbox/vllm/chat_template.py; tests/test_vllm_chat_template.py covers the renderer)."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ def test_item6_a_preamble_with_a_call_stays_in_slack_and_out_of_the_history(stac
     stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0T6")
     text = answer(stack, "C0T6").text
     assert "Let me read the logs." in text and "Five RPC timeouts, first at L8." in text
+    # The first prompt (system prompt, tools, the person's DATA-fenced paste) asks for a new model
+    # turn; the pinned template adds no empty thought channel to it.
+    first = render(emu.requests[0]).text
+    assert first.startswith("<bos><|turn>system\n") and first.endswith("<turn|>\n<|turn>model\n")
+    assert "<|channel>" not in first
     second = emu.requests[1]
     assert [m["content"] for m in assistant_messages(second)] == [None]
     # The second prompt continues the model turn right after the tool response.
@@ -96,11 +102,15 @@ def test_the_last_step_is_told_to_answer_inside_the_tool_results_not_in_a_user_t
     assert emu.prompt_problems == []
 
 
-def test_a_user_turn_opened_after_tool_results_is_flagged():
+def test_a_user_turn_after_tool_results_closes_the_model_turn_first():
+    # The pinned template closes a model turn that ends in tool results before a user message;
+    # vLLM's older example template left it open and the user turn began inside it.
     history = [{"role": "user", "content": "what failed?"},
                {"role": "assistant", "content": None, "tool_calls": [
                    {"id": "c1", "type": "function", "function": {"name": "summarize_logs", "arguments": "{}"}}]},
                {"role": "tool", "tool_call_id": "c1", "name": "summarize_logs", "content": "T1 ERROR x5"}]
     assert render({"messages": history}).problems == []
-    flagged = render({"messages": [*history, {"role": "user", "content": "Answer now."}]}).problems
-    assert flagged and "inside the model turn that holds the tool results" in flagged[0]
+    rendered = render({"messages": [*history, {"role": "user", "content": "Answer now."}]})
+    assert rendered.problems == []
+    assert rendered.text.endswith(f"{{value:{Q}T1 ERROR x5{Q}}}<tool_response|><turn|>\n"
+                                  "<|turn>user\nAnswer now.<turn|>\n<|turn>model\n")

@@ -1,25 +1,40 @@
-"""The prompt vLLM builds for a chat request: Gemma 4's current chat template, rendered in Python.
+"""The prompt vLLM builds for a chat request: the pinned Gemma 4 chat template, rendered in Python.
 
 vLLM applies the chat template that ships with the model's weights (no `--chat-template` is
-passed). This follows vLLM's `examples/tool_chat_template_gemma4.jinja`, which is close to, but
-not, the `chat_template.jinja` of the pinned revision 3e22461f65e89153144f8adb70e3b8c2cc9845a7
-(git blob fbe3b59b625cd1b8850ea592d4203df6ec04684b, 18,569 bytes; shared reference vllm-tpu.md
-§3: the turn-close condition differs). No public copy of that blob was found to follow yet.
-Before rendering, vLLM json-loads each assistant call's `arguments` into a mapping
-(`_postprocess_messages`).
+passed). The pinned revision 3e22461f65e89153144f8adb70e3b8c2cc9845a7 of google/gemma-4-E2B-it
+ships `chat_template.jinja` as git blob fbe3b59b625cd1b8850ea592d4203df6ec04684b (18,569 bytes,
+SHA-256 0a2c8073…c5b5; shared reference vllm-tpu.md §3), headed "Google Gemma 4 Canonical Chat
+Template, Published: 2026-07-09". This module follows that blob as read from the public copy
+`trl/chat_templates/gemma4_v5.jinja` in the PyPI wheel trl-1.16.0-py3-none-any.whl (huggingface/trl;
+`git hash-object` of that file prints the blob id above; trl's README attributes the file to
+google/gemma-4-E2B-it at commit 8995379). The GitHub snapshot of huggingface/trl at hand
+(f2cd5771, 2026-07-24) predates the file, so no trl commit is named.
+Before rendering, vLLM json-loads each assistant call's `arguments` into a mapping, `{}` when it
+is not a JSON object (`_postprocess_messages`), and turns OpenAI media parts into
+`image`/`audio`/`video` parts.
 
 What the template does that matters to the agent, and what `problems` flags:
 - `role: tool` messages right after an assistant message with `tool_calls` are folded into that
   model turn as `<|tool_response>response:name{value:…}<tool_response|>`; the assistant's text
-  is put AFTER the responses and, when there is any, closes the turn — and then no generation
-  prompt is added, so the model is asked to write after `<turn|>` (flagged);
+  is put AFTER the responses. A model turn that ends in tool results with no text is left open
+  only when no other message follows (the prompt then ends `<tool_response|>`, plus
+  `<|channel>thought\\n` with thinking on, and no new model turn is opened); before a user or
+  system message it is closed. An assistant message followed by another one (tool results
+  between them or not) leaves the turn open for it.
+- the generation prompt is `<|turn>model\\n` alone: no empty thought channel when thinking is off.
+- mapping keys (arguments, declarations) are sorted case-insensitively, as jinja's `dictsort`.
+- reasoning (`reasoning` or `reasoning_content`) is rendered for every assistant message after
+  the last user message, and for earlier ones with tool calls only with `preserve_thinking`.
+- a last assistant message with tool results AND text closes its turn, and no generation prompt
+  follows: the model is asked to write after `<turn|>` (flagged);
+- an assistant tool call with no tool result after it opens `<|tool_response>` and leaves it for
+  the model to write (flagged);
 - a parameter declared without a plain `type` (`anyOf`, a type list) renders `type:<|"|><|"|>`
   or the list's Python text (flagged); `default`, ranges and `additionalProperties` are
   dropped, `enum` is shown only for strings, `nullable: true` is understood;
-- an argument value that is JSON null renders as Python `None` (flagged);
-- a `role: tool` message that follows no call is dropped (flagged);
-- a user (or system) message after the tool results opens its turn inside the model turn that
-  holds them, which nothing closed (flagged).
+- call `arguments` that are not a JSON object render as no arguments at all (flagged); JSON null
+  renders as `null`;
+- a `role: tool` message that follows no call is dropped (flagged).
 """
 
 from __future__ import annotations
@@ -29,7 +44,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Q = '<|"|>'
-_MEDIA_TOKENS = {"image": "<|image|>", "audio": "<|audio|>", "video": "<|video|>"}
+# OpenAI content-part types as vLLM hands them to the template (image_url -> image, …)
+_MEDIA_KINDS = {"image": "image", "image_url": "image", "audio": "audio", "input_audio": "audio",
+                "audio_url": "audio", "video": "video", "video_url": "video"}
 _STANDARD_KEYS = ("description", "type", "properties", "required", "nullable")
 
 
@@ -45,6 +62,16 @@ def _upper(value: Any) -> str:
     return "" if value is None else str(value).upper()
 
 
+def _dictsort(mapping: dict[str, Any]) -> list[str]:
+    """Jinja's `dictsort`: keys in case-insensitive order (ties keep the mapping's order)."""
+    return sorted(mapping, key=lambda k: k.lower() if isinstance(k, str) else k)
+
+
+def _media_token(kind: Any) -> str:
+    media = _MEDIA_KINDS.get(kind) if isinstance(kind, str) else None
+    return f"<|{media}|>" if media else ""
+
+
 class _Renderer:
     def __init__(self) -> None:
         self.problems: list[str] = []
@@ -56,28 +83,29 @@ class _Renderer:
 
     # ------------------------------------------------------------------ values
 
-    def argument(self, value: Any, escape_keys: bool = True, where: str = "") -> str:
+    def argument(self, value: Any, escape_keys: bool = True) -> str:
+        """The template's `format_argument`."""
+        if value is None:
+            return "null"
         if isinstance(value, str):
             return Q + value + Q
         if isinstance(value, bool):
             return "true" if value else "false"
         if isinstance(value, dict):
             items = []
-            for key in sorted(value):
+            for key in _dictsort(value):
                 shown = Q + key + Q if escape_keys else key
-                items.append(f"{shown}:{self.argument(value[key], escape_keys, f'{where}.{key}')}")
+                items.append(f"{shown}:{self.argument(value[key], escape_keys)}")
             return "{" + ",".join(items) + "}"
         if isinstance(value, (list, tuple)):
-            return "[" + ",".join(self.argument(v, escape_keys, where) for v in value) + "]"
-        if value is None and where:
-            self.problem(f"argument {where} is null and renders as Python `None`")
+            return "[" + ",".join(self.argument(v, escape_keys) for v in value) + "]"
         return str(value)
 
     # ------------------------------------------------------------------ declarations
 
-    def parameters(self, properties: dict[str, Any], required: Any, where: str, filter_keys: bool = False) -> str:
+    def parameters(self, properties: dict[str, Any], where: str, filter_keys: bool = False) -> str:
         out = []
-        for key in sorted(properties):
+        for key in _dictsort(properties):
             value = properties[key]
             if filter_keys and key in _STANDARD_KEYS:
                 continue
@@ -100,9 +128,9 @@ class _Renderer:
         if kind == "OBJECT":
             props = value.get("properties")
             if isinstance(props, dict):
-                parts.append(f"properties:{{{self.parameters(props, value.get('required'), where)}}}")
+                parts.append(f"properties:{{{self.parameters(props, where)}}}")
             else:
-                parts.append(f"properties:{{{self.parameters(value, value.get('required'), where, True)}}}")
+                parts.append(f"properties:{{{self.parameters(value, where, True)}}}")
             if value.get("required"):
                 parts.append("required:[" + ",".join(f"{Q}{r}{Q}" for r in value["required"]) + "]")
         if not isinstance(value.get("type"), str) or not kind:
@@ -112,12 +140,12 @@ class _Renderer:
 
     def items(self, items: dict[str, Any], where: str) -> str:
         out = []
-        for key in sorted(items):
+        for key in _dictsort(items):
             value = items[key]
             if value is None:
                 continue
             if key == "properties":
-                inner = self.parameters(value, items.get("required") or [], where + "[]") if isinstance(value, dict) else ""
+                inner = self.parameters(value, where + "[]") if isinstance(value, dict) else ""
                 out.append(f"properties:{{{inner}}}")
             elif key == "required":
                 out.append("required:[" + ",".join(f"{Q}{r}{Q}" for r in value) + "]")
@@ -137,7 +165,7 @@ class _Renderer:
         if params:
             text += ",parameters:{"
             if params.get("properties"):
-                text += f"properties:{{{self.parameters(params['properties'], params.get('required'), name)}}},"
+                text += f"properties:{{{self.parameters(params['properties'], name)}}},"
             if params.get("required"):
                 text += "required:[" + ",".join(f"{Q}{r}{Q}" for r in params["required"]) + "],"
             if params.get("type"):
@@ -155,18 +183,36 @@ class _Renderer:
             if kind == "text":
                 text = str(item.get("text", ""))
                 out += strip_thinking(text) if model else text.strip()
-            elif kind in _MEDIA_TOKENS or kind in ("image_url", "input_audio", "video_url"):
-                out += _MEDIA_TOKENS.get(kind, "<|image|>")
+            elif _media_token(kind):
+                out += _media_token(kind)
                 self.media += 1
         return out
 
     def tool_response(self, name: str, body: Any) -> str:
-        if isinstance(body, dict):
-            inner = ",".join(f"{k}:{self.argument(body[k], False)}" for k in sorted(body))
-            return f"<|tool_response>response:{name}{{{inner}}}<tool_response|>"
+        """The template's `format_tool_response_block`, and the media placeholders of a parts list."""
+        media = ""
         if isinstance(body, list):
-            body = "".join(str(p.get("text", "")) for p in body if isinstance(p, dict) and p.get("type") == "text")
-        return f"<|tool_response>response:{name}{{value:{self.argument(body, False)}}}<tool_response|>"
+            parts = [p for p in body if isinstance(p, dict)]
+            body = "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
+            media = "".join(_media_token(p.get("type")) for p in parts)
+            self.media += sum(1 for p in parts if _media_token(p.get("type")))
+        if isinstance(body, dict):
+            inner = ",".join(f"{k}:{self.argument(body[k], False)}" for k in _dictsort(body))
+            block = f"response:{name}{{{inner}}}"
+        else:
+            block = f"response:{name}{{value:{self.argument(body, False)}}}"
+        return f"<|tool_response>{block}<tool_response|>{media}"
+
+    def call(self, call: Any, where: str) -> str:
+        fn = call.get("function") if isinstance(call, dict) else None
+        fn = fn if isinstance(fn, dict) else {}
+        name = str(fn.get("name", ""))
+        args = _arguments_mapping(fn.get("arguments"))
+        if args is None:
+            self.problem(f"{where}: the arguments of call `{name}` are not a JSON object and render as none")
+            args = {}
+        rendered = ",".join(f"{k}:{self.argument(args[k], False)}" for k in _dictsort(args))
+        return f"<|tool_call>call:{name}{{{rendered}}}<tool_call|>"
 
 
 def strip_thinking(text: str) -> str:
@@ -176,8 +222,9 @@ def strip_thinking(text: str) -> str:
     return result.strip()
 
 
-def _arguments_mapping(raw: Any) -> dict[str, Any]:
-    """vLLM's `_postprocess_messages`: the `arguments` string becomes a mapping ({} if not one)."""
+def _arguments_mapping(raw: Any) -> dict[str, Any] | None:
+    """vLLM's `_postprocess_messages`: the `arguments` string becomes a mapping; None (rendered
+    as `{}`) when it is not a JSON object. Absent or empty arguments are `{}`."""
     if isinstance(raw, dict):
         return raw
     if not raw:
@@ -185,25 +232,31 @@ def _arguments_mapping(raw: Any) -> dict[str, Any]:
     try:
         parsed = json.loads(raw) if isinstance(raw, str) else raw
     except json.JSONDecodeError:
-        return {}
-    return parsed if isinstance(parsed, dict) else {}
+        return None
+    return parsed if isinstance(parsed, dict) else None
+
+
+def _role(message: dict[str, Any]) -> Any:
+    return message.get("role")
 
 
 def render(request: dict[str, Any]) -> Rendered:
     """The prompt text for a chat request (add_generation_prompt on), and what renders badly."""
     messages = [m for m in request.get("messages") or [] if isinstance(m, dict)]
     tools = request.get("tools") or []
-    thinking = bool((request.get("chat_template_kwargs") or {}).get("enable_thinking"))
+    kwargs = request.get("chat_template_kwargs") or {}
+    thinking = bool(kwargs.get("enable_thinking"))
+    preserve_thinking = bool(kwargs.get("preserve_thinking"))
     r = _Renderer()
     out = ["<bos>"]
     prev_type: str | None = None
     loop = messages
-    if thinking or tools or (messages and messages[0].get("role") in ("system", "developer")):
+    if thinking or tools or (messages and _role(messages[0]) in ("system", "developer")):
         out.append("<|turn>system\n")
         if thinking:
             out.append("<|think|>\n")
             prev_type = "think"
-        if messages and messages[0].get("role") in ("system", "developer"):
+        if messages and _role(messages[0]) in ("system", "developer"):
             first = messages[0].get("content")
             if isinstance(first, str):
                 out.append(first.strip())
@@ -214,40 +267,34 @@ def render(request: dict[str, Any]) -> Rendered:
             out.append("<|tool>" + r.declaration(tool) + "<tool|>")
             prev_type = "tool"
         out.append("<turn|>\n")
-    last_user = max((i for i, m in enumerate(loop) if m.get("role") == "user"), default=-1)
+    offset = len(messages) - len(loop)  # message numbers in problems count the request's messages
+    last_user = max((i for i, m in enumerate(loop) if _role(m) == "user"), default=-1)
     answered: set[int] = set()
-    model_turn_open = False  # tool results with no text after them leave the model turn open
+    prev_non_tool_role = None
+    closed_after_results = False
     for i, message in enumerate(loop):
-        if message.get("role") == "tool":
+        if _role(message) == "tool":
             continue
         prev_type = None
-        role = "model" if message.get("role") == "assistant" else str(message.get("role"))
-        prev_role = next((m.get("role") for m in reversed(loop[:i]) if m.get("role") != "tool"), None)
-        if not (role == "model" and prev_role == "assistant"):
-            if model_turn_open:
-                r.problem(f"message {i + len(messages) - len(loop)} (role {message.get('role')}) opens a turn inside "
-                          "the model turn that holds the tool results, which the template leaves open")
+        role = "model" if _role(message) == "assistant" else str(_role(message))
+        if not (role == "model" and prev_non_tool_role == "assistant"):
             out.append(f"<|turn>{role}\n")
         calls = message.get("tool_calls") or []
         thinking_text = message.get("reasoning") or message.get("reasoning_content")
-        if thinking_text and i > last_user and calls:
+        if thinking_text and (i > last_user or (preserve_thinking and calls)):
             out.append(f"<|channel>thought\n{thinking_text}\n<channel|>")
         for call in calls:
-            fn = call.get("function") or {}
-            args = _arguments_mapping(fn.get("arguments"))
-            name = fn.get("name", "")
-            rendered = ",".join(f"{k}:{r.argument(args[k], False, f'{name}.{k}')}" for k in sorted(args))
-            out.append(f"<|tool_call>call:{name}{{{rendered}}}<tool_call|>")
+            out.append(r.call(call, f"message {i + offset}"))
             prev_type = "tool_call"
         responded = False
         if calls:
             for k in range(i + 1, len(loop)):
                 follow = loop[k]
-                if follow.get("role") != "tool":
+                if _role(follow) != "tool":
                     break
                 name = follow.get("name") or "unknown"
                 for call in calls:
-                    if call.get("id") == follow.get("tool_call_id"):
+                    if isinstance(call, dict) and call.get("id") == follow.get("tool_call_id"):
                         name = (call.get("function") or {}).get("name", name)
                 out.append(r.tool_response(name, follow.get("content")))
                 answered.add(k)
@@ -256,20 +303,27 @@ def render(request: dict[str, Any]) -> Rendered:
         captured = r.content(message.get("content"), role == "model")
         out.append(captured)
         has_content = bool(captured.strip())
-        model_turn_open = responded and not has_content
+        next_role = next((_role(m) for m in loop[i + 1:] if _role(m) != "tool"), None)
+        continues_into_next = role == "model" and next_role == "assistant" and (not calls or responded)
+        closed_after_results = False
         if prev_type == "tool_call" and not responded:
+            r.problem(f"message {i + offset} calls a tool but no tool result follows it: the template opens "
+                      "<|tool_response> and leaves the model to write the result")
             out.append("<|tool_response>")
-        elif not (responded and not has_content):
+        elif continues_into_next:
+            pass
+        elif not (responded and not has_content and next_role is None):
             out.append("<turn|>\n")
+            closed_after_results = responded
+        prev_non_tool_role = _role(message)
     for k, message in enumerate(loop):
-        if message.get("role") == "tool" and k not in answered:
-            r.problem(f"message {k + len(messages) - len(loop)} (role tool) follows no tool call and is dropped")
+        if _role(message) == "tool" and k not in answered:
+            r.problem(f"message {k + offset} (role tool) follows no tool call and is dropped")
     if prev_type not in ("tool_response", "tool_call"):
         out.append("<|turn>model\n")
-        if not thinking:
-            out.append("<|channel>thought\n<channel|>")
-    text = "".join(out)
-    if text.endswith("<turn|>\n"):
+    elif prev_type == "tool_response" and thinking:
+        out.append("<|channel>thought\n")
+    if prev_type == "tool_response" and closed_after_results:
         r.problem("the prompt ends after a closed model turn with no generation prompt "
-                  "(an assistant message carried both content and tool_calls)")
-    return Rendered(text=text, media_parts=r.media, problems=r.problems)
+                  "(the last assistant message has tool results and text after them)")
+    return Rendered(text="".join(out), media_parts=r.media, problems=r.problems)
