@@ -51,12 +51,15 @@ class ParsedFormDispatch:
         # slack_sdk refuses an empty secret; with none set, no signature is valid.
         self._verifier = SignatureVerifier(signing_secret or "unset")
 
-    async def dispatch(self, form: dict[str, str], raw: bytes, headers: Mapping[str, str]) -> Response:
-        """`form`, parsed from `raw`, through bolt if `raw` is signed as bolt would require on its
-        HTTP path; else the 401 bolt gives."""
+    async def dispatch(self, raw: bytes, headers: Mapping[str, str]) -> Response:
+        """`raw`, parsed here (so what bolt runs is what was signed), through bolt if `raw` is signed
+        as bolt would require on its HTTP path; else the 401 bolt gives."""
         plain = dict(headers)
         if not self._verifier.is_valid_request(raw, plain):
             return JSONResponse({"error": "invalid request"}, status_code=401)
+        form = form_bolt_misreads(raw)
+        if form is None:
+            return JSONResponse({"error": "not a form body bolt misreads; send it on bolt's own path"}, status_code=400)
         bolt_headers: dict[str, str | Sequence[str]] = dict(plain)
         request = AsyncBoltRequest(body=form, headers=bolt_headers, mode="socket_mode")
         return to_starlette_response(await self._bolt.async_dispatch(request))

@@ -117,11 +117,11 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
                 reason = malformed_event(body)
             else:
                 reason = malformed_command(body)
-            form = form_bolt_misreads(body) if interaction is None else None
+            misread = interaction is None and form_bolt_misreads(body) is not None
             if reason:
                 response = JSONResponse({"error": f"malformed {reason}"}, status_code=400)
-            elif form is not None:
-                response = await state["parsed_forms"].dispatch(form, body, request.headers)
+            elif misread:
+                response = await state["parsed_forms"].dispatch(body, request.headers)
             else:
                 # bolt's documented path: its adapter parses the raw body and checks the signature again.
                 response = await state["handler"].handle(_replayed(request, body))

@@ -15,7 +15,7 @@ from agent.context import Services
 from handlers import cards
 from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION, parse_button_value
 from handlers.clicks import clicker, on_click, reply_after_ack
-from handlers.slash import STATE_STORE_DOWN
+from handlers.slash import state_store_notice
 
 GONE = "That alert's TPU is already gone; nothing changed."
 
@@ -24,8 +24,8 @@ def register(app: AsyncApp, services: Services) -> None:
     async def handle_alert_teardown(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         try:
             reply_after_ack(context, **await teardown_from_alert(services, body))
-        except RedisError:
-            reply_after_ack(context, text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
+        except RedisError as error:
+            reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
         await ack()
 
     async def handle_alert_ack(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
@@ -33,8 +33,8 @@ def register(app: AsyncApp, services: Services) -> None:
         lease_id, kind = parse_button_value(body["actions"][0].get("value", ""))
         try:
             outcome = await oncall.acknowledge(services, actor, lease_id, kind)
-        except RedisError:
-            reply_after_ack(context, text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
+        except RedisError as error:
+            reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
         else:
             visible = outcome.ok and outcome.changed
             reply_after_ack(context, text=f":white_check_mark: {outcome.text}" if visible else outcome.text,

@@ -15,7 +15,7 @@ from agent.context import Services
 from agent.llm.proposals import Proposal
 from handlers import cards
 from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
-from handlers.slash import STATE_STORE_DOWN
+from handlers.slash import state_store_notice
 
 PROPOSAL_CONFIRM_ACTION = "proposal_confirm"
 PROPOSAL_DISMISS_ACTION = "proposal_dismiss"
@@ -58,8 +58,8 @@ def register(app: AsyncApp, services: Services) -> None:
         actor = clicker(body)
         try:
             outcome = await proposals.confirm(services, actor, clicked_value(body))
-        except RedisError:
-            reply_after_ack(context, text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
+        except RedisError as error:
+            reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
         else:
             if outcome.ok:
                 reply_after_ack(context, replace_original=True,
@@ -73,8 +73,8 @@ def register(app: AsyncApp, services: Services) -> None:
     async def handle_proposal_dismiss(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         try:
             outcome = await proposals.dismiss(services, clicker(body), clicked_value(body))
-        except RedisError:
-            reply_after_ack(context, text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
+        except RedisError as error:
+            reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
         else:
             reply_after_ack(context, text=outcome.message, replace_original=outcome.ok)
         await ack()

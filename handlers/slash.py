@@ -22,8 +22,16 @@ log = logging.getLogger(__name__)
 
 STATE_STORE_DOWN = ":warning: The state store is unavailable, so nothing changed. Try again in a minute."
 # A write the client gave up waiting for may still be applied when the server catches up.
-STATE_STORE_SLOW = (":warning: The state store did not answer in time, so this command may or may not have "
+STATE_STORE_SLOW = (":warning: The state store did not answer in time, so this may or may not have "
                     "taken effect. Check `/tpu status` in a minute before trying again.")
+
+
+def state_store_notice(error: RedisError) -> str:
+    """What a person is told when the state store failed their command or click: a write the
+    client stopped waiting for may still land, so a timeout never says "nothing changed"."""
+    return STATE_STORE_SLOW if isinstance(error, RedisTimeoutError) else STATE_STORE_DOWN
+
+
 STILL_WORKING = ":hourglass_flowing_sand: The state store is slow to answer; the result of this command follows here."
 
 

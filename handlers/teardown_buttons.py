@@ -9,15 +9,15 @@ from agent.lease import lifecycle
 from agent.context import Services
 from handlers import cards
 from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
-from handlers.slash import STATE_STORE_DOWN
+from handlers.slash import state_store_notice
 
 
 def register(app: AsyncApp, services: Services) -> None:
     async def handle_teardown_confirm(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         try:
             outcome = await lifecycle.confirm_teardown(services, clicker(body), clicked_value(body))
-        except RedisError:
-            reply_after_ack(context, text=STATE_STORE_DOWN, replace_original=False, response_type="ephemeral")
+        except RedisError as error:
+            reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
         else:
             if outcome.ok and outcome.lease is not None:
                 reply_after_ack(context, replace_original=True,

@@ -68,10 +68,10 @@ async def test_bolt_takes_a_parsed_body_only_in_socket_mode_and_checks_no_signat
 async def test_the_adapter_dispatches_a_signed_form_and_refuses_a_badly_signed_one(caplog):
     seen: list[str] = []
     adapter = ParsedFormDispatch(command_app(seen), SECRET)
-    signed = await adapter.dispatch(FORM, RAW, signed_headers(RAW))
+    signed = await adapter.dispatch(RAW, signed_headers(RAW))
     assert (signed.status_code, seen) == (200, ["up payload"])
     caplog.set_level(logging.DEBUG)
     caplog.clear()
-    forged = await adapter.dispatch(FORM, RAW, signed_headers(RAW, secret="not-the-secret"))
+    forged = await adapter.dispatch(RAW, signed_headers(RAW, secret="not-the-secret"))
     assert (forged.status_code, seen) == (401, ["up payload"])
     assert "payload" not in caplog.text  # refused before bolt, which would log the body

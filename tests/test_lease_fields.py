@@ -91,3 +91,14 @@ async def test_a_stored_state_this_version_does_not_know_is_named(redis):
     await redis.hset(keys.lease("TF", "CF6"), "state", "HIBERNATING")
     with pytest.raises(ValueError, match=f"lease {lease.lease_id} is stored in state 'HIBERNATING'"):
         await store.get("TF", "CF6")
+
+
+async def test_one_lease_in_a_state_this_version_does_not_know_hides_no_other_lease(redis, caplog):
+    """After a roll-back, a lease a newer version wrote must not stop the reconciler for every lease."""
+    store, unknown = await claimed(redis, "CF7")
+    _, known = await claimed(redis, "CF8")
+    await redis.hset(keys.lease("TF", "CF7"), "state", "HIBERNATING")
+    with caplog.at_level(logging.WARNING):
+        listed = await store.all()
+    assert [lease.lease_id for lease in listed] == [known.lease_id]
+    assert any(unknown.lease_id in r.getMessage() and "HIBERNATING" in r.getMessage() for r in caplog.records)

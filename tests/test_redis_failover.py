@@ -252,3 +252,15 @@ def test_commands_clicks_and_mentions_are_acked_within_slacks_window_while_redis
                what="the click's late reply")
     wait_until(lambda: procs.tpu.queued_resources() == [], timeout=60, what="the TPU torn down")
     assert not any("Traceback" in line for line in procs.log_lines("web"))
+
+
+def test_a_timed_out_click_or_command_is_never_told_nothing_changed():
+    """A write the client stopped waiting for may still land when a frozen server catches up."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    from handlers.slash import STATE_STORE_DOWN, STATE_STORE_SLOW, state_store_notice
+
+    assert state_store_notice(RedisTimeoutError("Timeout reading from socket")) == STATE_STORE_SLOW
+    assert "nothing changed" not in STATE_STORE_SLOW and "may or may not" in STATE_STORE_SLOW
+    assert state_store_notice(RedisConnectionError("Connection refused")) == STATE_STORE_DOWN

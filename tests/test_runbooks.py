@@ -154,6 +154,19 @@ def test_a_runbook_url_is_fetched_revalidated_with_its_etag_and_kept_when_a_fetc
     assert any("keeping the last copy" in problem for problem in library.problems)
 
 
+def test_a_runbook_urls_token_and_credentials_are_never_shown(runbook_server, caplog):
+    secret_url = runbook_server.replace("http://", "http://ci:hunter2@") + "?token=ghp_s3cr3tvalue"
+    library = RunbookLibrary(folders=[], urls=[secret_url], url_refresh_seconds=0)
+    [hit] = library.index().search("advisory lock")[:1]
+    assert hit.section.origin == runbook_server  # what the model, MCP and the Slack card are given
+    _RunbookServer.fail = True
+    with caplog.at_level("WARNING"):
+        library.index()
+    said = " ".join(library.problems) + " ".join(r.getMessage() for r in caplog.records)
+    assert "could not fetch" in said or "keeping the last copy" in said
+    assert "ghp_s3cr3tvalue" not in said and "hunter2" not in said
+
+
 def test_a_bad_runbooks_setting_names_the_variable_and_the_fix(tmp_path):
     from pydantic import ValidationError
 

@@ -294,8 +294,10 @@ LAST_WORD = "That was the last tool result you can get: answer now from what you
 
 def _with_last_word(messages: list[dict]) -> list[dict]:
     """The history for the last step, told to answer. After tool results the model turn is still
-    open in Gemma 4's template (results stay inside it), so a user message there would open a
-    user turn inside an unclosed model turn; the word rides on the last tool result instead."""
+    open in Gemma 4's templates (results stay inside it). The pinned revision's template closes it
+    before a following user message, but vLLM's example template (an operator's --chat-template)
+    does not, and would open a user turn inside it; the word rides on the last tool result, which
+    renders well formed under both."""
     if messages and messages[-1].get("role") == "tool":
         last = messages[-1]
         return [*messages[:-1], {**last, "content": f"{last['content']}\n\n{LAST_WORD}"}]
@@ -308,7 +310,8 @@ def _assistant_message(turn: NormalizedTurn) -> dict:
     `content` is None: the template puts an assistant's text after the tool responses and
     closes the turn there, so the next request would end after `<turn|>` with no generation
     prompt; the preamble stays in the Slack reply only. Null arguments are left out: vLLM
-    json-loads the arguments and the template prints null as Python `None`.
+    json-loads the arguments, and while the pinned revision's template prints null as `null`,
+    vLLM's example template prints it as Python `None`.
     """
     calls = []
     for call in turn.tool_calls:

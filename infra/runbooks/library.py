@@ -104,7 +104,7 @@ class RunbookLibrary:
             self._add(sections, problems, parse_runbook(path.stem, text, origin))
         for url, copy in self._copies.items():
             if copy.text:
-                self._add(sections, problems, parse_runbook(_url_stem(url), copy.text, url))
+                self._add(sections, problems, parse_runbook(_url_stem(url), copy.text, display_url(url)))
         self._read_problems = problems
         for problem in problems:
             log.warning("runbooks: %s", problem)
@@ -142,8 +142,18 @@ class RunbookLibrary:
                     self._fetch_problems.pop(url, None)
                 except (httpx.HTTPError, ValueError) as error:
                     kept = "keeping the last copy" if copy.text else "nothing read from it yet"
-                    self._fetch_problems[url] = f"fetch {url}: {type(error).__name__}: {error} ({kept})"
-                    log.warning("runbooks: could not fetch %s (%s); %s", url, error, kept)
+                    shown, why = display_url(url), str(error).replace(url, display_url(url))
+                    self._fetch_problems[url] = f"fetch {shown}: {type(error).__name__}: {why} ({kept})"
+                    log.warning("runbooks: could not fetch %s (%s); %s", shown, why, kept)
+
+
+def display_url(url: str) -> str:
+    """A runbook URL as it may be shown (logs, problems, the model, Slack): a token in its query or
+    credentials before its host authenticate the fetch and are nobody's to read."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    netloc = host + (f":{parts.port}" if parts.port else "")
+    return f"{parts.scheme}://{netloc}{parts.path}"
 
 
 def _url_stem(url: str) -> str:

@@ -128,7 +128,7 @@ FIXED_FIELDS = frozenset({"lease_id", "team", "channel", "fence"})
 
 class LeaseChanges(TypedDict, total=False):
     """What a fenced update may write, field by field with its type (every lease field but FIXED_FIELDS;
-    tests/test_state.py holds the two lists together)."""
+    tests/test_lease_fields.py holds the two lists together)."""
 
     holder: str
     zone: str
@@ -197,11 +197,15 @@ def _stored(value: object) -> str:
     return value.value if isinstance(value, LeaseState) else str(value)
 
 
+class UnknownLeaseState(ValueError):
+    """A lease stored by a newer version (a roll-back): reading that one lease fails, not every read."""
+
+
 def _state(value: str, lease_id: str) -> LeaseState:
     try:
         return LeaseState(value)
     except ValueError:
-        raise ValueError(f"lease {lease_id} is stored in state {value!r}, which this version does not know "
+        raise UnknownLeaseState(f"lease {lease_id} is stored in state {value!r}, which this version does not know "
                          f"(it knows {', '.join(LeaseState)})") from None
 
 
@@ -384,7 +388,11 @@ class LeaseStore:
     async def unfinished_releases(self, *, released_before: float) -> list[Release]:
         found = []
         for lease_id in await self._redis.zrangebyscore(keys.release_notes(), "-inf", released_before):
-            release = await self.unfinished_release(_text(lease_id))
+            try:
+                release = await self.unfinished_release(_text(lease_id))
+            except UnknownLeaseState as error:
+                log.warning("skipped a release note this version cannot read: %s", error)
+                continue
             if release is None:  # the note expired
                 await self._redis.zrem(keys.release_notes(), lease_id)
             else:
@@ -403,7 +411,11 @@ class LeaseStore:
         for member in sorted(_text(m) for m in members):
             raw = await cast(Awaitable[dict], self._redis.hgetall(member))
             if raw:
-                leases.append(self._read(raw))
+                try:
+                    leases.append(self._read(raw))
+                except UnknownLeaseState as error:
+                    # The reconciler, watchers and Home tab go on for every other lease.
+                    log.warning("skipped a lease this version cannot read: %s", error)
             else:
                 await cast(Awaitable[int], self._redis.srem(keys.lease_index(), member))
         return leases
