@@ -112,9 +112,12 @@ class _RunbookServer(http.server.BaseHTTPRequestHandler):
     etag = '"v1"'
     fail = False
     seen: list[str] = []
+    hold: threading.Event | None = None  # set: answers wait for it (a slow server)
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         type(self).seen.append(self.headers.get("If-None-Match", ""))
+        if type(self).hold is not None:
+            type(self).hold.wait(30)
         if type(self).fail:
             self.send_response(503)
             self.end_headers()
@@ -136,6 +139,7 @@ class _RunbookServer(http.server.BaseHTTPRequestHandler):
 def runbook_server():
     _RunbookServer.seen = []
     _RunbookServer.fail = False
+    _RunbookServer.hold = None
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RunbookServer)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
@@ -152,6 +156,22 @@ def test_a_runbook_url_is_fetched_revalidated_with_its_etag_and_kept_when_a_fetc
     _RunbookServer.fail = True
     assert library.index().search("advisory lock")[0].section.cite == CITE  # the last copy stays
     assert any("keeping the last copy" in problem for problem in library.problems)
+
+
+def test_a_slow_runbook_server_holds_up_only_the_caller_that_fetches(runbook_server):
+    library = RunbookLibrary(folders=[], urls=[runbook_server], url_refresh_seconds=0)
+    assert library.index().search("advisory lock")  # the first copy
+    _RunbookServer.hold = release = threading.Event()
+    fetching = threading.Thread(target=library.index)
+    fetching.start()
+    try:
+        wait_until(lambda: len(_RunbookServer.seen) == 2, timeout=10, what="the second fetch to reach the server")
+        # Meanwhile another mention's index is served from the last copy, not queued behind the fetch.
+        assert library.index().search("advisory lock")[0].section.cite == CITE
+        assert fetching.is_alive() and not release.is_set()
+    finally:
+        release.set()
+        fetching.join(30)
 
 
 def test_a_runbook_urls_token_and_credentials_are_never_shown(runbook_server, caplog):

@@ -9,6 +9,7 @@ failed fetch keeps the last copy (and says so in `problems`).
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from dataclasses import dataclass, field
@@ -50,6 +51,13 @@ class RunbookLibrary:
     _signature: tuple = ()
     _copies: dict[str, _UrlCopy] = field(default_factory=dict)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _fetch_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        # Every URL has its copy from the start: a fetch changes copies, never the dict's size,
+        # so an index can be built while another thread fetches.
+        for url in self.urls:
+            self._copies.setdefault(url, _UrlCopy(fetched_at=-math.inf))
 
     @classmethod
     def from_settings(cls, team_dir: str = "", urls: list[str] | None = None) -> RunbookLibrary:
@@ -63,8 +71,14 @@ class RunbookLibrary:
 
     def index(self) -> RunbookIndex:
         """The index over every source as it is now (re-built only when something changed)."""
+        # One caller fetches the URLs that are due; the others go on with the last copies instead
+        # of queueing behind a slow server (only the very first index waits for its fetch).
+        if self._fetch_lock.acquire(blocking=self._index is None):
+            try:
+                self._refresh_urls()
+            finally:
+                self._fetch_lock.release()
         with self._lock:
-            self._refresh_urls()
             signature = self._files_signature() + tuple((url, c.etag, hash(c.text)) for url, c in self._copies.items())
             if self._index is None or signature != self._signature:
                 self._index = RunbookIndex(self._read_all())
