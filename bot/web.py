@@ -22,6 +22,7 @@ from bot.request_gate import BodyTooLarge, Refusal, encoding_refusal, read_cappe
 from bot.settings import Settings
 from bot.wiring import WEB_REDIS_TIMEOUT_SECONDS, build_services, slack_client_from, slack_http_session
 from handlers.payload_guard import interaction_body, malformed_command, malformed_event, malformed_reason, response_urls
+from handlers.late_answers import drain_late_answers
 from handlers.slack_app import SingleFlightAuthorize, build_bolt_app
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
         try:
             yield
         finally:
+            await drain_late_answers()  # acked work finishes and is answered before its pool closes
             await pool.aclose()
             await redis.aclose()
             await session.close()

@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
 
 from agent.context import Actor
-from handlers.late_answers import LateAnswers
+from handlers.late_answers import LATE_FAILURE, LateAnswers
 
 MAX_VALUE = 64  # our values are ids; anything longer is not one of ours
 
@@ -64,7 +64,10 @@ def on_click(app: AsyncApp, action_id: str, handle: Callable[..., Awaitable[None
             if message and message is not replied_on_time:
                 await respond(**message)
 
-        finished = await late_answers.within_budget(work(), reply_late)
+        async def say_it_failed() -> None:
+            await respond(text=LATE_FAILURE, replace_original=False, response_type="ephemeral")
+
+        finished = await late_answers.within_budget(work(), reply_late, say_it_failed)
         # What the context holds now, bolt's lazy send_reply posts; reply_late posts only what comes after.
         replied_on_time = context.get(REPLY)
         if not finished:

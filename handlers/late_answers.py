@@ -22,6 +22,26 @@ T = TypeVar("T")
 # Slack allows 3 s for the whole round trip; the signature check, bolt and the network use
 # milliseconds of it, so the work gets 2.5 s before the ack goes out without it.
 ACK_BUDGET_SECONDS = 2.5
+# What a person told "the result follows" hears when the work then fails.
+LATE_FAILURE = (":x: This failed after I said the result would follow; it may or may not have taken effect. "
+                "Check `/tpu status` before trying again.")
+# Every delivery task's name starts with this, so a stopping web process can find and finish them.
+LATE_ANSWER_TASK = "tpubot-late-answer"
+# A stopping process waits this long for acked work (Redis's own timeout is 10 s, plus the post).
+DRAIN_SECONDS = 15.0
+
+
+async def drain_late_answers(timeout: float = DRAIN_SECONDS) -> int:
+    """Wait for the work already acked with "the result follows" to finish and be delivered, before
+    a stopping web process closes its Redis pool under it. The number still running at `timeout`."""
+    late = [task for task in asyncio.all_tasks() if task.get_name().startswith(LATE_ANSWER_TASK)]
+    if not late:
+        return 0
+    log.info("waiting for %d acked answers to finish before stopping", len(late))
+    _, running = await asyncio.wait(late, timeout=timeout)
+    for task in running:
+        log.warning("an acked answer was still running at shutdown: %s", task.get_name())
+    return len(running)
 
 
 class LateAnswers(Generic[T]):
@@ -32,14 +52,17 @@ class LateAnswers(Generic[T]):
         # Strong references: the event loop keeps only weak ones to running tasks.
         self._deliveries: set[asyncio.Task[None]] = set()
 
-    async def within_budget(self, work: Awaitable[T], deliver: Callable[[T], Awaitable[None]]) -> T | None:
+    async def within_budget(self, work: Awaitable[T], deliver: Callable[[T], Awaitable[None]],
+                            failed: Callable[[], Awaitable[None]] | None = None) -> T | None:
         """The work's result when it finishes within the budget; otherwise None, and `deliver`
-        gets the result when the work ends."""
+        gets the result when the work ends — or `failed` is called if the work raises, so a person
+        told "the result follows" is told it will not."""
         task = asyncio.ensure_future(work)
         done, _ = await asyncio.wait({task}, timeout=self.budget_seconds)
         if done:
             return task.result()
-        delivery = asyncio.create_task(self._deliver_when_done(task, deliver))
+        delivery = asyncio.create_task(self._deliver_when_done(task, deliver, failed),
+                                       name=f"{LATE_ANSWER_TASK}-{id(task)}")
         self._deliveries.add(delivery)
         delivery.add_done_callback(self._deliveries.discard)
         return None
@@ -49,8 +72,19 @@ class LateAnswers(Generic[T]):
         return len(self._deliveries)
 
     @staticmethod
-    async def _deliver_when_done(task: asyncio.Future[T], deliver: Callable[[T], Awaitable[None]]) -> None:
+    async def _deliver_when_done(task: asyncio.Future[T], deliver: Callable[[T], Awaitable[None]],
+                                 failed: Callable[[], Awaitable[None]] | None) -> None:
         try:
-            await deliver(await task)
+            result = await task
+        except Exception:
+            log.exception("acked work failed after its ack")
+            if failed is not None:
+                try:
+                    await failed()
+                except Exception:
+                    log.exception("could not say that acked work failed")
+            return
+        try:
+            await deliver(result)
         except Exception:  # a late answer that cannot be posted is logged; the work itself is done
             log.exception("could not deliver a late answer")

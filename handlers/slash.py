@@ -16,7 +16,7 @@ from agent.context import Actor, Services
 from handlers import cards
 from handlers.ask_job import ASK_JOB, ask_job_id
 from handlers.commands import CommandError, ParsedCommand, help_text, parse
-from handlers.late_answers import LateAnswers
+from handlers.late_answers import LATE_FAILURE, LateAnswers
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,10 @@ def register(app: AsyncApp, services: Services) -> None:
             text, blocks = answer
             await respond(text=text, blocks=blocks, response_type="ephemeral")
 
-        answer = await late_answers.within_budget(answer_command(services, command), answer_late)
+        async def say_it_failed() -> None:
+            await respond(text=LATE_FAILURE, response_type="ephemeral")
+
+        answer = await late_answers.within_budget(answer_command(services, command), answer_late, say_it_failed)
         text, blocks = answer or cards.notice(STILL_WORKING)
         await ack(text=text, blocks=blocks, response_type="ephemeral")
 
