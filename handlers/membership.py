@@ -4,19 +4,40 @@ in a channel the bot was removed from answers with the fix before claiming anyth
 
 from __future__ import annotations
 
+import logging
+
+from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
 from agent.context import Services
+from handlers.late_answers import LateAnswers
+
+log = logging.getLogger(__name__)
 
 
 def register(app: AsyncApp, services: Services) -> None:
+    # The write holds the ack: past Slack's budget the event gets a 500 and Slack sends it again
+    # (recording membership twice is harmless), never an ack Slack has already given up on.
+    recording: LateAnswers[bool] = LateAnswers()
+
+    async def within_ack_budget(body: dict, event: dict, bot_user_id: str, *, member: bool) -> None:
+        async def recorded() -> bool:
+            await record_bot_membership(services, body, event, bot_user_id, member=member)
+            return True
+
+        async def finished(_: bool) -> None:
+            log.info("channel membership recorded after its ack budget; Slack's retry records it again")
+
+        if await recording.within_budget(recorded(), finished) is None:
+            raise RedisTimeoutError("channel membership was not recorded within the ack budget")
+
     @app.event("member_joined_channel")
     async def bot_joined(body: dict, event: dict, context: AsyncBoltContext) -> None:
-        await record_bot_membership(services, body, event, context.bot_user_id or "", member=True)
+        await within_ack_budget(body, event, context.bot_user_id or "", member=True)
 
     @app.event("member_left_channel")
     async def bot_left(body: dict, event: dict, context: AsyncBoltContext) -> None:
-        await record_bot_membership(services, body, event, context.bot_user_id or "", member=False)
+        await within_ack_budget(body, event, context.bot_user_id or "", member=False)
 
 
 async def record_bot_membership(services: Services, body: dict, event: dict, bot_user_id: str, *, member: bool) -> None:

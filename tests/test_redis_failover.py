@@ -17,6 +17,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import redis as redis_sync
 from arq.jobs import Job, JobStatus
 from waiting import wait_until
 
@@ -27,12 +28,14 @@ from infra.jobs import QUEUE_NAME, JobQueue
 from infra.sandbox.slack_api import SlackApiSandbox
 from infra.sandbox.slack_requests import SlackRequests
 from infra.sandbox.tpu_api import TpuSandbox
+from infra.state import keys
 from infra.state.redis_server import RestartableRedis
 
 TPUBOT = Path(sys.executable).with_name("tpubot")
 OUTAGE_SECONDS = 5.0
 CHANNEL = "C0FAILOVER"
 ALICE = "UALICE"
+TEAM = "T0SANDBOX"
 
 
 def _status(url: str) -> int:
@@ -184,6 +187,31 @@ def test_serve_stops_its_embedded_redis_on_sigterm(tmp_path):
 SLACK_ACK_WINDOW_SECONDS = 3.0
 
 
+def _redis_get(url: str, key: str) -> bytes | None:
+    client = redis_sync.Redis.from_url(url)
+    try:
+        return client.get(key)
+    finally:
+        client.close()
+
+
+def _audit_outcomes(url: str) -> list[str]:
+    client = redis_sync.Redis.from_url(url)
+    try:
+        return [fields[b"outcome"].decode() for _id, fields in client.xrange(keys.audit_stream())]
+    finally:
+        client.close()
+
+
+def _mention_queued(url: str) -> bool:
+    """The mention's delivery markers are set: they and its job are written in one step."""
+    client = redis_sync.Redis.from_url(url)
+    try:
+        return bool(client.exists(keys.dedupe("event", "EvFROZEN1")))
+    finally:
+        client.close()
+
+
 def test_commands_clicks_and_mentions_are_acked_within_slacks_window_while_redis_is_frozen(failover):
     """A paused primary (SIGSTOP: connections open, nothing answers) for 5 s: every ack is inside
     Slack's 3 s, through a client that gives up at 3 s as Slack does. The work is not cut: the
@@ -205,6 +233,8 @@ def test_commands_clicks_and_mentions_are_acked_within_slacks_window_while_redis
         "up": lambda client: client.slash("up", user=ALICE, channel=CHANNEL),
         "mention": lambda client: client.mention("<@UTPUBOT> what is this?\nERROR boom", user=ALICE,
                                                  channel=CHANNEL, event_id="EvFROZEN1", ts="1700000000.000100"),
+        "joined": lambda client: client.event({"type": "member_joined_channel", "user": "UTPUBOT", "channel": CHANNEL,
+                                               "channel_type": "C", "team": TEAM}, event_id="EvFROZEN2"),
     }
     redis.freeze()
     try:
@@ -215,12 +245,18 @@ def test_commands_clicks_and_mentions_are_acked_within_slacks_window_while_redis
         time.sleep(max(0.0, OUTAGE_SECONDS - (time.monotonic() - frozen_at)))  # the rest of the freeze
     finally:
         redis.thaw()
-    status, up, mention = replies["status"], replies["up"], replies["mention"]
+    status, up, mention, joined = replies["status"], replies["up"], replies["mention"], replies["joined"]
 
     assert status.status == 200 and "follows here" in status.text, status
     assert up.status == 200 and "follows here" in up.text, up
     # Not queued within the budget: Slack is told to retry, and the queueing goes on.
     assert mention.status == 500, mention
+    # The bot's own membership write held the ack too: Slack is told to retry, and the write lands.
+    assert joined.status == 500, joined
+    wait_until(lambda: _redis_get(redis.url, keys.membership(TEAM, CHANNEL)) is not None, timeout=30,
+               what="the membership written after the thaw")
+    assert procs.requests.event({"type": "member_joined_channel", "user": "UTPUBOT", "channel": CHANNEL,
+                                 "channel_type": "C", "team": TEAM}, event_id="EvFROZEN2").status == 200
     wait_until(lambda: len(procs.slack.responses) >= 2, timeout=30, what="both late answers")
     late = [str(response) for response in procs.slack.responses]
     assert any("holds no TPU" in text for text in late) and any("Requested a" in text for text in late), late
@@ -228,11 +264,17 @@ def test_commands_clicks_and_mentions_are_acked_within_slacks_window_while_redis
                timeout=90, what="the lease asked for during the freeze became ACTIVE")
     assert len(procs.tpu.queued_resources()) == 1
 
+    # The queueing that overran its budget went on and landed: Slack's retry is then a repeat,
+    # and the mention is answered once.
+    wait_until(lambda: _mention_queued(redis.url), timeout=30, what="the overrun mention's job queued")
     retry = procs.requests.mention("<@UTPUBOT> what is this?\nERROR boom", user=ALICE, channel=CHANNEL,
                                    event_id="EvFROZEN1", ts="1700000000.000100", retry_num=1)
     assert retry.status == 200
-    wait_until(lambda: [c for c in procs.slack.calls_to("chat.postMessage")
-                        if c.body.get("thread_ts") == "1700000000.000100"], timeout=60, what="the mention answered")
+    wait_until(lambda: "duplicate_event" in _audit_outcomes(redis.url), timeout=30, what="the retry taken as a repeat")
+    thread_posts = lambda: [c for c in procs.slack.calls_to("chat.postMessage")  # noqa: E731
+                            if c.body.get("thread_ts") == "1700000000.000100"]
+    wait_until(thread_posts, timeout=60, what="the mention answered")
+    assert len(thread_posts()) == 1, thread_posts()  # one status line, updated into the answer
 
     # A click caught in a freeze: acked empty in time, its reply posted when the teardown is recorded.
     confirm = procs.requests.slash("down", user=ALICE, channel=CHANNEL).json()
