@@ -91,6 +91,18 @@ def test_a_digest_links_the_runbook_its_lines_match():
     assert link.first_fix().startswith("Find the holder")
 
 
+@pytest.mark.parametrize("budget", [200, 700, 1800])
+def test_a_digest_and_its_runbook_links_stay_within_the_budget_together(budget):
+    from agent.digest.runbook_links import digest_with_runbooks
+    from agent.digest.tokens import estimate_tokens
+
+    index = RunbookIndex(parse_runbook("payments", TEAM_RUNBOOK, "team").sections)
+    digest, links, text = digest_with_runbooks(LOGS.splitlines(), budget, index)
+    assert digest.tokens + (estimate_tokens(text) if links else 0) <= budget
+    if budget >= 1800:
+        assert [link.cite for link in links] == [CITE]  # room for it: the link is kept
+
+
 # --- where runbooks come from -----------------------------------------------------------------
 
 def test_a_team_folder_is_searched_with_the_built_in_ones_and_re_read_when_a_file_changes(tmp_path):

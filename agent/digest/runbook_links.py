@@ -71,8 +71,13 @@ def digest_with_runbooks(lines: Iterable[str], budget_tokens: int,
         builder.add(line)
     digest = builder.build(budget_tokens)
     links = runbook_links(digest, index)
+    # The links get what the digest can spare above its floor; those that do not fit are left out
+    # (last first), so the whole stays within budget_tokens.
+    spare = budget_tokens - MIN_DIGEST_TOKENS - 20
+    while links and estimate_tokens(render_links(links)) > spare:
+        links = links[:-1]
     if not links:
         return digest, [], ""
     text = render_links(links)
-    digest = builder.build(max(MIN_DIGEST_TOKENS, budget_tokens - estimate_tokens(text) - 20))
+    digest = builder.build(budget_tokens - estimate_tokens(text) - 20)
     return digest, links, text
