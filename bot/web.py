@@ -22,7 +22,7 @@ from bot.request_gate import BodyTooLarge, Refusal, encoding_refusal, read_cappe
 from bot.settings import Settings
 from bot.wiring import WEB_REDIS_TIMEOUT_SECONDS, build_services, slack_client_from, slack_http_session
 from handlers.payload_guard import interaction_body, malformed_command, malformed_event, malformed_reason, response_urls
-from handlers.late_answers import drain_late_answers
+from handlers.late_answers import REQUEST_STARTED, drain_late_answers
 from handlers.slack_app import SingleFlightAuthorize, build_bolt_app
 
 log = logging.getLogger(__name__)
@@ -110,6 +110,7 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
         if refusal is not None:
             return _counted(kind, started, JSONResponse({"error": refusal.error}, status_code=refusal.status))
         token = request_id.set(request.headers.get("x-slack-request-timestamp", "") + "-" + secrets.token_hex(4))
+        started_token = REQUEST_STARTED.set(started)
         response: Response
         try:
             interaction = interaction_body(body)
@@ -133,6 +134,7 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
             log.warning("rejected a Slack request bolt could not parse (%s)", kind)
             response = JSONResponse({"error": "malformed request"}, status_code=400)
         finally:
+            REQUEST_STARTED.reset(started_token)
             request_id.reset(token)
         return _counted(kind, started, response)
 

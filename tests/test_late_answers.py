@@ -63,3 +63,30 @@ async def test_a_stop_gives_up_on_work_still_running_at_its_timeout():
     assert await drain_late_answers(timeout=0.05) == 1
     never.set()
     assert await drain_late_answers(timeout=10) == 0
+
+
+async def test_the_budget_counts_from_when_the_request_arrived():
+    """Time the web process spent before the listener (the body, the signature, bolt) is not given again."""
+    import time
+
+    from handlers.late_answers import REQUEST_STARTED
+
+    go = asyncio.Event()
+
+    async def work() -> str:
+        await go.wait()
+        return "late"
+
+    async def deliver(result: str) -> None:
+        return None
+
+    answers: LateAnswers[str] = LateAnswers(budget_seconds=30)
+    token = REQUEST_STARTED.set(time.perf_counter() - 30)  # the whole budget already spent
+    try:
+        started = time.perf_counter()
+        assert await answers.within_budget(work(), deliver) is None
+        assert time.perf_counter() - started < 5  # acked at once, not 30 s later
+    finally:
+        REQUEST_STARTED.reset(token)
+        go.set()
+    assert await drain_late_answers(timeout=10) == 0
