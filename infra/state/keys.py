@@ -1,5 +1,7 @@
 """Redis key names, in one place so every process agrees on them."""
 
+import hashlib
+
 PREFIX = "tpubot"
 
 
@@ -96,3 +98,20 @@ def worker_alive(worker_id: str) -> str:
 def job_owner(job_id: str) -> str:
     """Which worker process runs arq job `job_id` (so a dead one's job can be taken over)."""
     return f"{JOB_BOOKKEEPING_PREFIX}:owner:{job_id}"
+
+
+def incident(source: str, key: str) -> str:
+    """An alert webhook's incident; `key` is the vendor's (Alertmanager group keys hold any text)."""
+    return f"{PREFIX}:incident:{source}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+def incident_window(source: str, window: int) -> str:
+    return f"{PREFIX}:incident-window:{source}:{window}"
+
+
+def incident_folded(source: str, window: int) -> str:
+    return f"{PREFIX}:incident-folded:{source}:{window}"
+
+
+def incident_storm_message(source: str, window: int) -> str:
+    return f"{PREFIX}:incident-storm:{source}:{window}"
