@@ -19,6 +19,7 @@ import httpx
 import pytest
 import redis as redis_sync
 
+from infra.sandbox.vllm import LatencyModel, VllmEmulator
 from waiting import wait_until
 
 AM_TOKEN = "am-token-" + "x" * 24
@@ -268,14 +269,18 @@ def test_a_replayed_delivery_queues_nothing(alert_stack):
     assert "Sent again" not in roots(slack, CH_API)[0].text
 
 
-def test_a_ping_is_acknowledged_and_an_unrouted_alert_posts_nothing(make_stack):
-    stack = make_stack(alert_routes=f"team=nobody:{CH_TPU}", pagerduty_webhook_secret=PD_SECRET)
+def test_a_ping_is_acknowledged_an_unrouted_alert_posts_nothing_and_a_big_body_is_413(make_stack):
+    stack = make_stack(alert_routes=f"team=nobody:{CH_TPU}", pagerduty_webhook_secret=PD_SECRET,
+                       alert_max_body_bytes=4096)
     with httpx.Client(base_url=stack.web_url, timeout=30) as http:
         ping = {"event": {"id": "p1", "event_type": "pagey.ping", "resource_type": "pagey", "occurred_at": iso(
             datetime.now(timezone.utc)), "data": {"message": "Hello from your friend Pagey!", "type": "ping"}}}
         assert send_pd(http, ping).status_code == 200
         unrouted = send_pd(http, pagerduty())
         assert unrouted.status_code == 200 and unrouted.json()["routed"] is False
+        # A body over ALERT_MAX_BODY_BYTES is refused before it is read whole, let alone parsed.
+        big = {**pagerduty(), "padding": "x" * 5000}
+        assert send_pd(http, big).status_code == 413
         # A source whose secret is unset is off, and says which variable turns it on.
         off = send_am(http, alertmanager())
         assert off.status_code == 404 and "ALERTMANAGER_WEBHOOK_TOKEN" in off.json()["error"]
@@ -317,3 +322,21 @@ def test_every_documented_credential_form_is_accepted(alert_stack):
                              headers={"content-type": "application/json", **headers})
         assert response.status_code == 202, (source, headers, params, response.text)
     wait_until(lambda: len(roots(stack.slack, CH_TPU)) == 3, what="a thread per accepted alert")
+
+
+def test_with_a_model_the_alert_is_answered_by_it_from_the_logs_and_the_alert(make_stack):
+    with VllmEmulator(latency=LatencyModel.instant()) as emu:
+        emu.push_turns("HBM ran out on the serving TPU; the first error is at L3.")
+        stack = make_stack(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, gemma_base_url=emu.base_url)
+        with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+            assert send_am(http, alertmanager()).status_code == 202
+        [root] = wait_until(lambda: roots(stack.slack, CH_TPU), what="the thread opened")
+        answer = wait_until(lambda: next((m for m in thread(stack.slack, CH_TPU, root.ts)
+                                          if "_Answered by" in m.text), None), timeout=60, what="the model's answer")
+        assert "HBM ran out on the serving TPU" in answer.text and "Cloud Logging entries" in answer.text
+        prompt = json.dumps(emu.requests[0]["messages"])
+        # The digest of the node's logs, and the alert as quoted data (never as the request), reached the model.
+        assert "log digest; L1-L" in prompt and "Cloud Logging" in prompt and "DEADLINE_EXCEEDED" in prompt
+        request, _, data = prompt.partition("<<<DATA earlier messages in this thread")
+        assert "TPUHBMOOM" not in request and "summary: HBM out of memory on the serving TPU" in data
+        assert emu.pending_turns == 0
