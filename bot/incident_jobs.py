@@ -1,5 +1,6 @@
-"""Worker jobs for issue 32: an alert webhook's delivery, and the storm message that counts the
-alerts folded into it. bot/worker.py registers `FUNCTIONS`; the bodies live in handlers/incident_job.py."""
+"""Worker jobs for issue 32: an alert webhook's delivery, the storm message that counts the alerts
+folded into it, and a follow-up reply in a thread the bot follows. bot/worker.py registers
+`FUNCTIONS`; the bodies live in handlers/incident_job.py and handlers/followups.py."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from arq import Retry
 
-from handlers import incident_job
+from handlers import followups, incident_job
 from infra.state.incidents import IncidentStore
 
 BUSY_RETRY_SECONDS = 1  # a repeat that arrives while its thread is being opened waits this long
@@ -26,4 +27,8 @@ async def report_folded_alerts(ctx: dict, **window: Any) -> str:
     return await incident_job.report_folded(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]), **window)
 
 
-FUNCTIONS: list[Callable[..., Awaitable[str]]] = [handle_alert, report_folded_alerts]
+async def answer_followup(ctx: dict, **mention: Any) -> str:
+    return await followups.answer_followup(ctx["services"], ctx["slack"], **mention)
+
+
+FUNCTIONS: list[Callable[..., Awaitable[str]]] = [handle_alert, report_folded_alerts, answer_followup]

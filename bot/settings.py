@@ -251,6 +251,8 @@ class Settings(BaseSettings):
     alert_storm_threads: int = Field(5, ge=1, description="new incident threads one alert source may open per "
                                      "ALERT_STORM_WINDOW; the rest are counted in one storm message")
     alert_storm_window: timedelta = Field(timedelta(minutes=10), description="the window ALERT_STORM_THREADS counts in")
+    followup_max_age: timedelta = Field(timedelta(hours=24), description="a plain reply in a thread the bot started "
+                                        "or answered is answered without a mention for this long (0s: never)")
     alert_page_severities: CsvList = Field(
         default_factory=lambda: ["critical", "page", "high", "p1"],
         description="alert severities (PagerDuty: urgency or priority) that page the channel's on-call")
@@ -391,7 +393,8 @@ class Settings(BaseSettings):
     def _other_durations(cls, value: Any) -> timedelta:
         return parse_duration(value)
 
-    @field_validator("alert_late_after", "idle_check_interval", "reconcile_interval", "alert_storm_window", mode="before")
+    @field_validator("alert_late_after", "idle_check_interval", "reconcile_interval", "alert_storm_window",
+                     "followup_max_age", mode="before")
     @classmethod
     def _alert_durations(cls, value: Any) -> timedelta:
         return parse_duration(value)

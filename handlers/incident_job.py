@@ -106,6 +106,8 @@ async def open_incident(services: Services, client: AsyncWebClient, store: Incid
         raise
     ts = response["ts"]
     await store.set_thread(event.source, event.key, ts)
+    if services.followups is not None:
+        await services.followups.follow(team, channel, ts)  # replies in the incident's thread are follow-ups
     await services.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=channel, outcome="opened",
                                 detail=f"{event.source} {event.title}")
     await investigate(services, client, event, team=team, channel=channel, thread_ts=ts)

@@ -115,3 +115,7 @@ def incident_folded(source: str, window: int) -> str:
 
 def incident_storm_message(source: str, window: int) -> str:
     return f"{PREFIX}:incident-storm:{source}:{window}"
+
+
+def followed_thread(team: str, channel: str, thread_ts: str) -> str:
+    return f"{PREFIX}:followed:{team}:{channel}:{thread_ts}"
