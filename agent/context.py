@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     from agent.access import AccessPolicy, GroupDirectory
     from infra.cloud_logging import CloudLoggingConfig
     from infra.local_files import LocalFiles
+    from infra.state.feedback import FeedbackStore
     from infra.state.followups import FollowedThreads
     from infra.state.membership import ChannelMembership
     from infra.state.proposals import ProposalStore
@@ -173,6 +174,8 @@ class Services:
     membership: "ChannelMembership | None" = None
     # Threads a plain reply in is answered without a mention (issue 32); None: follow-ups are off.
     followups: "FollowedThreads | None" = None
+    # 👍/👎 on answers, with the model and input digest (issue 32); None: no buttons.
+    feedback: "FeedbackStore | None" = None
     # What must never reach a model prompt or Slack: the secret patterns plus the deployment's own
     # secret values (bot/wiring.py); an agent run's copy also knows every live lease's model key
     # (agent/actions/secret_values.py), since a lease key has no shape a pattern could find.

@@ -1,7 +1,7 @@
 """The alert webhooks on the web process (issue 32): one route per source.
 
     POST /alerts/alertmanager       Bearer token, basic auth or ?token=   (ALERTMANAGER_WEBHOOK_TOKEN)
-    POST /alerts/cloud-monitoring   ?auth_token= or basic auth            (CLOUD_MONITORING_WEBHOOK_TOKEN)
+    POST /alerts/cloud-monitoring   ?auth_token= or basic auth            (CLOUD_MONITORING_TOKEN)
     POST /alerts/pagerduty          X-PagerDuty-Signature v1 HMAC         (PAGERDUTY_WEBHOOK_SECRET)
 
 A request passes, in order: the body cap (413), the source's authentication over the raw bytes
@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 PATHS: dict[Source, str] = {"alertmanager": "/alerts/alertmanager", "cloud-monitoring": "/alerts/cloud-monitoring",
                             "pagerduty": "/alerts/pagerduty"}
 SECRET_VARS: dict[Source, str] = {"alertmanager": "ALERTMANAGER_WEBHOOK_TOKEN",
-                                  "cloud-monitoring": "CLOUD_MONITORING_WEBHOOK_TOKEN",
+                                  "cloud-monitoring": "CLOUD_MONITORING_TOKEN",
                                   "pagerduty": "PAGERDUTY_WEBHOOK_SECRET"}
 
 
@@ -46,7 +46,7 @@ def _authenticator(settings: Settings, source: Source) -> tuple[str, Callable[[R
         token = settings.alertmanager_webhook_token.get_secret_value()
         return token, lambda request, body: token_ok(request, token, query_names=("token",), bearer=True)
     if source == "cloud-monitoring":
-        token = settings.cloud_monitoring_webhook_token.get_secret_value()
+        token = settings.cloud_monitoring_token.get_secret_value()
         return token, lambda request, body: token_ok(request, token, query_names=("auth_token",), bearer=False)
     secret = settings.pagerduty_webhook_secret.get_secret_value()
     return secret, lambda request, body: pagerduty_ok(request, body, secret)

@@ -242,7 +242,7 @@ class Settings(BaseSettings):
                                               "empty: the alert webhooks are off")
     alertmanager_webhook_token: SecretStr = Field(SecretStr(""), description="/alerts/alertmanager: the bearer token "
                                                   "(or basic-auth password, or ?token=) Alertmanager sends; empty: refused")
-    cloud_monitoring_webhook_token: SecretStr = Field(SecretStr(""), description="/alerts/cloud-monitoring: the "
+    cloud_monitoring_token: SecretStr = Field(SecretStr(""), description="/alerts/cloud-monitoring: the "
                                                       "?auth_token= (or basic-auth password) Cloud Monitoring sends; empty: refused")
     pagerduty_webhook_secret: SecretStr = Field(SecretStr(""), description="/alerts/pagerduty: the v3 webhook "
                                                 "subscription's signing secret; empty: refused")

@@ -32,6 +32,7 @@ from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
 from infra.state.leases import LeaseStore
 from infra.state.locks import ChannelLocks
+from infra.state.feedback import FeedbackStore
 from infra.state.followups import FollowedThreads
 from infra.state.membership import ChannelMembership
 from infra.state.proposals import ProposalStore
@@ -282,6 +283,7 @@ async def build_services(
         model_keys=model_keys_from(settings),
         membership=ChannelMembership(redis),
         followups=FollowedThreads(redis, int(settings.followup_max_age.total_seconds())),
+        feedback=FeedbackStore(redis),
         redactor=redactor_from(settings),
         runbooks=RunbookLibrary.from_settings(settings.runbooks_dir, settings.runbooks_urls),
     )

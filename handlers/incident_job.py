@@ -25,6 +25,7 @@ from agent.context import Actor, Services
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionBuilder, unread_warnings
 from handlers.cards import escape
+from handlers.feedback_buttons import offer_feedback
 from handlers.incident_payloads import AlertEvent
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
@@ -134,13 +135,14 @@ async def investigate(services: Services, client: AsyncWebClient, event: AlertEv
             run = await run_agent(services, actor, mention, reply)
             if run.used_model and mention.notes:
                 run.text = "\n\n".join([*unread_warnings(mention), run.text])
-        if logs.describe:
-            run.text = f"Read {logs.describe}.\n\n{run.text}"
-        for proposal in run.proposals:
-            card_text, blocks = proposal_card(proposal)
-            await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=card_text, blocks=blocks,
-                                          unfurl_links=False, unfurl_media=False)
-        await reply.finish(run)
+            if logs.describe:
+                run.text = f"Read {logs.describe}.\n\n{run.text}"
+            for proposal in run.proposals:
+                card_text, blocks = proposal_card(proposal)
+                await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=card_text, blocks=blocks,
+                                              unfurl_links=False, unfurl_media=False)
+            await reply.finish(run)
+            await offer_feedback(services, client, reply, run, mention)
     except Exception as error:
         log.exception("investigating an alert failed")
         await reply.fail(f":warning: Something went wrong while investigating ({type(error).__name__}).")

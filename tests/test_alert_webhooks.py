@@ -96,7 +96,7 @@ def keyspace_digest(state: redis_sync.Redis) -> str:
 
 @pytest.fixture
 def alert_stack(make_stack):
-    stack = make_stack(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, cloud_monitoring_webhook_token=CM_TOKEN,
+    stack = make_stack(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, cloud_monitoring_token=CM_TOKEN,
                        pagerduty_webhook_secret=PD_SECRET, alert_storm_threads=3,
                        alert_storm_window="1d")  # a window boundary never falls inside a test
     http = httpx.Client(base_url=stack.web_url, timeout=30)

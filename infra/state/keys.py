@@ -119,3 +119,15 @@ def incident_storm_message(source: str, window: int) -> str:
 
 def followed_thread(team: str, channel: str, thread_ts: str) -> str:
     return f"{PREFIX}:followed:{team}:{channel}:{thread_ts}"
+
+
+def rated_answer(answer_id: str) -> str:
+    return f"{PREFIX}:answer:{answer_id}"
+
+
+def answer_votes(answer_id: str) -> str:
+    return f"{PREFIX}:answer-votes:{answer_id}"
+
+
+def rated_answers() -> str:
+    return f"{PREFIX}:rated-answers"
