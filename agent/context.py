@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from infra.local_files import LocalFiles
     from infra.state.feedback import FeedbackStore
     from infra.state.followups import FollowedThreads
+    from infra.state.incident_memory import IncidentMemory
     from infra.state.membership import ChannelMembership
     from infra.state.proposals import ProposalStore
     from infra.model_keys import ModelKeys
@@ -176,6 +177,8 @@ class Services:
     followups: "FollowedThreads | None" = None
     # 👍/👎 on answers, with the model and input digest (issue 32); None: no buttons.
     feedback: "FeedbackStore | None" = None
+    # Ended incidents by their top log templates, cited when they come back (issue 32).
+    memory: "IncidentMemory | None" = None
     # What must never reach a model prompt or Slack: the secret patterns plus the deployment's own
     # secret values (bot/wiring.py); an agent run's copy also knows every live lease's model key
     # (agent/actions/secret_values.py), since a lease key has no shape a pattern could find.

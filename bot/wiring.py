@@ -34,6 +34,7 @@ from infra.state.leases import LeaseStore
 from infra.state.locks import ChannelLocks
 from infra.state.feedback import FeedbackStore
 from infra.state.followups import FollowedThreads
+from infra.state.incident_memory import IncidentMemory
 from infra.state.membership import ChannelMembership
 from infra.state.proposals import ProposalStore
 
@@ -284,6 +285,7 @@ async def build_services(
         membership=ChannelMembership(redis),
         followups=FollowedThreads(redis, int(settings.followup_max_age.total_seconds())),
         feedback=FeedbackStore(redis),
+        memory=IncidentMemory(redis),
         redactor=redactor_from(settings),
         runbooks=RunbookLibrary.from_settings(settings.runbooks_dir, settings.runbooks_urls),
     )

@@ -86,9 +86,13 @@ def register(app: AsyncApp, services: Services) -> None:
 
 
 async def record_vote(services: Services, answer_id: str, user: str, vote: Vote) -> str:
-    if services.feedback is None or await services.feedback.answer(answer_id) is None:
+    answer = await services.feedback.answer(answer_id) if services.feedback is not None else None
+    if services.feedback is None or answer is None:
         return "That answer is too old to rate; nothing was recorded."
     previous = await services.feedback.vote(answer_id, user, vote)
+    if vote == "up" and services.memory is not None:
+        # A useful answer ends its incident (if the thread is one): it is citable when it comes back.
+        await services.memory.end(answer.team, answer.channel, answer.thread_ts)
     shown = ":+1:" if vote == "up" else ":-1:"
     if previous == vote:
         return f"You already rated this answer {shown}."

@@ -4,7 +4,8 @@ or answered (a mention) is answered like a mention, with the thread as its conte
 The web process decides from the event and Redis alone (no Slack call before the ack): a reply
 by a person, in a thread, not mentioning the bot (app_mention answers that one), in a channel
 the bot was not removed from, in a thread it follows (infra/state/followups.py) that is younger
-than FOLLOWUP_MAX_AGE. "stop" (or "thanks, done") ends the following. The worker then checks
+than FOLLOWUP_MAX_AGE. "stop" (or "thanks, done") ends the following; "fixed by …" in an
+incident's thread ends the incident in the bot's memory (infra/state/incident_memory.py). The worker then checks
 that the person is a member of the channel (conversations.members) before answering: a public
 channel's thread can be read by people who never joined it.
 """
@@ -32,7 +33,9 @@ STOP = re.compile(r"^(?:please )?(?:stop(?: following)?|(?:thanks|thank you|ty),
                   r"done,? (?:thanks|thank you)|that'?s all,? (?:thanks|thank you))$")
 MEMBERS_PAGE = 200
 MEMBERS_PAGES = 25  # 5,000 members read at most
-STOPPED_TEXT = ":wave: OK, I stopped following this thread. Mention me to bring me back."
+FIXED = re.compile(r"^\s*fixed (?:by|with)\b", re.IGNORECASE)
+ACK_TEXTS = {"stop": ":wave: OK, I stopped following this thread. Mention me to bring me back.",
+             "fixed": ":memo: Noted. When an incident with these logs comes back, I will point to this fix."}
 
 
 def is_stop(text: str) -> bool:
@@ -40,8 +43,8 @@ def is_stop(text: str) -> bool:
 
 
 async def followup_kind(services: Services, body: dict, event: dict, bot_user_id: str,
-                        now: float | None = None) -> Literal["answer", "stop", ""]:
-    """What a `message` event is to the follow-ups: one to answer, a stop, or nothing."""
+                        now: float | None = None) -> Literal["answer", "stop", "fixed", ""]:
+    """What a `message` event is to the follow-ups: one to answer, a stop, a fix noted, or nothing."""
     followups = services.followups
     thread_ts, ts = str(event.get("thread_ts") or ""), str(event.get("ts") or "")
     if followups is None or not thread_ts or thread_ts == ts or event.get("subtype") not in REPLY_SUBTYPES:
@@ -59,6 +62,9 @@ async def followup_kind(services: Services, body: dict, event: dict, bot_user_id
         return ""
     if not await followups.following(team, channel, thread_ts):
         return ""
+    if FIXED.match(event.get("text") or "") and services.memory is not None and await services.memory.end(
+            team, channel, thread_ts, fixed_by=" ".join(str(event.get("text")).split())):
+        return "fixed"  # an incident thread's fix, kept for the next time its logs come back
     if is_stop(event.get("text") or ""):
         await followups.stop(team, channel, thread_ts)
         await services.audit.record(actor=str(event.get("user")), action="followups", team=team, channel=channel,
@@ -67,14 +73,15 @@ async def followup_kind(services: Services, body: dict, event: dict, bot_user_id
     return "answer"
 
 
-async def answer_followup(services: Services, client: AsyncWebClient, *, stop: bool = False, **mention: Any) -> str:
-    """The worker: a member's follow-up answered as a mention (handlers/mention_job.py), or the stop acknowledged."""
+async def answer_followup(services: Services, client: AsyncWebClient, *, ack: str = "", **mention: Any) -> str:
+    """The worker: a member's follow-up answered as a mention (handlers/mention_job.py), or a stop
+    or a fix acknowledged (`ack`)."""
     if not await is_member(client, mention["channel"], mention["user"]):
         return "not-a-member"
-    if stop:
-        await client.chat_postMessage(channel=mention["channel"], thread_ts=mention["thread_ts"], text=STOPPED_TEXT,
+    if ack in ACK_TEXTS:
+        await client.chat_postMessage(channel=mention["channel"], thread_ts=mention["thread_ts"], text=ACK_TEXTS[ack],
                                       unfurl_links=False, unfurl_media=False)
-        return "stopped"
+        return ack
     return await mention_job.answer_mention(services, client, **mention)
 
 

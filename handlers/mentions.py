@@ -57,9 +57,8 @@ async def accept_followup(services: Services, queueing: LateAnswers[int], body: 
                           bot_user_id: str) -> None:
     kind = await followups.followup_kind(services, body, event, bot_user_id)
     if kind:
-        stop = kind == "stop"
         await accept_mention(services, queueing, body, event, bot_user_id, job=followups.FOLLOWUP_JOB,
-                             follow=not stop, stop=stop)
+                             follow=kind != "stop", ack="" if kind == "answer" else kind)
 
 
 async def accept_mention(services: Services, queueing: LateAnswers[int], body: dict, event: dict,

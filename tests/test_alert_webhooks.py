@@ -340,3 +340,60 @@ def test_with_a_model_the_alert_is_answered_by_it_from_the_logs_and_the_alert(ma
         request, _, data = prompt.partition("<<<DATA earlier messages in this thread")
         assert "TPUHBMOOM" not in request and "summary: HBM out of memory on the serving TPU" in data
         assert emu.pending_turns == 0
+
+
+def open_and_answer(stack, http, incident_id: str):
+    """A Cloud Monitoring incident on the sandbox TPU node, opened and answered; its first message."""
+    known = {m.ts for m in roots(stack.slack, CH_TPU)}
+    assert send_cm(http, cloud_monitoring(incident_id)).status_code == 202
+    root = wait_until(lambda: next((m for m in roots(stack.slack, CH_TPU) if m.ts not in known), None),
+                      what=f"incident {incident_id}'s thread")
+    wait_until(lambda: answered(stack.slack, CH_TPU, root.ts), timeout=60, what=f"incident {incident_id}'s answer")
+    return root
+
+
+def seen_before(slack, root):
+    return [m for m in thread(slack, CH_TPU, root.ts) if "Seen before" in m.text]
+
+
+def test_a_second_incident_with_the_same_top_templates_cites_the_resolved_first(alert_stack):
+    stack, http, _ = alert_stack
+    first = open_and_answer(stack, http, "0.first")
+    assert seen_before(stack.slack, first) == []  # nothing had ended before it
+    still_open = open_and_answer(stack, http, "0.overlapping")
+    assert seen_before(stack.slack, still_open) == []  # the first had not ended yet
+    assert send_cm(http, cloud_monitoring("0.first", state="closed")).status_code == 202
+    wait_until(lambda: any("Resolved at" in m.text for m in thread(stack.slack, CH_TPU, first.ts)), what="resolved")
+    second = open_and_answer(stack, http, "0.second")
+    [note] = wait_until(lambda: seen_before(stack.slack, second), what="the citation of the first incident")
+    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    assert f"Seen before on {today} in <#{CH_TPU}>" in note.text
+    assert f"https://slack.com/archives/{CH_TPU}/p{first.ts.replace('.', '')}" in note.text
+    assert "3 of the top log templates match" in note.text
+
+
+def test_a_fix_written_in_the_thread_is_cited_the_next_time(alert_stack):
+    stack, http, _ = alert_stack
+    first = open_and_answer(stack, http, "0.fixed")
+    fix = "Fixed by raising the HBM limit to 16 GiB"
+    ts = stack.slack.add_message(CH_TPU, fix, user="U0ALICE", thread_ts=first.ts)
+    assert stack.signed_requests().event({"type": "message", "user": "U0ALICE", "text": fix, "ts": ts,
+                                          "thread_ts": first.ts, "channel": CH_TPU, "team": "T0SANDBOX"}).status == 200
+    wait_until(lambda: any("Noted" in m.text for m in thread(stack.slack, CH_TPU, first.ts)), what="the fix noted")
+    second = open_and_answer(stack, http, "0.again")
+    [note] = wait_until(lambda: seen_before(stack.slack, second), what="the citation with its fix")
+    assert f"<#{CH_TPU}>, Fixed by raising the HBM limit to 16 GiB" in note.text
+
+
+def test_a_useful_answer_ends_the_incident_for_the_next_time(alert_stack):
+    from handlers.feedback_buttons import ASK_TEXT, FEEDBACK_UP_ACTION
+
+    stack, http, _ = alert_stack
+    first = open_and_answer(stack, http, "0.rated")
+    buttons = wait_until(lambda: next((m for m in thread(stack.slack, CH_TPU, first.ts) if m.text == ASK_TEXT), None),
+                         what="the feedback buttons")
+    answer_id = buttons.blocks[0]["elements"][0]["value"]
+    assert stack.signed_requests().click(action_id=FEEDBACK_UP_ACTION, value=answer_id, user="U0ALICE", channel=CH_TPU,
+                                         message_ts=buttons.ts, is_ephemeral=False).status == 200
+    second = open_and_answer(stack, http, "0.after-rating")
+    wait_until(lambda: seen_before(stack.slack, second), what="the citation of the rated incident")

@@ -131,3 +131,11 @@ def answer_votes(answer_id: str) -> str:
 
 def rated_answers() -> str:
     return f"{PREFIX}:rated-answers"
+
+
+def memory_thread(team: str, channel: str, thread_ts: str) -> str:
+    return f"{PREFIX}:memory:thread:{team}:{channel}:{thread_ts}"
+
+
+def memory_signature(team: str, signature: str) -> str:
+    return f"{PREFIX}:memory:template:{team}:{signature}"
