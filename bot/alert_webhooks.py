@@ -82,7 +82,7 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
         except BodyTooLarge:
             return JSONResponse({"error": f"request body over {settings.alert_max_body_bytes} bytes"}, status_code=413)
         if not authentic(request, body):
-            log.warning("refused an alert webhook to %s: bad or missing credentials", PATHS[source])
+            log.info("refused an alert webhook to %s: bad or missing credentials", PATHS[source])
             return JSONResponse({"error": "unauthorized"}, status_code=401)
         try:
             event = parse_alert(source, body)

@@ -13,7 +13,7 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -31,6 +31,9 @@ from infra.vllm_flags import (
     largest_mm_item,
 )
 from infra.vllm_images import image_digest, image_tag, unusable_reason
+
+if TYPE_CHECKING:
+    from handlers.incident_routes import AlertRoute
 
 ENV_FILE_VAR = "TPUBOT_ENV_FILE"
 DEFAULT_ENV_FILE = "tpu.env"
@@ -516,7 +519,7 @@ class Settings(BaseSettings):
     def project(self) -> str:
         return self.gcp_project or "tpubot-sandbox"
 
-    def alert_route_list(self) -> list[Any]:
+    def alert_route_list(self) -> list["AlertRoute"]:
         """ALERT_ROUTES as rules (handlers/incident_routes.py); validated at load."""
         from handlers.incident_routes import parse_routes
 

@@ -44,6 +44,7 @@ LOG_LEAD = timedelta(minutes=30)  # read this long before the alert started: the
 DEFAULT_LOOKBACK = timedelta(hours=1)  # an alert without a start time
 FOLD_REPORT_SECONDS = 2  # the storm message is edited at most this often
 SHOWN_LABELS = 8
+LABEL_CHARS = 120  # of one label shown in the first message
 TOP_TEMPLATES = 3  # an incident is remembered, and recognised, by its digest's top templates
 
 _teams: dict[str, str] = {}  # bot token -> its workspace (auth.test), once per process
@@ -214,7 +215,8 @@ def root_text(services: Services, event: AlertEvent, *, repeats: int = 0, paged:
         lines.append(safe(event.summary))
     shown = {k: v for k, v in event.labels.items() if v and k != "source"}
     if shown:
-        lines.append(" ".join(f"`{safe(f'{k}={v}').replace('`', chr(39))}`" for k, v in list(shown.items())[:SHOWN_LABELS]))
+        lines.append(" ".join(f"`{safe(f'{k}={v}'[:LABEL_CHARS]).replace('`', chr(39))}`"
+                              for k, v in list(shown.items())[:SHOWN_LABELS]))
     when = [f"started {_clock(event.started_at)}"] if event.started_at else []
     if event.ended_at:
         when.append(f"ended {_clock(event.ended_at)}")

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 Source = Literal["alertmanager", "cloud-monitoring", "pagerduty"]
 SOURCES: tuple[Source, ...] = ("alertmanager", "cloud-monitoring", "pagerduty")
 MAX_TEXT = 2_000  # of a title or summary kept: an alert's text is a headline, not a log
+EPOCH_LIMIT = 253_402_300_799  # 9999-12-31T23:59:59Z, the last second a datetime holds
 # PagerDuty event types whose `data` is the incident itself (the others — notes, responders,
 # status updates, services, pagey.ping — say nothing about whether it fires).
 PAGERDUTY_INCIDENT_EVENTS = frozenset({
@@ -72,7 +73,7 @@ def parse_alert(source: Source, body: bytes) -> AlertEvent:
     """The body as an AlertEvent; PayloadError when malformed, Ignored when nothing fires or resolves."""
     try:
         data = json.loads(body)
-    except (ValueError, UnicodeDecodeError):
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than any payload has
         raise PayloadError("the body is not JSON") from None
     if not isinstance(data, dict):
         raise PayloadError("the body is not a JSON object")
@@ -168,8 +169,8 @@ class MonitoredResource(BaseModel):
 class CloudMonitoringIncident(BaseModel):
     incident_id: str = Field(min_length=1, max_length=512)
     state: Literal["open", "closed"]
-    started_at: int | None = None
-    ended_at: int | None = None
+    started_at: int | None = Field(None, ge=0, le=EPOCH_LIMIT)
+    ended_at: int | None = Field(None, ge=0, le=EPOCH_LIMIT)
     policy_name: str = ""
     condition_name: str = ""
     summary: str = ""

@@ -397,3 +397,58 @@ def test_a_useful_answer_ends_the_incident_for_the_next_time(alert_stack):
                                          message_ts=buttons.ts, is_ephemeral=False).status == 200
     second = open_and_answer(stack, http, "0.after-rating")
     wait_until(lambda: seen_before(stack.slack, second), what="the citation of the rated incident")
+
+
+def test_authenticated_hostile_bodies_never_get_a_5xx_and_a_refused_one_writes_nothing(make_stack, caplog):
+    """1,500 generated bodies, each correctly authenticated: vendor shapes with fields dropped,
+    retyped or replaced by junk, deep nesting, huge numbers. Every answer is 200, 202 or 400; a 400
+    changes nothing in Redis; no traceback is logged. (No worker: nothing here should need one.)"""
+    import random
+
+    stack = make_stack(run_worker=False, alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN,
+                       cloud_monitoring_token=CM_TOKEN, pagerduty_webhook_secret=PD_SECRET)
+    rng = random.Random(20261203)
+    junk = [None, True, 0, -1, 10**30, 1.5e308, "", "x" * 300, [], [1, "a"], {}, {"a": {"b": None}}, "\u202e", "\x00"]
+
+    def mutate(value, depth=0):
+        if isinstance(value, dict) and value and depth < 4:
+            value = dict(value)
+            key = rng.choice(list(value))
+            roll = rng.random()
+            if roll < 0.3:
+                del value[key]
+            elif roll < 0.7:
+                value[key] = rng.choice(junk)
+            else:
+                value[key] = mutate(value[key], depth + 1)
+            return value
+        if isinstance(value, list) and value and depth < 4:
+            return [mutate(value[0], depth + 1)] + value[1:]
+        return rng.choice(junk)
+
+    state = redis_sync.Redis.from_url(stack.settings.redis_url)
+    counts: dict[int, int] = {}
+    with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+        for n in range(1_500):
+            source = rng.choice(list(PAYLOADS))
+            if rng.random() < 0.05:
+                body = ("[" * 5_000 + "]" * 5_000).encode()
+            else:
+                body = json.dumps(mutate(PAYLOADS[source]())).encode()
+            before = keyspace_digest(state)
+            headers = {"content-type": "application/json"}
+            params = {}
+            if source == "alertmanager":
+                headers["authorization"] = f"Bearer {AM_TOKEN}"
+            elif source == "cloud-monitoring":
+                params["auth_token"] = CM_TOKEN
+            else:
+                headers["x-pagerduty-signature"] = pd_signature(body, PD_SECRET)
+            response = http.post(f"/alerts/{source}", content=body, headers=headers, params=params)
+            counts[response.status_code] = counts.get(response.status_code, 0) + 1
+            assert response.status_code in (200, 202, 400), (source, body[:300], response.text)
+            if response.status_code == 400:
+                assert keyspace_digest(state) == before, (source, body[:300])
+    state.close()
+    assert "Traceback" not in caplog.text
+    assert counts.get(400, 0) > 500 and counts.get(202, 0) > 50, counts
