@@ -429,7 +429,7 @@ def test_authenticated_hostile_bodies_never_get_a_5xx_and_a_refused_one_writes_n
     state = redis_sync.Redis.from_url(stack.settings.redis_url)
     counts: dict[int, int] = {}
     with httpx.Client(base_url=stack.web_url, timeout=30) as http:
-        for n in range(1_500):
+        for _ in range(1_500):
             source = rng.choice(list(PAYLOADS))
             if rng.random() < 0.05:
                 body = ("[" * 5_000 + "]" * 5_000).encode()
@@ -452,3 +452,10 @@ def test_authenticated_hostile_bodies_never_get_a_5xx_and_a_refused_one_writes_n
     state.close()
     assert "Traceback" not in caplog.text
     assert counts.get(400, 0) > 500 and counts.get(202, 0) > 50, counts
+
+
+def test_without_routes_every_source_is_off_and_says_which_variable_turns_it_on(make_stack):
+    stack = make_stack(run_worker=False, alertmanager_webhook_token=AM_TOKEN)
+    with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+        off = send_am(http, alertmanager())
+    assert off.status_code == 404 and "set ALERT_ROUTES" in off.json()["error"]
