@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from agent.access import AccessPolicy, GroupDirectory
     from infra.cloud_logging import CloudLoggingConfig
     from infra.local_files import LocalFiles
+    from infra.state.feedback import FeedbackStore
+    from infra.state.followups import FollowedThreads
+    from infra.state.incident_memory import IncidentMemory
     from infra.state.membership import ChannelMembership
     from infra.state.proposals import ProposalStore
     from infra.model_keys import ModelKeys
@@ -170,6 +173,12 @@ class Services:
     model_keys: "ModelKeys | None" = None
     # Whether the bot is in each channel, as Slack last said (issue 16); None: not tracked.
     membership: "ChannelMembership | None" = None
+    # Threads a plain reply in is answered without a mention (issue 32); None: follow-ups are off.
+    followups: "FollowedThreads | None" = None
+    # 👍/👎 on answers, with the model and input digest (issue 32); None: no buttons.
+    feedback: "FeedbackStore | None" = None
+    # Ended incidents by their top log templates, cited when they come back (issue 32).
+    memory: "IncidentMemory | None" = None
     # What must never reach a model prompt or Slack: the secret patterns plus the deployment's own
     # secret values (bot/wiring.py); an agent run's copy also knows every live lease's model key
     # (agent/actions/secret_values.py), since a lease key has no shape a pattern could find.

@@ -13,7 +13,7 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -31,6 +31,9 @@ from infra.vllm_flags import (
     largest_mm_item,
 )
 from infra.vllm_images import image_digest, image_tag, unusable_reason
+
+if TYPE_CHECKING:
+    from handlers.incident_routes import AlertRoute
 
 ENV_FILE_VAR = "TPUBOT_ENV_FILE"
 DEFAULT_ENV_FILE = "tpu.env"
@@ -236,9 +239,30 @@ class Settings(BaseSettings):
         None, description="USD each channel may spend per calendar month (UTC) unless `/tpu budget set … #channel` "
                           "says otherwise; empty: no limit")
 
+    # --- incident webhooks (issue 32) ---------------------------------------------------------
+    alert_routes: str = Field("", description="which channel an alert's thread opens in: label=value:CHANNEL rules, "
+                                              "first match wins, *:CHANNEL for the rest (README, Incidents from alerts); "
+                                              "empty: the alert webhooks are off")
+    alertmanager_webhook_token: SecretStr = Field(SecretStr(""), description="/alerts/alertmanager: the bearer token "
+                                                  "(or basic-auth password, or ?token=) Alertmanager sends; empty: refused")
+    cloud_monitoring_token: SecretStr = Field(SecretStr(""), description="/alerts/cloud-monitoring: the "
+                                                      "?auth_token= (or basic-auth password) Cloud Monitoring sends; empty: refused")
+    pagerduty_webhook_secret: SecretStr = Field(SecretStr(""), description="/alerts/pagerduty: the v3 webhook "
+                                                "subscription's signing secret; empty: refused")
+    alert_max_body_bytes: int = Field(1024 * 1024, ge=1024, description="largest alert webhook body read; a larger "
+                                      "one gets a 413")
+    alert_storm_threads: int = Field(5, ge=1, description="new incident threads one alert source may open per "
+                                     "ALERT_STORM_WINDOW; the rest are counted in one storm message")
+    alert_storm_window: timedelta = Field(timedelta(minutes=10), description="the window ALERT_STORM_THREADS counts in")
+    followup_max_age: timedelta = Field(timedelta(hours=24), description="a plain reply in a thread the bot started "
+                                        "or answered is answered without a mention for this long (0s: never)")
+    alert_page_severities: CsvList = Field(
+        default_factory=lambda: ["critical", "page", "high", "p1"],
+        description="alert severities (PagerDuty: urgency or priority) that page the channel's on-call")
+
     _split = field_validator(
         "tpu_zones", "model_source_ranges", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
-        "write_users", "write_groups", "write_channels", "slack_response_url_hosts", "runbooks_urls", mode="before",
+        "write_users", "write_groups", "write_channels", "slack_response_url_hosts", "runbooks_urls", "alert_page_severities", mode="before",
     )(_split_csv)
 
     @field_validator("budget_workspace_monthly", "budget_channel_monthly", mode="before")
@@ -255,6 +279,22 @@ class Settings(BaseSettings):
         if usd < 0 or usd != usd:
             raise ValueError(f"{info.field_name.upper()} must be 0 or more USD; write it like 200")
         return usd
+
+    @field_validator("alert_routes")
+    @classmethod
+    def _alert_routes(cls, value: str) -> str:
+        from handlers.incident_routes import EXAMPLE, parse_routes
+
+        try:
+            parse_routes(value)
+        except ValueError as error:
+            raise ValueError(f"ALERT_ROUTES: {error}; write it like {EXAMPLE}") from None
+        return value
+
+    @field_validator("alert_page_severities")
+    @classmethod
+    def _lower(cls, value: list[str]) -> list[str]:
+        return [item.lower() for item in value]
 
     @field_validator("model_source_ranges")
     @classmethod
@@ -356,7 +396,8 @@ class Settings(BaseSettings):
     def _other_durations(cls, value: Any) -> timedelta:
         return parse_duration(value)
 
-    @field_validator("alert_late_after", "idle_check_interval", "reconcile_interval", mode="before")
+    @field_validator("alert_late_after", "idle_check_interval", "reconcile_interval", "alert_storm_window",
+                     "followup_max_age", mode="before")
     @classmethod
     def _alert_durations(cls, value: Any) -> timedelta:
         return parse_duration(value)
@@ -370,7 +411,7 @@ class Settings(BaseSettings):
             raise ValueError("ALERT_LEAD_TIMES must be positive durations, like 30m,5m")
         return leads
 
-    @field_validator("idle_check_interval", "reconcile_interval")
+    @field_validator("idle_check_interval", "reconcile_interval", "alert_storm_window")
     @classmethod
     def _positive_interval(cls, value: timedelta, info: Any) -> timedelta:
         if value.total_seconds() <= 0:
@@ -477,6 +518,12 @@ class Settings(BaseSettings):
     @property
     def project(self) -> str:
         return self.gcp_project or "tpubot-sandbox"
+
+    def alert_route_list(self) -> list["AlertRoute"]:
+        """ALERT_ROUTES as rules (handlers/incident_routes.py); validated at load."""
+        from handlers.incident_routes import parse_routes
+
+        return parse_routes(self.alert_routes)
 
     def response_url_hosts(self) -> list[str]:
         """SLACK_RESPONSE_URL_HOSTS, plus SLACK_API_URL's host: a Slack stand-in (the sandbox's)

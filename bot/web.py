@@ -16,6 +16,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
+from bot.alert_webhooks import alert_webhook_routes
 from bot.bolt_form_adapter import ParsedFormDispatch, form_bolt_misreads
 from bot.logging_setup import request_id
 from bot.request_gate import BodyTooLarge, Refusal, encoding_refusal, read_capped_body, response_url_allowed, signature_refusal
@@ -165,6 +166,7 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
             Route("/healthz", healthz),
             Route("/readyz", readyz),
             Route("/metrics", prometheus),
+            *alert_webhook_routes(settings, state),
         ],
         lifespan=lifespan,
     )

@@ -32,6 +32,9 @@ from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
 from infra.state.leases import LeaseStore
 from infra.state.locks import ChannelLocks
+from infra.state.feedback import FeedbackStore
+from infra.state.followups import FollowedThreads
+from infra.state.incident_memory import IncidentMemory
 from infra.state.membership import ChannelMembership
 from infra.state.proposals import ProposalStore
 
@@ -282,6 +285,9 @@ async def build_services(
         spend=spend_ledger_from(settings, redis),
         model_keys=model_keys_from(settings),
         membership=ChannelMembership(redis),
+        followups=FollowedThreads(redis, int(settings.followup_max_age.total_seconds())),
+        feedback=FeedbackStore(redis),
+        memory=IncidentMemory(redis),
         redactor=redactor_from(settings),
         runbooks=RunbookLibrary.from_settings(settings.runbooks_dir, settings.runbooks_urls),
     )

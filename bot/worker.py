@@ -12,7 +12,7 @@ from arq.typing import WorkerCoroutine
 from prometheus_client import start_http_server
 
 from agent.lease import lifecycle, provisioning, teardown, watching
-from bot import alert_jobs
+from bot import alert_jobs, incident_jobs
 from bot.logging_setup import job_context
 from bot.redis_outage import REDIS_AWAY, is_redis_away
 from bot.resilient_worker import ResilientWorker
@@ -138,7 +138,7 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
     job_timeout = int(settings.job_timeout.total_seconds())
     jobs: list[Callable[..., Awaitable[Any]]] = [
         answer_mention, answer_ask, provision_lease, watch_lease, teardown_lease, boot_model, bench_endpoint,
-        post_spend_chart, *alert_jobs.FUNCTIONS]
+        post_spend_chart, *alert_jobs.FUNCTIONS, *incident_jobs.FUNCTIONS]
     kwargs: dict[str, Any] = dict(
         functions=[counted(job) for job in jobs],
         cron_jobs=[cron(counted(resume_leases), second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],

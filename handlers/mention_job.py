@@ -22,6 +22,7 @@ from agent.digest import LineSpool, estimate_tokens, lines_from_chunks
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionInput, build_mention, spool_file_lines, unescape_slack, unread_warnings
 from agent.actions.secret_values import run_redactor
+from handlers.feedback_buttons import offer_feedback
 from handlers.notifier import UNREACHABLE, slack_error
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
@@ -77,6 +78,7 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
             await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=card_text, blocks=blocks,
                                           unfurl_links=False, unfurl_media=False)
         await reply.finish(run)
+        await offer_feedback(services, client, reply, run, mention)
         return "model" if run.used_model else "no-model"
     except RedisError:
         log.exception("state store unavailable while answering a mention")

@@ -22,6 +22,7 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
 from agent.context import Services
 from agent.redact import redact_lines
+from handlers import followups
 from handlers.late_answers import LateAnswers
 from handlers.mention_job import ANSWER_JOB, job_id
 
@@ -42,15 +43,26 @@ def register(app: AsyncApp, services: Services) -> None:
         bot = context.bot_user_id or ""
         if bot and f"<@{bot}" in event.get("text", ""):
             await accept_mention(services, queueing, body, event, bot)
+        else:
+            await accept_followup(services, queueing, body, event, bot)
 
     @app.event("message")
-    async def ignore_other_messages() -> None:
-        # The message.* subscriptions deliver every message; all but the above are acked and dropped.
-        return None
+    async def handle_other_messages(body: dict, event: dict, context: AsyncBoltContext) -> None:
+        # The message.* subscriptions deliver every message: a reply in a thread the bot follows is
+        # answered (handlers/followups.py); the rest are acked and dropped.
+        await accept_followup(services, queueing, body, event, context.bot_user_id or "")
+
+
+async def accept_followup(services: Services, queueing: LateAnswers[int], body: dict, event: dict,
+                          bot_user_id: str) -> None:
+    kind = await followups.followup_kind(services, body, event, bot_user_id)
+    if kind:
+        await accept_mention(services, queueing, body, event, bot_user_id, job=followups.FOLLOWUP_JOB,
+                             follow=kind != "stop", ack="" if kind == "answer" else kind)
 
 
 async def accept_mention(services: Services, queueing: LateAnswers[int], body: dict, event: dict,
-                         bot_user_id: str) -> None:
+                         bot_user_id: str, *, job: str = ANSWER_JOB, follow: bool = True, **extra: object) -> None:
     """Queue the answer; raises RedisError when it cannot, or not within the ack budget, so Slack
     gets a 500 and retries later. A queueing that overruns the budget goes on: when it lands, the
     retry finds its markers and is dropped as a repeat."""
@@ -69,21 +81,34 @@ async def accept_mention(services: Services, queueing: LateAnswers[int], body: d
         # Markers and job in one atomic step: a delivery is never marked seen without its job.
         # The worker posts the status line first thing, so the web process makes no Slack call.
         outcome = await queueing.within_budget(services.jobs.enqueue_first_delivery(
-            ANSWER_JOB, job_id=job_id(team, channel, ts),
+            job, job_id=job_id(team, channel, ts),
             markers=[services.dedupe.marker(kind, value) for kind, value in markers],
             marker_ttl=services.dedupe.ttl_seconds,
             team=team, channel=channel, ts=ts, thread_ts=event.get("thread_ts") or ts, user=event.get("user", ""),
-            text=text, files=files, bot_user_id=bot_user_id, notes=notes,
+            text=text, files=files, bot_user_id=bot_user_id, notes=notes, **extra,
         ), _queued_late)
         if outcome is None:
             raise RedisTimeoutError("the answer was not queued within the ack budget")
     except RedisError:
         log.error("state store unavailable; mention %s:%s left for Slack to retry", channel, ts)
         raise
+    if outcome == 0 and follow:
+        await follow_thread(services, team, channel, event.get("thread_ts") or ts)
     if outcome > 0:
         kind = markers[outcome - 1][0]
         await services.audit.record(actor=event.get("user", ""), action="mention", team=team, channel=channel,
                                     outcome=f"duplicate_{kind}", detail=body.get("event_id", "") if kind == "event" else ts)
+
+
+async def follow_thread(services: Services, team: str, channel: str, thread_ts: str) -> None:
+    """The thread the bot is about to answer in: a plain reply there is a follow-up. The answer is
+    queued already, so a state store that fails here costs the follow-ups, not the answer."""
+    if services.followups is None:
+        return
+    try:
+        await services.followups.follow(team, channel, thread_ts)
+    except RedisError as error:
+        log.warning("could not mark thread %s:%s followed (%s)", channel, thread_ts, type(error).__name__)
 
 
 async def _queued_late(outcome: int) -> None:

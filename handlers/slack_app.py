@@ -32,6 +32,7 @@ LISTENER_MODULES: tuple[str, ...] = (
     "handlers.proposal_buttons",
     "handlers.app_home",
     "handlers.membership",
+    "handlers.feedback_buttons",
 )
 
 

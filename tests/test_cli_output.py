@@ -137,7 +137,7 @@ def test_every_reporting_command_is_documented_with_json():
 
     sections = documented_keys()
     assert set(sections) == {"capacity", "cost", "bench", "zones", "config", "doctor", "reconcile", "digest", "spend",
-                             "eval"}
+                             "eval", "feedback"}
     assert sections["reconcile"] == ["summary", *(f.name for f in dataclasses.fields(ReconcileReport))]
     for name in sections:
         help_text = CliRunner().invoke(app, [name, "--help"], env={"COLUMNS": "200"}).output

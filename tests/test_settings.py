@@ -71,6 +71,9 @@ def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):
         ({"ADMIN_GROUPS": "U0ALICE"}, "'U0ALICE' is not a Slack group id (S…)"),
         ({"ALERT_LEAD_TIMES": "30m,soon"}, "'soon' is not a duration"),
         ({"LOG_FORMAT": "xml"}, "use json, text or auto"),
+        ({"ALERT_ROUTES": "team=tpu"}, "ALERT_ROUTES: 'team=tpu' does not end in a channel id (C… or G…); write it like"),
+        ({"ALERT_ROUTES": "team:C0TPU"}, "'team:C0TPU' is not label=value:CHANNEL or *:CHANNEL"),
+        ({"ALERT_STORM_WINDOW": "0s"}, "ALERT_STORM_WINDOW must be longer than 0"),
     ],
 )
 def test_known_wrong_values_are_rejected_with_the_fix(tmp_path, monkeypatch, env, fragment):

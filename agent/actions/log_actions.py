@@ -22,7 +22,7 @@ import asyncio
 import logging
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Literal
 
 from google.api_core.exceptions import GoogleAPICallError, TooManyRequests
@@ -243,13 +243,57 @@ async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs
     return out
 
 
-def spool_cloud_logs(svc: Services, args: QueryCloudLogsArgs, scope: LogScope, spool: LineSpool) -> CloudLogsQuery:
-    """Read the entries onto `spool` as they arrive, one line each, newest first (a worker thread)."""
+def spool_cloud_logs(svc: Services, args: QueryCloudLogsArgs, scope: LogScope, spool: LineSpool,
+                     window: tuple[datetime, datetime] | None = None) -> CloudLogsQuery:
+    """Read the entries onto `spool` as they arrive, one line each, newest first (a worker thread).
+    `window` ([start, end)) replaces the last `args.hours` (an alert's own window)."""
     query = cloud_logs_query(
         svc.cloud_logs, min_severity=args.min_severity, since=timedelta(hours=args.hours),
+        start=window[0] if window else None, end=window[1] if window else None,
         text_contains=args.text_contains or None, resource_type=scope.resource_type,
         resource_labels=scope.labels, max_entries=args.max_entries, max_retries=2,
     )
     # The run's redactor: a lease key in vLLM's start-up args is replaced as the line is read.
     spool.extend(svc.redactor(line) for line in lines_from_entries(query.newest_first()))
     return query
+
+
+@dataclass(frozen=True)
+class AlertLogs:
+    """What an alert's investigation read from Cloud Logging: the lines oldest first (redacted), or why none."""
+
+    lines: tuple[str, ...]
+    describe: str  # "… from the alert's resource tpu_worker node_id=… (filter: …)"
+    problem: str = ""
+
+
+async def read_alert_logs(svc: Services, actor: Actor, *, resource_type: str, resource_labels: dict[str, str],
+                          window: tuple[datetime, datetime], min_severity: Severity = "WARNING") -> AlertLogs:
+    """query_cloud_logs for an alert: its window, and the resource it names (a TPU node, a VM) —
+    the routes an operator configured decided that this channel sees that resource's logs — or,
+    when it names none, the channel's own TPU, exactly as the action scopes it."""
+    if svc.cloud_logs is None:
+        return AlertLogs((), "", "Cloud Logging is not configured for this bot (set GCP_PROJECT).")
+    if resource_type:
+        shown = " ".join(f"{k}={v}" for k, v in sorted(resource_labels.items()))
+        scope: LogScope | str = LogScope(resource_type, dict(resource_labels),
+                                         f"the alert's resource {resource_type} {shown}".strip())
+    else:
+        scope = await log_scope(svc, actor, QueryCloudLogsArgs())
+    if isinstance(scope, str):
+        return AlertLogs((), "", scope)
+    args = QueryCloudLogsArgs(min_severity=min_severity)
+    with LineSpool() as spool:
+        try:
+            query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, scope, spool, window),
+                                           QUERY_TIMEOUT_SECONDS)
+        except TooManyRequests:
+            return AlertLogs((), "", "Cloud Logging is rate-limiting reads right now.")
+        except asyncio.TimeoutError:
+            return AlertLogs((), "", f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
+        except (GoogleAPICallError, ValueError) as error:
+            log.warning("reading an alert's logs failed: %s", type(error).__name__)
+            return AlertLogs((), "", f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
+        lines = tuple(reversed(spool))  # read newest first; at most max_entries lines
+    more = " (newest entries only; the window has more)" if query.truncated else ""
+    return AlertLogs(lines, f"{len(lines)} {min_severity}+ Cloud Logging entries{more} from {scope.describe}")

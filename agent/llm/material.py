@@ -16,6 +16,7 @@ proportion to the paste, not to the files. Close the MentionInput when the job e
 
 from __future__ import annotations
 
+import hashlib
 import html
 import itertools
 import re
@@ -155,3 +156,14 @@ def build_mention(text: str) -> MentionBuilder:
     builder = MentionBuilder(request=request)
     builder.add("pasted text", pasted)
     return builder
+
+
+def prompt_digest(mention: MentionInput) -> str:
+    """A digest of everything an answer was made from (the request, the thread, the logs): two
+    ratings of the same digest rated the same input (issue 32's feedback). Reads the lines again."""
+    digest = hashlib.sha256(mention.request.encode())
+    for source in mention.sources:
+        digest.update(b"\0" + source.name.encode())
+        for line in source.lines:
+            digest.update(b"\n" + line.encode())
+    return digest.hexdigest()[:16]

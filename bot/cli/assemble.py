@@ -26,6 +26,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "bot.cli.docs",
     "bot.cli.spend",
     "bot.cli.eval",
+    "bot.cli.feedback",
 )
 
 

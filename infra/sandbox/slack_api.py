@@ -38,6 +38,7 @@ METHODS = frozenset({
     "auth.test", "apps.connections.open", "chat.postMessage", "chat.postEphemeral", "chat.update", "chat.delete",
     "chat.startStream", "chat.appendStream", "chat.stopStream", "files.info", "files.getUploadURLExternal",
     "files.completeUploadExternal", "users.info", "usergroups.users.list", "conversations.replies",
+    "conversations.members",
     "views.publish", "reactions.add", "assistant.threads.setStatus",
 })
 REPLIES_PAGE = 15  # conversations.replies page size for new non-Marketplace apps (slack.md §3)
@@ -84,6 +85,7 @@ class SlackApiSandbox:
         self.responses: list[dict] = []  # posts to response_url
         self.files: dict[str, tuple[dict, bytes]] = {}
         self.usergroups: dict[str, list[str]] = {}
+        self.members: dict[str, list[str]] = {}  # conversations.members per channel (unset: who posted there)
         # External uploads: file id → {filename, length, data (the raw POSTed bytes), shared (the completion)}.
         self.uploads: dict[str, dict] = {}
         self._errors: dict[str, list[InjectedError]] = defaultdict(list)
@@ -322,6 +324,8 @@ class SlackApiSandbox:
                                          "is_ultra_restricted": False, "deleted": False}}
         if method == "usergroups.users.list":
             return {"ok": True, "users": self.usergroups.get(body.get("usergroup", ""), [])}
+        if method == "conversations.members":
+            return self._members(body)
         if method == "conversations.replies":
             return self._replies(body)
         if method == "files.getUploadURLExternal":
@@ -336,6 +340,20 @@ class SlackApiSandbox:
             return self._complete_upload(body)
         # views.publish, reactions.add, assistant.threads.setStatus, chat.delete …
         return {"ok": True}
+
+    def _members(self, body: dict) -> dict:
+        """A channel's member ids, a page of `limit` (≤ 1000) at a time: the list set in `members`, else
+        everyone who posted there, and the bot."""
+        channel = self._conversation(body)
+        with self._lock:
+            members = self.members.get(channel)
+            if members is None:
+                members = sorted({m.user for m in self.messages if m.channel == channel} | {BOT_USER_ID})
+        limit = min(int(body.get("limit") or 100), 1000)
+        start = _cursor_offset(body.get("cursor"))
+        more = start + limit < len(members)
+        return {"ok": True, "members": list(members[start:start + limit]),
+                "response_metadata": {"next_cursor": _cursor(start + limit) if more else ""}}
 
     def _replies(self, body: dict) -> dict:
         """A thread oldest first, parent included, one page of `limit` at a time (cursor paging);

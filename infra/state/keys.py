@@ -1,5 +1,7 @@
 """Redis key names, in one place so every process agrees on them."""
 
+import hashlib
+
 PREFIX = "tpubot"
 
 
@@ -101,3 +103,44 @@ def worker_alive(worker_id: str) -> str:
 def job_owner(job_id: str) -> str:
     """Which worker process runs arq job `job_id` (so a dead one's job can be taken over)."""
     return f"{JOB_BOOKKEEPING_PREFIX}:owner:{job_id}"
+
+
+def incident(source: str, key: str) -> str:
+    """An alert webhook's incident; `key` is the vendor's (Alertmanager group keys hold any text)."""
+    return f"{PREFIX}:incident:{source}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
+def incident_window(source: str, window: int) -> str:
+    return f"{PREFIX}:incident-window:{source}:{window}"
+
+
+def incident_folded(source: str, window: int) -> str:
+    return f"{PREFIX}:incident-folded:{source}:{window}"
+
+
+def incident_storm_message(source: str, window: int) -> str:
+    return f"{PREFIX}:incident-storm:{source}:{window}"
+
+
+def followed_thread(team: str, channel: str, thread_ts: str) -> str:
+    return f"{PREFIX}:followed:{team}:{channel}:{thread_ts}"
+
+
+def rated_answer(answer_id: str) -> str:
+    return f"{PREFIX}:answer:{answer_id}"
+
+
+def answer_votes(answer_id: str) -> str:
+    return f"{PREFIX}:answer-votes:{answer_id}"
+
+
+def rated_answers() -> str:
+    return f"{PREFIX}:rated-answers"
+
+
+def memory_thread(team: str, channel: str, thread_ts: str) -> str:
+    return f"{PREFIX}:memory:thread:{team}:{channel}:{thread_ts}"
+
+
+def memory_signature(team: str, signature: str) -> str:
+    return f"{PREFIX}:memory:template:{team}:{signature}"

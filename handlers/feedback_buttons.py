@@ -1,0 +1,99 @@
+"""👍/👎 under each answer (issue 32): the answer is kept with the model that made it and the
+digest of its input (infra/state/feedback.py); a click keeps the clicker's vote and tells only
+them. `tpubot feedback` reports the ratio."""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+
+from redis.exceptions import RedisError
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.context import Services
+from agent.llm.material import MentionInput, prompt_digest
+from agent.llm.run import AgentRun
+from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
+from handlers.notifier import slack_error
+from handlers.slash import STATE_STORE_DOWN
+from handlers.thread_reply import ThreadReply, answer_text
+from infra.state.feedback import Answer, Vote
+
+log = logging.getLogger(__name__)
+
+FEEDBACK_UP_ACTION = "feedback_up"
+FEEDBACK_DOWN_ACTION = "feedback_down"
+ASK_TEXT = "Was this answer useful?"
+MODEL_LESS = "model-less"
+
+
+def model_of(run: AgentRun) -> str:
+    """The model an answer came from, as the footer names it ("Answered by X in 2 steps…")."""
+    if not run.used_model:
+        return MODEL_LESS
+    return run.label.removeprefix("Answered by ").split(" in ")[0][:120] or "model"
+
+
+def feedback_blocks(answer_id: str) -> list[dict]:
+    return [{"type": "actions", "elements": [
+        {"type": "button", "action_id": FEEDBACK_UP_ACTION, "value": answer_id,
+         "text": {"type": "plain_text", "text": ":+1: Useful", "emoji": True}},
+        {"type": "button", "action_id": FEEDBACK_DOWN_ACTION, "value": answer_id,
+         "text": {"type": "plain_text", "text": ":-1: Not useful", "emoji": True}},
+    ]}]
+
+
+async def offer_feedback(services: Services, client: AsyncWebClient, reply: ThreadReply, run: AgentRun,
+                         mention: MentionInput) -> None:
+    """Keep the finished answer and put the two buttons under it. Best effort: the answer stands
+    whether or not its buttons could be offered."""
+    if services.feedback is None:
+        return
+    answer_id = secrets.token_hex(8)
+    try:
+        await services.feedback.record_answer(Answer(
+            answer_id=answer_id, team=reply.team, channel=reply.channel, thread_ts=reply.thread_ts,
+            model=model_of(run), prompt_digest=prompt_digest(mention), text=answer_text(run, reply.redactor),
+            at=time.time()))
+        await client.chat_postMessage(channel=reply.channel, thread_ts=reply.thread_ts, text=ASK_TEXT,
+                                      blocks=feedback_blocks(answer_id), unfurl_links=False, unfurl_media=False)
+    except (RedisError, SlackApiError) as error:
+        detail = slack_error(error) if isinstance(error, SlackApiError) else type(error).__name__
+        log.warning("could not offer feedback buttons (%s)", detail)
+
+
+def register(app: AsyncApp, services: Services) -> None:
+    async def record(vote: Vote, ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
+        actor = clicker(body)
+        try:
+            text = await record_vote(services, clicked_value(body), actor.user_id, vote)
+        except RedisError:
+            text = STATE_STORE_DOWN
+        reply_after_ack(context, text=text, replace_original=False, response_type="ephemeral")
+        await ack()
+
+    async def handle_up(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
+        await record("up", ack, body, context)
+
+    async def handle_down(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
+        await record("down", ack, body, context)
+
+    on_click(app, FEEDBACK_UP_ACTION, handle_up)
+    on_click(app, FEEDBACK_DOWN_ACTION, handle_down)
+
+
+async def record_vote(services: Services, answer_id: str, user: str, vote: Vote) -> str:
+    answer = await services.feedback.answer(answer_id) if services.feedback is not None else None
+    if services.feedback is None or answer is None:
+        return "That answer is too old to rate; nothing was recorded."
+    previous = await services.feedback.vote(answer_id, user, vote)
+    if vote == "up" and services.memory is not None:
+        # A useful answer ends its incident (if the thread is one): it is citable when it comes back.
+        await services.memory.end(answer.team, answer.channel, answer.thread_ts)
+    shown = ":+1:" if vote == "up" else ":-1:"
+    if previous == vote:
+        return f"You already rated this answer {shown}."
+    return f"Thanks: recorded {shown}" + (" (in place of your earlier rating)." if previous else ".")

@@ -1,0 +1,112 @@
+"""Ratings of the bot's answers (issue 32): each answer that gets 👍/👎 buttons is kept with the
+model that made it, the digest of its input and (the start of) its text; each click keeps the
+clicker's latest vote. The report counts the latest vote of every clicker of every answer rated
+in the window. Keys expire after RETENTION_SECONDS; nothing leaves the workspace's Redis."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Awaitable, Literal, cast
+
+from redis.asyncio import Redis
+
+from infra.state import keys
+
+RETENTION_SECONDS = 90 * 86_400
+TEXT_KEPT = 2_000
+Vote = Literal["up", "down"]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+@dataclass(frozen=True)
+class Answer:
+    answer_id: str
+    team: str
+    channel: str
+    thread_ts: str
+    model: str  # the endpoint's model, or "model-less"
+    prompt_digest: str
+    text: str
+    at: float
+
+
+@dataclass
+class Tally:
+    up: int = 0
+    down: int = 0
+
+    @property
+    def ratio(self) -> float | None:
+        """Share of 👍 among the votes; None without votes."""
+        total = self.up + self.down
+        return round(self.up / total, 3) if total else None
+
+    def as_dict(self) -> dict:
+        return {"up": self.up, "down": self.down, "ratio": self.ratio}
+
+
+@dataclass
+class FeedbackReport:
+    since: float
+    answers: int = 0  # answers with at least one vote
+    total: Tally = field(default_factory=Tally)
+    models: dict[str, Tally] = field(default_factory=dict)
+
+    def as_dict(self) -> dict:
+        return {"since": self.since, "answers": self.answers, **self.total.as_dict(),
+                "models": [{"model": model, **tally.as_dict()} for model, tally in sorted(self.models.items())]}
+
+
+class FeedbackStore:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+
+    async def record_answer(self, answer: Answer) -> None:
+        key = keys.rated_answer(answer.answer_id)
+        await cast(Awaitable[int], self._redis.hset(key, mapping={
+            "team": answer.team, "channel": answer.channel, "thread_ts": answer.thread_ts, "model": answer.model,
+            "prompt_digest": answer.prompt_digest, "text": answer.text[:TEXT_KEPT], "at": f"{answer.at:.3f}"}))
+        await self._redis.expire(key, RETENTION_SECONDS)
+
+    async def answer(self, answer_id: str) -> Answer | None:
+        raw = await cast(Awaitable[dict], self._redis.hgetall(keys.rated_answer(answer_id)))
+        if not raw:
+            return None
+        f = {_text(k): _text(v) for k, v in raw.items()}
+        return Answer(answer_id, f.get("team", ""), f.get("channel", ""), f.get("thread_ts", ""), f.get("model", ""),
+                      f.get("prompt_digest", ""), f.get("text", ""), float(f.get("at", "0") or 0))
+
+    async def vote(self, answer_id: str, clicker: str, vote: Vote, now: float | None = None) -> Vote | None:
+        """Keep `clicker`'s vote on the answer; returns their vote before this one (None: first)."""
+        now = time.time() if now is None else now
+        key = keys.answer_votes(answer_id)
+        old = await cast(Awaitable[bytes | None], self._redis.hget(key, clicker))
+        await cast(Awaitable[int], self._redis.hset(key, clicker, f"{vote}|{now:.3f}"))
+        await self._redis.expire(key, RETENTION_SECONDS)
+        await self._redis.zadd(keys.rated_answers(), {answer_id: now})
+        previous = _text(old).partition("|")[0] if old else None
+        return cast(Vote, previous) if previous in ("up", "down") else None
+
+    async def report(self, since: float) -> FeedbackReport:
+        report = FeedbackReport(since=since)
+        await self._redis.zremrangebyscore(keys.rated_answers(), "-inf", time.time() - RETENTION_SECONDS)
+        for raw_id in await self._redis.zrangebyscore(keys.rated_answers(), since, "+inf"):
+            answer_id = _text(raw_id)
+            votes = await cast(Awaitable[dict], self._redis.hgetall(keys.answer_votes(answer_id)))
+            answer = await self.answer(answer_id)
+            if not votes or answer is None:
+                continue
+            report.answers += 1
+            tally = report.models.setdefault(answer.model, Tally())
+            for value in votes.values():
+                vote = _text(value).partition("|")[0]
+                for counted in (tally, report.total):
+                    if vote == "up":
+                        counted.up += 1
+                    elif vote == "down":
+                        counted.down += 1
+        return report

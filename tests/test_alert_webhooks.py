@@ -1,0 +1,475 @@
+"""Alert webhooks (issue 32) through the real web app over HTTP and the real worker: each vendor's
+payload, authenticated as that vendor does it, opens a thread in the routed channel of the
+sandbox Slack with a digest of the sandbox Cloud Logging entries; a repeat edits it; a resolve
+closes it; bad credentials are a 401 that writes nothing; a replay queues nothing; a storm
+opens at most ALERT_STORM_THREADS threads and counts the rest.
+
+Payload shapes follow the vendors' published ones (see handlers/incident_payloads.py)."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+import time
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import pytest
+import redis as redis_sync
+
+from infra.sandbox.vllm import LatencyModel, VllmEmulator
+from waiting import wait_until
+
+AM_TOKEN = "am-token-" + "x" * 24
+CM_TOKEN = "cm-token-" + "y" * 24
+PD_SECRET = "pd-secret-" + "z" * 24
+CH_TPU, CH_API, CH_ALL = "C0TPUALERTS", "C0APIALERTS", "C0ALLALERTS"
+ROUTES = f"team=tpu:{CH_TPU},service=API Service:{CH_API},*:{CH_ALL}"
+NODE = {"node_id": "tpubot-v5e", "zone": "us-west4-a"}  # the sandbox Cloud Logging's TPU node
+
+
+def iso(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def alertmanager(group_key: str = '{}:{alertname="TPUHBMOOM"}', status: str = "firing", **labels: str) -> dict:
+    """Alertmanager's webhook payload, version 4 (notify/webhook/webhook.go Message + template.Data)."""
+    started = datetime.now(timezone.utc) - timedelta(minutes=20)
+    common = {"alertname": "TPUHBMOOM", "severity": "critical", "team": "tpu", **NODE, **labels}
+    alert = {"status": status, "labels": common, "annotations": {"summary": "HBM out of memory on the serving TPU"},
+             "startsAt": iso(started), "endsAt": iso(datetime.now(timezone.utc)) if status == "resolved"
+             else "0001-01-01T00:00:00Z", "generatorURL": "http://prometheus:9090/graph?g0.expr=up", "fingerprint": "c0ffee"}
+    return {"receiver": "tpubot", "status": status, "alerts": [alert], "groupLabels": {"alertname": common["alertname"]},
+            "commonLabels": common, "commonAnnotations": alert["annotations"], "externalURL": "http://alertmanager:9093",
+            "version": "4", "groupKey": group_key, "truncatedAlerts": 0}
+
+
+def cloud_monitoring(incident_id: str = "0.lj2va6zdkemq", state: str = "open") -> dict:
+    """Cloud Monitoring's webhook notification, schema version 1.2."""
+    started = int(time.time()) - 1200
+    return {"version": "1.2", "incident": {
+        "incident_id": incident_id, "scoping_project_id": "sandbox-project", "scoping_project_number": 12345,
+        "url": f"https://console.cloud.google.com/monitoring/alerting/incidents/{incident_id}?project=sandbox-project",
+        "started_at": started, "ended_at": int(time.time()) if state == "closed" else None, "state": state,
+        "summary": "TPU duty cycle for tpubot-v5e is below the threshold of 0.1 with a value of 0.",
+        "apigee_url": "", "observed_value": "0", "resource": {"type": "tpu_worker", "labels": dict(NODE)},
+        "resource_type_display_name": "TPU Worker", "resource_id": "", "resource_display_name": "tpubot-v5e",
+        "resource_name": "tpubot-v5e", "metric": {"type": "tpu.googleapis.com/cpu/utilization", "displayName": "x",
+                                                   "labels": {}},
+        "metadata": {"system_labels": {}, "user_labels": {}}, "policy_name": "TPU idle", "policy_user_labels": {"team": "tpu"},
+        "documentation": {"content": "", "mime_type": "text/markdown", "subject": ""}, "condition": {},
+        "condition_name": "duty cycle below 10%", "threshold_value": "0.1", "severity": "Warning"}}
+
+
+def pagerduty(event_id: str = "5ac64822-4adc-4fda-ade0-410becf0de4f", event_type: str = "incident.triggered",
+              incident_id: str = "PGR0VU2") -> dict:
+    """A PagerDuty v3 webhook (PagerDuty/developer-docs docs/webhooks/01-Overview.md)."""
+    status = "resolved" if event_type == "incident.resolved" else "triggered"
+    return {"event": {
+        "id": event_id, "event_type": event_type, "resource_type": "incident", "occurred_at": iso(datetime.now(timezone.utc)),
+        "agent": None, "client": {"name": "PagerDuty"},
+        "data": {"id": incident_id, "type": "incident", "self": f"https://api.pagerduty.com/incidents/{incident_id}",
+                 "html_url": f"https://acme.pagerduty.com/incidents/{incident_id}", "number": 2, "status": status,
+                 "incident_key": "d3640fbd41094207a1c11e58e46b1662",
+                 "created_at": iso(datetime.now(timezone.utc) - timedelta(minutes=5)),
+                 "title": "A little bump in the road",
+                 "service": {"html_url": "https://acme.pagerduty.com/services/PF9KMXH", "id": "PF9KMXH",
+                             "self": "https://api.pagerduty.com/services/PF9KMXH", "summary": "API Service",
+                             "type": "service_reference"},
+                 "assignees": [], "urgency": "high", "resolve_reason": None}}}
+
+
+def pd_signature(body: bytes, *secrets: str) -> str:
+    return ",".join("v1=" + hmac.new(s.encode(), body, hashlib.sha256).hexdigest() for s in secrets)
+
+
+def keyspace_digest(state: redis_sync.Redis) -> str:
+    """Every key and its serialized value, hashed: any write shows as a new digest."""
+    keys = sorted(state.keys("*"))
+    digest = hashlib.sha256()
+    for key in keys:
+        digest.update(key + b"\0" + (state.dump(key) or b"") + b"\0")
+    return digest.hexdigest()
+
+
+@pytest.fixture
+def web_only_stack(make_stack):
+    """The web app alone: no worker's heartbeats or crons write to Redis, so any write is the request's."""
+    stack = make_stack(run_worker=False, alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN,
+                       cloud_monitoring_token=CM_TOKEN, pagerduty_webhook_secret=PD_SECRET)
+    http = httpx.Client(base_url=stack.web_url, timeout=30)
+    state = redis_sync.Redis.from_url(stack.settings.redis_url)
+    yield stack, http, state
+    http.close()
+    state.close()
+
+
+@pytest.fixture
+def alert_stack(make_stack):
+    stack = make_stack(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, cloud_monitoring_token=CM_TOKEN,
+                       pagerduty_webhook_secret=PD_SECRET, alert_storm_threads=3,
+                       alert_storm_window="1d")  # a window boundary never falls inside a test
+    http = httpx.Client(base_url=stack.web_url, timeout=30)
+    state = redis_sync.Redis.from_url(stack.settings.redis_url)
+    yield stack, http, state
+    http.close()
+    state.close()
+
+
+def send_am(http: httpx.Client, payload: dict, token: str = AM_TOKEN) -> httpx.Response:
+    return http.post("/alerts/alertmanager", content=json.dumps(payload).encode(),
+                     headers={"content-type": "application/json", "authorization": f"Bearer {token}"})
+
+
+def send_cm(http: httpx.Client, payload: dict, token: str = CM_TOKEN) -> httpx.Response:
+    return http.post("/alerts/cloud-monitoring", params={"auth_token": token}, content=json.dumps(payload).encode(),
+                     headers={"content-type": "application/json"})
+
+
+def send_pd(http: httpx.Client, payload: dict, secret: str = PD_SECRET) -> httpx.Response:
+    body = json.dumps(payload).encode()
+    return http.post("/alerts/pagerduty", content=body, headers={
+        "content-type": "application/json", "x-pagerduty-signature": pd_signature(body, "old-rotated-secret", secret)})
+
+
+def roots(slack, channel: str) -> list:
+    return [m for m in slack.channel_messages(channel) if not m.thread_ts or m.thread_ts == m.ts]
+
+
+def thread(slack, channel: str, ts: str) -> list:
+    return [m for m in slack.channel_messages(channel) if m.thread_ts == ts and m.ts != ts]
+
+
+def answered(slack, channel: str, ts: str):
+    """The thread's finished answer (the status line edited into it), once it is there."""
+    return next((m for m in thread(slack, channel, ts) if "Made without the model" in m.text), None)
+
+
+@pytest.mark.parametrize("source", ["alertmanager", "cloud-monitoring", "pagerduty"])
+def test_an_alert_opens_a_thread_with_the_log_digest_a_repeat_edits_it_and_a_resolve_closes_it(alert_stack, source):
+    stack, http, _ = alert_stack
+    slack = stack.slack
+    if source == "alertmanager":
+        send, first, repeat, resolve, channel = (send_am, alertmanager(), alertmanager(severity="critical", extra="1"),
+                                                 alertmanager(status="resolved"), CH_TPU)
+    elif source == "cloud-monitoring":
+        first, resolve = cloud_monitoring(), cloud_monitoring(state="closed")
+        repeat = {**first, "incident": {**first["incident"], "observed_value": "0.01"}}
+        send, channel = send_cm, CH_TPU
+    else:
+        send, channel = send_pd, CH_API
+        first, repeat = pagerduty(), pagerduty(event_id="ev-2", event_type="incident.escalated")
+        resolve = pagerduty(event_id="ev-3", event_type="incident.resolved")
+
+    response = send(http, first)
+    assert response.status_code == 202, response.text
+    assert response.json()["channel"] == channel
+    [root] = wait_until(lambda: roots(slack, channel), what="the incident's thread opened")
+    assert ":rotating_light: *FIRING*" in root.text and source in root.text
+    answer = wait_until(lambda: answered(slack, channel, root.ts), timeout=60, what="the investigation's answer")
+    if source == "pagerduty":
+        # A PagerDuty incident names no resource: the channel's own TPU is read, and it holds none.
+        assert "No logs were read: This channel holds no TPU" in answer.text
+    else:
+        # The sandbox Cloud Logging's TPU node was read for the alert's window and digested.
+        assert "from the alert's resource tpu_worker node_id=tpubot-v5e zone=us-west4-a" in answer.text
+        assert "*Log summary*" in answer.text and "error line" in answer.text
+        query = stack.logging_emulator.requests[-1]["filter"]
+        assert 'resource.type="tpu_worker"' in query and 'resource.labels.node_id="tpubot-v5e"' in query
+    assert any(m.blocks and "Bring the model up" in json.dumps(m.blocks) for m in thread(slack, channel, root.ts))
+
+    assert send(http, repeat).status_code == 202
+    wait_until(lambda: "Sent again 1 time" in roots(slack, channel)[0].text, what="the repeat edited the first message")
+    assert len(roots(slack, channel)) == 1
+
+    assert send(http, resolve).status_code == 202
+    wait_until(lambda: roots(slack, channel)[0].text.startswith(":white_check_mark: *RESOLVED*"),
+               what="the resolve edited the first message")
+    wait_until(lambda: any("Resolved at" in m.text for m in thread(slack, channel, root.ts)), what="resolved in the thread")
+    assert len(roots(slack, channel)) == 1
+    # Only the routed channel heard of it.
+    others = {CH_TPU, CH_API, CH_ALL} - {channel}
+    assert all(not slack.channel_messages(other) for other in others)
+
+
+def test_a_critical_alert_pages_the_channels_oncall_and_a_warning_does_not(alert_stack):
+    stack, http, state = alert_stack
+    slack = stack.slack
+    state.set(f"tpubot:oncall:T0SANDBOX:{CH_TPU}", json.dumps(["<!subteam^S0SRE>"]))
+    assert send_am(http, alertmanager()).status_code == 202
+    assert send_cm(http, cloud_monitoring(incident_id="0.warn")).status_code == 202
+    wait_until(lambda: len(roots(slack, CH_TPU)) == 2, what="both threads opened")
+    critical = next(m for m in roots(slack, CH_TPU) if "alertmanager" in m.text)
+    warning = next(m for m in roots(slack, CH_TPU) if "cloud-monitoring" in m.text)
+    assert "Paging <!subteam^S0SRE>" in critical.text
+    assert "Paging" not in warning.text
+
+
+BAD_AUTH = [
+    ("alertmanager", "no credentials", lambda body: {}),
+    ("alertmanager", "wrong bearer", lambda body: {"authorization": "Bearer wrong-token"}),
+    ("alertmanager", "token as basic user", lambda body: {
+        "authorization": "Basic " + base64.b64encode(f"{AM_TOKEN}:".encode()).decode()}),
+    ("alertmanager", "two authorization headers", lambda body: [("authorization", f"Bearer {AM_TOKEN}"),
+                                                                ("authorization", "Bearer other")]),
+    ("cloud-monitoring", "no token", lambda body: {}),
+    ("cloud-monitoring", "bearer is not how it sends", lambda body: {"authorization": f"Bearer {CM_TOKEN}"}),
+    ("cloud-monitoring", "wrong basic password", lambda body: {
+        "authorization": "Basic " + base64.b64encode(b"google:nope").decode()}),
+    ("pagerduty", "unsigned", lambda body: {}),
+    ("pagerduty", "signed with another secret", lambda body: {"x-pagerduty-signature": pd_signature(body, "nope")}),
+    ("pagerduty", "signature of another body", lambda body: {"x-pagerduty-signature": pd_signature(body + b" ", PD_SECRET)}),
+    ("pagerduty", "v0 scheme", lambda body: {"x-pagerduty-signature": pd_signature(body, PD_SECRET).replace("v1=", "v0=")}),
+    ("pagerduty", "two signature headers", lambda body: [("x-pagerduty-signature", pd_signature(body, PD_SECRET)),
+                                                         ("x-pagerduty-signature", pd_signature(body, "nope"))]),
+]
+PAYLOADS = {"alertmanager": alertmanager, "cloud-monitoring": cloud_monitoring, "pagerduty": pagerduty}
+
+
+def test_bad_credentials_are_401_and_write_nothing(web_only_stack, caplog):
+    stack, http, state = web_only_stack
+    before = keyspace_digest(state)
+    for source, why, headers in BAD_AUTH:
+        body = json.dumps(PAYLOADS[source]()).encode()
+        extra = headers(body)
+        pairs = [("content-type", "application/json"), *(extra.items() if isinstance(extra, dict) else extra)]
+        params = {"auth_token": "wrong"} if source == "cloud-monitoring" and why == "no token" else {}
+        response = http.post(f"/alerts/{source}", content=body, headers=pairs, params=params)
+        assert response.status_code == 401, (source, why, response.text)
+    assert keyspace_digest(state) == before
+    assert stack.slack.calls_to("chat.postMessage") == []
+    assert "TPUHBMOOM" not in caplog.text and "A little bump" not in caplog.text  # no body in the logs
+
+
+def test_malformed_payloads_are_400_naming_the_field_and_write_nothing(web_only_stack):
+    stack, http, state = web_only_stack
+    before = keyspace_digest(state)
+    wrong_version = {**alertmanager(), "version": "3"}
+    no_alerts = {**alertmanager(), "alerts": []}
+    cases = [
+        ("alertmanager", send_am, wrong_version, "version"),
+        ("alertmanager", send_am, no_alerts, "alerts"),
+        ("cloud-monitoring", send_cm, {"version": "1.2", "incident": {"state": "open"}}, "incident.incident_id"),
+        ("pagerduty", send_pd, {"event": {"id": "e", "event_type": "incident.triggered", "occurred_at": "now"}},
+         "event.occurred_at"),
+    ]
+    for source, send, payload, field in cases:
+        response = send(http, payload)
+        assert response.status_code == 400, (source, response.text)
+        assert field in response.json()["error"]
+    response = http.post("/alerts/alertmanager", content=b"\xff not json",
+                         headers={"authorization": f"Bearer {AM_TOKEN}"})
+    assert response.status_code == 400 and "not JSON" in response.json()["error"]
+    assert keyspace_digest(state) == before
+
+
+def test_a_replayed_delivery_queues_nothing(alert_stack):
+    stack, http, _ = alert_stack
+    slack = stack.slack
+    payload = pagerduty(event_id="replayed-event")
+    assert send_pd(http, payload).status_code == 202
+    replay = send_pd(http, payload)
+    assert replay.status_code == 200 and replay.json()["duplicate"] is True
+    am = alertmanager(group_key="replayed-group")
+    assert send_am(http, am).status_code == 202
+    assert send_am(http, am).json() == {"duplicate": True, "delivery": send_am(http, am).json()["delivery"]}
+    wait_until(lambda: len(roots(slack, CH_API)) == 1 and len(roots(slack, CH_TPU)) == 1, what="one thread each")
+    [pd_root] = roots(slack, CH_API)
+    wait_until(lambda: answered(slack, CH_API, pd_root.ts), timeout=60, what="the PagerDuty answer")
+    assert "Sent again" not in roots(slack, CH_API)[0].text
+
+
+def test_a_ping_is_acknowledged_an_unrouted_alert_posts_nothing_and_a_big_body_is_413(make_stack):
+    stack = make_stack(alert_routes=f"team=nobody:{CH_TPU}", pagerduty_webhook_secret=PD_SECRET,
+                       alert_max_body_bytes=4096)
+    with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+        ping = {"event": {"id": "p1", "event_type": "pagey.ping", "resource_type": "pagey", "occurred_at": iso(
+            datetime.now(timezone.utc)), "data": {"message": "Hello from your friend Pagey!", "type": "ping"}}}
+        assert send_pd(http, ping).status_code == 200
+        unrouted = send_pd(http, pagerduty())
+        assert unrouted.status_code == 200 and unrouted.json()["routed"] is False
+        # A body over ALERT_MAX_BODY_BYTES is refused before it is read whole, let alone parsed.
+        big = {**pagerduty(), "padding": "x" * 5000}
+        assert send_pd(http, big).status_code == 413
+        # A source whose secret is unset is off, and says which variable turns it on.
+        off = send_am(http, alertmanager())
+        assert off.status_code == 404 and "ALERTMANAGER_WEBHOOK_TOKEN" in off.json()["error"]
+    assert stack.slack.calls_to("chat.postMessage") == []
+
+
+def test_an_alert_storm_opens_at_most_the_configured_threads_and_counts_the_rest(alert_stack):
+    stack, http, _ = alert_stack
+    slack = stack.slack
+    storm = 500
+    started = time.monotonic()
+    for n in range(storm):
+        payload = cloud_monitoring(incident_id=f"storm-{n}")
+        assert send_cm(http, payload).status_code == 202
+    sent_in = time.monotonic() - started
+    storm_text = f"{storm - 3:,} more new alerts"
+    wait_until(lambda: any(storm_text in m.text for m in roots(slack, CH_TPU)), timeout=120,
+               what="the storm message counting every folded alert")
+    settled_in = time.monotonic() - started
+    threads = [m for m in roots(slack, CH_TPU) if ":rotating_light:" in m.text]
+    storm_messages = [m for m in roots(slack, CH_TPU) if "Alert storm" in m.text]
+    assert len(threads) == 3 and len(storm_messages) == 1, [m.text[:60] for m in roots(slack, CH_TPU)]
+    print(f"storm: {storm} alerts sent in {sent_in:.1f}s; 3 threads and 1 storm message ({storm_text}) "
+          f"{settled_in:.1f}s after the first")
+
+
+def basic(password: str, user: str = "alertmanager") -> str:
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def test_every_documented_credential_form_is_accepted(alert_stack):
+    stack, http, _ = alert_stack
+    forms = [
+        ("alertmanager", {"authorization": basic(AM_TOKEN)}, {}),
+        ("alertmanager", {}, {"token": AM_TOKEN}),
+        ("cloud-monitoring", {"authorization": basic(CM_TOKEN, "google")}, {}),
+    ]
+    for n, (source, headers, params) in enumerate(forms):
+        payload = alertmanager(group_key=f"group-{n}") if source == "alertmanager" else cloud_monitoring(f"0.form{n}")
+        response = http.post(f"/alerts/{source}", content=json.dumps(payload).encode(), params=params,
+                             headers={"content-type": "application/json", **headers})
+        assert response.status_code == 202, (source, headers, params, response.text)
+    wait_until(lambda: len(roots(stack.slack, CH_TPU)) == 3, what="a thread per accepted alert")
+
+
+def test_with_a_model_the_alert_is_answered_by_it_from_the_logs_and_the_alert(make_stack):
+    with VllmEmulator(latency=LatencyModel.instant()) as emu:
+        emu.push_turns("HBM ran out on the serving TPU; the first error is at L3.")
+        stack = make_stack(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, gemma_base_url=emu.base_url)
+        with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+            assert send_am(http, alertmanager()).status_code == 202
+        [root] = wait_until(lambda: roots(stack.slack, CH_TPU), what="the thread opened")
+        answer = wait_until(lambda: next((m for m in thread(stack.slack, CH_TPU, root.ts)
+                                          if "_Answered by" in m.text), None), timeout=60, what="the model's answer")
+        assert "HBM ran out on the serving TPU" in answer.text and "Cloud Logging entries" in answer.text
+        prompt = json.dumps(emu.requests[0]["messages"])
+        # The digest of the node's logs, and the alert as quoted data (never as the request), reached the model.
+        assert "log digest; L1-L" in prompt and "Cloud Logging" in prompt and "DEADLINE_EXCEEDED" in prompt
+        request, _, data = prompt.partition("<<<DATA earlier messages in this thread")
+        assert "TPUHBMOOM" not in request and "summary: HBM out of memory on the serving TPU" in data
+        assert emu.pending_turns == 0
+
+
+def open_and_answer(stack, http, incident_id: str):
+    """A Cloud Monitoring incident on the sandbox TPU node, opened and answered; its first message."""
+    known = {m.ts for m in roots(stack.slack, CH_TPU)}
+    assert send_cm(http, cloud_monitoring(incident_id)).status_code == 202
+    root = wait_until(lambda: next((m for m in roots(stack.slack, CH_TPU) if m.ts not in known), None),
+                      what=f"incident {incident_id}'s thread")
+    wait_until(lambda: answered(stack.slack, CH_TPU, root.ts), timeout=60, what=f"incident {incident_id}'s answer")
+    return root
+
+
+def seen_before(slack, root):
+    return [m for m in thread(slack, CH_TPU, root.ts) if "Seen before" in m.text]
+
+
+def test_a_second_incident_with_the_same_top_templates_cites_the_resolved_first(alert_stack):
+    stack, http, _ = alert_stack
+    first = open_and_answer(stack, http, "0.first")
+    assert seen_before(stack.slack, first) == []  # nothing had ended before it
+    still_open = open_and_answer(stack, http, "0.overlapping")
+    assert seen_before(stack.slack, still_open) == []  # the first had not ended yet
+    assert send_cm(http, cloud_monitoring("0.first", state="closed")).status_code == 202
+    wait_until(lambda: any("Resolved at" in m.text for m in thread(stack.slack, CH_TPU, first.ts)), what="resolved")
+    second = open_and_answer(stack, http, "0.second")
+    [note] = wait_until(lambda: seen_before(stack.slack, second), what="the citation of the first incident")
+    today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
+    assert f"Seen before on {today} in <#{CH_TPU}>" in note.text
+    assert f"https://slack.com/archives/{CH_TPU}/p{first.ts.replace('.', '')}" in note.text
+    assert "3 of the top log templates match" in note.text
+
+
+def test_a_fix_written_in_the_thread_is_cited_the_next_time(alert_stack):
+    stack, http, _ = alert_stack
+    first = open_and_answer(stack, http, "0.fixed")
+    fix = "Fixed by raising the HBM limit to 16 GiB"
+    ts = stack.slack.add_message(CH_TPU, fix, user="U0ALICE", thread_ts=first.ts)
+    assert stack.signed_requests().event({"type": "message", "user": "U0ALICE", "text": fix, "ts": ts,
+                                          "thread_ts": first.ts, "channel": CH_TPU, "team": "T0SANDBOX"}).status == 200
+    wait_until(lambda: any("Noted" in m.text for m in thread(stack.slack, CH_TPU, first.ts)), what="the fix noted")
+    second = open_and_answer(stack, http, "0.again")
+    [note] = wait_until(lambda: seen_before(stack.slack, second), what="the citation with its fix")
+    assert f"<#{CH_TPU}>, Fixed by raising the HBM limit to 16 GiB" in note.text
+
+
+def test_a_useful_answer_ends_the_incident_for_the_next_time(alert_stack):
+    from handlers.feedback_buttons import ASK_TEXT, FEEDBACK_UP_ACTION
+
+    stack, http, _ = alert_stack
+    first = open_and_answer(stack, http, "0.rated")
+    buttons = wait_until(lambda: next((m for m in thread(stack.slack, CH_TPU, first.ts) if m.text == ASK_TEXT), None),
+                         what="the feedback buttons")
+    answer_id = buttons.blocks[0]["elements"][0]["value"]
+    assert stack.signed_requests().click(action_id=FEEDBACK_UP_ACTION, value=answer_id, user="U0ALICE", channel=CH_TPU,
+                                         message_ts=buttons.ts, is_ephemeral=False).status == 200
+    second = open_and_answer(stack, http, "0.after-rating")
+    wait_until(lambda: seen_before(stack.slack, second), what="the citation of the rated incident")
+
+
+def test_authenticated_hostile_bodies_never_get_a_5xx_and_a_refused_one_writes_nothing(make_stack, caplog):
+    """1,500 generated bodies, each correctly authenticated: vendor shapes with fields dropped,
+    retyped or replaced by junk, deep nesting, huge numbers. Every answer is 200, 202 or 400; a 400
+    changes nothing in Redis; no traceback is logged. (No worker: nothing here should need one.)"""
+    import random
+
+    stack = make_stack(run_worker=False, alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN,
+                       cloud_monitoring_token=CM_TOKEN, pagerduty_webhook_secret=PD_SECRET)
+    rng = random.Random(20261203)
+    junk = [None, True, 0, -1, 10**30, 1.5e308, "", "x" * 300, [], [1, "a"], {}, {"a": {"b": None}}, "\u202e", "\x00"]
+
+    def mutate(value, depth=0):
+        if isinstance(value, dict) and value and depth < 4:
+            value = dict(value)
+            key = rng.choice(list(value))
+            roll = rng.random()
+            if roll < 0.3:
+                del value[key]
+            elif roll < 0.7:
+                value[key] = rng.choice(junk)
+            else:
+                value[key] = mutate(value[key], depth + 1)
+            return value
+        if isinstance(value, list) and value and depth < 4:
+            return [mutate(value[0], depth + 1)] + value[1:]
+        return rng.choice(junk)
+
+    state = redis_sync.Redis.from_url(stack.settings.redis_url)
+    counts: dict[int, int] = {}
+    with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+        for _ in range(1_500):
+            source = rng.choice(list(PAYLOADS))
+            if rng.random() < 0.05:
+                body = ("[" * 5_000 + "]" * 5_000).encode()
+            else:
+                body = json.dumps(mutate(PAYLOADS[source]())).encode()
+            before = keyspace_digest(state)
+            headers = {"content-type": "application/json"}
+            params = {}
+            if source == "alertmanager":
+                headers["authorization"] = f"Bearer {AM_TOKEN}"
+            elif source == "cloud-monitoring":
+                params["auth_token"] = CM_TOKEN
+            else:
+                headers["x-pagerduty-signature"] = pd_signature(body, PD_SECRET)
+            response = http.post(f"/alerts/{source}", content=body, headers=headers, params=params)
+            counts[response.status_code] = counts.get(response.status_code, 0) + 1
+            assert response.status_code in (200, 202, 400), (source, body[:300], response.text)
+            if response.status_code == 400:
+                assert keyspace_digest(state) == before, (source, body[:300])
+    state.close()
+    assert "Traceback" not in caplog.text
+    assert counts.get(400, 0) > 500 and counts.get(202, 0) > 50, counts
+
+
+def test_without_routes_every_source_is_off_and_says_which_variable_turns_it_on(make_stack):
+    stack = make_stack(run_worker=False, alertmanager_webhook_token=AM_TOKEN)
+    with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+        off = send_am(http, alertmanager())
+    assert off.status_code == 404 and "set ALERT_ROUTES" in off.json()["error"]

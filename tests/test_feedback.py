@@ -1,0 +1,66 @@
+"""Feedback (issue 32) through the real web app and worker: every answer gets 👍/👎 buttons; a
+click keeps the clicker's latest vote with the answer, its model and its input's digest; and
+`tpubot feedback --json` reports the ratio from the same Redis."""
+
+from __future__ import annotations
+
+import json
+
+import redis as redis_sync
+from typer.testing import CliRunner
+
+from bot.cli import app
+from handlers.feedback_buttons import ASK_TEXT, FEEDBACK_DOWN_ACTION, FEEDBACK_UP_ACTION
+from waiting import wait_until
+
+ALICE, BOB, CAROL = "U0ALICE", "U0BOB", "U0CAROL"
+CHANNEL = "C0RATE"
+LOGS = "\n".join(["2024-05-01 10:00:0%d ERROR rpc to worker 3 failed: DEADLINE_EXCEEDED" % n for n in range(5)])
+
+
+def buttons(slack, thread_ts: str):
+    return wait_until(lambda: next((m for m in slack.channel_messages(CHANNEL)
+                                    if m.thread_ts == thread_ts and m.text == ASK_TEXT), None),
+                      what="the feedback buttons under the answer")
+
+
+def click(stack, action: str, answer_id: str, user: str, message_ts: str) -> str:
+    before = len(stack.slack.responses)
+    reply = stack.signed_requests().click(action_id=action, value=answer_id, user=user, channel=CHANNEL,
+                                          message_ts=message_ts, is_ephemeral=False)
+    assert reply.status == 200
+    wait_until(lambda: len(stack.slack.responses) > before, what="the click's reply")
+    return str(stack.slack.responses[-1].get("text", ""))
+
+
+def test_votes_on_an_answer_are_kept_with_its_model_and_digest_and_reported(make_stack, monkeypatch):
+    stack = make_stack(agent_use_model=False)
+    ts = "1796300000.000100"
+    assert stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel=CHANNEL,
+                                           ts=ts).status == 200
+    message = buttons(stack.slack, ts)
+    elements = message.blocks[0]["elements"]
+    assert [e["action_id"] for e in elements] == [FEEDBACK_UP_ACTION, FEEDBACK_DOWN_ACTION]
+    answer_id = elements[0]["value"]
+
+    assert click(stack, FEEDBACK_UP_ACTION, answer_id, BOB, message.ts) == "Thanks: recorded :+1:."
+    assert click(stack, FEEDBACK_DOWN_ACTION, answer_id, CAROL, message.ts) == "Thanks: recorded :-1:."
+    assert click(stack, FEEDBACK_UP_ACTION, answer_id, BOB, message.ts) == "You already rated this answer :+1:."
+    assert click(stack, FEEDBACK_UP_ACTION, "0123456789abcdef", BOB, message.ts).startswith("That answer is too old")
+
+    state = redis_sync.Redis.from_url(stack.settings.redis_url)
+    answer = {k.decode(): v.decode() for k, v in state.hgetall(f"tpubot:answer:{answer_id}").items()}
+    assert answer["model"] == "model-less" and len(answer["prompt_digest"]) == 16
+    assert "Log summary" in answer["text"] and answer["channel"] == CHANNEL
+    votes = {k.decode(): v.decode().split("|")[0] for k, v in state.hgetall(f"tpubot:answer-votes:{answer_id}").items()}
+    assert votes == {BOB: "up", CAROL: "down"}
+    state.close()
+
+    monkeypatch.setenv("REDIS_URL", stack.settings.redis_url)
+    result = CliRunner().invoke(app, ["feedback", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert (report["answers"], report["up"], report["down"], report["ratio"]) == (1, 1, 1, 0.5)
+    assert report["models"] == [{"model": "model-less", "up": 1, "down": 1, "ratio": 0.5}]
+    text = CliRunner().invoke(app, ["feedback"]).output
+    assert "model-less: 1 up, 1 down (50% useful)" in text
