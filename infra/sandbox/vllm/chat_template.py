@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 Q = '<|"|>'
-_MEDIA_TOKENS = {"image": "<|image|>", "audio": "<|audio|>", "video": "<|video|>"}
+MEDIA_PLACEHOLDERS = {"image": "<|image|>", "audio": "<|audio|>", "video": "<|video|>"}
 _STANDARD_KEYS = ("description", "type", "properties", "required", "nullable")
 
 
@@ -155,8 +155,8 @@ class _Renderer:
             if kind == "text":
                 text = str(item.get("text", ""))
                 out += strip_thinking(text) if model else text.strip()
-            elif kind in _MEDIA_TOKENS or kind in ("image_url", "input_audio", "video_url"):
-                out += _MEDIA_TOKENS.get(kind, "<|image|>")
+            elif kind in MEDIA_PLACEHOLDERS or kind in ("image_url", "input_audio", "video_url"):
+                out += MEDIA_PLACEHOLDERS.get(kind, "<|image|>")
                 self.media += 1
         return out
 

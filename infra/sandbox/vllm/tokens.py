@@ -88,10 +88,14 @@ def thinking_enabled(request: dict[str, Any]) -> bool:
 
 
 def render_prompt(request: dict[str, Any], image_tokens: Sequence[int] = ()) -> tuple[str, int]:
-    """(Gemma 4 prompt text, extra media tokens) for a chat request; `image_tokens`: each image's
-    cost, as loaded (images.py); other media parts cost MEDIA_PART_TOKENS each."""
+    """(Gemma 4 prompt text, media tokens) for a chat request; `image_tokens`: each image's cost, as
+    loaded (images.py); other media parts cost MEDIA_PART_TOKENS each. The template's placeholders
+    (`<|image|>`) are left out of the text: vLLM replaces each with the item's own tokens."""
     rendered = chat_template.render(request)
-    return rendered.text, sum(image_tokens) + (rendered.media_parts - len(image_tokens)) * MEDIA_PART_TOKENS
+    text = rendered.text
+    for placeholder in chat_template.MEDIA_PLACEHOLDERS.values():
+        text = text.replace(placeholder, "")
+    return text, sum(image_tokens) + (rendered.media_parts - len(image_tokens)) * MEDIA_PART_TOKENS
 
 
 def prompt_ends_in_open_channel(request: dict[str, Any]) -> bool:
