@@ -17,6 +17,7 @@ import asyncio
 import dataclasses
 import itertools
 import logging
+import tempfile
 from collections.abc import Sequence
 
 from redis.exceptions import RedisError
@@ -180,7 +181,7 @@ NOT_TAKEN = object()  # an image over the per-prompt limit: recognised, not deco
 def read_slack_file(client: WebClient, file_id: str, spool: LineSpool, *, name: str, said_image: bool = False,
                     take_image: bool = True) -> object:
     """One attached file, told apart by its first bytes (blocking: run it in a thread). An image is
-    read whole (at most MAX_IMAGE_BYTES) and returned resized; past the image limit (`take_image`
+    downloaded to a temporary file (at most MAX_IMAGE_BYTES) and returned resized; past the image limit (`take_image`
     False) it is NOT_TAKEN; anything else goes onto `spool` as log lines and None is returned.
     Raises SlackFileError or ImageError."""
     cap = MAX_IMAGE_BYTES if said_image else MAX_FILE_BYTES
@@ -189,12 +190,15 @@ def read_slack_file(client: WebClient, file_id: str, spool: LineSpool, *, name: 
         if looks_like_image(head):
             if not take_image:
                 return NOT_TAKEN
-            data = bytearray(head)
-            for chunk in download.chunks:
-                data += chunk
-                if len(data) > MAX_IMAGE_BYTES:
-                    raise ImageError(f"{name} is larger than the {MAX_IMAGE_BYTES:,}-byte limit for an image")
-            return prepare_image(name, bytes(data))
+            # Onto disk, not the heap: Pillow reads the file back in pieces while it decodes.
+            with tempfile.TemporaryFile() as spooled:
+                size = 0
+                for chunk in itertools.chain([head], download.chunks):
+                    size += len(chunk)
+                    if size > MAX_IMAGE_BYTES:
+                        raise ImageError(f"{name} is larger than the {MAX_IMAGE_BYTES:,}-byte limit for an image")
+                    spooled.write(chunk)
+                return prepare_image(name, spooled)
         if said_image:
             # Slack calls it an image (by its name), its content says otherwise: not read as a log either.
             raise ImageError(f"{name} is not an image: its content is not PNG, JPEG, WebP, GIF or BMP, whatever "

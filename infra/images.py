@@ -24,8 +24,9 @@ import io
 import math
 import warnings
 from dataclasses import dataclass
+from typing import BinaryIO
 
-from PIL import Image, ImageOps, UnidentifiedImageError
+from PIL import Image, UnidentifiedImageError
 
 # Gemma 4's image processor defaults (transformers Gemma4ImageProcessorPil; vision_config of E2B).
 PATCH_SIZE = 16
@@ -117,15 +118,19 @@ def sent_size(width: int, height: int) -> tuple[int, int]:
     return target if target[0] * target[1] < width * height else (width, height)
 
 
-def prepare_image(name: str, data: bytes) -> PreparedImage:
-    """Identify, check, resize and re-encode one image; raises ImageError with the reason."""
-    if len(data) > MAX_IMAGE_BYTES:
-        raise ImageError(f"{name} is {len(data):,} bytes; the limit for an image is {MAX_IMAGE_BYTES:,}")
+def prepare_image(name: str, source: bytes | BinaryIO) -> PreparedImage:
+    """Identify, check, resize and re-encode one image, given as bytes or a seekable binary file
+    (a download spooled to disk: Pillow then reads it in pieces); raises ImageError with the reason."""
+    stream = io.BytesIO(source) if isinstance(source, bytes) else source
+    size = stream.seek(0, io.SEEK_END)
+    stream.seek(0)
+    if size > MAX_IMAGE_BYTES:
+        raise ImageError(f"{name} is {size:,} bytes; the limit for an image is {MAX_IMAGE_BYTES:,}")
     with warnings.catch_warnings():
         # Between the limit and twice it Pillow only warns; the check below refuses those, by name and size.
         warnings.simplefilter("ignore", Image.DecompressionBombWarning)
         try:
-            image = Image.open(io.BytesIO(data), formats=FORMATS)  # the header only
+            image = Image.open(stream, formats=FORMATS)  # the header only
         except UnidentifiedImageError:
             raise ImageError(f"{name} is not an image: its content is not {_FORMAT_NAMES}") from None
         except Image.DecompressionBombError:
@@ -150,17 +155,21 @@ def _bomb(name: str, size: tuple[int, int] | None) -> str:
 
 
 def _convert(name: str, image: Image.Image, size: tuple[int, int]) -> PreparedImage:
-    rotated = _rotated(image)
-    original = (size[1], size[0]) if rotated else size  # as a person sees it
+    orientation = _orientation(image)
+    turned = orientation in (5, 6, 7, 8)  # width and height swap
+    original = (size[1], size[0]) if turned else size  # as a person sees it
     target = sent_size(*original)
+    stored_target = (target[1], target[0]) if turned else target  # the same, in the file's own orientation
     if image.format == "JPEG":
         # Decode at a reduced DCT scale (1/2, 1/4, 1/8) when that still covers the target: a 12 MP
         # photo then never exists at full size in memory.
-        image.draft("RGB", (target[1], target[0]) if rotated else target)
+        image.draft("RGB", stored_target)
     image.load()
-    rgb = _flatten(ImageOps.exif_transpose(image))
-    if rgb.size != target:
-        rgb = rgb.resize(target, Image.Resampling.BICUBIC)
+    rgb = _flatten(image)
+    if rgb.size != stored_target:
+        rgb = rgb.resize(stored_target, Image.Resampling.BICUBIC)
+    if orientation in _TRANSPOSE:  # turned upright after the resize: the copy it makes is small
+        rgb = rgb.transpose(_TRANSPOSE[orientation])
     clean = Image.new("RGB", rgb.size)  # new pixels, an empty info dict: no EXIF, text or ICC
     clean.paste(rgb)
     out = io.BytesIO()
@@ -173,12 +182,18 @@ def _convert(name: str, image: Image.Image, size: tuple[int, int]) -> PreparedIm
     return PreparedImage(name=name, original_size=original, size=clean.size, mime=mime, data=out.getvalue())
 
 
-def _rotated(image: Image.Image) -> bool:
-    """The EXIF orientation turns the image by 90° (width and height swap)."""
+# EXIF orientation → the transpose that makes the picture upright (as ImageOps.exif_transpose maps them).
+_TRANSPOSE = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
+              5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_270, 7: Image.Transpose.TRANSVERSE,
+              8: Image.Transpose.ROTATE_90}
+
+
+def _orientation(image: Image.Image) -> int:
+    """The EXIF orientation tag (1: upright)."""
     try:
-        return image.getexif().get(0x0112, 1) in (5, 6, 7, 8)
+        return int(image.getexif().get(0x0112, 1))
     except Exception:  # a broken EXIF block is no reason to refuse the pixels
-        return False
+        return 1
 
 
 def _flatten(image: Image.Image) -> Image.Image:

@@ -20,9 +20,12 @@ from test_agent_mentions import ALICE, LOGS, answer, make_stack
 MENTION = "<@UTPUBOT> what's wrong? the dashboard and the logs are attached"
 
 
-def screenshot(width: int, height: int, fmt: str = "PNG", *, exif: bool = False) -> bytes:
-    """A dashboard-like picture: panels, a red error bar and some text."""
+def screenshot(width: int, height: int, fmt: str = "PNG", *, exif: bool = False, noise: int = 0) -> bytes:
+    """A dashboard-like picture: panels, a red error bar and some text; `noise` rows of random pixels
+    (a photo-like band that does not compress) make the file as big as a real screenshot's."""
     image = Image.new("RGB", (width, height), (245, 245, 245))
+    if noise:
+        image.paste(Image.frombytes("RGB", (width, noise), os.urandom(width * noise * 3)), (0, height // 2))
     draw = ImageDraw.Draw(image)
     for i in range(0, width, max(1, width // 6)):
         draw.rectangle([i + 8, 40, i + width // 6 - 8, height // 2], outline=(60, 60, 60), width=3)
@@ -189,3 +192,44 @@ def test_without_a_model_the_answer_says_it_could_not_read_the_images(redis_url,
         text = answer(stack, "C0IMG5").text
     assert "I could not read the 2 images (a.png and b.png): reading images needs the model." in text
     assert "Log summary" in text and "first at L8" in text
+
+
+# --- memory ------------------------------------------------------------------------------------
+
+
+async def test_four_12_megapixel_images_are_read_one_at_a_time_in_bounded_memory(tmp_path):
+    """Traced peak of the Python heap (tracemalloc, as tests/test_bounded_memory.py measures) while a
+    mention's four 12 MP attachments (two PNG, two JPEG, 17 MiB) are downloaded, resized and put into
+    the prompt. Pillow's pixel buffers are C allocations tracemalloc does not see: one decoded image
+    at a time, 36 MB as RGB at most (a JPEG is decoded at a reduced DCT scale), is what they add."""
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from agent.llm.prompt import build_messages
+    from handlers.mention_job import gather_input
+    from infra.sandbox.slack_api import SlackApiSandbox
+    from test_bounded_memory import MiB, traced
+
+    slack = SlackApiSandbox()
+    slack.start()
+    try:
+        bodies = [screenshot(4000, 3000, noise=500), screenshot(3000, 4000, noise=700),
+                  screenshot(4000, 3000, "JPEG", noise=1000), screenshot(3000, 4000, "JPEG", noise=1300)]
+        files = [slack.add_file(f"F0M{i}", f"big{i}.{'png' if i < 2 else 'jpg'}", body,
+                                "image/png" if i < 2 else "image/jpeg") for i, body in enumerate(bodies)]
+        client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+        with traced() as peak:
+            mention = await gather_input(client, channel="C0MEM", ts="1.000100", thread_ts="1.000100",
+                                         text="<@UTPUBOT> compare these", files=files, bot_user_id="UTPUBOT")
+            with mention:
+                messages, _ = build_messages(mention, user_id="UALICE")
+                sent = sum(len(image.data) for image in mention.images)
+        assert [image.size for image in mention.images] == [(912, 672), (672, 912), (912, 672), (672, 912)]
+        assert len(image_parts({"messages": messages})) == 4
+        largest = max(len(body) for body in bodies)
+        print(f"\nfour 12 MP images ({sum(map(len, bodies)) / MiB:.1f} MiB attached, largest {largest / MiB:.2f} MiB; "
+              f"{sent / 1024:.0f} KiB sent): traced peak {peak() / MiB:.2f} MiB")
+        # The downloads go to disk and Pillow reads them from there: the heap holds the resized copies
+        # (and their data URIs), not the attachments; 4 MiB is less than the smaller of them.
+        assert peak() < 4 * MiB < largest
+    finally:
+        slack.stop()
