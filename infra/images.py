@@ -23,6 +23,7 @@ import base64
 import io
 import math
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -79,6 +80,16 @@ class PreparedImage:
 
     def __repr__(self) -> str:  # a dataclass repr would print the bytes
         return f"PreparedImage({self.describe()}, {len(self.data):,} bytes {self.mime})"
+
+
+def image_content_parts(images: Sequence[PreparedImage], names: Sequence[str]) -> list[dict]:
+    """OpenAI chat content parts: for each image a short text label (`Image 1: dash.png`), then the
+    image as an `image_url` data URI."""
+    parts: list[dict] = []
+    for i, (image, name) in enumerate(zip(images, names, strict=True), 1):
+        parts.append({"type": "text", "text": f"\nImage {i}: {name}\n"})
+        parts.append({"type": "image_url", "image_url": {"url": image.data_uri}})
+    return parts
 
 
 def looks_like_image(head: bytes) -> bool:

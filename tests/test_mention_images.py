@@ -233,3 +233,35 @@ async def test_four_12_megapixel_images_are_read_one_at_a_time_in_bounded_memory
         assert peak() < 4 * MiB < largest
     finally:
         slack.stop()
+
+
+# --- MCP: ask_model with images ------------------------------------------------------------------
+
+
+async def test_ask_model_over_mcp_shows_images_under_the_working_directory_and_names_the_rest(emu, redis_url,
+                                                                                              tmp_path):
+    from bot.mcp_server import call_tool
+    from test_mcp_local import session_in
+    from test_mcp_local import text_of as mcp_text
+
+    root = tmp_path / "project"
+    (root / "shots").mkdir(parents=True)
+    (root / "shots" / "dash.png").write_bytes(screenshot(1920, 1080))
+    (root / "shots" / "notes.png").write_text("not a picture\n")
+    (tmp_path / "outside.png").write_bytes(screenshot(100, 100))
+    emu.requests.clear()
+    emu.images.clear()
+    async with session_in(root, redis_url, gemma_base_url=emu.base_url,
+                          vllm_limit_mm_per_prompt='{"image":2,"audio":1}') as session:
+        result = await call_tool(session, "ask_model", {
+            "prompt": "What does the dashboard show?", "max_tokens": 200,
+            "images": ["shots/dash.png", "shots/notes.png", "../outside.png", "shots/dash.png", "shots/dash.png"]})
+    text = mcp_text(result)
+    assert not result.is_error, text
+    assert "Read 2 images: shots/dash.png (1920×1080, sent as 1056×576), shots/dash.png (1920×1080, sent as " \
+           "1056×576)." in text
+    assert "Not read: shots/notes.png is not an image: its content is not PNG, JPEG, WebP, GIF or BMP." in text
+    assert "Not read: ../outside.png is outside the working directory" in text
+    assert "Not read: shots/dash.png: the model takes at most 2 images per prompt (--limit-mm-per-prompt)." in text
+    assert [(i.width, i.height) for i in emu.images[-1]] == [(1056, 576), (1056, 576)]
+    assert result.structured_content["images_read"] == ["shots/dash.png", "shots/dash.png"]

@@ -10,14 +10,14 @@ DATA, the fence strings and anything shaped like a Gemma 4 control token (`<|too
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from agent.actions import REGISTRY, ActionKind
 from agent.digest import build_digest, estimate_tokens
 from agent.digest.runbook_links import render_links, runbook_links
 from agent.llm.material import MentionInput
 from agent.redact import redact
-from infra.images import MAX_IMAGE_PROMPT_TOKENS
+from infra.images import MAX_IMAGE_PROMPT_TOKENS, PreparedImage, image_content_parts
 from infra.runbooks.library import RunbookLibrary
 
 SYSTEM_PROMPT = """You are tpubot, the assistant of a Slack channel that runs Gemma on a Cloud TPU v5e.
@@ -94,13 +94,9 @@ def user_message(mention: MentionInput, *, user_id: str,
     return "\n\n".join(parts), cite
 
 
-def image_parts(mention: MentionInput) -> list[dict]:
-    """OpenAI content parts for the mention's images: a short label, then the image as a data URI."""
-    parts: list[dict] = []
-    for i, image in enumerate(mention.images, 1):
-        parts.append({"type": "text", "text": f"\nImage {i}: {defuse(image.name)}\n"})
-        parts.append({"type": "image_url", "image_url": {"url": image.data_uri}})
-    return parts
+def image_parts(images: Sequence[PreparedImage]) -> list[dict]:
+    """The images as OpenAI content parts, each after a label naming it (a name is untrusted: defused)."""
+    return image_content_parts(images, [defuse(image.name) for image in images])
 
 
 def content_text(content) -> str:
@@ -124,5 +120,5 @@ def build_messages(mention: MentionInput, *, user_id: str, redactor: Callable[[s
     whole user turn, the person's own words included."""
     text, cite = user_message(mention, user_id=user_id, runbooks=runbooks)
     text = redactor(text)  # before the images join it: a redactor never sees (or mangles) base64
-    content: str | list[dict] = [{"type": "text", "text": text}, *image_parts(mention)] if mention.images else text
+    content: str | list[dict] = [{"type": "text", "text": text}, *image_parts(mention.images)] if mention.images else text
     return [{"role": "system", "content": SYSTEM_PROMPT}, {"role": "user", "content": content}], cite
