@@ -265,3 +265,28 @@ async def test_ask_model_over_mcp_shows_images_under_the_working_directory_and_n
     assert "Not read: shots/dash.png: the model takes at most 2 images per prompt (--limit-mm-per-prompt)." in text
     assert [(i.width, i.height) for i in emu.images[-1]] == [(1056, 576), (1056, 576)]
     assert result.structured_content["images_read"] == ["shots/dash.png", "shots/dash.png"]
+
+
+# --- tpubot shell: !attach ----------------------------------------------------------------------
+
+
+def test_shell_attach_sends_a_screenshot_and_a_log_with_the_next_mention(tmp_path, redis_url):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    (tmp_path / "dash.png").write_bytes(screenshot(1920, 1080))
+    (tmp_path / "incident.log").write_text(LOGS + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "GEMMA_", "AGENT_"))}
+    env["REDIS_URL"] = redis_url
+    script = ("!attach dash.png\n!attach incident.log\n!attach ../elsewhere.png\n"
+              "@tpubot what's wrong? see the logs\n\n")
+    result = subprocess.run([str(Path(sys.executable).with_name("tpubot")), "shell"], input=script,
+                            capture_output=True, text=True, cwd=tmp_path, env=env, timeout=240)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "(attached dash.png, " in out and "image/png; it goes with your next @tpubot message)" in out
+    assert "(not attached: ../elsewhere.png is outside the working directory" in out
+    reply = out[out.rindex("[thread]"):]
+    assert "Read 1 image: dash.png." in reply and "It received 1 image (1056×576)" in reply
+    assert "DEADLINE_EXCEEDED" in reply or "L8" in reply
