@@ -290,3 +290,28 @@ def test_shell_attach_sends_a_screenshot_and_a_log_with_the_next_mention(tmp_pat
     reply = out[out.rindex("[thread]"):]
     assert "Read 1 image: dash.png." in reply and "It received 1 image (1056×576)" in reply
     assert "DEADLINE_EXCEEDED" in reply or "L8" in reply
+
+
+# --- the README's claims ------------------------------------------------------------------------
+
+
+def test_readme_image_figures_are_the_codes():
+    """The README's "Screenshots in a mention" figures: the caps, the formats, the example size, the
+    default limit; the behaviour behind each sentence is held by the tests above."""
+    from pathlib import Path
+
+    from bot.settings import Settings
+    from infra.images import FORMATS, MAX_IMAGE_PIXELS, MAX_SOFT_TOKENS, PATCH_SIZE, POOLING_KERNEL, sent_size
+    from infra.vllm_flags import image_limit
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Screenshots in a mention", 1)[1].split("\n## ", 1)[0]
+    section = " ".join(section.split())
+    assert f"at most {MAX_IMAGE_BYTES // (1024 * 1024)} MiB" in section
+    assert f"more than {MAX_IMAGE_PIXELS // 1_000_000} megapixels" in section
+    assert "PNG, JPEG, WebP, GIF and BMP" in section and len(FORMATS) == 5
+    assert sent_size(1920, 1080) == (1056, 576) and "1920×1080 becomes 1056×576" in section
+    assert f"{MAX_SOFT_TOKENS} soft tokens of {POOLING_KERNEL}×{POOLING_KERNEL} patches of {PATCH_SIZE} px" in section
+    default = Settings.model_fields["vllm_limit_mm_per_prompt"].default
+    assert f"({image_limit(default)} by default)" in section
+    assert "`!attach FILE`" in readme and "!attach dash.png" in section
