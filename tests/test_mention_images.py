@@ -315,3 +315,29 @@ def test_readme_image_figures_are_the_codes():
     default = Settings.model_fields["vllm_limit_mm_per_prompt"].default
     assert f"({image_limit(default)} by default)" in section
     assert "`!attach FILE`" in readme and "!attach dash.png" in section
+
+
+# --- logs ---------------------------------------------------------------------------------------
+
+
+def test_a_data_uri_never_reaches_a_log_line_whatever_the_level():
+    import logging
+
+    from bot.logging_setup import configure_logging
+    from infra.images import prepare_image
+
+    uri = prepare_image("dash.png", screenshot(1920, 1080)).data_uri
+    root = logging.getLogger()
+    saved = (root.handlers[:], root.level, logging.getLogger("openai").level)
+    for log_format in ("json", "text"):
+        stream = io.StringIO()
+        configure_logging(logging.DEBUG, log_format=log_format, stream=stream)
+        try:
+            logging.getLogger("tpubot.test").warning("request body: %s", {"image_url": {"url": uri}})
+            logging.getLogger("openai._base_client").debug("Request options: %s", uri)
+        finally:
+            root.handlers[:], root.level = saved[0], saved[1]
+            logging.getLogger("openai").setLevel(saved[2])
+        written = stream.getvalue()
+        assert uri[40:80] not in written and f"data:image/png;base64,…[{len(uri):,} chars]" in written
+        assert "Request options" not in written  # the openai client's request dumps stay off
