@@ -23,3 +23,4 @@ class ModelConfig:
     max_answer_tokens: int = 1024
     temperature: float = 0.3
     enabled: bool = True  # False: always the model-less path
+    max_images: int = 4  # images one prompt may hold: the endpoint's --limit-mm-per-prompt "image"

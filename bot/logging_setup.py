@@ -7,6 +7,8 @@ carried in context variables, so the lines of one request or job can be joined.
 
 Redaction is agent/redact.py's, the same rules as Slack replies and model prompts, plus the
 literal values of the deployment's own secrets (a signing secret has no recognisable shape).
+Base64 data URIs (the images sent to the model) are cut to their media type and length before
+that: an image is not text, and a log line is no place for a megabyte of it.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import contextlib
 import contextvars
 import json
 import logging
+import re
 import sys
 from collections.abc import Iterable, Iterator
 from datetime import datetime, timezone
@@ -26,6 +29,12 @@ request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", d
 lease_id: contextvars.ContextVar[str] = contextvars.ContextVar("lease_id", default="-")
 
 LOG_FORMATS = ("auto", "json", "text")
+_DATA_URI = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,[A-Za-z0-9+/=]{16,}")
+
+
+def elide_data_uris(text: str) -> str:
+    """`data:image/png;base64,…[123,456 chars]` for every base64 data URI in `text`."""
+    return _DATA_URI.sub(lambda m: f"data:{m.group(1)};base64,…[{len(m.group(0)):,} chars]", text)
 
 
 @contextlib.contextmanager
@@ -59,12 +68,12 @@ class RedactingJsonFormatter(logging.Formatter):
             "time": datetime.fromtimestamp(record.created, tz=timezone.utc).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
-            "message": self._redact(record.getMessage()),
+            "message": self._redact(elide_data_uris(record.getMessage())),
             "request_id": request_id.get(),
             "lease_id": lease_id.get(),
         }
         if record.exc_info:
-            entry["exc"] = self._redact(self.formatException(record.exc_info))
+            entry["exc"] = self._redact(elide_data_uris(self.formatException(record.exc_info)))
         return json.dumps(entry, ensure_ascii=False)
 
 
@@ -74,7 +83,7 @@ class RedactingTextFormatter(logging.Formatter):
         self._redact = redactor or Redactor()
 
     def format(self, record: logging.LogRecord) -> str:
-        return self._redact(super().format(record))
+        return self._redact(elide_data_uris(super().format(record)))
 
 
 def wants_json(log_format: str, stream: IO[str]) -> bool:
@@ -98,6 +107,8 @@ def configure_logging(level: int = logging.INFO, *, log_format: str = "json", se
     # Bolt logs the full body and signature of every request that fails verification at INFO.
     logging.getLogger("slack_bolt").setLevel(max(level, logging.WARNING))
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    # The openai client logs every request's options (the whole prompt, images too) at DEBUG.
+    logging.getLogger("openai").setLevel(max(level, logging.INFO))
     # Library loggers with handlers of their own would print around the redaction.
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access", "arq", "arq.worker"):
         library = logging.getLogger(name)

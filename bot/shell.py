@@ -9,6 +9,7 @@ a file whose path is printed once, never into the conversation. `!help` lists th
 
 from __future__ import annotations
 
+import mimetypes
 import os
 import re
 import select
@@ -26,6 +27,7 @@ import redis as redis_sync
 from bot.local_stack import LocalStack
 from bot.settings import Settings
 from infra.jobs import QUEUE_NAME
+from infra.local_files import LocalFileError, LocalFiles
 from infra.state import keys
 from infra.state.leases import LeaseState
 
@@ -45,10 +47,12 @@ SETTLE_TIMEOUT = 180.0
 # A mention body longer than this is echoed as a one-line summary, not line by line.
 PASTE_ECHO_LINES = 3
 PASTE_ECHO_CHARS = 300
+ATTACH_MAX_BYTES = 64 * 1024 * 1024  # Slack takes far more; the bot's own caps are lower still
 
 HELP_LINES = (
     "/tpu …           a slash command (/TPU works too); /tpu help lists them",
     "@tpubot …        a mention; the following lines, up to a blank line, belong to it (pasted logs)",
+    "!attach FILE     attach a file (a screenshot, a log) to your next @tpubot message, as Slack would",
     "!click TEXT      press the most recent button whose label contains TEXT",
     "!user NAME       act as another user",
     "!wait            wait until the bot has finished what it started, capacity waits included (3 min at most)",
@@ -204,6 +208,7 @@ class Shell:
     _started_by: dict[bytes, str] = field(default_factory=dict)  # lease key -> the line it appeared after
     _told: set[tuple[bytes, str]] = field(default_factory=set)  # (lease key, state) said to be still working
     _waiting_since: dict[tuple[bytes, str], float] = field(default_factory=dict)  # (lease key, state) -> first seen
+    attached: list[dict] = field(default_factory=list)  # files for the next mention (Slack file objects)
 
     def __post_init__(self) -> None:
         self.requests = self.stack.signed_requests()
@@ -278,6 +283,8 @@ class Shell:
             while (next_line := more()) is not None and next_line.strip():
                 body.append(next_line.rstrip("\n"))
             self.mention("\n".join(body))
+        elif line.startswith("!attach"):
+            self.attach(line[len("!attach"):].strip())
         elif line.startswith("!click"):
             self.click(line[len("!click"):].strip())
         elif line.startswith("!user"):
@@ -291,7 +298,8 @@ class Shell:
         elif line.strip() in ("!quit", "!exit"):
             return False
         else:
-            self.say("", ["(lines start with /tpu, @tpubot, !click, !user, !wait, !kick, !invite, !help or !quit)"])
+            self.say("", ["(lines start with /tpu, @tpubot, !attach, !click, !user, !wait, !kick, !invite, !help or "
+                          "!quit)"])
         return True
 
     def act_as(self, name: str) -> None:
@@ -320,9 +328,37 @@ class Shell:
         elif self.terminal.pasted:
             # The terminal showed the first line; the paste itself was read without echo.
             self.say("", [f"[pasted {self.terminal.pasted:,} lines]"])
-        reply = self.requests.mention(f"<@UTPUBOT> {text}", user=user_id_for(self.user), channel=CHANNEL)
+        files, self.attached = self.attached, []
+        reply = self.requests.mention(f"<@UTPUBOT> {text}", user=user_id_for(self.user), channel=CHANNEL,
+                                      files=files or None)
         if reply.status != 200:
             self.say("[error] ", [f"HTTP {reply.status}: {reply.body[:200]}"])
+
+    def attach(self, path: str) -> None:
+        """!attach FILE: the file is shared into the Slack stand-in as a person's upload (a mimetype
+        guessed from its name, as Slack does) and goes with the next @tpubot message; the bot then
+        downloads it with its token like any Slack file. Paths are read under the working directory."""
+        if not path:
+            names = ", ".join(f["name"] for f in self.attached) or "none"
+            self.say("", [f"(!attach FILE attaches a file to your next @tpubot message; attached now: {names})"])
+            return
+        try:
+            target = LocalFiles(Path.cwd()).resolve(path)
+            size = target.stat().st_size
+            if size > ATTACH_MAX_BYTES:
+                raise LocalFileError(f"{path} is {size:,} bytes; the shell attaches at most {ATTACH_MAX_BYTES:,}.")
+            content = target.read_bytes()
+        except LocalFileError as error:
+            self.say("", [f"(not attached: {error})"])
+            return
+        except OSError as error:
+            self.say("", [f"(not attached: could not read {path}: {error.strerror or error})"])
+            return
+        slack = self.stack.slack
+        assert slack is not None, "the shell's stack runs the Slack stand-in"
+        mimetype = mimetypes.guess_type(target.name)[0] or "application/octet-stream"
+        self.attached.append(slack.add_file(f"F{len(slack.files) + 1:08d}", target.name, content, mimetype))
+        self.say("", [f"(attached {target.name}, {size:,} bytes, {mimetype}; it goes with your next @tpubot message)"])
 
     def click(self, label: str) -> None:
         match = next((b for b in reversed(self.buttons) if label.lower() in b.label.lower()), None)

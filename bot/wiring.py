@@ -56,10 +56,12 @@ def access_policy_from(settings: Settings) -> AccessPolicy:
 
 def model_config_from(settings: Settings):
     from agent.model_config import ModelConfig
+    from infra.vllm_flags import image_limit
 
     return ModelConfig(base_url=settings.gemma_base_url, model=settings.model_name,
                        max_steps=settings.agent_max_steps, stream=settings.agent_stream,
-                       enabled=settings.agent_use_model)
+                       enabled=settings.agent_use_model,
+                       max_images=image_limit(settings.vllm_limit_mm_per_prompt))
 
 
 def redactor_from(settings: Settings) -> Redactor:

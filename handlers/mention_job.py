@@ -3,13 +3,21 @@ the reply in the thread and post one confirm card per proposal.
 
 An attached file streams from Slack through gunzip, decoding and redaction onto a line spool
 (agent/digest/spool.py) in a worker thread, so its size does not decide the job's memory; the
-spools are closed when the job ends, whatever the outcome."""
+spools are closed when the job ends, whatever the outcome.
+
+Whether a file is an image is told by its first bytes, not its name or Slack's mimetype: an image
+is read whole (capped at MAX_IMAGE_BYTES), checked and resized for Gemma 4 (infra/images.py) in the
+same worker thread, one at a time, and only the small resized copy is kept. Images count newest
+first: the mention's own, then those earlier in the thread from the latest message back, up to the
+endpoint's per-prompt limit; the rest are named as not read and not downloaded."""
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import logging
+import tempfile
 from collections.abc import Sequence
 
 from redis.exceptions import RedisError
@@ -20,12 +28,21 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.context import Actor, Services
 from agent.digest import LineSpool, estimate_tokens, lines_from_chunks
 from agent.llm.loop import run_agent
-from agent.llm.material import MentionInput, build_mention, spool_file_lines, unescape_slack, unread_warnings
+from agent.llm.material import (
+    MentionBuilder,
+    MentionInput,
+    build_mention,
+    images_read_line,
+    spool_file_lines,
+    unescape_slack,
+    unread_warnings,
+)
 from agent.actions.secret_values import run_redactor
 from handlers.feedback_buttons import offer_feedback
 from handlers.notifier import UNREACHABLE, slack_error
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
+from infra.images import MAX_IMAGE_BYTES, ImageError, PreparedImage, looks_like_image, prepare_image
 from infra.slack_files import MAX_LOG_FILE_BYTES, SlackFileError, open_slack_file
 
 log = logging.getLogger(__name__)
@@ -36,7 +53,9 @@ MAX_FILE_BYTES = MAX_LOG_FILE_BYTES
 THREAD_MESSAGES = 15  # conversations.replies is limited to 15 per page for new apps (slack.md §3)
 THREAD_PAGES = 20  # at most 300 messages of a thread are read
 THREAD_TOKENS = 3_000  # of earlier thread messages in the prompt (the logs get the rest)
-NOT_TEXT = ("image/", "video/", "audio/")
+NOT_TEXT = ("video/", "audio/")
+IMAGE_TYPE = "image/"
+THREAD_IMAGES = 10  # image files of earlier thread messages considered at most (newest first)
 
 
 def job_id(team: str, channel: str, ts: str) -> str:
@@ -61,16 +80,19 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
                                           unfurl_media=False)
             return "not_in_channel"
         mention = await gather_input(client, channel=channel, ts=ts, thread_ts=thread_ts, text=text,
-                                     files=files, bot_user_id=bot_user_id, notes=notes or [])
+                                     files=files, bot_user_id=bot_user_id, notes=notes or [],
+                                     max_images=services.model.max_images if services.model else 4)
         # One redactor for the run, knowing the live lease keys: the prompt, the tool results and
         # every piece of the reply pass through it.
         reply.redactor = await run_redactor(services)
         services = dataclasses.replace(services, redactor=reply.redactor)
         run = await run_agent(services, Actor(user_id=user, team=team, channel=channel), mention, reply)
-        if run.used_model and mention.notes:
+        read_images = images_read_line(mention)
+        if run.used_model and (mention.notes or read_images):
             # What was not read qualifies the answer, so it leads it ("no errors" of a message cut at
-            # Slack's limit is not a clean bill); the model-less answer puts them first itself.
-            run.text = "\n\n".join([*unread_warnings(mention), run.text])
+            # Slack's limit is not a clean bill), and so does which images the model saw; the
+            # model-less answer puts its own lines first itself.
+            run.text = "\n\n".join([*unread_warnings(mention), *([read_images] if read_images else []), run.text])
         # Cards go in before the answer is marked finished (the answer stays above them: the
         # stream or the status line it replaces was posted first).
         for proposal in run.proposals:
@@ -94,44 +116,97 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
 
 
 async def gather_input(client: AsyncWebClient, *, channel: str, ts: str, thread_ts: str, text: str,
-                       files: list[dict], bot_user_id: str, notes: Sequence[str] = ()) -> MentionInput:
+                       files: list[dict], bot_user_id: str, notes: Sequence[str] = (),
+                       max_images: int = 4) -> MentionInput:
     """The mention's material; the caller closes it. On an error nothing is left open."""
     builder = build_mention(text)
     builder.notes.extend(notes)
+    unread_images: list[str] = []
     try:
         sync_client = WebClient(token=client.token, base_url=client.base_url, timeout=10)
         for info in files[:MAX_FILES]:
-            name = str(info.get("name") or info.get("id"))
-            if str(info.get("mimetype", "")).startswith(NOT_TEXT):
-                builder.notes.append(f"Skipped {name}: not a text file.")
-                continue
-            # Made here, not in the thread: a cancelled job closes it, and the thread stops writing.
-            spool = LineSpool()
-            try:
-                await asyncio.to_thread(spool_slack_file, sync_client, info["id"], spool)
-            except SlackFileError as error:
-                spool.close()
-                builder.notes.append(f"Could not read {name}: {error}")
-                continue
-            except BaseException:
-                spool.close()
-                raise
-            builder.add_spool(f"file {name}", spool)
+            await _read_attachment(sync_client, info, builder, max_images, unread_images)
         if len(files) > MAX_FILES:
             builder.notes.append(f"Read the first {MAX_FILES} of {len(files)} files.")
         if thread_ts and thread_ts != ts:
-            builder.add("thread", await thread_lines(client, channel, thread_ts, ts, bot_user_id, builder.notes))
+            thread_images: list[dict] = []
+            builder.add("thread", await thread_lines(client, channel, thread_ts, ts, bot_user_id, builder.notes,
+                                                     thread_images))
+            for info in thread_images:
+                await _read_attachment(sync_client, info, builder, max_images, unread_images)
+        if unread_images:
+            builder.notes.append(f"Not read: {', '.join(unread_images)}: the model takes at most {max_images} "
+                                 f"image{'s' * (max_images != 1)} per message (--limit-mm-per-prompt), newest first.")
     except BaseException:
         builder.close()
         raise
     return builder.build()
 
 
-def spool_slack_file(client: WebClient, file_id: str, spool: LineSpool) -> None:
-    """One attached file onto `spool`: downloaded, gunzipped, decoded and redacted as it arrives
-    (blocking: run it in a thread). Raises SlackFileError, with lines already spooled left to the caller."""
-    with open_slack_file(client, file_id, max_bytes=MAX_FILE_BYTES) as download:
-        spool_file_lines(spool, lines_from_chunks(download.chunks))
+async def _read_attachment(client: WebClient, info: dict, builder: MentionBuilder, max_images: int,
+                           unread_images: list[str]) -> None:
+    """One file into the builder: an image, a log spool, or a note saying why it was not read."""
+    name = str(info.get("name") or info.get("id"))
+    mimetype = str(info.get("mimetype", ""))
+    if mimetype.startswith(NOT_TEXT):
+        builder.notes.append(f"Skipped {name}: not a text file or an image.")
+        return
+    if mimetype.startswith(IMAGE_TYPE) and len(builder.images) >= max_images:
+        unread_images.append(name)  # not downloaded: it would not be sent
+        return
+    # Made here, not in the thread: a cancelled job closes it, and the thread stops writing.
+    spool = LineSpool()
+    try:
+        image = await asyncio.to_thread(read_slack_file, client, info["id"], spool, name=name,
+                                        said_image=mimetype.startswith(IMAGE_TYPE),
+                                        take_image=len(builder.images) < max_images)
+    except (SlackFileError, ImageError) as error:
+        spool.close()
+        builder.notes.append(f"Could not read {name}: {error}" if isinstance(error, SlackFileError) else f"{error}.")
+        return
+    except BaseException:
+        spool.close()
+        raise
+    if image is NOT_TAKEN:
+        spool.close()
+        unread_images.append(name)
+    elif isinstance(image, PreparedImage):
+        spool.close()
+        builder.images.append(image)
+    else:
+        builder.add_spool(f"file {name}", spool)
+
+
+NOT_TAKEN = object()  # an image over the per-prompt limit: recognised, not decoded
+
+
+def read_slack_file(client: WebClient, file_id: str, spool: LineSpool, *, name: str, said_image: bool = False,
+                    take_image: bool = True) -> object:
+    """One attached file, told apart by its first bytes (blocking: run it in a thread). An image is
+    downloaded to a temporary file (at most MAX_IMAGE_BYTES) and returned resized; past the image limit (`take_image`
+    False) it is NOT_TAKEN; anything else goes onto `spool` as log lines and None is returned.
+    Raises SlackFileError or ImageError."""
+    cap = MAX_IMAGE_BYTES if said_image else MAX_FILE_BYTES
+    with open_slack_file(client, file_id, max_bytes=cap) as download:
+        head = next(download.chunks, b"")
+        if looks_like_image(head):
+            if not take_image:
+                return NOT_TAKEN
+            # Onto disk, not the heap: Pillow reads the file back in pieces while it decodes.
+            with tempfile.TemporaryFile() as spooled:
+                size = 0
+                for chunk in itertools.chain([head], download.chunks):
+                    size += len(chunk)
+                    if size > MAX_IMAGE_BYTES:
+                        raise ImageError(f"{name} is larger than the {MAX_IMAGE_BYTES:,}-byte limit for an image")
+                    spooled.write(chunk)
+                return prepare_image(name, spooled)
+        if said_image:
+            # Slack calls it an image (by its name), its content says otherwise: not read as a log either.
+            raise ImageError(f"{name} is not an image: its content is not PNG, JPEG, WebP, GIF or BMP, whatever "
+                             "its name says; not read")
+        spool_file_lines(spool, lines_from_chunks(itertools.chain([head], download.chunks)))
+        return None
 
 
 def cant_answer_text(channel: str) -> str:
@@ -140,10 +215,11 @@ def cant_answer_text(channel: str) -> str:
 
 
 async def thread_lines(client: AsyncWebClient, channel: str, thread_ts: str, ts: str, bot_user_id: str,
-                       notes: list[str]) -> list[str]:
+                       notes: list[str], image_files: list[dict] | None = None) -> list[str]:
     """The thread's root and the messages just above the mention, newest kept first, within
     THREAD_TOKENS. conversations.replies pages oldest first (15 a page for new apps), so the
-    newest messages are on the last page: every page up to the mention is read."""
+    newest messages are on the last page: every page up to the mention is read. The image files
+    posted in the thread go to `image_files`, newest message first (at most THREAD_IMAGES)."""
     messages: list[dict] = []
     cursor = None
     for _ in range(THREAD_PAGES):
@@ -160,6 +236,9 @@ async def thread_lines(client: AsyncWebClient, channel: str, thread_ts: str, ts:
             break
     else:
         notes.append(f"Read the first {THREAD_PAGES * THREAD_MESSAGES} messages of the thread.")
+    if image_files is not None:
+        image_files.extend([f for m in reversed(messages) for f in m.get("files") or []
+                            if str(f.get("mimetype", "")).startswith(IMAGE_TYPE)][:THREAD_IMAGES])
     if not messages:
         return []
     root, rest = messages[0], messages[1:]

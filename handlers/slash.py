@@ -85,7 +85,8 @@ async def queue_subcommand(services: Services, actor: Actor, parsed: ParsedComma
     await services.jobs.enqueue(QUEUED_ACTIONS[parsed.action],
                                 job_id=ask_job_id(actor.team, actor.channel, command.get("trigger_id", "")),
                                 team=actor.team, channel=actor.channel, user_id=actor.user_id,
-                                response_url=command.get("response_url", ""), **args.model_dump())
+                                # `images` are local files (MCP, the shell): a Slack command has none
+                                response_url=command.get("response_url", ""), **args.model_dump(exclude={"images"}))
     return cards.notice(":hourglass_flowing_sand: Asking this channel's model; the answer and its timings "
                         "follow here.")
 

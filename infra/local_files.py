@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from infra.gzip_stream import gunzip_chunks, sniff_gzip
+from infra.images import ImageError, PreparedImage, prepare_image
 from infra.slack_files import CHUNK_BYTES, MAX_LOG_FILE_BYTES
 
 BINARY_SNIFF_BYTES = 8192
@@ -77,6 +78,22 @@ class LocalFiles:
             if compressed:
                 chunks = gunzip_chunks(chunks, self.max_bytes, shown, LocalFileError)
             yield LocalLog(shown, _text_only(chunks, shown))
+
+    def read_image(self, path: str) -> PreparedImage:
+        """The image at `path` (the same path rules as a log), checked by its content and resized for
+        Gemma 4 (infra/images.py); raises LocalFileError with the reason."""
+        target = self.resolve(path)
+        shown = self._shown(target)
+        if not target.is_file():
+            raise LocalFileError(f"No image file at {shown} (resolved from `{path}`). Check the path; relative "
+                                 f"paths start at {self.root.resolve()}.")
+        try:
+            with target.open("rb") as handle:
+                return prepare_image(shown, handle)
+        except ImageError as error:
+            raise LocalFileError(f"{error}.") from None
+        except OSError as error:
+            raise LocalFileError(f"Could not read {shown}: {error.strerror or error}.") from None
 
     def _blocks(self, handle: BinaryIO, shown: str) -> Iterator[bytes]:
         read = 0

@@ -39,6 +39,14 @@ GEMMA4_MAX_TOKENS_PER_ITEM = {
 V5E_MAX_GPU_MEMORY_UTILIZATION = 0.92
 
 
+def image_limit(limit_mm_per_prompt: str) -> int:
+    """How many images one prompt may hold under these limits (JSON): vLLM refuses a request with
+    more ("At most N image(s) may be provided in one prompt.", HTTP 400). A limits object without
+    "image" is taken as 1 image, the cautious reading (vLLM's own default for an absent modality
+    is not relied on)."""
+    return max(0, int(json.loads(limit_mm_per_prompt).get("image", 1)))
+
+
 def largest_mm_item(limit_mm_per_prompt: str) -> tuple[str, int]:
     """(modality, tokens) of the largest multimodal item these limits (JSON) let a prompt hold."""
     limits = json.loads(limit_mm_per_prompt)

@@ -1,34 +1,84 @@
-"""Which vLLM an image reference serves: the one table the settings and the sandbox ask."""
+"""The sandbox vLLM takes image parts as vLLM's OpenAI server does, through the real `openai` client:
+the per-prompt limit and its error, base64-only data URLs, the URL schemes, and what an image
+costs in prompt tokens (<boi> + Gemma 4's soft tokens for its size + <eoi>)."""
 
 from __future__ import annotations
 
+import base64
+import io
+
+import openai
 import pytest
+from PIL import Image
 
-from infra.vllm_images import DEFAULT_IMAGE, DEFAULT_VLLM_VERSION, served_vllm_version, unusable_reason
+from infra.sandbox.vllm import LatencyModel, VllmEmulator
 
-DIGEST = "sha256:" + "d" * 64
+MODEL = "google/gemma-4-E2B-it"
 
 
-@pytest.mark.parametrize("image, version", [
-    ("vllm/vllm-tpu:v0.32.0", "0.32.0"),
-    ("vllm/vllm-tpu:v0.33.0", "0.33.0"),
-    ("vllm/vllm-tpu:0.24", "0.24.0"),
-    ("vllm/vllm-tpu:v0.26.1rc1", "0.26.1rc1"),
-    ("us-west4-docker.pkg.dev/p/r/vllm-tpu:v0.32.0", "0.32.0"),
-    (f"vllm/vllm-tpu:v0.33.0@{DIGEST}", "0.33.0"),  # the tag says which digest was pinned
-    ("localhost:5000/vllm-tpu:v0.19.0", "0.19.0"),  # a registry's port is not a tag
-    (f"vllm/vllm-tpu@{DIGEST}", DEFAULT_VLLM_VERSION),  # digest only: taken as the default's
-    ("localhost:5000/vllm-tpu", None),
-    ("vllm/vllm-tpu:nightly-20261020-abc1234-def5678", None),
-    ("registry.example/vllm-tpu:pinned", None),
+def png_uri(width: int, height: int) -> str:
+    out = io.BytesIO()
+    Image.new("RGB", (width, height), (20, 120, 200)).save(out, "PNG")
+    return "data:image/png;base64," + base64.b64encode(out.getvalue()).decode()
+
+
+def ask(client: openai.OpenAI, *urls: str):
+    content = [{"type": "text", "text": "What does the dashboard show?"}]
+    content += [{"type": "image_url", "image_url": {"url": url}} for url in urls]
+    return client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": content}],
+                                          max_tokens=256)
+
+
+@pytest.fixture(scope="module")
+def emu():
+    with VllmEmulator(latency=LatencyModel.instant()) as emulator:
+        yield emulator
+
+
+@pytest.fixture
+def client(emu):
+    with openai.OpenAI(base_url=emu.base_url, api_key="x", max_retries=0) as c:
+        yield c
+
+
+def refusal(client, *urls: str) -> openai.BadRequestError:
+    with pytest.raises(openai.BadRequestError) as caught:
+        ask(client, *urls)
+    assert caught.value.status_code == 400
+    return caught.value
+
+
+def test_five_images_against_the_default_limit_of_four_are_refused_with_vllms_message(emu, client):
+    before = len(emu.requests)
+    error = refusal(client, *[png_uri(96, 96)] * 5)
+    assert error.body["message"] == "At most 4 image(s) may be provided in one prompt."
+    assert error.body["type"] == "BadRequestError" and len(emu.requests) == before  # nothing was run
+    assert ask(client, *[png_uri(96, 96)] * 4).choices[0].message.content
+
+
+def test_the_limit_follows_limit_mm_per_prompt():
+    with VllmEmulator(latency=LatencyModel.instant(), limit_mm_per_prompt='{"image":0,"audio":1}') as emu:
+        with openai.OpenAI(base_url=emu.base_url, api_key="x", max_retries=0) as client:
+            assert refusal(client, png_uri(96, 96)).body["message"] == \
+                "At most 0 image(s) may be provided in one prompt."
+
+
+@pytest.mark.parametrize("url, message", [
+    ("data:image/png,iVBORw0KGgo=", "not enough values to unpack (expected 2, got 1)"),
+    ("data:image/png;charset=utf-8,abc", "Only base64 data URLs are supported for now."),
+    ("ftp://example.invalid/a.png", "The URL must be either a HTTP, data or file URL."),
+    ("file:///etc/passwd", "Cannot load local files without `--allowed-local-media-path`."),
+    ("data:image/png;base64," + base64.b64encode(b"not a picture").decode(), "Failed to load image: cannot identify"),
 ])
-def test_the_served_version_is_read_from_the_release_tag(image, version):
-    assert served_vllm_version(image) == version
+def test_image_urls_vllm_cannot_load_are_refused(client, url, message):
+    assert refusal(client, url).body["message"].startswith(message)
 
 
-def test_versions_that_cannot_serve_e2b_on_a_tpu_say_why():
-    assert "shared-KV" in unusable_reason("vllm/vllm-tpu:v0.21.9")
-    assert "predates the rewrite" in unusable_reason("vllm/vllm-tpu:v0.22.1")
-    assert "predates the rewrite" in unusable_reason("vllm/vllm-tpu:v0.23.0")
-    for usable in (DEFAULT_IMAGE, "vllm/vllm-tpu:v0.24.0", f"vllm/vllm-tpu@{DIGEST}", "x/vllm-tpu:pinned"):
-        assert unusable_reason(usable) is None, usable
+def test_an_image_costs_its_soft_tokens_in_the_prompt_and_the_heuristic_says_what_it_got(client):
+    text_only = ask(client).usage.prompt_tokens
+    answered = ask(client, png_uri(1056, 576), png_uri(48, 48))
+    # 1056×576: 22 × 12 groups of 3×3 patches = 264 soft tokens; 48×48 is scaled up to 768×768 by
+    # the processor, 16 × 16 = 256; each with <boi> and <eoi>.
+    assert answered.usage.prompt_tokens - text_only == (264 + 2) + (256 + 2)
+    assert "It received 2 images (1056×576, 48×48) and cannot see them." in answered.choices[0].message.content
+    assert "heuristic stand-in, not Gemma" in answered.choices[0].message.content

@@ -19,12 +19,17 @@ from agent.context import Actor, Services
 from agent.model_config import ModelConfig
 from agent.actions.model_endpoint import ModelEndpoint, endpoint_label, openai_client, resolve_endpoint
 from agent.redact import redact
+from infra.images import PreparedImage, image_content_parts
+from infra.local_files import LocalFileError
 from infra.model_query import TimedAnswer, ask_timed
 from infra.vllm_health import EngineGauges, read_gauges, read_version, version_from_fingerprint
 
 NO_ENDPOINT = ("No model to ask: this channel has no READY TPU (and no GEMMA_BASE_URL is set). `provision` "
                "(`/tpu up`) first, then try again once `status` says READY.")
 MAX_PROMPT_CHARS = 8000
+MAX_IMAGE_ARGS = 16  # paths accepted at all; the endpoint's --limit-mm-per-prompt decides how many are read
+NO_LOCAL_FILES = ("`images` are files on this machine, read only by `tpubot mcp` (and `tpubot shell`'s "
+                  "`!attach`); in Slack, attach the screenshots to a mention instead.")
 
 
 class AskModelArgs(BaseModel):
@@ -32,6 +37,10 @@ class AskModelArgs(BaseModel):
 
     prompt: str = Field(..., min_length=1, max_length=MAX_PROMPT_CHARS, description="what to ask the model")
     max_tokens: int = Field(256, ge=1, le=2048, description="most tokens the answer may have")
+    images: list[str] = Field(default_factory=list, max_length=MAX_IMAGE_ARGS,
+                              description="image files (PNG, JPEG, WebP, GIF or BMP) under the working directory "
+                                          "to show the model with the prompt (`tpubot mcp` only); at most the "
+                                          "endpoint's per-prompt image limit are read, in the order given")
 
 
 def timing_line(answer: TimedAnswer) -> str:
@@ -51,18 +60,47 @@ async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionRe
     if endpoint is None:
         return ActionResult(False, NO_ENDPOINT, {"endpoint": None})
     config = svc.model or ModelConfig()
+    if args.images and svc.local_files is None:
+        return ActionResult(False, NO_LOCAL_FILES, {"endpoint": endpoint.base_url})
+    images, lines = await asyncio.to_thread(read_images, svc, args.images, config.max_images)
+    content: str | list = redact(args.prompt)
+    if images:
+        content = [{"type": "text", "text": content}, *image_content_parts(images, [i.name for i in images])]
     async with openai_client(endpoint, config) as client:
-        answer = await ask_timed(client, config.model, [{"role": "user", "content": redact(args.prompt)}],
+        answer = await ask_timed(client, config.model, [{"role": "user", "content": content}],
                                  max_tokens=args.max_tokens, temperature=config.temperature)
-    data = {**endpoint_data(endpoint), "model": answer.model or config.model}
+    data = {**endpoint_data(endpoint), "model": answer.model or config.model,
+            "images_read": [image.name for image in images], "image_notes": lines}
+    if images:
+        lines.insert(0, f"Read {len(images)} image{'s' * (len(images) != 1)}: "
+                        f"{', '.join(image.describe() for image in images)}.")
     if not answer.ok:
         return ActionResult(False, f"The model at {endpoint.base_url} ({endpoint.source}) did not answer: "
                                    f"{answer.error}", {**data, "error": answer.error})
     text = redact(answer.text) or "(the model returned no text)"
     cut = " (cut at max_tokens)" if answer.finish_reason == "length" else ""
     via = endpoint_label(endpoint, answer.system_fingerprint)
+    text = "\n".join([*lines, text]) if lines else text
     return ActionResult(True, f"{text}\n\n— {answer.model} via {via}: {timing_line(answer)}{cut}",
                         {**data, "answer": text, "finish_reason": answer.finish_reason, **answer.timings()})
+
+
+def read_images(svc: Services, paths: list[str], limit: int) -> tuple[list[PreparedImage], list[str]]:
+    """The images at `paths` (at most `limit`), and a line for each that was not read and why."""
+    images: list[PreparedImage] = []
+    lines: list[str] = []
+    if svc.local_files is None:
+        return images, lines
+    for path in paths:
+        if len(images) >= limit:
+            lines.append(f"Not read: {path}: the model takes at most {limit} image{'s' * (limit != 1)} per "
+                         "prompt (--limit-mm-per-prompt).")
+            continue
+        try:
+            images.append(svc.local_files.read_image(path))
+        except LocalFileError as error:
+            lines.append(f"Not read: {error}")
+    return images, lines
 
 
 @action("model_health", "Check this channel's model endpoint: model id, vLLM version, KV cache use, running "

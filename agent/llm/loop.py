@@ -37,6 +37,7 @@ from agent.llm.prompt import (
     TOOL_RESULT_TOKENS,
     build_messages,
     cap_tokens,
+    content_tokens,
     data_block,
     defuse,
     model_tools,
@@ -337,7 +338,7 @@ def _fit_context(messages: list[dict], tools: list[dict], answer_tokens: int) ->
     """Keep the prompt inside 16k: shorten the oldest tool results first."""
     limit = CONTEXT_TOKENS - answer_tokens - 256
     def total() -> int:
-        return estimate_tokens(json.dumps(tools)) + sum(estimate_tokens(str(m.get("content") or "")) + 8 for m in messages)
+        return estimate_tokens(json.dumps(tools)) + sum(content_tokens(m.get("content")) + 8 for m in messages)
     for message in messages:
         if total() <= limit:
             return

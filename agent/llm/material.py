@@ -12,6 +12,10 @@ numbers preserved so `L12` in a digest still points at the person's line 12.
 A pasted text or the thread is small and kept in memory; an attached file is a `LineSpool` (its
 lines, redacted as they were read, on disk), so the material of a mention costs memory in
 proportion to the paste, not to the files. Close the MentionInput when the job ends.
+
+Images (screenshots attached to the mention or earlier in the thread) arrive already resized for
+Gemma 4 (infra/images.py), newest first, at most the endpoint's per-prompt image limit; a few hundred
+KiB each. Their bytes are never text: they are not redacted, logged or digested, only sent.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ from dataclasses import dataclass, field
 
 from agent.digest import LineSpool
 from agent.redact import redact, redact_lines, redact_stream
+from infra.images import PreparedImage
 
 FENCE = "```"
 _MENTION_RE = re.compile(r"<@[A-Z0-9]+(?:\|[^>]*)?>")
@@ -42,6 +47,7 @@ class MentionInput:
     request: str  # the person's own words (redacted)
     sources: tuple[LogSource, ...] = ()
     notes: tuple[str, ...] = ()  # e.g. a file that could not be read, said to the person
+    images: tuple[PreparedImage, ...] = ()  # newest first, resized; sent to the model as image parts
 
     @property
     def has_logs(self) -> bool:
@@ -85,6 +91,7 @@ class MentionBuilder:
     request: str
     sources: list[LogSource] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    images: list[PreparedImage] = field(default_factory=list)
 
     def add(self, name: str, lines: list[str]) -> None:
         if lines:
@@ -99,7 +106,7 @@ class MentionBuilder:
             spool.close()
 
     def build(self) -> MentionInput:
-        return MentionInput(redact(self.request), tuple(self.sources), tuple(self.notes))
+        return MentionInput(redact(self.request), tuple(self.sources), tuple(self.notes), tuple(self.images))
 
     def close(self) -> None:
         """For a mention that is not built after all (gathering it failed)."""
@@ -109,6 +116,29 @@ class MentionBuilder:
 def unread_warnings(mention: MentionInput) -> list[str]:
     """The mention's notes (what was cut, skipped or could not be read), as the lines an answer opens with."""
     return [f":warning: {note}" for note in mention.notes]
+
+
+def image_names(mention: MentionInput) -> str:
+    """`dash.png and errors.png`: the images, as the answer names them."""
+    names = [image.name for image in mention.images]
+    return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
+
+
+def images_read_line(mention: MentionInput) -> str | None:
+    """The line an answer by the model opens with when it was shown images."""
+    if not mention.images:
+        return None
+    count = len(mention.images)
+    return f":frame_with_picture: Read {count} image{'s' * (count != 1)}: {image_names(mention)}."
+
+
+def images_unread_line(mention: MentionInput) -> str | None:
+    """The model-less answer's line: the images were received, but nothing here can read them."""
+    if not mention.images:
+        return None
+    count = len(mention.images)
+    return (f":frame_with_picture: I could not read the {count} image{'s' * (count != 1)} ({image_names(mention)}): "
+            "reading images needs the model.")
 
 
 def spool_file_lines(spool: LineSpool, lines: Iterable[str]) -> None:

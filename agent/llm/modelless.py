@@ -20,7 +20,7 @@ from agent.actions.log_actions import cited_lines
 from agent.context import Actor, Services
 from agent.digest import build_digest
 from agent.llm.intents import Intent, classify, provision_details
-from agent.llm.material import MentionInput, unread_warnings
+from agent.llm.material import MentionInput, images_unread_line, unread_warnings
 from agent.llm.run import AgentRun
 from agent.digest.runbook_links import runbook_links
 from infra.runbooks.library import RunbookLibrary
@@ -121,7 +121,8 @@ async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: 
                 parts.append(check.message)
     if not intents or not (parts or cards):
         parts.append(HELP)  # not understood: the digest (if any) and what I can do, never a guess
-    parts[:0] = unread_warnings(mention)
+    unread_images = images_unread_line(mention)
+    parts[:0] = unread_warnings(mention) + ([unread_images] if unread_images else [])
     lease = await svc.leases.get(actor.team, actor.channel)
     if Intent.DOWN in intents:
         pass  # asked to tear down: never answer with an offer to provision

@@ -63,6 +63,7 @@ class Message:
     ephemeral_to: str | None = None
     updates: int = 0
     streaming: bool = False  # between chat.startStream and chat.stopStream
+    files: list = field(default_factory=list)  # file objects shared with the message (as add_file returns)
 
 
 @dataclass
@@ -139,9 +140,11 @@ class SlackApiSandbox:
         with self._lock:
             self.removed_from.discard(channel)
 
-    def add_message(self, channel: str, text: str, *, user: str, thread_ts: str | None = None) -> str:
-        """A message a person posted (thread context for mentions); returns its ts."""
-        message = Message(channel=channel, ts=self._new_ts(), text=text, thread_ts=thread_ts, user=user)
+    def add_message(self, channel: str, text: str, *, user: str, thread_ts: str | None = None,
+                    files: list[dict] | None = None) -> str:
+        """A message a person posted (thread context for mentions), with the files shared in it; returns its ts."""
+        message = Message(channel=channel, ts=self._new_ts(), text=text, thread_ts=thread_ts, user=user,
+                          files=list(files or []))
         with self._changed:
             self.messages.append(message)
             self._changed.notify_all()
@@ -444,11 +447,13 @@ def _cursor_offset(cursor: Any) -> int:
 
 
 def _thread_message(message: Message) -> dict:
-    shown = {"type": "message", "ts": message.ts, "text": message.text, "thread_ts": message.thread_ts or message.ts}
+    shown: dict[str, Any] = {"type": "message", "ts": message.ts, "text": message.text, "thread_ts": message.thread_ts or message.ts}
     if message.user == BOT_USER_ID:
         shown.update(user=BOT_USER_ID, bot_id=BOT_ID)
     else:
         shown["user"] = message.user
+    if message.files:
+        shown["files"] = message.files
     return shown
 
 

@@ -47,6 +47,8 @@ Q = '<|"|>'
 # OpenAI content-part types as vLLM hands them to the template (image_url -> image, …)
 _MEDIA_KINDS = {"image": "image", "image_url": "image", "audio": "audio", "input_audio": "audio",
                 "audio_url": "audio", "video": "video", "video_url": "video"}
+# What the template writes for each; vLLM replaces these with the media's own tokens (tokens.py).
+MEDIA_PLACEHOLDERS = {"image": "<|image|>", "audio": "<|audio|>", "video": "<|video|>"}
 _STANDARD_KEYS = ("description", "type", "properties", "required", "nullable")
 
 
@@ -69,7 +71,7 @@ def _dictsort(mapping: dict[str, Any]) -> list[str]:
 
 def _media_token(kind: Any) -> str:
     media = _MEDIA_KINDS.get(kind) if isinstance(kind, str) else None
-    return f"<|{media}|>" if media else ""
+    return MEDIA_PLACEHOLDERS[media] if media else ""
 
 
 class _Renderer:

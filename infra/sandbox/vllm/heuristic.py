@@ -12,6 +12,8 @@ sandbox model. It exists so the agent loop visibly works end to end on embedded 
   the boot's known-answer check (infra/model_correctness.py) passes on a healthy sandbox model;
 - no such word, but the message carries a log digest → the log tool, as a model would read them;
 - anything else → a plain labelled reply.
+When the request carries images it cannot see them, and says what it received ("2 images:
+1056×576, 576×1056") in every answer it writes.
 Its output is raw Gemma text, so it goes through the same vLLM-side parsing as scripted turns.
 """
 
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import operator
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -173,8 +176,21 @@ def _cut(text: str, limit: int) -> str:
     return text[: limit - 1].rsplit(" ", 1)[0] + " …"
 
 
-def respond(request: dict[str, Any], label: str = "sandbox model") -> str:
-    """Raw Gemma-4-syntax text for this request."""
+def received_images(images: Sequence[Any]) -> str:
+    """` It received 2 images (1056×576, 576×1056) and cannot see them.` ("" without images)."""
+    if not images:
+        return ""
+    sizes = ", ".join(f"{image.width}×{image.height}" for image in images)
+    return f" It received {len(images)} image{'s' * (len(images) != 1)} ({sizes}) and cannot see them."
+
+
+def respond(request: dict[str, Any], label: str = "sandbox model", images: Sequence[Any] = ()) -> str:
+    """Raw Gemma-4-syntax text for this request; `images`: what the server loaded (width, height)."""
+    text = _respond(request, label)
+    return text + received_images(images) if text.startswith(f"[{label}") else text
+
+
+def _respond(request: dict[str, Any], label: str) -> str:
     messages = request.get("messages") or []
     tool_results: list[tuple[str, str]] = []
     for msg in reversed(messages):

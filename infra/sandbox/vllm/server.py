@@ -38,7 +38,10 @@ from typing import Any
 
 from aiohttp import web
 
+from infra.vllm_flags import DEFAULT_MM_LIMITS, image_limit
+
 from . import chat_template, heuristic
+from .images import ImagePartError, SeenImage, check_images
 from .gemma_text import StreamParser, parse_output
 from .responses import (
     SYSTEM_FINGERPRINT,
@@ -118,8 +121,10 @@ class VllmEmulator:
         sock: socket.socket | None = None,
         served_version: str = DEFAULT_SERVED_VERSION,
         model_fault: str = "none",
+        limit_mm_per_prompt: str = DEFAULT_MM_LIMITS,
     ) -> None:
         self.model = model
+        self.image_limit = image_limit(limit_mm_per_prompt)  # `--limit-mm-per-prompt`'s "image"
         self.served_version = check_served_version(served_version)  # the vLLM release answered as
         if model_fault not in MODEL_FAULTS:
             raise ValueError(f"model_fault must be one of {', '.join(MODEL_FAULTS)}, not {model_fault!r}")
@@ -138,6 +143,7 @@ class VllmEmulator:
         self.api_key = api_key  # `vllm serve --api-key`: /v1/* answers 401 without `Authorization: Bearer KEY`
         self.metrics_mode = "ok"  # see METRICS_MODES; flip at runtime for idle-clock tests
         self.requests: list[dict[str, Any]] = []  # every accepted request body, in arrival order
+        self.images: list[list[SeenImage]] = []  # the images of each accepted chat request, as loaded
         # (index into `requests`, what Gemma 4's chat template renders badly in that request)
         self.prompt_problems: list[tuple[int, str]] = []
         self.counters = _Counters()
@@ -291,9 +297,9 @@ class VllmEmulator:
             "waiting": self.engine.num_waiting,
         }
 
-    def _next_turn(self, body: dict[str, Any]) -> Turn:
+    def _next_turn(self, body: dict[str, Any], images: list[SeenImage]) -> Turn:
         spec = self.script.pop()
-        turn = Turn(text=heuristic.respond(body, self.label)) if spec is None else to_turn(spec, body)
+        turn = Turn(text=heuristic.respond(body, self.label, images)) if spec is None else to_turn(spec, body)
         if self.model_fault == "garbage_text":
             return Turn(text=GARBAGE_TEXT, stop="turn")
         if self.model_fault == "tool_calls_as_text":
@@ -398,15 +404,19 @@ class VllmEmulator:
             if missing is not None:
                 return missing
             self._validate_chat(body)
-            prompt_tokens = count_prompt_tokens(body)
+            images = check_images(body, self.image_limit)
+            prompt_tokens = count_prompt_tokens(body, [image.prompt_tokens for image in images])
             max_tokens = self._budget(body, prompt_tokens)
         except _BadRequest as exc:
             return _json_error(str(exc), param=exc.param)
+        except ImagePartError as exc:
+            return _json_error(str(exc))
         self.requests.append(body)
+        self.images.append(images)
         self._note_prompt_problems(body)
         model = body.get("model") or self.model
         ignore_eos = bool(body.get("ignore_eos"))
-        turn = Turn(text="") if ignore_eos and not len(self.script) else self._next_turn(body)
+        turn = Turn(text="") if ignore_eos and not len(self.script) else self._next_turn(body, images)
         plan = plan_output(turn, max_tokens=max_tokens, ignore_eos=ignore_eos)
         tool_parser = self.tool_parser if turn.tool_parser is None else turn.tool_parser
         parse_kwargs = dict(
@@ -616,7 +626,11 @@ class VllmEmulator:
         except _BadRequest as exc:
             return _json_error(str(exc), param=exc.param)
         if body.get("messages"):
-            text, media = render_prompt(body)
+            try:
+                images = check_images(body, self.image_limit)
+            except ImagePartError as exc:
+                return _json_error(str(exc))
+            text, media = render_prompt(body, [image.prompt_tokens for image in images])
             ids = token_ids(text) + [0] * media
         else:
             prompt = body.get("prompt")

@@ -13,14 +13,16 @@ Rules (one token each):
 English prose comes out at roughly 3.5–4.5 characters per token, close to Gemma's SentencePiece.
 
 Prompt tokens = tokens of `render_prompt(request)`: Gemma 4's chat template as rendered by
-`chat_template.render`. Image/audio content parts count a fixed 256 tokens each (a
-placeholder, not Gemma's real soft-token count).
+`chat_template.render`. An image counts what vLLM's Gemma 4 processor plans for its size
+(<boi>, its soft tokens, <eoi>: images.py); audio and video parts a fixed 256 tokens each (a
+placeholder, not Gemma's real count).
 """
 
 from __future__ import annotations
 
 import re
 import zlib
+from collections.abc import Sequence
 from typing import Any
 
 from . import chat_template
@@ -85,10 +87,15 @@ def thinking_enabled(request: dict[str, Any]) -> bool:
     return bool(kwargs.get("enable_thinking"))
 
 
-def render_prompt(request: dict[str, Any]) -> tuple[str, int]:
-    """(Gemma 4 prompt text, extra media tokens) for a chat request."""
+def render_prompt(request: dict[str, Any], image_tokens: Sequence[int] = ()) -> tuple[str, int]:
+    """(Gemma 4 prompt text, media tokens) for a chat request; `image_tokens`: each image's cost, as
+    loaded (images.py); other media parts cost MEDIA_PART_TOKENS each. The template's placeholders
+    (`<|image|>`) are left out of the text: vLLM replaces each with the item's own tokens."""
     rendered = chat_template.render(request)
-    return rendered.text, rendered.media_parts * MEDIA_PART_TOKENS
+    text = rendered.text
+    for placeholder in chat_template.MEDIA_PLACEHOLDERS.values():
+        text = text.replace(placeholder, "")
+    return text, sum(image_tokens) + (rendered.media_parts - len(image_tokens)) * MEDIA_PART_TOKENS
 
 
 def prompt_ends_in_open_channel(request: dict[str, Any]) -> bool:
@@ -97,6 +104,6 @@ def prompt_ends_in_open_channel(request: dict[str, Any]) -> bool:
     return thinking_enabled(request) and bool(messages) and messages[-1].get("role") == "tool"
 
 
-def count_prompt_tokens(request: dict[str, Any]) -> int:
-    text, media = render_prompt(request)
+def count_prompt_tokens(request: dict[str, Any], image_tokens: Sequence[int] = ()) -> int:
+    text, media = render_prompt(request, image_tokens)
     return count_tokens(text) + media
