@@ -92,6 +92,27 @@ def make_stack(redis_url: str, tmp_path, monkeypatch):
         stack.stop()
 
 
+@pytest.fixture
+def stack_settings() -> dict[str, object]:
+    """The settings `stack` starts with over the embedded defaults. A test module that needs others
+    overrides this fixture; the default polls the emulated cloud every 0.2 s so lifecycles are quick."""
+    return {"poll_interval": "0.2s"}
+
+
+@pytest.fixture
+def stack(make_stack, stack_settings: dict[str, object]):
+    """A running LocalStack (web, worker, every emulator) on this test's database."""
+    return make_stack(**stack_settings)
+
+
+@pytest.fixture
+def slack(stack):
+    """Signed Slack requests to `stack`'s web app, replies recorded by its Slack stand-in."""
+    requests = stack.signed_requests()
+    yield requests
+    requests.close()
+
+
 STACK_THREADS = ("tpubot-worker", "tpubot-web")
 
 
