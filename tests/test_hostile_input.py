@@ -24,10 +24,6 @@ from handlers import cards
 from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION
 from handlers.proposal_buttons import PROPOSAL_CONFIRM_ACTION, PROPOSAL_DISMISS_ACTION
 
-# One worker runs this whole file, in order (xdist --dist loadgroup): the module's stack and its
-# database (14) are one, and the generated suite must run before the property tests fill it.
-pytestmark = pytest.mark.xdist_group("hostile_stack")
-
 CASES = 5_000
 CHANNEL = "C0HOSTILE"
 PROPERTY = settings(max_examples=CASES, deadline=None, derandomize=True, database=None,
@@ -366,7 +362,7 @@ def test_unsigned_bodies_over_and_under_the_cap_are_refused_and_never_logged(hos
 
 
 # --- property tests (after the generated suite: its keyspace digest is cheaper on a database they have
-# not filled yet)
+# not filled yet; pytest-xdist's --dist loadfile, in addopts, runs this whole file on one worker, in order)
 
 @PROPERTY
 @given(text=tpu_text)
