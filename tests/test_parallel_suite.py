@@ -20,6 +20,7 @@ def test_the_readme_command_runs_whole_files_on_parallel_workers():
     # loadfile: a module-scoped fixture (tests/test_hostile_input.py's stack on its own database) is
     # set up in one process, and that file's tests run there in file order.
     assert addopts[addopts.index("--dist") + 1] == "loadfile"
+    assert "--no-loadscope-reorder" in addopts  # files in collection order, the long ones spread out
 
 
 def test_auto_starts_one_worker_more_than_there_are_cores(monkeypatch):
