@@ -23,7 +23,7 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 from agent.context import Services
 from agent.redact import redact_lines
 from handlers.late_answers import LateAnswers
-from handlers.mention_job import ANSWER_JOB, job_id
+from handlers.mention_job import ANSWER_JOB, MentionJob, job_id
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +69,12 @@ async def accept_mention(services: Services, queueing: LateAnswers[int], body: d
         # Markers and job in one atomic step: a delivery is never marked seen without its job.
         # The worker posts the status line first thing, so the web process makes no Slack call.
         outcome = await queueing.within_budget(services.jobs.enqueue_first_delivery(
-            ANSWER_JOB, job_id=job_id(team, channel, ts),
+            ANSWER_JOB, MentionJob(team=team, channel=channel, ts=ts, thread_ts=event.get("thread_ts") or ts,
+                                   user=event.get("user", ""), text=text, files=files, bot_user_id=bot_user_id,
+                                   notes=notes),
+            job_id=job_id(team, channel, ts),
             markers=[services.dedupe.marker(kind, value) for kind, value in markers],
             marker_ttl=services.dedupe.ttl_seconds,
-            team=team, channel=channel, ts=ts, thread_ts=event.get("thread_ts") or ts, user=event.get("user", ""),
-            text=text, files=files, bot_user_id=bot_user_id, notes=notes,
         ), _queued_late)
         if outcome is None:
             raise RedisTimeoutError("the answer was not queued within the ack budget")
