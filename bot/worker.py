@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from arq import Retry, cron
-from arq.connections import RedisSettings
+from arq.connections import ArqRedis
 from arq.typing import WorkerCoroutine
 from arq.worker import Function, func
 from prometheus_client import start_http_server
@@ -18,10 +20,11 @@ from agent.lease.lifecycle import PROVISION_JOB, TEARDOWN_JOB, WATCH_JOB, LeaseJ
 from agent.lease.model_boot import BOOT_JOB
 from bot import alert_jobs
 from bot.logging_setup import job_context
+from bot.arq_worker_adapter import OutageTolerantWorker
+from bot.orphaned_jobs import HEARTBEAT_SECONDS, JobOwnership
 from bot.redis_outage import REDIS_AWAY, is_redis_away
-from bot.resilient_worker import ResilientWorker
 from bot.settings import Settings
-from bot.wiring import JOB_QUEUE, build_services, slack_client_from, slack_http_session
+from bot.wiring import JOB_QUEUE, build_services, job_pool, slack_client_from, slack_http_session
 from handlers import ask_job, bench_job, mention_job, spend_chart_job
 from handlers.ask_job import ASK_JOB, AskJob
 from handlers.mention_job import ANSWER_JOB, MentionJob
@@ -141,8 +144,37 @@ JOBS: list[BoundJob] = [
 ]
 
 
-def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, handle_signals: bool = True) -> ResilientWorker:
+@dataclass
+class Heartbeat:
+    """This worker's liveness and job ownership (bot/orphaned_jobs.py), run from arq's hooks:
+    beating from start-up to shutdown, and each job recorded as this worker's as it starts."""
+
+    ownership: JobOwnership
+    task: asyncio.Task | None = None
+
+    def start(self, pool: ArqRedis) -> None:
+        self.task = asyncio.create_task(self.ownership.run(pool), name="tpubot-worker-heartbeat")
+
+    async def job_started(self, ctx: dict) -> None:
+        await self.ownership.job_started(ctx["redis"], ctx["job_id"])
+
+    async def stop(self, pool: ArqRedis) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            # Bounded: a stopping worker must never wait on its heartbeat.
+            await asyncio.wait([self.task], timeout=HEARTBEAT_SECONDS)
+        try:
+            await self.ownership.stopped(pool)
+        except REDIS_AWAY as error:
+            log.warning("worker stopping while Redis is unreachable (%s); its liveness key expires by itself", error)
+
+
+def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
+                 handle_signals: bool = True) -> OutageTolerantWorker:
+    heartbeat: Heartbeat  # made beside the worker (below), before any hook runs
+
     async def on_startup(ctx: dict) -> None:
+        heartbeat.start(ctx["redis"])
         session = slack_http_session()
         slack = slack_client_from(settings, session=session)
         services, redis, pool = await build_services(
@@ -157,6 +189,8 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
             log.warning("resuming leases at start-up met a Redis outage (%s); the minute cron will", error)
 
     async def on_shutdown(ctx: dict) -> None:
+        if "redis" in ctx:  # arq sets it just before on_startup: absent, the worker never started
+            await heartbeat.stop(ctx["redis"])
         if "state_pool" in ctx:
             await ctx["state_pool"].aclose()
             await ctx["state_redis"].aclose()
@@ -167,10 +201,11 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
     kwargs: dict[str, Any] = dict(
         functions=[registered(job) for job in JOBS],
         cron_jobs=[cron(counted(resume_leases), second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
-        redis_settings=RedisSettings.from_dsn(redis_url),
+        redis_pool=job_pool(redis_url),
         queue_name=JOB_QUEUE,
         on_startup=on_startup,
         on_shutdown=on_shutdown,
+        on_job_start=lambda ctx: heartbeat.job_started(ctx),
         job_timeout=job_timeout,
         max_tries=20,
         max_jobs=20,
@@ -179,4 +214,8 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
         handle_signals=handle_signals,
         keep_result=3600,
     )
-    return ResilientWorker(redis_url=redis_url, startup_wait=settings.redis_startup_wait.total_seconds(), **kwargs)
+    worker = OutageTolerantWorker(redis_url=redis_url, startup_wait=settings.redis_startup_wait.total_seconds(),
+                                  **kwargs)
+    # The hooks above run only once the worker does; an owner record lasts as long as arq's in-progress key.
+    heartbeat = Heartbeat(JobOwnership(queue_name=JOB_QUEUE, owner_ttl_seconds=int(worker.in_progress_timeout_s) + 1))
+    return worker
