@@ -16,7 +16,6 @@ from infra.jobs import JobSpec
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class AskJob:
     team: str

@@ -32,7 +32,6 @@ from infra.slack_files import MAX_LOG_FILE_BYTES, SlackFileError, open_slack_fil
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class MentionJob:
     """One @-mention to answer, as the web process accepted it (its text already redacted)."""

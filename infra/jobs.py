@@ -28,7 +28,6 @@ from infra.arq_enqueue_adapter import enqueue_behind_markers
 QUEUE_NAME = "arq:queue:tpubot"
 
 
-
 class DataclassArgs(Protocol):
     """What a job's arguments are: a dataclass (frozen, checked by JobSpec)."""
 

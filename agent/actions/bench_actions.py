@@ -11,7 +11,6 @@ from infra.jobs import JobSpec
 from infra.state.leases import LeaseState
 
 
-
 @dataclass(frozen=True)
 class BenchJob:
     team: str

@@ -33,7 +33,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class TimerJob:
     """One timer of a lease: `kind` (a warning or the expiry) for the deadline it was set for, due at `due`."""

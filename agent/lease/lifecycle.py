@@ -23,7 +23,6 @@ from infra.state.spend import Refusal
 log = logging.getLogger(__name__)
 
 
-
 @dataclass(frozen=True)
 class LeaseJob:
     """A job about one channel's lease (teardown, the idle check)."""
