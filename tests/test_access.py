@@ -14,18 +14,15 @@ ALICE, BOB, CAROL, ADMIN = "UALICE", "UBOB", "UCAROL", "UADMIN"
 
 
 @pytest.fixture
-def stack(make_stack):
-    running = make_stack(admins=ADMIN, write_users=ALICE, write_groups="S0SRE", write_channels=OPS,
-                         read_channels=f"{OPS},{OTHER}")
-    running.slack.usergroups["S0SRE"] = [CAROL]
-    return running
+def stack_settings():
+    return {"admins": ADMIN, "write_users": ALICE, "write_groups": "S0SRE", "write_channels": OPS,
+            "read_channels": f"{OPS},{OTHER}"}
 
 
 @pytest.fixture
-def slack(stack):
-    client = stack.signed_requests()
-    yield client
-    client.close()
+def stack(stack):
+    stack.slack.usergroups["S0SRE"] = [CAROL]
+    return stack
 
 
 def leases(stack) -> list[bytes]:

@@ -23,15 +23,8 @@ OPS, ML = "C0OPS", "C0ML"
 
 
 @pytest.fixture
-def stack(make_stack):
-    return make_stack(poll_interval="0.2s", admins="UADMIN")
-
-
-@pytest.fixture
-def slack(stack):
-    requests = stack.signed_requests()
-    yield requests
-    requests.close()
+def stack_settings():
+    return {"poll_interval": "0.2s", "admins": "UADMIN"}
 
 
 def published(stack) -> list[dict]:

@@ -5,17 +5,11 @@ from __future__ import annotations
 
 import functools
 
-import pytest
 import waiting
 
 CHANNEL = "C0ASK"
 
 wait_until = functools.partial(waiting.wait_until, timeout=90.0)
-
-
-@pytest.fixture
-def stack(make_stack):
-    return make_stack(poll_interval="0.2s")
 
 
 def ready(stack) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import functools
 
-import pytest
 import redis
 import waiting
 
@@ -15,16 +14,6 @@ PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
 wait_until = functools.partial(waiting.wait_until, timeout=90.0)
-
-
-@pytest.fixture
-def stack(make_stack):
-    return make_stack(poll_interval="0.2s")
-
-
-@pytest.fixture
-def slack(stack):
-    return stack.signed_requests()
 
 
 def card_ts(stack) -> str | None:

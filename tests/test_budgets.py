@@ -34,12 +34,12 @@ ONE_ZONE = "us-west4-a"  # the default price table prices us-west4 ($0.60 per ch
 
 
 @pytest.fixture
-def stack(make_stack):
-    return make_stack(poll_interval="0.2s", admins=ADMIN, tpu_zones=ONE_ZONE, budget_channel_monthly="2")
+def stack_settings():
+    return {"poll_interval": "0.2s", "admins": ADMIN, "tpu_zones": ONE_ZONE, "budget_channel_monthly": "2"}
 
 
 @pytest.fixture
-def slack(stack):
+def slack(stack):  # this file's team, not the shared fixture's default
     requests = stack.signed_requests(team=TEAM)
     yield requests
     requests.close()

@@ -15,8 +15,8 @@ wait_until = functools.partial(waiting.wait_until, timeout=60.0)
 
 
 @pytest.fixture
-def stack(make_stack):
-    return make_stack(agent_use_model=False)
+def stack_settings():
+    return {"agent_use_model": False}
 
 
 def thread_texts(stack) -> str:

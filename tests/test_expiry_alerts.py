@@ -247,7 +247,14 @@ def test_worker_down_across_the_deadline_posts_one_late_alert_and_deletes_the_qr
     workers.start(1)
     wait_until(lambda: expiries_in(stack, channel), timeout=60, what="the late expiry alert")
     wait_until(lambda: qrs_of(stack, channel) == [], timeout=30, what="the leftover QR deleted")
-    wait_until(lambda: not [j for j in queued_job_ids(stack) if lease_id in j], timeout=30, what="jobs settled")
+
+    def left() -> list[str]:
+        return [j for j in queued_job_ids(stack) if lease_id in j]
+
+    try:
+        wait_until(lambda: not left(), timeout=30, what="jobs settled")
+    except AssertionError as error:
+        raise AssertionError(f"{error}; still queued: {left()}") from None  # which job did not finish
     alerts = expiries_in(stack, channel)
     assert len(alerts) == 1
     assert "late by" in alerts[0].body["text"]

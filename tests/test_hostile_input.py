@@ -362,7 +362,7 @@ def test_unsigned_bodies_over_and_under_the_cap_are_refused_and_never_logged(hos
 
 
 # --- property tests (after the generated suite: its keyspace digest is cheaper on a database they have
-# not filled yet)
+# not filled yet; pytest-xdist's --dist loadfile, in addopts, runs this whole file on one worker, in order)
 
 @PROPERTY
 @given(text=tpu_text)

@@ -30,11 +30,6 @@ def card_bodies(stack) -> list[dict]:
     return [c.body for c in stack.slack.calls if c.method in ("chat.postMessage", "chat.update")]
 
 
-@pytest.fixture
-def stack(make_stack):
-    return make_stack(poll_interval="0.2s")
-
-
 def test_up_ends_ready_with_endpoint_ttft_and_tpot_and_no_secret_anywhere(stack, caplog):
     caplog.set_level(logging.DEBUG)
     slack = stack.signed_requests()

@@ -26,8 +26,8 @@ def sample(text: str, name: str, **labels: str) -> float:
 
 
 @pytest.fixture
-def stack(make_stack):
-    return make_stack(worker_metrics_port=free_port())
+def stack_settings():
+    return {"worker_metrics_port": free_port()}
 
 
 def test_health_readiness_and_metrics_count_what_happened(stack):

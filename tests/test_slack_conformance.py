@@ -146,18 +146,6 @@ def test_thread_context_keeps_the_newest_messages_within_its_token_budget(sandbo
 # --- items 1, 2, 5 end to end -------------------------------------------------------------
 
 
-@pytest.fixture
-def stack(make_stack):
-    return make_stack(poll_interval="0.2s")
-
-
-@pytest.fixture
-def slack(stack):
-    requests = stack.signed_requests()
-    yield requests
-    requests.close()
-
-
 def bot_left(slack: SlackRequests, stack, channel: str = CHANNEL) -> None:
     stack.slack.kick(channel)
     assert slack.event({"type": "member_left_channel", "user": BOT_USER_ID, "channel": channel,

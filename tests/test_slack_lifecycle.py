@@ -26,15 +26,8 @@ ALICE, BOB = "UALICE", "UBOB"
 
 
 @pytest.fixture
-def stack(make_stack):
-    return make_stack(poll_interval="0.2s", admins="UADMIN")
-
-
-@pytest.fixture
-def slack(stack):
-    requests = stack.signed_requests()
-    yield requests
-    requests.close()
+def stack_settings():
+    return {"poll_interval": "0.2s", "admins": "UADMIN"}
 
 
 def card_texts(stack) -> list[str]:
