@@ -1,29 +1,34 @@
 """Worker jobs for issue 4: deadline timers, the idle clock and the reconciler's schedule.
 
-bot/worker.py registers `FUNCTIONS` and `cron_jobs(settings)`; the bodies live in agent/.
+bot/worker.py registers `JOBS` and `cron_jobs(settings)`; the bodies live in agent/.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 from arq import Retry, cron
 from arq.cron import CronJob
 
 from agent.lease import expiry, idle, lifecycle, reconcile
+from agent.lease.expiry import TIMER_JOB, TimerJob
+from agent.lease.idle import IDLE_JOB
+from agent.lease.lifecycle import LeaseJob
 from bot.settings import Settings
+from infra.jobs import BoundJob
 
-async def fire_timer(ctx: dict, *, team: str, channel: str, lease_id: str, kind: str, deadline: float,
-                     due: float) -> str:
+
+async def fire_timer(ctx: dict, job: TimerJob) -> str:
     try:
-        return await expiry.fire_timer(ctx["services"], team, channel, lease_id, kind, deadline, due)
+        return await expiry.fire_timer(ctx["services"], job.team, job.channel, job.lease_id, job.kind, job.deadline,
+                                       job.due)
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel, ctx["job_try"])) from None
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], job.team, job.channel,
+                                                           ctx["job_try"])) from None
 
 
-async def check_idle(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:
-    return await idle.check_idle(ctx["services"], team, channel, lease_id)
+async def check_idle(ctx: dict, job: LeaseJob) -> str:
+    return await idle.check_idle(ctx["services"], job.team, job.channel, job.lease_id)
 
 
 async def reconcile_gcp(ctx: dict) -> str:
@@ -39,7 +44,7 @@ async def budget_alerts(ctx: dict) -> str:
     return f"posted {len(posted)}"
 
 
-FUNCTIONS: list[Callable[..., Awaitable[str]]] = [fire_timer, check_idle]
+JOBS: list[BoundJob] = [TIMER_JOB.bind(fire_timer), IDLE_JOB.bind(check_idle)]
 
 
 def cron_schedule(interval: timedelta) -> dict:

@@ -27,7 +27,7 @@ from starlette.routing import Route
 from bot.request_gate import BodyTooLarge, read_capped_body
 from bot.settings import Settings
 from bot.webhook_auth import pagerduty_ok, token_ok
-from handlers.incident_job import ALERT_JOB, alert_job_id
+from handlers.incident_job import ALERT_JOB, AlertJob, alert_job_id
 from handlers.incident_payloads import AlertEvent, Ignored, PayloadError, Source, parse_alert
 from handlers.incident_routes import route_for
 
@@ -97,12 +97,11 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
         services = state["services"]
         try:
             outcome = await services.jobs.enqueue_first_delivery(
-                ALERT_JOB, job_id=alert_job_id(event),
-                markers=[services.dedupe.marker("alert", f"{source}:{event.delivery}")],
-                marker_ttl=services.dedupe.ttl_seconds,
-                alert=event.model_dump(mode="json"), channel=route.channel, page=pages(settings, event),
-                storm_threads=settings.alert_storm_threads,
-                storm_window=settings.alert_storm_window.total_seconds())
+                ALERT_JOB, AlertJob(alert=event.model_dump(mode="json"), channel=route.channel,
+                                    page=pages(settings, event), storm_threads=settings.alert_storm_threads,
+                                    storm_window=settings.alert_storm_window.total_seconds()),
+                job_id=alert_job_id(event), markers=[services.dedupe.marker("alert", f"{source}:{event.delivery}")],
+                marker_ttl=services.dedupe.ttl_seconds)
         except RedisError:
             log.error("state store unavailable; an alert from %s was refused with 503 for its sender to retry", source)
             return JSONResponse({"error": "the state store is unavailable; send it again"}, status_code=503)

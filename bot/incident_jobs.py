@@ -1,34 +1,38 @@
 """Worker jobs for issue 32: an alert webhook's delivery, the storm message that counts the alerts
 folded into it, and a follow-up reply in a thread the bot follows. bot/worker.py registers
-`FUNCTIONS`; the bodies live in handlers/incident_job.py and handlers/followups.py."""
+`JOBS`; the bodies live in handlers/incident_job.py and handlers/followups.py."""
 
 from __future__ import annotations
-
-from collections.abc import Awaitable, Callable
-from typing import Any
 
 from arq import Retry
 
 from handlers import followups, incident_job
+from handlers.followups import FOLLOWUP_JOB, FollowupJob
+from handlers.incident_job import ALERT_JOB, FOLD_JOB, AlertJob, FoldJob
+from infra.jobs import BoundJob
 from infra.state.incidents import IncidentStore
 
 BUSY_RETRY_SECONDS = 1  # a repeat that arrives while its thread is being opened waits this long
 
 
-async def handle_alert(ctx: dict, **delivery: Any) -> str:
+async def handle_alert(ctx: dict, job: AlertJob) -> str:
     try:
         return await incident_job.handle_alert(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]),
-                                               **delivery)
+                                               alert=job.alert, channel=job.channel, page=job.page,
+                                               storm_threads=job.storm_threads, storm_window=job.storm_window)
     except incident_job.IncidentBusy:
         raise Retry(defer=BUSY_RETRY_SECONDS) from None
 
 
-async def report_folded_alerts(ctx: dict, **window: Any) -> str:
-    return await incident_job.report_folded(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]), **window)
+async def report_folded_alerts(ctx: dict, job: FoldJob) -> str:
+    return await incident_job.report_folded(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]),
+                                            source=job.source, window=job.window, channel=job.channel,
+                                            storm_threads=job.storm_threads, storm_window=job.storm_window)
 
 
-async def answer_followup(ctx: dict, **mention: Any) -> str:
-    return await followups.answer_followup(ctx["services"], ctx["slack"], **mention)
+async def answer_followup(ctx: dict, job: FollowupJob) -> str:
+    return await followups.answer_followup(ctx["services"], ctx["slack"], **FOLLOWUP_JOB.to_kwargs(job))
 
 
-FUNCTIONS: list[Callable[..., Awaitable[str]]] = [handle_alert, report_folded_alerts, answer_followup]
+JOBS: list[BoundJob] = [ALERT_JOB.bind(handle_alert), FOLD_JOB.bind(report_folded_alerts),
+                        FOLLOWUP_JOB.bind(answer_followup)]

@@ -246,10 +246,14 @@ def redis_client(redis_url: str, *, socket_timeout: float = REDIS_TIMEOUT_SECOND
     return Redis(connection_pool=_pool(redis_url, socket_timeout))
 
 
-async def arq_pool(redis_url: str, *, socket_timeout: float = REDIS_TIMEOUT_SECONDS) -> ArqRedis:
-    # No connection at construction: a web process starts (and answers "state store
-    # unavailable") while Redis is down, and recovers when it returns.
+def job_pool(redis_url: str, *, socket_timeout: float = REDIS_TIMEOUT_SECONDS) -> ArqRedis:
+    """arq's Redis client for the job queue. No connection at construction: a web process starts
+    (and answers "state store unavailable") while Redis is down, and recovers when it returns."""
     return ArqRedis(_pool(redis_url, socket_timeout), default_queue_name=JOB_QUEUE)
+
+
+async def arq_pool(redis_url: str, *, socket_timeout: float = REDIS_TIMEOUT_SECONDS) -> ArqRedis:
+    return job_pool(redis_url, socket_timeout=socket_timeout)
 
 
 JOB_QUEUE = QUEUE_NAME

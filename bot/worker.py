@@ -2,23 +2,33 @@
 
 from __future__ import annotations
 
-import functools
+import asyncio
 import logging
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from arq import Retry, cron
-from arq.connections import RedisSettings
+from arq.connections import ArqRedis
 from arq.typing import WorkerCoroutine
+from arq.worker import Function, func
 from prometheus_client import start_http_server
 
+from agent.actions.bench_actions import BENCH_JOB, BenchJob
+from agent.actions.spend_actions import SPEND_CHART_JOB, SpendChartJob
 from agent.lease import lifecycle, provisioning, teardown, watching
+from agent.lease.lifecycle import PROVISION_JOB, TEARDOWN_JOB, WATCH_JOB, LeaseJob, ProvisionJob, WatchJob
+from agent.lease.model_boot import BOOT_JOB
 from bot import alert_jobs, incident_jobs
 from bot.logging_setup import job_context
+from bot.arq_worker_adapter import OutageTolerantWorker
+from bot.orphaned_jobs import HEARTBEAT_SECONDS, JobOwnership
 from bot.redis_outage import REDIS_AWAY, is_redis_away
-from bot.resilient_worker import ResilientWorker
 from bot.settings import Settings
-from bot.wiring import JOB_QUEUE, build_services, slack_client_from, slack_http_session
+from bot.wiring import JOB_QUEUE, build_services, job_pool, slack_client_from, slack_http_session
 from handlers import ask_job, bench_job, mention_job, spend_chart_job
+from handlers.ask_job import ASK_JOB, AskJob
+from handlers.mention_job import ANSWER_JOB, MentionJob
+from infra.jobs import BoundJob
 
 log = logging.getLogger(__name__)
 
@@ -30,44 +40,53 @@ def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
     """Count every finished job by function and outcome in the worker's /metrics; log its lines
     with the job and lease ids; and retry it, rather than fail it, when Redis is away."""
 
-    @functools.wraps(job)  # keeps __qualname__: arq names the job after it
+    name = job.spec.name if isinstance(job, BoundJob) else job.__name__
+
     async def run(ctx: dict, *args: Any, **kwargs: Any) -> Any:
         metrics = ctx["services"].metrics
         try:
             with job_context(ctx.get("job_id", "-"), kwargs.get("lease_id", "-")):
                 result = await job(ctx, *args, **kwargs)
         except Retry:
-            metrics.jobs.labels(job.__name__, "retry").inc()
+            metrics.jobs.labels(name, "retry").inc()
             raise
         except BaseException as error:
             if not is_redis_away(error):
-                metrics.jobs.labels(job.__name__, "error").inc()
+                metrics.jobs.labels(name, "error").inc()
                 raise
-            log.warning("%s met a Redis outage (%s); retrying in %ss", job.__name__, error, REDIS_AWAY_RETRY_SECONDS)
-            metrics.jobs.labels(job.__name__, "retry").inc()
+            log.warning("%s met a Redis outage (%s); retrying in %ss", name, error, REDIS_AWAY_RETRY_SECONDS)
+            metrics.jobs.labels(name, "retry").inc()
             raise Retry(defer=REDIS_AWAY_RETRY_SECONDS) from error
-        metrics.jobs.labels(job.__name__, "ok").inc()
+        metrics.jobs.labels(name, "ok").inc()
         return result
 
+    run.__qualname__ = run.__name__ = name  # arq names a cron job after its function
     return run
 
 
-async def provision_lease(ctx: dict, *, team: str, channel: str, lease_id: str, search_round: int = 0) -> str:
+def registered(job: BoundJob) -> Function:
+    """A declared job as arq registers it: under its spec's name, counted."""
+    return func(counted(job), name=job.spec.name)
+
+
+async def provision_lease(ctx: dict, job: ProvisionJob) -> str:
     try:
-        return await provisioning.provision_job(ctx["services"], team, channel, lease_id, search_round)
+        return await provisioning.provision_job(ctx["services"], job.team, job.channel, job.lease_id, job.search_round)
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel, ctx["job_try"])) from None
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], job.team, job.channel,
+                                                           ctx["job_try"])) from None
 
 
-async def watch_lease(ctx: dict, *, team: str, channel: str, lease_id: str, seq: int) -> str:
-    return await watching.watch_job(ctx["services"], team, channel, lease_id, seq)
+async def watch_lease(ctx: dict, job: WatchJob) -> str:
+    return await watching.watch_job(ctx["services"], job.team, job.channel, job.lease_id, job.seq)
 
 
-async def teardown_lease(ctx: dict, *, team: str, channel: str, lease_id: str) -> str:
+async def teardown_lease(ctx: dict, job: LeaseJob) -> str:
     try:
-        return await teardown.teardown_job(ctx["services"], team, channel, lease_id)
+        return await teardown.teardown_job(ctx["services"], job.team, job.channel, job.lease_id)
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], team, channel, ctx["job_try"])) from None
+        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], job.team, job.channel,
+                                                           ctx["job_try"])) from None
 
 
 async def resume_leases(ctx: dict) -> int:
@@ -84,41 +103,82 @@ async def resume_leases(ctx: dict) -> int:
     return resumed
 
 
-async def boot_model(ctx: dict, *, team: str, channel: str, lease_id: str, seq: int) -> str:
+async def boot_model(ctx: dict, job: WatchJob) -> str:
     """After ACTIVE: wait for vLLM, then measure TTFT/TPOT (agent/lease/model_boot.py)."""
     from agent.lease import model_boot
 
-    return await model_boot.boot_job(ctx["services"], team, channel, lease_id, seq)
+    return await model_boot.boot_job(ctx["services"], job.team, job.channel, job.lease_id, job.seq)
 
 
-async def bench_endpoint(ctx: dict, *, team: str, channel: str, lease_id: str, user_id: str = "") -> str:
+async def bench_endpoint(ctx: dict, job: BenchJob) -> str:
     """`/tpu bench`: a small sweep, the chart and table in the card thread (handlers/bench_job.py)."""
-    return await bench_job.bench_endpoint(ctx["services"], ctx["slack"], team=team, channel=channel,
-                                          lease_id=lease_id, user_id=user_id)
+    return await bench_job.bench_endpoint(ctx["services"], ctx["slack"], team=job.team, channel=job.channel,
+                                          lease_id=job.lease_id, user_id=job.user_id)
 
 
-async def post_spend_chart(ctx: dict, *, team: str, channel: str, month: str, user_id: str = "") -> str:
+async def post_spend_chart(ctx: dict, job: SpendChartJob) -> str:
     """`/tpu spend chart`: the month's spend per channel as a PNG in the channel (handlers/spend_chart_job.py)."""
-    return await spend_chart_job.post_spend_chart(ctx["services"], ctx["slack"], team=team, channel=channel,
-                                                  month=month, user_id=user_id)
+    return await spend_chart_job.post_spend_chart(ctx["services"], ctx["slack"], team=job.team, channel=job.channel,
+                                                  month=job.month, user_id=job.user_id)
 
 
-async def answer_mention(ctx: dict, **mention: Any) -> str:
+async def answer_mention(ctx: dict, job: MentionJob) -> str:
     """One @-mention: the agent's answer in the thread (handlers/mention_job.py)."""
-    return await mention_job.answer_mention(ctx["services"], ctx["slack"], **mention)
+    return await mention_job.answer_mention(
+        ctx["services"], ctx["slack"], team=job.team, channel=job.channel, ts=job.ts, thread_ts=job.thread_ts,
+        user=job.user, text=job.text, files=job.files, bot_user_id=job.bot_user_id, notes=job.notes,
+        status_ts=job.status_ts)
 
 
-async def answer_ask(ctx: dict, **ask: Any) -> str:
+async def answer_ask(ctx: dict, job: AskJob) -> str:
     """`/tpu ask …`: the model's answer, back through the command's response_url (handlers/ask_job.py)."""
-    return await ask_job.answer_ask(ctx["services"], **ask)
+    return await ask_job.answer_ask(ctx["services"], team=job.team, channel=job.channel, user_id=job.user_id,
+                                    prompt=job.prompt, response_url=job.response_url, max_tokens=job.max_tokens)
 
 
-def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, handle_signals: bool = True) -> ResilientWorker:
+# Every job the worker runs, each bound to its declaration (tests/test_jobs.py: none missing, none extra).
+JOBS: list[BoundJob] = [
+    ANSWER_JOB.bind(answer_mention), ASK_JOB.bind(answer_ask), PROVISION_JOB.bind(provision_lease),
+    WATCH_JOB.bind(watch_lease), TEARDOWN_JOB.bind(teardown_lease), BOOT_JOB.bind(boot_model),
+    BENCH_JOB.bind(bench_endpoint), SPEND_CHART_JOB.bind(post_spend_chart), *alert_jobs.JOBS, *incident_jobs.JOBS,
+]
+
+
+@dataclass
+class Heartbeat:
+    """This worker's liveness and job ownership (bot/orphaned_jobs.py), run from arq's hooks:
+    beating from start-up to shutdown, and each job recorded as this worker's as it starts."""
+
+    ownership: JobOwnership
+    task: asyncio.Task | None = None
+
+    def start(self, pool: ArqRedis) -> None:
+        self.task = asyncio.create_task(self.ownership.run(pool), name="tpubot-worker-heartbeat")
+
+    async def job_started(self, ctx: dict) -> None:
+        await self.ownership.job_started(ctx["redis"], ctx["job_id"])
+
+    async def stop(self, pool: ArqRedis) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            # Bounded: a stopping worker must never wait on its heartbeat.
+            await asyncio.wait([self.task], timeout=HEARTBEAT_SECONDS)
+        try:
+            await self.ownership.stopped(pool)
+        except REDIS_AWAY as error:
+            log.warning("worker stopping while Redis is unreachable (%s); its liveness key expires by itself", error)
+
+
+def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
+                 handle_signals: bool = True) -> OutageTolerantWorker:
+    heartbeat: Heartbeat  # made beside the worker (below), before any hook runs
+
     async def on_startup(ctx: dict) -> None:
+        heartbeat.start(ctx["redis"])
         session = slack_http_session()
         slack = slack_client_from(settings, session=session)
         services, redis, pool = await build_services(
-            settings, redis_url=redis_url, with_tpu=True, slack_client=slack, lock_owner=ctx["worker_id"]
+            settings, redis_url=redis_url, with_tpu=True, slack_client=slack, lock_owner=heartbeat.ownership.worker_id
         )
         ctx.update(services=services, state_redis=redis, state_pool=pool, slack=slack, slack_session=session)
         if settings.worker_metrics_port:
@@ -129,6 +189,8 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
             log.warning("resuming leases at start-up met a Redis outage (%s); the minute cron will", error)
 
     async def on_shutdown(ctx: dict) -> None:
+        if "redis" in ctx:  # arq sets it just before on_startup: absent, the worker never started
+            await heartbeat.stop(ctx["redis"])
         if "state_pool" in ctx:
             await ctx["state_pool"].aclose()
             await ctx["state_redis"].aclose()
@@ -136,16 +198,14 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
             await ctx["slack_session"].close()
 
     job_timeout = int(settings.job_timeout.total_seconds())
-    jobs: list[Callable[..., Awaitable[Any]]] = [
-        answer_mention, answer_ask, provision_lease, watch_lease, teardown_lease, boot_model, bench_endpoint,
-        post_spend_chart, *alert_jobs.FUNCTIONS, *incident_jobs.FUNCTIONS]
     kwargs: dict[str, Any] = dict(
-        functions=[counted(job) for job in jobs],
+        functions=[registered(job) for job in JOBS],
         cron_jobs=[cron(counted(resume_leases), second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
-        redis_settings=RedisSettings.from_dsn(redis_url),
+        redis_pool=job_pool(redis_url),
         queue_name=JOB_QUEUE,
         on_startup=on_startup,
         on_shutdown=on_shutdown,
+        on_job_start=lambda ctx: heartbeat.job_started(ctx),
         job_timeout=job_timeout,
         max_tries=20,
         max_jobs=20,
@@ -154,4 +214,8 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False, han
         handle_signals=handle_signals,
         keep_result=3600,
     )
-    return ResilientWorker(redis_url=redis_url, startup_wait=settings.redis_startup_wait.total_seconds(), **kwargs)
+    worker = OutageTolerantWorker(redis_url=redis_url, startup_wait=settings.redis_startup_wait.total_seconds(),
+                                  **kwargs)
+    # The hooks above run only once the worker does; an owner record lasts as long as arq's in-progress key.
+    heartbeat = Heartbeat(JobOwnership(queue_name=JOB_QUEUE, owner_ttl_seconds=int(worker.in_progress_timeout_s) + 1))
+    return worker

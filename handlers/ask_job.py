@@ -5,15 +5,28 @@ restart does not lose, and comes back to the asker through the command's `respon
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from agent.actions import run_action
 from agent.context import Actor, Services
+from infra.jobs import JobSpec
 
 log = logging.getLogger(__name__)
 
-ASK_JOB = "answer_ask"
+
+@dataclass(frozen=True)
+class AskJob:
+    team: str
+    channel: str
+    user_id: str
+    prompt: str
+    response_url: str  # the slash command's, where the answer goes
+    max_tokens: int = 256
+
+
+ASK_JOB = JobSpec("answer_ask", AskJob)
 
 
 def ask_job_id(team: str, channel: str, trigger_id: str) -> str:

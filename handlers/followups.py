@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 import re
 import time
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from slack_sdk.errors import SlackApiError
@@ -22,12 +23,27 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import Services
 from handlers import mention_job
+from handlers.mention_job import ANSWER_JOB, MentionJob
+from infra.jobs import JobSpec
 from handlers.notifier import slack_error
 from infra.state.membership import Membership
 
 log = logging.getLogger(__name__)
 
-FOLLOWUP_JOB = "answer_followup"
+
+
+@dataclass(frozen=True)
+class FollowupJob(MentionJob):
+    """A follow-up reply: answered as a mention when `ack` is "", else acknowledged ("stop", "fixed")."""
+
+    ack: str = ""
+
+    @classmethod
+    def of(cls, mention: MentionJob, ack: str) -> FollowupJob:
+        return cls(**ANSWER_JOB.to_kwargs(mention), ack=ack)
+
+
+FOLLOWUP_JOB = JobSpec("answer_followup", FollowupJob)
 REPLY_SUBTYPES = (None, "thread_broadcast", "file_share")  # a person's reply; edits, joins and deletions are not
 STOP = re.compile(r"^(?:please )?(?:stop(?: following)?|(?:thanks|thank you|ty),? (?:we're |i'm )?done|"
                   r"done,? (?:thanks|thank you)|that'?s all,? (?:thanks|thank you))$")

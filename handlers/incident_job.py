@@ -15,6 +15,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 
 from slack_sdk.errors import SlackApiError
@@ -31,13 +32,38 @@ from handlers.feedback_buttons import offer_feedback
 from handlers.incident_payloads import AlertEvent
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
+from infra.jobs import JobSpec
 from infra.state.incident_memory import Remembered, signature
 from infra.state.incidents import IncidentStore
 
 log = logging.getLogger(__name__)
 
-ALERT_JOB = "handle_alert"
-FOLD_JOB = "report_folded_alerts"
+
+
+@dataclass(frozen=True)
+class AlertJob:
+    """One alert webhook delivery, routed: the alert (handlers/incident_payloads.AlertEvent as JSON) and where it goes."""
+
+    alert: dict
+    channel: str
+    page: bool
+    storm_threads: int  # ALERT_STORM_THREADS
+    storm_window: float  # ALERT_STORM_WINDOW, seconds
+
+
+@dataclass(frozen=True)
+class FoldJob:
+    """The storm message of one source's window: how many alerts were folded into it."""
+
+    source: str
+    window: int
+    channel: str
+    storm_threads: int
+    storm_window: float
+
+
+ALERT_JOB = JobSpec("handle_alert", AlertJob)
+FOLD_JOB = JobSpec("report_folded_alerts", FoldJob)
 ALERT_ACTOR = "alert-webhook"  # who an alert's investigation runs as (access rules see no person)
 INVESTIGATE_REQUEST = "An alert fired: what went wrong in these logs?"
 LOG_LEAD = timedelta(minutes=30)  # read this long before the alert started: the cause comes first
@@ -72,10 +98,10 @@ async def handle_alert(services: Services, client: AsyncWebClient, store: Incide
         opening = await store.open(event.source, event.key, channel, limit=storm_threads,
                                    window_seconds=int(storm_window))
         if opening.folded:
-            await services.jobs.enqueue(FOLD_JOB, job_id=fold_job_id(event.source, opening.window),
-                                        defer_by=timedelta(seconds=FOLD_REPORT_SECONDS), source=event.source,
-                                        window=opening.window, channel=channel, storm_threads=storm_threads,
-                                        storm_window=storm_window)
+            await services.jobs.enqueue(FOLD_JOB, FoldJob(source=event.source, window=opening.window, channel=channel,
+                                                          storm_threads=storm_threads, storm_window=storm_window),
+                                        job_id=fold_job_id(event.source, opening.window),
+                                        defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))
             return "folded"
         if opening.opened:
             return await open_incident(services, client, store, event, channel, page)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+from dataclasses import dataclass, field
 import logging
 import tempfile
 from collections.abc import Sequence
@@ -43,11 +44,29 @@ from handlers.notifier import UNREACHABLE, slack_error
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
 from infra.images import MAX_IMAGE_BYTES, ImageError, PreparedImage, looks_like_image, prepare_image
+from infra.jobs import JobSpec
 from infra.slack_files import MAX_LOG_FILE_BYTES, SlackFileError, open_slack_file
 
 log = logging.getLogger(__name__)
 
-ANSWER_JOB = "answer_mention"
+
+@dataclass(frozen=True)
+class MentionJob:
+    """One @-mention to answer, as the web process accepted it (its text already redacted)."""
+
+    team: str
+    channel: str
+    ts: str
+    thread_ts: str
+    user: str
+    text: str
+    files: list[dict]  # id, name and mimetype of each attached file
+    bot_user_id: str
+    notes: list[str] = field(default_factory=list)  # what of the message was not read, said up front
+    status_ts: str = ""  # jobs queued by web processes older than this one carry the status line they posted
+
+
+ANSWER_JOB = JobSpec("answer_mention", MentionJob)
 MAX_FILES = 5
 MAX_FILE_BYTES = MAX_LOG_FILE_BYTES
 THREAD_MESSAGES = 15  # conversations.replies is limited to 15 per page for new apps (slack.md §3)

@@ -24,7 +24,7 @@ from agent.context import Services
 from agent.redact import redact_lines
 from handlers import followups
 from handlers.late_answers import LateAnswers
-from handlers.mention_job import ANSWER_JOB, job_id
+from handlers.mention_job import ANSWER_JOB, MentionJob, job_id
 
 log = logging.getLogger(__name__)
 
@@ -57,15 +57,16 @@ async def accept_followup(services: Services, queueing: LateAnswers[int], body: 
                           bot_user_id: str) -> None:
     kind = await followups.followup_kind(services, body, event, bot_user_id)
     if kind:
-        await accept_mention(services, queueing, body, event, bot_user_id, job=followups.FOLLOWUP_JOB,
-                             follow=kind != "stop", ack="" if kind == "answer" else kind)
+        await accept_mention(services, queueing, body, event, bot_user_id, follow=kind != "stop",
+                             followup_ack="" if kind == "answer" else kind)
 
 
 async def accept_mention(services: Services, queueing: LateAnswers[int], body: dict, event: dict,
-                         bot_user_id: str, *, job: str = ANSWER_JOB, follow: bool = True, **extra: object) -> None:
+                         bot_user_id: str, *, follow: bool = True, followup_ack: str | None = None) -> None:
     """Queue the answer; raises RedisError when it cannot, or not within the ack budget, so Slack
     gets a 500 and retries later. A queueing that overruns the budget goes on: when it lands, the
-    retry finds its markers and is dropped as a repeat."""
+    retry finds its markers and is dropped as a repeat. With `followup_ack` it is a follow-up
+    (handlers/followups.py): answered as a mention when "", else acknowledged."""
     team = body.get("team_id") or event.get("team", "")
     channel, ts = event.get("channel", ""), event.get("ts", "")
     if not channel or not ts:
@@ -77,16 +78,18 @@ async def accept_mention(services: Services, queueing: LateAnswers[int], body: d
     raw, notes = read_text(event.get("text") or "")
     text = "\n".join(redact_lines(raw.split("\n")))
     markers = delivery_markers(body, team, channel, ts)
+    mention = MentionJob(team=team, channel=channel, ts=ts, thread_ts=event.get("thread_ts") or ts,
+                         user=event.get("user", ""), text=text, files=files, bot_user_id=bot_user_id, notes=notes)
+    answer_id, seen = job_id(team, channel, ts), [services.dedupe.marker(kind, value) for kind, value in markers]
+    ttl = services.dedupe.ttl_seconds
+    queued = (services.jobs.enqueue_first_delivery(ANSWER_JOB, mention, job_id=answer_id, markers=seen, marker_ttl=ttl)
+              if followup_ack is None else
+              services.jobs.enqueue_first_delivery(followups.FOLLOWUP_JOB, followups.FollowupJob.of(mention, followup_ack),
+                                                   job_id=answer_id, markers=seen, marker_ttl=ttl))
     try:
         # Markers and job in one atomic step: a delivery is never marked seen without its job.
         # The worker posts the status line first thing, so the web process makes no Slack call.
-        outcome = await queueing.within_budget(services.jobs.enqueue_first_delivery(
-            job, job_id=job_id(team, channel, ts),
-            markers=[services.dedupe.marker(kind, value) for kind, value in markers],
-            marker_ttl=services.dedupe.ttl_seconds,
-            team=team, channel=channel, ts=ts, thread_ts=event.get("thread_ts") or ts, user=event.get("user", ""),
-            text=text, files=files, bot_user_id=bot_user_id, notes=notes, **extra,
-        ), _queued_late)
+        outcome = await queueing.within_budget(queued, _queued_late)
         if outcome is None:
             raise RedisTimeoutError("the answer was not queued within the ack budget")
     except RedisError:

@@ -14,7 +14,7 @@ from agent.actions.registry import Declined, first_error, validate_args
 from agent.actions.lease_actions import PRICED_ZONES_ONLY
 from agent.context import Actor, Services
 from handlers import cards
-from handlers.ask_job import ASK_JOB, ask_job_id
+from handlers.ask_job import ASK_JOB, AskJob, ask_job_id
 from handlers.commands import CommandError, ParsedCommand, help_text, parse
 from handlers.late_answers import LATE_FAILURE, LateAnswers
 
@@ -70,7 +70,7 @@ async def answer_command(services: Services, command: dict) -> tuple[str, list[d
 
 
 # Subcommands whose answer may outlast Slack's 3-second ack: queued for the worker, answered via response_url.
-QUEUED_ACTIONS = {"ask_model": ASK_JOB}
+QUEUED_ACTIONS = {"ask_model"}
 
 
 async def queue_subcommand(services: Services, actor: Actor, parsed: ParsedCommand,
@@ -82,11 +82,11 @@ async def queue_subcommand(services: Services, actor: Actor, parsed: ParsedComma
         args = validate_args(action, parsed.args, services)
     except ValidationError as error:
         raise CommandError(f"{first_error(error).capitalize()}. Usage: `{parsed.usage}`") from None
-    await services.jobs.enqueue(QUEUED_ACTIONS[parsed.action],
-                                job_id=ask_job_id(actor.team, actor.channel, command.get("trigger_id", "")),
-                                team=actor.team, channel=actor.channel, user_id=actor.user_id,
-                                # `images` are local files (MCP, the shell): a Slack command has none
-                                response_url=command.get("response_url", ""), **args.model_dump(exclude={"images"}))
+    await services.jobs.enqueue(ASK_JOB, AskJob(team=actor.team, channel=actor.channel, user_id=actor.user_id,
+                                                response_url=command.get("response_url", ""),
+                                                # `images` are local files (MCP, the shell): a Slack command has none
+                                                **args.model_dump(exclude={"images"})),
+                                job_id=ask_job_id(actor.team, actor.channel, command.get("trigger_id", "")))
     return cards.notice(":hourglass_flowing_sand: Asking this channel's model; the answer and its timings "
                         "follow here.")
 

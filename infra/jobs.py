@@ -1,80 +1,109 @@
-"""The durable job queue (arq on Redis). Jobs carry deterministic ids, so enqueueing the same
-work twice — a retried request, a second replica, a restarted worker — is a no-op."""
+"""The durable job queue (arq on Redis), typed.
+
+A job is declared once, as a `JobSpec`: its name on the queue and its arguments, a frozen
+dataclass. The modules that enqueue it import the spec (`JobQueue.enqueue(spec, args, ...)` takes
+only that spec's argument type); the worker binds a function to it (`spec.bind`) and registers
+what it bound, so a job name is written in one place and a misspelt or mistyped argument is a
+type error, not a job that fails on the worker.
+
+Jobs carry deterministic ids, so enqueueing the same work twice — a retried request, a second
+replica, a restarted worker — is a no-op (arq refuses a job id whose job or kept result exists).
+On the wire a job's arguments are arq keyword arguments, one per dataclass field, as before the
+specs existed: jobs queued by an older process still run.
+"""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from arq.connections import ArqRedis
-from arq.constants import in_progress_key_prefix, job_key_prefix, result_key_prefix
-from arq.jobs import serialize_job
-from arq.utils import timestamp_ms, to_ms, to_unix_ms
+from arq.constants import in_progress_key_prefix, job_key_prefix
+
+from infra.arq_enqueue_adapter import enqueue_behind_markers
 
 QUEUE_NAME = "arq:queue:tpubot"
 
-# arq's enqueue_job, in one round trip instead of three (WATCH; EXISTS; MULTI PSETEX ZADD EXEC):
-# the same keys, the same serialized job and the same "no-op if the job or its result exists",
-# made atomic by the script instead of by WATCH. Enqueueing sits inside Slack's ack window
-# (a mention, /tpu up, a teardown click), where each round trip counts under a burst.
-# KEYS: job, result, queue. ARGV: expiry (ms), serialized job, score, job id. 0 = queued, -1 = exists.
-_QUEUE_JOB = """
-if redis.call('EXISTS', KEYS[1], KEYS[2]) > 0 then return -1 end
-redis.call('PSETEX', KEYS[1], ARGV[1], ARGV[2])
-redis.call('ZADD', KEYS[3], ARGV[3], ARGV[4])
-return 0
-"""
-# The same, behind first-seen markers (KEYS[4..], kept ARGV[5] seconds): every marker is set,
-# and the job is queued only if none was set before; k > 0 = marker k had been seen.
-_QUEUE_FIRST_DELIVERY = """
-local seen = 0
-for i = 4, #KEYS do
-  if not redis.call('SET', KEYS[i], '1', 'NX', 'EX', ARGV[5]) and seen == 0 then seen = i - 3 end
-end
-if seen > 0 then return seen end
-""" + _QUEUE_JOB
+
+class DataclassArgs(Protocol):
+    """What a job's arguments are: a dataclass (frozen, checked by JobSpec)."""
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+Args = TypeVar("Args", bound=DataclassArgs)
+Result = TypeVar("Result")
+
+
+@dataclass(frozen=True)
+class JobSpec(Generic[Args]):
+    """One kind of job: `name` is what arq stores and the worker looks up; `args` its arguments."""
+
+    name: str
+    args: type[Args]
+
+    def __post_init__(self) -> None:
+        params = self.args.__dict__.get("__dataclass_params__")
+        if params is None or not params.frozen:
+            raise TypeError(f"job {self.name}: its arguments must be a frozen dataclass, not {self.args!r}")
+
+    def to_kwargs(self, args: Args) -> dict[str, Any]:
+        """The arq keyword arguments (shallow: a field holding a list of dicts stays that list)."""
+        if type(args) is not self.args:
+            raise TypeError(f"job {self.name} takes {self.args.__name__}, not {type(args).__name__}")
+        return {field.name: getattr(args, field.name) for field in dataclasses.fields(args)}
+
+    def from_kwargs(self, kwargs: dict[str, Any]) -> Args:
+        return self.args(**kwargs)
+
+    def bind(self, run: Callable[[dict, Args], Awaitable[Result]]) -> BoundJob[Args, Result]:
+        return BoundJob(self, run)
+
+
+@dataclass(frozen=True)
+class BoundJob(Generic[Args, Result]):
+    """A spec with the worker function that runs it: what arq calls with the job's keyword arguments."""
+
+    spec: JobSpec[Args]
+    run: Callable[[dict, Args], Awaitable[Result]]
+
+    async def __call__(self, ctx: dict, **kwargs: Any) -> Result:
+        return await self.run(ctx, self.spec.from_kwargs(kwargs))
 
 
 class JobQueue:
     def __init__(self, pool: ArqRedis, queue_name: str = QUEUE_NAME) -> None:
         self._pool = pool
         self._queue_name = queue_name
-        self._queue_job = pool.register_script(_QUEUE_JOB)
-        self._queue_first_delivery = pool.register_script(_QUEUE_FIRST_DELIVERY)
 
     async def enqueue(
         self,
-        function: str,
+        spec: JobSpec[Args],
+        args: Args,
         *,
         job_id: str,
         defer_until: datetime | None = None,
         defer_by: timedelta | None = None,
-        **kwargs: Any,
     ) -> bool:
-        """True if this call queued the job, False if a job with this id already exists."""
-        job_keys, job_args = self._job(function, job_id, defer_until, defer_by, kwargs)
-        return await self._queue_job(keys=job_keys, args=job_args) == 0
+        """True if this call queued the job, False if a job with this id (or its kept result) exists."""
+        if defer_until and defer_by:
+            raise ValueError("use either defer_until or defer_by, not both")
+        job = await self._pool.enqueue_job(spec.name, _job_id=job_id, _queue_name=self._queue_name,
+                                           _defer_until=defer_until, _defer_by=defer_by, **spec.to_kwargs(args))
+        return job is not None
 
-    async def enqueue_first_delivery(self, function: str, *, job_id: str, markers: list[str], marker_ttl: int,
-                                     **kwargs: Any) -> int:
+    async def enqueue_first_delivery(self, spec: JobSpec[Args], args: Args, *, job_id: str, markers: list[str],
+                                     marker_ttl: int) -> int:
         """Queue the job unless one of the first-seen `markers` (Redis keys) was set before; all
         are set in the same atomic step, so a delivery is never marked seen without its job.
 
         0: queued; k > 0: markers[k - 1] had been seen; -1: the job already exists.
         """
-        job_keys, job_args = self._job(function, job_id, None, None, kwargs)
-        return int(await self._queue_first_delivery(keys=job_keys + markers, args=job_args + [marker_ttl]))
-
-    def _job(self, function: str, job_id: str, defer_until: datetime | None, defer_by: timedelta | None,
-             kwargs: dict[str, Any]) -> tuple[list[str], list[bytes | str | int]]:
-        if defer_until and defer_by:
-            raise ValueError("use either defer_until or defer_by, not both")
-        now_ms = timestamp_ms()
-        score = to_unix_ms(defer_until) if defer_until is not None else now_ms + (to_ms(defer_by) or 0)
-        expires_ms = score - now_ms + self._pool.expires_extra_ms
-        job = serialize_job(function, (), kwargs, None, now_ms, serializer=self._pool.job_serializer)
-        return ([job_key_prefix + job_id, result_key_prefix + job_id, self._queue_name],
-                [expires_ms, job, score, job_id])
+        return await enqueue_behind_markers(self._pool, self._queue_name, spec.name, spec.to_kwargs(args),
+                                            job_id=job_id, markers=markers, marker_ttl=marker_ttl)
 
     async def exists(self, job_id: str) -> bool:
         return bool(await self._pool.exists(job_key_prefix + job_id, in_progress_key_prefix + job_id))

@@ -462,7 +462,7 @@ async def test_a_deadline_timer_that_meets_a_busy_channel_lock_is_tried_again(re
     (it once called lock_retry_delay without the try number: a TypeError, and the timer was lost)."""
     from arq import Retry
 
-    from agent.lease.expiry import EXPIRY
+    from agent.lease.expiry import EXPIRY, TimerJob
     from bot import alert_jobs
     from bot.wiring import build_services
 
@@ -474,9 +474,9 @@ async def test_a_deadline_timer_that_meets_a_busy_channel_lock_is_tried_again(re
                                             run_seconds=3600)
         assert await services.locks.acquire(TEAM, "C0BUSY") is not None  # another operation holds the channel
         with pytest.raises(Retry) as retry:
-            await alert_jobs.fire_timer({"services": services, "job_try": 1}, team=TEAM, channel="C0BUSY",
-                                        lease_id=claim.lease.lease_id, kind=EXPIRY, deadline=claim.lease.deadline,
-                                        due=time.time())
+            await alert_jobs.fire_timer({"services": services, "job_try": 1},
+                                        TimerJob(team=TEAM, channel="C0BUSY", lease_id=claim.lease.lease_id,
+                                                 kind=EXPIRY, deadline=claim.lease.deadline, due=time.time()))
         assert retry.value.defer_score is not None and 0 < retry.value.defer_score <= 60_000
         assert await services.leases.get(TEAM, "C0BUSY") is not None  # nothing expired behind the lock
     finally:

@@ -18,6 +18,7 @@ import redis as redis_sync
 from redis.asyncio import Redis
 from waiting import wait_until
 
+from agent.lease.lifecycle import TEARDOWN_JOB, LeaseJob
 from bot.local_stack import LocalStack, free_port
 from bot.settings import Settings
 from bot.wiring import arq_pool
@@ -334,8 +335,9 @@ def test_a_release_cut_short_by_a_crash_is_finished_when_its_teardown_runs_again
             store = LeaseStore(client)
             lease = await store.get(slack.team, "C0CRASH")
             assert await store.release(lease, reason="Torn down", by=ALICE)  # ... and then the worker died
-            await JobQueue(pool).enqueue("teardown_lease", job_id=f"teardown:{lease.lease_id}",
-                                         team=slack.team, channel="C0CRASH", lease_id=lease.lease_id)
+            await JobQueue(pool).enqueue(TEARDOWN_JOB, LeaseJob(team=slack.team, channel="C0CRASH",
+                                                                lease_id=lease.lease_id),
+                                         job_id=f"teardown:{lease.lease_id}")
             return lease.lease_id
         finally:
             await pool.aclose()

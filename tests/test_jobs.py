@@ -1,21 +1,44 @@
-"""infra/jobs.py enqueues in one round trip; what it writes must be exactly what arq writes,
-because arq's own worker is what runs the jobs."""
+"""infra/jobs.py: jobs declared once (`JobSpec`), enqueued through arq's own `enqueue_job`, and
+the one adapter (infra/arq_enqueue_adapter.py) that must write exactly what arq writes, because
+arq's own worker is what runs the jobs."""
 
 from __future__ import annotations
 
+import ast
 import time
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 
+import arq.version
 import pytest
 from arq.connections import RedisSettings
 from arq.jobs import Job, JobStatus
 from arq.worker import Worker, func
 
 from bot.wiring import arq_pool
-from infra.jobs import JobQueue
+from infra import arq_enqueue_adapter
+from infra.jobs import JobQueue, JobSpec
 from infra.state.dedupe import Dedupe
 
 QUEUE = "arq:queue:test-jobs"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@dataclass(frozen=True)
+class Greeting:
+    team: str = "T"
+    text: str = ""
+    files: list[dict] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Count:
+    n: int = 0
+
+
+GREET = JobSpec("answer_mention", Greeting)
+COUNT = JobSpec("f", Count)
 
 
 @pytest.fixture
@@ -28,7 +51,7 @@ async def pool(redis_url):
 async def test_enqueued_job_reads_back_through_arq_as_queued(pool):
     queue = JobQueue(pool, queue_name=QUEUE)
     before = int(time.time() * 1000)
-    assert await queue.enqueue("answer_mention", job_id="mention:T:C:1.0", team="T", text="hi", files=[{"id": "F1"}])
+    assert await queue.enqueue(GREET, Greeting(team="T", text="hi", files=[{"id": "F1"}]), job_id="mention:T:C:1.0")
     job = Job("mention:T:C:1.0", pool, _queue_name=QUEUE)
     info = await job.info()
     assert info.function == "answer_mention" and info.args == ()
@@ -42,68 +65,73 @@ async def test_enqueued_job_reads_back_through_arq_as_queued(pool):
 
 async def test_same_id_is_queued_once_even_after_its_result_is_kept(pool):
     queue = JobQueue(pool, queue_name=QUEUE)
-    assert await queue.enqueue("f", job_id="once", n=1)
-    assert not await queue.enqueue("f", job_id="once", n=2)
+    assert await queue.enqueue(COUNT, Count(1), job_id="once")
+    assert not await queue.enqueue(COUNT, Count(2), job_id="once")
     assert (await Job("once", pool, _queue_name=QUEUE).info()).kwargs == {"n": 1}
     await pool.delete(b"arq:job:once")
     await pool.set(b"arq:result:once", b"x")  # arq keeps a finished job's result under this key
-    assert not await queue.enqueue("f", job_id="once", n=3)
+    assert not await queue.enqueue(COUNT, Count(3), job_id="once")
     assert await queue.pending_count() == 1
 
 
 async def test_deferred_jobs_are_scored_at_their_start_time(pool):
     queue = JobQueue(pool, queue_name=QUEUE)
     at = datetime.now(timezone.utc) + timedelta(hours=2)
-    assert await queue.enqueue("f", job_id="until", defer_until=at)
-    assert await queue.enqueue("f", job_id="by", defer_by=timedelta(minutes=10))
+    assert await queue.enqueue(COUNT, Count(), job_id="until", defer_until=at)
+    assert await queue.enqueue(COUNT, Count(), job_id="by", defer_by=timedelta(minutes=10))
     scores = dict(await pool.zrange(QUEUE, 0, -1, withscores=True))
     assert scores[b"until"] == pytest.approx(at.timestamp() * 1000, abs=1)
     assert scores[b"by"] == pytest.approx(time.time() * 1000 + 600_000, abs=5_000)
     # arq lets a deferred job live until its start plus its usual expiry.
     assert await pool.pttl(b"arq:job:until") > 2 * 3600 * 1000
     with pytest.raises(ValueError):
-        await queue.enqueue("f", job_id="both", defer_until=at, defer_by=timedelta(minutes=1))
+        await queue.enqueue(COUNT, Count(), job_id="both", defer_until=at, defer_by=timedelta(minutes=1))
 
 
 async def test_arqs_worker_runs_what_we_enqueue(pool, redis_url):
-    ran: list[dict] = []
+    ran: list[Greeting] = []
 
-    async def record(ctx, **kwargs):
-        ran.append(kwargs)
+    async def record(ctx: dict, job: Greeting) -> str:
+        ran.append(job)
         return "done"
 
+    bound = GREET.bind(record)
+
+    async def run(ctx: dict, **kwargs) -> str:  # what bot/worker.py's counted() does around a bound job
+        return await bound(ctx, **kwargs)
+
     queue = JobQueue(pool, queue_name=QUEUE)
-    assert await queue.enqueue("record", job_id="run-me", lease_id="L1", user="U1")
-    worker = Worker(functions=[func(record, name="record")], redis_settings=RedisSettings.from_dsn(redis_url), queue_name=QUEUE,
-                    burst=True, poll_delay=0.01, handle_signals=False)
+    assert await queue.enqueue(GREET, Greeting(team="T1", text="hi"), job_id="run-me")
+    worker = Worker(functions=[func(run, name=GREET.name)], redis_settings=RedisSettings.from_dsn(redis_url),
+                    queue_name=QUEUE, burst=True, poll_delay=0.01, handle_signals=False)
     try:
         await worker.main()
     finally:
         await worker.close()
-    assert ran == [{"lease_id": "L1", "user": "U1"}]
+    assert ran == [Greeting(team="T1", text="hi")]
     assert await Job("run-me", pool, _queue_name=QUEUE).result(timeout=5) == "done"
-    assert not await queue.enqueue("record", job_id="run-me")  # its kept result still dedupes
+    assert not await queue.enqueue(GREET, Greeting(), job_id="run-me")  # its kept result still dedupes
 
 
 async def test_first_delivery_markers_and_the_job_are_one_step(pool):
     queue = JobQueue(pool, queue_name=QUEUE)
     event, message = Dedupe.marker("event", "Ev1"), Dedupe.marker("message", "T:C:1.0")
     first = dict(job_id="mention:T:C:1.0", markers=[event, message], marker_ttl=3600)
-    assert await queue.enqueue_first_delivery("answer_mention", text="hi", **first) == 0
+    assert await queue.enqueue_first_delivery(GREET, Greeting(text="hi"), **first) == 0
     assert await pool.exists(event, message) == 2 and 0 < await pool.ttl(event) <= 3600
-    assert (await Job("mention:T:C:1.0", pool, _queue_name=QUEUE).info()).kwargs == {"text": "hi"}
+    assert (await Job("mention:T:C:1.0", pool, _queue_name=QUEUE).info()).kwargs == {"team": "T", "text": "hi", "files": []}
 
     # Slack's retry repeats the event id; an edit repeats the message under a new event id.
-    assert await queue.enqueue_first_delivery("answer_mention", text="hi", **first) == 1
+    assert await queue.enqueue_first_delivery(GREET, Greeting(text="hi"), **first) == 1
     edit = dict(first, markers=[Dedupe.marker("event", "Ev2"), message])
-    assert await queue.enqueue_first_delivery("answer_mention", text="hi (edited)", **edit) == 2
+    assert await queue.enqueue_first_delivery(GREET, Greeting(text="hi (edited)"), **edit) == 2
     assert await pool.exists(Dedupe.marker("event", "Ev2")), "every marker is set, so a retry of the edit is caught too"
     assert await queue.pending_count() == 1
-    assert (await Job("mention:T:C:1.0", pool, _queue_name=QUEUE).info()).kwargs == {"text": "hi"}
+    assert (await Job("mention:T:C:1.0", pool, _queue_name=QUEUE).info()).kwargs["text"] == "hi"
 
     # Markers lost (a Redis failover) still cannot queue the answer twice: the job id can't.
     await pool.delete(event, message, Dedupe.marker("event", "Ev2"))
-    assert await queue.enqueue_first_delivery("answer_mention", text="hi", **first) == -1
+    assert await queue.enqueue_first_delivery(GREET, Greeting(text="hi"), **first) == -1
     assert await queue.pending_count() == 1
 
 
@@ -119,7 +147,7 @@ async def test_only_a_dead_workers_unfinished_job_is_released_for_another_try(po
     await dead.beat(pool)
     await live.beat(pool)
     for job_id, owner in (("job:dead", dead), ("job:live", live), ("job:dead-finished", dead)):
-        assert await queue.enqueue("answer_mention", job_id=job_id)
+        assert await queue.enqueue(GREET, Greeting(), job_id=job_id)
         await pool.psetex(in_progress_key_prefix + job_id, 310_000, b"1")
         await owner.job_started(pool, job_id)
     await pool.zrem(QUEUE, "job:dead-finished")  # finished: its in-progress key is arq's cron guard
@@ -168,3 +196,82 @@ async def test_only_a_dead_workers_channel_locks_are_released_by_the_heartbeat(p
     assert (await live.beat(pool)).locks == []
     assert await live_locks.release("T1", "C-live", live_token)
     assert await plain_locks.release("T1", "C-plain", plain_token)
+
+
+# --- job declarations -------------------------------------------------------------------------
+
+
+def declared_job_names() -> dict[str, str]:
+    """Every `JobSpec("name", …)` written at module level in the bot's packages: name → module."""
+    declared: dict[str, str] = {}
+    for package in ("bot", "handlers", "agent", "infra"):
+        for path in (ROOT / package).rglob("*.py"):
+            for node in ast.parse(path.read_text()).body:
+                value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+                if (isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and value.func.id == "JobSpec"
+                        and value.args and isinstance(value.args[0], ast.Constant)):
+                    name = value.args[0].value
+                    assert name not in declared, f"job {name!r} is declared twice: {declared[name]} and {path}"
+                    declared[name] = str(path.relative_to(ROOT))
+    return declared
+
+
+def test_every_declared_job_has_a_worker_function_and_every_worker_function_a_declaration(tmp_path, monkeypatch):
+    from bot.settings import Settings
+    from bot.worker import JOBS, build_worker
+
+    declared = declared_job_names()
+    assert len(declared) >= 10, declared  # the scan sees the declarations (answer_mention … check_idle)
+    bound = [job.spec.name for job in JOBS]
+    assert sorted(bound) == sorted(set(bound)), "a job is bound twice"
+    assert set(bound) == set(declared), (f"declared, no function: {sorted(set(declared) - set(bound))}; "
+                                         f"bound, not declared: {sorted(set(bound) - set(declared))}")
+    monkeypatch.chdir(tmp_path)  # no stray tpu.env
+    settings = Settings.load(tmp_path / "none.env", redis_url="redis://127.0.0.1:1/0")
+    worker = build_worker(settings, redis_url="redis://127.0.0.1:1/0", handle_signals=False)
+    assert {name for name in worker.functions if not name.startswith("cron:")} == set(declared)
+
+
+def test_a_job_takes_only_its_own_frozen_arguments():
+    @dataclass
+    class Loose:
+        n: int = 0
+
+    with pytest.raises(TypeError, match="frozen dataclass"):
+        JobSpec("loose", Loose)
+    with pytest.raises(TypeError, match="takes Count, not Greeting"):
+        COUNT.to_kwargs(Greeting())  # type: ignore[arg-type]  # what mypy refuses, refused at run time too
+    assert COUNT.from_kwargs(COUNT.to_kwargs(Count(3))) == Count(3)
+
+
+# --- the enqueue adapter: it must write what arq's enqueue_job writes ---------------------------
+
+
+def test_the_enqueue_adapter_was_written_against_the_installed_arq():
+    assert arq.version.VERSION == arq_enqueue_adapter.ARQ_VERSION, (
+        f"arq is {arq.version.VERSION}, infra/arq_enqueue_adapter.py was written against "
+        f"{arq_enqueue_adapter.ARQ_VERSION}: re-read arq's ArqRedis.enqueue_job, check the adapter still writes "
+        "what it writes (the tests below), then update ARQ_VERSION")
+
+
+async def test_the_adapter_writes_what_arqs_enqueue_job_writes(pool):
+    kwargs = {"team": "T", "text": "hi", "files": [{"id": "F1"}]}
+    assert await pool.enqueue_job("answer_mention", _job_id="by-arq", _queue_name=QUEUE, **kwargs) is not None
+    assert await arq_enqueue_adapter.enqueue_behind_markers(pool, QUEUE, "answer_mention", kwargs, job_id="by-us",
+                                                            markers=["seen:x"], marker_ttl=60) == 0
+    theirs = await Job("by-arq", pool, _queue_name=QUEUE).info()
+    ours = await Job("by-us", pool, _queue_name=QUEUE).info()
+    assert theirs is not None and ours is not None
+    for attribute in ("function", "args", "kwargs", "job_try"):
+        assert getattr(ours, attribute) == getattr(theirs, attribute), attribute
+    assert abs(ours.score - theirs.score) < 5_000 and abs((ours.enqueue_time - theirs.enqueue_time).total_seconds()) < 5
+    assert abs(await pool.pttl(b"arq:job:by-us") - await pool.pttl(b"arq:job:by-arq")) < 5_000
+    # Each refuses the other's job id, and a kept result, the same way.
+    assert await pool.enqueue_job("answer_mention", _job_id="by-us", _queue_name=QUEUE) is None
+    assert await arq_enqueue_adapter.enqueue_behind_markers(pool, QUEUE, "answer_mention", {}, job_id="by-arq",
+                                                            markers=["seen:y"], marker_ttl=60) == -1
+    await pool.delete(b"arq:job:by-arq")
+    await pool.set(b"arq:result:by-arq", b"x")
+    assert await arq_enqueue_adapter.enqueue_behind_markers(pool, QUEUE, "answer_mention", {}, job_id="by-arq",
+                                                            markers=["seen:z"], marker_ttl=60) == -1
+    assert await pool.enqueue_job("answer_mention", _job_id="by-arq", _queue_name=QUEUE) is None

@@ -9,6 +9,9 @@ type-only arrow is still a dependency a reader has to hold in their head.
 from __future__ import annotations
 
 import ast
+import importlib
+import inspect
+import textwrap
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,3 +173,151 @@ def test_readme_draws_the_tree_that_exists():
     rooms = {p.name for p in (ROOT / "agent").iterdir() if (p / "__init__.py").exists()}
     assert set(PACKAGES) | rooms <= drawn
     assert "llm → actions → lease, digest → root" in section
+
+
+# --- other libraries' privates -------------------------------------------------------------------
+# Only the named adapters may reach into arq's, bolt's or slack_sdk's private names (`_x`): each says
+# in its docstring which library version it was written against and what upstream would need to
+# remove it, and has a test that fails when that version's behaviour changes.
+
+LIBRARIES = ("arq", "slack_bolt", "slack_sdk")
+ADAPTERS = {
+    "bot.arq_worker_adapter": "arq",  # the worker riding out Redis outages (tests/test_arq_worker_adapter.py)
+    "infra.arq_enqueue_adapter": "arq",  # first-seen markers and the job in one step (tests/test_jobs.py)
+    "bot.bolt_form_adapter": "slack_bolt",  # form bodies bolt misreads (tests/test_bolt_form_adapter.py)
+}
+
+
+def is_private(name: str) -> bool:
+    return name.startswith("_") and not (name.startswith("__") and name.endswith("__"))
+
+
+def library_names(tree: ast.Module) -> dict[str, str]:
+    """Local name → the library object it is bound to (`from arq.worker import Worker` → arq.worker.Worker)."""
+    bound: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] in LIBRARIES:
+                    bound[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in LIBRARIES:
+            for alias in node.names:
+                bound[alias.asname or alias.name] = f"{node.module}.{alias.name}"
+    return bound
+
+
+def library_object(dotted: str) -> object | None:
+    module, _, attribute = dotted.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module), attribute)
+    except (ImportError, AttributeError):
+        return None
+
+
+def private_members(base: object) -> set[str]:
+    """The private names a library class has: its class attributes, and the `self._x` its (and its
+    library ancestors') code sets or reads — instance attributes like arq Worker's `_pool`."""
+    names = {name for name in dir(base) if is_private(name)}
+    for klass in getattr(base, "__mro__", ()):
+        if klass.__module__.split(".")[0] not in LIBRARIES:
+            continue
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        names |= {node.attr for node in ast.walk(tree) if isinstance(node, ast.Attribute) and is_private(node.attr)
+                  and isinstance(node.value, ast.Name) and node.value.id == "self"}
+    return names
+
+
+def private_library_uses(source: str) -> list[str]:
+    """Imports of a library's private names, private attributes reached through a library name,
+    and — in a subclass of a library class — private members of the base overridden or used
+    (`def _x`, `self._x`, `super()._x`)."""
+    tree = ast.parse(source)
+    bound = library_names(tree)
+    found: list[str] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [f"line {node.lineno}: import {a.name}" for a in node.names
+                      if a.name.split(".")[0] in LIBRARIES and any(map(is_private, a.name.split(".")))]
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] in LIBRARIES:
+            module = node.module or ""
+            found += [f"line {node.lineno}: from {module} import {a.name}" for a in node.names
+                      if any(map(is_private, module.split("."))) or is_private(a.name)]
+        elif isinstance(node, ast.Attribute) and is_private(node.attr):
+            root = node.value
+            while isinstance(root, ast.Attribute):
+                root = root.value
+            if isinstance(root, ast.Name) and root.id in bound:
+                found.append(f"line {node.lineno}: {root.id}….{node.attr}")
+        elif isinstance(node, ast.ClassDef):
+            found += private_members_of_library_bases(node, bound)
+    return sorted(found, key=lambda finding: int(finding.split(":")[0].split()[1]))
+
+
+def private_members_of_library_bases(cls: ast.ClassDef, bound: dict[str, str]) -> list[str]:
+    bases = [library_object(bound[base.id]) for base in cls.bases if isinstance(base, ast.Name) and base.id in bound]
+    inherited = {name for base in bases if base is not None for name in private_members(base)}
+    if not bases:
+        return []
+    found = []
+    for node in ast.walk(cls):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name in inherited:
+            found.append(f"line {node.lineno}: {cls.name} overrides {node.name}")
+        elif isinstance(node, ast.Attribute) and is_private(node.attr):
+            via_super = isinstance(node.value, ast.Call) and isinstance(node.value.func, ast.Name) \
+                and node.value.func.id == "super"
+            via_self = isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr in inherited
+            if via_super or via_self:
+                found.append(f"line {node.lineno}: {cls.name} uses {node.attr} of its library base")
+    return found
+
+
+def test_only_the_named_adapters_use_a_private_name_of_arq_bolt_or_slack_sdk():
+    found = {name: uses for name, path in all_modules().items()
+             if name not in ADAPTERS and (uses := private_library_uses(path.read_text()))}
+    assert found == {}, f"private names of {', '.join(LIBRARIES)} outside the named adapters ({sorted(ADAPTERS)}): {found}"
+
+
+def test_each_adapter_names_the_library_version_it_was_written_against():
+    for name, library in ADAPTERS.items():
+        path = all_modules()[name]
+        doc = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert f"Written against {library} " in doc, f"{name} must say which {library} version it was written against"
+        assert "would need" in doc or "would remove it" in doc, f"{name} must say what upstream would need to remove it"
+
+
+def test_the_private_name_check_sees_each_kind_of_reach():
+    planted = '''
+import arq._internal
+from arq.worker import Worker, _private_helper
+from slack_sdk._utils import thing
+import slack_bolt
+from slack_bolt.async_app import AsyncApp
+from redis import Redis
+
+slack_bolt.request._hidden
+Redis()._own_business  # not one of the three libraries
+
+class Sub(Worker):
+    def __init__(self):
+        self._mine = 1          # our own attribute: fine
+        self._pool = None       # arq's
+    async def _poll_iteration(self):
+        await super()._poll_iteration()
+    async def run_job(self, job_id, score):  # public-named: not a private-name finding
+        return None
+
+class App(AsyncApp):
+    def helper(self):
+        return self._framework_logger
+'''
+    found = private_library_uses(planted)
+    assert found == [
+        "line 2: import arq._internal",
+        "line 3: from arq.worker import _private_helper",
+        "line 4: from slack_sdk._utils import thing",
+        "line 9: slack_bolt…._hidden",
+        "line 15: Sub uses _pool of its library base",
+        "line 16: Sub overrides _poll_iteration",
+        "line 17: Sub uses _poll_iteration of its library base",
+        "line 23: App uses _framework_logger of its library base",
+    ], found

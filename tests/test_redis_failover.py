@@ -21,6 +21,8 @@ import redis as redis_sync
 from arq.jobs import Job, JobStatus
 from waiting import wait_until
 
+from agent.lease.idle import IDLE_JOB
+from agent.lease.lifecycle import LeaseJob
 from bot.local_stack import free_port
 from handlers import cards
 from bot.wiring import arq_pool
@@ -102,8 +104,8 @@ def _queue_deferred_job(redis_url: str, job_id: str, seconds: float) -> None:
 
             # An idle check of a lease that is gone: a real job that reads Redis and finishes.
             assert await JobQueue(pool, queue_name=QUEUE_NAME).enqueue(
-                "check_idle", job_id=job_id, defer_by=timedelta(seconds=seconds),
-                team="T0SANDBOX", channel="C0GONE", lease_id="L-gone")
+                IDLE_JOB, LeaseJob(team="T0SANDBOX", channel="C0GONE", lease_id="L-gone"),
+                job_id=job_id, defer_by=timedelta(seconds=seconds))
         finally:
             await pool.aclose()
 

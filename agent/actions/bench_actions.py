@@ -2,12 +2,24 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from agent.actions.lease_actions import NoArgs
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
+from infra.jobs import JobSpec
 from infra.state.leases import LeaseState
 
-BENCH_JOB = "bench_endpoint"
+
+@dataclass(frozen=True)
+class BenchJob:
+    team: str
+    channel: str
+    lease_id: str
+    user_id: str = ""  # who asked: named in the posted chart
+
+
+BENCH_JOB = JobSpec("bench_endpoint", BenchJob)
 NOT_READY = "No READY model in this channel — `/tpu up` first, then `/tpu bench` once the card says READY."
 
 
@@ -23,8 +35,9 @@ async def bench(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     lease = await svc.leases.get(actor.team, actor.channel)
     if lease is None or lease.state != LeaseState.READY or not lease.endpoint:
         return ActionResult(False, NOT_READY, {"queued": False}, lease)
-    queued = await svc.jobs.enqueue(BENCH_JOB, job_id=bench_job_id(lease.lease_id), team=actor.team,
-                                    channel=actor.channel, lease_id=lease.lease_id, user_id=actor.user_id)
+    queued = await svc.jobs.enqueue(BENCH_JOB, BenchJob(team=actor.team, channel=actor.channel,
+                                                        lease_id=lease.lease_id, user_id=actor.user_id),
+                                    job_id=bench_job_id(lease.lease_id))
     data = {"queued": queued, "lease_id": lease.lease_id, "endpoint": lease.endpoint}
     if not queued:
         return ActionResult(False, f"A benchmark of lease `{lease.lease_id}` is already running or ran in the last "

@@ -9,17 +9,29 @@ from __future__ import annotations
 
 import re
 import time
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 from agent.lease import budget
+from infra.jobs import JobSpec
 from infra.state.spend import month_of
 
 MONTH_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
 CHANNEL_ID_RE = re.compile(r"^[CG][A-Z0-9]{2,}$")
-SPEND_CHART_JOB = "post_spend_chart"
+
+
+@dataclass(frozen=True)
+class SpendChartJob:
+    team: str
+    channel: str
+    month: str  # YYYY-MM
+    user_id: str = ""
+
+
+SPEND_CHART_JOB = JobSpec("post_spend_chart", SpendChartJob)
 NO_LEDGER = "Budgets are not wired in this process (no spend ledger)."
 
 
@@ -194,8 +206,9 @@ async def spend_chart(svc: Services, actor: Actor, args: SpendArgs) -> ActionRes
     month = args.month or month_of(time.time())
     # One chart per channel, month and minute: a double-click queues nothing new.
     job_id = f"spend-chart:{actor.team}:{actor.channel}:{month}:{int(time.time() // 60)}"
-    queued = await svc.jobs.enqueue(SPEND_CHART_JOB, job_id=job_id, team=actor.team, channel=actor.channel,
-                                    month=month, user_id=actor.user_id)
+    queued = await svc.jobs.enqueue(SPEND_CHART_JOB, SpendChartJob(team=actor.team, channel=actor.channel,
+                                                                   month=month, user_id=actor.user_id),
+                                    job_id=job_id)
     if not queued:
         return ActionResult(False, f"A {month} spend chart for this channel was just queued; it will appear here.",
                             {"queued": False, "month": month})

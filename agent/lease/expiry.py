@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
@@ -23,6 +24,7 @@ from agent.lease import alerts, receipts
 from agent.lease.alerts import ACK_DEADLINE, EXPIRY
 from agent.context import Alert
 from agent.lease.lifecycle import LockBusy, release_lease
+from infra.jobs import JobSpec
 from infra.state.leases import Lease, LeaseState
 
 if TYPE_CHECKING:
@@ -30,7 +32,20 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-TIMER_JOB = "fire_timer"
+
+@dataclass(frozen=True)
+class TimerJob:
+    """One timer of a lease: `kind` (a warning or the expiry) for the deadline it was set for, due at `due`."""
+
+    team: str
+    channel: str
+    lease_id: str
+    kind: str
+    deadline: float
+    due: float
+
+
+TIMER_JOB = JobSpec("fire_timer", TimerJob)
 DEADLINE_TOLERANCE = 0.5  # seconds; a deadline that moved less than this is the same deadline
 
 
@@ -70,9 +85,9 @@ async def schedule_timers(svc: "Services", lease: Lease, *, now: float | None = 
             continue
         job_id = timer_job_id(lease.lease_id, lease.deadline, kind)
         if await svc.jobs.enqueue(
-            TIMER_JOB, job_id=job_id, defer_until=datetime.fromtimestamp(when, tz=timezone.utc),
-            team=lease.team, channel=lease.channel, lease_id=lease.lease_id, kind=kind, deadline=lease.deadline,
-            due=when,
+            TIMER_JOB, TimerJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id, kind=kind,
+                                deadline=lease.deadline, due=when),
+            job_id=job_id, defer_until=datetime.fromtimestamp(when, tz=timezone.utc),
         ):
             queued.append(job_id)
     return queued

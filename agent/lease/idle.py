@@ -19,7 +19,8 @@ from typing import TYPE_CHECKING, Literal
 from agent.lease import alerts, receipts
 from agent.lease.alerts import ACK_IDLE
 from agent.context import Alert
-from agent.lease.lifecycle import TEARDOWN_JOB, notify
+from agent.lease.lifecycle import TEARDOWN_JOB, LeaseJob, notify
+from infra.jobs import JobSpec
 from infra.state.leases import Lease, LeaseState
 from infra.vllm_metrics import read_usage
 
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-IDLE_JOB = "check_idle"
+IDLE_JOB = JobSpec("check_idle", LeaseJob)
 
 
 def idle_job_id(lease_id: str, slot: int) -> str:
@@ -40,9 +41,8 @@ async def schedule_check(svc: "Services", lease: Lease, *, after: float | None =
     interval = svc.wired_alerting().policy.idle_check_interval.total_seconds()
     slot = int((after or time.time()) // interval) + 1
     return await svc.jobs.enqueue(
-        IDLE_JOB, job_id=idle_job_id(lease.lease_id, slot),
-        defer_until=datetime.fromtimestamp(slot * interval, tz=timezone.utc),
-        team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
+        IDLE_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
+        job_id=idle_job_id(lease.lease_id, slot), defer_until=datetime.fromtimestamp(slot * interval, tz=timezone.utc),
     )
 
 
@@ -52,8 +52,8 @@ async def take_first_reading(svc: "Services", lease: Lease) -> bool:
     the check it runs then joins the chain's next slot like any other."""
     if svc.alerting is None:
         return False
-    return await svc.jobs.enqueue(IDLE_JOB, job_id=f"idle:{lease.lease_id}:serving", team=lease.team,
-                                  channel=lease.channel, lease_id=lease.lease_id)
+    return await svc.jobs.enqueue(IDLE_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
+                                  job_id=f"idle:{lease.lease_id}:serving")
 
 
 class IdleHook:
@@ -129,8 +129,8 @@ async def tear_down_idle(svc: "Services", lease: Lease, idle: float) -> bool:
     updated = await svc.leases.update(lease, state=LeaseState.TEARING_DOWN, torn_down_by="", detail=note)
     if updated is None:
         return False
-    await svc.jobs.enqueue(TEARDOWN_JOB, job_id=f"teardown:{lease.lease_id}", team=lease.team,
-                           channel=lease.channel, lease_id=lease.lease_id)
+    await svc.jobs.enqueue(TEARDOWN_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
+                           job_id=f"teardown:{lease.lease_id}")
     alerting = svc.wired_alerting()
     await alerts.post_once(alerting, Alert(
         lease=updated, marker="idle-teardown", title=f"Idle TPU in {lease.zone} is being torn down",

@@ -13,18 +13,46 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any
 
 from agent import access
 from agent.context import Actor, ChannelUnreachable, Services
+from infra.jobs import JobSpec
 from infra.state.leases import Lease, LeaseState, Release
 from infra.state.spend import Refusal
 
 log = logging.getLogger(__name__)
 
-PROVISION_JOB = "provision_lease"
-WATCH_JOB = "watch_lease"
-TEARDOWN_JOB = "teardown_lease"
+
+@dataclass(frozen=True)
+class LeaseJob:
+    """A job about one channel's lease (teardown, the idle check)."""
+
+    team: str
+    channel: str
+    lease_id: str
+
+
+@dataclass(frozen=True)
+class ProvisionJob:
+    team: str
+    channel: str
+    lease_id: str
+    search_round: int = 0  # a zone search continues in later job runs
+
+
+@dataclass(frozen=True)
+class WatchJob:
+    """A numbered look at a lease (the QR watcher, the model boot): `seq` makes each look's job id."""
+
+    team: str
+    channel: str
+    lease_id: str
+    seq: int
+
+
+PROVISION_JOB = JobSpec("provision_lease", ProvisionJob)
+WATCH_JOB = JobSpec("watch_lease", WatchJob)
+TEARDOWN_JOB = JobSpec("teardown_lease", LeaseJob)
 
 # QR states as the TPU API names them; anything else is passed through as-is.
 TERMINAL_QR_STATES = {"FAILED", "SUSPENDED", "SUSPENDING"}
@@ -91,8 +119,8 @@ async def request_provision(svc: Services, actor: Actor, *, zone: str, zone_expl
         )
     if claim.created:
         await svc.jobs.enqueue(
-            PROVISION_JOB, job_id=f"provision:{claim.lease.lease_id}",
-            team=actor.team, channel=actor.channel, lease_id=claim.lease.lease_id,
+            PROVISION_JOB, ProvisionJob(team=actor.team, channel=actor.channel, lease_id=claim.lease.lease_id),
+            job_id=f"provision:{claim.lease.lease_id}",
         )
     # The outcome is audited once, by run_action (who, what, where, ok/refused).
     return ProvisionOutcome(created=claim.created, lease=claim.lease)
@@ -145,7 +173,7 @@ async def confirm_teardown(svc: Services, actor: Actor, lease_id: str) -> Teardo
     if updated is None:
         return TeardownOutcome(False, "That TPU is already gone; nothing changed.")
     await svc.jobs.enqueue(
-        TEARDOWN_JOB, job_id=f"teardown:{lease_id}", team=actor.team, channel=actor.channel, lease_id=lease_id
+        TEARDOWN_JOB, LeaseJob(team=actor.team, channel=actor.channel, lease_id=lease_id), job_id=f"teardown:{lease_id}"
     )
     await svc.audit.record(actor=actor.user_id, action="down", team=actor.team, channel=actor.channel,
                            outcome="confirmed", detail=lease_id)
@@ -256,8 +284,8 @@ async def schedule_watch(svc: Services, lease: Lease, *, delay: timedelta) -> No
     if await svc.leases.update(lease, watch_seq=seq) is None:
         return
     await svc.jobs.enqueue(
-        WATCH_JOB, job_id=f"watch:{lease.lease_id}:{seq}", defer_by=delay,
-        team=lease.team, channel=lease.channel, lease_id=lease.lease_id, seq=seq,
+        WATCH_JOB, WatchJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id, seq=seq),
+        job_id=f"watch:{lease.lease_id}:{seq}", defer_by=delay,
     )
 
 
@@ -265,14 +293,16 @@ async def resume_job_for(svc: Services, lease: Lease) -> bool:
     """Re-enqueue whatever job a lease is waiting on (after a crash between a write and its enqueue)."""
     if lease.state == LeaseState.PENDING or (lease.state == LeaseState.CREATING and not lease.watch_seq):
         round_ = lease.search_round  # a zone search may be in its nth job run
-        later_round: dict[str, Any] = {"search_round": round_} if round_ else {}
-        return await svc.jobs.enqueue(PROVISION_JOB, job_id=f"provision:{lease.lease_id}" + (f":{round_}" if round_ else ""),
-                                      team=lease.team, channel=lease.channel, lease_id=lease.lease_id, **later_round)
+        return await svc.jobs.enqueue(
+            PROVISION_JOB, ProvisionJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
+                                        search_round=round_),
+            job_id=f"provision:{lease.lease_id}" + (f":{round_}" if round_ else ""))
     if lease.state == LeaseState.TEARING_DOWN:
-        return await svc.jobs.enqueue(TEARDOWN_JOB, job_id=f"teardown:{lease.lease_id}",
-                                      team=lease.team, channel=lease.channel, lease_id=lease.lease_id)
+        return await svc.jobs.enqueue(TEARDOWN_JOB, LeaseJob(team=lease.team, channel=lease.channel,
+                                                             lease_id=lease.lease_id),
+                                      job_id=f"teardown:{lease.lease_id}")
     if lease.state == LeaseState.FAILED:
         return False
-    return await svc.jobs.enqueue(WATCH_JOB, job_id=f"watch:{lease.lease_id}:{lease.watch_seq}",
-                                  team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
-                                  seq=lease.watch_seq)
+    return await svc.jobs.enqueue(WATCH_JOB, WatchJob(team=lease.team, channel=lease.channel,
+                                                       lease_id=lease.lease_id, seq=lease.watch_seq),
+                                  job_id=f"watch:{lease.lease_id}:{lease.watch_seq}")

@@ -26,16 +26,17 @@ from typing import Unpack
 
 from agent.context import Services
 from agent.lease import idle
-from agent.lease.lifecycle import notify
+from agent.lease.lifecycle import WatchJob, notify
 from infra import boot_phases
 from infra.boot_phases import BootReport
+from infra.jobs import JobSpec
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
 from infra.model_correctness import CheckFailure, check_known_answer, check_tool_call
 from infra.state.leases import Lease, LeaseChanges, LeaseState
 
 log = logging.getLogger(__name__)
 
-BOOT_JOB = "boot_model"
+BOOT_JOB = JobSpec("boot_model", WatchJob)
 BOOTABLE_STATES = (LeaseState.ACTIVE, LeaseState.BOOTING_MODEL)
 CRASH_LOOP_RESTARTS = 2  # the container exited this often without serving: it will not start by itself
 
@@ -48,8 +49,9 @@ class ModelBootHook:
     """Starts the boot/health job when the TPU becomes ACTIVE."""
 
     async def on_active(self, svc: Services, lease: Lease) -> None:
-        await svc.jobs.enqueue(BOOT_JOB, job_id=boot_job_id(lease.lease_id, 0), team=lease.team,
-                               channel=lease.channel, lease_id=lease.lease_id, seq=0)
+        await svc.jobs.enqueue(BOOT_JOB, WatchJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
+                                                  seq=0),
+                               job_id=boot_job_id(lease.lease_id, 0))
 
     async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
         # A pending boot job sees the lease gone and stops by itself; the endpoint's key goes with the lease.
@@ -111,8 +113,8 @@ async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: i
                              **(_boot_changes(lease, report) if report is not None else {})}
     if not await _write(svc, lease, **booting):
         return "stopped: lease changed"
-    await svc.jobs.enqueue(BOOT_JOB, job_id=boot_job_id(lease_id, seq + 1), defer_by=policy.boot_poll_interval,
-                           team=team, channel=channel, lease_id=lease_id, seq=seq + 1)
+    await svc.jobs.enqueue(BOOT_JOB, WatchJob(team=team, channel=channel, lease_id=lease_id, seq=seq + 1),
+                           job_id=boot_job_id(lease_id, seq + 1), defer_by=policy.boot_poll_interval)
     return f"waiting for vLLM ({check.error})"
 
 

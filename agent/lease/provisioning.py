@@ -19,6 +19,7 @@ from agent.context import ChannelUnreachable, Services
 from agent.lease.lifecycle import (
     PROVISION_JOB,
     LockBusy,
+    ProvisionJob,
     abandon_unpostable,
     explain,
     fail_lease,
@@ -157,8 +158,9 @@ async def _continue_later(svc: Services, lease: Lease) -> str:
     updated = await svc.leases.update(lease, search_round=next_round)
     if updated is None:
         return "stopped: lease changed"
-    await svc.jobs.enqueue(PROVISION_JOB, job_id=provision_job_id(lease.lease_id, next_round), team=lease.team,
-                           channel=lease.channel, lease_id=lease.lease_id, search_round=next_round)
+    await svc.jobs.enqueue(PROVISION_JOB, ProvisionJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
+                                                       search_round=next_round),
+                           job_id=provision_job_id(lease.lease_id, next_round))
     return f"continuing the zone search (round {next_round})"
 
 
