@@ -89,6 +89,7 @@ def big_log(size: int, *, crlf: bool = False) -> bytes:
 @contextmanager
 def traced() -> Iterator[Callable[[], int]]:
     """The traced heap's peak above what it held on entry; call the yielded function to read it."""
+    gc.collect()  # garbage of an earlier step is not this step's peak
     tracemalloc.start()
     try:
         before = tracemalloc.get_traced_memory()[0]
