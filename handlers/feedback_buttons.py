@@ -18,7 +18,7 @@ from agent.llm.material import MentionInput, prompt_digest
 from agent.llm.run import AgentRun
 from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
 from handlers.notifier import slack_error
-from handlers.slash import STATE_STORE_DOWN
+from handlers.slash import state_store_notice
 from handlers.thread_reply import ThreadReply, answer_text
 from infra.state.feedback import Answer, Vote
 
@@ -70,8 +70,8 @@ def register(app: AsyncApp, services: Services) -> None:
         actor = clicker(body)
         try:
             text = await record_vote(services, clicked_value(body), actor.user_id, vote)
-        except RedisError:
-            text = STATE_STORE_DOWN
+        except RedisError as error:
+            text = state_store_notice(error)
         reply_after_ack(context, text=text, replace_original=False, response_type="ephemeral")
         await ack()
 
