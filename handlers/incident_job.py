@@ -11,7 +11,6 @@ never as the request, and every text is redacted and mrkdwn-escaped before Slack
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import logging
 import time
@@ -24,16 +23,15 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.actions.log_actions import read_alert_logs
 from agent.actions.secret_values import run_redactor
 from agent.context import Actor, Services
-from agent.digest import build_digest
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionBuilder, unread_warnings
 from handlers.cards import escape
 from handlers.feedback_buttons import offer_feedback
 from handlers.incident_payloads import AlertEvent
+from handlers.incident_recall import recall_and_remember
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
 from infra.jobs import JobSpec
-from infra.state.incident_memory import Remembered, signature
 from infra.state.incidents import IncidentStore
 
 log = logging.getLogger(__name__)
@@ -71,7 +69,6 @@ DEFAULT_LOOKBACK = timedelta(hours=1)  # an alert without a start time
 FOLD_REPORT_SECONDS = 2  # the storm message is edited at most this often
 SHOWN_LABELS = 8
 LABEL_CHARS = 120  # of one label shown in the first message
-TOP_TEMPLATES = 3  # an incident is remembered, and recognised, by its digest's top templates
 
 _teams: dict[str, str] = {}  # bot token -> its workspace (auth.test), once per process
 
@@ -159,7 +156,7 @@ async def investigate(services: Services, client: AsyncWebClient, event: AlertEv
         actor = Actor(user_id=ALERT_ACTOR, team=team, channel=channel)
         logs = await read_alert_logs(services, actor, resource_type=event.resource_type,
                                      resource_labels=event.resource_labels, window=log_window(event))
-        await recall_and_remember(services, client, event, logs.lines, team=team, channel=channel,
+        await recall_and_remember(services, client, event.title, logs.lines, team=team, channel=channel,
                                   thread_ts=thread_ts)
         builder = MentionBuilder(request=INVESTIGATE_REQUEST)
         builder.add("thread", alert_context(event))
@@ -181,33 +178,6 @@ async def investigate(services: Services, client: AsyncWebClient, event: AlertEv
     except Exception as error:
         log.exception("investigating an alert failed")
         await reply.fail(f":warning: Something went wrong while investigating ({type(error).__name__}).")
-
-
-async def recall_and_remember(services: Services, client: AsyncWebClient, event: AlertEvent, lines: tuple[str, ...],
-                              *, team: str, channel: str, thread_ts: str) -> None:
-    """Say in the thread when an ended incident had the same top log templates, then keep this one."""
-    if services.memory is None or not lines:
-        return
-    signatures = await asyncio.to_thread(top_signatures, lines)
-    seen = await services.memory.recall(team, signatures, exclude=(channel, thread_ts))
-    await services.memory.observe(team, channel, thread_ts, signatures, event.title, time.time())
-    if seen is not None:
-        await _post(client, channel, thread_ts, seen_before_text(services, seen))
-
-
-def top_signatures(lines: tuple[str, ...]) -> list[str]:
-    """The signatures of the digest's top templates: the most severe, then the most frequent."""
-    digest = build_digest(lines)
-    top = sorted(digest.ranked, key=lambda t: (-t.severity, -t.count, t.template))[:TOP_TEMPLATES]
-    return [signature(t.template) for t in top]
-
-
-def seen_before_text(services: Services, seen: Remembered) -> str:
-    when = datetime.fromtimestamp(seen.at, tz=timezone.utc).strftime("%Y-%m-%d")
-    fix = f", {escape(services.redactor(seen.fixed_by))}" if seen.fixed_by else ""
-    link = f"https://slack.com/archives/{seen.channel}/p{seen.thread_ts.replace('.', '')}"
-    return (f":brain: Seen before on {when} in <#{seen.channel}>{fix} ({seen.matched} of the top log templates "
-            f"match): <{link}|that thread>.")
 
 
 async def report_folded(services: Services, client: AsyncWebClient, store: IncidentStore, *, source: str,

@@ -40,6 +40,7 @@ from agent.llm.material import (
 )
 from agent.actions.secret_values import run_redactor
 from handlers.feedback_buttons import offer_feedback
+from handlers.incident_recall import recall_and_remember
 from handlers.notifier import UNREACHABLE, slack_error
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
@@ -119,6 +120,9 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
             await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=card_text, blocks=blocks,
                                           unfurl_links=False, unfurl_media=False)
         await reply.finish(run)
+        if mention.has_logs:  # an incident of its own: remembered, and recognised when it comes back
+            await recall_and_remember(services, client, mention.request or "logs pasted in a mention",
+                                      mention.log_lines(), team=team, channel=channel, thread_ts=thread_ts)
         await offer_feedback(services, client, reply, run, mention)
         return "model" if run.used_model else "no-model"
     except RedisError:

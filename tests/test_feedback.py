@@ -64,3 +64,29 @@ def test_votes_on_an_answer_are_kept_with_its_model_and_digest_and_reported(make
     assert report["models"] == [{"model": "model-less", "up": 1, "down": 1, "ratio": 0.5}]
     text = CliRunner().invoke(app, ["feedback"]).output
     assert "model-less: 1 up, 1 down (50% useful)" in text
+
+
+def test_a_mention_whose_logs_match_one_rated_useful_says_it_was_seen_before(make_stack):
+    """Memory covers mentions too: an answered mention with logs is kept by its top templates, a 👍
+    ends it, and a later mention with the same errors (other times) links to that thread."""
+    stack = make_stack(agent_use_model=False)
+    first, second = "1796300100.000100", "1796390100.000100"
+    assert stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel=CHANNEL,
+                                           ts=first).status == 200
+    message = buttons(stack.slack, first)
+    # Not ended yet: another look at the same errors is not pointed at an incident nobody closed.
+    early = "1796300200.000100"
+    assert stack.signed_requests().mention(f"<@UTPUBOT> and now?\n{LOGS}", user=CAROL, channel=CHANNEL,
+                                           ts=early).status == 200
+    buttons(stack.slack, early)
+    assert not [m for m in stack.slack.channel_messages(CHANNEL) if m.thread_ts == early and "Seen before" in m.text]
+    assert click(stack, FEEDBACK_UP_ACTION, message.blocks[0]["elements"][0]["value"], BOB, message.ts) \
+        == "Thanks: recorded :+1:."
+    later = LOGS.replace("2024-05-01", "2024-05-09")
+    assert stack.signed_requests().mention(f"<@UTPUBOT> this again?\n{later}", user=CAROL, channel=CHANNEL,
+                                           ts=second).status == 200
+    seen = wait_until(lambda: next((m for m in stack.slack.channel_messages(CHANNEL)
+                                    if m.thread_ts == second and "Seen before" in m.text), None),
+                      what="the seen-before note in the second thread")
+    assert f"<#{CHANNEL}>" in seen.text and f"p{first.replace('.', '')}" in seen.text
+    assert not [m for m in stack.slack.channel_messages(CHANNEL) if m.thread_ts == first and "Seen before" in m.text]

@@ -1,0 +1,58 @@
+"""Seen before: an incident thread (an alert's or a mention's with logs) is remembered by its
+digest's top templates, and one whose top templates match an ended incident says so, with how
+that one was fixed and a link to its thread (infra/state/incident_memory.py keeps them)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Iterable
+from datetime import datetime, timezone
+
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.context import Services
+from agent.digest import build_digest
+from handlers.cards import escape
+from infra.state.incident_memory import Remembered, signature
+
+log = logging.getLogger(__name__)
+
+TOP_TEMPLATES = 3  # an incident is remembered, and recognised, by its digest's top templates
+
+
+async def recall_and_remember(services: Services, client: AsyncWebClient, title: str, lines: Iterable[str],
+                              *, team: str, channel: str, thread_ts: str) -> Remembered | None:
+    """Say in the thread when an ended incident had the same top log templates, then keep this one.
+    `lines` may be read lazily (a mention's spooled files): they are digested once, not held."""
+    if services.memory is None:
+        return None
+    signatures = await asyncio.to_thread(top_signatures, lines)
+    if not signatures:
+        return None
+    seen = await services.memory.recall(team, signatures, exclude=(channel, thread_ts))
+    await services.memory.observe(team, channel, thread_ts, signatures, title, time.time())
+    if seen is not None:
+        try:
+            await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=seen_before_text(services, seen),
+                                          unfurl_links=False, unfurl_media=False)
+        except SlackApiError as error:
+            log.warning("posting a seen-before note failed: %s", error.response.get("error"))
+    return seen
+
+
+def top_signatures(lines: Iterable[str]) -> list[str]:
+    """The signatures of the digest's top templates: the most severe, then the most frequent."""
+    digest = build_digest(lines)
+    top = sorted(digest.ranked, key=lambda t: (-t.severity, -t.count, t.template))[:TOP_TEMPLATES]
+    return [signature(t.template) for t in top]
+
+
+def seen_before_text(services: Services, seen: Remembered) -> str:
+    when = datetime.fromtimestamp(seen.at, tz=timezone.utc).strftime("%Y-%m-%d")
+    fix = f", {escape(services.redactor(seen.fixed_by))}" if seen.fixed_by else ""
+    link = f"https://slack.com/archives/{seen.channel}/p{seen.thread_ts.replace('.', '')}"
+    return (f":brain: Seen before on {when} in <#{seen.channel}>{fix} ({seen.matched} of the top log templates "
+            f"match): <{link}|that thread>.")
