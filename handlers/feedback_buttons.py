@@ -28,6 +28,8 @@ FEEDBACK_UP_ACTION = "feedback_up"
 FEEDBACK_DOWN_ACTION = "feedback_down"
 ASK_TEXT = "Was this answer useful?"
 MODEL_LESS = "model-less"
+ASK_CORRECTION = ("What should it have said? Reply in this thread: your next reply is kept with this rating, "
+                  "and `tpubot feedback --export-evals DIR` turns it into an eval case.")
 
 
 def model_of(run: AgentRun) -> str:
@@ -58,6 +60,8 @@ async def offer_feedback(services: Services, client: AsyncWebClient, reply: Thre
             answer_id=answer_id, team=reply.team, channel=reply.channel, thread_ts=reply.thread_ts,
             model=model_of(run), prompt_digest=prompt_digest(mention), text=answer_text(run, reply.redactor),
             at=time.time()))
+        if mention.has_logs:  # the makings of an eval case, should the answer be rated 👎 and corrected
+            await services.feedback.record_input(answer_id, mention.request, mention.log_lines())
         await client.chat_postMessage(channel=reply.channel, thread_ts=reply.thread_ts, text=ASK_TEXT,
                                       blocks=feedback_blocks(answer_id), unfurl_links=False, unfurl_media=False)
     except (RedisError, SlackApiError) as error:
@@ -93,7 +97,10 @@ async def record_vote(services: Services, answer_id: str, user: str, vote: Vote)
     if vote == "up" and services.memory is not None:
         # A useful answer ends its incident (if the thread is one): it is citable when it comes back.
         await services.memory.end(answer.team, answer.channel, answer.thread_ts)
+    if vote == "down":
+        await services.feedback.await_correction(answer, user)
     shown = ":+1:" if vote == "up" else ":-1:"
     if previous == vote:
         return f"You already rated this answer {shown}."
-    return f"Thanks: recorded {shown}" + (" (in place of your earlier rating)." if previous else ".")
+    thanks = f"Thanks: recorded {shown}" + (" (in place of your earlier rating)." if previous else ".")
+    return thanks + (f" {ASK_CORRECTION}" if vote == "down" else "")

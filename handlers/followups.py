@@ -51,7 +51,9 @@ MEMBERS_PAGE = 200
 MEMBERS_PAGES = 25  # 5,000 members read at most
 FIXED = re.compile(r"^\s*fixed (?:by|with)\b", re.IGNORECASE)
 ACK_TEXTS = {"stop": ":wave: OK, I stopped following this thread. Mention me to bring me back.",
-             "fixed": ":memo: Noted. When an incident with these logs comes back, I will point to this fix."}
+             "fixed": ":memo: Noted. When an incident with these logs comes back, I will point to this fix.",
+             "correction": ":memo: Kept with your :-1: as what the answer should have said "
+                           "(`tpubot feedback --export-evals DIR` makes it an eval case)."}
 
 
 def is_stop(text: str) -> bool:
@@ -59,7 +61,7 @@ def is_stop(text: str) -> bool:
 
 
 async def followup_kind(services: Services, body: dict, event: dict, bot_user_id: str,
-                        now: float | None = None) -> Literal["answer", "stop", "fixed", ""]:
+                        now: float | None = None) -> Literal["answer", "stop", "fixed", "correction", ""]:
     """What a `message` event is to the follow-ups: one to answer, a stop, a fix noted, or nothing."""
     followups = services.followups
     thread_ts, ts = str(event.get("thread_ts") or ""), str(event.get("ts") or "")
@@ -78,6 +80,9 @@ async def followup_kind(services: Services, body: dict, event: dict, bot_user_id
         return ""
     if not await followups.following(team, channel, thread_ts):
         return ""
+    if services.feedback is not None and await services.feedback.take_correction(
+            team, channel, thread_ts, str(event.get("user")), services.redactor(str(event.get("text") or ""))):
+        return "correction"  # what the answer it rated 👎 should have said, kept for an eval case
     if FIXED.match(event.get("text") or "") and services.memory is not None and await services.memory.end(
             team, channel, thread_ts, fixed_by=" ".join(str(event.get("text")).split())):
         return "fixed"  # an incident thread's fix, kept for the next time its logs come back

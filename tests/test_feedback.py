@@ -44,7 +44,7 @@ def test_votes_on_an_answer_are_kept_with_its_model_and_digest_and_reported(make
     answer_id = elements[0]["value"]
 
     assert click(stack, FEEDBACK_UP_ACTION, answer_id, BOB, message.ts) == "Thanks: recorded :+1:."
-    assert click(stack, FEEDBACK_DOWN_ACTION, answer_id, CAROL, message.ts) == "Thanks: recorded :-1:."
+    assert click(stack, FEEDBACK_DOWN_ACTION, answer_id, CAROL, message.ts).startswith("Thanks: recorded :-1:. What should")
     assert click(stack, FEEDBACK_UP_ACTION, answer_id, BOB, message.ts) == "You already rated this answer :+1:."
     assert click(stack, FEEDBACK_UP_ACTION, "0123456789abcdef", BOB, message.ts).startswith("That answer is too old")
 
@@ -90,3 +90,41 @@ def test_a_mention_whose_logs_match_one_rated_useful_says_it_was_seen_before(mak
                       what="the seen-before note in the second thread")
     assert f"<#{CHANNEL}>" in seen.text and f"p{first.replace('.', '')}" in seen.text
     assert not [m for m in stack.slack.channel_messages(CHANNEL) if m.thread_ts == first and "Seen before" in m.text]
+
+
+def test_a_thumbs_down_with_a_reply_is_exported_as_an_eval_case(make_stack, monkeypatch, tmp_path):
+    from test_cli_output import documented_keys
+    from test_followups import reply_event
+
+    from agent.evals.cases import parse_incident
+
+    stack = make_stack(agent_use_model=False)
+    ts = "1796300300.000100"
+    assert stack.signed_requests().mention(f"<@UTPUBOT> why did the rpc fail?\n{LOGS}", user=ALICE, channel=CHANNEL,
+                                           ts=ts).status == 200
+    message = buttons(stack.slack, ts)
+    said = click(stack, FEEDBACK_DOWN_ACTION, message.blocks[0]["elements"][0]["value"], CAROL, message.ts)
+    assert said.startswith("Thanks: recorded :-1:.") and "Reply in this thread" in said
+    correction = 'worker 3 was drained for the "kernel" upgrade; DEADLINE_EXCEEDED is expected there'
+    reply_event(stack.signed_requests(), stack.slack, correction, user=CAROL, thread_ts=ts, channel=CHANNEL)
+    wait_until(lambda: any(m.thread_ts == ts and m.text.startswith(":memo: Kept with your :-1:")
+                           for m in stack.slack.channel_messages(CHANNEL)), what="the correction acknowledged")
+
+    monkeypatch.setenv("REDIS_URL", stack.settings.redis_url)
+    out = tmp_path / "cases"
+    result = CliRunner().invoke(app, ["feedback", "--export-evals", str(out), "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert list(report) == documented_keys()["feedback --export-evals DIR"]
+    [path] = report["written"]
+    text = open(path, encoding="utf-8").read()
+    incident = parse_incident(text, path)  # a valid incident as written: the eval runs it
+    assert incident.mention == "why did the rpc fail?" and incident.logs == tuple(LOGS.splitlines())
+    assert incident.kind == "feedback" and set(incident.forbidden) == {"provision", "teardown"}
+    assert f"#   {correction}" in text  # what a right answer says, for a person to turn into facts
+    ran = CliRunner().invoke(app, ["eval", "--cases", str(out), "--only-cases", "--arms", "modelless", "--json"])
+    assert ran.exit_code == 0, ran.output
+    assert [case["case"] for case in json.loads(ran.stdout)["cases"]] == [incident.id]
+    # Exporting again rewrites the same file: one per rated answer.
+    again = CliRunner().invoke(app, ["feedback", "--export-evals", str(out)])
+    assert again.exit_code == 0 and "Wrote 1 incident file" in again.output

@@ -5,7 +5,9 @@ in the window. Keys expire after RETENTION_SECONDS; nothing leaves the workspace
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Awaitable, Literal, cast
 
@@ -15,6 +17,9 @@ from infra.state import keys
 
 RETENTION_SECONDS = 90 * 86_400
 TEXT_KEPT = 2_000
+INPUT_LINES_KEPT = 400  # an eval case's logs: the first lines an answer was made from (already redacted)
+INPUT_CHARS_KEPT = 64_000
+CORRECTION_WAIT_SECONDS = 86_400  # a 👎's reply counts as its correction for a day
 Vote = Literal["up", "down"]
 
 
@@ -32,6 +37,16 @@ class Answer:
     prompt_digest: str
     text: str
     at: float
+
+
+@dataclass(frozen=True)
+class Corrected:
+    """An answer rated 👎, what it was made from, and what the person said a right one would say."""
+
+    answer: Answer
+    request: str
+    logs: list[str]
+    correction: str
 
 
 @dataclass
@@ -71,6 +86,48 @@ class FeedbackStore:
             "team": answer.team, "channel": answer.channel, "thread_ts": answer.thread_ts, "model": answer.model,
             "prompt_digest": answer.prompt_digest, "text": answer.text[:TEXT_KEPT], "at": f"{answer.at:.3f}"}))
         await self._redis.expire(key, RETENTION_SECONDS)
+
+    async def record_input(self, answer_id: str, request: str, lines: Iterable[str]) -> None:
+        """Keep what the answer was made from, for `tpubot feedback --export-evals` (redacted text only)."""
+        kept: list[str] = []
+        size = 0
+        for line in itertools.islice(lines, INPUT_LINES_KEPT):
+            size += len(line) + 1
+            if size > INPUT_CHARS_KEPT:
+                break
+            kept.append(line)
+        key = keys.answer_input(answer_id)
+        await cast(Awaitable[int], self._redis.hset(key, mapping={"request": request[:TEXT_KEPT], "logs": "\n".join(kept)}))
+        await self._redis.expire(key, RETENTION_SECONDS)
+
+    async def await_correction(self, answer: Answer, user: str) -> None:
+        """After `user`'s 👎: their next reply in the answer's thread is kept as its correction."""
+        await self._redis.set(keys.awaiting_correction(answer.team, answer.channel, answer.thread_ts, user),
+                              answer.answer_id, ex=CORRECTION_WAIT_SECONDS)
+
+    async def take_correction(self, team: str, channel: str, thread_ts: str, user: str, text: str) -> str | None:
+        """Keep `text` as the correction of the answer `user` rated 👎 in this thread, if they did;
+        the rated answer's id, or None."""
+        pending = await self._redis.getdel(keys.awaiting_correction(team, channel, thread_ts, user))
+        if pending is None:
+            return None
+        answer_id = _text(pending)
+        await cast(Awaitable[int], self._redis.hset(keys.answer_input(answer_id), "correction", text[:TEXT_KEPT]))
+        await self._redis.expire(keys.answer_input(answer_id), RETENTION_SECONDS)
+        return answer_id
+
+    async def corrected(self) -> list[Corrected]:
+        """Every kept answer rated 👎 with a correction and its input: the makings of eval cases."""
+        found = []
+        for raw_id in await self._redis.zrange(keys.rated_answers(), 0, -1):
+            answer_id = _text(raw_id)
+            given = {_text(k): _text(v) for k, v in
+                     (await cast(Awaitable[dict], self._redis.hgetall(keys.answer_input(answer_id)))).items()}
+            answer = await self.answer(answer_id)
+            if answer is None or not given.get("correction") or not given.get("logs"):
+                continue
+            found.append(Corrected(answer, given.get("request", ""), given["logs"].split("\n"), given["correction"]))
+        return found
 
     async def answer(self, answer_id: str) -> Answer | None:
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.rated_answer(answer_id)))

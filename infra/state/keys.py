@@ -134,6 +134,16 @@ def answer_votes(answer_id: str) -> str:
     return f"{PREFIX}:answer-votes:{answer_id}"
 
 
+def answer_input(answer_id: str) -> str:
+    """What an answer was made from (its request and the first log lines), kept for an eval case."""
+    return f"{PREFIX}:answer-input:{answer_id}"
+
+
+def awaiting_correction(team: str, channel: str, thread_ts: str, user: str) -> str:
+    """Set by a 👎: that person's next reply in the thread is the answer's correction."""
+    return f"{PREFIX}:awaiting-correction:{team}:{channel}:{thread_ts}:{user}"
+
+
 def rated_answers() -> str:
     return f"{PREFIX}:rated-answers"
 
