@@ -15,12 +15,9 @@ from typing import Awaitable, cast
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.replies import as_text
 
 DAY = 86_400
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -57,6 +54,6 @@ class AlertMarks:
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.alert_acks(lease_id)))
         acks = []
         for kind, value in raw.items():
-            user, _, at = _text(value).partition("|")
-            acks.append(Ack(kind=_text(kind), user=user, at=float(at or 0)))
+            user, _, at = as_text(value).partition("|")
+            acks.append(Ack(kind=as_text(kind), user=user, at=float(at or 0)))
         return sorted(acks, key=lambda ack: ack.at)

@@ -14,6 +14,7 @@ from typing import Awaitable, Literal, cast
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.replies import as_text
 
 RETENTION_SECONDS = 90 * 86_400
 TEXT_KEPT = 2_000
@@ -21,10 +22,6 @@ INPUT_LINES_KEPT = 400  # an eval case's logs: the first lines an answer was mad
 INPUT_CHARS_KEPT = 64_000
 CORRECTION_WAIT_SECONDS = 86_400  # a 👎's reply counts as its correction for a day
 Vote = Literal["up", "down"]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -111,7 +108,7 @@ class FeedbackStore:
         pending = await self._redis.getdel(keys.awaiting_correction(team, channel, thread_ts, user))
         if pending is None:
             return None
-        answer_id = _text(pending)
+        answer_id = as_text(pending)
         await cast(Awaitable[int], self._redis.hset(keys.answer_input(answer_id), "correction", text[:TEXT_KEPT]))
         await self._redis.expire(keys.answer_input(answer_id), RETENTION_SECONDS)
         return answer_id
@@ -120,8 +117,8 @@ class FeedbackStore:
         """Every kept answer rated 👎 with a correction and its input: the makings of eval cases."""
         found = []
         for raw_id in await self._redis.zrange(keys.rated_answers(), 0, -1):
-            answer_id = _text(raw_id)
-            given = {_text(k): _text(v) for k, v in
+            answer_id = as_text(raw_id)
+            given = {as_text(k): as_text(v) for k, v in
                      (await cast(Awaitable[dict], self._redis.hgetall(keys.answer_input(answer_id)))).items()}
             answer = await self.answer(answer_id)
             if answer is None or not given.get("correction") or not given.get("logs"):
@@ -133,7 +130,7 @@ class FeedbackStore:
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.rated_answer(answer_id)))
         if not raw:
             return None
-        f = {_text(k): _text(v) for k, v in raw.items()}
+        f = {as_text(k): as_text(v) for k, v in raw.items()}
         return Answer(answer_id, f.get("team", ""), f.get("channel", ""), f.get("thread_ts", ""), f.get("model", ""),
                       f.get("prompt_digest", ""), f.get("text", ""), float(f.get("at", "0") or 0))
 
@@ -145,14 +142,14 @@ class FeedbackStore:
         await cast(Awaitable[int], self._redis.hset(key, clicker, f"{vote}|{now:.3f}"))
         await self._redis.expire(key, RETENTION_SECONDS)
         await self._redis.zadd(keys.rated_answers(), {answer_id: now})
-        previous = _text(old).partition("|")[0] if old else None
+        previous = as_text(old).partition("|")[0] if old else None
         return cast(Vote, previous) if previous in ("up", "down") else None
 
     async def report(self, since: float) -> FeedbackReport:
         report = FeedbackReport(since=since)
         await self._redis.zremrangebyscore(keys.rated_answers(), "-inf", time.time() - RETENTION_SECONDS)
         for raw_id in await self._redis.zrangebyscore(keys.rated_answers(), since, "+inf"):
-            answer_id = _text(raw_id)
+            answer_id = as_text(raw_id)
             votes = await cast(Awaitable[dict], self._redis.hgetall(keys.answer_votes(answer_id)))
             answer = await self.answer(answer_id)
             if not votes or answer is None:
@@ -160,7 +157,7 @@ class FeedbackStore:
             report.answers += 1
             tally = report.models.setdefault(answer.model, Tally())
             for value in votes.values():
-                vote = _text(value).partition("|")[0]
+                vote = as_text(value).partition("|")[0]
                 for counted in (tally, report.total):
                     if vote == "up":
                         counted.up += 1

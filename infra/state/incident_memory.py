@@ -13,6 +13,7 @@ from typing import Awaitable, cast
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.replies import as_text
 
 RETENTION_SECONDS = 90 * 86_400
 FIX_KEPT = 300
@@ -21,10 +22,6 @@ FIX_KEPT = 300
 def signature(template: str) -> str:
     """A template's signature: the same masked template hashes the same in every incident."""
     return hashlib.sha256(template.encode()).hexdigest()[:16]
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -70,7 +67,7 @@ class IncidentMemory:
         shared: Counter[str] = Counter()
         for sig in signatures:
             for ref in await cast(Awaitable[set], self._redis.smembers(keys.memory_signature(team, sig))):
-                shared[_text(ref)] += 1
+                shared[as_text(ref)] += 1
         shared.pop(f"{exclude[0]}:{exclude[1]}", None)
         needed = min(2, len(signatures))
         best: Remembered | None = None
@@ -79,7 +76,7 @@ class IncidentMemory:
                 continue
             channel, _, thread_ts = ref.partition(":")
             raw = await cast(Awaitable[dict], self._redis.hgetall(keys.memory_thread(team, channel, thread_ts)))
-            fields = {_text(k): _text(v) for k, v in raw.items()}
+            fields = {as_text(k): as_text(v) for k, v in raw.items()}
             if fields.get("ended") != "1":
                 continue
             found = Remembered(channel, thread_ts, fields.get("title", ""), float(fields.get("at", "0") or 0),

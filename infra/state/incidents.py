@@ -16,6 +16,7 @@ from typing import Awaitable, cast
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.replies import as_text
 
 INCIDENT_TTL_SECONDS = 14 * 86_400
 
@@ -35,10 +36,6 @@ redis.call('HSET', KEYS[1], 'channel', ARGV[1], 'opened', ARGV[2], 'status', 'op
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 return 1
 """
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 @dataclass(frozen=True)
@@ -78,7 +75,7 @@ class IncidentStore:
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.incident(source, key)))
         if not raw:
             return None
-        fields = {_text(k): _text(v) for k, v in raw.items()}
+        fields = {as_text(k): as_text(v) for k, v in raw.items()}
         return Incident(source, key, fields.get("channel", ""), fields.get("ts", ""), fields.get("status", ""),
                         int(fields.get("repeats", "0") or 0), float(fields.get("opened", "0") or 0))
 
@@ -101,7 +98,7 @@ class IncidentStore:
     async def storm_message(self, source: str, window: int) -> tuple[str, str]:
         """(channel, ts) of the window's storm message, or ("", "")."""
         raw = await self._redis.get(keys.incident_storm_message(source, window))
-        channel, _, ts = _text(raw or "").partition("|")
+        channel, _, ts = as_text(raw or "").partition("|")
         return channel, ts
 
     async def set_storm_message(self, source: str, window: int, channel: str, ts: str, ttl_seconds: int) -> None:

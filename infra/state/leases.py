@@ -19,6 +19,7 @@ from typing import Any, Awaitable, TypedDict, Unpack, cast, get_type_hints
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.replies import as_text
 
 log = logging.getLogger(__name__)
 
@@ -104,7 +105,7 @@ class Lease:
     def from_redis(cls, raw: dict) -> "Lease":
         """The stored lease. Stored fields this version does not know are skipped here (and stay in
         Redis): a hash written by a newer or older version still reads; `unknown_fields` names them."""
-        decoded = {_text(k): _text(v) for k, v in raw.items()}
+        decoded = {as_text(k): as_text(v) for k, v in raw.items()}
         kwargs: dict[str, Any] = {}
         for f in fields(cls):
             if f.name not in decoded:
@@ -190,7 +191,7 @@ def _is_a(value: object, kind: type) -> bool:
 
 def unknown_fields(raw: dict, *, expected: frozenset[str] = frozenset()) -> set[str]:
     """The stored fields of a lease hash that this version's Lease does not have (besides `expected`)."""
-    return {name for name in (_text(k) for k in raw) if name not in LEASE_FIELDS and name not in expected}
+    return {name for name in (as_text(k) for k in raw) if name not in LEASE_FIELDS and name not in expected}
 
 
 def _stored(value: object) -> str:
@@ -207,10 +208,6 @@ def _state(value: str, lease_id: str) -> LeaseState:
     except ValueError:
         raise UnknownLeaseState(f"lease {lease_id} is stored in state {value!r}, which this version does not know "
                          f"(it knows {', '.join(LeaseState)})") from None
-
-
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 def new_lease_id() -> str:
@@ -297,7 +294,7 @@ class Release:
 
     @classmethod
     def from_redis(cls, raw: dict) -> "Release":
-        decoded = {_text(k): _text(v) for k, v in raw.items()}
+        decoded = {as_text(k): as_text(v) for k, v in raw.items()}
         return cls(Lease.from_redis(raw), decoded.get("release_reason", ""), decoded.get("released_by", ""),
                    float(decoded.get("released_at") or 0), decoded.get("tell_channel") == "1")
 
@@ -389,7 +386,7 @@ class LeaseStore:
         found = []
         for lease_id in await self._redis.zrangebyscore(keys.release_notes(), "-inf", released_before):
             try:
-                release = await self.unfinished_release(_text(lease_id))
+                release = await self.unfinished_release(as_text(lease_id))
             except UnknownLeaseState as error:
                 log.warning("skipped a release note this version cannot read: %s", error)
                 continue
@@ -408,7 +405,7 @@ class LeaseStore:
     async def all(self) -> list[Lease]:
         members = await cast(Awaitable[set], self._redis.smembers(keys.lease_index()))
         leases = []
-        for member in sorted(_text(m) for m in members):
+        for member in sorted(as_text(m) for m in members):
             raw = await cast(Awaitable[dict], self._redis.hgetall(member))
             if raw:
                 try:

@@ -31,7 +31,8 @@ from typing import Awaitable, Literal, cast
 from redis.asyncio import Redis
 
 from infra.state import keys
-from infra.state.leases import ClaimResult, Lease, _text, candidate_lease, claim_fields
+from infra.state.leases import ClaimResult, Lease, candidate_lease, claim_fields
+from infra.state.replies import as_text
 
 LEDGER_TTL_SECONDS = 400 * 86_400  # a year of months stays readable for `/tpu spend 2026-01`
 NO_LIMIT = ""
@@ -202,7 +203,7 @@ class SpendRecord:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> "SpendRecord":
-        raw = json.loads(_text(text))
+        raw = json.loads(as_text(text))
         return cls(**{k: v for k, v in raw.items() if k in cls.__dataclass_fields__})
 
 
@@ -276,7 +277,7 @@ def _open_note(claimed_at: float, note: dict | None) -> str:
 
 
 def _limit(value: str | bytes | None) -> float | None:
-    text = _text(value) if value is not None else ""
+    text = as_text(value) if value is not None else ""
     return float(text) if text not in ("", None) else None
 
 
@@ -306,8 +307,8 @@ class SpendLedger:
     async def channel_limits(self, team: str) -> dict[str, float]:
         """Every channel with an admin-set limit."""
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.budget_limits(team)))
-        return {_text(k).removeprefix("channel:"): float(_text(v)) for k, v in raw.items()
-                if _text(k).startswith("channel:")}
+        return {as_text(k).removeprefix("channel:"): float(as_text(v)) for k, v in raw.items()
+                if as_text(k).startswith("channel:")}
 
     async def set_limit(self, team: str, usd: float, *, channel: str | None = None) -> None:
         await cast(Awaitable[int], self._redis.hset(keys.budget_limits(team), f"channel:{channel}" if channel else "workspace", repr(usd)))
@@ -335,7 +336,7 @@ class SpendLedger:
         )
         verdict = int(reply[0])
         if verdict == 2:
-            scope, *numbers = (_text(part) for part in reply[1:])
+            scope, *numbers = (as_text(part) for part in reply[1:])
             ch_limit, ch_spent, ch_reserved, ws_limit, ws_spent, ws_reserved = numbers
             return BudgetedClaim(None, Refusal(
                 scope="channel" if scope == "channel" else "workspace", need=worst_case_usd, channel_limit=_limit(ch_limit), channel_spent=float(ch_spent),
@@ -372,7 +373,7 @@ class SpendLedger:
             pipe.hgetall(keys.spend_settled(team, month))
             totals, open_, settled = await pipe.execute()
         ledger = MonthLedger(month=month)
-        for name, value in ((_text(k), float(_text(v))) for k, v in totals.items()):
+        for name, value in ((as_text(k), float(as_text(v))) for k, v in totals.items()):
             if name == "ws:spent":
                 ledger.spent = value
             elif name == "ws:reserved":
@@ -381,11 +382,11 @@ class SpendLedger:
                 channel, _, what = name[3:].rpartition(":")
                 (ledger.channel_spent if what == "spent" else ledger.channel_reserved)[channel] = value
         for lease_id, value in open_.items():
-            channel, usd, claimed_at, note = _text(value).split("|", 3)
-            ledger.open[_text(lease_id)] = OpenReservation(_text(lease_id), channel, float(usd), float(claimed_at),
+            channel, usd, claimed_at, note = as_text(value).split("|", 3)
+            ledger.open[as_text(lease_id)] = OpenReservation(as_text(lease_id), channel, float(usd), float(claimed_at),
                                                            json.loads(note or "{}"))
         for lease_id, value in settled.items():
-            ledger.settled[_text(lease_id)] = SpendRecord.from_json(value)
+            ledger.settled[as_text(lease_id)] = SpendRecord.from_json(value)
         return ledger
 
     async def receipts(self) -> list[tuple[str, str, SpendRecord]]:
@@ -394,11 +395,11 @@ class SpendLedger:
         while True:
             rows = await self._redis.xrange(keys.spend_receipts(), min=start, count=500)
             for _entry_id, fields in rows:
-                f = {_text(k): _text(v) for k, v in fields.items()}
+                f = {as_text(k): as_text(v) for k, v in fields.items()}
                 found.append((f["team"], f["month"], SpendRecord.from_json(f["record"])))
             if len(rows) < 500:
                 return found
-            start = "(" + _text(rows[-1][0])
+            start = "(" + as_text(rows[-1][0])
 
     async def rebuild_month(self, team: str, month: str, settled: list[SpendRecord],
                             running: list[OpenReservation], *, now: float | None = None) -> MonthLedger:
