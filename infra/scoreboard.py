@@ -29,6 +29,7 @@ from typing import Awaitable, Callable, Iterable, Literal, cast
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.replies import as_text
 from infra.tpu_errors import ErrorScope, TpuError, TpuErrorKind, region_of
 
 ACCEPTED = "accepted"  # the create went through: the QR exists (queued or provisioning)
@@ -189,7 +190,7 @@ class ZoneScoreboard:
             pipe.expire(key, self._same_error_window)
             pipe.hkeys(key)
             *_, zones = await pipe.execute()
-        return sorted(_text(z) for z in zones)
+        return sorted(as_text(z) for z in zones)
 
     async def set_offers(self, zone: str, offered: bool) -> None:
         await self._redis.set(self._offers_key(zone), "1" if offered else "0", ex=self._offers_ttl)
@@ -200,7 +201,7 @@ class ZoneScoreboard:
         if not zones:
             return {}
         values = await self._redis.mget([self._offers_key(z) for z in zones])
-        return {z: None if v is None else _text(v) == "1" for z, v in zip(zones, values)}
+        return {z: None if v is None else as_text(v) == "1" for z, v in zip(zones, values)}
 
     async def history(self, zone: str) -> list[Attempt]:
         return [Attempt.from_json(raw) for raw in await cast(Awaitable[list], self._redis.lrange(self._attempts_key(zone), 0, -1))]
@@ -228,7 +229,7 @@ class ZoneScoreboard:
             history = [Attempt.from_json(raw) for raw in raw_history]
             live = [s for s in (Skip(**json.loads(raw)) for raw in (zone_skip, region_skip) if raw is not None)
                     if s.until > now]
-            row = ZoneRow(zone=zone, offers=None if offered is None else _text(offered) == "1", attempts=len(history),
+            row = ZoneRow(zone=zone, offers=None if offered is None else as_text(offered) == "1", attempts=len(history),
                           history=history, skip=max(live, key=lambda s: s.until) if live else None)
             if history:
                 row.last_outcome, row.last_at = history[0].outcome, history[0].at
@@ -281,8 +282,6 @@ def error_signature(message: str) -> str:
     return _VOLATILE.sub("#", message.lower()).strip()
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
 
 
 __all__ = [
