@@ -107,6 +107,9 @@ def configure_logging(level: int = logging.INFO, *, log_format: str = "json", se
     # Bolt logs the full body and signature of every request that fails verification at INFO.
     logging.getLogger("slack_bolt").setLevel(max(level, logging.WARNING))
     logging.getLogger("uvicorn.access").setLevel(logging.WARNING)
+    # httpx logs every request's URL at INFO, and a URL can carry a token (RUNBOOKS_URLS' ?token=…).
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
     # The openai client logs every request's options (the whole prompt, images too) at DEBUG.
     logging.getLogger("openai").setLevel(max(level, logging.INFO))
     # Library loggers with handlers of their own would print around the redaction.
