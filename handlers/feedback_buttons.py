@@ -97,10 +97,9 @@ async def record_vote(services: Services, answer_id: str, user: str, vote: Vote)
     if vote == "up" and services.memory is not None:
         # A useful answer ends its incident (if the thread is one): it is citable when it comes back.
         await services.memory.end(answer.team, answer.channel, answer.thread_ts)
-    if vote == "down":
-        await services.feedback.await_correction(answer, user)
+    asks = vote == "down" and await services.feedback.await_correction(answer, user)
     shown = ":+1:" if vote == "up" else ":-1:"
     if previous == vote:
         return f"You already rated this answer {shown}."
     thanks = f"Thanks: recorded {shown}" + (" (in place of your earlier rating)." if previous else ".")
-    return thanks + (f" {ASK_CORRECTION}" if vote == "down" else "")
+    return thanks + (f" {ASK_CORRECTION}" if asks else "")

@@ -128,3 +128,14 @@ def test_a_thumbs_down_with_a_reply_is_exported_as_an_eval_case(make_stack, monk
     # Exporting again rewrites the same file: one per rated answer.
     again = CliRunner().invoke(app, ["feedback", "--export-evals", str(out)])
     assert again.exit_code == 0 and "Wrote 1 incident file" in again.output
+
+
+def test_a_thumbs_down_on_an_answer_without_logs_asks_for_no_correction(make_stack):
+    stack = make_stack(agent_use_model=False)
+    ts = "1796300400.000100"
+    assert stack.signed_requests().mention("<@UTPUBOT> what is the status?", user=ALICE, channel=CHANNEL,
+                                           ts=ts).status == 200
+    message = buttons(stack.slack, ts)
+    # No logs were kept with it, so no eval case could be made: nothing is asked of the clicker.
+    assert click(stack, FEEDBACK_DOWN_ACTION, message.blocks[0]["elements"][0]["value"], CAROL, message.ts) \
+        == "Thanks: recorded :-1:."

@@ -97,10 +97,14 @@ class FeedbackStore:
         await cast(Awaitable[int], self._redis.hset(key, mapping={"request": request[:TEXT_KEPT], "logs": "\n".join(kept)}))
         await self._redis.expire(key, RETENTION_SECONDS)
 
-    async def await_correction(self, answer: Answer, user: str) -> None:
-        """After `user`'s 👎: their next reply in the answer's thread is kept as its correction."""
+    async def await_correction(self, answer: Answer, user: str) -> bool:
+        """After `user`'s 👎: their next reply in the answer's thread is kept as its correction.
+        False when the answer kept no input (no logs), so no eval case could be made of it."""
+        if not await self._redis.exists(keys.answer_input(answer.answer_id)):
+            return False
         await self._redis.set(keys.awaiting_correction(answer.team, answer.channel, answer.thread_ts, user),
                               answer.answer_id, ex=CORRECTION_WAIT_SECONDS)
+        return True
 
     async def take_correction(self, team: str, channel: str, thread_ts: str, user: str, text: str) -> str | None:
         """Keep `text` as the correction of the answer `user` rated 👎 in this thread, if they did;
