@@ -61,12 +61,9 @@ async def answer_command(services: Services, command: dict) -> tuple[str, list[d
         return await run_subcommand(services, actor, parsed)
     except CommandError as error:
         return cards.notice(f":warning: {error}")
-    except RedisTimeoutError:
-        log.exception("state store timed out during /tpu")
-        return cards.notice(STATE_STORE_SLOW)
-    except RedisError:
-        log.exception("state store unavailable during /tpu")
-        return cards.notice(STATE_STORE_DOWN)
+    except RedisError as error:
+        log.exception("state store failed during /tpu (%s)", type(error).__name__)
+        return cards.notice(state_store_notice(error))
 
 
 # Subcommands whose answer may outlast Slack's 3-second ack: queued for the worker, answered via response_url.

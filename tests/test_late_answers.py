@@ -31,9 +31,10 @@ async def test_overrun_work_is_delivered_when_it_ends_and_a_stop_waits_for_it():
 
 async def test_overrun_work_that_raises_tells_the_person_it_failed():
     told: list[str] = []
+    go = asyncio.Event()
 
     async def work() -> str:
-        await asyncio.sleep(0.05)
+        await go.wait()
         raise RuntimeError("the TPU API said no")
 
     async def deliver(result: str) -> None:
@@ -44,6 +45,7 @@ async def test_overrun_work_that_raises_tells_the_person_it_failed():
 
     answers: LateAnswers[str] = LateAnswers(budget_seconds=0.01)
     assert await answers.within_budget(work(), deliver, failed) is None
+    go.set()  # it fails only after its ack went out
     assert await drain_late_answers(timeout=10) == 0
     assert told == ["failed"]
 
