@@ -58,20 +58,18 @@ class Decision:
     message: str = ""
 
 
-async def _in_any_group(directory: GroupDirectory | None, groups: frozenset[str], user_id: str) -> bool:
-    if directory is None:
-        return False
+async def _in_any_group(directory: GroupDirectory, groups: frozenset[str], user_id: str) -> bool:
     for group in sorted(groups):
         if user_id in await directory.members(group):
             return True
     return False
 
 
-async def is_admin(policy: AccessPolicy, directory: GroupDirectory | None, user_id: str) -> bool:
+async def is_admin(policy: AccessPolicy, directory: GroupDirectory, user_id: str) -> bool:
     return user_id in policy.admins or await _in_any_group(directory, policy.admin_groups, user_id)
 
 
-async def check(policy: AccessPolicy, directory: GroupDirectory | None, actor: Actor, kind: ActionKind,
+async def check(policy: AccessPolicy, directory: GroupDirectory, actor: Actor, kind: ActionKind,
                 what: str) -> Decision:
     if await is_admin(policy, directory, actor.user_id):
         return Decision(True)

@@ -48,12 +48,6 @@ if TYPE_CHECKING:
     from infra.state.spend import SpendLedger
 
 
-def _open_access() -> "AccessPolicy":
-    from agent.access import AccessPolicy
-
-    return AccessPolicy()
-
-
 class ChannelUnreachable(Exception):
     """The bot cannot post in the lease's channel (removed from it, or never in it); the holder
     has been told by DM. Raised by LeaseObserver.lease_changed."""
@@ -80,8 +74,8 @@ class LeaseObserver(Protocol):
 class LeaseHook(Protocol):
     """Work that follows a lease's milestones (model boot, expiry timers…), one module per concern."""
 
-    async def on_active(self, svc: "Services", lease: Lease) -> None:
-        """The QR just became ACTIVE (called once per lease)."""
+    async def on_active(self, svc: "WorkerServices", lease: Lease) -> None:
+        """The QR just became ACTIVE (called once per lease, in the worker)."""
 
     async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
         """The lease was released (teardown, expiry, failure, or the QR vanished)."""
@@ -139,65 +133,91 @@ class LogMaterial(Protocol):
     def line_map(self) -> str: ...
 
 
-@dataclass
+class SilentObserver:
+    """The observer of a process without a Slack client (`tpubot spend`, `tpubot capacity`,
+    `tpubot eval`): it has no channel to post in, so a lease's card is left as it is."""
+
+    async def lease_changed(self, lease: Lease) -> Lease:
+        return lease
+
+    async def lease_released(self, lease: Lease, *, reason: str, by: str = "") -> None:
+        return None
+
+    async def tell_holder(self, lease: Lease, text: str) -> None:
+        return None
+
+
+class NoGroups:
+    """The group directory of a process without a Slack client: no user is in any group, so
+    only the access rules that name users and channels can admit anyone."""
+
+    async def members(self, group_id: str) -> frozenset[str]:
+        return frozenset()
+
+
+@dataclass(kw_only=True)
 class Services:
+    """What every process that acts for a channel uses (web, worker, `tpubot mcp`, the CLI
+    commands), built once in bot/wiring.py. Each field is set in every process; what only the
+    worker has is in WorkerServices. The two Optional backends are settings, not processes: a
+    sandbox without that emulator has none."""
+
     leases: LeaseStore
     locks: ChannelLocks
     audit: AuditLog
     dedupe: Dedupe
     jobs: JobQueue
     policy: Policy
-    observer: LeaseObserver | None = None
-    tpu: "TpuService | None" = None  # worker only: handlers never call GCP
-    alerting: Alerting | None = None  # expiry timers, on-call alerts, idle clock, receipts (issue 4)
-    hooks: list[LeaseHook] = field(default_factory=list)
-    metrics: Metrics = field(default_factory=Metrics)
-    access: "AccessPolicy" = field(default_factory=lambda: _open_access())
-    directory: "GroupDirectory | None" = None  # Slack user groups, for group-based access rules
-    startup_script: Callable[[Lease], str] = field(default=lambda lease: "#!/bin/bash\necho tpubot placeholder\n")
-    # The agent (issue 5): model settings, Cloud Logging, pending confirm-card proposals.
-    model: ModelConfig | None = None
-    cloud_logs: "CloudLoggingConfig | None" = None
-    proposals: "ProposalStore | None" = None
-    # Per agent run only (a `dataclasses.replace` copy): the mention's logs, for summarize_logs.
-    material: LogMaterial | None = None
+    metrics: Metrics
+    access: "AccessPolicy"
+    directory: "GroupDirectory"  # Slack user groups, for group-based access rules (NoGroups without Slack)
+    observer: LeaseObserver  # the status card (SilentObserver without Slack)
+    alerting: Alerting  # expiry timers, on-call alerts, idle clock, receipts (issue 4)
+    hooks: list[LeaseHook]
+    # The agent (issue 5): model settings and pending confirm-card proposals.
+    model: ModelConfig
+    proposals: "ProposalStore"
     # Zone scoreboard and the cached `tpubot doctor` verdict (issue 3).
-    scoreboard: "ZoneScoreboard | None" = None
-    preflight: "PreflightGate | None" = None
-    # Log files on this machine, for summarize_logs' `path`: only `tpubot mcp` sets it (issue 19);
-    # a Slack process never reads its own disk for a user.
-    local_files: "LocalFiles | None" = None
-    # Budgets and the spend ledger (issue 21): None leaves /tpu up unchecked.
-    spend: "SpendLedger | None" = None
-    # The per-lease API key of the model endpoint (issue 15); None: endpoints without a key.
-    model_keys: "ModelKeys | None" = None
-    # Whether the bot is in each channel, as Slack last said (issue 16); None: not tracked.
-    membership: "ChannelMembership | None" = None
-    # Threads a plain reply in is answered without a mention (issue 32); None: follow-ups are off.
-    followups: "FollowedThreads | None" = None
-    # 👍/👎 on answers, with the model and input digest (issue 32); None: no buttons.
-    feedback: "FeedbackStore | None" = None
+    scoreboard: "ZoneScoreboard"
+    preflight: "PreflightGate"
+    # Budgets and the spend ledger (issue 21): with no budget set, /tpu up goes unchecked.
+    spend: "SpendLedger"
+    # Whether the bot is in each channel, as Slack last said (issue 16).
+    membership: "ChannelMembership"
+    # Threads a plain reply in is answered without a mention (issue 32).
+    followups: "FollowedThreads"
+    # 👍/👎 on answers, with the model and input digest (issue 32).
+    feedback: "FeedbackStore"
     # Ended incidents by their top log templates, cited when they come back (issue 32).
-    memory: "IncidentMemory | None" = None
+    memory: "IncidentMemory"
     # What must never reach a model prompt or Slack: the secret patterns plus the deployment's own
     # secret values (bot/wiring.py); an agent run's copy also knows every live lease's model key
     # (agent/actions/secret_values.py), since a lease key has no shape a pattern could find.
-    redactor: Redactor = field(default_factory=Redactor)
+    redactor: Redactor
     # Runbooks the agent searches and cites (issue 31): the built-in ones, plus RUNBOOKS_DIR/URLS.
-    runbooks: RunbookLibrary = field(default_factory=RunbookLibrary.from_settings)
+    runbooks: RunbookLibrary
+    # Cloud Logging; None in a sandbox without a Logging emulator (anonymous calls to Google only fail).
+    cloud_logs: "CloudLoggingConfig | None"
+    # The per-lease API key of the model endpoint (issue 15); None in a sandbox without a Secret
+    # Manager emulator: endpoints without a key.
+    model_keys: "ModelKeys | None"
+    # Log files on this machine, for summarize_logs' `path`: only `tpubot mcp` sets it (issue 19);
+    # a Slack process never reads its own disk for a user.
+    local_files: "LocalFiles | None" = None
+    # One agent run's input (a `dataclasses.replace` copy, agent/llm/loop.py): the mention's logs,
+    # for summarize_logs; None outside a run, and in a run whose message brought none.
+    material: LogMaterial | None = None
 
-    def worker_tpu(self) -> "TpuService":
-        """The TPU client, for the code that runs only in the worker (bot/wiring.py gives it one)."""
-        if self.tpu is None:
-            raise RuntimeError("this process has no TPU client: GCP calls run in the worker")
-        return self.tpu
 
-    def wired_alerting(self) -> Alerting:
-        """The alerting parts, for the code that runs only where they are wired (its callers check)."""
-        if self.alerting is None:
-            raise RuntimeError("alerting is not wired in this process")
-        return self.alerting
+@dataclass(kw_only=True)
+class WorkerServices(Services):
+    """The worker's services: all of Services, plus what only the worker touches — the TPU API
+    (handlers never call GCP) and the startup script a new TPU VM boots with."""
+
+    tpu: "TpuService"
+    startup_script: Callable[[Lease], str]  # one lease's script (bot/wiring.py); no secret in it
 
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "ChannelUnreachable", "LeaseHook", "LeaseObserver",
-           "LogMaterial", "ModelConfig", "Policy", "Services"]
+           "LogMaterial", "ModelConfig", "NoGroups", "Policy", "Services", "SilentObserver",
+           "WorkerServices"]

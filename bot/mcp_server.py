@@ -288,7 +288,7 @@ def build_server(settings: Settings, *, redis_url: str, mode: str = "") -> Serve
 
         # With a bot token, teardown refreshes the channel's Slack card from here too.
         client = slack_client_from(settings) if settings.slack_bot_token.get_secret_value() else None
-        services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False, slack_client=client)
+        services, redis, pool = await build_services(settings, redis_url=redis_url, slack_client=client)
         # Log files the client names by path are read under the directory it started us in.
         services.local_files = LocalFiles(Path.cwd(), allow_outside=settings.mcp_read_outside_cwd)
         try:

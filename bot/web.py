@@ -68,7 +68,7 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         session = slack_http_session()
         client = slack_client_from(settings, session=session)
-        services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False, slack_client=client,
+        services, redis, pool = await build_services(settings, redis_url=redis_url, slack_client=client,
                                                      redis_timeout=WEB_REDIS_TIMEOUT_SECONDS)
         # bolt's own client has no shared session: bolt deep-copies each request, client included,
         # for its lazy listeners, and an aiohttp session cannot be copied. Listeners make few

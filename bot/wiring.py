@@ -6,6 +6,7 @@ Async clients are built inside the event loop that uses them (redis.asyncio bind
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 from typing import Any
 
@@ -18,8 +19,8 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.access import AccessPolicy, ActionKind, ClassRule
-from agent.context import Policy, Services
+from agent.access import AccessPolicy, ActionKind, ClassRule, GroupDirectory
+from agent.context import LeaseObserver, NoGroups, Policy, Services, SilentObserver, WorkerServices
 from agent.redact import Redactor
 from bot import alert_wiring
 from bot.settings import SECRET_FIELDS, Settings
@@ -126,7 +127,7 @@ def startup_script_config_from(settings: Settings, lease_id: str = EXAMPLE_LEASE
 
 
 def startup_script_from(settings: Settings):
-    """`Services.startup_script`: the script for one lease (None: the example); no secret in it.
+    """`WorkerServices.startup_script`: the script for one lease (None: the example); no secret in it.
 
     Leases differ only in the name of the API-key secret the VM reads at boot.
     """
@@ -260,17 +261,51 @@ JOB_QUEUE = QUEUE_NAME
 
 
 async def build_services(
-    settings: Settings, *, redis_url: str, with_tpu: bool, slack_client: AsyncWebClient | None = None,
+    settings: Settings, *, redis_url: str, slack_client: AsyncWebClient | None = None,
     redis_timeout: float = REDIS_TIMEOUT_SECONDS, lock_owner: str | None = None,
 ) -> tuple[Services, Redis, ArqRedis]:
-    """`lock_owner`: a worker's id, so a lock it dies holding is released by the heartbeat's
+    """What the web process, `tpubot mcp` and the CLI commands run with. `slack_client` None (a
+    CLI command without Slack): leases change without touching their cards, group rules admit nobody.
+
+    `lock_owner`: a worker's id, so a lock it dies holding is released by the heartbeat's
     sweep (bot/orphaned_jobs.py); other processes take plain tokens, left to the lock's TTL."""
     redis = redis_client(redis_url, socket_timeout=redis_timeout)
     pool = await arq_pool(redis_url, socket_timeout=redis_timeout)
+    return _services(settings, redis, pool, slack_client, lock_owner), redis, pool
+
+
+async def build_worker_services(
+    settings: Settings, *, redis_url: str, slack_client: AsyncWebClient | None,
+    redis_timeout: float = REDIS_TIMEOUT_SECONDS, lock_owner: str | None = None,
+) -> tuple[WorkerServices, Redis, ArqRedis]:
+    """What the worker (and `tpubot reconcile`, which runs the worker's pass) runs with: Services
+    plus the TPU client and the startup script."""
+    services, redis, pool = await build_services(settings, redis_url=redis_url, slack_client=slack_client,
+                                                 redis_timeout=redis_timeout, lock_owner=lock_owner)
+    worker = WorkerServices(**{field.name: getattr(services, field.name) for field in dataclasses.fields(services)},
+                            tpu=tpu_service_from(settings, services.metrics),
+                            startup_script=startup_script_from(settings))
+    return worker, redis, pool
+
+
+def _services(settings: Settings, redis: Redis, pool: ArqRedis, slack_client: AsyncWebClient | None,
+              lock_owner: str | None) -> Services:
+    from agent.lease.model_boot import ModelBootHook
+    from agent.lease.zone_search import ZoneOutcomeHook
+    from infra.preflight import PreflightGate, PreflightStore
+    from infra.scoreboard import ZoneScoreboard
+
     leases = LeaseStore(redis)
     metrics = Metrics()
     alerting = alert_wiring.alerting_from(settings, redis, slack_client, metrics)
-    services = Services(
+    membership = ChannelMembership(redis)
+    observer: LeaseObserver = SilentObserver()
+    directory: GroupDirectory = NoGroups()
+    if slack_client is not None:
+        observer = SlackLeaseObserver(slack_client, leases, receipt=alert_wiring.receipt_for(alerting, settings),
+                                      membership=membership)
+        directory = SlackGroupDirectory(slack_client, redis)
+    return Services(
         metrics=metrics,
         leases=leases,
         locks=ChannelLocks(redis, ttl_ms=int(settings.lock_ttl.total_seconds() * 1000), owner=lock_owner),
@@ -278,28 +313,25 @@ async def build_services(
         dedupe=Dedupe(redis),
         jobs=JobQueue(pool, queue_name=JOB_QUEUE),
         policy=policy_from(settings),
-        observer=SlackLeaseObserver(slack_client, leases, receipt=alert_wiring.receipt_for(alerting, settings),
-                                    membership=ChannelMembership(redis))
-        if slack_client is not None else None,
+        observer=observer,
         alerting=alerting,
-        tpu=tpu_service_from(settings, metrics) if with_tpu else None,
+        hooks=[*alert_wiring.alert_hooks(), ZoneOutcomeHook(), ModelBootHook()],
         access=access_policy_from(settings),
-        directory=SlackGroupDirectory(slack_client, redis) if slack_client is not None else None,
+        directory=directory,
         model=model_config_from(settings),
         cloud_logs=cloud_logging_config_from(settings),
         proposals=ProposalStore(redis),
+        scoreboard=ZoneScoreboard(redis, settings.tpu_accelerator_type),
+        preflight=PreflightGate(PreflightStore(redis), preflight_config_from(settings).fingerprint()),
         spend=spend_ledger_from(settings, redis),
         model_keys=model_keys_from(settings),
-        membership=ChannelMembership(redis),
+        membership=membership,
         followups=FollowedThreads(redis, int(settings.followup_max_age.total_seconds())),
         feedback=FeedbackStore(redis),
         memory=IncidentMemory(redis),
         redactor=redactor_from(settings),
         runbooks=RunbookLibrary.from_settings(settings.runbooks_dir, settings.runbooks_urls),
     )
-    services.hooks.extend(alert_wiring.alert_hooks())
-    _wire_provisioning(services, settings, redis)
-    return services, redis, pool
 
 
 def spend_ledger_from(settings: Settings, redis: Redis):
@@ -308,16 +340,3 @@ def spend_ledger_from(settings: Settings, redis: Redis):
 
     return SpendLedger(redis, default_workspace=settings.budget_workspace_monthly,
                        default_channel=settings.budget_channel_monthly)
-
-
-def _wire_provisioning(services: Services, settings: Settings, redis: Redis) -> None:
-    """Zone scoreboard, cached doctor verdict, startup script, and the post-ACTIVE hooks (issue 3)."""
-    from agent.lease.model_boot import ModelBootHook
-    from agent.lease.zone_search import ZoneOutcomeHook
-    from infra.preflight import PreflightGate, PreflightStore
-    from infra.scoreboard import ZoneScoreboard
-
-    services.scoreboard = ZoneScoreboard(redis, settings.tpu_accelerator_type)
-    services.preflight = PreflightGate(PreflightStore(redis), preflight_config_from(settings).fingerprint())
-    services.startup_script = startup_script_from(settings)
-    services.hooks.extend([ZoneOutcomeHook(), ModelBootHook()])

@@ -24,7 +24,7 @@ from bot.arq_worker_adapter import OutageTolerantWorker
 from bot.orphaned_jobs import HEARTBEAT_SECONDS, JobOwnership
 from bot.redis_outage import REDIS_AWAY, is_redis_away
 from bot.settings import Settings
-from bot.wiring import JOB_QUEUE, build_services, job_pool, slack_client_from, slack_http_session
+from bot.wiring import JOB_QUEUE, build_worker_services, job_pool, slack_client_from, slack_http_session
 from handlers import ask_job, bench_job, mention_job, spend_chart_job
 from handlers.ask_job import ASK_JOB, AskJob
 from handlers.mention_job import ANSWER_JOB, MentionJob
@@ -177,8 +177,8 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
         heartbeat.start(ctx["redis"])
         session = slack_http_session()
         slack = slack_client_from(settings, session=session)
-        services, redis, pool = await build_services(
-            settings, redis_url=redis_url, with_tpu=True, slack_client=slack, lock_owner=heartbeat.ownership.worker_id
+        services, redis, pool = await build_worker_services(
+            settings, redis_url=redis_url, slack_client=slack, lock_owner=heartbeat.ownership.worker_id
         )
         ctx.update(services=services, state_redis=redis, state_pool=pool, slack=slack, slack_session=session)
         if settings.worker_metrics_port:

@@ -61,7 +61,7 @@ async def build_home(services: Services, actor: Actor) -> dict:
             zones = (result.text, [{"type": "context", "elements": [
                 {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])
     spend = None
-    if get_action(SPEND_ACTION) is not None and services.spend is not None:
+    if get_action(SPEND_ACTION) is not None:
         result = await run_action(SPEND_ACTION, services, actor, {})
         spend = {"ok": result.ok, "text": result.text, "data": result.data}
     return home_view({"ok": listed.ok, "text": listed.text, "data": listed.data}, zones, spend=spend)

@@ -52,8 +52,6 @@ async def offer_feedback(services: Services, client: AsyncWebClient, reply: Thre
                          mention: MentionInput) -> None:
     """Keep the finished answer and put the two buttons under it. Best effort: the answer stands
     whether or not its buttons could be offered."""
-    if services.feedback is None:
-        return
     answer_id = secrets.token_hex(8)
     try:
         await services.feedback.record_answer(Answer(
@@ -90,11 +88,11 @@ def register(app: AsyncApp, services: Services) -> None:
 
 
 async def record_vote(services: Services, answer_id: str, user: str, vote: Vote) -> str:
-    answer = await services.feedback.answer(answer_id) if services.feedback is not None else None
-    if services.feedback is None or answer is None:
+    answer = await services.feedback.answer(answer_id)
+    if answer is None:
         return "That answer is too old to rate; nothing was recorded."
     previous = await services.feedback.vote(answer_id, user, vote)
-    if vote == "up" and services.memory is not None:
+    if vote == "up":
         # A useful answer ends its incident (if the thread is one): it is citable when it comes back.
         await services.memory.end(answer.team, answer.channel, answer.thread_ts)
     asks = vote == "down" and await services.feedback.await_correction(answer, user)

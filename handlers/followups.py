@@ -76,14 +76,14 @@ async def followup_kind(services: Services, body: dict, event: dict, bot_user_id
     if age > followups.max_age_seconds:
         return ""
     team, channel = body.get("team_id") or event.get("team", ""), str(event.get("channel") or "")
-    if services.membership is not None and await services.membership.status(team, channel) == Membership.OUT:
+    if await services.membership.status(team, channel) == Membership.OUT:
         return ""
     if not await followups.following(team, channel, thread_ts):
         return ""
-    if services.feedback is not None and await services.feedback.take_correction(
+    if await services.feedback.take_correction(
             team, channel, thread_ts, str(event.get("user")), services.redactor(str(event.get("text") or ""))):
         return "correction"  # what the answer it rated 👎 should have said, kept for an eval case
-    if FIXED.match(event.get("text") or "") and services.memory is not None and await services.memory.end(
+    if FIXED.match(event.get("text") or "") and await services.memory.end(
             team, channel, thread_ts, fixed_by=" ".join(str(event.get("text")).split())):
         return "fixed"  # an incident thread's fix, kept for the next time its logs come back
     if is_stop(event.get("text") or ""):

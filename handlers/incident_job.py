@@ -110,8 +110,7 @@ async def handle_alert(services: Services, client: AsyncWebClient, store: Incide
         if incident.status == "resolved":
             return "repeat-resolved"
         await store.set_status(event.source, event.key, "resolved")
-        if services.memory is not None:
-            await services.memory.end(team, incident.channel, incident.ts)  # now citable when it comes back
+        await services.memory.end(team, incident.channel, incident.ts)  # now citable when it comes back
         await client.chat_update(channel=incident.channel, ts=incident.ts, text=root_text(services, event))
         await _post(client, incident.channel, incident.ts, resolved_text(event, incident.opened))
         await services.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=incident.channel,
@@ -137,8 +136,7 @@ async def open_incident(services: Services, client: AsyncWebClient, store: Incid
         raise
     ts = response["ts"]
     await store.set_thread(event.source, event.key, ts)
-    if services.followups is not None:
-        await services.followups.follow(team, channel, ts)  # replies in the incident's thread are follow-ups
+    await services.followups.follow(team, channel, ts)  # replies in the incident's thread are follow-ups
     await services.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=channel, outcome="opened",
                                 detail=f"{event.source} {event.title}")
     await investigate(services, client, event, team=team, channel=channel, thread_ts=ts)
@@ -255,7 +253,7 @@ def log_window(event: AlertEvent, now: datetime | None = None) -> tuple[datetime
 
 async def oncall_mentions(services: Services, team: str, channel: str) -> list[str]:
     """The channel's on-call (`/tpu oncall`), else its lease holder; [] when nobody is known."""
-    stored = await services.alerting.oncall.get(team, channel) if services.alerting else []
+    stored = await services.alerting.oncall.get(team, channel)
     if stored:
         return list(stored)
     lease = await services.leases.get(team, channel)

@@ -27,8 +27,6 @@ async def recall_and_remember(services: Services, client: AsyncWebClient, title:
                               *, team: str, channel: str, thread_ts: str) -> Remembered | None:
     """Say in the thread when an ended incident had the same top log templates, then keep this one.
     `lines` may be read lazily (a mention's spooled files): they are digested once, not held."""
-    if services.memory is None:
-        return None
     signatures = await asyncio.to_thread(top_signatures, lines)
     if not signatures:
         return None

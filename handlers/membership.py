@@ -41,7 +41,7 @@ def register(app: AsyncApp, services: Services) -> None:
 
 
 async def record_bot_membership(services: Services, body: dict, event: dict, bot_user_id: str, *, member: bool) -> None:
-    if services.membership is None or not event.get("channel") or event.get("user") != bot_user_id:
+    if not event.get("channel") or event.get("user") != bot_user_id:
         return  # a person joining or leaving changes nothing for the bot
     team = body.get("team_id") or event.get("team", "")
     await services.membership.record(team, event["channel"], member=member)

@@ -101,7 +101,7 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
             return "not_in_channel"
         mention = await gather_input(client, channel=channel, ts=ts, thread_ts=thread_ts, text=text,
                                      files=files, bot_user_id=bot_user_id, notes=notes or [],
-                                     max_images=services.model.max_images if services.model else 4)
+                                     max_images=services.model.max_images)
         # One redactor for the run, knowing the live lease keys: the prompt, the tool results and
         # every piece of the reply pass through it.
         reply.redactor = await run_redactor(services)

@@ -106,8 +106,6 @@ async def accept_mention(services: Services, queueing: LateAnswers[int], body: d
 async def follow_thread(services: Services, team: str, channel: str, thread_ts: str) -> None:
     """The thread the bot is about to answer in: a plain reply there is a follow-up. The answer is
     queued already, so a state store that fails here costs the follow-ups, not the answer."""
-    if services.followups is None:
-        return
     try:
         await services.followups.follow(team, channel, thread_ts)
     except RedisError as error:

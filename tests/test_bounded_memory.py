@@ -123,7 +123,7 @@ def spool_dir(tmp_path, monkeypatch) -> Path:
 @pytest.fixture
 async def services(redis_url, tmp_path):
     config = Settings.load(tmp_path / "none.env", redis_url=redis_url)
-    built, redis, pool = await build_services(config, redis_url=redis_url, with_tpu=False)
+    built, redis, pool = await build_services(config, redis_url=redis_url)
     try:
         yield built
     finally:

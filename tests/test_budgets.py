@@ -353,7 +353,7 @@ def test_a_lease_is_charged_to_the_month_it_was_claimed_in_at_the_receipts_rate(
 
     async def run():
         settings = Settings.load(tmp_path / "none.env", redis_url=redis_url)
-        svc, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False)
+        svc, redis, pool = await build_services(settings, redis_url=redis_url)
         try:
             ended = nov_30_23h + 600 + 2 * 3600  # two hours after ACTIVE, in December
             assert month_of(ended) == "2026-12"
@@ -384,7 +384,7 @@ def test_a_searching_lease_under_a_budget_keeps_its_reservation_through_a_rebuil
 
     async def run():
         settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, budget_channel_monthly="20")
-        svc, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False)
+        svc, redis, pool = await build_services(settings, redis_url=redis_url)
         try:
             return await budget.searchable_zones(svc, TEAM, "C0SR"), await budget.lease_worst_case(svc, searching)
         finally:

@@ -468,7 +468,7 @@ async def test_a_deadline_timer_that_meets_a_busy_channel_lock_is_tried_again(re
 
     monkeypatch.chdir(tmp_path)  # no stray tpu.env
     settings = Settings.load(tmp_path / "none.env", redis_url=redis_url)
-    services, redis, pool = await build_services(settings, redis_url=redis_url, with_tpu=False)
+    services, redis, pool = await build_services(settings, redis_url=redis_url)
     try:
         claim = await services.leases.claim(team=TEAM, channel="C0BUSY", holder=ALICE, zone="us-west4-a",
                                             run_seconds=3600)

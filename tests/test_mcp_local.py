@@ -141,7 +141,7 @@ async def test_mcp_without_redis_url_takes_a_tpu_to_ready_and_back(tmp_path):
 @asynccontextmanager
 async def session_in(root: Path, redis_url: str, **settings):
     config = Settings.load(root / "none.env", redis_url=redis_url, **settings)
-    services, redis, pool = await build_services(config, redis_url=redis_url, with_tpu=False)
+    services, redis, pool = await build_services(config, redis_url=redis_url)
     services.local_files = LocalFiles(root, allow_outside=config.mcp_read_outside_cwd)
     try:
         yield McpSession(services, actor_from(config))

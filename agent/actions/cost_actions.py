@@ -27,8 +27,6 @@ def _money(usd: float) -> str:
         "the dollars per million output tokens, and how many requests fit in the KV cache.", CostArgs,
         kind=ActionKind.READ)
 async def estimate_cost(svc: Services, actor: Actor, args: CostArgs) -> ActionResult:
-    if svc.alerting is None:
-        return ActionResult(False, "Prices are not configured in this process.")
     alerting, policy = svc.alerting, svc.policy
     lease = await svc.leases.get(actor.team, actor.channel)
     zone = lease.zone if lease else policy.default_zone

@@ -95,7 +95,7 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
     where = lease.zone if args.zone else f"{lease.zone} (searching the other configured zones if it refuses)"
     data = lease_summary(lease)
     priced_only: list[str] = []
-    if not args.zone and svc.spend is not None:
+    if not args.zone:
         from agent.lease import budget
 
         searched = await budget.searchable_zones(svc, actor.team, actor.channel)
@@ -132,7 +132,7 @@ async def cannot_post_reason(svc: Services, actor: Actor) -> str:
     refused outright, a channel the bot was removed from by what Slack last said."""
     if actor.channel.startswith("D"):
         return DM_CHANNEL
-    if svc.membership is not None and await svc.membership.status(actor.team, actor.channel) == Membership.OUT:
+    if await svc.membership.status(actor.team, actor.channel) == Membership.OUT:
         return lifecycle.NOT_IN_CHANNEL.format(channel=actor.channel) + " Nothing was requested."
     return ""
 
@@ -144,8 +144,6 @@ def already_held(lease: Any) -> ActionResult:
 
 async def preflight_blockers(svc: Services, zone: str | None) -> list:
     """Failed checks of the cached doctor verdict that apply to this request (quota was checked for one zone)."""
-    if svc.preflight is None:
-        return []
     failures = await svc.preflight.failures()
     if zone and zone != svc.policy.default_zone:
         failures = [check for check in failures if check.name != "tpu quota"]

@@ -16,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.actions.lease_actions import NoArgs
 from agent.actions.registry import ActionResult, action
 from agent.context import Actor, Services
-from agent.model_config import ModelConfig
 from agent.actions.model_endpoint import ModelEndpoint, endpoint_label, openai_client, resolve_endpoint
 from agent.redact import redact
 from infra.images import PreparedImage, image_content_parts
@@ -59,7 +58,7 @@ async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionRe
     endpoint = await resolve_endpoint(svc, actor, include_degraded=True)
     if endpoint is None:
         return ActionResult(False, NO_ENDPOINT, {"endpoint": None})
-    config = svc.model or ModelConfig()
+    config = svc.model
     if args.images and svc.local_files is None:
         return ActionResult(False, NO_LOCAL_FILES, {"endpoint": endpoint.base_url})
     images, lines = await asyncio.to_thread(read_images, svc, args.images, config.max_images)
@@ -109,7 +108,7 @@ async def model_health(svc: Services, actor: Actor, args: NoArgs) -> ActionResul
     endpoint = await resolve_endpoint(svc, actor, include_degraded=True)
     if endpoint is None:
         return ActionResult(False, NO_ENDPOINT, {"endpoint": None})
-    config = svc.model or ModelConfig()
+    config = svc.model
     async with openai_client(endpoint, config) as client:
         models, version, gauges = await asyncio.gather(served_models(client), read_version(endpoint.base_url),
                                                        read_gauges(endpoint.base_url))

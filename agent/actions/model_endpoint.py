@@ -37,7 +37,7 @@ async def resolve_endpoint(svc: Services, actor: Actor, *, include_degraded: boo
     """`include_degraded`: also the channel's own DEGRADED model (asked for by name, to debug it);
     by default a channel whose model failed its correctness checks gets no model at all, so its
     mentions are answered model-less and say why (`degraded_reason_here`), never by a model known to be wrong."""
-    config = svc.model or ModelConfig()
+    config = svc.model
     if not config.enabled:
         return None
     own = await svc.leases.get(actor.team, actor.channel)

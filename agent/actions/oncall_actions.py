@@ -37,8 +37,6 @@ def shows_only(args: OnCallArgs) -> bool:
 @action("oncall", "Show or set who is paged for this channel's TPU alerts (holder or admin to change).",
         OnCallArgs, kind=ActionKind.WRITE, reads_only=shows_only)
 async def set_oncall(svc: Services, actor: Actor, args: OnCallArgs) -> ActionResult:
-    if svc.alerting is None:
-        return ActionResult(False, "Alerts are not configured in this process.")
     if shows_only(args):
         outcome = await oncall.show_oncall(svc, actor)
     else:

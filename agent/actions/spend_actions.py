@@ -32,7 +32,6 @@ class SpendChartJob:
 
 
 SPEND_CHART_JOB = JobSpec("post_spend_chart", SpendChartJob)
-NO_LEDGER = "Budgets are not wired in this process (no spend ledger)."
 
 
 def _channel_id(value: str | None) -> str | None:
@@ -110,8 +109,6 @@ def _set_channel_lines(limits: dict[str, float], shown: str) -> list[str]:
 @action("budget", "Show the monthly spend budgets (USD, calendar month UTC) of this channel and of the workspace, "
         "with what was spent and what running TPUs hold against them.", ChannelArg, kind=ActionKind.READ)
 async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionResult:
-    if svc.spend is None:
-        return ActionResult(False, NO_LEDGER)
     channel = args.channel or actor.channel
     now = time.time()
     month = month_of(now)
@@ -140,8 +137,6 @@ async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionRe
 @action("set_budget", "Set or clear a monthly spend budget in USD, for the workspace or one channel (admins only).",
         SetBudgetArgs, kind=ActionKind.ADMIN)
 async def set_budget(svc: Services, actor: Actor, args: SetBudgetArgs) -> ActionResult:
-    if svc.spend is None:
-        return ActionResult(False, NO_LEDGER)
     channel = args.channel
     whose = "The workspace's" if channel is None else f"<#{channel}>'s"
     if args.clear:
@@ -182,8 +177,6 @@ def spend_table(report: budget.MonthSpend) -> str:
 @action("spend", "Show a month's TPU spend per channel: leases, TPU hours, dollars, $ per million output tokens "
         "and idle hours (the model READY with no traffic).", SpendArgs, kind=ActionKind.READ)
 async def spend(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
-    if svc.spend is None:
-        return ActionResult(False, NO_LEDGER)
     month = args.month or month_of(time.time())
     report = await budget.month_spend(svc, actor.team, month)
     if not report.channels:
@@ -201,8 +194,6 @@ async def spend(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
 @action("spend_chart", "Post a PNG bar chart of a month's TPU spend per channel in this channel.", SpendArgs,
         kind=ActionKind.READ)
 async def spend_chart(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
-    if svc.spend is None:
-        return ActionResult(False, NO_LEDGER)
     month = args.month or month_of(time.time())
     # One chart per channel, month and minute: a double-click queues nothing new.
     job_id = f"spend-chart:{actor.team}:{actor.channel}:{month}:{int(time.time() // 60)}"

@@ -22,7 +22,7 @@ class LeasesArgs(BaseModel):
 
 def lease_row(svc: Services, lease: Lease, now: float) -> dict:
     cost = None
-    if svc.alerting is not None and lease.active_at:
+    if lease.active_at:
         cost = receipts.cost_so_far(svc.alerting, svc.policy.accelerator_type, lease, now)
     return {
         "lease_id": lease.lease_id, "channel": lease.channel, "holder": lease.holder, "state": lease.state.value,

@@ -37,8 +37,6 @@ def zone_rows(rows, order) -> list[dict]:
 @action("zones", "Show the zone scoreboard: per zone the last outcome, when, median time to ACTIVE and "
                  "skipped-until, in the order /tpu up would try them.", ZonesArgs, kind=ActionKind.READ)
 async def zones(svc: Services, actor: Actor, args: ZonesArgs) -> ActionResult:
-    if svc.scoreboard is None:
-        return ActionResult(False, "The zone scoreboard is not available in this process.")
     rows = await svc.scoreboard.rows(svc.policy.zones)
     order = await svc.scoreboard.order(svc.policy.zones, svc.policy.default_zone)
     data = zone_rows(rows, order)

@@ -53,7 +53,7 @@ async def answer(arm: Arm, incident: Incident, svc: Services, *, endpoint: str, 
         if arm is Arm.BARE:
             text, proposed = await _bare(incident, endpoint, model), []
         else:
-            config = dataclasses.replace(svc.model or ModelConfig(), base_url=endpoint, model=model, stream=False,
+            config = dataclasses.replace(svc.model, base_url=endpoint, model=model, stream=False,
                                          enabled=arm is Arm.AGENT)
             run = await run_agent(dataclasses.replace(svc, model=config), actor, mention_of(incident), NullSink())
             # The model-less standing offer is made whatever the incident says; only proposals drawn

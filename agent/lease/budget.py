@@ -40,8 +40,6 @@ FIT_STEP_HOURS = 0.1  # the hours offered when a request does not fit are rounde
 
 def zone_rate(svc: "Services", zone: str) -> float | None:
     """USD per hour of this deployment's slice in `zone` (rate × chips), None without a price."""
-    if svc.alerting is None:
-        return None
     price = receipts.price_for(svc.alerting, svc.policy.accelerator_type, zone)
     return price.usd_per_chip_hour * svc.alerting.policy.chips if price else None
 
@@ -53,8 +51,6 @@ async def searchable_zones(svc: "Services", team: str, channel: str) -> list[str
     list unusable with a budget). With no priced zone at all, every zone stays: the claim then
     refuses and says which prices to add."""
     zones = list(svc.policy.zones)
-    if svc.spend is None:
-        return zones
     limits = await svc.spend.limits(team, channel)
     if limits.workspace is None and limits.channel is None:
         return zones
@@ -97,7 +93,6 @@ async def claim(svc: "Services", actor: "Actor", *, zone: str, zone_explicit: bo
         zone = searched[0]  # the card starts where the search can go
     rate = worst_case_rate(svc, zone, zone_explicit, searched)
     worst = None if rate is None else rate * run_seconds / 3600
-    assert svc.spend is not None, "request_provision budgets a claim only with a spend ledger"
     return await svc.spend.claim_within_budget(
         team=actor.team, channel=actor.channel, holder=actor.user_id, zone=zone, run_seconds=run_seconds,
         zone_explicit=zone_explicit, worst_case_usd=worst,
@@ -158,7 +153,7 @@ def refusal_text(svc: "Services", refusal: Refusal, *, rate: float | None, hours
 async def spend_record(svc: "Services", lease: Lease, now: float) -> SpendRecord:
     rate = zone_rate(svc, lease.zone)
     seconds = receipts.billed_seconds(lease, now)
-    usage = await svc.alerting.usage.get(lease.lease_id) if svc.alerting else None
+    usage = await svc.alerting.usage.get(lease.lease_id)
     read = bool(usage and usage.metrics_at)
     return SpendRecord(
         lease_id=lease.lease_id, channel=lease.channel, holder=lease.holder, zone=lease.zone,
@@ -172,8 +167,6 @@ async def spend_record(svc: "Services", lease: Lease, now: float) -> SpendRecord
 
 async def settle_lease(svc: "Services", lease: Lease, now: float | None = None) -> bool:
     """The released lease's reservation becomes what it cost (once, however often this runs)."""
-    if svc.spend is None:
-        return False
     now = now or time.time()
     month = month_of(lease.created_at or now)
     return await svc.spend.settle(lease.team, month, await spend_record(svc, lease, now))
@@ -186,8 +179,6 @@ class SpendHook:
         return None
 
     async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
-        if svc.spend is None:
-            return
         await settle_lease(svc, lease)
         await check_alerts(svc, lease.team, month_of(lease.created_at or time.time()))
 
@@ -239,7 +230,6 @@ class MonthSpend:
 async def month_spend(svc: "Services", team: str, month: str, now: float | None = None) -> MonthSpend:
     """Per channel: settled leases plus running ones as of now (cost so far, usage so far)."""
     now = now or time.time()
-    assert svc.spend is not None, "month_spend is asked only where a spend ledger is wired"
     ledger = await svc.spend.month(team, month)
     rows: dict[str, ChannelSpend] = {}
 
@@ -332,8 +322,6 @@ async def _post_once(alerting, subject: str, kind: str, text: str, *, channels: 
 
 async def check_running_alerts(svc: "Services", now: float | None = None) -> list[str]:
     """The periodic check: running leases accrue cost, so their months may cross a threshold."""
-    if svc.spend is None:
-        return []
     months = {(lease.team, month_of(lease.created_at)) for lease in await svc.leases.all() if lease.active_at}
     posted: list[str] = []
     for team, month in sorted(months):
@@ -347,8 +335,6 @@ async def check_running_alerts(svc: "Services", now: float | None = None) -> lis
 async def rebuild(svc: "Services", now: float | None = None) -> list[str]:
     """Every month's ledger again from the receipts stream and the leases still running (or still
     being released); returns `team/month` of each month rewritten."""
-    if svc.spend is None:
-        return []
     now = now or time.time()
     settled: dict[tuple[str, str], dict[str, SpendRecord]] = defaultdict(dict)
     for team, month, record in await svc.spend.receipts():

@@ -28,7 +28,7 @@ from infra.jobs import JobSpec
 from infra.state.leases import Lease, LeaseState
 
 if TYPE_CHECKING:
-    from agent.context import Services
+    from agent.context import Services, WorkerServices
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ def timer_job_id(lease_id: str, deadline: float, kind: str) -> str:
 
 def planned_timers(svc: "Services", lease: Lease) -> list[tuple[str, float]]:
     """(kind, when) for every timer this lease should have: warnings after ACTIVE, then expiry."""
-    if not lease.deadline or svc.alerting is None:
+    if not lease.deadline:
         return []
     timers = []
     for lead in sorted(svc.alerting.policy.lead_times, reverse=True):
@@ -101,15 +101,13 @@ async def missing_timers(svc: "Services", lease: Lease, *, now: float | None = N
         if kind != EXPIRY and when < now:
             continue
         job_id = timer_job_id(lease.lease_id, lease.deadline, kind)
-        if not await svc.jobs.exists(job_id) and not await svc.wired_alerting().marks.claimed(lease.lease_id, kind):
+        if not await svc.jobs.exists(job_id) and not await svc.alerting.marks.claimed(lease.lease_id, kind):
             missing.append(job_id)
     return missing
 
 
-async def cloud_deadline(svc: "Services", lease: Lease) -> float | None:
+async def cloud_deadline(svc: "WorkerServices", lease: Lease) -> float | None:
     """The cloud's own termination time for the QR, if the API reports it."""
-    if svc.tpu is None:
-        return None
     from infra.tpu import TpuError
 
     try:
@@ -123,9 +121,7 @@ async def cloud_deadline(svc: "Services", lease: Lease) -> float | None:
 class ExpiryHook:
     """On ACTIVE: align the deadline with the cloud's termination time, then schedule the timers."""
 
-    async def on_active(self, svc: "Services", lease: Lease) -> None:
-        if svc.alerting is None:
-            return
+    async def on_active(self, svc: "WorkerServices", lease: Lease) -> None:
         termination = await cloud_deadline(svc, lease)
         if termination and abs(termination - lease.deadline) > DEADLINE_TOLERANCE:
             lease = await svc.leases.update(lease, deadline=termination) or lease
@@ -138,7 +134,7 @@ class ExpiryHook:
 # --- the timer job -------------------------------------------------------------------------
 
 
-async def fire_timer(svc: "Services", team: str, channel: str, lease_id: str, kind: str, deadline: float,
+async def fire_timer(svc: "WorkerServices", team: str, channel: str, lease_id: str, kind: str, deadline: float,
                      due: float) -> str:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None:
@@ -154,7 +150,7 @@ async def fire_timer(svc: "Services", team: str, channel: str, lease_id: str, ki
 
 async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> str:
     now = time.time()
-    alerting = svc.wired_alerting()
+    alerting = svc.alerting
     if now >= lease.deadline:
         return "skipped: past the deadline (the expiry alert covers it)"
     if any(ack.kind == ACK_DEADLINE for ack in await alerting.marks.acks(lease.lease_id)):
@@ -176,7 +172,7 @@ async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> str:
 # --- the one expiry path ------------------------------------------------------------------
 
 
-async def expire_lease(svc: "Services", lease: Lease, *, cause: str, qr_state: str = "") -> str:
+async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_state: str = "") -> str:
     """Delete the leftover QR, post the expiry alert once, release the lease (with its receipt).
 
     Called by the deadline timer and by the watcher when the QR turns SUSPENDED. Raises
@@ -192,19 +188,18 @@ async def expire_lease(svc: "Services", lease: Lease, *, cause: str, qr_state: s
         if current.state == LeaseState.TEARING_DOWN:
             return "skipped: tearing down"
         # SUSPENDED and FAILED QRs still hold quota; force-delete (already gone is fine).
-        await asyncio.to_thread(svc.worker_tpu().delete_queued_resource, current.zone, current.qr_id)
+        await asyncio.to_thread(svc.tpu.delete_queued_resource, current.zone, current.qr_id)
         now = time.time()
         reason = (f"Expired at {_clock(current.deadline)}: the flex-start run time ended, Google Cloud deleted "
                   f"the VM and the bot deleted the leftover queued resource" if current.deadline else
                   f"The TPU reached {qr_state or 'SUSPENDED'}; its queued resource was deleted")
-        if svc.alerting is not None:
-            late = alerts.late_by(svc.alerting, current.deadline, now) if current.deadline else 0.0
-            cost = receipts.cost_so_far(svc.alerting, svc.policy.accelerator_type, current, now)
-            await alerts.post_once(svc.alerting, Alert(
-                lease=current, marker=EXPIRY, title=f"TPU in {current.zone} expired",
-                body=f"{reason}. The receipt is in the status card's thread; `/tpu up` starts a new one.",
-                mentions=await alerts.mentions_for(svc.alerting, current), late_by=late, cost_so_far=cost,
-            ))
+        late = alerts.late_by(svc.alerting, current.deadline, now) if current.deadline else 0.0
+        cost = receipts.cost_so_far(svc.alerting, svc.policy.accelerator_type, current, now)
+        await alerts.post_once(svc.alerting, Alert(
+            lease=current, marker=EXPIRY, title=f"TPU in {current.zone} expired",
+            body=f"{reason}. The receipt is in the status card's thread; `/tpu up` starts a new one.",
+            mentions=await alerts.mentions_for(svc.alerting, current), late_by=late, cost_so_far=cost,
+        ))
         await release_lease(svc, current, reason=reason)
         await svc.audit.record(actor="tpubot", action="expire", team=current.team, channel=current.channel,
                                outcome=cause, detail=current.qr_id)

@@ -38,7 +38,7 @@ def idle_job_id(lease_id: str, slot: int) -> str:
 
 async def schedule_check(svc: "Services", lease: Lease, *, after: float | None = None) -> bool:
     """Enqueue the next check in the slot after `after`; False if that slot is already queued."""
-    interval = svc.wired_alerting().policy.idle_check_interval.total_seconds()
+    interval = svc.alerting.policy.idle_check_interval.total_seconds()
     slot = int((after or time.time()) // interval) + 1
     return await svc.jobs.enqueue(
         IDLE_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
@@ -50,16 +50,13 @@ async def take_first_reading(svc: "Services", lease: Lease) -> bool:
     """Read the metrics as soon as the model serves, not at the next slot (up to an interval away),
     so the card's idle clock has a figure from the start. Its own job id: at most once a lease;
     the check it runs then joins the chain's next slot like any other."""
-    if svc.alerting is None:
-        return False
     return await svc.jobs.enqueue(IDLE_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
                                   job_id=f"idle:{lease.lease_id}:serving")
 
 
 class IdleHook:
     async def on_active(self, svc: "Services", lease: Lease) -> None:
-        if svc.alerting is not None:
-            await schedule_check(svc, lease)
+        await schedule_check(svc, lease)
 
     async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
         return None  # the next check finds the lease gone and ends the chain
@@ -67,7 +64,7 @@ class IdleHook:
 
 async def check_idle(svc: "Services", team: str, channel: str, lease_id: str) -> str:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
-    if lease is None or svc.alerting is None:
+    if lease is None:
         return "stopped: lease gone"
     if not lease.state.holds_tpu:
         return f"stopped: {lease.state.value}"
@@ -97,7 +94,7 @@ IdleDecision = Literal["", "warned", "warned earlier", "teardown"]  # "": not id
 
 async def _warn_or_tear_down(svc: "Services", lease: Lease, idle: float, idle_since: float,
                              now: float) -> IdleDecision:
-    alerting = svc.wired_alerting()
+    alerting = svc.alerting
     if alerting.policy.idle_teardown is None:  # the caller checks: no idle teardown configured
         return ""
     limit = alerting.policy.idle_teardown.total_seconds()
@@ -131,7 +128,7 @@ async def tear_down_idle(svc: "Services", lease: Lease, idle: float) -> bool:
         return False
     await svc.jobs.enqueue(TEARDOWN_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
                            job_id=f"teardown:{lease.lease_id}")
-    alerting = svc.wired_alerting()
+    alerting = svc.alerting
     await alerts.post_once(alerting, Alert(
         lease=updated, marker="idle-teardown", title=f"Idle TPU in {lease.zone} is being torn down",
         body=f"{note}. The receipt follows in the status card's thread.",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from agent import access
-from agent.context import Actor, ChannelUnreachable, Services
+from agent.context import Actor, ChannelUnreachable, Services, WorkerServices
 from infra.jobs import JobSpec
 from infra.state.leases import Lease, LeaseState, Release
 from infra.state.spend import Refusal
@@ -227,7 +227,7 @@ async def finish_release(svc: Services, release: Release) -> None:
     Run again after a crash part-way, the card update repeats harmlessly and the hooks clear
     what is already clear; only the thread receipt can appear twice.
     """
-    if release.tell_channel and svc.observer:
+    if release.tell_channel:
         await svc.observer.lease_released(release.lease, reason=release.reason, by=release.by)
     for hook in svc.hooks:
         await hook.on_released(svc, release.lease, release.reason)
@@ -244,7 +244,7 @@ async def finish_interrupted_releases(svc: Services, *, now: float | None = None
     return len(interrupted)
 
 
-async def lease_became_active(svc: Services, lease: Lease) -> None:
+async def lease_became_active(svc: WorkerServices, lease: Lease) -> None:
     for hook in svc.hooks:
         await hook.on_active(svc, lease)
 
@@ -252,8 +252,6 @@ async def lease_became_active(svc: Services, lease: Lease) -> None:
 async def notify(svc: Services, lease: Lease) -> Lease:
     """Refresh the status card. A channel the bot was removed from does not stop the lease: the
     holder was told by DM, and the TPU is still watched, expired and torn down as usual."""
-    if svc.observer is None:
-        return lease
     try:
         return await svc.observer.lease_changed(lease)
     except ChannelUnreachable as error:
@@ -272,9 +270,8 @@ async def abandon_unpostable(svc: Services, lease: Lease, error: ChannelUnreacha
                                        tell_channel=False)
     if release is not None:
         await finish_release(svc, release)
-    if svc.observer is not None:
-        await svc.observer.tell_holder(lease, ":warning: Your `/tpu up` did not go ahead: "
-                                       + NOT_IN_CHANNEL.format(channel=lease.channel) + " Nothing was created.")
+    await svc.observer.tell_holder(lease, ":warning: Your `/tpu up` did not go ahead: "
+                                   + NOT_IN_CHANNEL.format(channel=lease.channel) + " Nothing was created.")
     await svc.audit.record(actor="tpubot", action="provision", team=lease.team, channel=lease.channel,
                            outcome="not_in_channel", detail=lease.lease_id)
 

@@ -24,7 +24,7 @@ import logging
 import time
 from typing import Unpack
 
-from agent.context import Services
+from agent.context import Services, WorkerServices
 from agent.lease import idle
 from agent.lease.lifecycle import WatchJob, notify
 from infra import boot_phases
@@ -48,7 +48,7 @@ def boot_job_id(lease_id: str, seq: int) -> str:
 class ModelBootHook:
     """Starts the boot/health job when the TPU becomes ACTIVE."""
 
-    async def on_active(self, svc: Services, lease: Lease) -> None:
+    async def on_active(self, svc: WorkerServices, lease: Lease) -> None:
         await svc.jobs.enqueue(BOOT_JOB, WatchJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
                                                   seq=0),
                                job_id=boot_job_id(lease.lease_id, 0))
@@ -64,7 +64,7 @@ class ModelBootHook:
                 log.warning("model key of lease %s not deleted: %s", lease.lease_id, error.message)
 
 
-async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: int) -> str:
+async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, seq: int) -> str:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None or lease.state not in BOOTABLE_STATES:
         return "stopped: lease changed"
@@ -118,7 +118,7 @@ async def boot_job(svc: Services, team: str, channel: str, lease_id: str, seq: i
     return f"waiting for vLLM ({check.error})"
 
 
-async def _measure(svc: Services, lease: Lease, endpoint: str, api_key: str | None) -> str:
+async def _measure(svc: WorkerServices, lease: Lease, endpoint: str, api_key: str | None) -> str:
     probe = await probe_chat(endpoint, svc.policy.model_name, api_key=api_key)
     if not probe.ok:
         return await _fail(svc, lease, f"vLLM at {endpoint} is up, but a test chat completion failed: {probe.error}.",
@@ -184,12 +184,12 @@ def is_crash_loop(report: BootReport) -> bool:
     return report.restarts >= CRASH_LOOP_RESTARTS and report.phase not in (boot_phases.COMPILING, boot_phases.SERVING)
 
 
-async def _boot_report(svc: Services, lease: Lease) -> BootReport | None:
+async def _boot_report(svc: WorkerServices, lease: Lease) -> BootReport | None:
     """The VM's guest attributes; None when they cannot be read now (the boot goes on without them)."""
     from infra.tpu import TpuError
 
     try:
-        return await asyncio.to_thread(svc.worker_tpu().get_boot_report, lease.zone, lease.node_id)
+        return await asyncio.to_thread(svc.tpu.get_boot_report, lease.zone, lease.node_id)
     except TpuError as error:
         log.warning("boot phase of lease %s unreadable: %s", lease.lease_id, error)
         return None
@@ -208,21 +208,21 @@ def _boot_changes(lease: Lease, report: BootReport) -> LeaseChanges:
     return changes
 
 
-async def _note_boot(svc: Services, lease: Lease, report: BootReport | None) -> None:
+async def _note_boot(svc: WorkerServices, lease: Lease, report: BootReport | None) -> None:
     """Keep the last boot report on the lease without a card update (the READY write that follows shows it)."""
     changes: LeaseChanges = _boot_changes(lease, report) if report is not None else {}
     if changes:
         await svc.leases.update(lease, **changes)
 
 
-async def _endpoint(svc: Services, lease: Lease) -> str:
-    node = await asyncio.to_thread(svc.worker_tpu().get_node, lease.zone, lease.node_id)
+async def _endpoint(svc: WorkerServices, lease: Lease) -> str:
+    node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
     address = None if node is None else (
         node.internal_ip if svc.policy.endpoint_address == "internal" else node.external_ip)
     return endpoint_url(address, svc.policy.model_port) if address else ""
 
 
-async def _fail(svc: Services, lease: Lease, reason: str, fix: str, *, endpoint: str = "",
+async def _fail(svc: WorkerServices, lease: Lease, reason: str, fix: str, *, endpoint: str = "",
                 extra: LeaseChanges | None = None) -> str:
     detail = f"{reason} Fix: {fix} The TPU is still running (and billing): `/tpu down` releases it."
     changes: LeaseChanges = {"state": LeaseState.FAILED, "detail": detail, **(extra or {})}

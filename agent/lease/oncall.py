@@ -63,7 +63,7 @@ class OnCallOutcome:
 
 
 async def show_oncall(svc: "Services", actor: "Actor") -> OnCallOutcome:
-    stored = await svc.wired_alerting().oncall.get(actor.team, actor.channel)
+    stored = await svc.alerting.oncall.get(actor.team, actor.channel)
     if stored:
         return OnCallOutcome(True, f"On call for this channel: {' '.join(stored)}.", tuple(stored))
     lease = await svc.leases.get(actor.team, actor.channel)
@@ -79,10 +79,10 @@ async def set_oncall(svc: "Services", actor: "Actor", mentions: list[str], *, cl
         who = f"<@{lease.holder}> (the holder) or an admin" if lease and lease.holder else "an admin"
         return OnCallOutcome(False, f"Only {who} can change who is paged for this channel; nothing changed.")
     if clear:
-        await svc.wired_alerting().oncall.clear(actor.team, actor.channel)
+        await svc.alerting.oncall.clear(actor.team, actor.channel)
         text = "On-call list cleared; alerts page the lease holder."
     else:
-        await svc.wired_alerting().oncall.set(actor.team, actor.channel, mentions)
+        await svc.alerting.oncall.set(actor.team, actor.channel, mentions)
         text = f"Alerts for this channel now page {' '.join(mentions)}."
     await svc.audit.record(actor=actor.user_id, action="oncall", team=actor.team, channel=actor.channel,
                            outcome="cleared" if clear else "set", detail=" ".join(mentions))
@@ -96,7 +96,7 @@ async def acknowledge(svc: "Services", actor: "Actor", lease_id: str, kind: str)
     lease = await svc.leases.get_by_id(actor.team, actor.channel, lease_id)
     if lease is None:
         return OnCallOutcome(False, "That TPU is already gone; nothing to acknowledge.", changed=False)
-    first = await svc.wired_alerting().marks.acknowledge(lease_id, kind, actor.user_id)
+    first = await svc.alerting.marks.acknowledge(lease_id, kind, actor.user_id)
     await svc.audit.record(actor=actor.user_id, action="acknowledge", team=actor.team, channel=actor.channel,
                            outcome=kind if first else "repeat", detail=lease_id)
     if kind == ACK_IDLE:

@@ -15,7 +15,7 @@ import asyncio
 import time
 from datetime import timedelta
 
-from agent.context import ChannelUnreachable, Services
+from agent.context import ChannelUnreachable, WorkerServices
 from agent.lease.lifecycle import (
     PROVISION_JOB,
     LockBusy,
@@ -37,7 +37,7 @@ def provision_job_id(lease_id: str, search_round: int = 0) -> str:
     return f"provision:{lease_id}" if not search_round else f"provision:{lease_id}:{search_round}"
 
 
-async def provision_job(svc: Services, team: str, channel: str, lease_id: str, search_round: int = 0) -> str:
+async def provision_job(svc: WorkerServices, team: str, channel: str, lease_id: str, search_round: int = 0) -> str:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None or lease.state not in WORKING_STATES or lease.search_round != search_round:
         return "skipped: lease changed"
@@ -47,7 +47,7 @@ async def provision_job(svc: Services, team: str, channel: str, lease_id: str, s
     try:
         if lease.state == LeaseState.PENDING:
             try:
-                lease = await svc.observer.lease_changed(lease) if svc.observer else lease
+                lease = await svc.observer.lease_changed(lease)
             except ChannelUnreachable as error:
                 # Before any QR exists: give the channel back rather than run a TPU nobody can see.
                 await abandon_unpostable(svc, lease, error)
@@ -59,12 +59,12 @@ async def provision_job(svc: Services, team: str, channel: str, lease_id: str, s
         await svc.locks.release(team, channel, token)
 
 
-async def _provision(svc: Services, lease: Lease, token: str) -> str:
+async def _provision(svc: WorkerServices, lease: Lease, token: str) -> str:
     from infra.tpu import QrSpec, TpuError, bot_labels
 
     # A QR this lease already created (a crash between the create and the state write) is adopted.
     try:
-        existing = await asyncio.to_thread(svc.worker_tpu().get_queued_resource, lease.zone, lease.qr_id)
+        existing = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
     except TpuError as error:
         if not error.retryable:
             raise
@@ -83,8 +83,6 @@ async def _provision(svc: Services, lease: Lease, token: str) -> str:
             return "failed: model key"
 
     board = svc.scoreboard
-    if board is None:
-        raise RuntimeError("Services.scoreboard is not wired; bot/wiring.py builds it")
     if lease.zone_explicit:
         zones = [lease.zone]
     else:
@@ -115,7 +113,7 @@ async def _provision(svc: Services, lease: Lease, token: str) -> str:
             startup_script=svc.startup_script(current),
             max_run_duration=timedelta(seconds=current.run_seconds),
         )
-        return await asyncio.to_thread(svc.worker_tpu().create_queued_resource, spec)
+        return await asyncio.to_thread(svc.tpu.create_queued_resource, spec)
 
     async def still_wanted() -> bool:
         fresh = await svc.leases.get_by_id(current.team, current.channel, current.lease_id)
@@ -137,7 +135,7 @@ async def _provision(svc: Services, lease: Lease, token: str) -> str:
     return f"failed: {outcome.status.value}"
 
 
-async def _created(svc: Services, lease: Lease, outcome: SearchOutcome) -> str:
+async def _created(svc: WorkerServices, lease: Lease, outcome: SearchOutcome) -> str:
     qr = outcome.qr
     assert qr is not None, "a created outcome carries its QR"
     now = time.time()
@@ -153,7 +151,7 @@ async def _created(svc: Services, lease: Lease, outcome: SearchOutcome) -> str:
     return f"created {lease.qr_id} in {lease.zone}" + (f" after {tries} attempts" if tries > 1 else "")
 
 
-async def _continue_later(svc: Services, lease: Lease) -> str:
+async def _continue_later(svc: WorkerServices, lease: Lease) -> str:
     next_round = lease.search_round + 1
     updated = await svc.leases.update(lease, search_round=next_round)
     if updated is None:

@@ -33,7 +33,7 @@ from infra.endpoint_probe import endpoint_url
 from infra.state.leases import Lease, LeaseState
 
 if TYPE_CHECKING:
-    from agent.context import Services
+    from agent.context import WorkerServices
     from infra.tpu import QueuedResourceView
 
 log = logging.getLogger(__name__)
@@ -74,7 +74,7 @@ class ReconcileReport:
         return "; ".join(parts)
 
 
-async def reconcile(svc: "Services", *, now: float | None = None) -> ReconcileReport:
+async def reconcile(svc: "WorkerServices", *, now: float | None = None) -> ReconcileReport:
     token = await svc.locks.acquire(*LOCK_SCOPE, ttl_ms=LOCK_TTL_MS)
     if token is None:
         return ReconcileReport(skipped=True)
@@ -88,7 +88,7 @@ async def reconcile(svc: "Services", *, now: float | None = None) -> ReconcileRe
         await svc.locks.release(*LOCK_SCOPE, token)
 
 
-async def _pass(svc: "Services", now: float) -> ReconcileReport:
+async def _pass(svc: "WorkerServices", now: float) -> ReconcileReport:
     from infra.tpu import MANAGED_BY, TpuError
 
     report = ReconcileReport()
@@ -97,7 +97,7 @@ async def _pass(svc: "Services", now: float) -> ReconcileReport:
     seen_leases: set[str] = set()
     for zone in report.zones:
         try:
-            qrs = await asyncio.to_thread(svc.worker_tpu().list_queued_resources, zone, {"managed-by": MANAGED_BY})
+            qrs = await asyncio.to_thread(svc.tpu.list_queued_resources, zone, {"managed-by": MANAGED_BY})
         except TpuError as error:
             log.warning("reconcile: cannot list %s: %s", zone, error)
             report.zones_failed.append(zone)
@@ -118,7 +118,7 @@ async def _pass(svc: "Services", now: float) -> ReconcileReport:
     return report
 
 
-async def _repair_from_qr(svc: "Services", report: ReconcileReport, qr: "QueuedResourceView", now: float) -> None:
+async def _repair_from_qr(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedResourceView", now: float) -> None:
     labels = qr.labels
     team, channel, lease_id = (labels.get(k, "") for k in ("tpubot-team", "tpubot-channel", "tpubot-lease"))
     if qr.state == "DELETING":
@@ -135,9 +135,9 @@ async def _repair_from_qr(svc: "Services", report: ReconcileReport, qr: "QueuedR
         await _ensure_timers(svc, report, lease, now)
         return
     if qr.state in ("SUSPENDED", "FAILED", "SUSPENDING"):
-        await asyncio.to_thread(svc.worker_tpu().delete_queued_resource, qr.zone, qr.qr_id)
+        await asyncio.to_thread(svc.tpu.delete_queued_resource, qr.zone, qr.qr_id)
         report.deleted.append(qr.qr_id)
-        if svc.alerting and svc.alerting.sink:
+        if svc.alerting.sink:
             await svc.alerting.sink.post_notice(
                 channel, f":broom: Deleted leftover queued resource `{qr.qr_id}` in {qr.zone} ({qr.state}): it ran "
                          "no TPU any more but still held quota.")
@@ -150,12 +150,12 @@ async def _repair_from_qr(svc: "Services", report: ReconcileReport, qr: "QueuedR
     await _restore(svc, report, qr, team, channel, lease_id, now)
 
 
-async def _restore(svc: "Services", report: ReconcileReport, qr: "QueuedResourceView", team: str, channel: str,
+async def _restore(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedResourceView", team: str, channel: str,
                    lease_id: str, now: float) -> None:
     from infra.tpu import TpuError
 
     try:
-        window = await asyncio.to_thread(svc.worker_tpu().get_run_window, qr.zone, qr.qr_id)
+        window = await asyncio.to_thread(svc.tpu.get_run_window, qr.zone, qr.qr_id)
     except TpuError:
         window = None
     state = lease_state_for(qr.state)
@@ -169,7 +169,7 @@ async def _restore(svc: "Services", report: ReconcileReport, qr: "QueuedResource
     endpoint = ""
     if state == LeaseState.ACTIVE and qr.node_id:
         try:
-            node = await asyncio.to_thread(svc.worker_tpu().get_node, qr.zone, qr.node_id)
+            node = await asyncio.to_thread(svc.tpu.get_node, qr.zone, qr.node_id)
         except TpuError:
             node = None
         if node and node.external_ip:
@@ -192,8 +192,8 @@ async def _restore(svc: "Services", report: ReconcileReport, qr: "QueuedResource
                            detail=qr.qr_id)
 
 
-async def _ensure_timers(svc: "Services", report: ReconcileReport, lease: Lease, now: float) -> None:
-    if svc.alerting is None or not lease.state.holds_tpu:
+async def _ensure_timers(svc: "WorkerServices", report: ReconcileReport, lease: Lease, now: float) -> None:
+    if not lease.state.holds_tpu:
         return
     if lease.deadline:
         report.timers += await expiry.schedule_timers(svc, lease, now=now)
@@ -201,11 +201,11 @@ async def _ensure_timers(svc: "Services", report: ReconcileReport, lease: Lease,
         report.timers.append(f"idle:{lease.lease_id}")
 
 
-async def _release_if_gone(svc: "Services", report: ReconcileReport, lease: Lease) -> None:
+async def _release_if_gone(svc: "WorkerServices", report: ReconcileReport, lease: Lease) -> None:
     from infra.tpu import TpuError
 
     try:  # the list may predate a QR created since; ask for this one before releasing
-        qr = await asyncio.to_thread(svc.worker_tpu().get_queued_resource, lease.zone, lease.qr_id)
+        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
     except TpuError:
         return
     if qr is not None:
@@ -220,7 +220,7 @@ async def _release_if_gone(svc: "Services", report: ReconcileReport, lease: Leas
                                outcome="released", detail=lease.qr_id)
 
 
-async def _sweep_model_keys(svc: "Services", report: ReconcileReport, seen_leases: set[str], now: float) -> None:
+async def _sweep_model_keys(svc: "WorkerServices", report: ReconcileReport, seen_leases: set[str], now: float) -> None:
     if svc.model_keys is None:
         return
     from infra.model_keys import ModelKeyError
@@ -245,9 +245,7 @@ async def _sweep_model_keys(svc: "Services", report: ReconcileReport, seen_lease
                                detail=secret.lease_id)
 
 
-async def _tell_admins(svc: "Services", report: ReconcileReport, qr: "QueuedResourceView", text: str) -> None:
-    if svc.alerting is None:
-        return
+async def _tell_admins(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedResourceView", text: str) -> None:
     if not await svc.alerting.marks.claim(qr.qr_id, f"admin-{qr.zone}", ttl_seconds=ADMIN_ALERT_TTL):
         return
     report.admin_alerts.append(qr.qr_id)

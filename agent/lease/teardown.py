@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agent.context import Services
+from agent.context import WorkerServices
 from agent.lease.lifecycle import LockBusy, finish_release, notify, release_lease
 
 
-async def teardown_job(svc: Services, team: str, channel: str, lease_id: str) -> str:
+async def teardown_job(svc: WorkerServices, team: str, channel: str, lease_id: str) -> str:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None:
         # Re-run after a crash between the release and telling the channel: finish the telling.
@@ -25,9 +25,9 @@ async def teardown_job(svc: Services, team: str, channel: str, lease_id: str) ->
         raise LockBusy(f"{team}/{channel}")
     try:
         # force=true deletes the node too; a QR that is already gone counts as deleted.
-        await asyncio.to_thread(svc.worker_tpu().delete_queued_resource, lease.zone, lease.qr_id)
+        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
         deadline = time.monotonic() + svc.policy.teardown_wait.total_seconds()
-        while await asyncio.to_thread(svc.worker_tpu().get_queued_resource, lease.zone, lease.qr_id) is not None:
+        while await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id) is not None:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{lease.qr_id} still exists after {svc.policy.teardown_wait}")
             await asyncio.sleep(min(1.0, svc.policy.poll_interval.total_seconds()))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agent.context import Services
+from agent.context import WorkerServices
 from agent.lease.expiry import expire_lease
 from agent.lease.lifecycle import (
     TERMINAL_QR_STATES,
@@ -22,7 +22,7 @@ from infra.endpoint_probe import endpoint_url
 from infra.state.leases import LeaseChanges, LeaseState
 
 
-async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: int) -> str:
+async def watch_job(svc: WorkerServices, team: str, channel: str, lease_id: str, seq: int) -> str:
     """One look at the QR; re-schedules itself, so no job holds a worker for hours."""
     from infra.tpu import TpuError
 
@@ -30,7 +30,7 @@ async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: 
     if lease is None or lease.state in (LeaseState.TEARING_DOWN, LeaseState.FAILED):
         return "stopped: lease changed"
     try:
-        qr = await asyncio.to_thread(svc.worker_tpu().get_queued_resource, lease.zone, lease.qr_id)
+        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
     except TpuError as error:
         if not error.retryable:
             raise
@@ -52,7 +52,7 @@ async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: 
 
         failure = classify_failed_qr(qr)
         await fail_lease(svc, lease, explain(failure) if failure else f"The queued resource failed: {qr.failure_message}")
-        await asyncio.to_thread(svc.worker_tpu().delete_queued_resource, lease.zone, lease.qr_id)
+        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
         return "failed"
     new_state = lease_state_for(qr.state)
     changes: LeaseChanges = {}
@@ -61,7 +61,7 @@ async def watch_job(svc: Services, team: str, channel: str, lease_id: str, seq: 
     if new_state == LeaseState.ACTIVE and not lease.active_at:
         now = time.time()
         changes["active_at"], changes["deadline"] = now, now + lease.run_seconds
-        node = await asyncio.to_thread(svc.worker_tpu().get_node, lease.zone, lease.node_id)
+        node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
         if node and node.external_ip:
             changes["endpoint"] = endpoint_url(node.external_ip, svc.policy.model_port)
     if changes:

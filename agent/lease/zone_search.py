@@ -227,14 +227,14 @@ class ZoneOutcomeHook:
     """Feeds the scoreboard from lease milestones: time to ACTIVE, and FAILED before ACTIVE."""
 
     async def on_active(self, svc: Services, lease: Lease) -> None:
-        if svc.scoreboard is None or not lease.queued_at:
+        if not lease.queued_at:
             return
         await svc.scoreboard.record_active(lease.zone, (lease.active_at or time.time()) - lease.queued_at,
                                            lease.lease_id)
 
     async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
         # An accepted QR that failed before ACTIVE: typically still WAITING_FOR_RESOURCES at valid-until.
-        if svc.scoreboard is None or lease.state != LeaseState.FAILED or not lease.queued_at or lease.active_at:
+        if lease.state != LeaseState.FAILED or not lease.queued_at or lease.active_at:
             return
         error = classify_status(None, reason, zone=lease.zone)
         await svc.scoreboard.record_error(lease.zone, error, lease.lease_id)
@@ -242,7 +242,5 @@ class ZoneOutcomeHook:
 
 async def first_choice_zone(svc: Services) -> str:
     """The zone a search would try first (from the scoreboard as it stands; no cloud calls)."""
-    if svc.scoreboard is None:
-        return svc.policy.default_zone
     plan = await svc.scoreboard.order(svc.policy.zones, svc.policy.default_zone)
     return plan.order[0] if plan.order else svc.policy.default_zone

@@ -77,7 +77,7 @@ async def run_agent(svc: Services, actor: Actor, mention: MentionInput, sink: Re
 
 
 async def _no_model_reason(svc: Services, actor: Actor) -> str:
-    if not (svc.model or ModelConfig()).enabled:
+    if not svc.model.enabled:
         return MODEL_OFF
     degraded = await degraded_reason_here(svc, actor)
     if degraded is not None:
@@ -89,7 +89,7 @@ class AgentLoop:
     def __init__(self, svc: Services, actor: Actor, mention: MentionInput, endpoint: ModelEndpoint,
                  sink: ReplySink) -> None:
         self.svc, self.actor, self.mention, self.endpoint, self.sink = svc, actor, mention, endpoint, sink
-        self.config: ModelConfig = svc.model or ModelConfig()
+        self.config: ModelConfig = svc.model
         self.client = openai_client(endpoint, self.config)
         self.tools = model_tools()
         self.shown: list[str] = []  # visible text of finished steps

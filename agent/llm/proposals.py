@@ -71,8 +71,6 @@ async def precheck(svc: Services, actor: Actor, action_name: str) -> ProposalChe
 
 async def propose(svc: Services, actor: Actor, action_name: str, args: dict, *, lease: Lease | None = None,
                   label: str = "") -> Proposal:
-    if svc.proposals is None:
-        raise RuntimeError("no proposal store is wired")
     proposal = Proposal(id=new_proposal_id(), action=action_name, args=args, team=actor.team,
                         channel=actor.channel, proposed_for=actor.user_id,
                         lease_id=lease.lease_id if lease is not None and action_name == "teardown" else "",
@@ -84,8 +82,6 @@ async def propose(svc: Services, actor: Actor, action_name: str, args: dict, *, 
 
 
 async def load(svc: Services, proposal_id: str) -> Proposal | None:
-    if svc.proposals is None:
-        return None
     record = await svc.proposals.get(proposal_id)
     return Proposal(**record) if record else None
 
@@ -94,7 +90,6 @@ async def confirm(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOu
     proposal = await load(svc, proposal_id)
     if proposal is None or (proposal.team, proposal.channel) != (clicker.team, clicker.channel):
         return ProposalOutcome(False, EXPIRED)
-    assert svc.proposals is not None, "load() found the proposal in the store"
     if proposal.action == "teardown":
         return await _confirm_teardown(svc, clicker, proposal)
     if get_action(proposal.action) is None:
@@ -107,7 +102,6 @@ async def confirm(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOu
 
 
 async def _confirm_teardown(svc: Services, clicker: Actor, proposal: Proposal) -> ProposalOutcome:
-    assert svc.proposals is not None, "confirm() loaded the proposal from the store"
     check = await lease_actions.request_teardown(svc, clicker)  # holder or admin, and a lease to tear down
     if not check.ok or check.lease is None:
         return ProposalOutcome(False, check.message, check.lease)
@@ -126,7 +120,6 @@ async def dismiss(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOu
     # Scoped like confirm: a click in another channel (or workspace) must not dismiss this one.
     if proposal is None or (proposal.team, proposal.channel) != (clicker.team, clicker.channel):
         return ProposalOutcome(False, EXPIRED)
-    assert svc.proposals is not None, "load() found the proposal in the store"
     await svc.proposals.take(proposal_id)
     await svc.audit.record(actor=clicker.user_id, action=f"propose:{proposal.action}", team=clicker.team,
                            channel=clicker.channel, outcome="dismissed", detail=proposal_id)

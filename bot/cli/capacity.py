@@ -265,7 +265,7 @@ async def _channel_cost_text(settings: Settings, team: str, channel: str) -> str
     from agent.context import Actor
     from bot.wiring import build_services
 
-    services, redis, pool = await build_services(settings, redis_url=settings.redis_url, with_tpu=False)
+    services, redis, pool = await build_services(settings, redis_url=settings.redis_url)
     try:
         # The operator already holds the Redis credentials: no Slack access rule applies here.
         estimate_cost = get_action("estimate_cost")

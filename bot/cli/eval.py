@@ -87,7 +87,7 @@ async def _run(incidents, arms, endpoint: str, model: str, *, quiet: bool):
     sandbox = None if endpoint else VllmEmulator(latency=LatencyModel.instant())
     try:
         base_url = await sandbox.start_async() if sandbox is not None else endpoint.rstrip("/")
-        services, redis, pool = await build_services(settings, redis_url=redis_endpoint.url, with_tpu=False)
+        services, redis, pool = await build_services(settings, redis_url=redis_endpoint.url)
         try:
             def progress(case) -> None:
                 if not quiet:

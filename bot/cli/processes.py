@@ -142,7 +142,7 @@ def socket_mode() -> None:
             if refused:
                 typer.echo(refused, err=True)
                 raise typer.Exit(code=2)
-            services, _redis, _pool = await build_services(settings, redis_url=endpoint.url, with_tpu=False,
+            services, _redis, _pool = await build_services(settings, redis_url=endpoint.url,
                                                            slack_client=client)
             # bolt's client stays sessionless: bolt deep-copies it for lazy listeners (bot/web.py).
             bolt = build_bolt_app(services, client=slack_client_from(settings),

@@ -17,7 +17,7 @@ def register(app: typer.Typer) -> None:
 def reconcile_once(as_json: bool = typer.Option(False, "--json", help=json_option_help("reconcile"))) -> None:
     from agent.lease.reconcile import reconcile
     from bot.cli.processes import load_settings
-    from bot.wiring import build_services, slack_client_from
+    from bot.wiring import build_worker_services, slack_client_from
 
     settings = load_settings()
     if not settings.redis_url:
@@ -25,8 +25,8 @@ def reconcile_once(as_json: bool = typer.Option(False, "--json", help=json_optio
         raise typer.Exit(code=2)
 
     async def run():
-        services, redis, pool = await build_services(settings, redis_url=settings.redis_url, with_tpu=True,
-                                                     slack_client=slack_client_from(settings))
+        services, redis, pool = await build_worker_services(settings, redis_url=settings.redis_url,
+                                                            slack_client=slack_client_from(settings))
         try:
             report = await reconcile(services)
         finally:

@@ -38,7 +38,7 @@ def spend(
         raise typer.Exit(code=2)
 
     async def read() -> list[budget.MonthSpend]:
-        services, redis, pool = await build_services(settings, redis_url=settings.redis_url, with_tpu=False)
+        services, redis, pool = await build_services(settings, redis_url=settings.redis_url)
         try:
             teams = {team} if team else set()
             if not team:
