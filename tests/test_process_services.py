@@ -1,0 +1,75 @@
+"""Each process gets the services it uses (issue 30): Services is set whole in every process,
+the worker's extra parts are WorkerServices', and a process without Slack gets named stand-ins."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from agent.context import NoGroups, Services, SilentObserver, WorkerServices
+from bot.settings import Settings
+from bot.wiring import build_services, build_worker_services
+from handlers.directory import SlackGroupDirectory
+from handlers.notifier import SlackLeaseObserver
+from infra.state.leases import Lease, LeaseState
+from infra.tpu import TpuService
+
+# The only fields a process may leave None, and why: two backends a sandbox may lack (settings,
+# not processes), the disk only `tpubot mcp` reads for a user, and one agent run's logs.
+MAY_BE_NONE = {"cloud_logs", "model_keys", "local_files", "material"}
+
+
+def optional_fields(cls: type) -> set[str]:
+    # agent/context.py postpones its annotations (some name TYPE_CHECKING-only classes): read them as written.
+    return {field.name for field in dataclasses.fields(cls)
+            if "None" in str(field.type).replace(" ", "").replace("'", "").replace('"', "").split("|")}
+
+
+def test_services_leave_none_only_where_a_setting_or_a_run_decides():
+    assert optional_fields(Services) == MAY_BE_NONE
+    extra = {field.name for field in dataclasses.fields(WorkerServices)} - {
+        field.name for field in dataclasses.fields(Services)}
+    assert extra == {"tpu", "startup_script"}
+    assert optional_fields(WorkerServices) == MAY_BE_NONE  # the worker's own parts are never None
+    required = {field.name for field in dataclasses.fields(WorkerServices)
+                if field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING}
+    assert required >= extra | {"alerting", "model", "spend", "scoreboard", "preflight", "observer", "directory"}
+
+
+def test_the_web_gets_no_tpu_client_and_the_worker_its_own_script(redis_url):
+    settings = Settings(_env_file=None)
+
+    async def build() -> tuple[Services, WorkerServices]:
+        client = AsyncWebClient(token="xoxb-test", base_url="http://127.0.0.1:9/api/")
+        web, redis, pool = await build_services(settings, redis_url=redis_url, slack_client=client)
+        worker, wredis, wpool = await build_worker_services(settings, redis_url=redis_url, slack_client=client)
+        for closing in (pool, redis, wpool, wredis):
+            await closing.aclose()
+        return web, worker
+
+    web, worker = asyncio.run(build())
+    assert type(web) is Services and not hasattr(web, "tpu")
+    assert isinstance(worker.tpu, TpuService)
+    lease = Lease(lease_id="L-123", team="T", channel="C", holder="U", zone="us-west4-a", qr_id="q", node_id="n",
+                  state=LeaseState.ACTIVE)
+    script = worker.startup_script(lease)
+    assert script.startswith("#!") and "L-123" in script and "placeholder" not in script
+    assert isinstance(web.observer, SlackLeaseObserver) and isinstance(web.directory, SlackGroupDirectory)
+
+
+def test_a_process_without_slack_changes_leases_without_cards_and_admits_no_group(redis_url):
+    async def run() -> None:
+        services, redis, pool = await build_services(Settings(_env_file=None), redis_url=redis_url)
+        try:
+            assert isinstance(services.observer, SilentObserver) and isinstance(services.directory, NoGroups)
+            lease = Lease(lease_id="L-1", team="T", channel="C", holder="U", zone="us-west4-a", qr_id="q", node_id="n",
+                  state=LeaseState.ACTIVE)
+            assert await services.observer.lease_changed(lease) is lease  # no card, the lease unchanged
+            assert await services.directory.members("S0SRE") == frozenset()
+        finally:
+            await pool.aclose()
+            await redis.aclose()
+
+    asyncio.run(run())
