@@ -10,6 +10,10 @@ Jobs carry deterministic ids, so enqueueing the same work twice — a retried re
 replica, a restarted worker — is a no-op (arq refuses a job id whose job or kept result exists).
 On the wire a job's arguments are arq keyword arguments, one per dataclass field, as before the
 specs existed: jobs queued by an older process still run.
+
+A job says how it ended with a `JobOutcome` (ok, skipped, stopped, failed, retry, refused, and a
+reason), not a free string, so a misspelt kind is a type error; `JobOutcome.stored` gives the
+same text the jobs returned before outcomes were typed.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import dataclasses
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from arq.connections import ArqRedis
@@ -36,6 +41,65 @@ class DataclassArgs(Protocol):
 
 Args = TypeVar("Args", bound=DataclassArgs)
 Result = TypeVar("Result")
+
+
+class Outcome(StrEnum):
+    """How a job ended, as a kind."""
+
+    OK = "ok"  # it did its work (its reason, if any, says what: "deleted qr-1", "opened")
+    SKIPPED = "skipped"  # nothing to do: the work was already done, or is no longer wanted
+    STOPPED = "stopped"  # a chain of jobs (watch, boot, idle checks) ended: its lease changed or went
+    FAILED = "failed"  # the work could not be done (and whom it concerns was told)
+    RETRY = "retry"  # not done yet: the job queued itself again
+    REFUSED = "refused"  # the action it ran said no (denied, or could not answer)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a job returns: its kind and why. `stored()` is the text arq keeps for it.
+
+    The text is the kind, or "kind: reason" ("failed: model key", "stopped: lease changed"); an
+    OK outcome's reason is the whole text ("deleted qr-1"), and so is a `bare` one's — the words
+    some jobs have always stored alone ("timeout", "not-a-member"), kept so for whoever reads them.
+    """
+
+    outcome: Outcome
+    reason: str = ""
+    bare: bool = False
+
+    @classmethod
+    def ok(cls, note: str = "") -> JobOutcome:
+        return cls(Outcome.OK, note)
+
+    @classmethod
+    def skipped(cls, reason: str, *, bare: bool = False) -> JobOutcome:
+        return cls(Outcome.SKIPPED, reason, bare)
+
+    @classmethod
+    def stopped(cls, reason: str) -> JobOutcome:
+        return cls(Outcome.STOPPED, reason)
+
+    @classmethod
+    def failed(cls, reason: str = "", *, bare: bool = False) -> JobOutcome:
+        return cls(Outcome.FAILED, reason, bare)
+
+    @classmethod
+    def retry(cls, reason: str) -> JobOutcome:
+        return cls(Outcome.RETRY, reason)
+
+    @classmethod
+    def refused(cls, reason: str = "") -> JobOutcome:
+        return cls(Outcome.REFUSED, reason)
+
+    def stored(self) -> str:
+        if not self.reason:
+            return self.outcome.value
+        if self.bare or self.outcome is Outcome.OK:
+            return self.reason
+        return f"{self.outcome.value}: {self.reason}"
+
+    def __str__(self) -> str:
+        return self.stored()
 
 
 @dataclass(frozen=True)
