@@ -12,13 +12,14 @@ On the wire a job's arguments are arq keyword arguments, one per dataclass field
 specs existed: jobs queued by an older process still run.
 
 A job says how it ended with a `JobOutcome` (ok, skipped, stopped, failed, retry, refused, and a
-reason), not a free string, so a misspelt kind is a type error; `JobOutcome.stored` gives the
-same text the jobs returned before outcomes were typed.
+reason), not a free string, so a misspelt kind is a type error; arq keeps it as the same text the
+jobs returned before outcomes were typed (`JobOutcome.stored`, applied once, at the arq boundary).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,6 +28,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix
+from arq.typing import WorkerCoroutine
 
 from infra.arq_enqueue_adapter import enqueue_behind_markers
 
@@ -40,7 +42,6 @@ class DataclassArgs(Protocol):
 
 
 Args = TypeVar("Args", bound=DataclassArgs)
-Result = TypeVar("Result")
 
 
 class Outcome(StrEnum):
@@ -123,19 +124,40 @@ class JobSpec(Generic[Args]):
     def from_kwargs(self, kwargs: dict[str, Any]) -> Args:
         return self.args(**kwargs)
 
-    def bind(self, run: Callable[[dict, Args], Awaitable[Result]]) -> BoundJob[Args, Result]:
+    def bind(self, run: Callable[[dict, Args], Awaitable[JobOutcome]]) -> BoundJob[Args]:
         return BoundJob(self, run)
 
 
 @dataclass(frozen=True)
-class BoundJob(Generic[Args, Result]):
+class BoundJob(Generic[Args]):
     """A spec with the worker function that runs it: what arq calls with the job's keyword arguments."""
 
     spec: JobSpec[Args]
-    run: Callable[[dict, Args], Awaitable[Result]]
+    run: Callable[[dict, Args], Awaitable[JobOutcome]]
 
-    async def __call__(self, ctx: dict, **kwargs: Any) -> Result:
-        return await self.run(ctx, self.spec.from_kwargs(kwargs))
+    async def __call__(self, ctx: dict, **kwargs: Any) -> str:
+        """Run the job; arq gets its outcome as text (`JobOutcome.stored`), never the object.
+
+        arq pickles a job's result into Redis (`arq:result:ID`, kept an hour) and whoever reads it
+        unpickles it: a worker of another version (during a rolling deploy, or the one that takes
+        over after a failover) or a tool. A pickled `JobOutcome` is readable only where this class
+        exists with the same fields; a string is readable by any version of us, and it is the same
+        string the jobs returned before outcomes were typed, so old and new results read alike.
+        arq also logs the result's repr, which stays the same line. The conversion is here (and in
+        `cron_body` for cron jobs) and nowhere else: no job converts its own outcome.
+        """
+        return (await self.run(ctx, self.spec.from_kwargs(kwargs))).stored()
+
+
+def cron_body(run: Callable[..., Awaitable[JobOutcome]]) -> WorkerCoroutine:
+    """A cron job's function as arq runs it: its outcome kept as text, as `BoundJob` keeps a queued
+    job's (the same reasons). It keeps the function's name, which arq names the cron job after."""
+
+    @functools.wraps(run)
+    async def body(ctx: dict, *args: Any, **kwargs: Any) -> str:
+        return (await run(ctx, *args, **kwargs)).stored()
+
+    return body
 
 
 class JobQueue:
