@@ -15,10 +15,10 @@ from agent.lease.expiry import TIMER_JOB, TimerJob
 from agent.lease.idle import IDLE_JOB
 from agent.lease.lifecycle import LeaseJob
 from bot.settings import Settings
-from infra.jobs import BoundJob
+from infra.jobs import BoundJob, JobOutcome, cron_body
 
 
-async def fire_timer(ctx: dict, job: TimerJob) -> str:
+async def fire_timer(ctx: dict, job: TimerJob) -> JobOutcome:
     try:
         return await expiry.fire_timer(ctx["services"], job.team, job.channel, job.lease_id, job.kind, job.deadline,
                                        job.due)
@@ -27,21 +27,21 @@ async def fire_timer(ctx: dict, job: TimerJob) -> str:
                                                            ctx["job_try"])) from None
 
 
-async def check_idle(ctx: dict, job: LeaseJob) -> str:
+async def check_idle(ctx: dict, job: LeaseJob) -> JobOutcome:
     return await idle.check_idle(ctx["services"], job.team, job.channel, job.lease_id)
 
 
-async def reconcile_gcp(ctx: dict) -> str:
+async def reconcile_gcp(ctx: dict) -> JobOutcome:
     """One reconcile pass (at worker start and every RECONCILE_INTERVAL)."""
-    return (await reconcile.reconcile(ctx["services"])).summary()
+    return (await reconcile.reconcile(ctx["services"])).outcome()
 
 
-async def budget_alerts(ctx: dict) -> str:
+async def budget_alerts(ctx: dict) -> JobOutcome:
     """Running leases accrue cost: post the 80 % / 100 % budget alerts they cross (issue 21)."""
     from agent.lease import budget
 
     posted = await budget.check_running_alerts(ctx["services"])
-    return f"posted {len(posted)}"
+    return JobOutcome.ok(f"posted {len(posted)}")
 
 
 JOBS: list[BoundJob] = [TIMER_JOB.bind(fire_timer), IDLE_JOB.bind(check_idle)]
@@ -58,6 +58,6 @@ def cron_schedule(interval: timedelta) -> dict:
 
 
 def cron_jobs(settings: Settings) -> list[CronJob]:
-    return [cron(reconcile_gcp, run_at_startup=True, **cron_schedule(settings.reconcile_interval)),
+    return [cron(cron_body(reconcile_gcp), run_at_startup=True, **cron_schedule(settings.reconcile_interval)),
             # Its last results are kept a little while: they say what each check posted.
-            cron(budget_alerts, run_at_startup=False, keep_result=120, **cron_schedule(settings.idle_check_interval))]
+            cron(cron_body(budget_alerts), run_at_startup=False, keep_result=120, **cron_schedule(settings.idle_check_interval))]

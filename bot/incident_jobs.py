@@ -9,13 +9,13 @@ from arq import Retry
 from handlers import followups, incident_job
 from handlers.followups import FOLLOWUP_JOB, FollowupJob
 from handlers.incident_job import ALERT_JOB, FOLD_JOB, AlertJob, FoldJob
-from infra.jobs import BoundJob
+from infra.jobs import BoundJob, JobOutcome
 from infra.state.incidents import IncidentStore
 
 BUSY_RETRY_SECONDS = 1  # a repeat that arrives while its thread is being opened waits this long
 
 
-async def handle_alert(ctx: dict, job: AlertJob) -> str:
+async def handle_alert(ctx: dict, job: AlertJob) -> JobOutcome:
     try:
         return await incident_job.handle_alert(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]),
                                                alert=job.alert, channel=job.channel, page=job.page,
@@ -24,13 +24,13 @@ async def handle_alert(ctx: dict, job: AlertJob) -> str:
         raise Retry(defer=BUSY_RETRY_SECONDS) from None
 
 
-async def report_folded_alerts(ctx: dict, job: FoldJob) -> str:
+async def report_folded_alerts(ctx: dict, job: FoldJob) -> JobOutcome:
     return await incident_job.report_folded(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]),
                                             source=job.source, window=job.window, channel=job.channel,
                                             storm_threads=job.storm_threads, storm_window=job.storm_window)
 
 
-async def answer_followup(ctx: dict, job: FollowupJob) -> str:
+async def answer_followup(ctx: dict, job: FollowupJob) -> JobOutcome:
     return await followups.answer_followup(ctx["services"], ctx["slack"], **FOLLOWUP_JOB.to_kwargs(job))
 
 

@@ -28,7 +28,7 @@ from bot.wiring import JOB_QUEUE, build_worker_services, job_pool, slack_client_
 from handlers import ask_job, bench_job, mention_job, spend_chart_job
 from handlers.ask_job import ASK_JOB, AskJob
 from handlers.mention_job import ANSWER_JOB, MentionJob
-from infra.jobs import BoundJob
+from infra.jobs import BoundJob, JobOutcome
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +69,7 @@ def registered(job: BoundJob) -> Function:
     return func(counted(job), name=job.spec.name)
 
 
-async def provision_lease(ctx: dict, job: ProvisionJob) -> str:
+async def provision_lease(ctx: dict, job: ProvisionJob) -> JobOutcome:
     try:
         return await provisioning.provision_job(ctx["services"], job.team, job.channel, job.lease_id, job.search_round)
     except lifecycle.LockBusy:
@@ -77,11 +77,11 @@ async def provision_lease(ctx: dict, job: ProvisionJob) -> str:
                                                            ctx["job_try"])) from None
 
 
-async def watch_lease(ctx: dict, job: WatchJob) -> str:
+async def watch_lease(ctx: dict, job: WatchJob) -> JobOutcome:
     return await watching.watch_job(ctx["services"], job.team, job.channel, job.lease_id, job.seq)
 
 
-async def teardown_lease(ctx: dict, job: LeaseJob) -> str:
+async def teardown_lease(ctx: dict, job: LeaseJob) -> JobOutcome:
     try:
         return await teardown.teardown_job(ctx["services"], job.team, job.channel, job.lease_id)
     except lifecycle.LockBusy:
@@ -103,26 +103,26 @@ async def resume_leases(ctx: dict) -> int:
     return resumed
 
 
-async def boot_model(ctx: dict, job: WatchJob) -> str:
+async def boot_model(ctx: dict, job: WatchJob) -> JobOutcome:
     """After ACTIVE: wait for vLLM, then measure TTFT/TPOT (agent/lease/model_boot.py)."""
     from agent.lease import model_boot
 
     return await model_boot.boot_job(ctx["services"], job.team, job.channel, job.lease_id, job.seq)
 
 
-async def bench_endpoint(ctx: dict, job: BenchJob) -> str:
+async def bench_endpoint(ctx: dict, job: BenchJob) -> JobOutcome:
     """`/tpu bench`: a small sweep, the chart and table in the card thread (handlers/bench_job.py)."""
     return await bench_job.bench_endpoint(ctx["services"], ctx["slack"], team=job.team, channel=job.channel,
                                           lease_id=job.lease_id, user_id=job.user_id)
 
 
-async def post_spend_chart(ctx: dict, job: SpendChartJob) -> str:
+async def post_spend_chart(ctx: dict, job: SpendChartJob) -> JobOutcome:
     """`/tpu spend chart`: the month's spend per channel as a PNG in the channel (handlers/spend_chart_job.py)."""
     return await spend_chart_job.post_spend_chart(ctx["services"], ctx["slack"], team=job.team, channel=job.channel,
                                                   month=job.month, user_id=job.user_id)
 
 
-async def answer_mention(ctx: dict, job: MentionJob) -> str:
+async def answer_mention(ctx: dict, job: MentionJob) -> JobOutcome:
     """One @-mention: the agent's answer in the thread (handlers/mention_job.py)."""
     return await mention_job.answer_mention(
         ctx["services"], ctx["slack"], team=job.team, channel=job.channel, ts=job.ts, thread_ts=job.thread_ts,
@@ -130,7 +130,7 @@ async def answer_mention(ctx: dict, job: MentionJob) -> str:
         status_ts=job.status_ts)
 
 
-async def answer_ask(ctx: dict, job: AskJob) -> str:
+async def answer_ask(ctx: dict, job: AskJob) -> JobOutcome:
     """`/tpu ask …`: the model's answer, back through the command's response_url (handlers/ask_job.py)."""
     return await ask_job.answer_ask(ctx["services"], team=job.team, channel=job.channel, user_id=job.user_id,
                                     prompt=job.prompt, response_url=job.response_url, max_tokens=job.max_tokens)

@@ -11,7 +11,7 @@ from slack_sdk.webhook.async_client import AsyncWebhookClient
 
 from agent.actions import run_action
 from agent.context import Actor, Services
-from infra.jobs import JobSpec
+from infra.jobs import JobOutcome, JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -35,7 +35,7 @@ def ask_job_id(team: str, channel: str, trigger_id: str) -> str:
 
 
 async def answer_ask(services: Services, *, team: str, channel: str, user_id: str, prompt: str,
-                     response_url: str, max_tokens: int = 256) -> str:
+                     response_url: str, max_tokens: int = 256) -> JobOutcome:
     actor = Actor(user_id=user_id, team=team, channel=channel)
     result = await run_action("ask_model", services, actor, {"prompt": prompt, "max_tokens": max_tokens})
     icon = ":robot_face:" if result.ok else (":no_entry:" if result.denied else ":warning:")
@@ -43,5 +43,5 @@ async def answer_ask(services: Services, *, team: str, channel: str, user_id: st
         text=f"{icon} {result.text}", response_type="ephemeral", replace_original=False)
     if response.status_code != 200:
         log.warning("posting the /tpu ask answer failed: HTTP %s", response.status_code)
-        return "undelivered"
-    return "ok" if result.ok else "refused"
+        return JobOutcome.failed("undelivered", bare=True)
+    return JobOutcome.ok() if result.ok else JobOutcome.refused()

@@ -15,6 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.context import Services
 from infra.bench import EndpointNotAnswering, SweepConfig, SweepResult, run_sweep
 from infra.bench_report import best_cells, write_plots
+from infra.jobs import JobOutcome
 from infra.state.leases import LeaseState
 
 log = logging.getLogger(__name__)
@@ -36,11 +37,11 @@ def sweep_config(endpoint: str, model: str, api_key: str | None = None) -> Sweep
 
 
 async def bench_endpoint(svc: Services, client: AsyncWebClient, *, team: str, channel: str, lease_id: str,
-                         user_id: str = "") -> str:
+                         user_id: str = "") -> JobOutcome:
     lease = await svc.leases.get(team, channel)
     # Re-read: the model may have gone away (or the lease been replaced) since the ack.
     if lease is None or lease.lease_id != lease_id or lease.state != LeaseState.READY or not lease.endpoint:
-        return "not-ready"
+        return JobOutcome.skipped("not-ready", bare=True)
     where: dict[str, Any] = {"channel": lease.card_channel or channel}
     if lease.card_ts:
         where["thread_ts"] = lease.card_ts
@@ -52,17 +53,17 @@ async def bench_endpoint(svc: Services, client: AsyncWebClient, *, team: str, ch
     except asyncio.TimeoutError:
         await client.chat_postMessage(**where, text=f":warning: The benchmark of `{lease.endpoint}` did not finish "
                                                     f"within {SWEEP_TIMEOUT_S / 60:g} minutes; nothing was saved.")
-        return "timeout"
+        return JobOutcome.failed("timeout", bare=True)
     except EndpointNotAnswering as error:
         await client.chat_postMessage(**where, text=f":warning: The benchmark stopped: {error}.")
-        return "unreachable"
+        return JobOutcome.failed("unreachable", bare=True)
     cells = [cell.as_dict() for cell in result.cells]
     if best_cells(cells)[1] is not None:
         # A sweep where everything failed must not replace an earlier good measurement.
         await svc.alerting.bench.save(team, channel, cells)
     await _upload_chart(client, result, where, lease_id)
     await client.chat_postMessage(**where, text=results_text(result, user_id), unfurl_links=False, unfurl_media=False)
-    return "ok"
+    return JobOutcome.ok()
 
 
 async def _upload_chart(client: AsyncWebClient, result: SweepResult, where: dict, lease_id: str) -> None:

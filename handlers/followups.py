@@ -24,7 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.context import Services
 from handlers import mention_job
 from handlers.mention_job import ANSWER_JOB, MentionJob
-from infra.jobs import JobSpec
+from infra.jobs import JobOutcome, JobSpec
 from handlers.notifier import slack_error
 from infra.state.membership import Membership
 
@@ -94,15 +94,15 @@ async def followup_kind(services: Services, body: dict, event: dict, bot_user_id
     return "answer"
 
 
-async def answer_followup(services: Services, client: AsyncWebClient, *, ack: str = "", **mention: Any) -> str:
+async def answer_followup(services: Services, client: AsyncWebClient, *, ack: str = "", **mention: Any) -> JobOutcome:
     """The worker: a member's follow-up answered as a mention (handlers/mention_job.py), or a stop
     or a fix acknowledged (`ack`)."""
     if not await is_member(client, mention["channel"], mention["user"]):
-        return "not-a-member"
+        return JobOutcome.skipped("not-a-member", bare=True)
     if ack in ACK_TEXTS:
         await client.chat_postMessage(channel=mention["channel"], thread_ts=mention["thread_ts"], text=ACK_TEXTS[ack],
                                       unfurl_links=False, unfurl_media=False)
-        return ack
+        return JobOutcome.ok(ack)
     return await mention_job.answer_mention(services, client, **mention)
 
 

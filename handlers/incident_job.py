@@ -31,7 +31,7 @@ from handlers.incident_payloads import AlertEvent
 from handlers.incident_recall import recall_and_remember
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
-from infra.jobs import JobSpec
+from infra.jobs import JobOutcome, JobSpec
 from infra.state.incidents import IncidentStore
 
 log = logging.getLogger(__name__)
@@ -86,12 +86,12 @@ def fold_job_id(source: str, window: int, now: float | None = None) -> str:
 
 
 async def handle_alert(services: Services, client: AsyncWebClient, store: IncidentStore, *, alert: dict,
-                       channel: str, page: bool, storm_threads: int, storm_window: float) -> str:
+                       channel: str, page: bool, storm_threads: int, storm_window: float) -> JobOutcome:
     event = AlertEvent.model_validate(alert)
     incident = await store.get(event.source, event.key)
     if incident is None:
         if event.status == "resolved":
-            return "resolved-unknown"  # nothing of it was seen firing here: no thread to close
+            return JobOutcome.skipped("resolved-unknown", bare=True)  # nothing of it was seen firing here: no thread to close
         opening = await store.open(event.source, event.key, channel, limit=storm_threads,
                                    window_seconds=int(storm_window))
         if opening.folded:
@@ -99,7 +99,7 @@ async def handle_alert(services: Services, client: AsyncWebClient, store: Incide
                                                           storm_threads=storm_threads, storm_window=storm_window),
                                         job_id=fold_job_id(event.source, opening.window),
                                         defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))
-            return "folded"
+            return JobOutcome.ok("folded")
         if opening.opened:
             return await open_incident(services, client, store, event, channel, page)
         incident = await store.get(event.source, event.key)
@@ -108,24 +108,24 @@ async def handle_alert(services: Services, client: AsyncWebClient, store: Incide
     team = await team_of(client)
     if event.status == "resolved":
         if incident.status == "resolved":
-            return "repeat-resolved"
+            return JobOutcome.skipped("repeat-resolved", bare=True)
         await store.set_status(event.source, event.key, "resolved")
         await services.memory.end(team, incident.channel, incident.ts)  # now citable when it comes back
         await client.chat_update(channel=incident.channel, ts=incident.ts, text=root_text(services, event))
         await _post(client, incident.channel, incident.ts, resolved_text(event, incident.opened))
         await services.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=incident.channel,
                                     outcome="resolved", detail=f"{event.source} {event.title}")
-        return "resolved"
+        return JobOutcome.ok("resolved")
     repeats = await store.repeated(event.source, event.key)
     if incident.status == "resolved":
         await store.set_status(event.source, event.key, "firing")
         await _post(client, incident.channel, incident.ts, ":rotating_light: Firing again.")
     await client.chat_update(channel=incident.channel, ts=incident.ts, text=root_text(services, event, repeats=repeats))
-    return "repeated"
+    return JobOutcome.ok("repeated")
 
 
 async def open_incident(services: Services, client: AsyncWebClient, store: IncidentStore, event: AlertEvent,
-                        channel: str, page: bool) -> str:
+                        channel: str, page: bool) -> JobOutcome:
     team = await team_of(client)
     paged = await oncall_mentions(services, team, channel) if page else []
     try:
@@ -140,7 +140,7 @@ async def open_incident(services: Services, client: AsyncWebClient, store: Incid
     await services.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=channel, outcome="opened",
                                 detail=f"{event.source} {event.title}")
     await investigate(services, client, event, team=team, channel=channel, thread_ts=ts)
-    return "opened"
+    return JobOutcome.ok("opened")
 
 
 async def investigate(services: Services, client: AsyncWebClient, event: AlertEvent, *, team: str, channel: str,
@@ -179,7 +179,7 @@ async def investigate(services: Services, client: AsyncWebClient, event: AlertEv
 
 
 async def report_folded(services: Services, client: AsyncWebClient, store: IncidentStore, *, source: str,
-                        window: int, channel: str, storm_threads: int, storm_window: float) -> str:
+                        window: int, channel: str, storm_threads: int, storm_window: float) -> JobOutcome:
     """Post, or edit, the window's one storm message with the count folded so far."""
     count = await store.folded(source, window)
     text = (f":ocean: *Alert storm from {source}*: {count:,} more new alert{'s' * (count != 1)} in this "
@@ -188,10 +188,10 @@ async def report_folded(services: Services, client: AsyncWebClient, store: Incid
     posted_channel, ts = await store.storm_message(source, window)
     if ts:
         await client.chat_update(channel=posted_channel, ts=ts, text=text)
-        return f"updated {count}"
+        return JobOutcome.ok(f"updated {count}")
     response = await client.chat_postMessage(channel=channel, text=text, unfurl_links=False, unfurl_media=False)
     await store.set_storm_message(source, window, channel, response["ts"], int(storm_window * 2))
-    return f"posted {count}"
+    return JobOutcome.ok(f"posted {count}")
 
 
 # --- texts -----------------------------------------------------------------------------------

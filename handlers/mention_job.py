@@ -45,7 +45,7 @@ from handlers.notifier import UNREACHABLE, slack_error
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
 from infra.images import MAX_IMAGE_BYTES, ImageError, PreparedImage, looks_like_image, prepare_image
-from infra.jobs import JobSpec
+from infra.jobs import JobOutcome, JobSpec
 from infra.slack_files import MAX_LOG_FILE_BYTES, SlackFileError, open_slack_file
 
 log = logging.getLogger(__name__)
@@ -84,7 +84,7 @@ def job_id(team: str, channel: str, ts: str) -> str:
 
 async def answer_mention(services: Services, client: AsyncWebClient, *, team: str, channel: str, ts: str,
                          thread_ts: str, user: str, text: str, files: list[dict], bot_user_id: str,
-                         notes: list[str] | None = None, status_ts: str = "") -> str:
+                         notes: list[str] | None = None, status_ts: str = "") -> JobOutcome:
     # status_ts: jobs queued by web processes older than this one carry the status line they posted.
     reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user=user, status_ts=status_ts,
                         redactor=services.redactor)
@@ -98,7 +98,7 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
             # The mention came from a conversation the bot cannot post in: tell the person directly.
             await client.chat_postMessage(channel=user, text=cant_answer_text(channel), unfurl_links=False,
                                           unfurl_media=False)
-            return "not_in_channel"
+            return JobOutcome.failed("not_in_channel", bare=True)  # told the person directly
         mention = await gather_input(client, channel=channel, ts=ts, thread_ts=thread_ts, text=text,
                                      files=files, bot_user_id=bot_user_id, notes=notes or [],
                                      max_images=services.model.max_images)
@@ -124,15 +124,15 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
             await recall_and_remember(services, client, mention.request or "logs pasted in a mention",
                                       mention.log_lines(), team=team, channel=channel, thread_ts=thread_ts)
         await offer_feedback(services, client, reply, run, mention)
-        return "model" if run.used_model else "no-model"
+        return JobOutcome.ok("model" if run.used_model else "no-model")
     except RedisError:
         log.exception("state store unavailable while answering a mention")
         await reply.fail(":warning: The state store is unavailable, so I could not answer. Nothing changed.")
-        return "failed"
+        return JobOutcome.failed()
     except Exception as error:  # the thread must never be left at "Reading your message…"
         log.exception("answering a mention failed")
         await reply.fail(f":warning: Something went wrong while answering ({type(error).__name__}). Nothing changed.")
-        return "failed"
+        return JobOutcome.failed()
     finally:
         if mention is not None:
             mention.close()  # the files' spools

@@ -13,6 +13,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import Services
 from agent.lease import budget
+from infra.jobs import JobOutcome
 from infra.spend_chart import ChartBar, write_spend_chart
 
 log = logging.getLogger(__name__)
@@ -35,11 +36,11 @@ async def render_chart(report: budget.MonthSpend, directory: Path) -> Path:
 
 
 async def post_spend_chart(svc: Services, client: AsyncWebClient, *, team: str, channel: str, month: str,
-                           user_id: str = "") -> str:
+                           user_id: str = "") -> JobOutcome:
     report = await budget.month_spend(svc, team, month)
     if not report.channels:
         await client.chat_postMessage(channel=channel, text=f"No TPU spend in {month} in this workspace, so no chart.")
-        return "empty"
+        return JobOutcome.ok("empty")  # it said so in the channel
     with tempfile.TemporaryDirectory(prefix="tpubot-spend-") as tmp:
         data = (await render_chart(report, Path(tmp))).read_bytes()
     asked = f" for <@{user_id}>" if user_id else ""
@@ -53,5 +54,5 @@ async def post_spend_chart(svc: Services, client: AsyncWebClient, *, team: str, 
         log.warning("spend chart upload failed: %s", error.response.get("error"))
         await client.chat_postMessage(channel=channel, text=f":warning: Could not upload the spend chart "
                                                             f"({error.response.get('error')}; the app needs files:write).")
-        return "upload failed"
-    return "ok"
+        return JobOutcome.failed("upload failed", bare=True)
+    return JobOutcome.ok()

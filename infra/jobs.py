@@ -10,18 +10,25 @@ Jobs carry deterministic ids, so enqueueing the same work twice — a retried re
 replica, a restarted worker — is a no-op (arq refuses a job id whose job or kept result exists).
 On the wire a job's arguments are arq keyword arguments, one per dataclass field, as before the
 specs existed: jobs queued by an older process still run.
+
+A job says how it ended with a `JobOutcome` (ok, skipped, stopped, failed, retry, refused, and a
+reason), not a free string, so a misspelt kind is a type error; arq keeps it as the same text the
+jobs returned before outcomes were typed (`JobOutcome.stored`, applied once, at the arq boundary).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix
+from arq.typing import WorkerCoroutine
 
 from infra.arq_enqueue_adapter import enqueue_behind_markers
 
@@ -35,7 +42,65 @@ class DataclassArgs(Protocol):
 
 
 Args = TypeVar("Args", bound=DataclassArgs)
-Result = TypeVar("Result")
+
+
+class Outcome(StrEnum):
+    """How a job ended, as a kind."""
+
+    OK = "ok"  # it did its work (its reason, if any, says what: "deleted qr-1", "opened")
+    SKIPPED = "skipped"  # nothing to do: the work was already done, or is no longer wanted
+    STOPPED = "stopped"  # a chain of jobs (watch, boot, idle checks) ended: its lease changed or went
+    FAILED = "failed"  # the work could not be done (and whom it concerns was told)
+    RETRY = "retry"  # not done yet: the job queued itself again
+    REFUSED = "refused"  # the action it ran said no (denied, or could not answer)
+
+
+@dataclass(frozen=True)
+class JobOutcome:
+    """What a job returns: its kind and why. `stored()` is the text arq keeps for it.
+
+    The text is the kind, or "kind: reason" ("failed: model key", "stopped: lease changed"); an
+    OK outcome's reason is the whole text ("deleted qr-1"), and so is a `bare` one's — the words
+    some jobs have always stored alone ("timeout", "not-a-member"), kept so for whoever reads them.
+    """
+
+    outcome: Outcome
+    reason: str = ""
+    bare: bool = False
+
+    @classmethod
+    def ok(cls, note: str = "") -> JobOutcome:
+        return cls(Outcome.OK, note)
+
+    @classmethod
+    def skipped(cls, reason: str, *, bare: bool = False) -> JobOutcome:
+        return cls(Outcome.SKIPPED, reason, bare)
+
+    @classmethod
+    def stopped(cls, reason: str) -> JobOutcome:
+        return cls(Outcome.STOPPED, reason)
+
+    @classmethod
+    def failed(cls, reason: str = "", *, bare: bool = False) -> JobOutcome:
+        return cls(Outcome.FAILED, reason, bare)
+
+    @classmethod
+    def retry(cls, reason: str) -> JobOutcome:
+        return cls(Outcome.RETRY, reason)
+
+    @classmethod
+    def refused(cls, reason: str = "") -> JobOutcome:
+        return cls(Outcome.REFUSED, reason)
+
+    def stored(self) -> str:
+        if not self.reason:
+            return self.outcome.value
+        if self.bare or self.outcome is Outcome.OK:
+            return self.reason
+        return f"{self.outcome.value}: {self.reason}"
+
+    def __str__(self) -> str:
+        return self.stored()
 
 
 @dataclass(frozen=True)
@@ -59,19 +124,40 @@ class JobSpec(Generic[Args]):
     def from_kwargs(self, kwargs: dict[str, Any]) -> Args:
         return self.args(**kwargs)
 
-    def bind(self, run: Callable[[dict, Args], Awaitable[Result]]) -> BoundJob[Args, Result]:
+    def bind(self, run: Callable[[dict, Args], Awaitable[JobOutcome]]) -> BoundJob[Args]:
         return BoundJob(self, run)
 
 
 @dataclass(frozen=True)
-class BoundJob(Generic[Args, Result]):
+class BoundJob(Generic[Args]):
     """A spec with the worker function that runs it: what arq calls with the job's keyword arguments."""
 
     spec: JobSpec[Args]
-    run: Callable[[dict, Args], Awaitable[Result]]
+    run: Callable[[dict, Args], Awaitable[JobOutcome]]
 
-    async def __call__(self, ctx: dict, **kwargs: Any) -> Result:
-        return await self.run(ctx, self.spec.from_kwargs(kwargs))
+    async def __call__(self, ctx: dict, **kwargs: Any) -> str:
+        """Run the job; arq gets its outcome as text (`JobOutcome.stored`), never the object.
+
+        arq pickles a job's result into Redis (`arq:result:ID`, kept an hour) and whoever reads it
+        unpickles it: a worker of another version (during a rolling deploy, or the one that takes
+        over after a failover) or a tool. A pickled `JobOutcome` is readable only where this class
+        exists with the same fields; a string is readable by any version of us, and it is the same
+        string the jobs returned before outcomes were typed, so old and new results read alike.
+        arq also logs the result's repr, which stays the same line. The conversion is here (and in
+        `cron_body` for cron jobs) and nowhere else: no job converts its own outcome.
+        """
+        return (await self.run(ctx, self.spec.from_kwargs(kwargs))).stored()
+
+
+def cron_body(run: Callable[..., Awaitable[JobOutcome]]) -> WorkerCoroutine:
+    """A cron job's function as arq runs it: its outcome kept as text, as `BoundJob` keeps a queued
+    job's (the same reasons). It keeps the function's name, which arq names the cron job after."""
+
+    @functools.wraps(run)
+    async def body(ctx: dict, *args: Any, **kwargs: Any) -> str:
+        return (await run(ctx, *args, **kwargs)).stored()
+
+    return body
 
 
 class JobQueue:

@@ -42,6 +42,7 @@ from bot.wiring import build_services
 from handlers.mention_job import answer_mention, gather_input
 from handlers.thread_reply import STATUS_TEXT
 from infra.cloud_logging import CloudLoggingConfig, query_cloud_logs
+from infra.jobs import JobOutcome
 from infra.local_files import LocalFiles
 from infra.sandbox.slack_api import InjectedError, SlackApiSandbox
 from infra.slack_files import MAX_LOG_FILE_BYTES, download_slack_file
@@ -211,7 +212,7 @@ async def test_the_job_closes_the_spools_when_it_ends(slack, services, spool_dir
         outcome = await answer_mention(services, client, team=ALICE.team, channel="C0JOB", ts="2.000100",
                                        thread_ts="2.000100", user=ALICE.user_id, text=MENTION_TEXT, files=[info],
                                        bot_user_id=BOT_USER)
-    assert outcome == "no-model"
+    assert outcome == JobOutcome.ok("no-model")
     lines = log.count(b"\n") + 3
     assert slack.channel_messages("C0JOB")[0].text.startswith(
         f"*Log summary*: {lines:,} lines, 8 kinds of message, no errors in those (L1-L3 pasted text; L4-L{lines} file train.log)")
@@ -236,7 +237,7 @@ async def test_a_failing_job_closes_the_spools_too(slack, services, spool_dir):
         outcome = await answer_mention(services, client, team=ALICE.team, channel="C0FAIL", ts="3.000100",
                                        thread_ts="3.000100", user=ALICE.user_id, text=MENTION_TEXT, files=[info],
                                        bot_user_id=BOT_USER)
-    assert outcome == "failed"
+    assert outcome == JobOutcome.failed()
     assert "Something went wrong" in slack.channel_messages("C0FAIL")[0].text
     assert seen[-1] == ("chat.update", 1)  # the failure was reported with the spool still open
     assert open_files_under(spool_dir) == []

@@ -18,7 +18,7 @@ from arq.worker import Worker, func
 
 from bot.wiring import arq_pool
 from infra import arq_enqueue_adapter
-from infra.jobs import JobQueue, JobSpec
+from infra.jobs import JobOutcome, JobQueue, JobSpec
 from infra.state.dedupe import Dedupe
 
 QUEUE = "arq:queue:test-jobs"
@@ -91,9 +91,9 @@ async def test_deferred_jobs_are_scored_at_their_start_time(pool):
 async def test_arqs_worker_runs_what_we_enqueue(pool, redis_url):
     ran: list[Greeting] = []
 
-    async def record(ctx: dict, job: Greeting) -> str:
+    async def record(ctx: dict, job: Greeting) -> JobOutcome:
         ran.append(job)
-        return "done"
+        return JobOutcome.ok("done")
 
     bound = GREET.bind(record)
 

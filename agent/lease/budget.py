@@ -268,8 +268,6 @@ async def month_spend(svc: "Services", team: str, month: str, now: float | None 
 async def check_alerts(svc: "Services", team: str, month: str, now: float | None = None) -> list[str]:
     """Post each crossed threshold once per month and destination; returns the markers posted."""
     alerting = svc.alerting
-    if svc.spend is None or alerting is None:
-        return []
     report = await month_spend(svc, team, month, now)
     posted: list[str] = []
     subject = f"budget:{team}:{month}"

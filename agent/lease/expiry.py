@@ -24,7 +24,7 @@ from agent.lease import alerts, receipts
 from agent.lease.alerts import ACK_DEADLINE, EXPIRY
 from agent.context import Alert
 from agent.lease.lifecycle import LockBusy, release_lease
-from infra.jobs import JobSpec
+from infra.jobs import JobOutcome, JobSpec
 from infra.state.leases import Lease, LeaseState
 
 if TYPE_CHECKING:
@@ -135,26 +135,26 @@ class ExpiryHook:
 
 
 async def fire_timer(svc: "WorkerServices", team: str, channel: str, lease_id: str, kind: str, deadline: float,
-                     due: float) -> str:
+                     due: float) -> JobOutcome:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None:
-        return "skipped: lease gone"
+        return JobOutcome.skipped("lease gone")
     if abs(lease.deadline - deadline) > DEADLINE_TOLERANCE:
-        return "skipped: deadline moved"
+        return JobOutcome.skipped("deadline moved")
     if lease.state == LeaseState.TEARING_DOWN:
-        return "skipped: tearing down"
+        return JobOutcome.skipped("tearing down")
     if kind == EXPIRY:
         return await expire_lease(svc, lease, cause="timer")
     return await warn(svc, lease, kind, due)
 
 
-async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> str:
+async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> JobOutcome:
     now = time.time()
     alerting = svc.alerting
     if now >= lease.deadline:
-        return "skipped: past the deadline (the expiry alert covers it)"
+        return JobOutcome.skipped("past the deadline (the expiry alert covers it)")
     if any(ack.kind == ACK_DEADLINE for ack in await alerting.marks.acks(lease.lease_id)):
-        return "skipped: acknowledged"
+        return JobOutcome.skipped("acknowledged")
     left = lease.deadline - now
     cost = receipts.cost_so_far(alerting, svc.policy.accelerator_type, lease, now)
     late = alerts.late_by(alerting, due, now)
@@ -166,13 +166,14 @@ async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> str:
         cost_so_far=cost,
     )
     posted = await alerts.post_once(alerting, alert)
-    return f"warned {kind}{' (late)' if late else ''}" if posted else "skipped: already posted"
+    return (JobOutcome.ok(f"warned {kind}{' (late)' if late else ''}") if posted else
+            JobOutcome.skipped("already posted"))
 
 
 # --- the one expiry path ------------------------------------------------------------------
 
 
-async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_state: str = "") -> str:
+async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_state: str = "") -> JobOutcome:
     """Delete the leftover QR, post the expiry alert once, release the lease (with its receipt).
 
     Called by the deadline timer and by the watcher when the QR turns SUSPENDED. Raises
@@ -184,9 +185,9 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
     try:
         current = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
         if current is None:
-            return "skipped: already released"
+            return JobOutcome.skipped("already released")
         if current.state == LeaseState.TEARING_DOWN:
-            return "skipped: tearing down"
+            return JobOutcome.skipped("tearing down")
         # SUSPENDED and FAILED QRs still hold quota; force-delete (already gone is fine).
         await asyncio.to_thread(svc.tpu.delete_queued_resource, current.zone, current.qr_id)
         now = time.time()
@@ -203,7 +204,7 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
         await release_lease(svc, current, reason=reason)
         await svc.audit.record(actor="tpubot", action="expire", team=current.team, channel=current.channel,
                                outcome=cause, detail=current.qr_id)
-        return f"expired {current.qr_id} ({cause})"
+        return JobOutcome.ok(f"expired {current.qr_id} ({cause})")
     finally:
         await svc.locks.release(lease.team, lease.channel, token)
 

@@ -20,7 +20,7 @@ from agent.lease import alerts, receipts
 from agent.lease.alerts import ACK_IDLE
 from agent.context import Alert
 from agent.lease.lifecycle import TEARDOWN_JOB, LeaseJob, notify
-from infra.jobs import JobSpec
+from infra.jobs import JobOutcome, JobSpec
 from infra.state.leases import Lease, LeaseState
 from infra.vllm_metrics import read_usage
 
@@ -62,12 +62,12 @@ class IdleHook:
         return None  # the next check finds the lease gone and ends the chain
 
 
-async def check_idle(svc: "Services", team: str, channel: str, lease_id: str) -> str:
+async def check_idle(svc: "Services", team: str, channel: str, lease_id: str) -> JobOutcome:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None:
-        return "stopped: lease gone"
+        return JobOutcome.stopped("lease gone")
     if not lease.state.holds_tpu:
-        return f"stopped: {lease.state.value}"
+        return JobOutcome.stopped(lease.state.value)
     alerting = svc.alerting
     now = time.time()
     timeout = max(0.5, min(5.0, alerting.policy.idle_check_interval.total_seconds()))
@@ -83,10 +83,10 @@ async def check_idle(svc: "Services", team: str, channel: str, lease_id: str) ->
         if not acked:
             decided = await _warn_or_tear_down(svc, lease, idle, usage.last_used_at, now)
             if decided == "teardown":
-                return "idle teardown"
+                return JobOutcome.ok("idle teardown")
             outcome += f", {decided}" if decided else ""
     await schedule_check(svc, lease, after=now)
-    return outcome
+    return JobOutcome.ok(outcome)
 
 
 IdleDecision = Literal["", "warned", "warned earlier", "teardown"]  # "": not idle long enough to warn

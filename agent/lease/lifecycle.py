@@ -100,23 +100,16 @@ class TeardownOutcome:
 async def request_provision(svc: Services, actor: Actor, *, zone: str, zone_explicit: bool,
                             hours: float | None) -> ProvisionOutcome:
     """Claim the channel's lease starting in `zone` (starting_zone) and queue its provision job.
-    The claim is the atomic arbiter: on a held channel it returns the holder's lease. With a
-    spend ledger, the same atomic step refuses a run whose worst case overruns a budget."""
+    The claim is the atomic arbiter: on a held channel it returns the holder's lease; the same
+    atomic step refuses a run whose worst case overruns a budget."""
     # `hours` passed ProvisionArgs' bound check (whole seconds); None is the deployment's default length.
     run_seconds = round(hours * 3600) if hours is not None else int(svc.policy.max_run.total_seconds())
-    if svc.spend is not None:
-        from agent.lease import budget
+    from agent.lease import budget
 
-        budgeted = await budget.claim(svc, actor, zone=zone, zone_explicit=zone_explicit,
-                                      run_seconds=run_seconds)
-        if budgeted.claim is None:
-            return ProvisionOutcome(created=False, lease=None, refusal=budgeted.refusal)
-        claim = budgeted.claim
-    else:
-        claim = await svc.leases.claim(
-            team=actor.team, channel=actor.channel, holder=actor.user_id, zone=zone,
-            run_seconds=run_seconds, zone_explicit=zone_explicit,
-        )
+    budgeted = await budget.claim(svc, actor, zone=zone, zone_explicit=zone_explicit, run_seconds=run_seconds)
+    if budgeted.claim is None:
+        return ProvisionOutcome(created=False, lease=None, refusal=budgeted.refusal)
+    claim = budgeted.claim
     if claim.created:
         await svc.jobs.enqueue(
             PROVISION_JOB, ProvisionJob(team=actor.team, channel=actor.channel, lease_id=claim.lease.lease_id),

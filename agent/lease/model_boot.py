@@ -29,7 +29,7 @@ from agent.lease import idle
 from agent.lease.lifecycle import WatchJob, notify
 from infra import boot_phases
 from infra.boot_phases import BootReport
-from infra.jobs import JobSpec
+from infra.jobs import JobOutcome, JobSpec
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
 from infra.model_correctness import CheckFailure, check_known_answer, check_tool_call
 from infra.state.leases import Lease, LeaseChanges, LeaseState
@@ -64,10 +64,10 @@ class ModelBootHook:
                 log.warning("model key of lease %s not deleted: %s", lease.lease_id, error.message)
 
 
-async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, seq: int) -> str:
+async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, seq: int) -> JobOutcome:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None or lease.state not in BOOTABLE_STATES:
-        return "stopped: lease changed"
+        return JobOutcome.stopped("lease changed")
     endpoint = await _endpoint(svc, lease)
     if not endpoint:
         if svc.policy.endpoint_address == "internal":
@@ -112,13 +112,13 @@ async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, 
     booting: LeaseChanges = {"state": LeaseState.BOOTING_MODEL, "endpoint": endpoint, "detail": progress,
                              **(_boot_changes(lease, report) if report is not None else {})}
     if not await _write(svc, lease, **booting):
-        return "stopped: lease changed"
+        return JobOutcome.stopped("lease changed")
     await svc.jobs.enqueue(BOOT_JOB, WatchJob(team=team, channel=channel, lease_id=lease_id, seq=seq + 1),
                            job_id=boot_job_id(lease_id, seq + 1), defer_by=policy.boot_poll_interval)
-    return f"waiting for vLLM ({check.error})"
+    return JobOutcome.ok(f"waiting for vLLM ({check.error})")
 
 
-async def _measure(svc: WorkerServices, lease: Lease, endpoint: str, api_key: str | None) -> str:
+async def _measure(svc: WorkerServices, lease: Lease, endpoint: str, api_key: str | None) -> JobOutcome:
     probe = await probe_chat(endpoint, svc.policy.model_name, api_key=api_key)
     if not probe.ok:
         return await _fail(svc, lease, f"vLLM at {endpoint} is up, but a test chat completion failed: {probe.error}.",
@@ -137,9 +137,9 @@ async def _measure(svc: WorkerServices, lease: Lease, endpoint: str, api_key: st
                            outcome=(state.value.lower() if ok else "lease changed"),
                            detail=f"{endpoint} {figures}" + "".join(f"; {f.what}" for f in failures))
     if not ok:
-        return "stopped: lease changed"
+        return JobOutcome.stopped("lease changed")
     await idle.take_first_reading(svc, lease)
-    return f"degraded: {'; '.join(f.what for f in failures)}" if failures else f"ready: {figures}"
+    return JobOutcome.ok(f"degraded: {'; '.join(f.what for f in failures)}" if failures else f"ready: {figures}")
 
 
 async def _correctness(endpoint: str, model: str, api_key: str | None) -> list[CheckFailure]:
@@ -223,7 +223,7 @@ async def _endpoint(svc: WorkerServices, lease: Lease) -> str:
 
 
 async def _fail(svc: WorkerServices, lease: Lease, reason: str, fix: str, *, endpoint: str = "",
-                extra: LeaseChanges | None = None) -> str:
+                extra: LeaseChanges | None = None) -> JobOutcome:
     detail = f"{reason} Fix: {fix} The TPU is still running (and billing): `/tpu down` releases it."
     changes: LeaseChanges = {"state": LeaseState.FAILED, "detail": detail, **(extra or {})}
     if endpoint:
@@ -231,7 +231,7 @@ async def _fail(svc: WorkerServices, lease: Lease, reason: str, fix: str, *, end
     ok = await _write(svc, lease, **changes)
     await svc.audit.record(actor="tpubot", action="model_boot", team=lease.team, channel=lease.channel,
                            outcome="failed", detail=reason)
-    return "failed: " + reason if ok else "stopped: lease changed"
+    return JobOutcome.failed(reason) if ok else JobOutcome.stopped("lease changed")
 
 
 async def _write(svc: Services, lease: Lease, **changes: Unpack[LeaseChanges]) -> bool:

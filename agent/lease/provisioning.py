@@ -28,6 +28,7 @@ from agent.lease.lifecycle import (
     schedule_watch,
 )
 from agent.lease.zone_search import SearchOutcome, SearchStatus, ZoneSearch, nothing_to_try_message, unavailable_message
+from infra.jobs import JobOutcome
 from infra.state.leases import Lease, LeaseState
 
 WORKING_STATES = (LeaseState.PENDING, LeaseState.CREATING)
@@ -37,10 +38,10 @@ def provision_job_id(lease_id: str, search_round: int = 0) -> str:
     return f"provision:{lease_id}" if not search_round else f"provision:{lease_id}:{search_round}"
 
 
-async def provision_job(svc: WorkerServices, team: str, channel: str, lease_id: str, search_round: int = 0) -> str:
+async def provision_job(svc: WorkerServices, team: str, channel: str, lease_id: str, search_round: int = 0) -> JobOutcome:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None or lease.state not in WORKING_STATES or lease.search_round != search_round:
-        return "skipped: lease changed"
+        return JobOutcome.skipped("lease changed")
     token = await svc.locks.acquire(team, channel)
     if token is None:
         raise LockBusy(f"{team}/{channel}")
@@ -51,7 +52,7 @@ async def provision_job(svc: WorkerServices, team: str, channel: str, lease_id: 
             except ChannelUnreachable as error:
                 # Before any QR exists: give the channel back rather than run a TPU nobody can see.
                 await abandon_unpostable(svc, lease, error)
-                return f"failed: {error.reason}"
+                return JobOutcome.failed(error.reason)
             lease = await svc.leases.update(lease, state=LeaseState.CREATING) or lease
             lease = await notify(svc, lease)
         return await _provision(svc, lease, token)
@@ -59,7 +60,7 @@ async def provision_job(svc: WorkerServices, team: str, channel: str, lease_id: 
         await svc.locks.release(team, channel, token)
 
 
-async def _provision(svc: WorkerServices, lease: Lease, token: str) -> str:
+async def _provision(svc: WorkerServices, lease: Lease, token: str) -> JobOutcome:
     from infra.tpu import QrSpec, TpuError, bot_labels
 
     # A QR this lease already created (a crash between the create and the state write) is adopted.
@@ -69,7 +70,7 @@ async def _provision(svc: WorkerServices, lease: Lease, token: str) -> str:
         if not error.retryable:
             raise
         await fail_lease(svc, lease, unavailable_message(error))
-        return f"failed: {error.kind.value}"
+        return JobOutcome.failed(error.kind.value)
     if existing is not None:
         return await _created(svc, lease, SearchOutcome(status=SearchStatus.CREATED, zone=lease.zone, qr=existing))
     if svc.model_keys is not None:
@@ -80,7 +81,7 @@ async def _provision(svc: WorkerServices, lease: Lease, token: str) -> str:
             await svc.model_keys.create(lease.lease_id)
         except ModelKeyError as error:
             await fail_lease(svc, lease, f"{error.message} Fix: {error.fix}")
-            return "failed: model key"
+            return JobOutcome.failed("model key")
 
     board = svc.scoreboard
     if lease.zone_explicit:
@@ -97,7 +98,7 @@ async def _provision(svc: WorkerServices, lease: Lease, token: str) -> str:
         order = plan.order
         if not order:
             await fail_lease(svc, lease, nothing_to_try_message(plan, svc.policy.accelerator_type))
-            return "failed: no zone to try"
+            return JobOutcome.failed("no zone to try")
 
     current = lease
 
@@ -124,18 +125,18 @@ async def _provision(svc: WorkerServices, lease: Lease, token: str) -> str:
     if outcome.created:
         return await _created(svc, current, outcome)
     if outcome.status is SearchStatus.CANCELLED:
-        return "stopped: lease changed during the search"
+        return JobOutcome.stopped("lease changed during the search")
     if outcome.status is SearchStatus.TIME_BUDGET:
         return await _continue_later(svc, current)
     if lease.zone_explicit and outcome.status is SearchStatus.EXHAUSTED and outcome.last_error is not None:
         await fail_lease(svc, current, f"{explain(outcome.last_error)} (You asked for {lease.zone}; `/tpu up` "
                                        "without a zone searches the other configured zones.)")
-        return f"failed: {outcome.last_error.kind.value}"
+        return JobOutcome.failed(outcome.last_error.kind.value)
     await fail_lease(svc, current, outcome.message or "No zone could be tried.")
-    return f"failed: {outcome.status.value}"
+    return JobOutcome.failed(outcome.status.value)
 
 
-async def _created(svc: WorkerServices, lease: Lease, outcome: SearchOutcome) -> str:
+async def _created(svc: WorkerServices, lease: Lease, outcome: SearchOutcome) -> JobOutcome:
     qr = outcome.qr
     assert qr is not None, "a created outcome carries its QR"
     now = time.time()
@@ -148,18 +149,18 @@ async def _created(svc: WorkerServices, lease: Lease, outcome: SearchOutcome) ->
     lease = await notify(svc, lease)
     await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
     tries = len(outcome.attempts)
-    return f"created {lease.qr_id} in {lease.zone}" + (f" after {tries} attempts" if tries > 1 else "")
+    return JobOutcome.ok(f"created {lease.qr_id} in {lease.zone}" + (f" after {tries} attempts" if tries > 1 else ""))
 
 
-async def _continue_later(svc: WorkerServices, lease: Lease) -> str:
+async def _continue_later(svc: WorkerServices, lease: Lease) -> JobOutcome:
     next_round = lease.search_round + 1
     updated = await svc.leases.update(lease, search_round=next_round)
     if updated is None:
-        return "stopped: lease changed"
+        return JobOutcome.stopped("lease changed")
     await svc.jobs.enqueue(PROVISION_JOB, ProvisionJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
                                                        search_round=next_round),
                            job_id=provision_job_id(lease.lease_id, next_round))
-    return f"continuing the zone search (round {next_round})"
+    return JobOutcome.ok(f"continuing the zone search (round {next_round})")
 
 
 __all__ = ["provision_job", "provision_job_id", "explain"]

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING
 from agent.lease import expiry, idle
 from agent.lease.lifecycle import lease_state_for, notify, release_lease, resume_job_for
 from infra.endpoint_probe import endpoint_url
+from infra.jobs import JobOutcome
 from infra.state.leases import Lease, LeaseState
 
 if TYPE_CHECKING:
@@ -62,16 +63,19 @@ class ReconcileReport:
     ledgers: list[str] = field(default_factory=list)  # team/month spend ledgers rewritten (issue 21)
     keys_deleted: list[str] = field(default_factory=list)  # lease ids whose orphaned model key was deleted
 
-    def summary(self) -> str:
+    def outcome(self) -> JobOutcome:
         if self.skipped:
-            return "skipped: another reconcile pass is running"
+            return JobOutcome.skipped("another reconcile pass is running")
         parts = [f"{len(self.zones)} zones"]
         for name in ("restored", "timers", "released", "deleted", "keys_deleted", "admin_alerts", "zones_failed",
                      "ledgers"):
             items = getattr(self, name)
             if items:
                 parts.append(f"{name.replace('_', ' ')}: {', '.join(items)}")
-        return "; ".join(parts)
+        return JobOutcome.ok("; ".join(parts))
+
+    def summary(self) -> str:
+        return self.outcome().stored()
 
 
 async def reconcile(svc: "WorkerServices", *, now: float | None = None) -> ReconcileReport:

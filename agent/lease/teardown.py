@@ -7,17 +7,18 @@ import time
 
 from agent.context import WorkerServices
 from agent.lease.lifecycle import LockBusy, finish_release, notify, release_lease
+from infra.jobs import JobOutcome
 
 
-async def teardown_job(svc: WorkerServices, team: str, channel: str, lease_id: str) -> str:
+async def teardown_job(svc: WorkerServices, team: str, channel: str, lease_id: str) -> JobOutcome:
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None:
         # Re-run after a crash between the release and telling the channel: finish the telling.
         interrupted = await svc.leases.unfinished_release(lease_id)
         if interrupted is None:
-            return "skipped: already released"
+            return JobOutcome.skipped("already released")
         await finish_release(svc, interrupted)
-        return "finished an interrupted release"
+        return JobOutcome.ok("finished an interrupted release")
     # The confirm click left the card to this job (nothing outbound before a Slack ack).
     lease = await notify(svc, lease)
     token = await svc.locks.acquire(team, channel)
@@ -34,6 +35,6 @@ async def teardown_job(svc: WorkerServices, team: str, channel: str, lease_id: s
         await release_lease(svc, lease, reason="Torn down", by=lease.torn_down_by)
         await svc.audit.record(actor=lease.torn_down_by or "tpubot", action="teardown", team=team,
                                channel=channel, outcome="deleted", detail=lease.qr_id)
-        return f"deleted {lease.qr_id}"
+        return JobOutcome.ok(f"deleted {lease.qr_id}")
     finally:
         await svc.locks.release(team, channel, token)

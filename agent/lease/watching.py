@@ -19,23 +19,24 @@ from agent.lease.lifecycle import (
     schedule_watch,
 )
 from infra.endpoint_probe import endpoint_url
+from infra.jobs import JobOutcome
 from infra.state.leases import LeaseChanges, LeaseState
 
 
-async def watch_job(svc: WorkerServices, team: str, channel: str, lease_id: str, seq: int) -> str:
+async def watch_job(svc: WorkerServices, team: str, channel: str, lease_id: str, seq: int) -> JobOutcome:
     """One look at the QR; re-schedules itself, so no job holds a worker for hours."""
     from infra.tpu import TpuError
 
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None or lease.state in (LeaseState.TEARING_DOWN, LeaseState.FAILED):
-        return "stopped: lease changed"
+        return JobOutcome.stopped("lease changed")
     try:
         qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
     except TpuError as error:
         if not error.retryable:
             raise
         await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
-        return f"retry: {error.kind}"
+        return JobOutcome.retry(f"{error.kind}")  # "TpuErrorKind.UNAVAILABLE": the text it has always stored
     if qr is None:
         if lease.deadline and time.time() >= lease.deadline - 1:
             # At the deadline the expiry path (which holds the channel lock) may have just deleted
@@ -44,16 +45,16 @@ async def watch_job(svc: WorkerServices, team: str, channel: str, lease_id: str,
                 return await expire_lease(svc, lease, cause="watcher", qr_state="gone")
             except LockBusy:
                 await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
-                return "retry: channel busy"
+                return JobOutcome.retry("channel busy")
         await release_lease(svc, lease, reason="The queued resource no longer exists in GCP; the lease is released")
-        return "released: QR gone"
+        return JobOutcome.ok("released: QR gone")
     if qr.state == "FAILED":
         from infra.tpu import classify_failed_qr
 
         failure = classify_failed_qr(qr)
         await fail_lease(svc, lease, explain(failure) if failure else f"The queued resource failed: {qr.failure_message}")
         await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
-        return "failed"
+        return JobOutcome.failed()
     new_state = lease_state_for(qr.state)
     changes: LeaseChanges = {}
     if new_state != lease.state and not (lease.state.holds_tpu and new_state == LeaseState.ACTIVE):
@@ -76,7 +77,7 @@ async def watch_job(svc: WorkerServices, team: str, channel: str, lease_id: str,
             return await expire_lease(svc, lease, cause="watcher", qr_state=qr.state)
         except LockBusy:
             await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
-            return "retry: channel busy"
+            return JobOutcome.retry("channel busy")
     delay = svc.policy.active_poll_interval if lease.state.holds_tpu else svc.policy.poll_interval
     await schedule_watch(svc, lease, delay=delay)
-    return f"watching: {qr.state}"
+    return JobOutcome.ok(f"watching: {qr.state}")
