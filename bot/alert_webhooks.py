@@ -94,14 +94,14 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
         if route is None:
             log.warning("an alert from %s matched no ALERT_ROUTES rule; nothing posted", source)
             return JSONResponse({"routed": False, "reason": "no ALERT_ROUTES rule matches this alert"})
-        services = state["services"]
+        svc = state["services"]
         try:
-            outcome = await services.jobs.enqueue_first_delivery(
+            outcome = await svc.jobs.enqueue_first_delivery(
                 ALERT_JOB, AlertJob(alert=event.model_dump(mode="json"), channel=route.channel,
                                     page=pages(settings, event), storm_threads=settings.alert_storm_threads,
                                     storm_window=settings.alert_storm_window.total_seconds()),
-                job_id=alert_job_id(event), markers=[services.dedupe.marker("alert", f"{source}:{event.delivery}")],
-                marker_ttl=services.dedupe.ttl_seconds)
+                job_id=alert_job_id(event), markers=[svc.dedupe.marker("alert", f"{source}:{event.delivery}")],
+                marker_ttl=svc.dedupe.ttl_seconds)
         except RedisError:
             log.error("state store unavailable; an alert from %s was refused with 503 for its sender to retry", source)
             return JSONResponse({"error": "the state store is unavailable; send it again"}, status_code=503)

@@ -288,11 +288,11 @@ def build_server(settings: Settings, *, redis_url: str, mode: str = "") -> Serve
 
         # With a bot token, teardown refreshes the channel's Slack card from here too.
         client = slack_client_from(settings) if settings.slack_bot_token.get_secret_value() else None
-        services, redis, pool = await build_services(settings, redis_url=redis_url, slack_client=client)
+        svc, redis, pool = await build_services(settings, redis_url=redis_url, slack_client=client)
         # Log files the client names by path are read under the directory it started us in.
-        services.local_files = LocalFiles(Path.cwd(), allow_outside=settings.mcp_read_outside_cwd)
+        svc.local_files = LocalFiles(Path.cwd(), allow_outside=settings.mcp_read_outside_cwd)
         try:
-            yield McpSession(services, actor_from(settings), mode)
+            yield McpSession(svc, actor_from(settings), mode)
         finally:
             await pool.aclose()
             await redis.aclose()

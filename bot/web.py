@@ -68,18 +68,18 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         session = slack_http_session()
         client = slack_client_from(settings, session=session)
-        services, redis, pool = await build_services(settings, redis_url=redis_url, slack_client=client,
+        svc, redis, pool = await build_services(settings, redis_url=redis_url, slack_client=client,
                                                      redis_timeout=WEB_REDIS_TIMEOUT_SECONDS)
         # bolt's own client has no shared session: bolt deep-copies each request, client included,
         # for its lazy listeners, and an aiohttp session cannot be copied. Listeners make few
         # Slack calls of their own; the services' client (notifier, directory) keeps the session.
         bolt_client = slack_client_from(settings)
         authorize = SingleFlightAuthorize(bolt_client)
-        bolt = build_bolt_app(services, client=bolt_client, authorize=authorize,
+        bolt = build_bolt_app(svc, client=bolt_client, authorize=authorize,
                               signing_secret=settings.slack_signing_secret.get_secret_value())
         # auth.test now, not in the first request before its ack (Slack allows 3 s for it).
         await authorize.warm(timeout=AUTH_WARM_TIMEOUT)
-        state.update(handler=AsyncSlackRequestHandler(bolt), redis=redis, services=services,
+        state.update(handler=AsyncSlackRequestHandler(bolt), redis=redis, services=svc,
                      parsed_forms=ParsedFormDispatch(bolt, settings.slack_signing_secret.get_secret_value()))
         if own_process:
             settle_heap()

@@ -280,10 +280,10 @@ async def build_worker_services(
 ) -> tuple[WorkerServices, Redis, ArqRedis]:
     """What the worker (and `tpubot reconcile`, which runs the worker's pass) runs with: Services
     plus the TPU client and the startup script."""
-    services, redis, pool = await build_services(settings, redis_url=redis_url, slack_client=slack_client,
+    svc, redis, pool = await build_services(settings, redis_url=redis_url, slack_client=slack_client,
                                                  redis_timeout=redis_timeout, lock_owner=lock_owner)
-    worker = WorkerServices(**{field.name: getattr(services, field.name) for field in dataclasses.fields(services)},
-                            tpu=tpu_service_from(settings, services.metrics),
+    worker = WorkerServices(**{field.name: getattr(svc, field.name) for field in dataclasses.fields(svc)},
+                            tpu=tpu_service_from(settings, svc.metrics),
                             startup_script=startup_script_from(settings))
     return worker, redis, pool
 

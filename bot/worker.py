@@ -92,12 +92,12 @@ async def teardown_lease(ctx: dict, job: LeaseJob) -> JobOutcome:
 async def resume_leases(ctx: dict) -> int:
     """Re-enqueue work a crash may have left between a lease write and its job, and finish
     releases a crash left between the release and telling the channel."""
-    services = ctx["services"]
+    svc = ctx["services"]
     resumed = 0
-    for lease in await services.leases.all():
-        if await lifecycle.resume_job_for(services, lease):
+    for lease in await svc.leases.all():
+        if await lifecycle.resume_job_for(svc, lease):
             resumed += 1
-    resumed += await lifecycle.finish_interrupted_releases(services)
+    resumed += await lifecycle.finish_interrupted_releases(svc)
     if resumed:
         log.info("resumed %d lease jobs and releases", resumed)
     return resumed
@@ -177,12 +177,12 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
         heartbeat.start(ctx["redis"])
         session = slack_http_session()
         slack = slack_client_from(settings, session=session)
-        services, redis, pool = await build_worker_services(
+        svc, redis, pool = await build_worker_services(
             settings, redis_url=redis_url, slack_client=slack, lock_owner=heartbeat.ownership.worker_id
         )
-        ctx.update(services=services, state_redis=redis, state_pool=pool, slack=slack, slack_session=session)
+        ctx.update(services=svc, state_redis=redis, state_pool=pool, slack=slack, slack_session=session)
         if settings.worker_metrics_port:
-            start_http_server(settings.worker_metrics_port, registry=services.metrics.registry)
+            start_http_server(settings.worker_metrics_port, registry=svc.metrics.registry)
         try:
             await resume_leases(ctx)
         except REDIS_AWAY as error:  # the resume_leases cron does it within a minute

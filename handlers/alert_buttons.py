@@ -20,10 +20,10 @@ from handlers.slash import state_store_notice
 GONE = "That alert's TPU is already gone; nothing changed."
 
 
-def register(app: AsyncApp, services: Services) -> None:
+def register(app: AsyncApp, svc: Services) -> None:
     async def handle_alert_teardown(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         try:
-            reply_after_ack(context, **await teardown_from_alert(services, body))
+            reply_after_ack(context, **await teardown_from_alert(svc, body))
         except RedisError as error:
             reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
         await ack()
@@ -32,7 +32,7 @@ def register(app: AsyncApp, services: Services) -> None:
         actor = clicker(body)
         lease_id, kind = parse_button_value(body["actions"][0].get("value", ""))
         try:
-            outcome = await oncall.acknowledge(services, actor, lease_id, kind)
+            outcome = await oncall.acknowledge(svc, actor, lease_id, kind)
         except RedisError as error:
             reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
         else:
@@ -45,14 +45,14 @@ def register(app: AsyncApp, services: Services) -> None:
     on_click(app, ALERT_ACK_ACTION, handle_alert_ack)
 
 
-async def teardown_from_alert(services: Services, body: dict) -> dict:
+async def teardown_from_alert(svc: Services, body: dict) -> dict:
     """The reply to "Tear down now": the usual confirm card, if the alert's lease is still the channel's."""
     actor = clicker(body)
     lease_id, _kind = parse_button_value(body["actions"][0].get("value", ""))
-    lease = await services.leases.get(actor.team, actor.channel)
+    lease = await svc.leases.get(actor.team, actor.channel)
     if lease is None or lease.lease_id != lease_id:
         return dict(text=GONE, replace_original=False, response_type="ephemeral")
-    result = await run_action("teardown", services, actor, {})
+    result = await run_action("teardown", svc, actor, {})
     if result.needs_confirmation and result.lease is not None:
         text, blocks = cards.teardown_confirm_card(result.lease)
         return dict(text=text, blocks=blocks, replace_original=False, response_type="ephemeral")

@@ -27,7 +27,7 @@ ZONES_ACTION = "zones"
 SPEND_ACTION = "spend"  # the month's spend per channel (issue 21)
 
 
-def register(app: AsyncApp, services: Services) -> None:
+def register(app: AsyncApp, svc: Services) -> None:
     async def ack_home_opened() -> None:
         return None  # nothing to keep: the tab is redrawn from state on the next open
 
@@ -36,7 +36,7 @@ def register(app: AsyncApp, services: Services) -> None:
             return
         actor = Actor(user_id=event["user"], team=body.get("team_id") or event.get("team", ""), channel="")
         try:
-            view = await build_home(services, actor)
+            view = await build_home(svc, actor)
         except RedisError:
             log.exception("state store unavailable; Home tab not refreshed for %s", actor.user_id)
             view = {"type": "home", "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text":
@@ -50,11 +50,11 @@ def register(app: AsyncApp, services: Services) -> None:
     app.event("app_home_opened")(ack=ack_home_opened, lazy=[publish_home])
 
 
-async def build_home(services: Services, actor: Actor) -> dict:
-    listed = await run_action("leases", services, actor, {})
+async def build_home(svc: Services, actor: Actor) -> dict:
+    listed = await run_action("leases", svc, actor, {})
     zones = None
     if get_action(ZONES_ACTION) is not None:
-        result = await run_action(ZONES_ACTION, services, actor, {})
+        result = await run_action(ZONES_ACTION, svc, actor, {})
         if result.ok:
             zones = cards.zones_card(result.data.get("zones", []), result.data.get("order", []))
         else:
@@ -62,6 +62,6 @@ async def build_home(services: Services, actor: Actor) -> dict:
                 {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])
     spend = None
     if get_action(SPEND_ACTION) is not None:
-        result = await run_action(SPEND_ACTION, services, actor, {})
+        result = await run_action(SPEND_ACTION, svc, actor, {})
         spend = {"ok": result.ok, "text": result.text, "data": result.data}
     return home_view({"ok": listed.ok, "text": listed.text, "data": listed.data}, zones, spend=spend)

@@ -48,18 +48,18 @@ def feedback_blocks(answer_id: str) -> list[dict]:
     ]}]
 
 
-async def offer_feedback(services: Services, client: AsyncWebClient, reply: ThreadReply, run: AgentRun,
+async def offer_feedback(svc: Services, client: AsyncWebClient, reply: ThreadReply, run: AgentRun,
                          mention: MentionInput) -> None:
     """Keep the finished answer and put the two buttons under it. Best effort: the answer stands
     whether or not its buttons could be offered."""
     answer_id = secrets.token_hex(8)
     try:
-        await services.feedback.record_answer(Answer(
+        await svc.feedback.record_answer(Answer(
             answer_id=answer_id, team=reply.team, channel=reply.channel, thread_ts=reply.thread_ts,
             model=model_of(run), prompt_digest=prompt_digest(mention), text=answer_text(run, reply.redactor),
             at=time.time()))
         if mention.has_logs:  # the makings of an eval case, should the answer be rated 👎 and corrected
-            await services.feedback.record_input(answer_id, mention.request, mention.log_lines())
+            await svc.feedback.record_input(answer_id, mention.request, mention.log_lines())
         await client.chat_postMessage(channel=reply.channel, thread_ts=reply.thread_ts, text=ASK_TEXT,
                                       blocks=feedback_blocks(answer_id), unfurl_links=False, unfurl_media=False)
     except (RedisError, SlackApiError) as error:
@@ -67,11 +67,11 @@ async def offer_feedback(services: Services, client: AsyncWebClient, reply: Thre
         log.warning("could not offer feedback buttons (%s)", detail)
 
 
-def register(app: AsyncApp, services: Services) -> None:
+def register(app: AsyncApp, svc: Services) -> None:
     async def record(vote: Vote, ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         actor = clicker(body)
         try:
-            text = await record_vote(services, clicked_value(body), actor.user_id, vote)
+            text = await record_vote(svc, clicked_value(body), actor.user_id, vote)
         except RedisError as error:
             text = state_store_notice(error)
         reply_after_ack(context, text=text, replace_original=False, response_type="ephemeral")
@@ -87,15 +87,15 @@ def register(app: AsyncApp, services: Services) -> None:
     on_click(app, FEEDBACK_DOWN_ACTION, handle_down)
 
 
-async def record_vote(services: Services, answer_id: str, user: str, vote: Vote) -> str:
-    answer = await services.feedback.answer(answer_id)
+async def record_vote(svc: Services, answer_id: str, user: str, vote: Vote) -> str:
+    answer = await svc.feedback.answer(answer_id)
     if answer is None:
         return "That answer is too old to rate; nothing was recorded."
-    previous = await services.feedback.vote(answer_id, user, vote)
+    previous = await svc.feedback.vote(answer_id, user, vote)
     if vote == "up":
         # A useful answer ends its incident (if the thread is one): it is citable when it comes back.
-        await services.memory.end(answer.team, answer.channel, answer.thread_ts)
-    asks = vote == "down" and await services.feedback.await_correction(answer, user)
+        await svc.memory.end(answer.team, answer.channel, answer.thread_ts)
+    asks = vote == "down" and await svc.feedback.await_correction(answer, user)
     shown = ":+1:" if vote == "up" else ":-1:"
     if previous == vote:
         return f"You already rated this answer {shown}."

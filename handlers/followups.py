@@ -60,10 +60,10 @@ def is_stop(text: str) -> bool:
     return bool(STOP.match(" ".join(re.sub(r"[!.?]+", " ", text.lower()).split())))
 
 
-async def followup_kind(services: Services, body: dict, event: dict, bot_user_id: str,
+async def followup_kind(svc: Services, body: dict, event: dict, bot_user_id: str,
                         now: float | None = None) -> Literal["answer", "stop", "fixed", "correction", ""]:
     """What a `message` event is to the follow-ups: one to answer, a stop, a fix noted, or nothing."""
-    followups = services.followups
+    followups = svc.followups
     thread_ts, ts = str(event.get("thread_ts") or ""), str(event.get("ts") or "")
     if followups is None or not thread_ts or thread_ts == ts or event.get("subtype") not in REPLY_SUBTYPES:
         return ""
@@ -76,25 +76,25 @@ async def followup_kind(services: Services, body: dict, event: dict, bot_user_id
     if age > followups.max_age_seconds:
         return ""
     team, channel = body.get("team_id") or event.get("team", ""), str(event.get("channel") or "")
-    if await services.membership.status(team, channel) == Membership.OUT:
+    if await svc.membership.status(team, channel) == Membership.OUT:
         return ""
     if not await followups.following(team, channel, thread_ts):
         return ""
-    if await services.feedback.take_correction(
-            team, channel, thread_ts, str(event.get("user")), services.redactor(str(event.get("text") or ""))):
+    if await svc.feedback.take_correction(
+            team, channel, thread_ts, str(event.get("user")), svc.redactor(str(event.get("text") or ""))):
         return "correction"  # what the answer it rated 👎 should have said, kept for an eval case
-    if FIXED.match(event.get("text") or "") and await services.memory.end(
+    if FIXED.match(event.get("text") or "") and await svc.memory.end(
             team, channel, thread_ts, fixed_by=" ".join(str(event.get("text")).split())):
         return "fixed"  # an incident thread's fix, kept for the next time its logs come back
     if is_stop(event.get("text") or ""):
         await followups.stop(team, channel, thread_ts)
-        await services.audit.record(actor=str(event.get("user")), action="followups", team=team, channel=channel,
+        await svc.audit.record(actor=str(event.get("user")), action="followups", team=team, channel=channel,
                                     outcome="stopped", detail=thread_ts)
         return "stop"
     return "answer"
 
 
-async def answer_followup(services: Services, client: AsyncWebClient, *, ack: str = "", **mention: Any) -> JobOutcome:
+async def answer_followup(svc: Services, client: AsyncWebClient, *, ack: str = "", **mention: Any) -> JobOutcome:
     """The worker: a member's follow-up answered as a mention (handlers/mention_job.py), or a stop
     or a fix acknowledged (`ack`)."""
     if not await is_member(client, mention["channel"], mention["user"]):
@@ -103,7 +103,7 @@ async def answer_followup(services: Services, client: AsyncWebClient, *, ack: st
         await client.chat_postMessage(channel=mention["channel"], thread_ts=mention["thread_ts"], text=ACK_TEXTS[ack],
                                       unfurl_links=False, unfurl_media=False)
         return JobOutcome.ok(ack)
-    return await mention_job.answer_mention(services, client, **mention)
+    return await mention_job.answer_mention(svc, client, **mention)
 
 
 async def is_member(client: AsyncWebClient, channel: str, user: str) -> bool:

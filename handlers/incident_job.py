@@ -85,7 +85,7 @@ def fold_job_id(source: str, window: int, now: float | None = None) -> str:
     return f"alert-fold:{source}:{window}:{int((time.time() if now is None else now) // FOLD_REPORT_SECONDS)}"
 
 
-async def handle_alert(services: Services, client: AsyncWebClient, store: IncidentStore, *, alert: dict,
+async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentStore, *, alert: dict,
                        channel: str, page: bool, storm_threads: int, storm_window: float) -> JobOutcome:
     event = AlertEvent.model_validate(alert)
     incident = await store.get(event.source, event.key)
@@ -95,13 +95,13 @@ async def handle_alert(services: Services, client: AsyncWebClient, store: Incide
         opening = await store.open(event.source, event.key, channel, limit=storm_threads,
                                    window_seconds=int(storm_window))
         if opening.folded:
-            await services.jobs.enqueue(FOLD_JOB, FoldJob(source=event.source, window=opening.window, channel=channel,
+            await svc.jobs.enqueue(FOLD_JOB, FoldJob(source=event.source, window=opening.window, channel=channel,
                                                           storm_threads=storm_threads, storm_window=storm_window),
                                         job_id=fold_job_id(event.source, opening.window),
                                         defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))
             return JobOutcome.ok("folded")
         if opening.opened:
-            return await open_incident(services, client, store, event, channel, page)
+            return await open_incident(svc, client, store, event, channel, page)
         incident = await store.get(event.source, event.key)
     if incident is None or not incident.ts:
         raise IncidentBusy(event.key)
@@ -110,51 +110,51 @@ async def handle_alert(services: Services, client: AsyncWebClient, store: Incide
         if incident.status == "resolved":
             return JobOutcome.skipped("repeat-resolved", bare=True)
         await store.set_status(event.source, event.key, "resolved")
-        await services.memory.end(team, incident.channel, incident.ts)  # now citable when it comes back
-        await client.chat_update(channel=incident.channel, ts=incident.ts, text=root_text(services, event))
+        await svc.memory.end(team, incident.channel, incident.ts)  # now citable when it comes back
+        await client.chat_update(channel=incident.channel, ts=incident.ts, text=root_text(svc, event))
         await _post(client, incident.channel, incident.ts, resolved_text(event, incident.opened))
-        await services.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=incident.channel,
+        await svc.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=incident.channel,
                                     outcome="resolved", detail=f"{event.source} {event.title}")
         return JobOutcome.ok("resolved")
     repeats = await store.repeated(event.source, event.key)
     if incident.status == "resolved":
         await store.set_status(event.source, event.key, "firing")
         await _post(client, incident.channel, incident.ts, ":rotating_light: Firing again.")
-    await client.chat_update(channel=incident.channel, ts=incident.ts, text=root_text(services, event, repeats=repeats))
+    await client.chat_update(channel=incident.channel, ts=incident.ts, text=root_text(svc, event, repeats=repeats))
     return JobOutcome.ok("repeated")
 
 
-async def open_incident(services: Services, client: AsyncWebClient, store: IncidentStore, event: AlertEvent,
+async def open_incident(svc: Services, client: AsyncWebClient, store: IncidentStore, event: AlertEvent,
                         channel: str, page: bool) -> JobOutcome:
     team = await team_of(client)
-    paged = await oncall_mentions(services, team, channel) if page else []
+    paged = await oncall_mentions(svc, team, channel) if page else []
     try:
-        response = await client.chat_postMessage(channel=channel, text=root_text(services, event, paged=paged),
+        response = await client.chat_postMessage(channel=channel, text=root_text(svc, event, paged=paged),
                                                  unfurl_links=False, unfurl_media=False)
     except BaseException:
         await store.forget(event.source, event.key)  # a retry of this job opens it again
         raise
     ts = response["ts"]
     await store.set_thread(event.source, event.key, ts)
-    await services.followups.follow(team, channel, ts)  # replies in the incident's thread are follow-ups
-    await services.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=channel, outcome="opened",
+    await svc.followups.follow(team, channel, ts)  # replies in the incident's thread are follow-ups
+    await svc.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=channel, outcome="opened",
                                 detail=f"{event.source} {event.title}")
-    await investigate(services, client, event, team=team, channel=channel, thread_ts=ts)
+    await investigate(svc, client, event, team=team, channel=channel, thread_ts=ts)
     return JobOutcome.ok("opened")
 
 
-async def investigate(services: Services, client: AsyncWebClient, event: AlertEvent, *, team: str, channel: str,
+async def investigate(svc: Services, client: AsyncWebClient, event: AlertEvent, *, team: str, channel: str,
                       thread_ts: str) -> None:
     """The alert's logs, digested and answered in its thread; the thread is never left at the status line."""
-    reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user="", redactor=services.redactor)
+    reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user="", redactor=svc.redactor)
     await reply.post_status()
     try:
-        reply.redactor = await run_redactor(services)
-        services = dataclasses.replace(services, redactor=reply.redactor)
+        reply.redactor = await run_redactor(svc)
+        svc = dataclasses.replace(svc, redactor=reply.redactor)
         actor = Actor(user_id=ALERT_ACTOR, team=team, channel=channel)
-        logs = await read_alert_logs(services, actor, resource_type=event.resource_type,
+        logs = await read_alert_logs(svc, actor, resource_type=event.resource_type,
                                      resource_labels=event.resource_labels, window=log_window(event))
-        await recall_and_remember(services, client, event.title, logs.lines, team=team, channel=channel,
+        await recall_and_remember(svc, client, event.title, logs.lines, team=team, channel=channel,
                                   thread_ts=thread_ts)
         builder = MentionBuilder(request=INVESTIGATE_REQUEST)
         builder.add("thread", alert_context(event))
@@ -162,7 +162,7 @@ async def investigate(services: Services, client: AsyncWebClient, event: AlertEv
         if logs.problem:
             builder.notes.append(f"No logs were read: {logs.problem}")
         with builder.build() as mention:
-            run = await run_agent(services, actor, mention, reply)
+            run = await run_agent(svc, actor, mention, reply)
             if run.used_model and mention.notes:
                 run.text = "\n\n".join([*unread_warnings(mention), run.text])
             if logs.describe:
@@ -172,13 +172,13 @@ async def investigate(services: Services, client: AsyncWebClient, event: AlertEv
                 await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=card_text, blocks=blocks,
                                               unfurl_links=False, unfurl_media=False)
             await reply.finish(run)
-            await offer_feedback(services, client, reply, run, mention)
+            await offer_feedback(svc, client, reply, run, mention)
     except Exception as error:
         log.exception("investigating an alert failed")
         await reply.fail(f":warning: Something went wrong while investigating ({type(error).__name__}).")
 
 
-async def report_folded(services: Services, client: AsyncWebClient, store: IncidentStore, *, source: str,
+async def report_folded(svc: Services, client: AsyncWebClient, store: IncidentStore, *, source: str,
                         window: int, channel: str, storm_threads: int, storm_window: float) -> JobOutcome:
     """Post, or edit, the window's one storm message with the count folded so far."""
     count = await store.folded(source, window)
@@ -196,10 +196,10 @@ async def report_folded(services: Services, client: AsyncWebClient, store: Incid
 
 # --- texts -----------------------------------------------------------------------------------
 
-def root_text(services: Services, event: AlertEvent, *, repeats: int = 0, paged: list[str] | None = None) -> str:
+def root_text(svc: Services, event: AlertEvent, *, repeats: int = 0, paged: list[str] | None = None) -> str:
     """The thread's first message: what fired, where from, and (edited) how often and whether it ended."""
     def safe(text: str) -> str:
-        return escape(services.redactor(text))
+        return escape(svc.redactor(text))
 
     head = ":white_check_mark: *RESOLVED*" if event.status == "resolved" else ":rotating_light: *FIRING*"
     severity = f" · severity {safe(event.severity)}" if event.severity else ""
@@ -251,12 +251,12 @@ def log_window(event: AlertEvent, now: datetime | None = None) -> tuple[datetime
     return start, end
 
 
-async def oncall_mentions(services: Services, team: str, channel: str) -> list[str]:
+async def oncall_mentions(svc: Services, team: str, channel: str) -> list[str]:
     """The channel's on-call (`/tpu oncall`), else its lease holder; [] when nobody is known."""
-    stored = await services.alerting.oncall.get(team, channel)
+    stored = await svc.alerting.oncall.get(team, channel)
     if stored:
         return list(stored)
-    lease = await services.leases.get(team, channel)
+    lease = await svc.leases.get(team, channel)
     return [f"<@{lease.holder}>"] if lease and lease.holder else []
 
 

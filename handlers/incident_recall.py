@@ -23,18 +23,18 @@ log = logging.getLogger(__name__)
 TOP_TEMPLATES = 3  # an incident is remembered, and recognised, by its digest's top templates
 
 
-async def recall_and_remember(services: Services, client: AsyncWebClient, title: str, lines: Iterable[str],
+async def recall_and_remember(svc: Services, client: AsyncWebClient, title: str, lines: Iterable[str],
                               *, team: str, channel: str, thread_ts: str) -> Remembered | None:
     """Say in the thread when an ended incident had the same top log templates, then keep this one.
     `lines` may be read lazily (a mention's spooled files): they are digested once, not held."""
     signatures = await asyncio.to_thread(top_signatures, lines)
     if not signatures:
         return None
-    seen = await services.memory.recall(team, signatures, exclude=(channel, thread_ts))
-    await services.memory.observe(team, channel, thread_ts, signatures, title, time.time())
+    seen = await svc.memory.recall(team, signatures, exclude=(channel, thread_ts))
+    await svc.memory.observe(team, channel, thread_ts, signatures, title, time.time())
     if seen is not None:
         try:
-            await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=seen_before_text(services, seen),
+            await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=seen_before_text(svc, seen),
                                           unfurl_links=False, unfurl_media=False)
         except SlackApiError as error:
             log.warning("posting a seen-before note failed: %s", error.response.get("error"))
@@ -48,9 +48,9 @@ def top_signatures(lines: Iterable[str]) -> list[str]:
     return [signature(t.template) for t in top]
 
 
-def seen_before_text(services: Services, seen: Remembered) -> str:
+def seen_before_text(svc: Services, seen: Remembered) -> str:
     when = datetime.fromtimestamp(seen.at, tz=timezone.utc).strftime("%Y-%m-%d")
-    fix = f", {escape(services.redactor(seen.fixed_by))}" if seen.fixed_by else ""
+    fix = f", {escape(svc.redactor(seen.fixed_by))}" if seen.fixed_by else ""
     link = f"https://slack.com/archives/{seen.channel}/p{seen.thread_ts.replace('.', '')}"
     return (f":brain: Seen before on {when} in <#{seen.channel}>{fix} ({seen.matched} of the top log templates "
             f"match): <{link}|that thread>.")

@@ -15,14 +15,14 @@ from handlers.late_answers import LateAnswers
 log = logging.getLogger(__name__)
 
 
-def register(app: AsyncApp, services: Services) -> None:
+def register(app: AsyncApp, svc: Services) -> None:
     # The write holds the ack: past Slack's budget the event gets a 500 and Slack sends it again
     # (recording membership twice is harmless), never an ack Slack has already given up on.
     recording: LateAnswers[bool] = LateAnswers()
 
     async def within_ack_budget(body: dict, event: dict, bot_user_id: str, *, member: bool) -> None:
         async def recorded() -> bool:
-            await record_bot_membership(services, body, event, bot_user_id, member=member)
+            await record_bot_membership(svc, body, event, bot_user_id, member=member)
             return True
 
         async def finished(_: bool) -> None:
@@ -40,8 +40,8 @@ def register(app: AsyncApp, services: Services) -> None:
         await within_ack_budget(body, event, context.bot_user_id or "", member=False)
 
 
-async def record_bot_membership(services: Services, body: dict, event: dict, bot_user_id: str, *, member: bool) -> None:
+async def record_bot_membership(svc: Services, body: dict, event: dict, bot_user_id: str, *, member: bool) -> None:
     if not event.get("channel") or event.get("user") != bot_user_id:
         return  # a person joining or leaving changes nothing for the bot
     team = body.get("team_id") or event.get("team", "")
-    await services.membership.record(team, event["channel"], member=member)
+    await svc.membership.record(team, event["channel"], member=member)

@@ -82,12 +82,12 @@ def job_id(team: str, channel: str, ts: str) -> str:
     return f"mention:{team}:{channel}:{ts}"
 
 
-async def answer_mention(services: Services, client: AsyncWebClient, *, team: str, channel: str, ts: str,
+async def answer_mention(svc: Services, client: AsyncWebClient, *, team: str, channel: str, ts: str,
                          thread_ts: str, user: str, text: str, files: list[dict], bot_user_id: str,
                          notes: list[str] | None = None, status_ts: str = "") -> JobOutcome:
     # status_ts: jobs queued by web processes older than this one carry the status line they posted.
     reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user=user, status_ts=status_ts,
-                        redactor=services.redactor)
+                        redactor=svc.redactor)
     mention: MentionInput | None = None
     try:
         try:
@@ -101,12 +101,12 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
             return JobOutcome.failed("not_in_channel", bare=True)  # told the person directly
         mention = await gather_input(client, channel=channel, ts=ts, thread_ts=thread_ts, text=text,
                                      files=files, bot_user_id=bot_user_id, notes=notes or [],
-                                     max_images=services.model.max_images)
+                                     max_images=svc.model.max_images)
         # One redactor for the run, knowing the live lease keys: the prompt, the tool results and
         # every piece of the reply pass through it.
-        reply.redactor = await run_redactor(services)
-        services = dataclasses.replace(services, redactor=reply.redactor)
-        run = await run_agent(services, Actor(user_id=user, team=team, channel=channel), mention, reply)
+        reply.redactor = await run_redactor(svc)
+        svc = dataclasses.replace(svc, redactor=reply.redactor)
+        run = await run_agent(svc, Actor(user_id=user, team=team, channel=channel), mention, reply)
         read_images = images_read_line(mention)
         if run.used_model and (mention.notes or read_images):
             # What was not read qualifies the answer, so it leads it ("no errors" of a message cut at
@@ -121,9 +121,9 @@ async def answer_mention(services: Services, client: AsyncWebClient, *, team: st
                                           unfurl_links=False, unfurl_media=False)
         await reply.finish(run)
         if mention.has_logs:  # an incident of its own: remembered, and recognised when it comes back
-            await recall_and_remember(services, client, mention.request or "logs pasted in a mention",
+            await recall_and_remember(svc, client, mention.request or "logs pasted in a mention",
                                       mention.log_lines(), team=team, channel=channel, thread_ts=thread_ts)
-        await offer_feedback(services, client, reply, run, mention)
+        await offer_feedback(svc, client, reply, run, mention)
         return JobOutcome.ok("model" if run.used_model else "no-model")
     except RedisError:
         log.exception("state store unavailable while answering a mention")

@@ -31,37 +31,37 @@ log = logging.getLogger(__name__)
 MAX_TEXT = 40_000  # Slack's own message limit; anything longer is not a message
 
 
-def register(app: AsyncApp, services: Services) -> None:
+def register(app: AsyncApp, svc: Services) -> None:
     queueing: LateAnswers[int] = LateAnswers()
 
     @app.event("app_mention")
     async def handle_app_mention(body: dict, event: dict, context: AsyncBoltContext) -> None:
-        await accept_mention(services, queueing, body, event, context.bot_user_id or "")
+        await accept_mention(svc, queueing, body, event, context.bot_user_id or "")
 
     @app.event({"type": "message", "subtype": "file_share"})
     async def handle_file_share(body: dict, event: dict, context: AsyncBoltContext) -> None:
         bot = context.bot_user_id or ""
         if bot and f"<@{bot}" in event.get("text", ""):
-            await accept_mention(services, queueing, body, event, bot)
+            await accept_mention(svc, queueing, body, event, bot)
         else:
-            await accept_followup(services, queueing, body, event, bot)
+            await accept_followup(svc, queueing, body, event, bot)
 
     @app.event("message")
     async def handle_other_messages(body: dict, event: dict, context: AsyncBoltContext) -> None:
         # The message.* subscriptions deliver every message: a reply in a thread the bot follows is
         # answered (handlers/followups.py); the rest are acked and dropped.
-        await accept_followup(services, queueing, body, event, context.bot_user_id or "")
+        await accept_followup(svc, queueing, body, event, context.bot_user_id or "")
 
 
-async def accept_followup(services: Services, queueing: LateAnswers[int], body: dict, event: dict,
+async def accept_followup(svc: Services, queueing: LateAnswers[int], body: dict, event: dict,
                           bot_user_id: str) -> None:
-    kind = await followups.followup_kind(services, body, event, bot_user_id)
+    kind = await followups.followup_kind(svc, body, event, bot_user_id)
     if kind:
-        await accept_mention(services, queueing, body, event, bot_user_id, follow=kind != "stop",
+        await accept_mention(svc, queueing, body, event, bot_user_id, follow=kind != "stop",
                              followup_ack="" if kind == "answer" else kind)
 
 
-async def accept_mention(services: Services, queueing: LateAnswers[int], body: dict, event: dict,
+async def accept_mention(svc: Services, queueing: LateAnswers[int], body: dict, event: dict,
                          bot_user_id: str, *, follow: bool = True, followup_ack: str | None = None) -> None:
     """Queue the answer; raises RedisError when it cannot, or not within the ack budget, so Slack
     gets a 500 and retries later. A queueing that overruns the budget goes on: when it lands, the
@@ -80,11 +80,11 @@ async def accept_mention(services: Services, queueing: LateAnswers[int], body: d
     markers = delivery_markers(body, team, channel, ts)
     mention = MentionJob(team=team, channel=channel, ts=ts, thread_ts=event.get("thread_ts") or ts,
                          user=event.get("user", ""), text=text, files=files, bot_user_id=bot_user_id, notes=notes)
-    answer_id, seen = job_id(team, channel, ts), [services.dedupe.marker(kind, value) for kind, value in markers]
-    ttl = services.dedupe.ttl_seconds
-    queued = (services.jobs.enqueue_first_delivery(ANSWER_JOB, mention, job_id=answer_id, markers=seen, marker_ttl=ttl)
+    answer_id, seen = job_id(team, channel, ts), [svc.dedupe.marker(kind, value) for kind, value in markers]
+    ttl = svc.dedupe.ttl_seconds
+    queued = (svc.jobs.enqueue_first_delivery(ANSWER_JOB, mention, job_id=answer_id, markers=seen, marker_ttl=ttl)
               if followup_ack is None else
-              services.jobs.enqueue_first_delivery(followups.FOLLOWUP_JOB, followups.FollowupJob.of(mention, followup_ack),
+              svc.jobs.enqueue_first_delivery(followups.FOLLOWUP_JOB, followups.FollowupJob.of(mention, followup_ack),
                                                    job_id=answer_id, markers=seen, marker_ttl=ttl))
     try:
         # Markers and job in one atomic step: a delivery is never marked seen without its job.
@@ -96,18 +96,18 @@ async def accept_mention(services: Services, queueing: LateAnswers[int], body: d
         log.error("state store unavailable; mention %s:%s left for Slack to retry", channel, ts)
         raise
     if outcome == 0 and follow:
-        await follow_thread(services, team, channel, event.get("thread_ts") or ts)
+        await follow_thread(svc, team, channel, event.get("thread_ts") or ts)
     if outcome > 0:
         kind = markers[outcome - 1][0]
-        await services.audit.record(actor=event.get("user", ""), action="mention", team=team, channel=channel,
+        await svc.audit.record(actor=event.get("user", ""), action="mention", team=team, channel=channel,
                                     outcome=f"duplicate_{kind}", detail=body.get("event_id", "") if kind == "event" else ts)
 
 
-async def follow_thread(services: Services, team: str, channel: str, thread_ts: str) -> None:
+async def follow_thread(svc: Services, team: str, channel: str, thread_ts: str) -> None:
     """The thread the bot is about to answer in: a plain reply there is a follow-up. The answer is
     queued already, so a state store that fails here costs the follow-ups, not the answer."""
     try:
-        await services.followups.follow(team, channel, thread_ts)
+        await svc.followups.follow(team, channel, thread_ts)
     except RedisError as error:
         log.warning("could not mark thread %s:%s followed (%s)", channel, thread_ts, type(error).__name__)
 

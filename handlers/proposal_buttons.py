@@ -53,11 +53,11 @@ def proposal_card(proposal: Proposal) -> tuple[str, list[dict]]:
     return text, blocks
 
 
-def register(app: AsyncApp, services: Services) -> None:
+def register(app: AsyncApp, svc: Services) -> None:
     async def handle_proposal_confirm(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         actor = clicker(body)
         try:
-            outcome = await proposals.confirm(services, actor, clicked_value(body))
+            outcome = await proposals.confirm(svc, actor, clicked_value(body))
         except RedisError as error:
             reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
         else:
@@ -72,7 +72,7 @@ def register(app: AsyncApp, services: Services) -> None:
 
     async def handle_proposal_dismiss(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         try:
-            outcome = await proposals.dismiss(services, clicker(body), clicked_value(body))
+            outcome = await proposals.dismiss(svc, clicker(body), clicked_value(body))
         except RedisError as error:
             reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
         else:

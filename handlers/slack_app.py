@@ -23,7 +23,7 @@ from agent.context import Services
 
 log = logging.getLogger(__name__)
 
-# Each module exposes register(app, services); adding a surface is one line here.
+# Each module exposes register(app, svc); adding a surface is one line here.
 LISTENER_MODULES: tuple[str, ...] = (
     "handlers.slash",
     "handlers.teardown_buttons",
@@ -77,12 +77,12 @@ class SingleFlightAuthorize:
             return False
 
 
-def build_bolt_app(services: Services, *, client: AsyncWebClient, signing_secret: str,
+def build_bolt_app(svc: Services, *, client: AsyncWebClient, signing_secret: str,
                    authorize: SingleFlightAuthorize | None = None) -> AsyncApp:
     app = AsyncApp(client=client, signing_secret=signing_secret, process_before_response=True,
                    authorize=(authorize or SingleFlightAuthorize(client)).for_bolt)
     for module_name in LISTENER_MODULES:
-        importlib.import_module(module_name).register(app, services)
+        importlib.import_module(module_name).register(app, svc)
     app.error(report_listener_error)
     return app
 

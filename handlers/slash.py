@@ -35,7 +35,7 @@ def state_store_notice(error: RedisError) -> str:
 STILL_WORKING = ":hourglass_flowing_sand: The state store is slow to answer; the result of this command follows here."
 
 
-def register(app: AsyncApp, services: Services) -> None:
+def register(app: AsyncApp, svc: Services) -> None:
     late_answers: LateAnswers[tuple[str, list[dict]]] = LateAnswers()
 
     @app.command("/tpu")
@@ -47,18 +47,18 @@ def register(app: AsyncApp, services: Services) -> None:
         async def say_it_failed() -> None:
             await respond(text=LATE_FAILURE, response_type="ephemeral")
 
-        answer = await late_answers.within_budget(answer_command(services, command), answer_late, say_it_failed)
+        answer = await late_answers.within_budget(answer_command(svc, command), answer_late, say_it_failed)
         text, blocks = answer or cards.notice(STILL_WORKING)
         await ack(text=text, blocks=blocks, response_type="ephemeral")
 
 
-async def answer_command(services: Services, command: dict) -> tuple[str, list[dict]]:
+async def answer_command(svc: Services, command: dict) -> tuple[str, list[dict]]:
     actor = Actor(user_id=command["user_id"], team=command.get("team_id", ""), channel=command["channel_id"])
     try:
         parsed = parse(command.get("text", ""))
         if parsed.action in QUEUED_ACTIONS:
-            return await queue_subcommand(services, actor, parsed, command)
-        return await run_subcommand(services, actor, parsed)
+            return await queue_subcommand(svc, actor, parsed, command)
+        return await run_subcommand(svc, actor, parsed)
     except CommandError as error:
         return cards.notice(f":warning: {error}")
     except RedisError as error:
@@ -70,16 +70,16 @@ async def answer_command(services: Services, command: dict) -> tuple[str, list[d
 QUEUED_ACTIONS = {"ask_model"}
 
 
-async def queue_subcommand(services: Services, actor: Actor, parsed: ParsedCommand,
+async def queue_subcommand(svc: Services, actor: Actor, parsed: ParsedCommand,
                            command: dict) -> tuple[str, list[dict]]:
     assert parsed.action in QUEUED_ACTIONS, "the caller routes only queued actions here"
     action = get_action(parsed.action)
     assert action is not None, "the parser yields registered actions only"
     try:
-        args = validate_args(action, parsed.args, services)
+        args = validate_args(action, parsed.args, svc)
     except ValidationError as error:
         raise CommandError(f"{first_error(error).capitalize()}. Usage: `{parsed.usage}`") from None
-    await services.jobs.enqueue(ASK_JOB, AskJob(team=actor.team, channel=actor.channel, user_id=actor.user_id,
+    await svc.jobs.enqueue(ASK_JOB, AskJob(team=actor.team, channel=actor.channel, user_id=actor.user_id,
                                                 response_url=command.get("response_url", ""),
                                                 # `images` are local files (MCP, the shell): a Slack command has none
                                                 **args.model_dump(exclude={"images"})),
@@ -88,21 +88,21 @@ async def queue_subcommand(services: Services, actor: Actor, parsed: ParsedComma
                         "follow here.")
 
 
-async def run_subcommand(services: Services, actor: Actor, parsed: ParsedCommand) -> tuple[str, list[dict]]:
+async def run_subcommand(svc: Services, actor: Actor, parsed: ParsedCommand) -> tuple[str, list[dict]]:
     if parsed.action is None:
         return cards.notice(help_text())
     action = get_action(parsed.action)
     assert action is not None, "the parser yields registered actions only"
     try:
-        args = validate_args(action, parsed.args, services)
+        args = validate_args(action, parsed.args, svc)
     except ValidationError as error:
         problem = first_error(error)
         # Upper-case the first letter only: str.capitalize() would lower-case ids and formats (YYYY-MM, C0123).
         raise CommandError(f"{problem[:1].upper()}{problem[1:]}. Usage: `{parsed.usage}`") from None
-    result = await run_action(parsed.action, services, actor, args)
+    result = await run_action(parsed.action, svc, actor, args)
     if result.denied:
         return cards.notice(f":no_entry: {result.text}")
-    return render_result(services, parsed.action, result)
+    return render_result(svc, parsed.action, result)
 
 
 DECLINED_ICONS = {
@@ -112,7 +112,7 @@ DECLINED_ICONS = {
 }
 
 
-def render_result(services: Services, action_name: str, result) -> tuple[str, list[dict]]:
+def render_result(svc: Services, action_name: str, result) -> tuple[str, list[dict]]:
     lease = result.lease
     if action_name == "provision":
         if result.declined is not None:
@@ -123,7 +123,7 @@ def render_result(services: Services, action_name: str, result) -> tuple[str, li
                 search = (" If that zone refuses, the best-known other zones are tried — "
                           f"{PRICED_ZONES_ONLY.format(zones=', '.join(result.priced_zones_only))}.")
             return cards.notice(
-                f":white_check_mark: Requested a {services.policy.accelerator_type} flex-start TPU in {lease.zone} "
+                f":white_check_mark: Requested a {svc.policy.accelerator_type} flex-start TPU in {lease.zone} "
                 f"for {cards.duration(lease.run_seconds)} (lease `{lease.lease_id}`).{search} The status card follows in this channel."
             )
         return cards.notice(

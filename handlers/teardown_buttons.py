@@ -12,10 +12,10 @@ from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
 from handlers.slash import state_store_notice
 
 
-def register(app: AsyncApp, services: Services) -> None:
+def register(app: AsyncApp, svc: Services) -> None:
     async def handle_teardown_confirm(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         try:
-            outcome = await lifecycle.confirm_teardown(services, clicker(body), clicked_value(body))
+            outcome = await lifecycle.confirm_teardown(svc, clicker(body), clicked_value(body))
         except RedisError as error:
             reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
         else:

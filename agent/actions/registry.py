@@ -154,31 +154,31 @@ def get_action(name: str) -> Action | None:
     return REGISTRY.get(name)
 
 
-def validate_args(action_: Action, raw: dict, services: Services) -> BaseModel:
+def validate_args(action_: Action, raw: dict, svc: Services) -> BaseModel:
     """Raises pydantic.ValidationError; the policy is available to validators as context."""
-    return action_.args.model_validate(raw, context={"policy": services.policy})
+    return action_.args.model_validate(raw, context={"policy": svc.policy})
 
 
-async def run_action(name: str, services: Services, actor: Actor, raw_args: dict | BaseModel) -> ActionResult:
+async def run_action(name: str, svc: Services, actor: Actor, raw_args: dict | BaseModel) -> ActionResult:
     """The one entry to every action: access check, argument validation, run, audit."""
     action_ = REGISTRY[name]
-    decision = await access.check(services.access, services.directory, actor, action_.kind, name)
+    decision = await access.check(svc.access, svc.directory, actor, action_.kind, name)
     if not decision.allowed:
-        await _audit(services, actor, name, "denied", decision.message)
+        await _audit(svc, actor, name, "denied", decision.message)
         return ActionResult(False, decision.message, denied=True)
-    args = raw_args if isinstance(raw_args, BaseModel) else validate_args(action_, raw_args, services)
+    args = raw_args if isinstance(raw_args, BaseModel) else validate_args(action_, raw_args, svc)
     try:
-        result = await action_.run(services, actor, args)
+        result = await action_.run(svc, actor, args)
     except Exception as error:
-        await _audit(services, actor, name, "error", type(error).__name__)
+        await _audit(svc, actor, name, "error", type(error).__name__)
         raise
-    await _audit(services, actor, name, "ok" if result.ok else "refused", result.text)
+    await _audit(svc, actor, name, "ok" if result.ok else "refused", result.text)
     return result
 
 
-async def _audit(services: Services, actor: Actor, name: str, outcome: str, detail: str) -> None:
-    services.metrics.actions.labels(name, outcome).inc()
-    await services.audit.record(actor=actor.user_id, action=name, team=actor.team, channel=actor.channel,
+async def _audit(svc: Services, actor: Actor, name: str, outcome: str, detail: str) -> None:
+    svc.metrics.actions.labels(name, outcome).inc()
+    await svc.audit.record(actor=actor.user_id, action=name, team=actor.team, channel=actor.channel,
                                 outcome=outcome, detail=detail)
 
 

@@ -1,7 +1,7 @@
 """The agent loop: Gemma picks tools through vLLM's gemma4 parser; READ tools run, WRITE tools
 become confirm-card proposals, and the answer comes back with line citations.
 
-    run = await run_agent(services, actor, mention, sink)
+    run = await run_agent(svc, actor, mention, sink)
 
 One step = one chat completion (`tools`, `tool_choice="auto"`), streamed or not. What the
 parser leaves behind is repaired by `completion_repair` (raw call text in content, reasoning

@@ -265,12 +265,12 @@ async def _channel_cost_text(settings: Settings, team: str, channel: str) -> str
     from agent.context import Actor
     from bot.wiring import build_services
 
-    services, redis, pool = await build_services(settings, redis_url=settings.redis_url)
+    svc, redis, pool = await build_services(settings, redis_url=settings.redis_url)
     try:
         # The operator already holds the Redis credentials: no Slack access rule applies here.
         estimate_cost = get_action("estimate_cost")
         assert estimate_cost is not None, "agent.actions registers estimate_cost"
-        result = await estimate_cost.run(services, Actor("tpubot-cli", team, channel), CostArgs())
+        result = await estimate_cost.run(svc, Actor("tpubot-cli", team, channel), CostArgs())
         return result.text
     finally:
         await pool.aclose()

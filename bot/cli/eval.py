@@ -87,13 +87,13 @@ async def _run(incidents, arms, endpoint: str, model: str, *, quiet: bool):
     sandbox = None if endpoint else VllmEmulator(latency=LatencyModel.instant())
     try:
         base_url = await sandbox.start_async() if sandbox is not None else endpoint.rstrip("/")
-        services, redis, pool = await build_services(settings, redis_url=redis_endpoint.url)
+        svc, redis, pool = await build_services(settings, redis_url=redis_endpoint.url)
         try:
             def progress(case) -> None:
                 if not quiet:
                     typer.echo(f"  {case.arm.value:<9} {case.incident.name}: {100 * case.score.value:.0f}", err=True)
 
-            return await run_eval(services, incidents, arms, endpoint=base_url, model=model,
+            return await run_eval(svc, incidents, arms, endpoint=base_url, model=model,
                                   endpoint_label=SANDBOX_LABEL if sandbox else base_url, on_case=progress)
         finally:
             await pool.aclose()

@@ -142,10 +142,10 @@ def socket_mode() -> None:
             if refused:
                 typer.echo(refused, err=True)
                 raise typer.Exit(code=2)
-            services, _redis, _pool = await build_services(settings, redis_url=endpoint.url,
+            svc, _redis, _pool = await build_services(settings, redis_url=endpoint.url,
                                                            slack_client=client)
             # bolt's client stays sessionless: bolt deep-copies it for lazy listeners (bot/web.py).
-            bolt = build_bolt_app(services, client=slack_client_from(settings),
+            bolt = build_bolt_app(svc, client=slack_client_from(settings),
                                   signing_secret=settings.slack_signing_secret.get_secret_value())
             await AsyncSocketModeHandler(bolt, settings.slack_app_token.get_secret_value()).start_async()
 

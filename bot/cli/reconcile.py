@@ -25,10 +25,10 @@ def reconcile_once(as_json: bool = typer.Option(False, "--json", help=json_optio
         raise typer.Exit(code=2)
 
     async def run():
-        services, redis, pool = await build_worker_services(settings, redis_url=settings.redis_url,
+        svc, redis, pool = await build_worker_services(settings, redis_url=settings.redis_url,
                                                             slack_client=slack_client_from(settings))
         try:
-            report = await reconcile(services)
+            report = await reconcile(svc)
         finally:
             await pool.aclose()
             await redis.aclose()

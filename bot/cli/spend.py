@@ -38,7 +38,7 @@ def spend(
         raise typer.Exit(code=2)
 
     async def read() -> list[budget.MonthSpend]:
-        services, redis, pool = await build_services(settings, redis_url=settings.redis_url)
+        svc, redis, pool = await build_services(settings, redis_url=settings.redis_url)
         try:
             teams = {team} if team else set()
             if not team:
@@ -46,8 +46,8 @@ def spend(
                 async for key in redis.scan_iter(match=keys.spend_ledger("*", month)):
                     name = key.decode() if isinstance(key, bytes) else key
                     teams.add(name[len(prefix) + 1:-len(suffix) - 1])
-                teams |= {lease.team for lease in await services.leases.all() if month_of(lease.created_at) == month}
-            return [await budget.month_spend(services, t, month) for t in sorted(teams)]
+                teams |= {lease.team for lease in await svc.leases.all() if month_of(lease.created_at) == month}
+            return [await budget.month_spend(svc, t, month) for t in sorted(teams)]
         finally:
             await pool.aclose()
             await redis.aclose()
