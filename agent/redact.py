@@ -185,6 +185,3 @@ class Redactor:
     def with_secrets(self, more: Iterable[str]) -> "Redactor":
         """This redactor and `more` literal values (the live lease keys of a run)."""
         return Redactor((*self._literals, *more))
-
-    def knows(self, value: str) -> bool:
-        return value in self._literals

@@ -74,10 +74,3 @@ def render_mcp_resources() -> str:
 
 def cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
-
-
-def write_commands_doc(root: Path) -> Path:
-    path = root / DOC_PATH
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_commands_doc(), encoding="utf-8")
-    return path

@@ -93,9 +93,3 @@ def render_env_example() -> str:
             lines.append(assignment if name in ESSENTIAL else f"# {assignment}")
         parts.append("\n".join(lines))
     return "\n\n".join(parts) + "\n"
-
-
-def write_env_example(root: Path) -> Path:
-    path = root / ENV_EXAMPLE_PATH
-    path.write_text(render_env_example(), encoding="utf-8")
-    return path

@@ -28,7 +28,6 @@ from agent.redact import Redactor
 request_id: contextvars.ContextVar[str] = contextvars.ContextVar("request_id", default="-")
 lease_id: contextvars.ContextVar[str] = contextvars.ContextVar("lease_id", default="-")
 
-LOG_FORMATS = ("auto", "json", "text")
 _DATA_URI = re.compile(r"data:([\w.+-]+/[\w.+-]+);base64,[A-Za-z0-9+/=]{16,}")
 
 

@@ -73,16 +73,6 @@ def _too_long(written: str, longest: timedelta) -> str:
             f"ask for at most {format_duration(longest)}")
 
 
-def parse_lease_length(value: Any, *, shortest: timedelta = SHORTEST_LEASE,
-                       longest: timedelta = FLEX_START_LONGEST, bare_unit: str = "h") -> timedelta:
-    """A lease length as written (`2`, `90m`, `1h30m`; a bare number in hours), bounds checked."""
-    try:
-        length = parse_duration(value, bare_unit=bare_unit)
-    except DurationTooLong:
-        raise ValueError(_too_long(str(value), longest)) from None
-    return check_lease_length(length, shortest=shortest, longest=longest)
-
-
 def format_duration(delta: timedelta, *, parts: int | None = None) -> str:
     """Days, hours, minutes and seconds, biggest first: `9d`, `1d12h`, `1h30m`, `90s`; `parts`
     keeps only that many of the biggest (a clock: `3h59m`, not `3h59m12s`). Under a second

@@ -78,11 +78,6 @@ _KEYWORD_RULES: tuple[tuple[re.Pattern[str], int], ...] = (
 )
 
 
-def level_severity(word: str) -> int | None:
-    """Severity of a level word such as `WARN`, `[error]`, `Info`; None if it is not a level."""
-    return LEVEL_WORDS.get(word.strip("[]<>:,").upper())
-
-
 def infer_severity(message: str) -> int:
     """Severity guessed from a message without a header level; DEFAULT when nothing matches."""
     for pattern, severity in _KEYWORD_RULES:

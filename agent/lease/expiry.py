@@ -93,19 +93,6 @@ async def schedule_timers(svc: "Services", lease: Lease, *, now: float | None = 
     return queued
 
 
-async def missing_timers(svc: "Services", lease: Lease, *, now: float | None = None) -> list[str]:
-    """Ids of timers that should still fire but are not queued (for the reconciler's report)."""
-    now = now or time.time()
-    missing = []
-    for kind, when in planned_timers(svc, lease):
-        if kind != EXPIRY and when < now:
-            continue
-        job_id = timer_job_id(lease.lease_id, lease.deadline, kind)
-        if not await svc.jobs.exists(job_id) and not await svc.alerting.marks.claimed(lease.lease_id, kind):
-            missing.append(job_id)
-    return missing
-
-
 async def cloud_deadline(svc: "WorkerServices", lease: Lease) -> float | None:
     """The cloud's own termination time for the QR, if the API reports it."""
     from infra.tpu import TpuError

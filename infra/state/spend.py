@@ -119,21 +119,6 @@ end
 return 1
 """
 
-# A lease that runs without a reservation (restored by the reconciler, or the ledger was rebuilt):
-# reserve it without a check — it already runs, and refusing would not stop it.
-# KEYS: 1 ledger, 2 open, 3 settled. ARGV: 1 lease id, 2 channel, 3 USD, 4 TTL, 5 claimed at|note
-_RESERVE_RUNNING = """
-if redis.call('HEXISTS', KEYS[3], ARGV[1]) == 1 or redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1 then return 0 end
-local need = tonumber(ARGV[3])
-redis.call('HINCRBYFLOAT', KEYS[1], 'ws:reserved', need)
-redis.call('HINCRBYFLOAT', KEYS[1], 'ch:' .. ARGV[2] .. ':reserved', need)
-redis.call('HSET', KEYS[2], ARGV[1], ARGV[2] .. '|' .. need .. '|' .. ARGV[5])
-redis.call('EXPIRE', KEYS[1], ARGV[4])
-redis.call('EXPIRE', KEYS[2], ARGV[4])
-return 1
-"""
-
-
 STALE_OPEN_SECONDS = 600  # a reservation this old that no running lease owns is a leftover
 
 # The month's ledger from scratch. KEYS: 1 ledger, 2 open, 3 settled.
@@ -289,7 +274,6 @@ class SpendLedger:
         self.default_channel = default_channel
         self._claim = redis.register_script(_CLAIM_WITHIN_BUDGET)
         self._settle = redis.register_script(_SETTLE)
-        self._reserve_running = redis.register_script(_RESERVE_RUNNING)
         self._rebuild = redis.register_script(_REBUILD)
 
     # --- budgets -----------------------------------------------------------------------------
@@ -353,14 +337,6 @@ class SpendLedger:
                   keys.spend_receipts()],
             args=[record.lease_id, record.channel, repr(record.cost), record.to_json(), team, month,
                   LEDGER_TTL_SECONDS, "1" if append_receipt else "0"],
-        )
-        return bool(done)
-
-    async def reserve_running(self, team: str, month: str, lease_id: str, channel: str, usd: float,
-                              claimed_at: float, note: dict | None = None) -> bool:
-        done = await self._reserve_running(
-            keys=[keys.spend_ledger(team, month), keys.spend_open(team, month), keys.spend_settled(team, month)],
-            args=[lease_id, channel, repr(max(0.0, usd)), LEDGER_TTL_SECONDS, _open_note(claimed_at, note)],
         )
         return bool(done)
 
