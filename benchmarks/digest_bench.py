@@ -42,6 +42,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "tests"))  # digest_corpus: the Loghub samples, read by tests and this benchmark
 
 
 # drain3's example drain3.ini masking instructions (drain3 repository, examples/drain3.ini).
@@ -97,8 +98,7 @@ def accuracy_table(directory: Path) -> None:
     import statistics
 
     from agent.digest.headers import split_header
-    from agent.digest.loghub import SYSTEMS, load_system
-    from agent.digest.metrics import grouping_accuracy, grouping_f1
+    from digest_corpus import SYSTEMS, grouping_accuracy, grouping_f1, load_system
 
     columns = ["ours"] + [f"drain3 {s}" for s in DRAIN3_SETTINGS]
     header = [f"{c} raw" for c in columns] + [f"{c} Content" for c in columns] + ["drain3 pre-mask on our messages"]
@@ -128,7 +128,7 @@ def accuracy_table(directory: Path) -> None:
 
 def bgl_alert_table(directory: Path, budget: int = 4_000) -> None:
     from agent.digest import DigestBuilder
-    from agent.digest.loghub import load_system
+    from digest_corpus import load_system
 
     log = load_system(directory, "BGL")
     builder = DigestBuilder()
@@ -238,7 +238,7 @@ def write_speed_input(path: Path, pool: list[str], count: int, redraw: bool) -> 
 def speed_table(directory: Path, total: int, contenders: list[str]) -> None:
     import tempfile
 
-    from agent.digest.loghub import SYSTEMS, load_system
+    from digest_corpus import SYSTEMS, load_system
 
     pool = [line for system in SYSTEMS for line in load_system(directory, system).raw_lines]
     print(f"\n## 4. Speed and peak memory, one fresh process per run (load average at start {os.getloadavg()[0]:.1f})")
@@ -282,7 +282,7 @@ def calibration_texts(directory: Path) -> list[tuple[str, str, str]]:
     import uuid
 
     from agent.digest import DEFAULT_BUDGET, build_digest
-    from agent.digest.loghub import SYSTEMS, load_system
+    from digest_corpus import SYSTEMS, load_system
 
     logs = {system: load_system(directory, system) for system in SYSTEMS}
     texts = []
@@ -357,7 +357,7 @@ def main() -> int:
     if args.worker:
         worker(*args.worker)
         return 0
-    from agent.digest.loghub import loghub_dir
+    from digest_corpus import loghub_dir
 
     directory = loghub_dir()
     if directory is None:

@@ -10,7 +10,7 @@ import pytest
 from agent.digest import DEFAULT_BUDGET, build_digest, estimate_tokens, lines_from_bytes, lines_from_entries
 from agent.digest.headers import split_header
 from agent.digest.masking import mask
-from agent.digest.metrics import grouping_accuracy
+from digest_corpus import grouping_accuracy
 from agent.digest.miner import TemplateMiner
 from agent.digest.severity import CRITICAL, DEBUG, ERROR, INFO, WARNING
 

@@ -9,8 +9,7 @@ from __future__ import annotations
 import pytest
 
 from agent.digest import DigestBuilder
-from agent.digest.loghub import SYSTEMS, load_system, loghub_dir
-from agent.digest.metrics import grouping_accuracy
+from digest_corpus import SYSTEMS, grouping_accuracy, load_system, loghub_dir
 
 DATA = loghub_dir()
 pytestmark = pytest.mark.skipif(DATA is None, reason="loghub_2k data not available (set LOGHUB_2K_DIR)")
