@@ -120,7 +120,7 @@ def test_streamed_text_rewritten_by_redaction_is_fixed_in_one_edit():
 
 
 def test_the_footer_names_the_endpoint_that_answered():
-    from agent.llm.model_endpoint import ModelEndpoint, answered_by
+    from agent.actions.model_endpoint import ModelEndpoint, answered_by
     from infra.sandbox.vllm.responses import SYSTEM_FINGERPRINT
 
     fixed, own = ModelEndpoint("http://m/v1", "GEMMA_BASE_URL"), ModelEndpoint("http://t/v1", "this channel's TPU")

@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, Timeout
 
 from agent.context import Actor, Services
 from agent.lease.model_boot import degraded_reason
 from agent.model_config import ModelConfig
-from infra import model_client
 from infra.state.leases import LeaseState
 
 
@@ -76,9 +75,12 @@ async def _lease_key(svc: Services, lease_id: str) -> str:
 
 
 def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:
-    return model_client.openai_client(endpoint.base_url, api_key=endpoint.api_key or config.api_key,
-                                      read_timeout=config.read_timeout, connect_timeout=config.connect_timeout,
-                                      max_retries=config.max_retries)
+    """The one `openai` client every caller of a Gemma endpoint uses: the mention agent, `ask_model`,
+    `model_health`, the eval's arms."""
+    # openai's own Timeout: httpx's before openai 3, httpx2's since (an httpx one is converted per request)
+    timeout = Timeout(config.read_timeout, connect=config.connect_timeout)
+    return AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or config.api_key, timeout=timeout,
+                       max_retries=config.max_retries)
 
 
 SANDBOX_FINGERPRINT_SUFFIX = "-sandbox"  # infra/sandbox/vllm labels every response so

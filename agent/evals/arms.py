@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from agent.context import Actor, Services
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionBuilder
-from agent.llm.model_endpoint import ModelEndpoint, openai_client
+from agent.actions.model_endpoint import ModelEndpoint, openai_client
 from agent.llm.modelless import BRING_THE_MODEL_UP
 from agent.llm.run import NullSink
 from agent.model_config import ModelConfig

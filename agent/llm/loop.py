@@ -30,7 +30,7 @@ from agent.llm.completion_repair import NormalizedTurn, StreamAccumulator, ToolC
 from agent.context import Actor, Services
 from agent.digest import estimate_tokens
 from agent.llm.material import MentionInput
-from agent.llm.model_endpoint import ModelEndpoint, answered_by, degraded_reason_here, openai_client, resolve_endpoint
+from agent.actions.model_endpoint import ModelEndpoint, answered_by, degraded_reason_here, openai_client, resolve_endpoint
 from agent.model_config import ModelConfig
 from agent.llm.prompt import (
     CONTEXT_TOKENS,
