@@ -106,6 +106,15 @@ def test_a_1200_pod_group_is_taken_whole_and_its_thread_says_what_it_holds(sende
     held = ("1,200 alerts in this group: 500 firing; 700 more held back by the receiver's max_alerts "
             "(Alertmanager's truncatedAlerts): counted, never sent.")
     wait_until(lambda: held in roots(stack.slack, CH_TPU)[0].text, what="the thread counting what max_alerts held back")
+
+    # Then some pods recover: Alertmanager sends them resolved, in the same group.
+    partly = json.loads(crash_loop_group(30))
+    for alert in partly["alerts"][:10]:
+        alert.update(status="resolved", endsAt="2026-12-01T21:30:00Z")
+    assert send_am(http, partly).status_code == 202
+    wait_until(lambda: "30 alerts in this group: 20 firing, 10 resolved." in roots(stack.slack, CH_TPU)[0].text,
+               what="the group's firing and resolved alerts counted")
+    assert "(resolved)" in roots(stack.slack, CH_TPU)[0].text  # a named alert that resolved says so
     assert len(roots(stack.slack, CH_TPU)) == 1
 
 
