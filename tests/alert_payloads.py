@@ -22,9 +22,11 @@ import hmac
 import json
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
 
 import httpx
+import pytest
 import redis as redis_sync
 
 AM_TOKEN = "am-token-" + "x" * 24
@@ -34,6 +36,9 @@ CH_TPU, CH_API, CH_ALL = "C0TPUALERTS", "C0APIALERTS", "C0ALLALERTS"
 ROUTES = f"team=tpu:{CH_TPU},service=API Service:{CH_API},*:{CH_ALL}"
 NODE = {"node_id": "tpubot-v5e", "zone": "us-west4-a"}  # the sandbox Cloud Logging's TPU node
 TEAM = "T0SANDBOX"  # the sandbox Slack's workspace
+# Every source on, three threads per storm window, and a window no test runs across.
+SENDERS = dict(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, cloud_monitoring_token=CM_TOKEN,
+               pagerduty_webhook_secret=PD_SECRET, alert_storm_threads=3, alert_storm_window="1d")
 
 
 def iso(moment: datetime) -> str:
@@ -253,3 +258,24 @@ def keyspace_digest(state: redis_sync.Redis) -> str:
     for key in keys:
         digest.update(key + b"\0" + (state.dump(key) or b"") + b"\0")
     return digest.hexdigest()
+
+
+@contextmanager
+def clients(stack) -> Iterator[tuple[object, httpx.Client, redis_sync.Redis]]:
+    """(the stack, an HTTP client to its web app, a client to its Redis), closed after."""
+    with httpx.Client(base_url=stack.web_url, timeout=30) as http, \
+            redis_sync.Redis.from_url(stack.settings.redis_url) as state:
+        yield stack, http, state
+
+
+@pytest.fixture
+def web_only_stack(make_stack):
+    """The web app alone: no worker's heartbeats or crons write to Redis, so any write is the request's."""
+    with clients(make_stack(run_worker=False, **SENDERS)) as parts:
+        yield parts
+
+
+@pytest.fixture
+def alert_stack(make_stack):
+    with clients(make_stack(**SENDERS)) as parts:
+        yield parts

@@ -15,42 +15,22 @@ import logging
 import tracemalloc
 from datetime import datetime, timedelta, timezone
 
-import httpx
 import pytest
-import redis as redis_sync
 
-from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PAGEY_PING, PD_SECRET, ROUTES, TEAM,
-                            basic,
+from alert_payloads import (CH_ALL, CH_API, CH_TPU, CM_TOKEN, PAGEY_PING, SENDERS, TEAM, basic, clients,
                             cloud_monitoring, cloud_monitoring_test_connection, crash_loop_chunks, crash_loop_group,
-                            keyspace_digest, pagerduty, roots, send_am, send_cm, send_pd, thread, user)
+                            keyspace_digest, pagerduty, roots, send_am, send_cm, send_pd, thread, user,
+                            web_only_stack)
 from handlers.alertmanager_payload import LISTED_ALERTS, AlertmanagerReader
 from infra.state import keys
 from waiting import wait_until
 
-SETTINGS = dict(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, cloud_monitoring_token=CM_TOKEN,
-                pagerduty_webhook_secret=PD_SECRET, alert_storm_threads=3,
-                alert_storm_window="1d")  # a window boundary never falls inside a test
-
-
-@pytest.fixture
-def web_only(make_stack):
-    """The web app alone: no worker writes to Redis, so any write is the request's."""
-    stack = make_stack(run_worker=False, **SETTINGS)
-    http = httpx.Client(base_url=stack.web_url, timeout=30)
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
-    yield stack, http, state
-    http.close()
-    state.close()
-
+__all__ = ["web_only_stack"]  # a fixture
 
 @pytest.fixture
 def senders(make_stack):
-    stack = make_stack(alertmanager_group_interval="2s", **SETTINGS)
-    http = httpx.Client(base_url=stack.web_url, timeout=30)
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
-    yield stack, http, state
-    http.close()
-    state.close()
+    with clients(make_stack(alertmanager_group_interval="2s", **SENDERS)) as parts:
+        yield parts
 
 
 def root_of(slack, channel: str, contains: str):
@@ -61,8 +41,8 @@ def clock(moment: datetime) -> str:
     return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
 
-def test_each_sources_test_or_ping_is_a_2xx_and_a_log_line_and_opens_nothing(web_only, caplog):
-    stack, http, state = web_only
+def test_each_sources_test_or_ping_is_a_2xx_and_a_log_line_and_opens_nothing(web_only_stack, caplog):
+    stack, http, state = web_only_stack
     caplog.set_level(logging.INFO, logger="bot.alert_webhooks")
     before = keyspace_digest(state)
 

@@ -17,35 +17,13 @@ import httpx
 import pytest
 import redis as redis_sync
 
-from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PD_SECRET, ROUTES, alertmanager, answered, basic,
-                            cloud_monitoring, iso, keyspace_digest, pagerduty, pd_signature, roots, send_am, send_cm,
-                            send_pd, thread)
+from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PD_SECRET, ROUTES, alert_stack, alertmanager,
+                            answered, basic, cloud_monitoring, iso, keyspace_digest, pagerduty, pd_signature, roots,
+                            send_am, send_cm, send_pd, thread, web_only_stack)
 from infra.sandbox.vllm import LatencyModel, VllmEmulator
 from waiting import wait_until
 
-
-@pytest.fixture
-def web_only_stack(make_stack):
-    """The web app alone: no worker's heartbeats or crons write to Redis, so any write is the request's."""
-    stack = make_stack(run_worker=False, alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN,
-                       cloud_monitoring_token=CM_TOKEN, pagerduty_webhook_secret=PD_SECRET)
-    http = httpx.Client(base_url=stack.web_url, timeout=30)
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
-    yield stack, http, state
-    http.close()
-    state.close()
-
-
-@pytest.fixture
-def alert_stack(make_stack):
-    stack = make_stack(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, cloud_monitoring_token=CM_TOKEN,
-                       pagerduty_webhook_secret=PD_SECRET, alert_storm_threads=3,
-                       alert_storm_window="1d")  # a window boundary never falls inside a test
-    http = httpx.Client(base_url=stack.web_url, timeout=30)
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
-    yield stack, http, state
-    http.close()
-    state.close()
+__all__ = ["alert_stack", "web_only_stack"]  # fixtures, shared with tests/test_alert_senders.py
 
 
 @pytest.mark.parametrize("source", ["alertmanager", "cloud-monitoring", "pagerduty"])
