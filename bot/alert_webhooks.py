@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -155,6 +155,9 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
             return JSONResponse({"error": f"{source} alerts are not enabled here: set {missing}"}, status_code=404)
         try:
             read = await _read(request, source, secret)
+        except ClientDisconnect:  # the sender gave up mid-body: nobody to answer, nothing to keep
+            log.info("a sender of %s went away before its body was read", PATHS[source])
+            return Response(status_code=400)
         except Ping as ping:
             log.info("%s reached %s: answered 200, nothing posted", ping, PATHS[source])
             return JSONResponse({"ok": True, "test": str(ping)}, status_code=200)

@@ -253,6 +253,8 @@ async def report_folded(svc: Services, client: AsyncWebClient, store: IncidentSt
                         storm_threads: int, storm_window: float, route: str = "", severity: str = "",
                         source: str = "") -> JobOutcome:
     """Post, or edit, the storm message of the route's window for one severity, with what each source folded."""
+    if source and not route:  # queued before storms were counted per route: its counts are not kept any more
+        return JobOutcome.skipped("storm counted per source", bare=True)
     route = route or f"*:{channel}"
     count, by_source = await store.folded(route, severity, window)
     text = storm_text(route, severity, count, by_source, storm_threads, storm_window)

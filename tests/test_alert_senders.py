@@ -17,7 +17,7 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from alert_payloads import (CH_ALL, CH_API, CH_TPU, CM_TOKEN, PAGEY_PING, SENDERS, TEAM, basic, clients,
+from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PAGEY_PING, SENDERS, TEAM, basic, clients,
                             cloud_monitoring, cloud_monitoring_test_connection, crash_loop_chunks, crash_loop_group,
                             keyspace_digest, pagerduty, roots, send_am, send_cm, send_pd, thread, user,
                             web_only_stack)
@@ -234,3 +234,21 @@ def test_a_byte_identical_alertmanager_repeat_after_its_group_interval_shows_sti
         wait_until(lambda expected=expected: expected in roots(stack.slack, CH_TPU)[0].text, what=f"repeat {n} counted")
     assert len(roots(stack.slack, CH_TPU)) == 1
     assert roots(stack.slack, CH_TPU)[0].text.startswith(":rotating_light: *FIRING*")
+
+
+def test_a_sender_that_goes_away_mid_group_leaves_a_log_line_and_no_traceback(web_only_stack, caplog):
+    import socket
+    from urllib.parse import urlsplit
+
+    stack, _, state = web_only_stack
+    caplog.set_level(logging.INFO, logger="bot.alert_webhooks")
+    before = keyspace_digest(state)
+    address = urlsplit(stack.web_url)
+    group = crash_loop_group(50)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(b"POST /alerts/alertmanager HTTP/1.1\r\nHost: tpubot\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + AM_TOKEN.encode() + b"\r\n"
+                     b"Content-Length: " + str(len(group)).encode() + b"\r\n\r\n" + group[: len(group) // 2])
+    wait_until(lambda: "went away before its body was read" in caplog.text, what="the disconnect noted")
+    assert "Traceback" not in caplog.text
+    assert keyspace_digest(state) == before
