@@ -28,7 +28,7 @@ from pydantic import BaseModel, Field, ValidationError
 from handlers.incident_payloads import AlertEvent, PayloadError, first_problem, labelled_resource, moment, text
 
 LISTED_ALERTS = 20  # alerts of a group kept to be named in its thread; the rest are counted
-LISTED_CHARS = 120  # of one alert's distinguishing labels
+LISTED_CHARS = 80  # of one alert's distinguishing labels
 
 
 class AlertmanagerAlert(BaseModel):

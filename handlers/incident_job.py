@@ -80,6 +80,8 @@ LOG_LEAD = timedelta(minutes=30)  # read this long before the alert started: the
 DEFAULT_LOOKBACK = timedelta(hours=1)  # an alert without a start time
 FOLD_REPORT_SECONDS = 2  # the storm message is edited at most this often
 SHOWN_LABELS = 8
+HIDDEN_LABELS = frozenset({"source", "priority", "urgency"})  # said by the message's own lines
+NAMED_IN_ROOT = 10  # alerts of a group named in the first message (the model is given all that are kept)
 LABEL_CHARS = 120  # of one label shown in the first message
 RENDER_TRIES = 3  # the first message is rendered again while other deliveries keep changing the record
 AUTOMATION = "automation"  # who made a change when the source names nobody (PagerDuty's null agent)
@@ -295,7 +297,7 @@ def root_text(svc: Services, record: Incident) -> str:
     lines = [f"{head} · {event.source} · *{safe(event.title)}*{severity}{count}"]
     if event.summary:
         lines.append(safe(event.summary))
-    shown = {k: v for k, v in event.labels.items() if v and k != "source"}
+    shown = {k: v for k, v in event.labels.items() if v and k not in HIDDEN_LABELS}
     if shown:
         lines.append(" ".join(f"`{safe(f'{k}={v}'[:LABEL_CHARS]).replace('`', chr(39))}`"
                               for k, v in list(shown.items())[:SHOWN_LABELS]))
@@ -314,8 +316,8 @@ def root_text(svc: Services, record: Incident) -> str:
     return "\n".join(lines)
 
 
-def group_lines(event: AlertEvent) -> list[str]:
-    """An Alertmanager group: how many alerts it holds and in which state, and its first alerts by name."""
+def group_lines(event: AlertEvent, named: int = NAMED_IN_ROOT) -> list[str]:
+    """An Alertmanager group: how many alerts it holds and in which state, and its first `named` alerts."""
     if event.source != "alertmanager" or event.alert_count <= 1:
         return []
     states = [f"{n:,} {state}" for n, state in ((event.firing_count, "firing"), (event.resolved_count, "resolved")) if n]
@@ -325,11 +327,11 @@ def group_lines(event: AlertEvent) -> list[str]:
                  f"truncatedAlerts): counted, never sent")
     lines = [line + "."]
     sent = event.firing_count + event.resolved_count
-    if event.listed:
-        named = ", ".join(event.listed)
-        more = sent - len(event.listed)
-        lines.append(f"{named}" + (f" … and {more:,} more (the first {len(event.listed)} are named; every alert is "
-                                   f"counted above)." if more > 0 else "."))
+    listed = event.listed[:named]
+    if listed:
+        more = sent - len(listed)
+        lines.append(", ".join(listed) + (f" … and {more:,} more (the first {len(listed)} are named; every alert is "
+                                          f"counted above)." if more > 0 else "."))
     return lines
 
 
@@ -383,7 +385,7 @@ def alert_context(event: AlertEvent) -> list[str]:
     if event.started_at:
         lines.append(f"started: {_clock(event.started_at)}")
     lines += [f"label {k}={v}" for k, v in list(event.labels.items())[:20] if v]
-    lines += [f"group: {line}" for line in group_lines(event)]
+    lines += [f"group: {line}" for line in group_lines(event, named=len(event.listed))]
     return lines
 
 

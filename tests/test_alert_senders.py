@@ -21,7 +21,8 @@ from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PAGEY_PI
                             cloud_monitoring, cloud_monitoring_test_connection, crash_loop_chunks, crash_loop_group,
                             keyspace_digest, pagerduty, roots, send_am, send_cm, send_pd, thread, user,
                             web_only_stack)
-from handlers.alertmanager_payload import LISTED_ALERTS, AlertmanagerReader
+from handlers.alertmanager_payload import LISTED_ALERTS, AlertmanagerReader, parse_alertmanager
+from handlers.incident_job import NAMED_IN_ROOT, alert_context
 from infra.state import keys
 from waiting import wait_until
 
@@ -78,7 +79,7 @@ def test_a_1200_pod_group_is_taken_whole_and_its_thread_says_what_it_holds(sende
     assert "· 1,200 alerts" in root.text
     assert "1,200 alerts in this group: 1,200 firing." in root.text
     assert "pod=trainer-000-00000-7d9f8b6c5-x0lqz" in root.text  # the first alert, by what sets it apart
-    assert f"… and {1200 - LISTED_ALERTS:,} more (the first {LISTED_ALERTS} are named; every alert is counted above)." \
+    assert f"… and {1200 - NAMED_IN_ROOT:,} more (the first {NAMED_IN_ROOT} are named; every alert is counted above)." \
         in root.text
 
     # The operator then sets max_alerts: 500 on the receiver; the next notification holds back 700.
@@ -252,3 +253,13 @@ def test_a_sender_that_goes_away_mid_group_leaves_a_log_line_and_no_traceback(we
     wait_until(lambda: "went away before its body was read" in caplog.text, what="the disconnect noted")
     assert "Traceback" not in caplog.text
     assert keyspace_digest(state) == before
+
+
+def test_the_model_is_given_the_groups_size_and_its_first_kept_alerts():
+    """What the investigation's model reads of a group (the thread context; the request stays the bot's own)."""
+    lines = alert_context(parse_alertmanager(crash_loop_group(1200)))
+    counted, named = [line for line in lines if line.startswith("group: ")]
+    assert counted == "group: 1,200 alerts in this group: 1,200 firing."
+    assert "pod=trainer-000-00019-" in named and "pod=trainer-000-00020-" not in named
+    assert named.endswith(f"… and {1200 - LISTED_ALERTS:,} more (the first {LISTED_ALERTS} are named; every alert is "
+                          "counted above).")
