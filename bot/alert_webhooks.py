@@ -1,35 +1,52 @@
-"""The alert webhooks on the web process (issue 32): one route per source.
+"""The alert webhooks on the web process (issues 32 and 42): one route per source.
 
     POST /alerts/alertmanager       Bearer token, basic auth or ?token=   (ALERTMANAGER_WEBHOOK_TOKEN)
     POST /alerts/cloud-monitoring   ?auth_token= or basic auth            (CLOUD_MONITORING_TOKEN)
     POST /alerts/pagerduty          X-PagerDuty-Signature v1 HMAC         (PAGERDUTY_WEBHOOK_SECRET)
 
-A request passes, in order: the body cap (413), the source's authentication over the raw bytes
-(401, and nothing is parsed, logged or written), the vendor's payload shape (400 naming the
-field), ALERT_ROUTES (200 and nothing queued when no rule matches: a retry would not match
-either). Then the delivery is queued as a worker job behind a first-seen marker on its id
-(PagerDuty's event id, else a digest of the body), in one atomic step, and only then answered
-202: an accepted alert is in Redis. A replayed delivery is answered 200 and queues nothing; a
-state store that cannot take it is a 503, which every one of these senders retries.
+A request passes, in order: the source's authentication (401 with a Basic challenge, and nothing
+is read, parsed, logged or written; the token sources are checked before any of the body is read,
+PagerDuty's signature over the raw bytes of a body read under ALERT_MAX_BODY_BYTES), the vendor's
+payload shape (400 naming the field; a source's own test or ping is answered 200 and logged),
+ALERT_ROUTES (200 and nothing queued when no rule matches: a retry would not match either).
+
+An Alertmanager group is parsed as it arrives, whole, however large (handlers/alertmanager_payload.py):
+Alertmanager retries only a 5xx, so a valid group it sent is never refused for its size.
+
+Then the delivery is queued as a worker job behind first-seen markers, in one atomic step, and
+only then answered 202: an accepted alert is in Redis. The markers tell a retry from a new
+delivery by the delivery's own id where the sender has one, else by how soon the same bytes
+come back (`delivery_markers`). A retry is answered 200 and queues nothing.
+
+Every answer comes within the senders' deadlines: PagerDuty waits 5 s for a 2xx and retries
+otherwise; Alertmanager gives a notification max(group_interval, 10 s) unless its webhook_config
+sets a shorter `timeout`; Cloud Monitoring publishes none. Queueing gets QUEUE_BUDGET_SECONDS:
+when Redis does not answer in time (a failover, a stalled primary) the answer is a 503, which
+every one of them retries, and the queueing goes on; if it lands, the retry finds its markers.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
 from redis.exceptions import RedisError
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from bot.request_gate import BodyTooLarge, read_capped_body
 from bot.settings import Settings
-from bot.webhook_auth import pagerduty_ok, token_ok
+from bot.webhook_auth import BASIC_CHALLENGE, pagerduty_ok, token_ok, webhook_id
+from handlers.alertmanager_payload import AlertmanagerReader
 from handlers.incident_job import ALERT_JOB, AlertJob, alert_job_id
-from handlers.incident_payloads import AlertEvent, Ignored, PayloadError, Source, parse_alert
+from handlers.incident_payloads import AlertEvent, Ignored, PayloadError, Ping, Source, parse_alert
 from handlers.incident_routes import route_for
+from handlers.late_answers import LateAnswers
+from infra.state.dedupe import Dedupe
 
 log = logging.getLogger(__name__)
 
@@ -38,18 +55,37 @@ PATHS: dict[Source, str] = {"alertmanager": "/alerts/alertmanager", "cloud-monit
 SECRET_VARS: dict[Source, str] = {"alertmanager": "ALERTMANAGER_WEBHOOK_TOKEN",
                                   "cloud-monitoring": "CLOUD_MONITORING_TOKEN",
                                   "pagerduty": "PAGERDUTY_WEBHOOK_SECRET"}
+# Queueing's share of the answer: PagerDuty's 5 s less the network's part. PagerDuty bodies are at
+# most 256 KB, read, checked and parsed in milliseconds.
+QUEUE_BUDGET_SECONDS = 3.0
+# PagerDuty retries a delivery for up to 48 hours (its "Behavior" page); its ids are kept longer.
+PAGERDUTY_REPLAY_SECONDS = 3 * 86_400
+# Cloud Monitoring's reminders of an open incident come at least 30 minutes apart
+# (AlertPolicy.alertStrategy.notificationChannelStrategy.renotifyInterval in the monitoring v3
+# discovery document): the same bytes sooner than this are its retry.
+CLOUD_MONITORING_RETRY_SECONDS = 10 * 60
 
 
-def _authenticator(settings: Settings, source: Source) -> tuple[str, Callable[[Request, bytes], bool]]:
-    """(the secret, a check of one request against it) for `source`."""
-    if source == "alertmanager":
-        token = settings.alertmanager_webhook_token.get_secret_value()
-        return token, lambda request, body: token_ok(request, token, query_names=("token",), bearer=True)
-    if source == "cloud-monitoring":
-        token = settings.cloud_monitoring_token.get_secret_value()
-        return token, lambda request, body: token_ok(request, token, query_names=("auth_token",), bearer=False)
-    secret = settings.pagerduty_webhook_secret.get_secret_value()
-    return secret, lambda request, body: pagerduty_ok(request, body, secret)
+def delivery_markers(settings: Settings, dedupe: Dedupe, request: Request, event: AlertEvent) -> tuple[list[str], int]:
+    """The first-seen markers of a delivery and how long they are kept.
+
+    PagerDuty: its event id, and the X-Webhook-Id it repeats on every attempt of one webhook.
+    Alertmanager sends no id, and blanks a firing alert's endsAt, so a repeat_interval re-send is
+    byte-identical to the first. What tells them apart is time: its retries of one notification
+    stop within that notification's deadline (the group_interval, at least 10 s), and the group is
+    notified again at the earliest a group_interval later; so the same bytes within
+    ALERTMANAGER_GROUP_INTERVAL of the last accepted copy are a retry, and later ones a repeat.
+    Cloud Monitoring likewise, within CLOUD_MONITORING_RETRY_SECONDS.
+    """
+    if event.source == "pagerduty":
+        markers = [dedupe.marker("alert", f"pagerduty:{event.delivery}")]
+        webhook = webhook_id(request)
+        if webhook:
+            markers.append(dedupe.marker("alert", f"pagerduty-webhook:{webhook}"))
+        return markers, PAGERDUTY_REPLAY_SECONDS
+    window = (int(settings.alertmanager_group_interval.total_seconds()) if event.source == "alertmanager"
+              else CLOUD_MONITORING_RETRY_SECONDS)
+    return [dedupe.marker("alert", f"{event.source}:{event.delivery}")], max(window, 1)
 
 
 def pages(settings: Settings, event: AlertEvent) -> bool:
@@ -58,55 +94,120 @@ def pages(settings: Settings, event: AlertEvent) -> bool:
     return bool(event.severity in wanted or event.labels.get("priority", "") in wanted)
 
 
+def unauthorized() -> Response:
+    # The challenge is what Cloud Monitoring's basic-auth channel waits for before it sends its credentials.
+    return JSONResponse({"error": "unauthorized"}, status_code=401, headers={"www-authenticate": BASIC_CHALLENGE})
+
+
+async def read_alertmanager(request: Request) -> AlertEvent:
+    """The group, parsed as its chunks arrive (in a thread: a group of thousands is CPU work)."""
+    reader = AlertmanagerReader()
+    async for chunk in request.stream():
+        if chunk:
+            await asyncio.to_thread(reader.feed, chunk)
+    return reader.finish()
+
+
 def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Route]:
     """The three routes; `state["services"]` is filled by the web app's lifespan."""
     routes = settings.alert_route_list()
+    queueing: LateAnswers[int] = LateAnswers(budget_seconds=QUEUE_BUDGET_SECONDS)
+    secret_of = {"alertmanager": settings.alertmanager_webhook_token.get_secret_value(),
+               "cloud-monitoring": settings.cloud_monitoring_token.get_secret_value(),
+               "pagerduty": settings.pagerduty_webhook_secret.get_secret_value()}
 
     def endpoint(source: Source) -> Callable[[Request], Any]:
-        secret, authentic = _authenticator(settings, source)
-
         async def receive(request: Request) -> Response:
-            response = await _answer(request, source, secret, authentic)
+            response = await _answer(request, source, secret_of[source])
             state["services"].metrics.requests.labels(f"alert-{source}", str(response.status_code)).inc()
             return response
 
         return receive
 
-    async def _answer(request: Request, source: Source, secret: str,
-                      authentic: Callable[[Request, bytes], bool]) -> Response:
-        if not secret or not routes:
-            missing = SECRET_VARS[source] if not secret else "ALERT_ROUTES"
-            return JSONResponse({"error": f"{source} alerts are not enabled here: set {missing}"}, status_code=404)
+    async def _read(request: Request, source: Source, secret: str) -> AlertEvent | Response:
+        """The authenticated delivery, or the answer that refuses it."""
+        if source == "pagerduty":
+            try:
+                body = await read_capped_body(request, settings.alert_max_body_bytes)
+            except BodyTooLarge:
+                return JSONResponse({"error": f"request body over {settings.alert_max_body_bytes} bytes"}, status_code=413)
+            if not pagerduty_ok(request, body, secret):
+                return _refused(source)
+            return parse_alert("pagerduty", body)
+        if not token_ok(request, secret, query_names=("token",) if source == "alertmanager" else ("auth_token",),
+                        bearer=source == "alertmanager"):
+            return _refused(source)
+        if source == "alertmanager":
+            return await read_alertmanager(request)
         try:
             body = await read_capped_body(request, settings.alert_max_body_bytes)
         except BodyTooLarge:
             return JSONResponse({"error": f"request body over {settings.alert_max_body_bytes} bytes"}, status_code=413)
-        if not authentic(request, body):
-            log.info("refused an alert webhook to %s: bad or missing credentials", PATHS[source])
-            return JSONResponse({"error": "unauthorized"}, status_code=401)
+        return parse_alert("cloud-monitoring", body)
+
+    def _refused(source: Source) -> Response:
+        log.info("refused an alert webhook to %s: bad or missing credentials", PATHS[source])
+        return unauthorized()
+
+    async def _answer(request: Request, source: Source, secret: str) -> Response:
+        if not secret or not routes:
+            missing = SECRET_VARS[source] if not secret else "ALERT_ROUTES"
+            return JSONResponse({"error": f"{source} alerts are not enabled here: set {missing}"}, status_code=404)
         try:
-            event = parse_alert(source, body)
+            read = await _read(request, source, secret)
+        except ClientDisconnect:  # the sender gave up mid-body: nobody to answer, nothing to keep
+            log.info("a sender of %s went away before its body was read", PATHS[source])
+            return Response(status_code=400)
+        except Ping as ping:
+            log.info("%s reached %s: answered 200, nothing posted", ping, PATHS[source])
+            return JSONResponse({"ok": True, "test": str(ping)}, status_code=200)
         except Ignored as ignored:
+            log.info("ignored a delivery to %s: %s", PATHS[source], ignored)
             return JSONResponse({"ignored": str(ignored)}, status_code=200)
         except PayloadError as error:
             return JSONResponse({"error": f"malformed {source} payload: {error}"}, status_code=400)
+        if isinstance(read, Response):
+            return read
+        return await _queue(request, source, read)
+
+    async def _queue(request: Request, source: Source, event: AlertEvent) -> Response:
         route = route_for(routes, event)
         if route is None:
             log.warning("an alert from %s matched no ALERT_ROUTES rule; nothing posted", source)
             return JSONResponse({"routed": False, "reason": "no ALERT_ROUTES rule matches this alert"})
         svc = state["services"]
+        markers, kept = delivery_markers(settings, svc.dedupe, request, event)
+        job = AlertJob(alert=event.model_dump(mode="json"), channel=route.channel, page=pages(settings, event),
+                       storm_threads=settings.alert_storm_threads,
+                       storm_window=settings.alert_storm_window.total_seconds(), route=route.rule)
+        work = svc.jobs.enqueue_first_delivery(ALERT_JOB, job, job_id=alert_job_id(event, time.time()),
+                                               markers=markers, marker_ttl=kept)
         try:
-            outcome = await svc.jobs.enqueue_first_delivery(
-                ALERT_JOB, AlertJob(alert=event.model_dump(mode="json"), channel=route.channel,
-                                    page=pages(settings, event), storm_threads=settings.alert_storm_threads,
-                                    storm_window=settings.alert_storm_window.total_seconds()),
-                job_id=alert_job_id(event), markers=[svc.dedupe.marker("alert", f"{source}:{event.delivery}")],
-                marker_ttl=svc.dedupe.ttl_seconds)
+            outcome = await queueing.within_budget(work, _late(source), _failed_late(source))
         except RedisError:
             log.error("state store unavailable; an alert from %s was refused with 503 for its sender to retry", source)
             return JSONResponse({"error": "the state store is unavailable; send it again"}, status_code=503)
+        if outcome is None:
+            log.error("state store did not answer within %.0fs; an alert from %s was refused with 503 for its sender "
+                      "to retry (its queueing goes on)", QUEUE_BUDGET_SECONDS, source)
+            return JSONResponse({"error": "the state store did not answer in time; send it again"}, status_code=503)
         if outcome != 0:
             return JSONResponse({"duplicate": True, "delivery": event.delivery}, status_code=200)
         return JSONResponse({"queued": True, "delivery": event.delivery, "channel": route.channel}, status_code=202)
 
     return [Route(PATHS[source], endpoint(source), methods=["POST"]) for source in PATHS]
+
+
+def _late(source: str) -> Callable[[int], Any]:
+    async def queued_late(outcome: int) -> None:
+        log.warning("an alert from %s was queued after its 503 (outcome %d): its sender's retry is a repeat",
+                    source, outcome)
+
+    return queued_late
+
+
+def _failed_late(source: str) -> Callable[[], Any]:
+    async def failed() -> None:
+        log.warning("an alert from %s that was answered 503 was not queued either: its sender retries it", source)
+
+    return failed

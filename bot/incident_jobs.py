@@ -1,5 +1,5 @@
-"""Worker jobs for issue 32: an alert webhook's delivery, the storm message that counts the alerts
-folded into it, and a follow-up reply in a thread the bot follows. bot/worker.py registers
+"""Worker jobs for issues 32 and 42: an alert webhook's delivery, the storm message that counts the
+alerts a route folded, and a follow-up reply in a thread the bot follows. bot/worker.py registers
 `JOBS`; the bodies live in handlers/incident_job.py and handlers/followups.py."""
 
 from __future__ import annotations
@@ -19,15 +19,17 @@ async def handle_alert(ctx: dict, job: AlertJob) -> JobOutcome:
     try:
         return await incident_job.handle_alert(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]),
                                                alert=job.alert, channel=job.channel, page=job.page,
-                                               storm_threads=job.storm_threads, storm_window=job.storm_window)
+                                               storm_threads=job.storm_threads, storm_window=job.storm_window,
+                                               route=job.route)
     except incident_job.IncidentBusy:
         raise Retry(defer=BUSY_RETRY_SECONDS) from None
 
 
 async def report_folded_alerts(ctx: dict, job: FoldJob) -> JobOutcome:
     return await incident_job.report_folded(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]),
-                                            source=job.source, window=job.window, channel=job.channel,
-                                            storm_threads=job.storm_threads, storm_window=job.storm_window)
+                                            window=job.window, channel=job.channel, storm_threads=job.storm_threads,
+                                            storm_window=job.storm_window, route=job.route, severity=job.severity,
+                                            source=job.source)
 
 
 async def answer_followup(ctx: dict, job: FollowupJob) -> JobOutcome:

@@ -249,10 +249,16 @@ class Settings(BaseSettings):
                                                       "?auth_token= (or basic-auth password) Cloud Monitoring sends; empty: refused")
     pagerduty_webhook_secret: SecretStr = Field(SecretStr(""), description="/alerts/pagerduty: the v3 webhook "
                                                 "subscription's signing secret; empty: refused")
-    alert_max_body_bytes: int = Field(1024 * 1024, ge=1024, description="largest alert webhook body read; a larger "
-                                      "one gets a 413")
-    alert_storm_threads: int = Field(5, ge=1, description="new incident threads one alert source may open per "
-                                     "ALERT_STORM_WINDOW; the rest are counted in one storm message")
+    alert_max_body_bytes: int = Field(1024 * 1024, ge=1024, description="largest Cloud Monitoring or PagerDuty "
+                                      "webhook body read (PagerDuty sends at most 256 KB); a larger one gets a 413. "
+                                      "Alertmanager groups are read as a stream, whole, however large")
+    alertmanager_group_interval: timedelta = Field(
+        timedelta(minutes=5), description="the group_interval of the Alertmanager routes that notify tpubot (the "
+        "smallest, if they differ): an identical body within it is a retry, answered 200; after it, the group "
+        "still firing, counted in its thread")
+    alert_storm_threads: int = Field(5, ge=1, description="new incident threads one ALERT_ROUTES rule may open for "
+                                     "one severity per ALERT_STORM_WINDOW; the rest are counted in one storm message "
+                                     "(an alert that pages is never folded)")
     alert_storm_window: timedelta = Field(timedelta(minutes=10), description="the window ALERT_STORM_THREADS counts in")
     followup_max_age: timedelta = Field(timedelta(hours=24), description="a plain reply in a thread the bot started "
                                         "or answered is answered without a mention for this long (0s: never)")
@@ -290,6 +296,15 @@ class Settings(BaseSettings):
         except ValueError as error:
             raise ValueError(f"ALERT_ROUTES: {error}; write it like {EXAMPLE}") from None
         return value
+
+    @field_validator("alertmanager_group_interval", mode="before")
+    @classmethod
+    def _group_interval(cls, value: Any) -> timedelta:
+        interval = parse_duration(value)
+        if interval.total_seconds() < 1:
+            raise ValueError("ALERTMANAGER_GROUP_INTERVAL must be at least 1s; write it like the route's "
+                             "group_interval, e.g. 5m")
+        return interval
 
     @field_validator("alert_page_severities")
     @classmethod

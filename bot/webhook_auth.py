@@ -9,7 +9,11 @@ before any of the body is parsed.
 - PagerDuty v3: `X-PagerDuty-Signature: v1=<hex HMAC-SHA256 of the raw body>`, one per signing
   secret, comma-separated during a rotation; any one matching is enough (PagerDuty's
   "Verifying Signatures" page). The signature carries no time, so a replayed delivery is caught
-  by its event id instead (bot/alert_webhooks.py).
+  by its event id instead (bot/alert_webhooks.py), and by the `X-Webhook-Id` header PagerDuty
+  repeats on every attempt of one webhook ("At-Least-Once Delivery" on its "Behavior" page).
+
+A refusal carries a Basic challenge (`WWW-Authenticate`): Cloud Monitoring's basic-auth channel
+sends its credentials only after a 401 that asks for them (Google's notification-channel page).
 
 Every comparison is constant-time; a header given twice is refused rather than guessed; no
 credential, header or body is logged.
@@ -27,6 +31,8 @@ from starlette.requests import Request
 
 PAGERDUTY_SIGNATURE = re.compile(r"v1=[0-9a-f]{64}")
 MAX_SIGNATURES = 8
+BASIC_CHALLENGE = 'Basic realm="tpubot alerts", charset="UTF-8"'
+WEBHOOK_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 
 
 def _one_header(request: Request, name: str) -> str | None:
@@ -81,3 +87,9 @@ def pagerduty_ok(request: Request, body: bytes, secret: str) -> bool:
     # Every listed v1 signature is compared (no early exit), each in constant time.
     matches = [hmac.compare_digest(expected, s) for s in signatures if PAGERDUTY_SIGNATURE.fullmatch(s)]
     return any(matches)
+
+
+def webhook_id(request: Request) -> str:
+    """PagerDuty's X-Webhook-Id when sent once and shaped like an id; "" otherwise."""
+    value = _one_header(request, "x-webhook-id") or ""
+    return value if WEBHOOK_ID.fullmatch(value) else ""

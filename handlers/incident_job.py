@@ -1,17 +1,27 @@
-"""The worker side of an alert webhook (issue 32): open the incident's thread in the routed
-channel, read Cloud Logging for the alert's window and resource, and answer in the thread — with
-the model when the channel's TPU is READY, else the model-less digest and a "Bring the model up"
-card (the same agent run a mention gets, agent/llm/loop.py). A repeat of the incident edits the
-thread's first message; a resolve says so in the thread. A source that opens more than its
-storm limit in one window folds the rest into one storm message that counts them.
+"""The worker side of an alert webhook (issues 32 and 42): open the incident's thread in the
+routed channel, read Cloud Logging for the alert's window and resource, and answer in the thread
+— with the model when the channel's TPU is READY, else the model-less digest and a "Bring the
+model up" card (the same agent run a mention gets, agent/llm/loop.py).
 
-The alert's own words (title, summary, labels) are data: they go to the model as thread context,
-never as the request, and every text is redacted and mrkdwn-escaped before Slack sees it.
+The thread's first message is the incident as its source reports it now, re-rendered from the
+record (infra/state/incidents.py) after every delivery: firing, acknowledged (by whom, when) or
+resolved; PagerDuty's priority and urgency with what they were, its escalations and
+reassignments; an Alertmanager group's size (firing, resolved, held back by max_alerts) and its
+first alerts; and "still firing", counted, each time Alertmanager or Cloud Monitoring sends it
+again, however identical the bytes. A resolve also says so in the thread.
+
+Storms are limited per ALERT_ROUTES rule and severity: a route that opens more than
+ALERT_STORM_THREADS threads of one severity in a window folds the rest into one storm message
+that names the route and counts what each source sent. An alert that pages is never folded.
+
+The alert's own words (title, summary, labels, names) are data: they go to the model as thread
+context, never as the request, and every text is redacted and mrkdwn-escaped before Slack sees it.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -32,10 +42,9 @@ from handlers.incident_recall import recall_and_remember
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
 from infra.jobs import JobOutcome, JobSpec
-from infra.state.incidents import IncidentStore
+from infra.state.incidents import NEVER_FOLD, Incident, IncidentStore, StateUpdate
 
 log = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -47,17 +56,20 @@ class AlertJob:
     page: bool
     storm_threads: int  # ALERT_STORM_THREADS
     storm_window: float  # ALERT_STORM_WINDOW, seconds
+    route: str = ""  # the ALERT_ROUTES rule that matched ("": `*:channel`, as jobs queued before it was sent)
 
 
 @dataclass(frozen=True)
 class FoldJob:
-    """The storm message of one source's window: how many alerts were folded into it."""
+    """The storm message of one route's window for one severity: how many alerts were folded into it."""
 
-    source: str
     window: int
     channel: str
     storm_threads: int
     storm_window: float
+    route: str = ""
+    severity: str = ""
+    source: str = ""  # jobs queued before storms were counted per route name their source instead
 
 
 ALERT_JOB = JobSpec("handle_alert", AlertJob)
@@ -68,7 +80,12 @@ LOG_LEAD = timedelta(minutes=30)  # read this long before the alert started: the
 DEFAULT_LOOKBACK = timedelta(hours=1)  # an alert without a start time
 FOLD_REPORT_SECONDS = 2  # the storm message is edited at most this often
 SHOWN_LABELS = 8
+HIDDEN_LABELS = frozenset({"source", "priority", "urgency"})  # said by the message's own lines
+NAMED_IN_ROOT = 10  # alerts of a group named in the first message (the model is given all that are kept)
 LABEL_CHARS = 120  # of one label shown in the first message
+RENDER_TRIES = 3  # the first message is rendered again while other deliveries keep changing the record
+AUTOMATION = "automation"  # who made a change when the source names nobody (PagerDuty's null agent)
+REMEMBERED = ("priority", "urgency")  # shown with what they were before a change
 
 _teams: dict[str, str] = {}  # bot token -> its workspace (auth.test), once per process
 
@@ -77,59 +94,115 @@ class IncidentBusy(Exception):
     """Another job is opening this incident's thread: try again in a moment."""
 
 
-def alert_job_id(event: AlertEvent) -> str:
-    return f"alert:{event.source}:{event.delivery}"
+def alert_job_id(event: AlertEvent, accepted_at: float | None = None) -> str:
+    """PagerDuty's deliveries are their event ids. A body digest (Alertmanager, Cloud Monitoring)
+    comes back on every repeat, so each accepted copy's job is told apart by when it came."""
+    if event.source == "pagerduty":
+        return f"alert:{event.source}:{event.delivery}"
+    return f"alert:{event.source}:{event.delivery}:{int((time.time() if accepted_at is None else accepted_at) * 1000)}"
 
 
-def fold_job_id(source: str, window: int, now: float | None = None) -> str:
-    return f"alert-fold:{source}:{window}:{int((time.time() if now is None else now) // FOLD_REPORT_SECONDS)}"
+def fold_job_id(route: str, severity: str, window: int, now: float | None = None) -> str:
+    scope = hashlib.sha256(f"{route}\0{severity}".encode()).hexdigest()[:16]
+    return f"alert-fold:{scope}:{window}:{int((time.time() if now is None else now) // FOLD_REPORT_SECONDS)}"
+
+
+def state_updates(event: AlertEvent, at: float) -> list[StateUpdate]:
+    """What this delivery says of the incident: its whole state as of `at`, and the change it reports."""
+    snapshot = {"event": event.model_dump_json(), "status": event.status, "acknowledged": "1" if event.acknowledged else "",
+                "priority": event.priority, "urgency": event.urgency}
+    updates = [StateUpdate("snapshot_at", at, snapshot)]
+    actor = event.actor or AUTOMATION
+    if event.change == "acknowledged":
+        updates.append(StateUpdate("ack_at", at, {"ack_by": actor}))
+    elif event.change == "priority_updated":
+        updates.append(StateUpdate("priority_at", at, {"priority_by": actor}))
+    elif event.change == "escalated":
+        updates.append(StateUpdate("escalated_at", at, {"escalated_by": event.actor, "escalated_to": ", ".join(event.assignees)}))
+    elif event.change in ("reassigned", "delegated"):
+        to = ", ".join(event.assignees) if event.change == "reassigned" else event.escalation_policy
+        updates.append(StateUpdate("assigned_at", at, {"assigned": event.change, "assigned_to": to, "assigned_by": actor}))
+    elif event.change == "resolved":
+        updates.append(StateUpdate("resolved_at", at, {"resolved_by": actor}))
+    return updates
 
 
 async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentStore, *, alert: dict,
-                       channel: str, page: bool, storm_threads: int, storm_window: float) -> JobOutcome:
+                       channel: str, page: bool, storm_threads: int, storm_window: float, route: str = "") -> JobOutcome:
     event = AlertEvent.model_validate(alert)
+    route = route or f"*:{channel}"
+    at = (event.occurred_at or datetime.now(timezone.utc)).timestamp()
     incident = await store.get(event.source, event.key)
     if incident is None:
         if event.status == "resolved":
             return JobOutcome.skipped("resolved-unknown", bare=True)  # nothing of it was seen firing here: no thread to close
-        opening = await store.open(event.source, event.key, channel, limit=storm_threads,
-                                   window_seconds=int(storm_window))
+        opening = await store.open(event.source, event.key, channel, route=route, severity=event.severity,
+                                   limit=NEVER_FOLD if page else storm_threads, window_seconds=int(storm_window))
         if opening.folded:
-            await svc.jobs.enqueue(FOLD_JOB, FoldJob(source=event.source, window=opening.window, channel=channel,
-                                                          storm_threads=storm_threads, storm_window=storm_window),
-                                        job_id=fold_job_id(event.source, opening.window),
-                                        defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))
+            await svc.jobs.enqueue(FOLD_JOB, FoldJob(window=opening.window, channel=channel, storm_threads=storm_threads,
+                                                     storm_window=storm_window, route=route, severity=event.severity),
+                                   job_id=fold_job_id(route, event.severity, opening.window),
+                                   defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))
             return JobOutcome.ok("folded")
         if opening.opened:
+            await store.apply(event.source, event.key, state_updates(event, at), remember=REMEMBERED)
             return await open_incident(svc, client, store, event, channel, page)
         incident = await store.get(event.source, event.key)
     if incident is None or not incident.ts:
         raise IncidentBusy(event.key)
-    team = await team_of(client)
+    applied = await store.apply(event.source, event.key, state_updates(event, at), remember=REMEMBERED)
+    record = applied.incident or incident
+    outcome = await _follow_status(svc, client, event, record, status_changed="status" in applied.changed)
+    if outcome == "repeated":
+        await store.repeated(event.source, event.key)
+    if outcome == "repeat-resolved" and applied.changed <= {"event"}:
+        return JobOutcome.skipped(outcome, bare=True)
+    await refresh_root(svc, client, store, event.source, event.key)
+    return JobOutcome.ok(outcome)
+
+
+async def _follow_status(svc: Services, client: AsyncWebClient, event: AlertEvent, record: Incident, *,
+                         status_changed: bool) -> str:
+    """Say a resolve (or a fire after one) in the thread; what this delivery was."""
+    if status_changed and record.status == "resolved":
+        team = await team_of(client)
+        await svc.memory.end(team, record.channel, record.ts)  # now citable when it comes back
+        await _post(client, record.channel, record.ts, resolved_text(event, record.opened))
+        await svc.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=record.channel,
+                               outcome="resolved", detail=f"{event.source} {event.title}")
+        return "resolved"
+    if status_changed:
+        await _post(client, record.channel, record.ts, ":rotating_light: Firing again.")
+        return "firing-again"
     if event.status == "resolved":
-        if incident.status == "resolved":
-            return JobOutcome.skipped("repeat-resolved", bare=True)
-        await store.set_status(event.source, event.key, "resolved")
-        await svc.memory.end(team, incident.channel, incident.ts)  # now citable when it comes back
-        await client.chat_update(channel=incident.channel, ts=incident.ts, text=root_text(svc, event))
-        await _post(client, incident.channel, incident.ts, resolved_text(event, incident.opened))
-        await svc.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=incident.channel,
-                                    outcome="resolved", detail=f"{event.source} {event.title}")
-        return JobOutcome.ok("resolved")
-    repeats = await store.repeated(event.source, event.key)
-    if incident.status == "resolved":
-        await store.set_status(event.source, event.key, "firing")
-        await _post(client, incident.channel, incident.ts, ":rotating_light: Firing again.")
-    await client.chat_update(channel=incident.channel, ts=incident.ts, text=root_text(svc, event, repeats=repeats))
-    return JobOutcome.ok("repeated")
+        return "repeat-resolved"
+    if not event.change:  # Alertmanager and Cloud Monitoring send a firing incident again: it still fires
+        return "repeated"
+    return event.change
+
+
+async def refresh_root(svc: Services, client: AsyncWebClient, store: IncidentStore, source: str, key: str) -> None:
+    """Edit the thread's first message to the record as it is now, again if it changed meanwhile."""
+    for _ in range(RENDER_TRIES):
+        record = await store.get(source, key)
+        if record is None or not record.ts:
+            return
+        await client.chat_update(channel=record.channel, ts=record.ts, text=root_text(svc, record))
+        if await store.version(source, key) == record.version:
+            return
 
 
 async def open_incident(svc: Services, client: AsyncWebClient, store: IncidentStore, event: AlertEvent,
                         channel: str, page: bool) -> JobOutcome:
     team = await team_of(client)
-    paged = await oncall_mentions(svc, team, channel) if page else []
+    paged = await oncall_mentions(svc, team, channel) if page and not event.acknowledged else []
     try:
-        response = await client.chat_postMessage(channel=channel, text=root_text(svc, event, paged=paged),
+        if paged:
+            await store.set_paged(event.source, event.key, paged)
+        record = await store.get(event.source, event.key)
+        if record is None:
+            raise IncidentBusy(event.key)
+        response = await client.chat_postMessage(channel=channel, text=root_text(svc, record),
                                                  unfurl_links=False, unfurl_media=False)
     except BaseException:
         await store.forget(event.source, event.key)  # a retry of this job opens it again
@@ -178,36 +251,53 @@ async def investigate(svc: Services, client: AsyncWebClient, event: AlertEvent, 
         await reply.fail(f":warning: Something went wrong while investigating ({type(error).__name__}).")
 
 
-async def report_folded(svc: Services, client: AsyncWebClient, store: IncidentStore, *, source: str,
-                        window: int, channel: str, storm_threads: int, storm_window: float) -> JobOutcome:
-    """Post, or edit, the window's one storm message with the count folded so far."""
-    count = await store.folded(source, window)
-    text = (f":ocean: *Alert storm from {source}*: {count:,} more new alert{'s' * (count != 1)} in this "
-            f"{_duration(storm_window)} window {'were' if count != 1 else 'was'} folded here instead of opening "
-            f"threads (at most {storm_threads} new threads per window, ALERT_STORM_THREADS).")
-    posted_channel, ts = await store.storm_message(source, window)
+async def report_folded(svc: Services, client: AsyncWebClient, store: IncidentStore, *, window: int, channel: str,
+                        storm_threads: int, storm_window: float, route: str = "", severity: str = "",
+                        source: str = "") -> JobOutcome:
+    """Post, or edit, the storm message of the route's window for one severity, with what each source folded."""
+    if source and not route:  # queued before storms were counted per route: its counts are not kept any more
+        return JobOutcome.skipped("storm counted per source", bare=True)
+    route = route or f"*:{channel}"
+    count, by_source = await store.folded(route, severity, window)
+    text = storm_text(route, severity, count, by_source, storm_threads, storm_window)
+    posted_channel, ts = await store.storm_message(route, severity, window)
     if ts:
         await client.chat_update(channel=posted_channel, ts=ts, text=text)
         return JobOutcome.ok(f"updated {count}")
     response = await client.chat_postMessage(channel=channel, text=text, unfurl_links=False, unfurl_media=False)
-    await store.set_storm_message(source, window, channel, response["ts"], int(storm_window * 2))
+    await store.set_storm_message(route, severity, window, channel, response["ts"], int(storm_window * 2))
     return JobOutcome.ok(f"posted {count}")
 
 
 # --- texts -----------------------------------------------------------------------------------
 
-def root_text(svc: Services, event: AlertEvent, *, repeats: int = 0, paged: list[str] | None = None) -> str:
-    """The thread's first message: what fired, where from, and (edited) how often and whether it ended."""
+def storm_text(route: str, severity: str, count: int, by_source: dict[str, int], storm_threads: int,
+               storm_window: float) -> str:
+    matcher = escape(route.rpartition(":")[0]).replace("`", "'")
+    sources = ", ".join(f"{n:,} from {name}" for name, n in sorted(by_source.items()))
+    return (f":ocean: *Alert storm on route `{matcher}`*, severity {escape(severity) or 'unset'}: {count:,} more new "
+            f"alert{'s' * (count != 1)} ({sources}) in this {_duration(storm_window)} window "
+            f"{'were' if count != 1 else 'was'} folded here instead of opening threads (at most {storm_threads} new "
+            f"threads per route and severity per window, ALERT_STORM_THREADS). Alerts that page "
+            f"(ALERT_PAGE_SEVERITIES) are never folded.")
+
+
+def root_text(svc: Services, record: Incident) -> str:
+    """The thread's first message: what fired, where from, its group, and its state as the source reports it."""
     def safe(text: str) -> str:
         return escape(svc.redactor(text))
 
-    head = ":white_check_mark: *RESOLVED*" if event.status == "resolved" else ":rotating_light: *FIRING*"
+    event = AlertEvent.model_validate_json(record.fields["event"])
+    resolved = record.status == "resolved"
+    acknowledged = not resolved and record.fields.get("acknowledged") == "1"
+    head = (":white_check_mark: *RESOLVED*" if resolved else ":eyes: *ACKNOWLEDGED*" if acknowledged
+            else ":rotating_light: *FIRING*")
     severity = f" · severity {safe(event.severity)}" if event.severity else ""
-    count = f" · {event.alert_count} alerts" if event.alert_count > 1 else ""
+    count = f" · {event.alert_count:,} alerts" if event.alert_count > 1 else ""
     lines = [f"{head} · {event.source} · *{safe(event.title)}*{severity}{count}"]
     if event.summary:
         lines.append(safe(event.summary))
-    shown = {k: v for k, v in event.labels.items() if v and k != "source"}
+    shown = {k: v for k, v in event.labels.items() if v and k not in HIDDEN_LABELS}
     if shown:
         lines.append(" ".join(f"`{safe(f'{k}={v}'[:LABEL_CHARS]).replace('`', chr(39))}`"
                               for k, v in list(shown.items())[:SHOWN_LABELS]))
@@ -218,11 +308,65 @@ def root_text(svc: Services, event: AlertEvent, *, repeats: int = 0, paged: list
         when.append(f"<{escape(event.url)}|open in {event.source}>")
     if when:
         lines.append(" · ".join(when))
-    if repeats:
-        lines.append(f"_Sent again {repeats} time{'s' * (repeats != 1)}; last at {_clock(datetime.now(timezone.utc))}._")
+    lines += [safe(line) for line in group_lines(event)]
+    lines += state_lines(record, safe, resolved=resolved, acknowledged=acknowledged)
+    paged = record.fields.get("paged", "")
     if paged:
-        lines.append(f"Paging {' '.join(paged)} (severity {safe(event.severity) or 'unset'}).")
+        lines.append(f"Paging {paged} (severity {safe(event.severity) or 'unset'}).")
     return "\n".join(lines)
+
+
+def group_lines(event: AlertEvent, named: int = NAMED_IN_ROOT) -> list[str]:
+    """An Alertmanager group: how many alerts it holds and in which state, and its first `named` alerts."""
+    if event.source != "alertmanager" or event.alert_count <= 1:
+        return []
+    states = [f"{n:,} {state}" for n, state in ((event.firing_count, "firing"), (event.resolved_count, "resolved")) if n]
+    line = f"{event.alert_count:,} alerts in this group: {', '.join(states)}"
+    if event.held_back:
+        line += (f"; {event.held_back:,} more held back by the receiver's max_alerts (Alertmanager's "
+                 f"truncatedAlerts): counted, never sent")
+    lines = [line + "."]
+    sent = event.firing_count + event.resolved_count
+    listed = event.listed[:named]
+    if listed:
+        more = sent - len(listed)
+        lines.append(", ".join(listed) + (f" … and {more:,} more (the first {len(listed)} are named; every alert is "
+                                          f"counted above)." if more > 0 else "."))
+    return lines
+
+
+def state_lines(record: Incident, safe, *, resolved: bool, acknowledged: bool) -> list[str]:
+    """Acknowledgement, priority, urgency, escalation, assignment, who resolved, and "still firing"."""
+    fields = record.fields
+
+    def when(name: str) -> str:
+        at = float(fields.get(name) or 0)
+        return f" at {_clock(datetime.fromtimestamp(at, tz=timezone.utc))}" if at else ""
+
+    def by(name: str) -> str:
+        return f" by {safe(fields[name])}" if fields.get(name) else ""
+
+    lines = []
+    if acknowledged:
+        lines.append(f":eyes: Acknowledged{by('ack_by')}{when('ack_at') if fields.get('ack_by') else ''}.")
+    if fields.get("priority"):
+        was = f" (was {safe(fields['priority_was'])})" if fields.get("priority_was") else ""
+        changed = f", changed{by('priority_by')}{when('priority_at')}" if fields.get("priority_by") else ""
+        lines.append(f"Priority *{safe(fields['priority'])}*{was}{changed}.")
+    if fields.get("urgency_was") and fields.get("urgency") and fields["urgency"] != fields["urgency_was"]:
+        lines.append(f"Urgency *{safe(fields['urgency'])}* (was {safe(fields['urgency_was'])}).")
+    if fields.get("escalated_at") and not resolved:
+        to = f" to {safe(fields['escalated_to'])}" if fields.get("escalated_to") else ""
+        lines.append(f":arrow_double_up: Escalated{when('escalated_at')}{by('escalated_by')}{to}.")
+    if fields.get("assigned") and not resolved:
+        verb = "Delegated to escalation policy" if fields["assigned"] == "delegated" else "Reassigned to"
+        lines.append(f"{verb} {safe(fields.get('assigned_to') or 'nobody named')}{when('assigned_at')}{by('assigned_by')}.")
+    if resolved and fields.get("resolved_by"):
+        lines.append(f"Resolved{by('resolved_by')}{when('resolved_at')}.")
+    if record.repeats and not resolved:
+        lines.append(f"_Still firing: {record.source} sent it again {record.repeats} time{'s' * (record.repeats != 1)}, "
+                     f"last{when('last_repeat')}._")
+    return lines
 
 
 def resolved_text(event: AlertEvent, opened: float) -> str:
@@ -241,6 +385,7 @@ def alert_context(event: AlertEvent) -> list[str]:
     if event.started_at:
         lines.append(f"started: {_clock(event.started_at)}")
     lines += [f"label {k}={v}" for k, v in list(event.labels.items())[:20] if v]
+    lines += [f"group: {line}" for line in group_lines(event, named=len(event.listed))]
     return lines
 
 

@@ -4,6 +4,7 @@ Rules are tried in order and the first that matches wins: `label=value:CHANNEL` 
 alert whose label has that value (Alertmanager's group and common labels, Cloud Monitoring's
 resource and policy user labels plus `policy_name`, PagerDuty's `service`, `service_id`,
 `urgency` and `priority`; every alert also has `source`), and `*:CHANNEL` matches everything.
+The rule that matched is also the alert's storm scope, with its severity (handlers/incident_job.py).
 
     ALERT_ROUTES=team=ml-serving:C0SERVING,service=API Service:C0API,*:C0ALERTS
 """
@@ -28,6 +29,16 @@ class AlertRoute:
 
     def matches(self, event: AlertEvent) -> bool:
         return not self.label or event.labels.get(self.label) == self.value
+
+    @property
+    def rule(self) -> str:
+        """The rule as written in ALERT_ROUTES: what a storm limit counts per (with the severity)."""
+        return f"{self.matcher}:{self.channel}"
+
+    @property
+    def matcher(self) -> str:
+        """The rule without its channel, as the storm message names it: `team=tpu`, or `*`."""
+        return f"{self.label}={self.value}" if self.label else "*"
 
 
 def parse_routes(text: str) -> list[AlertRoute]:

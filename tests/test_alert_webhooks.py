@@ -4,147 +4,26 @@ sandbox Slack with a digest of the sandbox Cloud Logging entries; a repeat edits
 closes it; bad credentials are a 401 that writes nothing; a replay queues nothing; a storm
 opens at most ALERT_STORM_THREADS threads and counts the rest.
 
-Payload shapes follow the vendors' published ones (see handlers/incident_payloads.py)."""
+Payload shapes follow the vendors' published ones (tests/alert_payloads.py names each source)."""
 
 from __future__ import annotations
 
 import base64
-import hashlib
-import hmac
 import json
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timezone
 
 import httpx
 import pytest
 import redis as redis_sync
 
+from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PD_SECRET, ROUTES, alert_stack, alertmanager,
+                            answered, basic, cloud_monitoring, iso, keyspace_digest, pagerduty, pd_signature, roots,
+                            send_am, send_cm, send_pd, thread, web_only_stack)
 from infra.sandbox.vllm import LatencyModel, VllmEmulator
 from waiting import wait_until
 
-AM_TOKEN = "am-token-" + "x" * 24
-CM_TOKEN = "cm-token-" + "y" * 24
-PD_SECRET = "pd-secret-" + "z" * 24
-CH_TPU, CH_API, CH_ALL = "C0TPUALERTS", "C0APIALERTS", "C0ALLALERTS"
-ROUTES = f"team=tpu:{CH_TPU},service=API Service:{CH_API},*:{CH_ALL}"
-NODE = {"node_id": "tpubot-v5e", "zone": "us-west4-a"}  # the sandbox Cloud Logging's TPU node
-
-
-def iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
-
-
-def alertmanager(group_key: str = '{}:{alertname="TPUHBMOOM"}', status: str = "firing", **labels: str) -> dict:
-    """Alertmanager's webhook payload, version 4 (notify/webhook/webhook.go Message + template.Data)."""
-    started = datetime.now(timezone.utc) - timedelta(minutes=20)
-    common = {"alertname": "TPUHBMOOM", "severity": "critical", "team": "tpu", **NODE, **labels}
-    alert = {"status": status, "labels": common, "annotations": {"summary": "HBM out of memory on the serving TPU"},
-             "startsAt": iso(started), "endsAt": iso(datetime.now(timezone.utc)) if status == "resolved"
-             else "0001-01-01T00:00:00Z", "generatorURL": "http://prometheus:9090/graph?g0.expr=up", "fingerprint": "c0ffee"}
-    return {"receiver": "tpubot", "status": status, "alerts": [alert], "groupLabels": {"alertname": common["alertname"]},
-            "commonLabels": common, "commonAnnotations": alert["annotations"], "externalURL": "http://alertmanager:9093",
-            "version": "4", "groupKey": group_key, "truncatedAlerts": 0}
-
-
-def cloud_monitoring(incident_id: str = "0.lj2va6zdkemq", state: str = "open") -> dict:
-    """Cloud Monitoring's webhook notification, schema version 1.2."""
-    started = int(time.time()) - 1200
-    return {"version": "1.2", "incident": {
-        "incident_id": incident_id, "scoping_project_id": "sandbox-project", "scoping_project_number": 12345,
-        "url": f"https://console.cloud.google.com/monitoring/alerting/incidents/{incident_id}?project=sandbox-project",
-        "started_at": started, "ended_at": int(time.time()) if state == "closed" else None, "state": state,
-        "summary": "TPU duty cycle for tpubot-v5e is below the threshold of 0.1 with a value of 0.",
-        "apigee_url": "", "observed_value": "0", "resource": {"type": "tpu_worker", "labels": dict(NODE)},
-        "resource_type_display_name": "TPU Worker", "resource_id": "", "resource_display_name": "tpubot-v5e",
-        "resource_name": "tpubot-v5e", "metric": {"type": "tpu.googleapis.com/cpu/utilization", "displayName": "x",
-                                                   "labels": {}},
-        "metadata": {"system_labels": {}, "user_labels": {}}, "policy_name": "TPU idle", "policy_user_labels": {"team": "tpu"},
-        "documentation": {"content": "", "mime_type": "text/markdown", "subject": ""}, "condition": {},
-        "condition_name": "duty cycle below 10%", "threshold_value": "0.1", "severity": "Warning"}}
-
-
-def pagerduty(event_id: str = "5ac64822-4adc-4fda-ade0-410becf0de4f", event_type: str = "incident.triggered",
-              incident_id: str = "PGR0VU2") -> dict:
-    """A PagerDuty v3 webhook (PagerDuty/developer-docs docs/webhooks/01-Overview.md)."""
-    status = "resolved" if event_type == "incident.resolved" else "triggered"
-    return {"event": {
-        "id": event_id, "event_type": event_type, "resource_type": "incident", "occurred_at": iso(datetime.now(timezone.utc)),
-        "agent": None, "client": {"name": "PagerDuty"},
-        "data": {"id": incident_id, "type": "incident", "self": f"https://api.pagerduty.com/incidents/{incident_id}",
-                 "html_url": f"https://acme.pagerduty.com/incidents/{incident_id}", "number": 2, "status": status,
-                 "incident_key": "d3640fbd41094207a1c11e58e46b1662",
-                 "created_at": iso(datetime.now(timezone.utc) - timedelta(minutes=5)),
-                 "title": "A little bump in the road",
-                 "service": {"html_url": "https://acme.pagerduty.com/services/PF9KMXH", "id": "PF9KMXH",
-                             "self": "https://api.pagerduty.com/services/PF9KMXH", "summary": "API Service",
-                             "type": "service_reference"},
-                 "assignees": [], "urgency": "high", "resolve_reason": None}}}
-
-
-def pd_signature(body: bytes, *secrets: str) -> str:
-    return ",".join("v1=" + hmac.new(s.encode(), body, hashlib.sha256).hexdigest() for s in secrets)
-
-
-def keyspace_digest(state: redis_sync.Redis) -> str:
-    """Every key and its serialized value, hashed: any write shows as a new digest."""
-    keys = sorted(state.keys("*"))
-    digest = hashlib.sha256()
-    for key in keys:
-        digest.update(key + b"\0" + (state.dump(key) or b"") + b"\0")
-    return digest.hexdigest()
-
-
-@pytest.fixture
-def web_only_stack(make_stack):
-    """The web app alone: no worker's heartbeats or crons write to Redis, so any write is the request's."""
-    stack = make_stack(run_worker=False, alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN,
-                       cloud_monitoring_token=CM_TOKEN, pagerduty_webhook_secret=PD_SECRET)
-    http = httpx.Client(base_url=stack.web_url, timeout=30)
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
-    yield stack, http, state
-    http.close()
-    state.close()
-
-
-@pytest.fixture
-def alert_stack(make_stack):
-    stack = make_stack(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, cloud_monitoring_token=CM_TOKEN,
-                       pagerduty_webhook_secret=PD_SECRET, alert_storm_threads=3,
-                       alert_storm_window="1d")  # a window boundary never falls inside a test
-    http = httpx.Client(base_url=stack.web_url, timeout=30)
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
-    yield stack, http, state
-    http.close()
-    state.close()
-
-
-def send_am(http: httpx.Client, payload: dict, token: str = AM_TOKEN) -> httpx.Response:
-    return http.post("/alerts/alertmanager", content=json.dumps(payload).encode(),
-                     headers={"content-type": "application/json", "authorization": f"Bearer {token}"})
-
-
-def send_cm(http: httpx.Client, payload: dict, token: str = CM_TOKEN) -> httpx.Response:
-    return http.post("/alerts/cloud-monitoring", params={"auth_token": token}, content=json.dumps(payload).encode(),
-                     headers={"content-type": "application/json"})
-
-
-def send_pd(http: httpx.Client, payload: dict, secret: str = PD_SECRET) -> httpx.Response:
-    body = json.dumps(payload).encode()
-    return http.post("/alerts/pagerduty", content=body, headers={
-        "content-type": "application/json", "x-pagerduty-signature": pd_signature(body, "old-rotated-secret", secret)})
-
-
-def roots(slack, channel: str) -> list:
-    return [m for m in slack.channel_messages(channel) if not m.thread_ts or m.thread_ts == m.ts]
-
-
-def thread(slack, channel: str, ts: str) -> list:
-    return [m for m in slack.channel_messages(channel) if m.thread_ts == ts and m.ts != ts]
-
-
-def answered(slack, channel: str, ts: str):
-    """The thread's finished answer (the status line edited into it), once it is there."""
-    return next((m for m in thread(slack, channel, ts) if "Made without the model" in m.text), None)
+__all__ = ["alert_stack", "web_only_stack"]  # fixtures, shared with tests/test_alert_senders.py
 
 
 @pytest.mark.parametrize("source", ["alertmanager", "cloud-monitoring", "pagerduty"])
@@ -181,7 +60,9 @@ def test_an_alert_opens_a_thread_with_the_log_digest_a_repeat_edits_it_and_a_res
     assert any(m.blocks and "Bring the model up" in json.dumps(m.blocks) for m in thread(slack, channel, root.ts))
 
     assert send(http, repeat).status_code == 202
-    wait_until(lambda: "Sent again 1 time" in roots(slack, channel)[0].text, what="the repeat edited the first message")
+    # Alertmanager and Cloud Monitoring send a firing incident again; PagerDuty reports what changed.
+    again = ":arrow_double_up: Escalated" if source == "pagerduty" else f"Still firing: {source} sent it again 1 time"
+    wait_until(lambda: again in roots(slack, channel)[0].text, what="the repeat edited the first message")
     assert len(roots(slack, channel)) == 1
 
     assert send(http, resolve).status_code == 202
@@ -238,6 +119,8 @@ def test_bad_credentials_are_401_and_write_nothing(web_only_stack, caplog):
         params = {"auth_token": "wrong"} if source == "cloud-monitoring" and why == "no token" else {}
         response = http.post(f"/alerts/{source}", content=body, headers=pairs, params=params)
         assert response.status_code == 401, (source, why, response.text)
+        # A challenge: Cloud Monitoring's basic-auth channel sends its credentials only after one.
+        assert response.headers["www-authenticate"].startswith("Basic realm="), (source, why)
     assert keyspace_digest(state) == before
     assert stack.slack.calls_to("chat.postMessage") == []
     assert "TPUHBMOOM" not in caplog.text and "A little bump" not in caplog.text  # no body in the logs
@@ -275,10 +158,13 @@ def test_a_replayed_delivery_queues_nothing(alert_stack):
     am = alertmanager(group_key="replayed-group")
     assert send_am(http, am).status_code == 202
     assert send_am(http, am).json() == {"duplicate": True, "delivery": send_am(http, am).json()["delivery"]}
-    wait_until(lambda: len(roots(slack, CH_API)) == 1 and len(roots(slack, CH_TPU)) == 1, what="one thread each")
+    cm = cloud_monitoring("0.replayed")
+    assert send_cm(http, cm).status_code == 202
+    assert send_cm(http, cm).json()["duplicate"] is True  # within 10 minutes: Cloud Monitoring's retry
+    wait_until(lambda: len(roots(slack, CH_API)) == 1 and len(roots(slack, CH_TPU)) == 2, what="one thread each")
     [pd_root] = roots(slack, CH_API)
     wait_until(lambda: answered(slack, CH_API, pd_root.ts), timeout=60, what="the PagerDuty answer")
-    assert "Sent again" not in roots(slack, CH_API)[0].text
+    assert "sent it again" not in roots(slack, CH_API)[0].text
 
 
 def test_a_ping_is_acknowledged_an_unrouted_alert_posts_nothing_and_a_big_body_is_413(make_stack):
@@ -317,10 +203,6 @@ def test_an_alert_storm_opens_at_most_the_configured_threads_and_counts_the_rest
     assert len(threads) == 3 and len(storm_messages) == 1, [m.text[:60] for m in roots(slack, CH_TPU)]
     print(f"storm: {storm} alerts sent in {sent_in:.1f}s; 3 threads and 1 storm message ({storm_text}) "
           f"{settled_in:.1f}s after the first")
-
-
-def basic(password: str, user: str = "alertmanager") -> str:
-    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
 def test_every_documented_credential_form_is_accepted(alert_stack):

@@ -1,16 +1,25 @@
-"""Incidents opened from alert webhooks (issue 32): one record per (source, incident key) with
-the thread it lives in, and the storm window that bounds how many a source may open.
+"""Incidents opened from alert webhooks (issues 32 and 42): one record per (source, incident key)
+with the thread it lives in and the incident's state as its source reports it, and the storm
+windows that bound how many threads a route may open for one severity.
 
 Opening is one Lua script: a record that exists means a repeat (the caller updates its thread);
-otherwise the source's window counter decides between opening (a record is made, status
-`opening` until the thread's ts is set) and folding (the key joins the window's folded set, so
-a folded group that Alertmanager re-sends is counted once).
+otherwise, unless the alert pages (a page is never folded), the window counter of its storm
+scope — its ALERT_ROUTES rule and its severity, so a warning storm on one route never folds a
+critical on another, nor one on the same route — decides between opening (a record is made, its
+`ts` empty until the thread is posted) and folding (the key joins the window's folded set, so a
+folded group that Alertmanager re-sends is counted once, and its source's count goes up).
+
+State is written by `apply`, one Lua script too: each group of fields is guarded by a time field
+and written only when the delivery is not older than what the record holds, so deliveries that
+the worker runs out of order (PagerDuty sends an incident's events in order; jobs run at once)
+never put an older state back. `version` grows with every write, so whoever renders the record
+can tell it changed meanwhile.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Awaitable, cast
 
 from redis.asyncio import Redis
@@ -19,22 +28,67 @@ from infra.state import keys
 from infra.state.replies import as_text
 
 INCIDENT_TTL_SECONDS = 14 * 86_400
+NEVER_FOLD = -1  # the limit of an alert that pages
 
-# KEYS: incident, window counter, window's folded set. ARGV: channel, now, limit, window s, ttl, key.
-# 0: a record exists; 1: opened; -n: folded, n distinct keys folded in this window.
+# KEYS: incident, window counter, window's folded set, window's folded count per source.
+# ARGV: channel, now, limit (NEVER_FOLD: no limit), window s, ttl, folded member, source.
+# 0: a record exists; 1: opened; -n: folded, n distinct alerts folded in this window.
 _OPEN = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
-if redis.call('SISMEMBER', KEYS[3], ARGV[6]) == 1 then return -redis.call('SCARD', KEYS[3]) end
-local opened = redis.call('INCR', KEYS[2])
-if opened == 1 then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
-if opened > tonumber(ARGV[3]) then
-  redis.call('SADD', KEYS[3], ARGV[6])
-  redis.call('EXPIRE', KEYS[3], ARGV[4] * 2)
-  return -redis.call('SCARD', KEYS[3])
+local limit = tonumber(ARGV[3])
+if limit >= 0 then
+  if redis.call('SISMEMBER', KEYS[3], ARGV[6]) == 1 then return -redis.call('SCARD', KEYS[3]) end
+  local opened = redis.call('INCR', KEYS[2])
+  if opened == 1 then redis.call('EXPIRE', KEYS[2], ARGV[4]) end
+  if opened > limit then
+    if redis.call('SADD', KEYS[3], ARGV[6]) == 1 then redis.call('HINCRBY', KEYS[4], ARGV[7], 1) end
+    redis.call('EXPIRE', KEYS[3], ARGV[4] * 2)
+    redis.call('EXPIRE', KEYS[4], ARGV[4] * 2)
+    return -redis.call('SCARD', KEYS[3])
+  end
 end
-redis.call('HSET', KEYS[1], 'channel', ARGV[1], 'opened', ARGV[2], 'status', 'opening', 'repeats', '0', 'ts', '')
+redis.call('HSET', KEYS[1], 'channel', ARGV[1], 'opened', ARGV[2], 'repeats', '0', 'ts', '', 'version', '0')
 redis.call('EXPIRE', KEYS[1], ARGV[5])
 return 1
+"""
+
+# KEYS[1]: the incident. ARGV[1]: r, then r field names whose replaced value is kept as
+# <field>_was; then groups, each: guard field, time, m, and m field/value pairs. A group is
+# written when its time is not older than its guard's, which then holds that time.
+# Returns {fields whose value changed, the record as HGETALL's flat list}; {{}, {}} without a record.
+_APPLY = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return {{}, {}} end
+local r = tonumber(ARGV[1])
+local remember = {}
+for j = 2, r + 1 do remember[ARGV[j]] = true end
+local changed = {}
+local i = r + 2
+while i <= #ARGV do
+  local guard, at, m = ARGV[i], tonumber(ARGV[i + 1]), tonumber(ARGV[i + 2])
+  if at >= (tonumber(redis.call('HGET', KEYS[1], guard) or '0') or 0) then
+    redis.call('HSET', KEYS[1], guard, ARGV[i + 1])
+    for k = 0, m - 1 do
+      local name, value = ARGV[i + 3 + 2 * k], ARGV[i + 4 + 2 * k]
+      local old = redis.call('HGET', KEYS[1], name) or ''
+      if old ~= value then
+        if remember[name] and old ~= '' then redis.call('HSET', KEYS[1], name .. '_was', old) end
+        redis.call('HSET', KEYS[1], name, value)
+        changed[#changed + 1] = name
+      end
+    end
+  end
+  i = i + 3 + 2 * m
+end
+if #changed > 0 then redis.call('HINCRBY', KEYS[1], 'version', 1) end
+return {changed, redis.call('HGETALL', KEYS[1])}
+"""
+
+# KEYS[1]: the incident. ARGV: now. One more "sent again", when it has a record.
+_REPEAT = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'last_repeat', ARGV[1])
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+return redis.call('HINCRBY', KEYS[1], 'repeats', 1)
 """
 
 
@@ -44,9 +98,32 @@ class Incident:
     key: str
     channel: str
     ts: str  # the root message of its thread; "" while it is being opened
-    status: str  # opening | firing | resolved
+    status: str  # firing | resolved ("" before its first state is applied)
     repeats: int
     opened: float
+    version: int = 0
+    fields: dict[str, str] = field(default_factory=dict)  # the whole record, the source's state included
+
+    @classmethod
+    def of(cls, source: str, key: str, fields: dict[str, str]) -> Incident:
+        return cls(source, key, fields.get("channel", ""), fields.get("ts", ""), fields.get("status", ""),
+                   int(fields.get("repeats", "0") or 0), float(fields.get("opened", "0") or 0),
+                   int(fields.get("version", "0") or 0), fields)
+
+
+@dataclass(frozen=True)
+class StateUpdate:
+    """Fields the source reported at `at` (epoch seconds), guarded by `guard`."""
+
+    guard: str
+    at: float
+    fields: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Applied:
+    changed: frozenset[str]  # fields whose value this call changed
+    incident: Incident | None  # the record after; None when there is none
 
 
 @dataclass(frozen=True)
@@ -61,45 +138,75 @@ class IncidentStore:
     def __init__(self, redis: Redis) -> None:
         self._redis = redis
         self._open = redis.register_script(_OPEN)
+        self._apply = redis.register_script(_APPLY)
+        self._repeat = redis.register_script(_REPEAT)
 
-    async def open(self, source: str, key: str, channel: str, *, limit: int, window_seconds: int,
-                   now: float | None = None) -> Opening:
+    async def open(self, source: str, key: str, channel: str, *, route: str, severity: str, limit: int,
+                   window_seconds: int, now: float | None = None) -> Opening:
+        """Open the incident, or fold it into the window of its route and severity (`limit`
+        NEVER_FOLD: never fold)."""
         now = time.time() if now is None else now
         window = int(now // max(window_seconds, 1))
+        scope = keys.storm_scope(route, severity)
         result = int(await self._open(
-            keys=[keys.incident(source, key), keys.incident_window(source, window), keys.incident_folded(source, window)],
-            args=[channel, f"{now:.3f}", limit, max(window_seconds, 1), INCIDENT_TTL_SECONDS, key]))
+            keys=[keys.incident(source, key), keys.incident_window(scope, window), keys.incident_folded(scope, window),
+                  keys.incident_folded_sources(scope, window)],
+            args=[channel, f"{now:.3f}", limit, max(window_seconds, 1), INCIDENT_TTL_SECONDS, f"{source}\0{key}",
+                  source]))
         return Opening(opened=result == 1, exists=result == 0, folded=-result if result < 0 else 0, window=window)
 
     async def get(self, source: str, key: str) -> Incident | None:
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.incident(source, key)))
         if not raw:
             return None
-        fields = {as_text(k): as_text(v) for k, v in raw.items()}
-        return Incident(source, key, fields.get("channel", ""), fields.get("ts", ""), fields.get("status", ""),
-                        int(fields.get("repeats", "0") or 0), float(fields.get("opened", "0") or 0))
+        return Incident.of(source, key, {as_text(k): as_text(v) for k, v in raw.items()})
+
+    async def apply(self, source: str, key: str, updates: list[StateUpdate], *,
+                    remember: tuple[str, ...] = ()) -> Applied:
+        args: list[str | int] = [len(remember), *remember]
+        for update in updates:
+            args += [update.guard, f"{update.at:.6f}", len(update.fields)]
+            for name, value in update.fields.items():
+                args += [name, value]
+        changed, flat = await self._apply(keys=[keys.incident(source, key)], args=args)
+        if not flat:
+            return Applied(frozenset(), None)
+        record = {as_text(flat[i]): as_text(flat[i + 1]) for i in range(0, len(flat), 2)}
+        return Applied(frozenset(as_text(name) for name in changed), Incident.of(source, key, record))
 
     async def set_thread(self, source: str, key: str, ts: str) -> None:
-        await cast(Awaitable[int], self._redis.hset(keys.incident(source, key), mapping={"ts": ts, "status": "firing"}))
+        await cast(Awaitable[int], self._redis.hset(keys.incident(source, key), "ts", ts))
 
-    async def set_status(self, source: str, key: str, status: str) -> None:
-        await cast(Awaitable[int], self._redis.hset(keys.incident(source, key), "status", status))
+    async def set_paged(self, source: str, key: str, mentions: list[str]) -> None:
+        await cast(Awaitable[int], self._redis.hset(keys.incident(source, key), "paged", " ".join(mentions)))
 
-    async def repeated(self, source: str, key: str) -> int:
-        return int(await cast(Awaitable[int], self._redis.hincrby(keys.incident(source, key), "repeats", 1)))
+    async def repeated(self, source: str, key: str, now: float | None = None) -> int:
+        """Count one more delivery of a firing incident; the count so far."""
+        return int(await self._repeat(keys=[keys.incident(source, key)],
+                                      args=[f"{time.time() if now is None else now:.3f}"]))
+
+    async def version(self, source: str, key: str) -> int:
+        raw = await cast(Awaitable[bytes | str | None], self._redis.hget(keys.incident(source, key), "version"))
+        return int(as_text(raw or "0") or 0)
 
     async def forget(self, source: str, key: str) -> None:
         """Drop a record whose thread could not be opened, so a retry opens it."""
         await self._redis.delete(keys.incident(source, key))
 
-    async def folded(self, source: str, window: int) -> int:
-        return int(await cast(Awaitable[int], self._redis.scard(keys.incident_folded(source, window))))
+    async def folded(self, route: str, severity: str, window: int) -> tuple[int, dict[str, int]]:
+        """How many distinct alerts the window folded, and how many of them each source sent."""
+        scope = keys.storm_scope(route, severity)
+        count = int(await cast(Awaitable[int], self._redis.scard(keys.incident_folded(scope, window))))
+        raw = await cast(Awaitable[dict], self._redis.hgetall(keys.incident_folded_sources(scope, window)))
+        return count, {as_text(k): int(as_text(v)) for k, v in raw.items()}
 
-    async def storm_message(self, source: str, window: int) -> tuple[str, str]:
+    async def storm_message(self, route: str, severity: str, window: int) -> tuple[str, str]:
         """(channel, ts) of the window's storm message, or ("", "")."""
-        raw = await self._redis.get(keys.incident_storm_message(source, window))
+        raw = await self._redis.get(keys.incident_storm_message(keys.storm_scope(route, severity), window))
         channel, _, ts = as_text(raw or "").partition("|")
         return channel, ts
 
-    async def set_storm_message(self, source: str, window: int, channel: str, ts: str, ttl_seconds: int) -> None:
-        await self._redis.set(keys.incident_storm_message(source, window), f"{channel}|{ts}", ex=max(ttl_seconds, 60))
+    async def set_storm_message(self, route: str, severity: str, window: int, channel: str, ts: str,
+                                ttl_seconds: int) -> None:
+        await self._redis.set(keys.incident_storm_message(keys.storm_scope(route, severity), window),
+                              f"{channel}|{ts}", ex=max(ttl_seconds, 60))

@@ -110,16 +110,26 @@ def incident(source: str, key: str) -> str:
     return f"{PREFIX}:incident:{source}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
-def incident_window(source: str, window: int) -> str:
-    return f"{PREFIX}:incident-window:{source}:{window}"
+def storm_scope(route: str, severity: str) -> str:
+    """What one storm limit counts over: an ALERT_ROUTES rule and one severity (any text, hashed)."""
+    return hashlib.sha256(f"{route}\0{severity}".encode()).hexdigest()[:32]
 
 
-def incident_folded(source: str, window: int) -> str:
-    return f"{PREFIX}:incident-folded:{source}:{window}"
+def incident_window(scope: str, window: int) -> str:
+    return f"{PREFIX}:incident-window:{scope}:{window}"
 
 
-def incident_storm_message(source: str, window: int) -> str:
-    return f"{PREFIX}:incident-storm:{source}:{window}"
+def incident_folded(scope: str, window: int) -> str:
+    return f"{PREFIX}:incident-folded:{scope}:{window}"
+
+
+def incident_folded_sources(scope: str, window: int) -> str:
+    """How many of a window's folded alerts each source sent."""
+    return f"{PREFIX}:incident-folded-by:{scope}:{window}"
+
+
+def incident_storm_message(scope: str, window: int) -> str:
+    return f"{PREFIX}:incident-storm:{scope}:{window}"
 
 
 def followed_thread(team: str, channel: str, thread_ts: str) -> str:

@@ -1,0 +1,265 @@
+"""Alerts as the real senders send them (issue 42), through the real web app over HTTP and the
+real worker: each source's own test or ping is a 2xx and a log line; a 1,200-pod Alertmanager
+group is taken whole and counted in its thread; a storm folds per route and severity and never
+folds a page; PagerDuty's acknowledgements, priority and urgency changes, escalations and
+reassignments show on the thread's first message with who made them, whatever order the worker
+runs them in; a byte-identical Alertmanager repeat after its group interval shows still firing,
+counted, while a retry inside it is a no-op.
+
+Every payload is shaped by its sender's own sources, named in tests/alert_payloads.py."""
+
+from __future__ import annotations
+
+import json
+import logging
+import tracemalloc
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PAGEY_PING, SENDERS, TEAM, basic, clients,
+                            cloud_monitoring, cloud_monitoring_test_connection, crash_loop_chunks, crash_loop_group,
+                            keyspace_digest, pagerduty, roots, send_am, send_cm, send_pd, thread, user,
+                            web_only_stack)
+from handlers.alertmanager_payload import LISTED_ALERTS, AlertmanagerReader, parse_alertmanager
+from handlers.incident_job import NAMED_IN_ROOT, alert_context
+from infra.state import keys
+from waiting import wait_until
+
+__all__ = ["web_only_stack"]  # a fixture
+
+@pytest.fixture
+def senders(make_stack):
+    with clients(make_stack(alertmanager_group_interval="2s", **SENDERS)) as parts:
+        yield parts
+
+
+def root_of(slack, channel: str, contains: str):
+    return next((m for m in roots(slack, channel) if contains in m.text), None)
+
+
+def clock(moment: datetime) -> str:
+    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def test_each_sources_test_or_ping_is_a_2xx_and_a_log_line_and_opens_nothing(web_only_stack, caplog):
+    stack, http, state = web_only_stack
+    caplog.set_level(logging.INFO, logger="bot.alert_webhooks")
+    before = keyspace_digest(state)
+
+    # Cloud Monitoring's basic-auth channel: first without credentials, then with them once challenged.
+    body = json.dumps(cloud_monitoring_test_connection()).encode()
+    unchallenged = http.post("/alerts/cloud-monitoring", content=body, headers={"content-type": "application/json"})
+    assert unchallenged.status_code == 401 and unchallenged.headers["www-authenticate"].startswith("Basic ")
+    test = http.post("/alerts/cloud-monitoring", content=body,
+                     headers={"content-type": "application/json", "authorization": basic(CM_TOKEN, "google")})
+    assert test.status_code == 200, test.text
+    # The token channel's "Test connection" (the old answer was 400: "version: Input should be '1.2'").
+    assert send_cm(http, cloud_monitoring_test_connection()).status_code == 200
+    ping = send_pd(http, PAGEY_PING)
+    assert ping.status_code == 200, ping.text
+
+    assert "a Cloud Monitoring test notification (the channel's Test connection) reached /alerts/cloud-monitoring: " \
+           "answered 200, nothing posted" in caplog.text
+    assert "a PagerDuty ping (pagey.ping: the subscription's test event) reached /alerts/pagerduty" in caplog.text
+    assert "Test Incident" not in caplog.text and "Hello from your friend" not in caplog.text  # no body logged
+    assert keyspace_digest(state) == before
+    assert stack.slack.calls_to("chat.postMessage") == []
+
+
+def test_a_1200_pod_group_is_taken_whole_and_its_thread_says_what_it_holds(senders):
+    stack, http, _ = senders
+    group = crash_loop_group(1200)
+    # Larger than the cap that bounds the other sources' bodies: a 413 here would be lost for good
+    # (Alertmanager retries only a 5xx).
+    assert len(group) > stack.settings.alert_max_body_bytes
+    response = send_am(http, group)
+    assert response.status_code == 202, response.text
+    root = wait_until(lambda: root_of(stack.slack, CH_TPU, "KubePodCrashLooping"), what="the group's thread")
+    assert "· 1,200 alerts" in root.text
+    assert "1,200 alerts in this group: 1,200 firing." in root.text
+    assert "pod=trainer-000-00000-7d9f8b6c5-x0lqz" in root.text  # the first alert, by what sets it apart
+    assert f"… and {1200 - NAMED_IN_ROOT:,} more (the first {NAMED_IN_ROOT} are named; every alert is counted above)." \
+        in root.text
+
+    # The operator then sets max_alerts: 500 on the receiver; the next notification holds back 700.
+    assert send_am(http, crash_loop_group(500, truncated=700)).status_code == 202
+    held = ("1,200 alerts in this group: 500 firing; 700 more held back by the receiver's max_alerts "
+            "(Alertmanager's truncatedAlerts): counted, never sent.")
+    wait_until(lambda: held in roots(stack.slack, CH_TPU)[0].text, what="the thread counting what max_alerts held back")
+
+    # Then some pods recover: Alertmanager sends them resolved, in the same group.
+    partly = json.loads(crash_loop_group(30))
+    for alert in partly["alerts"][:10]:
+        alert.update(status="resolved", endsAt="2026-12-01T21:30:00Z")
+    assert send_am(http, partly).status_code == 202
+    wait_until(lambda: "30 alerts in this group: 20 firing, 10 resolved." in roots(stack.slack, CH_TPU)[0].text,
+               what="the group's firing and resolved alerts counted")
+    assert "(resolved)" in roots(stack.slack, CH_TPU)[0].text  # a named alert that resolved says so
+    assert len(roots(stack.slack, CH_TPU)) == 1
+
+
+def read_group(count: int) -> tuple[int, int, int]:
+    """(alerts counted, bytes fed, peak bytes traced) for a group fed as it would arrive."""
+    sent = 0
+    tracemalloc.start()
+    try:
+        reader = AlertmanagerReader()
+        for chunk in crash_loop_chunks(count):
+            sent += len(chunk)
+            reader.feed(chunk)
+        event = reader.finish()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert event.firing_count == count and len(event.listed) == LISTED_ALERTS
+    return event.alert_count, sent, peak
+
+
+def test_a_group_is_read_in_memory_that_does_not_grow_with_it():
+    """What is held is the chunk at hand and the first LISTED_ALERTS alerts, not the group: four
+    times the alerts, about the same peak."""
+    small, large = read_group(1500), read_group(6000)
+    for count, sent, peak in (small, large):
+        print(f"group of {count:,} alerts: {sent / 1e6:.1f} MB read, peak {peak / 1e6:.2f} MB traced")
+    assert large[0] == 6000
+    assert large[2] < small[2] * 1.5, (small, large)
+    assert large[2] < large[1] / 4, large
+
+
+def test_a_critical_alert_during_a_storm_on_another_route_gets_its_own_thread_and_its_page(senders):
+    stack, http, state = senders
+    slack = stack.slack
+    state.set(keys.oncall(TEAM, CH_TPU), json.dumps(["<!subteam^S0TPU>"]))
+    state.set(keys.oncall(TEAM, CH_ALL), json.dumps(["<!subteam^S0SRE>"]))
+    for n in range(12):  # a warning storm on the catch-all route
+        assert send_cm(http, cloud_monitoring(f"0.storm-{n}", team="web")).status_code == 202
+    storm = wait_until(lambda: root_of(slack, CH_ALL, "9 more new alerts"), what="the storm message")
+    assert "*Alert storm on route `*`*, severity warning: 9 more new alerts (9 from cloud-monitoring)" in storm.text
+    assert "Alerts that page (ALERT_PAGE_SEVERITIES) are never folded." in storm.text
+
+    # During it, from the same source: a critical on another route, a critical on the storming
+    # route, and a warning on another route.
+    def critical(incident_id: str, team: str) -> dict:
+        payload = cloud_monitoring(incident_id, team=team)
+        payload["incident"]["severity"] = "Critical"
+        return payload
+
+    assert send_cm(http, critical("0.tpu-critical", "tpu")).status_code == 202
+    assert send_cm(http, critical("0.critical-here", "web")).status_code == 202
+    assert send_cm(http, cloud_monitoring("0.tpu-warning")).status_code == 202
+
+    def severity(channel: str, level: str) -> list:
+        return [m for m in roots(slack, channel) if f"severity {level}" in m.text and ":rotating_light:" in m.text]
+
+    [tpu] = wait_until(lambda: severity(CH_TPU, "critical"), what="the critical's own thread")
+    assert "Paging <!subteam^S0TPU> (severity critical)." in tpu.text
+    [here] = wait_until(lambda: severity(CH_ALL, "critical"), what="the critical on the storming route, not folded")
+    assert "Paging <!subteam^S0SRE> (severity critical)." in here.text
+    wait_until(lambda: len(severity(CH_TPU, "warning")) == 1, what="the other route's warning, in its own scope")
+    # The storm still counts only its own route's warnings: 3 threads and one message.
+    assert len(severity(CH_ALL, "warning")) == 3
+    assert len([m for m in roots(slack, CH_ALL) if "Alert storm" in m.text]) == 1
+
+
+def test_pagerduty_states_show_on_the_first_message_with_who_changed_them(senders):
+    stack, http, _ = senders
+    slack = stack.slack
+    t0 = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=30)
+    tenex, ops, responder = user("Tenex Engineer", "PLH1HKV"), user("Ops Lead", "POPS001"), user("User 123", "PTUXL6G")
+
+    def sent(event_id: str, event_type: str, minutes: int, **fields) -> None:
+        payload = pagerduty(event_id, event_type, occurred_at=t0 + timedelta(minutes=minutes), **fields)
+        response = send_pd(http, payload, webhook_id=f"wh-{event_id}")
+        assert response.status_code == 202, response.text
+
+    def first() -> str:
+        return roots(slack, CH_API)[0].text
+
+    sent("ev-1", "incident.triggered", 0, priority_name="P3", assignees=(responder,))
+    wait_until(lambda: roots(slack, CH_API), what="the incident's thread")
+    sent("ev-2", "incident.acknowledged", 1, agent=tenex, priority_name="P3", assignees=(responder,))
+    wait_until(lambda: ":eyes: *ACKNOWLEDGED*" in first(), what="acknowledged")
+    assert f":eyes: Acknowledged by Tenex Engineer at {clock(t0 + timedelta(minutes=1))}." in first()
+
+    sent("ev-3", "incident.priority_updated", 2, agent=ops, status="acknowledged", priority_name="P1")
+    wait_until(lambda: "Priority *P1*" in first(), what="the new priority")
+    assert f"Priority *P1* (was P3), changed by Ops Lead at {clock(t0 + timedelta(minutes=2))}." in first()
+    assert ":eyes: *ACKNOWLEDGED*" in first()
+
+    # An older event the worker runs late (PagerDuty sent it in order) puts no older state back.
+    sent("ev-0", "incident.unacknowledged", 0, agent=ops, priority_name="P3")
+    sent("ev-4", "incident.escalated", 3, status="acknowledged", priority_name="P1", assignees=(ops,))
+    wait_until(lambda: ":arrow_double_up: Escalated" in first(), what="the escalation")
+    assert f":arrow_double_up: Escalated at {clock(t0 + timedelta(minutes=3))} to Ops Lead." in first()
+    assert ":eyes: *ACKNOWLEDGED*" in first() and "Priority *P1* (was P3)" in first()
+
+    sent("ev-5", "incident.reassigned", 4, agent=tenex, status="acknowledged", priority_name="P1", urgency="low",
+         assignees=(user("Night Owl", "PNIGHT1"),))
+    wait_until(lambda: "Reassigned to Night Owl" in first(), what="the reassignment")
+    assert f"Reassigned to Night Owl at {clock(t0 + timedelta(minutes=4))} by Tenex Engineer." in first()
+    assert "Urgency *low* (was high)." in first()
+
+    # Replays: the same event again, and another attempt of the same webhook (its X-Webhook-Id).
+    replay = send_pd(http, pagerduty("ev-2", "incident.acknowledged", occurred_at=t0 + timedelta(minutes=1),
+                                     agent=tenex))
+    assert replay.status_code == 200 and replay.json()["duplicate"] is True
+    attempt = send_pd(http, pagerduty("ev-2-again", "incident.acknowledged", agent=tenex), webhook_id="wh-ev-2")
+    assert attempt.status_code == 200 and attempt.json()["duplicate"] is True
+
+    sent("ev-6", "incident.resolved", 5, agent=tenex, priority_name="P1", urgency="low")
+    wait_until(lambda: first().startswith(":white_check_mark: *RESOLVED*"), what="resolved")
+    assert f"Resolved by Tenex Engineer at {clock(t0 + timedelta(minutes=5))}." in first()
+    [root] = roots(slack, CH_API)
+    wait_until(lambda: any("Resolved at" in m.text for m in thread(slack, CH_API, root.ts)), what="resolved in the thread")
+    assert "sent it again" not in first()  # state changes are not repeats
+
+
+def test_a_byte_identical_alertmanager_repeat_after_its_group_interval_shows_still_firing(senders):
+    """ALERTMANAGER_GROUP_INTERVAL is 2s here: the same bytes within it are a retry, after it a repeat."""
+    stack, http, state = senders
+    group = crash_loop_group(3)
+    first = send_am(http, group)
+    assert first.status_code == 202, first.text
+    marker = keys.dedupe("alert", f"alertmanager:{first.json()['delivery']}")
+    retry = send_am(http, group)
+    assert retry.status_code == 200 and retry.json()["duplicate"] is True
+    root = wait_until(lambda: root_of(stack.slack, CH_TPU, "KubePodCrashLooping"), what="the group's thread")
+    assert "sent it again" not in root.text
+
+    for n in (1, 2):
+        wait_until(lambda: not state.exists(marker), timeout=10, what="the group interval to pass")
+        again = send_am(http, group)  # repeat_interval: Alertmanager sends the unchanged group again
+        assert again.status_code == 202, again.text
+        expected = f"Still firing: alertmanager sent it again {n} time{'s' * (n != 1)}, last at"
+        wait_until(lambda expected=expected: expected in roots(stack.slack, CH_TPU)[0].text, what=f"repeat {n} counted")
+    assert len(roots(stack.slack, CH_TPU)) == 1
+    assert roots(stack.slack, CH_TPU)[0].text.startswith(":rotating_light: *FIRING*")
+
+
+def test_a_sender_that_goes_away_mid_group_leaves_a_log_line_and_no_traceback(web_only_stack, caplog):
+    import socket
+    from urllib.parse import urlsplit
+
+    stack, _, state = web_only_stack
+    caplog.set_level(logging.INFO, logger="bot.alert_webhooks")
+    before = keyspace_digest(state)
+    address = urlsplit(stack.web_url)
+    group = crash_loop_group(50)
+    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
+        sock.sendall(b"POST /alerts/alertmanager HTTP/1.1\r\nHost: tpubot\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + AM_TOKEN.encode() + b"\r\n"
+                     b"Content-Length: " + str(len(group)).encode() + b"\r\n\r\n" + group[: len(group) // 2])
+    wait_until(lambda: "went away before its body was read" in caplog.text, what="the disconnect noted")
+    assert "Traceback" not in caplog.text
+    assert keyspace_digest(state) == before
+
+
+def test_the_model_is_given_the_groups_size_and_its_first_kept_alerts():
+    """What the investigation's model reads of a group (the thread context; the request stays the bot's own)."""
+    lines = alert_context(parse_alertmanager(crash_loop_group(1200)))
+    counted, named = [line for line in lines if line.startswith("group: ")]
+    assert counted == "group: 1,200 alerts in this group: 1,200 firing."
+    assert "pod=trainer-000-00019-" in named and "pod=trainer-000-00020-" not in named
+    assert named.endswith(f"… and {1200 - LISTED_ALERTS:,} more (the first {LISTED_ALERTS} are named; every alert is "
+                          "counted above).")

@@ -1,0 +1,93 @@
+"""A stalled Redis (issue 42): the primary paused (SIGSTOP: connections open, nothing answers), as
+a slow disk or a VM pause stalls it. PagerDuty waits 5 s for a 2xx and retries otherwise
+(PagerDuty/developer-docs, docs/webhooks/02-Behavior.md); the alert routes must answer within
+that, and with a status the senders retry. The queueing that overran goes on: the sender's retry
+after the thaw is then one delivery, not two."""
+
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import pytest
+import redis as redis_sync
+
+from alert_payloads import (AM_TOKEN, CM_TOKEN, PD_SECRET, ROUTES, alertmanager, cloud_monitoring, pagerduty, send_am,
+                            send_cm, send_pd)
+from bot.local_stack import LocalStack, free_port
+from bot.settings import Settings
+from infra.jobs import QUEUE_NAME
+from infra.state import keys
+from infra.state.redis_server import RestartableRedis
+from waiting import wait_until
+
+PAGERDUTY_DEADLINE_SECONDS = 5.0
+
+
+@pytest.fixture
+def stalling(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    redis = RestartableRedis(free_port(), str(tmp_path / "redis")).start()
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis.url, alert_routes=ROUTES,
+                             alertmanager_webhook_token=AM_TOKEN, cloud_monitoring_token=CM_TOKEN,
+                             pagerduty_webhook_secret=PD_SECRET)
+    stack = LocalStack(settings, run_worker=False).start()  # no worker: what is queued stays countable
+    try:
+        yield redis, stack
+    finally:
+        stack.stop()
+        redis.stop()
+
+
+def queued_alert_jobs(url: str) -> list[str]:
+    client = redis_sync.Redis.from_url(url)
+    try:
+        return sorted(job.decode() for job in client.zrange(QUEUE_NAME, 0, -1) if job.startswith(b"alert:"))
+    finally:
+        client.close()
+
+
+def test_a_stalled_redis_is_a_fast_503_and_the_retry_after_it_is_one_delivery(stalling):
+    redis, stack = stalling
+    # A client that gives up when PagerDuty does.
+    with httpx.Client(base_url=stack.web_url, timeout=PAGERDUTY_DEADLINE_SECONDS) as http:
+        assert send_pd(http, pagerduty(event_id="before-stall")).status_code == 202  # connections made
+        stalled = pagerduty(event_id="during-stall", incident_id="PSTALL1")
+        group = alertmanager(group_key="stalled-group")
+        incident = cloud_monitoring("0.stalled")
+        redis.freeze()
+        try:
+            with ThreadPoolExecutor(3) as pool:  # at once, as three senders would
+                answers = list(pool.map(timed, [lambda: send_pd(http, stalled), lambda: send_am(http, group),
+                                                lambda: send_cm(http, incident)]))
+        finally:
+            redis.thaw()  # only now: every answer came while nothing answered
+        (pd, pd_seconds), (am, am_seconds), (cm, cm_seconds) = answers
+        print(f"answers while Redis was paused: PagerDuty {pd.status_code} in {pd_seconds:.2f}s, "
+              f"Alertmanager {am.status_code} in {am_seconds:.2f}s, Cloud Monitoring {cm.status_code} in {cm_seconds:.2f}s")
+        assert pd.status_code == 503 and "send it again" in pd.json()["error"], pd.text
+        assert am.status_code == 503 and cm.status_code == 503, (am.text, cm.text)
+        assert max(pd_seconds, am_seconds, cm_seconds) < PAGERDUTY_DEADLINE_SECONDS
+
+        # The queueing went on and landed after the thaw; the senders' retries find it.
+        marker = keys.dedupe("alert", "pagerduty:during-stall")
+        with redis_sync.Redis.from_url(redis.url) as state:
+            wait_until(lambda: state.exists(marker), timeout=30, what="the stalled delivery queued after the thaw")
+        retry = send_pd(http, stalled)
+        assert retry.status_code == 200 and retry.json()["duplicate"] is True, retry.text
+        am_retry = send_am(http, group)
+        assert am_retry.status_code == 200 and am_retry.json()["duplicate"] is True, am_retry.text
+        cm_retry = send_cm(http, incident)
+        assert cm_retry.status_code == 200 and cm_retry.json()["duplicate"] is True, cm_retry.text
+    jobs = queued_alert_jobs(redis.url)
+    assert len([job for job in jobs if "during-stall" in job]) == 1, jobs
+    assert len([job for job in jobs if job.startswith("alert:alertmanager:")]) == 1, jobs
+    assert len([job for job in jobs if job.startswith("alert:cloud-monitoring:")]) == 1, jobs
+    assert len(jobs) == 4, jobs  # one before, one per sender during: nothing twice
+
+
+def timed(send):
+    started = time.monotonic()
+    response = send()
+    return response, time.monotonic() - started

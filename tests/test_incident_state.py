@@ -1,0 +1,76 @@
+"""The incident record and the storm windows (infra/state/incidents.py, issue 42) on a real
+Redis-protocol server: state written out of order keeps the newest; a change keeps what it
+replaced; storms are counted per route and severity, and a page is never folded."""
+
+from __future__ import annotations
+
+import asyncio
+
+from redis.asyncio import Redis
+
+from infra.state.incidents import NEVER_FOLD, IncidentStore, StateUpdate
+
+
+def run(redis_url: str, body) -> None:
+    async def main() -> None:
+        redis = Redis.from_url(redis_url)
+        try:
+            await body(IncidentStore(redis))
+        finally:
+            await redis.aclose()
+
+    asyncio.run(main())
+
+
+def test_state_applied_out_of_order_keeps_the_newest_and_what_a_change_replaced(redis_url):
+    async def body(store: IncidentStore) -> None:
+        opened = await store.open("pagerduty", "PGR0VU2", "C1", route="*:C1", severity="high", limit=5,
+                                  window_seconds=600, now=1000.0)
+        assert opened.opened
+        first = await store.apply("pagerduty", "PGR0VU2", [
+            StateUpdate("snapshot_at", 100.0, {"status": "firing", "priority": "P3", "acknowledged": ""})],
+            remember=("priority",))
+        assert first.changed == {"status", "priority"} and first.incident is not None
+        newer = await store.apply("pagerduty", "PGR0VU2", [
+            StateUpdate("snapshot_at", 300.0, {"status": "firing", "priority": "P1", "acknowledged": "1"}),
+            StateUpdate("ack_at", 300.0, {"ack_by": "Tenex Engineer"})], remember=("priority",))
+        assert newer.changed == {"priority", "acknowledged", "ack_by"}
+        assert newer.incident and newer.incident.fields["priority_was"] == "P3"
+        # An older delivery run late writes nothing and changes no version.
+        older = await store.apply("pagerduty", "PGR0VU2", [
+            StateUpdate("snapshot_at", 200.0, {"status": "firing", "priority": "P2", "acknowledged": ""}),
+            StateUpdate("ack_at", 200.0, {"ack_by": "Someone Earlier"})], remember=("priority",))
+        assert older.changed == frozenset()
+        record = older.incident
+        assert record and record.fields["priority"] == "P1" and record.fields["ack_by"] == "Tenex Engineer"
+        assert record.version == newer.incident.version == await store.version("pagerduty", "PGR0VU2")
+        assert await store.repeated("pagerduty", "PGR0VU2", now=400.0) == 1
+        assert await store.version("pagerduty", "PGR0VU2") == record.version + 1
+        # No record, nothing written.
+        missing = await store.apply("pagerduty", "nope", [StateUpdate("snapshot_at", 1.0, {"status": "firing"})])
+        assert missing.incident is None and await store.get("pagerduty", "nope") is None
+
+    run(redis_url, body)
+
+
+def test_storms_are_counted_per_route_and_severity_and_a_page_is_never_folded(redis_url):
+    async def body(store: IncidentStore) -> None:
+        async def open_(key: str, route: str, severity: str, limit: int = 2, source: str = "cloud-monitoring"):
+            return await store.open(source, key, "C1", route=route, severity=severity, limit=limit,
+                                    window_seconds=600, now=1000.0)
+
+        assert (await open_("w1", "*:C1", "warning")).opened
+        assert (await open_("w2", "*:C1", "warning")).opened
+        folded = await open_("w3", "*:C1", "warning")
+        assert not folded.opened and folded.folded == 1
+        assert (await open_("w3", "*:C1", "warning")).folded == 1  # the same alert again is counted once
+        assert (await open_("am", "*:C1", "warning", source="alertmanager")).folded == 2
+        # Another route, and another severity on the same route, have windows of their own.
+        assert (await open_("t1", "team=tpu:C2", "warning")).opened
+        assert (await open_("c1", "*:C1", "critical")).opened
+        # A page opens whatever the window says.
+        assert (await open_("p1", "*:C1", "warning", limit=NEVER_FOLD)).opened
+        assert await store.folded("*:C1", "warning", folded.window) == (2, {"cloud-monitoring": 1, "alertmanager": 1})
+        assert await store.folded("team=tpu:C2", "warning", folded.window) == (0, {})
+
+    run(redis_url, body)
