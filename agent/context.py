@@ -23,24 +23,20 @@ from infra.jobs import JobQueue
 from infra.metrics import Metrics
 from infra.prices import PriceTable
 from infra.runbooks.library import RunbookLibrary
-from infra.state.alerts import AlertMarks
+from infra.state.alerts import AlertMarks, BenchResults, OnCallStore
 from infra.state.audit import AuditLog
-from infra.state.bench_results import BenchResults
 from infra.state.dedupe import Dedupe
 from infra.state.leases import Lease, LeaseStore
 from infra.state.locks import ChannelLocks
-from infra.state.oncall import OnCallStore
 from infra.state.usage import UsageStore
 
 if TYPE_CHECKING:
     from agent.access import AccessPolicy, GroupDirectory
     from infra.cloud_logging import CloudLoggingConfig
     from infra.local_files import LocalFiles
-    from infra.state.feedback import FeedbackStore
-    from infra.state.followups import FollowedThreads
+    from infra.state.feedback import FeedbackStore, ProposalStore
+    from infra.state.conversations import ChannelMembership, FollowedThreads
     from infra.state.incident_memory import IncidentMemory
-    from infra.state.membership import ChannelMembership
-    from infra.state.proposals import ProposalStore
     from infra.model_keys import ModelKeys
     from infra.preflight import PreflightGate
     from infra.scoreboard import ZoneScoreboard

@@ -10,18 +10,15 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.lease.alerts import alert_kind
 
-from agent.context import Alerting
+from agent.context import Alerting, LeaseHook
 
 from agent.policy import AlertPolicy
-from agent.context import LeaseHook
 from agent.lease.expiry import ExpiryHook
 from agent.lease.idle import IdleHook
 from bot.settings import Settings, chip_count
 from handlers.alerts import SlackAlertSink, receipt_writer
 from infra.metrics import Metrics
-from infra.state.alerts import AlertMarks
-from infra.state.bench_results import BenchResults
-from infra.state.oncall import OnCallStore
+from infra.state.alerts import AlertMarks, BenchResults, OnCallStore
 from infra.state.usage import UsageStore
 
 

@@ -38,7 +38,7 @@ from agent.lease import lifecycle
 from agent.actions import REGISTRY, Action, ActionKind, ActionResult, get_action, run_action
 from agent.actions.lease_actions import lease_summary
 from agent.actions.registry import first_error, validate_args
-from agent.actions.secret_values import run_redactor
+from agent.actions.model_endpoint import run_redactor
 from agent.context import Actor, Services
 from bot.settings import Settings
 from infra.local_files import LocalFiles

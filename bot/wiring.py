@@ -33,11 +33,9 @@ from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
 from infra.state.leases import LeaseStore
 from infra.state.locks import ChannelLocks
-from infra.state.feedback import FeedbackStore
-from infra.state.followups import FollowedThreads
+from infra.state.feedback import FeedbackStore, ProposalStore
+from infra.state.conversations import ChannelMembership, FollowedThreads
 from infra.state.incident_memory import IncidentMemory
-from infra.state.membership import ChannelMembership
-from infra.state.proposals import ProposalStore
 
 
 def access_policy_from(settings: Settings) -> AccessPolicy:

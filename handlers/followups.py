@@ -26,7 +26,7 @@ from handlers import mention_job
 from handlers.mention_job import ANSWER_JOB, MentionJob
 from infra.jobs import JobOutcome, JobSpec
 from handlers.notifier import slack_error
-from infra.state.membership import Membership
+from infra.state.conversations import Membership
 
 log = logging.getLogger(__name__)
 

@@ -31,7 +31,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.actions.log_actions import read_alert_logs
-from agent.actions.secret_values import run_redactor
+from agent.actions.model_endpoint import run_redactor
 from agent.context import Actor, Services
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionBuilder, unread_warnings

@@ -38,7 +38,7 @@ from agent.llm.material import (
     unescape_slack,
     unread_warnings,
 )
-from agent.actions.secret_values import run_redactor
+from agent.actions.model_endpoint import run_redactor
 from handlers.feedback_buttons import offer_feedback
 from handlers.incident_recall import recall_and_remember
 from handlers.notifier import UNREACHABLE, slack_error

@@ -17,7 +17,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.context import ChannelUnreachable
 from handlers import cards
 from infra.state.leases import Lease, LeaseState, LeaseStore
-from infra.state.membership import ChannelMembership
+from infra.state.conversations import ChannelMembership
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,8 @@ from bot.settings import Settings
 from handlers.alerts import receipt_text
 from infra.prices import PriceTable
 from infra.sandbox.vllm import VllmEmulator
-from infra.state.alerts import AlertMarks
-from infra.state.bench_results import BenchResults
+from infra.state.alerts import AlertMarks, BenchResults, OnCallStore
 from infra.state.leases import Lease
-from infra.state.oncall import OnCallStore
 from infra.state.usage import UsageStore
 from infra.vllm_metrics import VllmUsage, metrics_url, parse_usage, read_usage
 

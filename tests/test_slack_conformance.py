@@ -225,7 +225,7 @@ def test_a_provision_card_confirmed_where_the_bot_was_removed_claims_nothing(sta
     from redis.asyncio import Redis
 
     from agent.llm.proposals import Proposal
-    from infra.state.proposals import ProposalStore
+    from infra.state.feedback import ProposalStore
 
     async def put_proposal() -> None:
         redis = Redis.from_url(stack.redis.url)

@@ -12,7 +12,7 @@ from agent.lease import lifecycle
 from agent.actions.registry import ActionKind, ActionResult, Declined, action
 from agent.context import Actor, Policy, Services
 from infra.durations import check_lease_length
-from infra.state.membership import Membership
+from infra.state.conversations import Membership
 
 
 class ProvisionArgs(BaseModel):

@@ -6,11 +6,13 @@ whose own lease is DEGRADED (its model failed the boot's correctness checks) get
 
 Here, in the actions room, because both the mention agent (agent/llm) and the model actions
 (`ask_model`, `model_health` in agent/actions) resolve the same endpoint the same way. The
-endpoint carries the key its callers must send, so a per-lease key is decided here, once.
+endpoint carries the key its callers must send, so a per-lease key is decided here, once; and
+the redactor of one agent run, which knows every live lease's key (run_redactor).
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 from openai import AsyncOpenAI, Timeout
@@ -18,7 +20,11 @@ from openai import AsyncOpenAI, Timeout
 from agent.context import Actor, Services
 from agent.lease.model_boot import degraded_reason
 from agent.model_config import ModelConfig
+from agent.redact import Redactor
+from infra.model_keys import ModelKeyError
 from infra.state.leases import LeaseState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -66,8 +72,6 @@ async def _lease_key(svc: Services, lease_id: str) -> str:
     """The lease's per-lease vLLM key (issue 15), or "" where endpoints run without one."""
     if svc.model_keys is None:
         return ""
-    from infra.model_keys import ModelKeyError
-
     try:
         return await svc.model_keys.key(lease_id) or ""
     except ModelKeyError:
@@ -104,3 +108,29 @@ def answered_by(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
     """Who answered, for the footer of a mention's answer."""
     label = endpoint_label(endpoint, fingerprint)
     return label if is_sandbox(fingerprint) else f"the model ({label})"
+
+
+# The secret values one agent run must never show: the deployment's own (`Services.redactor`)
+# plus the model API key of every live lease.
+#
+# A lease's key (infra/model_keys.py) is random text with no shape a pattern could find, and it
+# can reach a run as data: vLLM logs its start-up args, key included, to Cloud Logging, and any
+# channel's tool may read a log line that names another lease's key. So each run's redactor is
+# built when the run starts, from the leases that exist then.
+
+
+async def run_redactor(svc: Services) -> Redactor:
+    """`svc.redactor` that also knows every live lease's model key (read now; cached per process)."""
+    if svc.model_keys is None:
+        return svc.redactor
+    keys = []
+    for lease in await svc.leases.all():
+        try:
+            key = await svc.model_keys.key(lease.lease_id)
+        except ModelKeyError as error:
+            # Not knowable now: the patterns still catch it in vLLM's own `'api_key': [...]` shape.
+            log.warning("the model key of lease %s could not be read for redaction: %s", lease.lease_id, error.message)
+            continue
+        if key:
+            keys.append(key)
+    return svc.redactor.with_secrets(keys)

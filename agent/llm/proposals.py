@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass, field
 from agent.actions import get_action, lease_actions, run_action
 from agent.context import Actor, Services
 from infra.state.leases import Lease
-from infra.state.proposals import new_proposal_id
+from infra.state.feedback import new_proposal_id
 
 EXPIRED = "This proposal expired or was already handled; nothing changed."
 

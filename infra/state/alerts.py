@@ -1,4 +1,5 @@
-"""Alert bookkeeping shared by every worker: "this alert was posted" markers and acknowledgements.
+"""Alert bookkeeping shared by every worker: "this alert was posted" markers and acknowledgements,
+who is paged for each channel, and the latest benchmark `/tpu cost` reports.
 
 A marker is `SET NX` with a TTL that outlives the lease, so however many workers fire the
 same timer (or a watcher and a timer both see the expiry), one of them posts. An
@@ -7,9 +8,10 @@ acknowledgement is kept per lease and kind, with who and when, for the cost rece
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass
-from typing import Awaitable, cast
+from typing import Any, Awaitable, cast
 # cast(Awaitable[...]): redis-py's asyncio client carries the sync client's `Awaitable[X] | X` types
 
 from redis.asyncio import Redis
@@ -57,3 +59,45 @@ class AlertMarks:
             user, _, at = as_text(value).partition("|")
             acks.append(Ack(kind=as_text(kind), user=user, at=float(at or 0)))
         return sorted(acks, key=lambda ack: ack.at)
+
+
+# Who is paged for a channel: Slack mention tokens (`<!subteam^S…>`, `<@U…>`), stored per channel.
+class OnCallStore:
+    def __init__(self, redis: Redis) -> None:
+        self._redis = redis
+
+    async def get(self, team: str, channel: str) -> list[str]:
+        raw = await self._redis.get(keys.oncall(team, channel))
+        if not raw:
+            return []
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            return []
+        return [str(item) for item in value] if isinstance(value, list) else []
+
+    async def set(self, team: str, channel: str, mentions: list[str]) -> None:
+        await self._redis.set(keys.oncall(team, channel), json.dumps(list(mentions)))
+
+    async def clear(self, team: str, channel: str) -> None:
+        await self._redis.delete(keys.oncall(team, channel))
+
+
+# The latest benchmark of a channel's endpoint (the `cells` of a `tpubot bench --json`), for `/tpu cost`.
+class BenchResults:
+    def __init__(self, redis: Redis, ttl_seconds: int = 30 * 86_400) -> None:
+        self._redis = redis
+        self._ttl = ttl_seconds
+
+    async def save(self, team: str, channel: str, cells: list[dict[str, Any]]) -> None:
+        await self._redis.set(keys.bench_result(team, channel), json.dumps(cells), ex=self._ttl)
+
+    async def latest(self, team: str, channel: str) -> list[dict[str, Any]]:
+        raw = await self._redis.get(keys.bench_result(team, channel))
+        if not raw:
+            return []
+        try:
+            cells = json.loads(raw)
+        except ValueError:
+            return []
+        return [cell for cell in cells if isinstance(cell, dict)] if isinstance(cells, list) else []

@@ -1,11 +1,15 @@
 """Ratings of the bot's answers (issue 32): each answer that gets 👍/👎 buttons is kept with the
 model that made it, the digest of its input and (the start of) its text; each click keeps the
 clicker's latest vote. The report counts the latest vote of every clicker of every answer rated
-in the window. Keys expire after RETENTION_SECONDS; nothing leaves the workspace's Redis."""
+in the window. Keys expire after RETENTION_SECONDS; nothing leaves the workspace's Redis.
+
+Pending proposals live here too: what an answer offered to do, until someone clicks its button."""
 
 from __future__ import annotations
 
 import itertools
+import json
+import secrets
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -14,7 +18,9 @@ from typing import Awaitable, Literal, cast
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.keys import PREFIX
 from infra.state.replies import as_text
+
 
 RETENTION_SECONDS = 90 * 86_400
 TEXT_KEPT = 2_000
@@ -168,3 +174,34 @@ class FeedbackStore:
                     elif vote == "down":
                         counted.down += 1
         return report
+
+
+# Pending proposals: a model (or the model-less intent rules) suggested a WRITE action that a
+# person must confirm by clicking. The button carries only the opaque id; the proposal itself
+# lives here, shared by every replica, and expires on its own.
+DEFAULT_TTL_SECONDS = 3600
+
+
+def proposal_key(proposal_id: str) -> str:
+    return f"{PREFIX}:proposal:{proposal_id}"
+
+
+def new_proposal_id() -> str:
+    return "p" + secrets.token_hex(8)
+
+
+class ProposalStore:
+    def __init__(self, redis: Redis, ttl_seconds: int = DEFAULT_TTL_SECONDS) -> None:
+        self._redis = redis
+        self._ttl = ttl_seconds
+
+    async def put(self, proposal_id: str, record: dict) -> None:
+        await self._redis.set(proposal_key(proposal_id), json.dumps(record), ex=self._ttl)
+
+    async def get(self, proposal_id: str) -> dict | None:
+        raw = await self._redis.get(proposal_key(proposal_id))
+        return json.loads(raw) if raw else None
+
+    async def take(self, proposal_id: str) -> bool:
+        """Consume the proposal; True for exactly one caller (a double click acts once)."""
+        return bool(await self._redis.delete(proposal_key(proposal_id)))
