@@ -5,6 +5,7 @@ click keeps the clicker's latest vote with the answer, its model and its input's
 from __future__ import annotations
 
 import json
+import time
 
 import redis as redis_sync
 from typer.testing import CliRunner
@@ -17,6 +18,11 @@ ALICE, BOB, CAROL = "U0ALICE", "U0BOB", "U0CAROL"
 CHANNEL = "C0RATE"
 LOGS = "\n".join(["2024-05-01 10:00:0%d ERROR rpc to worker 3 failed: DEADLINE_EXCEEDED" % n for n in range(5)])
 
+
+def ts_ago(seconds: float) -> str:
+    """A message ts that many seconds before now: follow-ups end FOLLOWUP_MAX_AGE after a thread
+    starts, so a fixed ts would turn a reply into an unanswered one as the calendar moves on."""
+    return f"{time.time() - seconds:.6f}"
 
 def buttons(slack, thread_ts: str):
     return wait_until(lambda: next((m for m in slack.channel_messages(CHANNEL)
@@ -35,7 +41,7 @@ def click(stack, action: str, answer_id: str, user: str, message_ts: str) -> str
 
 def test_votes_on_an_answer_are_kept_with_its_model_and_digest_and_reported(make_stack, monkeypatch):
     stack = make_stack(agent_use_model=False)
-    ts = "1796300000.000100"
+    ts = ts_ago(60)
     assert stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel=CHANNEL,
                                            ts=ts).status == 200
     message = buttons(stack.slack, ts)
@@ -70,12 +76,12 @@ def test_a_mention_whose_logs_match_one_rated_useful_says_it_was_seen_before(mak
     """Memory covers mentions too: an answered mention with logs is kept by its top templates, a 👍
     ends it, and a later mention with the same errors (other times) links to that thread."""
     stack = make_stack(agent_use_model=False)
-    first, second = "1796300100.000100", "1796390100.000100"
+    first, second = ts_ago(90_100), ts_ago(100)
     assert stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel=CHANNEL,
                                            ts=first).status == 200
     message = buttons(stack.slack, first)
     # Not ended yet: another look at the same errors is not pointed at an incident nobody closed.
-    early = "1796300200.000100"
+    early = ts_ago(90_000)
     assert stack.signed_requests().mention(f"<@UTPUBOT> and now?\n{LOGS}", user=CAROL, channel=CHANNEL,
                                            ts=early).status == 200
     buttons(stack.slack, early)
@@ -99,7 +105,7 @@ def test_a_thumbs_down_with_a_reply_is_exported_as_an_eval_case(make_stack, monk
     from agent.evals.cases import parse_incident
 
     stack = make_stack(agent_use_model=False)
-    ts = "1796300300.000100"
+    ts = ts_ago(60)
     assert stack.signed_requests().mention(f"<@UTPUBOT> why did the rpc fail?\n{LOGS}", user=ALICE, channel=CHANNEL,
                                            ts=ts).status == 200
     message = buttons(stack.slack, ts)
@@ -132,7 +138,7 @@ def test_a_thumbs_down_with_a_reply_is_exported_as_an_eval_case(make_stack, monk
 
 def test_a_thumbs_down_on_an_answer_without_logs_asks_for_no_correction(make_stack):
     stack = make_stack(agent_use_model=False)
-    ts = "1796300400.000100"
+    ts = ts_ago(60)
     assert stack.signed_requests().mention("<@UTPUBOT> what is the status?", user=ALICE, channel=CHANNEL,
                                            ts=ts).status == 200
     message = buttons(stack.slack, ts)
