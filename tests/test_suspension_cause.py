@@ -13,23 +13,13 @@ import json
 import time
 
 import pytest
-import redis as redis_sync
 import waiting
 
 from infra.sandbox.tpu_api import SandboxTimings
-from infra.state import keys
+from test_expiry_alerts import TEAM, lease_of
 
 ALICE = "UALICE"
-TEAM = "T0SANDBOX"
 wait_until = functools.partial(waiting.wait_until, timeout=60.0, interval=0.1)
-
-
-def lease_of(stack, channel: str) -> dict:
-    client = redis_sync.Redis.from_url(stack.redis.url, decode_responses=True)
-    try:
-        return client.hgetall(keys.lease(TEAM, channel))
-    finally:
-        client.close()
 
 
 def posts(stack, channel: str) -> list[str]:

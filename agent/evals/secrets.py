@@ -68,21 +68,28 @@ def _jwt(rng: random.Random) -> Leak:
     return Leak("jwt", f"DEBUG oidc: refreshed id_token {secret}", secret)
 
 
+def _signed_url(url: str, params: str, signature_param: str, secret: str) -> str:
+    """A signed URL as its SDK prints it: the object, the signing parameters, the signature last."""
+    return f"{url}?{params}&{signature_param}={secret}"
+
+
 def _gcs_signed_url(rng: random.Random) -> Leak:
     # The V4 signing form (cloud.google.com/storage/docs/access-control/signed-urls): the signature
     # is a hex-encoded RSA signature; whoever has the URL has the object until it expires.
     secret = f"{rng.getrandbits(1024):0256x}"
-    url = ("https://storage.googleapis.com/acme-evals/run-42/results.tar.gz?X-Goog-Algorithm=GOOG4-RSA-SHA256"
-           "&X-Goog-Credential=exporter%40acme.iam.gserviceaccount.com%2F20261103%2Fauto%2Fstorage%2Fgoog4_request"
-           f"&X-Goog-Date=20261103T100000Z&X-Goog-Expires=900&X-Goog-SignedHeaders=host&X-Goog-Signature={secret}")
+    url = _signed_url("https://storage.googleapis.com/acme-evals/run-42/results.tar.gz",
+                      "X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Credential=exporter%40acme.iam.gserviceaccount.com"
+                      "%2F20261103%2Fauto%2Fstorage%2Fgoog4_request&X-Goog-Date=20261103T100000Z&X-Goog-Expires=900"
+                      "&X-Goog-SignedHeaders=host", "X-Goog-Signature", secret)
     return Leak("signed-url", f"INFO export: results at {url}", secret)
 
 
 def _s3_presigned_url(rng: random.Random) -> Leak:
     secret = f"{rng.getrandbits(256):064x}"
-    url = ("https://acme-evals.s3.us-east-1.amazonaws.com/run-42/results.tar.gz?X-Amz-Algorithm=AWS4-HMAC-SHA256"
-           "&X-Amz-Credential=AKIDEXAMPLE%2F20261103%2Fus-east-1%2Fs3%2Faws4_request&X-Amz-Date=20261103T100000Z"
-           f"&X-Amz-Expires=900&X-Amz-SignedHeaders=host&X-Amz-Signature={secret}")
+    url = _signed_url("https://acme-evals.s3.us-east-1.amazonaws.com/run-42/results.tar.gz",
+                      "X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Credential=AKIDEXAMPLE%2F20261103%2Fus-east-1%2Fs3"
+                      "%2Faws4_request&X-Amz-Date=20261103T100000Z&X-Amz-Expires=900&X-Amz-SignedHeaders=host",
+                      "X-Amz-Signature", secret)
     return Leak("signed-url", f"INFO export: uploaded {url}", secret)
 
 
