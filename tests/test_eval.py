@@ -263,6 +263,9 @@ def test_tpubot_eval_on_embedded_defaults_scores_the_three_arms_on_the_shipped_s
     assert table.returncode == 0, table.stderr
     assert "agent (heuristic)" in table.stdout and "bare (heuristic)" in table.stdout and "modelless" in table.stdout
     assert "a heuristic stand-in, not" in table.stdout
+    # What the figures mean is said with them (issue 44: "passed 0" without saying what passing is).
+    said = " ".join(table.stdout.split())
+    assert "passed: cases whose every check is 100" in said and "(n: how many" in said
 
 
 def test_held_back_variations_keep_the_model_less_figures(tmp_path):

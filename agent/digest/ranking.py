@@ -24,7 +24,7 @@ MIN_BURST_LINES = 5
 _NOISE = re.compile(
     r"^(?:Traceback \(most recent call last\)|File \S.*\bline\b|[\^~]{3,}\s*$|During handling of the above exception|"
     r"The above exception was the direct cause|(?:return|raise|await|yield|assert)\s|(?:self|super\(\))\.\S*\(|"
-    r"[\w.]+(?:\[[^\]]*\])?\s=\s)"
+    r"[\w.]+(?:\[[^\]]*\])?(?:\s*,\s*[\w.]+)*\s=\s|.*[(\[{]\s*$)"  # an assignment, a call left open
     r"|^[\w.-]+:\s*$"  # a YAML key alone (`error:` above its fields)
     r"|see (?:the )?(?:root cause|stack trace)\b[^.]*above|task exception was never retrieved|"
     r"exception in asgi application|\bfailed to start\.?\s*$|encountered a fatal error\.?\s*$",
