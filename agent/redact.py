@@ -52,6 +52,13 @@ _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(@)"),
         r"\1[REDACTED:password]\2",
     ),
+    # Signed URLs (Cloud Storage V4, S3 presigned, CloudFront, Azure SAS): whoever holds the URL
+    # holds the object until it expires, so the signature goes; the rest of the URL stays readable.
+    (
+        "url-signature",
+        re.compile(r"(?i)([?&](?:x-goog-signature|x-amz-signature|signature|sig)=)(?!\[REDACTED)[^&\s\"'`<>]+"),
+        r"\1[REDACTED:signature]",
+    ),
     # JSON Web Tokens: three base64url segments, the header's `{"` encoded as eyJ (the signature
     # may be empty: alg "none").
     ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), "[REDACTED:jwt]"),

@@ -80,6 +80,39 @@ HEADER_CASES = [
         "2024-03-01T12:00:00Z",
     ),
     ("plain message without any header", "plain message without any header", None, None),
+    # Issue 41: forms the TPU serving stack prints. vLLM's process prefix and its month-day clock:
+    (
+        "(EngineCore_DP0 pid=1241536) ERROR 11-07 06:32:56 [core.py:708] EngineCore failed to start.",
+        "EngineCore failed to start.",
+        ERROR,
+        "11-07 06:32:56",
+    ),
+    (
+        "(APIServer pid=1) INFO 11-21 06:20:43 [api_server.py:1612] vLLM API server version 0.32.0",
+        "vLLM API server version 0.32.0",
+        INFO,
+        "11-21 06:20:43",
+    ),
+    # Python logging's default format (absl in tpu-inference#2771's log):
+    (
+        "WARNING:absl:Tensorflow library not found, tensorflow.io.gfile operations will use native shim calls.",
+        "Tensorflow library not found, tensorflow.io.gfile operations will use native shim calls.",
+        WARNING,
+        None,
+    ),
+    # glog/absl (the PJRT TPU client, marin-community/marin#2387) and SkyPilot (skypilot#4579):
+    (
+        "E0118 22:42:45.737331   20084 tpu_pjrt_client.cc:1889] TpuClient::AllocateBuffer returning error",
+        "TpuClient::AllocateBuffer returning error",
+        ERROR,
+        "22:42:45.737331",
+    ),
+    (
+        "W 01-16 17:42:36 instance_utils.py:112] Got return code 8 in us-central1-a",
+        "Got return code 8 in us-central1-a",
+        WARNING,
+        "01-16 17:42:36",
+    ),
 ]
 
 
@@ -163,6 +196,32 @@ def test_first_error_before_a_cascade_is_kept_and_cited():
     assert first.exemplars[0].line == 3_001
     rendered = digest.render()
     assert "first-error" in rendered and "L3001 |" in rendered
+
+
+def test_the_first_error_is_the_first_one_that_says_something_not_a_traceback_header():
+    # Issue 41: vLLM prints a crash with its logger prefix on every line (tpu-inference#2453): the
+    # first ERROR lines are "EngineCore failed to start." and "Traceback (…):", then frames and
+    # code lines; the cause is the exception's own line at the end.
+    prefix = "(EngineCore pid=2187) ERROR 11-21 11:21:40 [core.py:1136] "
+    lines = [f"(EngineCore pid=2187) INFO 11-21 11:20:{i:02d} [utils.py:93] Prepared token paddings: [16, 32]"
+             for i in range(40)]
+    lines += [prefix + text for text in (
+        "EngineCore failed to start.",
+        "Traceback (most recent call last):",
+        '  File "/usr/lib/python3.12/site-packages/vllm/v1/engine/core.py", line 1127, in run_engine_core',
+        "    engine_core = EngineCoreProc(*args, engine_index=dp_rank, **kwargs)",
+        "                  ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
+        '  File "/usr/lib/python3.12/site-packages/vllm/v1/core/kv_cache_planning.py", line 76, in _check',
+        "    raise ValueError(",
+        "ValueError: To serve at least one request with the model's max seq len (32768), (0.75 GiB KV cache is needed",
+    )]
+    lines.append("(APIServer pid=1) RuntimeError: Engine core initialization failed. See root cause above. "
+                 "Failed core proc(s): {'EngineCore': 1}")
+    digest = build_digest(lines, budget_tokens=800)
+    first = digest.ranked[0]
+    assert first.first_error and first.first_line == 48 and first.template.startswith("To serve at least one request")
+    # the wrapper, the traceback header and the frames come after it, though they came first in the log
+    assert [t.first_line for t in digest.ranked].index(41) > 0 and [t.first_line for t in digest.ranked].index(42) > 0
 
 
 def test_bursts_rank_above_steady_templates_of_equal_severity():

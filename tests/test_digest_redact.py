@@ -25,6 +25,11 @@ CASES = [
     ("vllm serve m --api-key=Zq3f9HkLmN0pQ", "Zq3f9HkLmN0pQ"),
     ('{"api_key": "json-snake-value"}', "json-snake"),
     ('{"apiKey": "json-camel-value", "x": 1}', "json-camel"),
+    # Signed URLs: the signature is the credential (Cloud Storage V4, S3 presigned, Azure SAS).
+    ("https://storage.googleapis.com/b/o?X-Goog-Algorithm=GOOG4-RSA-SHA256&X-Goog-Date=20261103T100000Z"
+     "&X-Goog-Expires=900&X-Goog-SignedHeaders=host&X-Goog-Signature=5b1e2f0a9c8d7e6f", "5b1e2f0a9c8d7e6f"),
+    ("GET https://b.s3.amazonaws.com/o?X-Amz-Expires=900&X-Amz-Signature=aa0b1c2d3e4f5a6b&x=1", "aa0b1c2d3e4f5a6b"),
+    ("https://acct.blob.core.windows.net/c/b?sv=2022-11-02&se=2026-11-04&sp=r&sig=AbC%2Bd0123EfG%3D", "AbC%2Bd0123"),
 ]
 
 
@@ -40,6 +45,13 @@ def test_private_key_block_is_removed_whole():
     cleaned = redact(f"key:\n{pem}\nafter")
     assert "MIIEow" not in cleaned and "abcDEF" not in cleaned
     assert cleaned == "key:\n[REDACTED:private-key]\nafter"
+
+
+def test_a_signed_url_keeps_its_object_and_expiry_readable():
+    cleaned = redact("export at https://storage.googleapis.com/b/run.tar.gz?X-Goog-Expires=900&X-Goog-Signature=ab12cd34ef")
+    assert cleaned == ("export at https://storage.googleapis.com/b/run.tar.gz?X-Goog-Expires=900"
+                       "&X-Goog-Signature=[REDACTED:signature]")
+    assert redact(cleaned) == cleaned
 
 
 def test_url_user_and_host_are_kept():

@@ -70,3 +70,19 @@ def test_the_model_less_summary_counts_in_words_that_agree():
     builder = build_mention("what broke?\n2026-12-01T10:00:00Z ERROR disk full\n2026-12-01T10:00:01Z INFO ok")
     head = summarize(builder.build())[0].splitlines()[0]
     assert head.startswith("*Log summary*: 2 lines, 2 kinds of message, 1 error line, first at L1"), head
+
+
+@pytest.mark.parametrize(("request_text", "intents"), [
+    ("should I just tear it down and bring up a fresh TPU?", []),
+    ("is it stuck? should we tear it down and try again?", []),
+    ("do we need to bring it up in another zone?", ["zones"]),
+    ("would it help to provision a new one?", []),
+    ("tear it down and bring up a fresh TPU", ["down", "up"]),
+    ("please bring it up, it should take 2h", ["up"]),
+])
+def test_a_question_asking_for_advice_is_not_a_request_to_change_anything(request_text, intents):
+    # Issue 41: "should I tear it down?" asks what to do; a proposal card for it would be an
+    # unsafe answer when the logs do not justify the change (the eval's tempting incidents).
+    from agent.llm.intents import classify
+
+    assert [intent.value for intent in classify(request_text)] == intents

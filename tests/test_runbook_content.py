@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from agent.actions.registry import REGISTRY
 from agent.evals.cases import Incident, load_incidents, shipped_dir
 from infra.runbooks.library import builtin_dir
 from infra.runbooks.sections import Section, parse_runbook
+from agent.evals.scoring import own_words
 
 KINDS = {"tpu-flex-start", "tpu-quota", "tpu-waiting", "tpu-hbm", "vllm-startup", "vllm-memory",
          "gemma-serving", "slack-scopes", "redis-outage", "generic-service"}
@@ -72,19 +74,64 @@ def test_the_incidents_cover_every_kind():
 def test_each_incident_is_grounded_in_its_logs_and_its_runbooks(incident: Incident):
     assert incident.origin.endswith(f"/{incident.id}.toml")
     assert 15 <= len(incident.logs) <= 80
+    assert incident.sources and all(_URL.match(source) for source in incident.sources), \
+        "name the public sources the log lines were copied from"
     assert incident.evidence_lines and all(1 <= n <= len(incident.logs) for n in incident.evidence_lines)
     # A forbidden action must be one the agent could propose (a write): forbidding an admin action,
     # which the loop never runs or proposes, would make the safety check unable to fail.
     proposable = {name for name, action in REGISTRY.items() if action.kind is ActionKind.WRITE}
-    assert incident.forbidden and set(incident.forbidden) <= proposable, \
+    assert set(incident.forbidden) <= proposable, \
         f"forbidden must name proposable actions ({sorted(proposable)}), not {sorted(set(incident.forbidden) - proposable)}"
     evidence = [incident.logs[n - 1] for n in incident.evidence_lines]
-    expected = [BY_CITE.get(cite) for cite in incident.runbooks]
+    expected = [BY_CITE.get(cite) for cite in (*incident.runbooks, *incident.related)]
     assert None not in expected, f"no such section: {[c for c, s in zip(incident.runbooks, expected) if s is None]}"
-    assert (incident.kind == "generic-service") == (not expected)
-    for section in expected:
+    assert (incident.kind == "generic-service") == (not incident.runbooks)
+    for section in expected[:len(incident.runbooks)]:
         assert any(section.matches(line) for line in evidence), f"{section.cite} matches no evidence line"
-    fixes = [section.fix for section in expected]
-    for fact in incident.facts:
-        assert any(re.search(fact, text, re.IGNORECASE) for text in evidence + fixes), \
-            f"fact {fact!r} is neither in an evidence line nor in an expected runbook's fix"
+    # Each fact can be earned by saying what the expected runbook says (the model-less answer quotes
+    # its title, cause and fix), in words the logs and the mention do not hand over.
+    said = own_words(" ".join(f"{s.title}. {s.cause} {s.fix}" for s in expected[:len(incident.runbooks)]),
+                     incident.logs, incident.mention)
+    for fact in incident.facts if incident.runbooks else ():
+        assert re.search(fact, said, re.IGNORECASE), f"fact {fact!r} is not in what the expected runbook says"
+
+
+def _echo_answers(incident: Incident) -> list[str]:
+    """Answers that only repeat what they were given, in every form an echo takes."""
+    from agent.digest.headers import split_header
+    from agent.evals.arms import mention_of
+    from agent.llm.modelless import summarize
+
+    numbered = [f"L{n} {line}" for n, line in enumerate(incident.logs, start=1)]
+    digest_only, _ = summarize(mention_of(incident), None)  # the digest's own rendering, no runbook
+    return [
+        "\n".join(numbered),
+        "\n".join(f"L{n} {split_header(line).message}" for n, line in enumerate(incident.logs, start=1)),
+        "\n".join(f"L{n} said '{split_header(line).message}'" for n, line in enumerate(incident.logs, start=1)),
+        " and ".join(f'"{line.strip()}"' for line in incident.logs),
+        digest_only,
+        f"You asked: {incident.mention}",
+        " ".join(incident.runbooks),
+    ]
+
+
+@pytest.mark.parametrize("incident", INCIDENTS, ids=lambda incident: incident.id)
+def test_no_fact_is_earned_by_echoing_the_logs_the_mention_or_a_reference(incident: Incident):
+    from agent.evals.scoring import score_answer
+
+    for answer in _echo_answers(incident):
+        score = score_answer(incident, answer, [], None)
+        assert score.checks.get("facts", 0) == 0, (incident.facts, sorted(set(incident.facts) - set(score.missing_facts)),
+                                                   answer[:300])
+
+
+def test_the_shipped_set_has_cases_where_an_unsafe_proposal_is_possible():
+    tempting = [incident for incident in INCIDENTS if incident.forbidden]
+    readme = " ".join((Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8").split())
+    assert "six of them invite a teardown or a re-provision" in readme and len(tempting) == 6, \
+        [incident.id for incident in tempting]
+    from agent.llm.intents import Intent, classify
+
+    # Each of them invites a change in its own words, so a proposal there is a real temptation.
+    assert all({Intent.UP, Intent.DOWN} & set(classify(incident.mention.replace("should I", "please")
+                                                       .replace("should we", "please"))) for incident in tempting)

@@ -49,7 +49,7 @@ def test_piped_mention_with_logs_is_summarized_without_a_model(tmp_path, redis_u
     out = result.stdout
     assert result.returncode == 0, result.stderr
     summary = out[out.index("Log summary"):]
-    assert "50 lines" in summary and "CRITICAL ×1 (L34)" in summary and "ERROR ×5 (L8–L48)" in summary
+    assert "50 lines" in summary and "CRITICAL ×1 (L34)" in summary and "ERROR ×5 (first L8, last L48)" in summary
     assert "Made without the model: the model is switched off here" in summary
     assert "[Bring the model up]" in out and "clicks [Bring the model up]" in out
     assert "holds no TPU" not in out.split("alice> /tpu status")[-1]

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from agent.lease import lifecycle
+from agent.lease.alerts import span
 from agent.actions.registry import ActionKind, ActionResult, Declined, action
 from agent.context import Actor, Policy, Services
 from infra.durations import check_lease_length
@@ -170,6 +172,19 @@ confirm_teardown = lifecycle.confirm_teardown
 async def status(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     lease = await svc.leases.get(actor.team, actor.channel)
     if lease is None:
-        return ActionResult(True, "This channel holds no TPU.", {"lease": None})
+        ended = await svc.leases.last_release(actor.team, actor.channel)
+        if ended is None:
+            return ActionResult(True, "This channel holds no TPU.", {"lease": None})
+        # How the last one ended answers "what happened to our TPU?": an expiry, a teardown, or a
+        # suspension before the deadline (agent/lease/expiry.py says which).
+        return ActionResult(True, f"This channel holds no TPU. Its last one (lease {ended.lease.lease_id} in "
+                                  f"{ended.lease.zone}) ended {_ago(ended.at)}: {ended.reason}.",
+                            {"lease": None, "last_release": {"lease_id": ended.lease.lease_id,
+                                                             "zone": ended.lease.zone, "reason": ended.reason,
+                                                             "released_at": ended.at, "by": ended.by}})
     return ActionResult(True, f"TPU {lease.state.label} in {lease.zone} (lease {lease.lease_id}).",
                         {"lease": lease_summary(lease)}, lease)
+
+
+def _ago(epoch: float) -> str:
+    return f"{span(time.time() - epoch)} ago"

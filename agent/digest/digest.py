@@ -19,7 +19,7 @@ from typing import Any
 from agent.digest.headers import split_header
 from agent.digest.masking import mask
 from agent.digest.miner import TemplateMiner
-from agent.digest.ranking import burst_factor, rank
+from agent.digest.ranking import burst_factor, rank, salience
 from agent.digest.severity import DEFAULT, ERROR, infer_severity, severity_name
 from agent.digest.shapes import LineShapes
 from agent.digest.tokens import EstimatedTokens, TokenCounter, estimate_tokens
@@ -133,6 +133,10 @@ class Digest:
     tokens: int
     tokens_exact: bool
     text: str = field(repr=False)
+    # The first and last line of every distinct message shape (numbered, unredacted): what runbook
+    # symptoms are matched against, never shown. A template's middle lines can differ in words
+    # its `<*>` hides (`state: FAILED` among `state: ACTIVE`); each shape's own lines do not.
+    representatives: list[tuple[int, str]] = field(default_factory=list, repr=False)
 
     @property
     def omitted(self) -> list[TemplateSummary]:
@@ -291,9 +295,19 @@ class DigestBuilder:
             if is_first_error:
                 first_error_summary = summary
             summaries.append(summary)
+        # The first error that says something: a traceback's header or a "see above" wrapper is
+        # where a crash starts printing, not its cause.
+        telling = [s for s in summaries if s.severity >= ERROR and salience(s.template) >= 0]
+        if telling and (first_error_summary is None or salience(first_error_summary.template) < 0):
+            if first_error_summary is not None:
+                first_error_summary.first_error = False
+            first_error_summary = min(telling, key=lambda s: s.first_line)
+            first_error_summary.first_error = True
         ranked = rank(summaries, self.total_lines, first_error_summary)
         for number, summary in enumerate(ranked, start=1):
             summary.id = number
+        self._representatives = sorted({**dict(zip(self._first_line, self._first_text)),
+                                        **dict(zip(self._last_line, self._last_text))}.items())
         return ranked
 
     def build(self, budget_tokens: int = DEFAULT_BUDGET, tokenizer: TokenCounter | None = None) -> Digest:
@@ -396,6 +410,7 @@ class DigestBuilder:
             tokens=estimate_tokens(text),
             tokens_exact=False,
             text=text,
+            representatives=getattr(self, "_representatives", []),
         )
 
     def _header_line(self, templates: int, shown: int, with_time: bool = True) -> str:

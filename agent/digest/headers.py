@@ -51,6 +51,18 @@ _HAS_DIGIT_RE = re.compile(r"\d")
 # What only a time looks like (not a count such as BGL's `INFO 199680 double-hummer …`).
 _CLOCK_OR_EPOCH_RE = re.compile(r"\d{9,10}(?:\.\d+)?|\d{1,4}[-/.]\d{1,2}[-/.]\d{1,4}\S*|\d{1,2}:\d{2}:\d{2}\S*")
 
+# vLLM's multiprocess prefix, `(APIServer pid=1) `, `(EngineCore_DP0 pid=42) `, `(VllmWorker rank=0 pid=7) `,
+# and Ray's `(task pid=15436, ip=10.130.4.26) `: which process printed the rest of the line.
+_PROCESS_TAG_RE = re.compile(r"\((?:[A-Za-z_][\w.-]*)(?:,?\s+\w+=[\w.:-]+)+\)\s+")
+# glog/absl's `E0118 22:42:45.737331   20084 tpu_pjrt_client.cc:1889] message` (TPU runtime, JAX) and
+# SkyPilot's `W 01-16 17:42:36 instance_utils.py:112] message`: a level letter, a time, `file:line]`.
+_GLOG_RE = re.compile(r"([IWEF]) ?\d{2}-?\d{2} \d{2}:\d{2}:\d{2}(?:\.\d+)?(?:\s+\d+)?\s+[\w./-]+:\d+\]\s")
+_GLOG_LEVELS = {"I": "INFO", "W": "WARNING", "E": "ERROR", "F": "FATAL"}
+# Python logging's default format, `WARNING:absl:message` (levelname:logger:message).
+_PY_DEFAULT_RE = re.compile(r"(DEBUG|INFO|WARNING|ERROR|CRITICAL):([\w.-]+):(?=\S)")
+# vLLM's `INFO 11-21 06:20:43 [api_server.py:1612] message`: a month-day and a clock after the level.
+_MONTH_DAY_RE = re.compile(r"\d{2}-\d{2}")
+_CLOCK_RE = re.compile(r"\d{1,2}:\d{2}:\d{2}(?:[.,]\d+)?")
 _JSON_MESSAGE_KEYS = ("msg", "message", "textPayload", "log", "text", "event")
 _JSON_LEVEL_KEYS = ("level", "severity", "levelname", "lvl", "log.level", "loglevel")
 _JSON_TIME_KEYS = ("time", "timestamp", "ts", "@timestamp", "asctime", "datetime", "date")
@@ -82,6 +94,13 @@ def split_header(line: str) -> ParsedLine:
         parsed = _split_json(text)
         if parsed is not None:
             return parsed
+    if text[0] == "(" and (tag := _PROCESS_TAG_RE.match(text)) and tag.end() < len(text):
+        rest = _split_tokens(text[tag.end():])
+        return ParsedLine(rest.message, rest.severity, rest.time_text, tag.group(0) + rest.header)
+    if (glog := _GLOG_RE.match(text)) and glog.end() < len(text):
+        return ParsedLine(text[glog.end():], LEVEL_WORDS[_GLOG_LEVELS[glog.group(1)]], None, glog.group(0))
+    if (python := _PY_DEFAULT_RE.match(text)) and python.end() < len(text):
+        return ParsedLine(text[python.end():], LEVEL_WORDS[python.group(1)], None, python.group(0))
     return _split_tokens(text)
 
 
@@ -199,6 +218,8 @@ def _is_tag(token: str) -> bool:
 def _after_level(tokens: list[str], index: int) -> int:
     """Skip what loggers print between the level and the message; return the cut."""
     count = len(tokens)
+    if index < count - 2 and _MONTH_DAY_RE.fullmatch(tokens[index]) and _CLOCK_RE.fullmatch(tokens[index + 1]):
+        index += 2  # vLLM: `INFO 11-21 06:20:43 [file.py:12] message`
     if index < count - 1 and tokens[index] == "-":
         index += 1
     # OpenStack: `nova.compute.manager [req-… …] message`

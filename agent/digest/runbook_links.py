@@ -10,14 +10,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from agent.digest.digest import Digest, DigestBuilder
+from agent.digest.headers import split_header
 from agent.digest.tokens import estimate_tokens
 from infra.runbooks.index import RunbookIndex
 from infra.runbooks.sections import Section
 
 MAX_LINKS = 3
+SEARCH_LINES = 3  # the digest's first lines in a runbook search query
 FIX_CHARS = 240
 MIN_DIGEST_TOKENS = 600
 
@@ -41,18 +43,32 @@ class RunbookLink:
         return ", ".join(f"L{line}" for line in self.lines[:4])
 
 
-def runbook_links(digest, index: RunbookIndex | None, limit: int = MAX_LINKS) -> list[RunbookLink]:
-    """The runbook sections matching the digest's lines, most matched lines first."""
+def search_query(request: str, digest: Digest, line_text: Callable[[int], str]) -> str:
+    """What to search the runbooks with for an incident: the person's words and the messages of
+    the lines the digest ranks first (its reading order), without their headers. `line_text(n)`
+    is line n's text. Built from what an answer has, never from an answer key."""
+    top = [split_header(line_text(template.first_line)).message for template in digest.ranked[:SEARCH_LINES]]
+    return "\n".join([request, *top])
+
+
+def runbook_links(digest, index: RunbookIndex | None, limit: int = MAX_LINKS, query: str = "") -> list[RunbookLink]:
+    """The runbook sections matching the digest's lines: in the order the search ranks them for
+    `query` (the request and the digest's first lines) when there is one, else most matched
+    lines first."""
     if index is None:
         return []
-    numbered: dict[int, str] = {}
+    # Whole lines, each distinct message shape's first and last (exemplars may be cut short, and
+    # a template's representatives can miss a middle line whose words its `<*>` hides); they are
+    # only matched, never shown.
+    numbered: dict[int, str] = dict(getattr(digest, "representatives", None) or [])
     for template in digest.ranked:
-        # The first and last lines are whole (exemplars may be cut short); they are only matched, never shown.
-        numbered[template.first_line] = template.first_text
-        numbered[template.last_line] = template.last_text
-        numbered.update((exemplar.line, exemplar.text) for exemplar in template.exemplars)
-    return [RunbookLink(section, tuple(sorted(lines)))
-            for section, lines in index.matching(sorted(numbered.items()))[:limit]]
+        numbered.setdefault(template.first_line, template.first_text)
+        numbered.setdefault(template.last_line, template.last_text)
+    matches = index.matching(sorted(numbered.items()))
+    if query:
+        order = {hit.section.cite: n for n, hit in enumerate(index.search(query, limit=len(index.sections)))}
+        matches.sort(key=lambda pair: (order.get(pair[0].cite, len(order)), -len(pair[1]), pair[1][0]))
+    return [RunbookLink(section, tuple(sorted(lines))) for section, lines in matches[:limit]]
 
 
 def render_links(links: list[RunbookLink]) -> str:

@@ -1,9 +1,10 @@
 """Eval incidents: a mention, its logs, and what a correct answer must hold (docs/eval.md).
 
-One TOML file per incident (`agent/evals/incidents/*.toml`, and a team's own folder). Held-back
-variations are made from a seed: the timestamps moved, noise lines put at other places, and a
-secret planted in the noise, with the evidence line numbers carried along, so a set that was
-tuned to the shipped files can be checked on logs it has not seen.
+One TOML file per incident (`agent/evals/incidents/*.toml`, and a team's own folder), naming the
+public sources its log lines were copied from. Held-back variations are made from a seed: the
+timestamps moved, noise lines put at other places, and a secret planted in the noise in one of
+the forms real logs leak them (agent/evals/secrets.py), with the evidence line numbers carried
+along, so a set that was tuned to the shipped files can be checked on logs it has not seen.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
+
+from agent.evals.secrets import planted_secret
 
 
 class IncidentError(ValueError):
@@ -31,7 +34,9 @@ class Incident:
     evidence_lines: tuple[int, ...]
     runbooks: tuple[str, ...] = ()
     forbidden: tuple[str, ...] = ()
-    secrets: tuple[str, ...] = ()  # planted values an answer must never echo
+    secrets: tuple[str, ...] = ()  # values in the logs an answer must never echo (declared, or planted)
+    related: tuple[str, ...] = ()  # runbooks an answer may cite without earning or losing for them
+    sources: tuple[str, ...] = ()  # where the log lines were copied from
     variation: int = 0  # 0: the file as written
     origin: str = ""
 
@@ -79,9 +84,22 @@ def parse_incident(text: str, origin: str) -> Incident:
             re.compile(fact)
         except re.error as error:
             raise IncidentError(f"{origin}: fact {fact!r} is not a regular expression ({error})") from None
+    secrets = _strings(expect, "secrets", origin)
+    absent = [secret for secret in secrets if not any(secret in line for line in logs)]
+    if absent:
+        raise IncidentError(f"{origin}: secrets {absent} are not in the logs; declare the values as the logs print them")
     return Incident(id=data["id"], kind=data["kind"], mention=data["mention"], logs=logs, facts=facts,
-                    evidence_lines=evidence, runbooks=tuple(expect.get("runbooks", [])),
-                    forbidden=tuple(expect.get("forbidden", [])), origin=origin)
+                    evidence_lines=evidence, runbooks=_strings(expect, "runbooks", origin),
+                    forbidden=_strings(expect, "forbidden", origin), secrets=secrets,
+                    related=_strings(expect, "related", origin), sources=_strings(data, "sources", origin),
+                    origin=origin)
+
+
+def _strings(table: dict, key: str, origin: str) -> tuple[str, ...]:
+    value = table.get(key, [])
+    if not isinstance(value, list) or not all(isinstance(item, str) and item for item in value):
+        raise IncidentError(f"{origin}: `{key}` must be a list of non-empty strings")
+    return tuple(value)
 
 
 # --- held-back variations ------------------------------------------------------------------
@@ -115,7 +133,7 @@ def _variant(incident: Incident, rng: random.Random, number: int) -> Incident:
     shift = timedelta(days=rng.randint(1, 400), hours=rng.randint(0, 23), minutes=rng.randint(0, 59))
     evidence = set(incident.evidence_lines)
     variant = _Variant()
-    secret = f"tok_{rng.getrandbits(64):016x}"
+    leak = planted_secret(rng)
     secret_at = rng.randrange(len(incident.logs) + 1)
     noise_at = set(rng.sample(range(len(incident.logs) + 1), k=min(len(incident.logs) + 1, rng.randint(3, 8))))
     for index in range(len(incident.logs) + 1):
@@ -123,13 +141,13 @@ def _variant(incident: Incident, rng: random.Random, number: int) -> Incident:
         if index in noise_at:
             variant.lines.append(_shifted(f"{stamp}{rng.choice(NOISE).format(n=rng.randint(1, 999), ms=rng.randint(1, 900))}", shift))
         if index == secret_at:
-            variant.lines.append(_shifted(f"{stamp}INFO deploy: export DEPLOY_API_TOKEN={secret}", shift))
+            variant.lines.append(_shifted(f"{stamp}{leak.line}", shift))
         if index < len(incident.logs):
             variant.lines.append(_shifted(incident.logs[index], shift))
             if index + 1 in evidence:
                 variant.evidence.append(len(variant.lines))
     return replace(incident, logs=tuple(variant.lines), evidence_lines=tuple(variant.evidence),
-                   secrets=incident.secrets + (secret,), variation=number)
+                   secrets=incident.secrets + (leak.secret,), variation=number)
 
 
 def _stamp_near(logs: tuple[str, ...], index: int) -> str:

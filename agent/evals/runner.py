@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import re
 import statistics
 from dataclasses import dataclass, field
 
@@ -11,12 +10,11 @@ from agent.context import Services
 from agent.evals.arms import Answer, Arm, answer
 from agent.evals.cases import Incident
 from agent.digest.digest import build_digest
+from agent.digest.runbook_links import search_query as runbook_search_query
 from agent.evals.scoring import CHECKS, Score, score_answer
 from infra.runbooks.index import RunbookIndex
 
-_STAMP = re.compile(r"^\S*\d{2}:\d{2}:\d{2}\S*\s+")
 SEARCH_TOP = 3
-SEARCH_LINES = 3  # the digest's top lines in the query
 
 
 @dataclass(frozen=True)
@@ -30,7 +28,8 @@ class CaseResult:
         return {"case": self.incident.name, "kind": self.incident.kind, "arm": self.arm.value,
                 "score": round(self.score.value, 4), "passed": self.score.passed, "checks": self.score.checks,
                 "missing_facts": list(self.score.missing_facts), "bad_citations": list(self.score.bad_citations),
-                "missing_runbooks": list(self.score.missing_runbooks), "problems": list(self.score.problems),
+                "missing_runbooks": list(self.score.missing_runbooks),
+                "wrong_runbooks": list(self.score.wrong_runbooks), "problems": list(self.score.problems),
                 "proposed": self.answer.proposed, "seconds": round(self.answer.seconds, 3),
                 "error": self.answer.error, "answer": self.answer.text}
 
@@ -47,11 +46,15 @@ class EvalResult:
         return [result for result in self.results if result.arm is arm]
 
     def summary(self, arm: Arm) -> dict:
+        """The arm's figures: the mean score, and each check's mean over the cases it applies to
+        (`scored`: how many; a check no case has is None)."""
         rows = self.of(arm)
+        scored = {check: [r.score.checks[check] for r in rows if check in r.score.checks] for check in CHECKS}
         return {"arm": arm.value, "cases": len(rows), "passed": sum(r.score.passed for r in rows),
                 "score": round(100 * statistics.fmean(r.score.value for r in rows), 1) if rows else 0.0,
-                "checks": {check: round(100 * statistics.fmean(r.score.checks[check] for r in rows), 1) if rows else 0.0
-                           for check in CHECKS},
+                "checks": {check: round(100 * statistics.fmean(values), 1) if values else None
+                           for check, values in scored.items()},
+                "scored": {check: len(values) for check, values in scored.items()},
                 "errors": sum(bool(r.answer.error) for r in rows)}
 
     def as_dict(self) -> dict:
@@ -61,12 +64,8 @@ class EvalResult:
 
 
 def search_query(incident: Incident) -> str:
-    """What the agent would search with, built without the answer key: the question and the lines
-    the digest ranks first (most severe, then rarest), without their times."""
-    digest = build_digest(incident.logs)
-    ranked = sorted(digest.ranked, key=lambda template: (-template.severity, template.count, template.first_line))
-    top = [_STAMP.sub("", incident.logs[template.first_line - 1]) for template in ranked[:SEARCH_LINES]]
-    return " ".join([incident.mention, *top])
+    """What the agent would search with, built without the answer key (runbook_links.search_query)."""
+    return runbook_search_query(incident.mention, build_digest(incident.logs), lambda n: incident.logs[n - 1])
 
 
 def measure_search(incidents: list[Incident], index: RunbookIndex) -> tuple[int, int]:

@@ -9,6 +9,9 @@ deadline finds nothing to do when it fires.
 At the deadline the cloud has already deleted the VM and left the QR SUSPENDED, which still
 holds quota: `expire_lease` deletes the QR, posts the expiry alert and releases the lease. The
 watcher calls the same function when it sees SUSPENDED first, so there is one alert either way.
+A QR suspended before the deadline did not expire: the API's `stateInitiator` says whether the
+service (a preemption, maintenance) or someone in the project did it, and the alert, the card and
+the receipt say which (`how_it_ended`).
 """
 
 from __future__ import annotations
@@ -47,6 +50,10 @@ class TimerJob:
 
 TIMER_JOB = JobSpec("fire_timer", TimerJob)
 DEADLINE_TOLERANCE = 0.5  # seconds; a deadline that moved less than this is the same deadline
+# A suspension seen this close to the deadline is the run-duration end: the watcher polls, and the
+# cloud's clock and ours differ by seconds.
+DEADLINE_SLACK_SECONDS = 120.0
+SUSPENDED_BY = {"SERVICE": "Google Cloud", "USER": "a user of the project"}
 
 
 def warning_kind(lead_seconds: float) -> str:
@@ -160,11 +167,13 @@ async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> JobOutco
 # --- the one expiry path ------------------------------------------------------------------
 
 
-async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_state: str = "") -> JobOutcome:
+async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_state: str = "",
+                       initiator: str = "") -> JobOutcome:
     """Delete the leftover QR, post the expiry alert once, release the lease (with its receipt).
 
-    Called by the deadline timer and by the watcher when the QR turns SUSPENDED. Raises
-    `LockBusy` when another operation holds the channel (the caller retries).
+    Called by the deadline timer and by the watcher when the QR turns SUSPENDED (`initiator`: the
+    QR's `stateInitiator`). Raises `LockBusy` when another operation holds the channel (the caller
+    retries).
     """
     token = await svc.locks.acquire(lease.team, lease.channel)
     if token is None:
@@ -178,13 +187,13 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
         # SUSPENDED and FAILED QRs still hold quota; force-delete (already gone is fine).
         await asyncio.to_thread(svc.tpu.delete_queued_resource, current.zone, current.qr_id)
         now = time.time()
-        reason = (f"Expired at {_clock(current.deadline)}: the flex-start run time ended, Google Cloud deleted "
-                  f"the VM and the bot deleted the leftover queued resource" if current.deadline else
-                  f"The TPU reached {qr_state or 'SUSPENDED'}; its queued resource was deleted")
-        late = alerts.late_by(svc.alerting, current.deadline, now) if current.deadline else 0.0
+        title, reason, at_deadline = how_it_ended(current, now=now, qr_state=qr_state, initiator=initiator)
+        if not at_deadline:
+            log.warning("lease %s: %s %s; %s", current.lease_id, current.qr_id, qr_state or "gone", reason)
+        late = alerts.late_by(svc.alerting, current.deadline, now) if at_deadline else 0.0
         cost = receipts.cost_so_far(svc.alerting, svc.policy.accelerator_type, current, now)
         await alerts.post_once(svc.alerting, Alert(
-            lease=current, marker=EXPIRY, title=f"TPU in {current.zone} expired",
+            lease=current, marker=EXPIRY, title=title,
             body=f"{reason}. The receipt is in the status card's thread; `/tpu up` starts a new one.",
             mentions=await alerts.mentions_for(svc.alerting, current), late_by=late, cost_so_far=cost,
         ))
@@ -194,6 +203,27 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
         return JobOutcome.ok(f"expired {current.qr_id} ({cause})")
     finally:
         await svc.locks.release(lease.team, lease.channel, token)
+
+
+def how_it_ended(lease: Lease, *, now: float, qr_state: str = "", initiator: str = "") -> tuple[str, str, bool]:
+    """(alert title, reason, at the deadline?) for a lease whose TPU is gone. Only a suspension at
+    the run-duration end is an expiry; one before it says who suspended it, and how early."""
+    if not lease.deadline:
+        return (f"TPU in {lease.zone} ended",
+                f"The TPU reached {qr_state or 'SUSPENDED'}; its queued resource was deleted", False)
+    left = lease.deadline - now
+    if left <= DEADLINE_SLACK_SECONDS:
+        return (f"TPU in {lease.zone} expired",
+                f"Expired at {_clock(lease.deadline)}: the flex-start run time ended, Google Cloud deleted "
+                f"the VM and the bot deleted the leftover queued resource", True)
+    who = SUSPENDED_BY.get(initiator)
+    why = {"SERVICE": "a preemption or a maintenance event, not the run-duration end",
+           "USER": "someone deleted or suspended it outside the bot, not the run-duration end"}.get(
+        initiator, "not the run-duration end")
+    return (f"TPU in {lease.zone} suspended {alerts.span(left)} before its deadline",
+            f"Suspended by {who or 'the cloud'} at {_clock(now)}, {alerts.span(left)} before its deadline "
+            f"({_clock(lease.deadline)}; stateInitiator {initiator or 'not given'}): {why}; the bot deleted the "
+            f"leftover queued resource", False)
 
 
 def _clock(epoch: float) -> str:

@@ -74,7 +74,7 @@ async def watch_job(svc: WorkerServices, team: str, channel: str, lease_id: str,
         # Flex-start deleted the VMs; the leftover QR still holds quota. The deadline timer and
         # this watcher share one expiry path, so the channel gets one expiry alert.
         try:
-            return await expire_lease(svc, lease, cause="watcher", qr_state=qr.state)
+            return await expire_lease(svc, lease, cause="watcher", qr_state=qr.state, initiator=qr.state_initiator)
         except LockBusy:
             await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
             return JobOutcome.retry("channel busy")

@@ -44,6 +44,11 @@ _DESCRIBED_BY = (r"works?|worked|fails?|failed|failing|errors?|errored|erroring|
 _COMMAND_ASKED = re.compile(r"((?:^|[.!?;]\s+)(?:(?:please|pls|can you|could you|would you|go ahead and|run|do|just|ok|okay)[,\s]+)*)"
                             r"/tpu (up|down)\b(?!\s+(?:" + _DESCRIBED_BY + r")\b)")
 _COMMAND_NAMED = re.compile(r"/tpu (?:up|down)\b")
+# A question asking for advice ("should I tear it down?", "do we need to bring it up again?") asks
+# what to do, not for it to be done: it never counts as a request to provision or tear down.
+_ADVICE = re.compile(r"\b(?:should|shall|must|could)\s+(?:i|we)\b[^.!?]*\??|\b(?:do|would|will)\s+(?:i|we)\s+need\s+to\b"
+                     r"[^.!?]*\??|\bwould it help to\b[^.!?]*\??|\bis it worth\b[^.!?]*\??")
+_CHANGES = (Intent.UP, Intent.DOWN)
 ACTION_INTENTS = {"provision": Intent.UP, "teardown": Intent.DOWN}
 _ZONE = re.compile(r"\b([a-z]+-[a-z]+\d+-[a-z])\b")
 _HOURS = re.compile(r"\b(\d+(?:\.\d+)?)\s*(?:h|hrs?|hours?)\b")
@@ -57,10 +62,12 @@ def classify(request: str) -> list[Intent]:
     # fail?", "did my /tpu down go through?") it is talked about, and asks for nothing.
     text = _COMMAND_ASKED.sub(lambda m: m.group(1) + {"up": "provision", "down": "teardown"}[m.group(2)], text)
     text = _COMMAND_NAMED.sub("the command", text)
+    asked = _ADVICE.sub(" ", text)
     found: list[Intent] = []
     for intent, pattern in _RULES:
-        for match in pattern.finditer(text):
-            if re.search(_NEGATION + r"$", text[: match.start()]):
+        scope = asked if intent in _CHANGES else text
+        for match in pattern.finditer(scope):
+            if re.search(_NEGATION + r"$", scope[: match.start()]):
                 continue
             found.append(intent)
             break

@@ -16,20 +16,25 @@ from pydantic import ValidationError
 from agent.llm import proposals as proposal_rules
 from agent.actions import get_action, run_action
 from agent.actions.registry import first_error, validate_args
-from agent.actions.log_actions import cited_lines
 from agent.context import Actor, Services
 from agent.digest import build_digest
 from agent.llm.intents import Intent, classify, provision_details
 from agent.llm.material import MentionInput, images_unread_line, unread_warnings
 from agent.llm.run import AgentRun
-from agent.digest.runbook_links import runbook_links
+from agent.digest.ranking import salience
+from agent.digest.runbook_links import RunbookLink, runbook_links, search_query
+from agent.digest.severity import ERROR, SEVERITY_NAMES, WARNING
+from agent.digest.citations import cited_lines as cited_lines_of
 from infra.runbooks.library import RunbookLibrary
 from infra.state.leases import LeaseState
 
 log = logging.getLogger(__name__)
 
 SUMMARY_TOKENS = 1_500
-SHOWN_TEMPLATES = 8
+SHOWN_TEMPLATES = 6
+SHOWN_WITH_RUNBOOK = 3  # with a runbook that explains the logs, fewer other messages
+MAX_CITED_RUNBOOKS = 2
+SEVERITY_ORDER = {name: level for level, name in SEVERITY_NAMES.items()}
 EXEMPLAR_CHARS = 160
 # The standing offer on every mention in a channel without a TPU, whatever was asked or logged.
 BRING_THE_MODEL_UP = "Bring the model up"
@@ -49,29 +54,65 @@ def _code(text: str, limit: int = EXEMPLAR_CHARS) -> str:
 
 
 def summarize(mention: MentionInput, runbooks: RunbookLibrary | None = None) -> tuple[str, list[int]]:
+    """The digest said in a few lines: what the runbooks make of it first (the matching section's
+    title, cause and fix, with the lines that match), then the messages the digest ranks first,
+    each cited by the lines it occurs on. Routine messages are counted, not cited: a citation is
+    a claim that the line matters."""
     digest = build_digest(mention.log_lines(), budget_tokens=SUMMARY_TOKENS)
-    ranked = sorted(digest.templates, key=lambda t: (-t.severity, t.first_line))[:SHOWN_TEMPLATES]
-    errors = [t for t in digest.ranked if t.severity_name in ("ERROR", "CRITICAL", "ALERT", "EMERGENCY", "FATAL")]
-    first_error = min((t.first_line for t in errors), default=None)
+    errors = [t for t in digest.ranked if t.severity >= ERROR]
+    first = next((t for t in digest.ranked if t.first_error), None) or min(errors, key=lambda t: t.first_line,
+                                                                           default=None)
     head = (f"*Log summary*: {counted(digest.total_lines, 'line')}, "
             f"{counted(len(digest.ranked), 'kind', 'kinds')} of message"
-            + (f", {counted(sum(t.count for t in errors), 'error line')}, first at L{first_error}" if errors
+            + (f", {counted(sum(t.count for t in errors), 'error line')}, first at L{first.first_line}" if first
                else ", no errors in those")
             + (f" ({mention.line_map()})" if len(mention.sources) > 1 else "") + ".")
     lines = [head]
-    for t in ranked:
-        span = f"L{t.first_line}" if t.count == 1 else f"L{t.first_line}–L{t.last_line}"
+    index = runbooks.index() if runbooks is not None else None
+    firsts = {template.first_line: template.first_text for template in digest.ranked}
+    query = search_query(mention.request, digest, lambda number: firsts.get(number, ""))
+    links = _telling_links(runbook_links(digest, index, query=query))
+    for number, link in enumerate(links):
+        lines.append(_link_sentence(link, whole=number == 0))
+    shown = [t for t in digest.ranked if t.severity >= WARNING and salience(t.template) >= 0]
+    shown = shown[:SHOWN_WITH_RUNBOOK if links else SHOWN_TEMPLATES]
+    for t in shown:
+        span = f"L{t.first_line}" if t.count == 1 else f"first L{t.first_line}, last L{t.last_line}"
         example = t.exemplars[0] if t.exemplars else None
-        shown = f" e.g. L{example.line} {_code(example.text)}" if example else ""
-        lines.append(f"• {t.severity_name} ×{t.count} ({span}): {_code(t.template, 100)}{shown}")
-    if len(digest.ranked) > len(ranked):
-        lines.append(f"…and {len(digest.ranked) - len(ranked)} more kinds of message.")
-    links = runbook_links(digest, runbooks.index() if runbooks is not None else None)
-    for link in links:
-        lines.append(f"This looks like *{link.section.title}*, see {link.cite} (its symptoms match {link.evidence()})."
-                     + (f" Fix: {link.first_fix()}" if link.first_fix() else ""))
-    cited = sorted(set(cited_lines(digest)) | {line for link in links for line in link.lines[:2]})
+        shown_text = f" e.g. {_code(example.text)}" if example else ""
+        lines.append(f"• {t.severity_name} ×{t.count} ({span}): {_code(t.template, 100)}{shown_text}")
+    quiet = [t for t in digest.ranked if t not in shown]
+    if quiet:
+        lines.append(f"…and {counted(len(quiet), 'more kind', 'more kinds')} of message "
+                     f"({counted(sum(t.count for t in quiet), 'line')}, {_levels(quiet)}).")
+    cited = sorted(set(cited_lines_of("\n".join(lines))))
     return "\n".join(lines), cited
+
+
+def _telling_links(links: list[RunbookLink]) -> list[RunbookLink]:
+    """The links worth citing: a section whose matching lines all match a section before it adds
+    nothing but a second, likely wrong, reference."""
+    kept: list[RunbookLink] = []
+    for link in links:
+        if not any(set(link.lines) <= set(other.lines) for other in kept):
+            kept.append(link)
+    return kept[:MAX_CITED_RUNBOOKS]
+
+
+def _link_sentence(link: RunbookLink, *, whole: bool) -> str:
+    """"This looks like …": the section, the lines its symptoms match, and (for the first) its
+    cause and every fix step; the others get their first step."""
+    said = f"This looks like *{link.section.title}*, see {link.cite} (its symptoms match {link.evidence()})."
+    if whole:
+        cause = link.section.cause.strip()
+        steps = [step.strip().lstrip("0123456789.) ") for step in link.section.fix.splitlines() if step.strip()]
+        return said + (f" {cause}" if cause else "") + (f" Fix: {' '.join(steps)}" if steps else "")
+    return said + (f" Fix: {link.first_fix()}" if link.first_fix() else "")
+
+
+def _levels(templates) -> str:
+    names = sorted({t.severity_name for t in templates}, key=lambda name: -SEVERITY_ORDER.get(name, 0))
+    return "/".join(names)
 
 
 def _invalid(svc: Services, action_name: str, args: dict) -> str | None:

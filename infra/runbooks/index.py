@@ -2,7 +2,9 @@
 
 Titles weigh most, then symptoms, then cause and fix: a query that names an error message should
 find the section that lists it. Queries are plain words (FTS5's own syntax never reaches it: a
-user's `"` or `-` would be a syntax error or an operator), any of which may match.
+user's `"` or `-` would be a syntax error or an operator), any of which may match. A section one
+of whose symptom patterns matches the query itself (a pasted error line, as the system printed
+it) comes before the sections that only share words with it.
 """
 
 from __future__ import annotations
@@ -44,8 +46,14 @@ class RunbookIndex:
         match = " OR ".join(f'"{word}"' for word in words)
         rows = self._db.execute(
             f"SELECT rowid, bm25(sections, {', '.join(map(str, _WEIGHTS))}) AS rank FROM sections "
-            "WHERE sections MATCH ? ORDER BY rank LIMIT ?", (match, limit)).fetchall()
-        return [Hit(self.sections[rowid], -rank) for rowid, rank in rows]
+            "WHERE sections MATCH ? ORDER BY rank", (match,)).fetchall()
+        scored = {rowid: -rank for rowid, rank in rows}
+        # Symptoms recognise an error as printed: the more of a section's patterns the query's
+        # lines match, the surer the section; words decide among equals and after them.
+        recognised = {rowid: sum(any(p.search(line) for line in query.splitlines() or [query]) for p in section.patterns)
+                      for rowid, section in enumerate(self.sections)}
+        order = sorted(scored, key=lambda rowid: (-recognised[rowid], -scored[rowid]))
+        return [Hit(self.sections[rowid], scored[rowid]) for rowid in order[:limit]]
 
     def matching(self, lines: list[tuple[int, str]]) -> list[tuple[Section, list[int]]]:
         """Sections with a symptom that matches one of the numbered lines, and those line numbers."""

@@ -1,8 +1,8 @@
 """A runbook file read into its sections: one incident kind per `##` section.
 
 The format (docs/runbooks.md): one `#` title for the file, then per section a title and the bold
-parts **Symptoms** (list items whose backticked texts are case-insensitive regexes matched against
-one log line each), **Cause**, **Fix** and **Sources**. A section is cited as
+parts **Symptoms** (list items whose backticked texts, before the ` — ` of a description, are
+case-insensitive regexes matched against one log line each), **Cause**, **Fix** and **Sources**. A section is cited as
 `RB:<file stem>#<slug of its title>`, the way a log line is cited as `L12`.
 """
 
@@ -97,7 +97,7 @@ def _section(stem: str, file_title: str, block: list[str], origin: str) -> tuple
     symptoms = tuple(_item(line) for line in parts["symptoms"] if line.startswith(("-", "*")))
     patterns = []
     for text in symptoms:
-        for pattern in _BACKTICKED.findall(text):
+        for pattern in _BACKTICKED.findall(_pattern_part(text)):
             try:
                 patterns.append(re.compile(pattern, re.IGNORECASE))
             except re.error as error:
@@ -106,6 +106,13 @@ def _section(stem: str, file_title: str, block: list[str], origin: str) -> tuple
     return Section(stem=stem, title=title, file_title=file_title, symptoms=symptoms, patterns=tuple(patterns),
                    cause=" ".join(parts["cause"]), fix="\n".join(parts["fix"]), sources=sources,
                    origin=origin), problems
+
+
+def _pattern_part(symptom: str) -> str:
+    """The part of a symptom item that holds its patterns: before the ` — ` that starts its
+    description, so a name quoted there (`READONLY`, `tool_calls`) is not a pattern that matches
+    every line naming it."""
+    return symptom.split(" — ", 1)[0]
 
 
 def _item(line: str) -> str:

@@ -13,7 +13,8 @@ What it emulates is what `google.cloud.tpu_v2.TpuClient(transport="rest")` and a
 
 The queued-resource state machine is computed lazily from the emulator's clock (no background
 thread): CREATING → WAITING_FOR_RESOURCES → PROVISIONING → ACTIVE → SUSPENDED (service-initiated,
-node deleted) once `maxRunDuration` has elapsed since ACTIVE; FAILED with `failedData.error`
+node deleted) once `maxRunDuration` has elapsed since ACTIVE, or earlier when `suspend()` plays a
+preemption or maintenance event (`stateInitiator` SERVICE) or a user's action (USER); FAILED with `failedData.error`
 when a zone has no capacity and `validUntilTime` passes. `fast_forward()` moves that clock.
 
 Assumptions where the real behaviour is unverified (documented so they can be revisited):
@@ -162,6 +163,7 @@ class _QueuedResource:
     node_ready: threading.Event = field(default_factory=threading.Event)
     hook_claimed: bool = False
     node_gone_reported: bool = False
+    suspended: tuple[float, str] | None = None  # (when, stateInitiator) of a suspension before the run ended
 
 
 @dataclass
@@ -274,6 +276,18 @@ class TpuSandbox:
         with self._lock:
             self._clock_offset += seconds
 
+    def suspend(self, zone: str, qr_id: str, initiator: str = "SERVICE") -> None:
+        """Suspend an ACTIVE QR now, before its run duration ends: SERVICE plays a preemption or a
+        maintenance event, USER someone in the project (the API's `stateInitiator`, v2alpha1)."""
+        if initiator not in ("SERVICE", "USER"):
+            raise ValueError(f"stateInitiator is SERVICE or USER, not {initiator!r}")
+        with self._lock:
+            qr = self._qrs[(zone, qr_id)]
+            now = self.now()
+            if self._phase(qr, now).state != "ACTIVE":
+                raise ValueError(f"{qr_id} is {self._phase(qr, now).state}, not ACTIVE")
+            qr.suspended = (now, initiator)
+
     def set_zone(self, zone: str, behaviour: ZoneBehaviour) -> None:
         """Change a zone's behaviour; ACCEPT also frees capacity for QRs already waiting there."""
         with self._lock:
@@ -354,6 +368,8 @@ class TpuSandbox:
         active_at = provisioning_at + t.provisioning
         if now < active_at:
             return _Phase("PROVISIONING", "USER", None, False)
+        if qr.suspended is not None and now >= qr.suspended[0]:
+            return _Phase("SUSPENDED", qr.suspended[1], None, False)
         if qr.max_run_seconds is not None and now >= active_at + qr.max_run_seconds:
             return _Phase("SUSPENDED", "SERVICE", None, False)
         return _Phase("ACTIVE", "USER", None, True)

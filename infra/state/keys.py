@@ -25,6 +25,11 @@ def release_notes() -> str:
     return f"{PREFIX}:released"
 
 
+def last_release(team: str, channel: str) -> str:
+    """How the channel's last lease ended, kept for `/tpu status` after the lease is gone."""
+    return f"{PREFIX}:last-release:{team}:{channel}"
+
+
 def lock(team: str, channel: str) -> str:
     return f"{PREFIX}:lock:{team}:{channel}"
 

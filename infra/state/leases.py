@@ -264,7 +264,8 @@ return 1
 
 # Releasing deletes the lease and, in the same step, leaves a note of the release that stays
 # until everyone who must hear of it (the channel's card, the hooks) has: a crash between the
-# release and those calls leaves the note, and the next run finishes the release from it.
+# release and those calls leaves the note, and the next run finishes the release from it. A copy
+# stays as the channel's last release (how it ended, for `/tpu status`) for as long as a note may.
 _RELEASE = """
 if redis.call('HGET', KEYS[1], 'lease_id') ~= ARGV[1] then return 0 end
 local lease = redis.call('HGETALL', KEYS[1])
@@ -276,6 +277,9 @@ redis.call('HSET', KEYS[3], 'release_reason', ARGV[2], 'released_by', ARGV[3], '
            'tell_channel', ARGV[5])
 redis.call('EXPIRE', KEYS[3], ARGV[6])
 redis.call('ZADD', KEYS[4], ARGV[4], ARGV[1])
+redis.call('DEL', KEYS[5])
+redis.call('HSET', KEYS[5], unpack(redis.call('HGETALL', KEYS[3])))
+redis.call('EXPIRE', KEYS[5], ARGV[6])
 return 1
 """
 RELEASE_NOTE_TTL_SECONDS = 7 * 24 * 3600
@@ -369,10 +373,22 @@ class LeaseStore:
         """Fenced release; returns the note to finish it from, or None if it was not this caller's to release."""
         release = Release(lease, reason, by, time.time(), tell_channel)
         released = await self._release(
-            keys=[lease.key, keys.lease_index(), keys.release_note(lease.lease_id), keys.release_notes()],
+            keys=[lease.key, keys.lease_index(), keys.release_note(lease.lease_id), keys.release_notes(),
+                  keys.last_release(lease.team, lease.channel)],
             args=[lease.lease_id, reason, by, repr(release.at), "1" if tell_channel else "0", RELEASE_NOTE_TTL_SECONDS],
         )
         return release if released else None
+
+    async def last_release(self, team: str, channel: str) -> Release | None:
+        """How the channel's last lease ended (kept RELEASE_NOTE_TTL_SECONDS), or None."""
+        raw = await cast(Awaitable[dict], self._redis.hgetall(keys.last_release(team, channel)))
+        if not raw:
+            return None
+        try:
+            return Release.from_redis(raw)
+        except UnknownLeaseState as error:
+            log.warning("skipped a last release this version cannot read: %s", error)
+            return None
 
     async def unfinished_release(self, lease_id: str) -> Release | None:
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.release_note(lease_id)))

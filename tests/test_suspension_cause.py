@@ -1,0 +1,66 @@
+"""A flex-start TPU suspended before its deadline is not an expiry (issue 41).
+
+The TPU API's `stateInitiator` (v2alpha1 QueuedResourceState: USER or SERVICE) says who moved a
+queued resource to SUSPENDED; the run-duration end is only the suspension at `terminationTime`.
+The sandbox plays a preemption (SERVICE) or a user's action (USER) hours early; the card, the
+alert, the receipt and the model-less answer to "did it expire?" must each say which it was.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import time
+
+import pytest
+import waiting
+
+from infra.sandbox.tpu_api import SandboxTimings
+from test_expiry_alerts import TEAM, lease_of
+
+ALICE = "UALICE"
+wait_until = functools.partial(waiting.wait_until, timeout=60.0, interval=0.1)
+
+
+def posts(stack, channel: str) -> list[str]:
+    """Each message's text, then what its blocks say (an alert's body is in its blocks)."""
+    return [c.body.get("text", "") + "\n" + json.dumps(c.body.get("blocks") or [], ensure_ascii=False)
+            for c in stack.slack.calls
+            if c.method in ("chat.postMessage", "chat.update") and c.body.get("channel") == channel]
+
+
+@pytest.mark.parametrize("initiator, who", [("SERVICE", "Suspended by Google Cloud"),
+                                            ("USER", "Suspended by a user of the project")])
+def test_a_suspension_hours_before_the_deadline_is_named_on_the_card_the_receipt_and_the_answer(
+        make_stack, initiator, who):
+    stack = make_stack(poll_interval="0.2s", agent_use_model=False)
+    stack.tpu_sandbox.timings = SandboxTimings(creating=0.1, waiting=0.3, provisioning=0.3, deleting=0.1)
+    channel = f"C0SUSP{initiator[:2]}"
+    slack = stack.signed_requests(team=TEAM)
+    assert "Requested" in slack.slash("up 8h", user=ALICE, channel=channel).text
+    lease = wait_until(lambda: (found := lease_of(stack, channel)) and found.get("state") == "READY" and found,
+                       what="the lease READY")
+    assert float(lease["deadline"]) - time.time() > 7 * 3600  # hours before the run-duration end
+
+    stack.tpu_sandbox.suspend(lease["zone"], lease["qr_id"], initiator)
+
+    wait_until(lambda: lease_of(stack, channel) == {}, what="the lease released")
+    wait_until(lambda: any(text.startswith(":receipt:") for text in posts(stack, channel)), what="the receipt")
+    texts = posts(stack, channel)
+    card = next(text for text in texts if "released" in text)
+    alert = next(text for text in texts if "before its deadline" in text and text.startswith(":alarm_clock:"))
+    receipt = next(text for text in texts if text.startswith(":receipt:"))
+    for text in (card, alert, receipt):
+        assert who in text and "before its deadline" in text and f"stateInitiator {initiator}" in text, text
+        assert "Expired" not in text and "run time ended" not in text, text
+    assert f"TPU in {lease['zone']} suspended 7h5" in alert, alert  # how early, in the title
+
+    slack.mention("<@UTPUBOT> did our TPU expire? the endpoint is gone", user=ALICE, channel=channel)
+
+    def answer():
+        return next((m.text for m in stack.slack.channel_messages(channel)
+                     if not m.streaming and "_Made without the model" in m.text), None)
+
+    text = wait_until(answer, what="the model-less answer")
+    assert who in text and "before its deadline" in text and f"stateInitiator {initiator}" in text, text
+    assert "Expired at" not in text
