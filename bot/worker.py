@@ -29,16 +29,21 @@ from handlers import ask_job, bench_job, mention_job, spend_chart_job
 from handlers.ask_job import ASK_JOB, AskJob
 from handlers.mention_job import ANSWER_JOB, MentionJob
 from infra.jobs import BoundJob, JobOutcome
+from infra.state.locks import LockLost
 
 log = logging.getLogger(__name__)
 
 # A job that meets a Redis outage is tried again this much later (arq counts the try).
 REDIS_AWAY_RETRY_SECONDS = 2
+# A job stopped because it lost its channel lock is tried again this much later: by then the
+# worker that took it over holds the lock (the retry waits for it) or has finished (the retry skips).
+LOCK_LOST_RETRY_SECONDS = 2
 
 
 def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
     """Count every finished job by function and outcome in the worker's /metrics; log its lines
-    with the job and lease ids; and retry it, rather than fail it, when Redis is away."""
+    with the job and lease ids; and retry it, rather than fail it, when Redis is away or when it
+    lost its channel lock part-way (infra/state/locks.py stopped it)."""
 
     name = job.spec.name if isinstance(job, BoundJob) else job.__name__
 
@@ -50,6 +55,10 @@ def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
         except Retry:
             metrics.jobs.labels(name, "retry").inc()
             raise
+        except LockLost as error:
+            log.warning("%s stopped: %s; retrying in %ss", name, error, LOCK_LOST_RETRY_SECONDS)
+            metrics.jobs.labels(name, "retry").inc()
+            raise Retry(defer=LOCK_LOST_RETRY_SECONDS) from error
         except BaseException as error:
             if not is_redis_away(error):
                 metrics.jobs.labels(name, "error").inc()
