@@ -159,10 +159,11 @@ class Heartbeat:
     beating from start-up to shutdown, and each job recorded as this worker's as it starts."""
 
     ownership: JobOwnership
+    running: Callable[[], list[str]]  # the ids of the jobs the worker runs now (arq's job_tasks)
     task: asyncio.Task | None = None
 
     def start(self, pool: ArqRedis) -> None:
-        self.task = asyncio.create_task(self.ownership.run(pool), name="tpubot-worker-heartbeat")
+        self.task = asyncio.create_task(self.ownership.run(pool, self.running), name="tpubot-worker-heartbeat")
 
     async def job_started(self, ctx: dict) -> None:
         await self.ownership.job_started(ctx["redis"], ctx["job_id"])
@@ -226,5 +227,6 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
     worker = OutageTolerantWorker(redis_url=redis_url, startup_wait=settings.redis_startup_wait.total_seconds(),
                                   **kwargs)
     # The hooks above run only once the worker does; an owner record lasts as long as arq's in-progress key.
-    heartbeat = Heartbeat(JobOwnership(queue_name=JOB_QUEUE, owner_ttl_seconds=int(worker.in_progress_timeout_s) + 1))
+    heartbeat = Heartbeat(JobOwnership(queue_name=JOB_QUEUE, owner_ttl_seconds=int(worker.in_progress_timeout_s) + 1),
+                          running=lambda: [job_id for job_id, task in worker.job_tasks.items() if not task.done()])
     return worker
