@@ -172,6 +172,8 @@ async def test_work_whose_lock_is_taken_over_is_stopped_and_does_nothing_more(re
             side_effects.append("acted without the lock")
     assert side_effects == []
     assert await locks.holder_token("T1", "H2") is not None  # the new holder keeps it
+    assert asyncio.current_task().cancelling() == 0  # the lock took back its cancel: the task goes on
+    await redis.ping()
 
 
 async def test_an_extension_refused_stops_the_work_at_once(redis):
@@ -181,6 +183,8 @@ async def test_an_extension_refused_stops_the_work_at_once(redis):
             assert await locks.force_unlock("T1", "H3")
             await lock.extend()  # what a job calls before it acts
             pytest.fail("extend() let the work act without the lock")
+    assert asyncio.current_task().cancelling() == 0
+    await redis.ping()  # no cancel left pending to land on the caller's next await
 
 
 async def test_a_stall_longer_than_the_ttl_stops_the_work_at_its_next_await(redis):
@@ -193,6 +197,7 @@ async def test_a_stall_longer_than_the_ttl_stops_the_work_at_its_next_await(redi
             await redis.ping()  # two awaits: the lapse and the keeper both had their turn
             side_effects.append("acted after the stall")
     assert side_effects == []
+    assert asyncio.current_task().cancelling() == 0
 
 
 async def test_a_cancel_from_outside_stays_a_cancel(redis):

@@ -68,14 +68,17 @@ class LockLost(Exception):
 class HeldLock:
     """A lock held by `ChannelLocks.hold`: kept extended, and its work cancelled once it is lost."""
 
-    def __init__(self, locks: "ChannelLocks", team: str, channel: str, token: str, ttl_ms: int) -> None:
+    def __init__(self, locks: "ChannelLocks", team: str, channel: str, token: str, ttl_ms: int,
+                 work: asyncio.Task) -> None:
         self.team, self.channel, self.token = team, channel, token
         self._locks = locks
         self._ttl = ttl_ms / 1000
         self._loop = asyncio.get_running_loop()
-        self._work: asyncio.Task | None = None
+        self._work = work
+        self._cancelled_work = False  # the work was cancelled by the lock (not from outside)
         self._lapse: asyncio.TimerHandle | None = None
         self.lost_because = ""  # set once the lock is known lost
+        self._valid_until(self._loop.time() + self._ttl)
 
     @property
     def where(self) -> str:
@@ -92,17 +95,21 @@ class HeldLock:
         self._valid_until(asked + self._ttl)
 
     def _valid_until(self, when: float) -> None:
-        """The lock lapses at `when` (loop time) unless extended before: the work is cancelled then."""
+        """The lock lapses at `when` (loop time) unless extended before: the work is stopped then."""
         if self._lapse is not None:
             self._lapse.cancel()
-        self._lapse = self._loop.call_at(when, self._lost, f"not extended within its {self._ttl:g}s TTL")
+        self._lapse = self._loop.call_at(when, self._stop_work, f"not extended within its {self._ttl:g}s TTL")
 
     def _lost(self, why: str) -> None:
-        if self.lost_because:
-            return
-        self.lost_because = why
-        log.warning("lost the lock on %s (%s): stopping the work it guarded", self.where, why)
-        if self._work is not None and not self._work.done():
+        if not self.lost_because:
+            self.lost_because = why
+            log.warning("lost the lock on %s (%s): stopping the work it guarded", self.where, why)
+
+    def _stop_work(self, why: str) -> None:
+        """From outside the work (the lapse timer, the keeper): cancel it at its next await."""
+        self._lost(why)
+        if not self._cancelled_work and not self._work.done():
+            self._cancelled_work = True
             self._work.cancel(f"lost the lock on {self.where}")
 
     async def _keep(self) -> None:
@@ -113,9 +120,23 @@ class HeldLock:
             try:
                 await self.extend()
             except LockLost:
+                self._stop_work(self.lost_because)
                 return
             except (RedisError, OSError, asyncio.TimeoutError) as error:
                 log.warning("could not extend the lock on %s (%s); trying again", self.where, error)
+
+    async def _take_back_the_cancel(self, delivered: bool) -> bool:
+        """Undo the lock's own cancel of the work (`delivered`: the work is stopping on a
+        CancelledError); False if a cancel from outside is the one stopping it, or is pending too
+        (a shutdown, a job timeout: that one must go on)."""
+        if not self._cancelled_work:
+            return not delivered
+        if not delivered:
+            try:  # requested but not yet thrown into the work: let it land here, not at the next await
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                pass
+        return self._work.uncancel() == 0
 
     def _stop(self) -> None:
         if self._lapse is not None:
@@ -166,15 +187,16 @@ class ChannelLocks:
         token = await self.acquire(team, channel, ttl)
         if token is None:
             raise LockNotAcquired(f"{team}/{channel}")
-        held = HeldLock(self, team, channel, token, ttl)
-        held._work = asyncio.current_task()
-        held._valid_until(held._loop.time() + ttl / 1000)
+        work = asyncio.current_task()
+        if work is None:
+            raise RuntimeError("ChannelLocks.hold runs inside a task")
+        held = HeldLock(self, team, channel, token, ttl, work)
         keeper = asyncio.create_task(held._keep(), name=f"lock-keeper {team}/{channel}")
         try:
             yield held
-        except asyncio.CancelledError as cancelled:
-            if held.lost_because and held._work is not None and held._work.uncancel() == 0:
-                raise LockLost(f"{held.where}: {held.lost_because}") from cancelled
+        except (asyncio.CancelledError, LockLost) as stopped:
+            if held.lost_because and await held._take_back_the_cancel(isinstance(stopped, asyncio.CancelledError)):
+                raise LockLost(f"{held.where}: {held.lost_because}") from stopped
             raise  # a cancel from outside (shutdown, job timeout) stays one
         finally:
             held._stop()
