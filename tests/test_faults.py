@@ -444,29 +444,38 @@ def _status(slack) -> str:
     return slack.slash("status", user=ALICE, channel=CHANNEL).text
 
 
+def _ready_on_one_worker(slack, workers, length: str) -> None:
+    workers.start(1)
+    slack.slash(f"up us-west4-a {length}", user=ALICE, channel=CHANNEL)
+    wait_until(lambda: "READY" in _status(slack), timeout=90, interval=0.5, what="the lease READY")
+
+
+def _kill_at_the_delete_and_time_the_release(stack, slack, workers, what: str) -> float:
+    """Once the job deletes the QR (a real delete takes minutes: the sandbox's takes 20 s), SIGKILL
+    its worker and start another; the seconds from the kill until the lease is released."""
+    wait_until(lambda: any(r.method == "DELETE" for r in list(stack.tpu_sandbox.requests)), timeout=90,
+               interval=0.005, what=f"the {what}'s delete")
+    died = _kill(workers.procs[0])
+    workers.start(1)
+    wait_until(lambda: "holds no TPU" in _status(slack), timeout=120, interval=0.5, what="the lease released")
+    gone = time.monotonic() - died
+    print(f"{what}: lease released {gone:.1f}s after its worker was killed")
+    assert stack.tpu_sandbox.queued_resources() == []
+    return gone
+
+
 def test_a_worker_sigkilled_mid_teardown_with_the_default_timeouts_reaches_gone_within_60s(default_timeouts,
                                                                                             record_property):
     from infra.sandbox.tpu_api import SandboxTimings
 
     stack, slack, workers = default_timeouts
-    workers.start(1)
-    slack.slash("up us-west4-a 1h", user=ALICE, channel=CHANNEL)
-    wait_until(lambda: "READY" in _status(slack), timeout=90, interval=0.5, what="the lease READY")
+    _ready_on_one_worker(slack, workers, "1h")
     lease_id = next(e["value"] for b in slack.slash("down", user=ALICE, channel=CHANNEL).json()["blocks"]
                     if b["type"] == "actions" for e in b["elements"] if e["action_id"] == cards.TEARDOWN_CONFIRM_ACTION)
-    # A real delete takes minutes: the kill lands while the teardown job waits for the QR to go.
     stack.tpu_sandbox.timings = SandboxTimings(deleting=20)
     slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user=ALICE, channel=CHANNEL)
-    wait_until(lambda: any(r.method == "DELETE" for r in list(stack.tpu_sandbox.requests)), timeout=60,
-               interval=0.005, what="the teardown job's delete")
-    died = _kill(workers.procs[0])
-    workers.start(1)
-
-    wait_until(lambda: "holds no TPU" in _status(slack), timeout=120, interval=0.5, what="the lease released")
-    gone = time.monotonic() - died
+    gone = _kill_at_the_delete_and_time_the_release(stack, slack, workers, "teardown")
     record_property("gone_seconds_after_kill", round(gone, 1))
-    print(f"teardown: lease released {gone:.1f}s after its worker was killed")
-    assert stack.tpu_sandbox.queued_resources() == []
     assert gone < 60, f"released only {gone:.1f}s after the kill: the dead worker's job or lock ran its timeout"
     assert f"job teardown:{lease_id} was running on a worker that died" in _all_logs(workers)
 
@@ -476,21 +485,11 @@ def test_a_worker_sigkilled_mid_expiry_with_the_default_timeouts_reaches_gone_wi
     from infra.sandbox.tpu_api import SandboxTimings
 
     stack, slack, workers = default_timeouts
-    workers.start(1)
-    slack.slash("up us-west4-a 25s", user=ALICE, channel=CHANNEL)
-    wait_until(lambda: "READY" in _status(slack), timeout=60, interval=0.5, what="the lease READY")
-    stack.tpu_sandbox.timings = SandboxTimings(deleting=20)  # the kill lands inside the expiry's delete
-    wait_until(lambda: any(r.method == "DELETE" for r in list(stack.tpu_sandbox.requests)), timeout=90,
-               interval=0.005, what="the expiry's delete of the SUSPENDED QR")
-    died = _kill(workers.procs[0])
-    workers.start(1)
-
-    wait_until(lambda: "holds no TPU" in _status(slack), timeout=120, interval=0.5, what="the lease released")
-    gone = time.monotonic() - died
+    _ready_on_one_worker(slack, workers, "25s")
+    stack.tpu_sandbox.timings = SandboxTimings(deleting=20)  # the deadline's expiry deletes the SUSPENDED QR
+    gone = _kill_at_the_delete_and_time_the_release(stack, slack, workers, "expiry")
     record_property("gone_seconds_after_kill", round(gone, 1))
-    print(f"expiry: lease released {gone:.1f}s after its worker was killed")
     assert gone < 60, f"released only {gone:.1f}s after the kill"
-    assert stack.tpu_sandbox.queued_resources() == []
     expired = [m for m in stack.slack.channel_messages(CHANNEL) if m.text.startswith(":alarm_clock: TPU in")]
     assert len(expired) == 1, [m.text for m in expired]  # the alert once, whichever run posted it
 

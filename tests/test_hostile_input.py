@@ -4,6 +4,7 @@ changes state. Each property runs 5,000 generated cases against one running stac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -11,6 +12,7 @@ import random
 import string
 import time
 import uuid
+from collections.abc import Iterator
 from urllib.parse import quote, urlencode
 
 import httpx
@@ -96,6 +98,24 @@ class CapturedLogs(logging.Handler):
         if record.exc_info:
             line += "\n" + logging.Formatter().formatException(record.exc_info)
         self.lines.append(line)
+
+
+@contextlib.contextmanager
+def captured_logs() -> Iterator[CapturedLogs]:
+    """Every log line of this process while the block runs, at INFO, and bolt's at DEBUG (bolt
+    logs rejected bodies at INFO: nothing may reach it to log)."""
+    logs = CapturedLogs()
+    root, bolt = logging.getLogger(), logging.getLogger("slack_bolt")
+    saved = root.level, bolt.level
+    root.addHandler(logs)
+    root.setLevel(logging.INFO)
+    bolt.setLevel(logging.DEBUG)
+    try:
+        yield logs
+    finally:
+        root.removeHandler(logs)
+        root.setLevel(saved[0])
+        bolt.setLevel(saved[1])
 
 
 def keyspace_digest(state: redis_sync.Redis) -> str:
@@ -470,12 +490,6 @@ def test_view_null_and_deep_nesting_answer_400_with_one_line_and_no_traceback(ho
     stack, _, state = hostile_stack
     hooks = stack.slack.response_url("actions")
     raw = Raw(f"{stack.web_url}/slack/events", stack.signing_secret, hooks)
-    logs = CapturedLogs()
-    root, bolt = logging.getLogger(), logging.getLogger("slack_bolt")
-    saved = root.level, bolt.level
-    root.addHandler(logs)
-    root.setLevel(logging.INFO)
-    bolt.setLevel(logging.DEBUG)
     bodies = [(("payload=" + quote(json.dumps({"type": kind, "view": None, "user": {"id": "UMALLORY"},
                                                 "team": {"id": "T0SANDBOX"}}))).encode(), "application/x-www-form-urlencoded")
               for kind in ("block_suggestion", "message_action", "workflow_step_edit", "")]
@@ -484,7 +498,7 @@ def test_view_null_and_deep_nesting_answer_400_with_one_line_and_no_traceback(ho
                         % (depth, nested(depth, "{"))).encode(), "application/json"))
         bodies.append((("payload=" + quote('{"type":"block_actions","user":{"id":"UMALLORY"},"actions":%s}'
                                            % nested(depth, "["))).encode(), "application/x-www-form-urlencoded"))
-    try:
+    with captured_logs() as logs, contextlib.closing(raw.http):
         for body, ctype in bodies:
             before, seen = keyspace_digest(state), len(logs.lines)
             response = raw.send(body, content_type=ctype)
@@ -509,11 +523,6 @@ def test_view_null_and_deep_nesting_answer_400_with_one_line_and_no_traceback(ho
                               "message": message, "previous_message": message}}
         response = raw.send(json.dumps(envelope).encode(), content_type="application/json")
         assert response.status_code == 200, response.text
-    finally:
-        root.removeHandler(logs)
-        root.setLevel(saved[0])
-        bolt.setLevel(saved[1])
-        raw.http.close()
 
 
 def test_a_dismiss_click_from_another_channel_or_team_leaves_the_proposal(hostile_stack):
