@@ -56,9 +56,10 @@ SLACK_STANDIN = (
 TEAM = "T0BENCH"
 
 
-def slash_body(text: str, channel: str, user: str) -> tuple[str, str]:
+def slash_body(text: str, channel: str, user: str, hooks: str) -> tuple[str, str]:
+    """`hooks`: the response_url, on the Slack stand-in (tpubot refuses one on any other host)."""
     body = urlencode({"team_id": "T0BENCH", "channel_id": channel, "user_id": user, "command": "/tpu",
-                      "text": text, "response_url": "http://127.0.0.1:9/none", "trigger_id": "t"})
+                      "text": text, "response_url": hooks, "trigger_id": "t"})
     return body, "application/x-www-form-urlencoded"
 
 
@@ -71,11 +72,11 @@ def mention_body(channel: str, user: str) -> tuple[str, str]:
     return json.dumps(envelope), "application/json"
 
 
-def click_body(channel: str, user: str, lease_id: str) -> tuple[str, str]:
+def click_body(channel: str, user: str, lease_id: str, hooks: str) -> tuple[str, str]:
     payload = {"type": "block_actions", "user": {"id": user, "team_id": TEAM}, "team": {"id": TEAM},
                "channel": {"id": channel}, "api_app_id": "A0", "trigger_id": "t",
                "container": {"type": "message", "channel_id": channel, "is_ephemeral": True},
-               "response_url": "http://127.0.0.1:9/none",
+               "response_url": hooks,
                "actions": [{"action_id": "teardown_confirm", "block_id": "b", "type": "button", "value": lease_id,
                             "action_ts": f"{time.time():.6f}"}]}
     return "payload=" + quote(json.dumps(payload)), "application/x-www-form-urlencoded"
@@ -84,7 +85,8 @@ def click_body(channel: str, user: str, lease_id: str) -> tuple[str, str]:
 KINDS = ("status", "up", "help", "mention", "confirm")
 
 
-def requests_mix(n: int, channels: str = "C", leases: list[tuple[str, str, str]] = ()) -> list[tuple[str, str, str]]:
+def requests_mix(n: int, hooks: str, channels: str = "C",
+                 leases: list[tuple[str, str, str]] = ()) -> list[tuple[str, str, str]]:
     """(kind, body, content type): 30% /tpu status, 15% up, 10% help, 35% app_mention over 200
     channels named `channels`NNNN (a fresh prefix is a fresh set of channels), and 10% teardown
     confirm clicks, one per (channel, holder, lease id) in `leases`."""
@@ -96,13 +98,13 @@ def requests_mix(n: int, channels: str = "C", leases: list[tuple[str, str, str]]
         user = f"U{rng.randint(0, 49):03d}"
         roll = rng.random()
         if roll >= 0.9 and clicks:
-            out.append(("confirm", *click_body(*clicks.pop())))
+            out.append(("confirm", *click_body(*clicks.pop(), hooks)))
         elif roll < 0.3:
-            out.append(("status", *slash_body("status", channel, user)))
+            out.append(("status", *slash_body("status", channel, user, hooks)))
         elif roll < 0.45:
-            out.append(("up", *slash_body("up", channel, user)))
+            out.append(("up", *slash_body("up", channel, user, hooks)))
         elif roll < 0.55:
-            out.append(("help", *slash_body("help", channel, user)))
+            out.append(("help", *slash_body("help", channel, user, hooks)))
         else:
             out.append(("mention", *mention_body(channel, user)))
     return out
@@ -168,7 +170,8 @@ def wait_healthy(url: str, path: str, timeout: float = 60) -> None:
     raise SystemExit(f"{url} did not come up")
 
 
-def carded_leases(events: list[str], secret: str, redis_url: str, prefix: str, count: int) -> list[tuple[str, str, str]]:
+def carded_leases(events: list[str], secret: str, redis_url: str, prefix: str, count: int,
+                  hooks: str) -> list[tuple[str, str, str]]:
     """`count` leases (one `/tpu up` each, in channels `prefix`NNNN) given a status card reference,
     as the worker's first card post would: their confirm click is the path that once updated the card."""
     import redis as redis_sync
@@ -176,7 +179,7 @@ def carded_leases(events: list[str], secret: str, redis_url: str, prefix: str, c
     from infra.state import keys
 
     ups = [(f"{prefix}{i:04d}", f"U{i % 50:03d}") for i in range(count)]
-    asyncio.run(burst(events, secret, [("up", *slash_body("up", c, u)) for c, u in ups], 20))
+    asyncio.run(burst(events, secret, [("up", *slash_body("up", c, u, hooks)) for c, u in ups], 20))
     client = redis_sync.Redis.from_url(redis_url)
     leases = []
     try:
@@ -192,7 +195,7 @@ def carded_leases(events: list[str], secret: str, redis_url: str, prefix: str, c
 
 
 def measure(apps: dict[str, list[str]], secret: str, requests: int, concurrency: int, round_: int,
-            redis_url: str) -> dict:
+            redis_url: str, hooks: str) -> dict:
     """One table: each app warmed, then measured, on channels no earlier round has touched."""
     results = {}
     clicks = requests // 10 + 20
@@ -202,13 +205,14 @@ def measure(apps: dict[str, list[str]], secret: str, requests: int, concurrency:
         def leases(prefix: str, name: str = name, events: list[str] = events) -> list[tuple[str, str, str]]:
             if name.startswith("bare"):  # it acks any click alike
                 return [(f"{prefix}{i:04d}", "U000", "none") for i in range(clicks)]
-            return carded_leases(events, secret, redis_url, prefix, clicks)
+            return carded_leases(events, secret, redis_url, prefix, clicks, hooks)
 
         warm = leases(f"V{round_}")
-        asyncio.run(burst(events, secret, requests_mix(requests, channels=f"W{round_}", leases=warm), concurrency))
+        asyncio.run(burst(events, secret, requests_mix(requests, hooks, channels=f"W{round_}", leases=warm),
+                          concurrency))
         measured = leases(f"K{round_}")
-        results[name] = asyncio.run(burst(events, secret, requests_mix(requests, channels=f"C{round_}", leases=measured),
-                                          concurrency))
+        results[name] = asyncio.run(burst(events, secret, requests_mix(requests, hooks, channels=f"C{round_}",
+                                                                       leases=measured), concurrency))
     return results
 
 
@@ -269,7 +273,8 @@ def main() -> None:
         for url in bare:
             wait_healthy(url, "/slack/events")
         apps = {"tpubot serve ×2": ours, "bare bolt ×2": bare}
-        tables = [(level, measure(apps, secret, args.requests, level, i, env["REDIS_URL"]))
+        hooks = f"http://127.0.0.1:{slack_port}/hooks/bench/1"  # the stand-in's response_url, as Slack's would be
+        tables = [(level, measure(apps, secret, args.requests, level, i, env["REDIS_URL"], hooks))
                   for i, level in enumerate(levels)]
     finally:
         for proc in procs:
@@ -282,6 +287,9 @@ def main() -> None:
         print(f"\nSlack answered every {', '.join(limited)} call with HTTP 429, Retry-After: 2")
     for level, results in tables:
         print_table(args.requests, level, results)
+    errors = sum(r["errors"] for _, results in tables for r in results.values())
+    if errors:
+        raise SystemExit(f"{errors} requests failed (not 200, or no answer within 10 s)")
 
 
 if __name__ == "__main__":

@@ -163,6 +163,9 @@ def main() -> None:
     for run in runs:
         print(f"{run.strategy:<54}{run.attempts:>9}{run.list_calls:>12}{run.zone or '—':>14}"
               f"{_clock(run.simulated_s):>12}{run.wall_ms:>10.0f}")
+    unplaced = [run.strategy for run in runs if not run.zone]
+    if unplaced:
+        raise SystemExit(f"no zone accepted the TPU for: {', '.join(unplaced)} (the seed world accepts us-west4-a)")
 
 
 def _clock(seconds: float) -> str:

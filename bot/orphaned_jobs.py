@@ -5,7 +5,10 @@ job in its queue until it finishes; a worker that dies mid-job leaves both, and 
 start the job until the key expires (5 minutes with JOB_TIMEOUT=5m) — the lease just waits.
 
 Here each worker process says it is alive (a key with a short TTL it refreshes) and records,
-as each job starts (arq's on_job_start hook), that the job is its own. Every heartbeat also
+as each job starts (arq's on_job_start hook), that the job is its own; every beat records it
+again for each job the worker is running, so a record that Redis did not take at the start (an
+outage of a second, a failover) is there within a beat, and the job is never left to arq's
+expiry of its in-progress key (5 minutes) if this worker then dies. Every heartbeat also
 looks at the in-progress jobs: one still queued whose owner's liveness key has expired belongs
 to a dead worker, and its in-progress key is deleted, so the next poll of any live worker starts
 it again (arq counts the try; jobs are idempotent by design, and a lease's work is fenced by its
@@ -26,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from arq.constants import in_progress_key_prefix
@@ -83,9 +87,16 @@ class JobOwnership:
             # Unrecorded, the job falls back to arq's own expiry of its in-progress key if this worker dies.
             log.warning("could not record job %s as this worker's (%s)", job_id, error)
 
-    async def beat(self, pool) -> Swept:
-        """Say this worker is alive; release the channel locks, then the in-progress jobs, of dead ones."""
+    async def beat(self, pool, running: Iterable[str] = ()) -> Swept:
+        """Say this worker is alive and which jobs (`running`) are its own; release the channel
+        locks, then the in-progress jobs, of dead ones."""
         await pool.set(self.alive_key(), "1", ex=ALIVE_TTL_SECONDS)
+        running = list(running)
+        if running:
+            async with pool.pipeline(transaction=False) as pipe:
+                for job_id in running:
+                    pipe.set(keys.job_owner(job_id), self.worker_id, ex=self.owner_ttl_seconds)
+                await pipe.execute()
         dead_prefix = keys.worker_alive("")
         # Locks first: a job released in this beat must not find its dead owner's lock still held.
         locks = await release_locks_of_dead_owners(pool, dead_prefix)
@@ -102,11 +113,12 @@ class JobOwnership:
             log.warning("job %s was running on a worker that died; released for another try", job_id)
         return Swept(jobs=released, locks=locks)
 
-    async def run(self, pool) -> None:
-        """Beat until cancelled; a Redis outage only skips beats."""
+    async def run(self, pool, running: Callable[[], Iterable[str]] = tuple) -> None:
+        """Beat until cancelled; a Redis outage only skips beats. `running()`: the ids of the jobs
+        this worker is running now."""
         while True:
             try:
-                await self.beat(pool)
+                await self.beat(pool, running())
             except Exception as error:  # the beat is retried; it must not end silently in its task
                 current = asyncio.current_task()  # this coroutine's own task: never None here
                 if current is not None and current.cancelling():

@@ -123,6 +123,9 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
                 reason = malformed_command(body)
             misread = interaction is None and form_bolt_misreads(body) is not None
             if reason:
+                # One line, naming the field, never the body: only Slack can sign, so this is a
+                # leaked secret or a bug upstream, and someone should see it without a flood.
+                log.warning("refused a signed Slack request (%s): malformed %s", kind, reason)
                 response = JSONResponse({"error": f"malformed {reason}"}, status_code=400)
             elif misread:
                 response = await state["parsed_forms"].dispatch(body, request.headers)

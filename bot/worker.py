@@ -29,16 +29,21 @@ from handlers import ask_job, bench_job, mention_job, spend_chart_job
 from handlers.ask_job import ASK_JOB, AskJob
 from handlers.mention_job import ANSWER_JOB, MentionJob
 from infra.jobs import BoundJob, JobOutcome
+from infra.state.locks import LockLost
 
 log = logging.getLogger(__name__)
 
 # A job that meets a Redis outage is tried again this much later (arq counts the try).
 REDIS_AWAY_RETRY_SECONDS = 2
+# A job stopped because it lost its channel lock is tried again this much later: by then the
+# worker that took it over holds the lock (the retry waits for it) or has finished (the retry skips).
+LOCK_LOST_RETRY_SECONDS = 2
 
 
 def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
     """Count every finished job by function and outcome in the worker's /metrics; log its lines
-    with the job and lease ids; and retry it, rather than fail it, when Redis is away."""
+    with the job and lease ids; and retry it, rather than fail it, when Redis is away or when it
+    lost its channel lock part-way (infra/state/locks.py stopped it)."""
 
     name = job.spec.name if isinstance(job, BoundJob) else job.__name__
 
@@ -50,6 +55,10 @@ def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
         except Retry:
             metrics.jobs.labels(name, "retry").inc()
             raise
+        except LockLost as error:
+            log.warning("%s stopped: %s; retrying in %ss", name, error, LOCK_LOST_RETRY_SECONDS)
+            metrics.jobs.labels(name, "retry").inc()
+            raise Retry(defer=LOCK_LOST_RETRY_SECONDS) from error
         except BaseException as error:
             if not is_redis_away(error):
                 metrics.jobs.labels(name, "error").inc()
@@ -150,10 +159,11 @@ class Heartbeat:
     beating from start-up to shutdown, and each job recorded as this worker's as it starts."""
 
     ownership: JobOwnership
+    running: Callable[[], list[str]]  # the ids of the jobs the worker runs now (arq's job_tasks)
     task: asyncio.Task | None = None
 
     def start(self, pool: ArqRedis) -> None:
-        self.task = asyncio.create_task(self.ownership.run(pool), name="tpubot-worker-heartbeat")
+        self.task = asyncio.create_task(self.ownership.run(pool, self.running), name="tpubot-worker-heartbeat")
 
     async def job_started(self, ctx: dict) -> None:
         await self.ownership.job_started(ctx["redis"], ctx["job_id"])
@@ -217,5 +227,6 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
     worker = OutageTolerantWorker(redis_url=redis_url, startup_wait=settings.redis_startup_wait.total_seconds(),
                                   **kwargs)
     # The hooks above run only once the worker does; an owner record lasts as long as arq's in-progress key.
-    heartbeat = Heartbeat(JobOwnership(queue_name=JOB_QUEUE, owner_ttl_seconds=int(worker.in_progress_timeout_s) + 1))
+    heartbeat = Heartbeat(JobOwnership(queue_name=JOB_QUEUE, owner_ttl_seconds=int(worker.in_progress_timeout_s) + 1),
+                          running=lambda: [job_id for job_id, task in worker.job_tasks.items() if not task.done()])
     return worker

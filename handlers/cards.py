@@ -10,6 +10,7 @@ import time
 from datetime import datetime, timedelta, timezone
 
 from infra.durations import format_duration
+from infra.mrkdwn import escape  # noqa: F401 - cards.escape: what every card and reply escapes with
 
 from agent.lease.model_boot import degraded_reason
 from infra.state.leases import Lease, LeaseState
@@ -50,11 +51,6 @@ BOOT_CACHE_NAMES = {
 
 def state_name(state: LeaseState) -> str:
     return state.label
-
-
-def escape(text: str) -> str:
-    """mrkdwn escaping: only & < > (so pasted text can never ping a channel)."""
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
 def clock(epoch: float) -> str:

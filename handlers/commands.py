@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Callable
 
+from infra.mrkdwn import in_code
 from infra.durations import FLEX_START_LONGEST, DurationTooLong, format_duration, looks_like_duration, parse_duration
 
 ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
@@ -42,7 +43,8 @@ class Subcommand:
 def _no_args(name: str) -> Callable[[list[str]], dict]:
     def parse(tokens: list[str]) -> dict:
         if tokens:
-            raise CommandError(f"`/tpu {name}` takes no arguments, but got `{' '.join(tokens)}`. Usage: `/tpu {name}`")
+            raise CommandError(f"`/tpu {name}` takes no arguments, but got `{in_code(' '.join(tokens)[:40])}`. "
+                               f"Usage: `/tpu {name}`")
         return {}
 
     return parse
@@ -63,14 +65,14 @@ def _parse_up(tokens: list[str]) -> dict:
             try:
                 hours = parse_duration(spelled, bare_unit="h").total_seconds() / 3600
             except DurationTooLong:
-                raise CommandError(f"`{_code_safe(token[:40])}` is longer than the longest lease, "
+                raise CommandError(f"`{in_code(token[:40])}` is longer than the longest lease, "
                                    f"{format_duration(FLEX_START_LONGEST)} (flex-start's limit). {UP_USAGE}") from None
         elif ZONE_RE.match(token_l):
             if zone is not None:
                 raise CommandError(f"Give one zone; got `{zone}` and `{token}`. {UP_USAGE}")
             zone = token_l
         else:
-            raise CommandError(f"`{_code_safe(token[:40])}` is neither a zone (like us-west4-a) nor a duration "
+            raise CommandError(f"`{in_code(token[:40])}` is neither a zone (like us-west4-a) nor a duration "
                                f"(like 4h, 90m or 1h30m). {UP_USAGE}")
     return {"zone": zone, "hours": hours}
 
@@ -79,7 +81,7 @@ def _parse_audit(tokens: list[str]) -> dict:
     if not tokens:
         return {}
     if len(tokens) > 1 or not tokens[0].isdigit():
-        raise CommandError(f"`/tpu audit` takes one optional number of entries; got `{_code_safe(' '.join(tokens)[:40])}`. Usage: `/tpu audit [count]`")
+        raise CommandError(f"`/tpu audit` takes one optional number of entries; got `{in_code(' '.join(tokens)[:40])}`. Usage: `/tpu audit [count]`")
     return {"count": int(tokens[0])}
 
 
@@ -131,7 +133,7 @@ def _parse_budget(tokens: list[str]) -> dict:
             raise CommandError(f"`/tpu budget set` takes an amount and an optional channel. {BUDGET_USAGE}")
         amount = _USD_RE.match(rest[0])
         if amount is None:
-            raise CommandError(f"`{_code_safe(rest[0][:40])}` is not an amount of USD; write it like `200` or "
+            raise CommandError(f"`{in_code(rest[0][:40])}` is not an amount of USD; write it like `200` or "
                                f"`$49.50`. {BUDGET_USAGE}")
         return {ACTION_KEY: "set_budget", "usd": float(amount.group(1)), "channel": rest[1] if rest[1:] else None}
     if verb.lower() == "clear":
@@ -140,7 +142,7 @@ def _parse_budget(tokens: list[str]) -> dict:
         return {ACTION_KEY: "set_budget", "clear": True, "channel": rest[0] if rest else None}
     if len(tokens) == 1 and (verb.startswith("<#") or verb.startswith("#") or verb[:1] in "CG"):
         return {"channel": verb}
-    raise CommandError(f"`{_code_safe(' '.join(tokens)[:40])}` is not a budget command. {BUDGET_USAGE}")
+    raise CommandError(f"`{in_code(' '.join(tokens)[:40])}` is not a budget command. {BUDGET_USAGE}")
 
 
 def _parse_spend(tokens: list[str]) -> dict:
@@ -149,7 +151,7 @@ def _parse_spend(tokens: list[str]) -> dict:
         args[ACTION_KEY] = "spend_chart"
         tokens = tokens[1:]
     if len(tokens) > 1:
-        raise CommandError(f"`/tpu spend` takes at most one month; got `{_code_safe(' '.join(tokens)[:40])}`. "
+        raise CommandError(f"`/tpu spend` takes at most one month; got `{in_code(' '.join(tokens)[:40])}`. "
                            f"{SPEND_USAGE}")
     if tokens:
         args["month"] = tokens[0]
@@ -185,7 +187,7 @@ def parse(text: str) -> ParsedCommand:
     sub = BY_NAME.get(name.lower())
     if sub is None:
         shown = name if len(name) <= 40 else name[:40] + "…"
-        raise CommandError(f"Unknown subcommand `{_code_safe(shown)}`. Try one of: {', '.join('`' + s.usage + '`' for s in SUBCOMMANDS)}")
+        raise CommandError(f"Unknown subcommand `{in_code(shown)}`. Try one of: {', '.join('`' + s.usage + '`' for s in SUBCOMMANDS)}")
     args = sub.parse(tokens)
     return ParsedCommand(sub.name, args.pop(ACTION_KEY, sub.action), args, sub.usage)
 
@@ -202,8 +204,3 @@ def help_text() -> str:
     lines = [f"*{HELP_TITLE}*"]
     lines += [f"• {help_line(sub)}" for sub in SUBCOMMANDS]
     return "\n".join(lines)
-
-
-def _code_safe(text: str) -> str:
-    # Keep user text from closing the code span or pinging anyone.
-    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("`", "'")

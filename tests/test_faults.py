@@ -393,3 +393,133 @@ def test_a_worker_sigkilled_mid_provision_with_the_default_timeouts_is_taken_ove
         workers.stop()
         slack.close()
         stack.stop()
+
+
+
+def _kill(proc: subprocess.Popen) -> float:
+    """SIGKILL `proc`; the moment it died."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    return time.monotonic()
+
+
+def _worker_running(workers, job_prefix: str) -> subprocess.Popen:
+    """The worker process whose log shows arq starting a job whose id starts with `job_prefix`."""
+    def find():
+        for n, proc in enumerate(workers.procs):
+            log = (workers.log_dir / f"worker-{n}.log").read_text(errors="replace")
+            if f"→ {job_prefix}" in log and proc.poll() is None:
+                return proc
+        return None
+    return wait_until(find, timeout=60, interval=0.01, what=f"a worker running {job_prefix}…")
+
+
+def _all_logs(workers) -> str:
+    return "\n".join(path.read_text(errors="replace") for path in sorted(workers.log_dir.glob("worker-*.log")))
+
+
+@pytest.fixture
+def default_timeouts(redis_url, tmp_path, monkeypatch):
+    """(stack, slack, workers): a web process and `tpubot worker` processes with the production
+    JOB_TIMEOUT (5m) and LOCK_TTL (60s): a dead worker's job and lock would each wait that long."""
+    from test_expiry_alerts import Workers, worker_env
+
+    monkeypatch.chdir(tmp_path)
+    stack = LocalStack(Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s",
+                                     min_run_duration="1s"), run_worker=False).start()
+    slack = stack.signed_requests()
+    workers = Workers(worker_env(stack, tmp_path), tmp_path, tmp_path)
+    try:
+        yield stack, slack, workers
+    finally:
+        for proc in workers.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)  # a stopped process cannot take the SIGTERM below
+        workers.stop()
+        slack.close()
+        stack.stop()
+
+
+def _status(slack) -> str:
+    return slack.slash("status", user=ALICE, channel=CHANNEL).text
+
+
+def _ready_on_one_worker(slack, workers, length: str) -> None:
+    workers.start(1)
+    slack.slash(f"up us-west4-a {length}", user=ALICE, channel=CHANNEL)
+    wait_until(lambda: "READY" in _status(slack), timeout=90, interval=0.5, what="the lease READY")
+
+
+def _kill_at_the_delete_and_time_the_release(stack, slack, workers, what: str) -> float:
+    """Once the job deletes the QR (a real delete takes minutes: the sandbox's takes 20 s), SIGKILL
+    its worker and start another; the seconds from the kill until the lease is released."""
+    wait_until(lambda: any(r.method == "DELETE" for r in list(stack.tpu_sandbox.requests)), timeout=90,
+               interval=0.005, what=f"the {what}'s delete")
+    died = _kill(workers.procs[0])
+    workers.start(1)
+    wait_until(lambda: "holds no TPU" in _status(slack), timeout=120, interval=0.5, what="the lease released")
+    gone = time.monotonic() - died
+    print(f"{what}: lease released {gone:.1f}s after its worker was killed")
+    assert stack.tpu_sandbox.queued_resources() == []
+    return gone
+
+
+def test_a_worker_sigkilled_mid_teardown_with_the_default_timeouts_reaches_gone_within_60s(default_timeouts,
+                                                                                            record_property):
+    from infra.sandbox.tpu_api import SandboxTimings
+
+    stack, slack, workers = default_timeouts
+    _ready_on_one_worker(slack, workers, "1h")
+    lease_id = next(e["value"] for b in slack.slash("down", user=ALICE, channel=CHANNEL).json()["blocks"]
+                    if b["type"] == "actions" for e in b["elements"] if e["action_id"] == cards.TEARDOWN_CONFIRM_ACTION)
+    stack.tpu_sandbox.timings = SandboxTimings(deleting=20)
+    slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user=ALICE, channel=CHANNEL)
+    gone = _kill_at_the_delete_and_time_the_release(stack, slack, workers, "teardown")
+    record_property("gone_seconds_after_kill", round(gone, 1))
+    assert gone < 60, f"released only {gone:.1f}s after the kill: the dead worker's job or lock ran its timeout"
+    assert f"job teardown:{lease_id} was running on a worker that died" in _all_logs(workers)
+
+
+def test_a_worker_sigkilled_mid_expiry_with_the_default_timeouts_reaches_gone_within_60s(default_timeouts,
+                                                                                          record_property):
+    from infra.sandbox.tpu_api import SandboxTimings
+
+    stack, slack, workers = default_timeouts
+    _ready_on_one_worker(slack, workers, "25s")
+    stack.tpu_sandbox.timings = SandboxTimings(deleting=20)  # the deadline's expiry deletes the SUSPENDED QR
+    gone = _kill_at_the_delete_and_time_the_release(stack, slack, workers, "expiry")
+    record_property("gone_seconds_after_kill", round(gone, 1))
+    assert gone < 60, f"released only {gone:.1f}s after the kill"
+    expired = [m for m in stack.slack.channel_messages(CHANNEL) if m.text.startswith(":alarm_clock: TPU in")]
+    assert len(expired) == 1, [m.text for m in expired]  # the alert once, whichever run posted it
+
+
+def test_a_worker_that_stalls_past_its_lock_stops_and_leaves_the_lease_to_the_worker_that_took_over(
+        default_timeouts):
+    """SIGSTOP is a stall (a VM paused, a process swapped out): the worker's liveness key lapses, a
+    live worker takes its provision job and channel lock over, and when the stalled one wakes up it
+    must not go on writing the lease or its card as if it still held the lock."""
+    stack, slack, workers = default_timeouts
+    workers.start(2)
+    # Slow the create (two retried 503s) so the stall lands inside the provision job.
+    stack.tpu_sandbox.inject_failures(2, http_status=503, path_contains="queuedResources")
+    slack.slash("up us-west4-a 1h", user=ALICE, channel=CHANNEL)
+    wait_until(lambda: any(r.method == "POST" for r in list(stack.tpu_sandbox.requests)), timeout=60,
+               interval=0.005, what="the provision job's create")
+    stalled = _worker_running(workers, "provision:")
+    stalled.send_signal(signal.SIGSTOP)
+    wait_until(lambda: "READY" in _status(slack), timeout=90, interval=0.5,
+               what="the lease READY by the worker that took over")
+    assert "was running on a worker that died" in _all_logs(workers)
+    updates_before = len(stack.slack.calls_to("chat.update"))
+
+    stalled.send_signal(signal.SIGCONT)
+    log = workers.log_dir / f"worker-{workers.procs.index(stalled)}.log"
+    wait_until(lambda: "lost the lock on T0SANDBOX/" + CHANNEL in log.read_text(errors="replace"), timeout=30,
+               what="the stalled worker to find its lock gone")
+    wait_until(lambda: "provision_lease stopped" in log.read_text(errors="replace"), timeout=30,
+               what="its provision job to stop")
+    assert "READY" in _status(slack)  # not set back to CREATING or WAITING by the stale job
+    later = stack.slack.calls_to("chat.update")[updates_before:]
+    assert all("READY" in str(call.body.get("blocks")) for call in later), [c.body.get("text") for c in later]
+    assert len(stack.tpu_sandbox.queued_resources()) == 1

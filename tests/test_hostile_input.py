@@ -4,13 +4,16 @@ changes state. Each property runs 5,000 generated cases against one running stac
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import random
 import string
 import time
-from urllib.parse import quote
+import uuid
+from collections.abc import Iterator
+from urllib.parse import quote, urlencode
 
 import httpx
 import pytest
@@ -22,6 +25,8 @@ from bot.local_stack import LocalStack
 from bot.settings import Settings
 from handlers import cards
 from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION
+from handlers.commands import SUBCOMMANDS
+from handlers.payload_guard import MAX_NESTING
 from handlers.proposal_buttons import PROPOSAL_CONFIRM_ACTION, PROPOSAL_DISMISS_ACTION
 
 CASES = 5_000
@@ -95,6 +100,24 @@ class CapturedLogs(logging.Handler):
         self.lines.append(line)
 
 
+@contextlib.contextmanager
+def captured_logs() -> Iterator[CapturedLogs]:
+    """Every log line of this process while the block runs, at INFO, and bolt's at DEBUG (bolt
+    logs rejected bodies at INFO: nothing may reach it to log)."""
+    logs = CapturedLogs()
+    root, bolt = logging.getLogger(), logging.getLogger("slack_bolt")
+    saved = root.level, bolt.level
+    root.addHandler(logs)
+    root.setLevel(logging.INFO)
+    bolt.setLevel(logging.DEBUG)
+    try:
+        yield logs
+    finally:
+        root.removeHandler(logs)
+        root.setLevel(saved[0])
+        bolt.setLevel(saved[1])
+
+
 def keyspace_digest(state: redis_sync.Redis) -> str:
     """Every key and its serialized value (DUMP), hashed: any write shows as a new digest."""
     keys = sorted(state.keys("*"))
@@ -140,7 +163,6 @@ def command(channel: str | None, text: str, user: str, response_url: str, team: 
               "trigger_id": "1.2.x", "api_app_id": "A0TPUBOT"}
     if channel is not None:
         fields["channel_id"] = channel
-    from urllib.parse import urlencode
     return urlencode(fields).encode()
 
 
@@ -188,6 +210,131 @@ def odd_shape(rng: random.Random, hooks: str) -> tuple[bytes, str]:
     return ("payload=" + quote(json.dumps(payload))).encode(), "application/x-www-form-urlencoded"
 
 
+# The fields bolt reads before any listener runs (slack_bolt/request/internals.py build_context,
+# listener_matcher/builtins.py, logger/messages.py _build_filtered_body), and our listeners after it.
+JUNK = [None, 1, -1, 2.5, "", "x", [], [1], [None], {}, {"id": 5}, {"id": {"a": 1}}, True, [{"a": 1}],
+        {"type": None}, [[]], {"team": 5}]
+INTERACTION_TYPES = ["block_actions", "block_suggestion", "message_action", "shortcut", "view_submission",
+                     "view_closed", "workflow_step_edit", "interactive_message", "dialog_submission", ""]
+
+
+def valid_interaction(kind: str, hooks: str) -> dict:
+    payload = {"type": kind, "user": {"id": "UMALLORY", "team_id": "T0SANDBOX"}, "team": {"id": "T0SANDBOX"},
+               "channel": {"id": CHANNEL}, "api_app_id": "A0TPUBOT", "response_url": hooks, "trigger_id": "1.2.x",
+               "callback_id": "cb", "container": {"type": "message", "channel_id": CHANNEL, "message_ts": "1.1"},
+               "message": {"type": "message", "user": "UTPUBOT", "ts": "1.1", "text": "x"},
+               "view": {"id": "V1", "type": "modal", "callback_id": "cb", "state": {"values": {}}}}
+    if kind == "block_actions":
+        payload["actions"] = [{"action_id": "unknown_action", "block_id": "b", "type": "button", "value": "v"}]
+    if kind == "block_suggestion":
+        payload.update(action_id="a", block_id="b", value="v")
+    return payload
+
+
+def valid_event() -> dict:
+    return {"type": "event_callback", "team_id": "T0SANDBOX", "api_app_id": "A0TPUBOT",
+            "event_id": "Ev" + uuid.uuid4().hex[:10], "authorizations": [{"team_id": "T0SANDBOX", "user_id": "UTPUBOT"}],
+            "event": {"type": "reaction_added", "user": "UMALLORY", "reaction": "eyes", "event_ts": "1.2",
+                      "item": {"type": "message", "channel": CHANNEL, "ts": "1.1"}}}
+
+
+INTERACTION_PATHS = [("view",), ("actions",), ("team",), ("user",), ("channel",), ("enterprise",), ("message",),
+                     ("container",), ("callback_id",), ("action_id",), ("block_id",), ("response_urls",),
+                     ("type",), ("user", "id"), ("user", "team_id"), ("team", "id"), ("channel", "id"),
+                     ("container", "channel_id"), ("message", "user"), ("view", "callback_id")]
+EVENT_PATHS = [("event",), ("team",), ("user",), ("channel",), ("enterprise",), ("authorizations",), ("type",),
+               ("event", "type"), ("event", "user"), ("event", "channel"), ("event", "item"), ("event", "message"),
+               ("event", "previous_message"), ("event", "subtype"), ("event", "item", "channel"),
+               ("authorizations", 0, "team"), ("authorizations", 0, "user"), ("event", "team")]
+
+
+def with_junk(body: dict, path: tuple, junk) -> dict:
+    """`body` (a copy) with the value at `path` replaced by `junk`; missing steps are made."""
+    body = json.loads(json.dumps(body))
+    target = body
+    for step, following in zip(path, path[1:]):
+        kind = list if isinstance(following, int) else dict  # what the next step indexes
+        if isinstance(target, list):
+            while len(target) <= step:
+                target.append({})
+        if not isinstance(target[step] if isinstance(target, list) else target.get(step), kind):
+            target[step] = [{}] if kind is list else {}
+        target = target[step]
+    target[path[-1]] = junk
+    return body
+
+
+def bolt_field_case(rng: random.Random, hooks: str) -> tuple[bytes, str]:
+    """A signed body with one to three of the fields bolt (or a listener) reads set to junk."""
+    if rng.random() < 0.6:
+        body = valid_interaction(rng.choice(INTERACTION_TYPES), hooks)
+        for path in rng.sample(INTERACTION_PATHS, rng.randint(1, 3)):
+            body = with_junk(body, path, rng.choice(JUNK))
+        if isinstance(body.get("response_url"), str) or "response_url" not in body:
+            body["response_url"] = hooks
+        return ("payload=" + quote(json.dumps(body))).encode(), "application/x-www-form-urlencoded"
+    body = valid_event()
+    for path in rng.sample(EVENT_PATHS, rng.randint(1, 3)):
+        body = with_junk(body, path, rng.choice(JUNK))
+    return json.dumps(body).encode(), "application/json"
+
+
+def nested(depth: int, opener: str) -> str:
+    return '{"a":' * depth + "1" + "}" * depth if opener == "{" else "[" * depth + "]" * depth
+
+
+def deep_case(rng: random.Random, hooks: str) -> tuple[bytes, str]:
+    """A signed body nested deeper than any Slack payload, somewhere bolt or a listener looks."""
+    depth = rng.choice([MAX_NESTING + 1, 100, 500, 1_000, 5_000, 20_000])
+    deep = nested(depth, rng.choice("[{"))
+    if rng.random() < 0.5:
+        where = rng.choice(["event", "blocks", "authorizations", "extra"])
+        event = '{"type":"app_mention","user":"UMALLORY","channel":"%s","ts":"1.2","text":"hi","blocks":%s}' % (
+            CHANNEL, deep if where == "blocks" else "[]")
+        envelope = ('{"type":"event_callback","team_id":"T0SANDBOX","event_id":"Ev%d","event":%s,'
+                    '"authorizations":%s,"extra":%s}') % (rng.randrange(10**9), deep if where == "event" else event,
+                                                         deep if where == "authorizations" else "[]",
+                                                         deep if where == "extra" else "0")
+        return envelope.encode(), "application/json"
+    where = rng.choice(["view", "actions", "state", "message"])
+    payload = ('{"type":"block_actions","user":{"id":"UMALLORY"},"team":{"id":"T0SANDBOX"},"channel":{"id":"%s"},'
+               '"response_url":"%s","actions":%s,"view":%s,"state":%s,"message":%s}') % (
+        CHANNEL, hooks, deep if where == "actions" else '[{"action_id":"unknown_action"}]',
+        deep if where == "view" else "{}", deep if where == "state" else "{}", deep if where == "message" else "{}")
+    return ("payload=" + quote(payload)).encode(), "application/x-www-form-urlencoded"
+
+
+ECHO_CHANNEL = "C0ECHO"
+# Tokens a person can type that Slack renders: broadcasts, mentions, channels, dates, links. Each
+# carries its own label, so the bot's rendering of an id it parsed (`<@U0EVIL>`) is told apart
+# from the person's text echoed back.
+RENDERED_TOKENS = ["<!here>", "<!channel>", "<!everyone>", "<!here|here>", "<@U0EVIL|eve>", "<#C0EVIL|general>",
+                   "<!subteam^S0EVIL|@sre>", "<!date^1700000000^{date}|x>", "<https://evil.example|click>"]
+
+
+def mrkdwn_texts(reply: dict) -> list[str]:
+    """Every string in a reply that Slack renders as mrkdwn (plain_text renders no token)."""
+    found = [reply.get("text", "")] if reply.get("mrkdwn", True) else []
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            if node.get("type") == "mrkdwn" and isinstance(node.get("text"), str):
+                found.append(node["text"])
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+    walk(reply.get("blocks", []))
+    walk(reply.get("attachments", []))
+    return found
+
+
+def echoed_tokens(reply: dict, sent: list[str]) -> list[str]:
+    texts = mrkdwn_texts(reply)
+    return [token for token in sent if any(token in text for text in texts)]
+
+
 @pytest.fixture(scope="module")
 def leased(hostile_stack):
     """A lease held by UALICE in LEASE_CHANNEL (no worker: claimed, never provisioned)."""
@@ -216,7 +363,8 @@ def test_generated_hostile_requests_answer_4xx_or_200_and_rejected_ones_write_no
     now = int(time.time())
 
     def case(family: str, send, *, refused_by_auth: bool = False) -> httpx.Response:
-        counts = figures.setdefault(family, {"cases": 0, "5xx": 0, "tracebacks": 0, "rejected": 0, "writes": 0})
+        counts = figures.setdefault(family, {"cases": 0, "5xx": 0, "tracebacks": 0, "rejected": 0, "writes": 0,
+                                             "echoes": 0})
         digest = state_digest if refused_by_auth else keyspace_digest
         before, lines = digest(state), len(logs.lines)
         response = send()
@@ -284,6 +432,26 @@ def test_generated_hostile_requests_answer_4xx_or_200_and_rejected_ones_write_no
             case("another channel's lease", lambda action=action, channel=channel, team=team: raw.send(
                 click(action, leased, "UALICE", channel, hooks, team)),
                  refused_by_auth=True)
+        for _ in range(1_200):  # the fields bolt reads, of the wrong type or null
+            body, ctype = bolt_field_case(rng, hooks)
+            case("bolt's fields, wrong types", lambda body=body, ctype=ctype: raw.send(body, content_type=ctype))
+        for _ in range(300):  # nesting deeper than any Slack payload
+            body, ctype = deep_case(rng, hooks)
+            response = case("deep nesting", lambda body=body, ctype=ctype: raw.send(body, content_type=ctype))
+            assert response.status_code == 400, (len(body), response.status_code, response.text)
+        subcommands = sorted({sub.usage.split()[1] for sub in SUBCOMMANDS if len(sub.usage.split()) > 1})
+        for _ in range(600):  # /tpu text with tokens Slack would render, echoed back in usage errors and replies
+            words = rng.sample(RENDERED_TOKENS, rng.randint(1, 3)) + rng.sample(
+                ["2h", "us-west4-a", "set", "5", "clear", "chart", "2026-13", "x", "now"], rng.randint(0, 2))
+            rng.shuffle(words)
+            text = " ".join([rng.choice(subcommands + ["", "nonsense"]), *words]).strip()
+            user = rng.choice(["UMALLORY", "UADMIN"])
+            response = case("echoed /tpu text", lambda text=text, user=user: raw.send(
+                command(ECHO_CHANNEL, text, user, hooks)))
+            if response.status_code == 200:
+                echoes = echoed_tokens(response.json(), [w for w in words if w in RENDERED_TOKENS])
+                figures["echoed /tpu text"]["echoes"] += bool(echoes)
+                assert not echoes, (text, echoes, response.json().get("text", "")[:300])
         for _ in range(300):  # response_url hosts
             url = rng.choice(["https://evil.example/hooks", "http://hooks.slack.com/commands/T/1/x",
                               "https://hooks.slack.com.evil.example/x", "https://evil.example@127.0.0.2/x",
@@ -304,16 +472,57 @@ def test_generated_hostile_requests_answer_4xx_or_200_and_rejected_ones_write_no
         bolt.setLevel(saved[1])
         raw.http.close()
     print("\nhostile requests (seed %d):" % SEED)
-    print(f"  {'family':<28} {'cases':>6} {'5xx':>4} {'tracebacks':>10} {'rejected':>8} {'writes':>6}")
+    print(f"  {'family':<28} {'cases':>6} {'5xx':>4} {'tracebacks':>10} {'rejected':>8} {'writes':>6} {'echoes':>6}")
     for family, counts in figures.items():
         print(f"  {family:<28} {counts['cases']:>6} {counts['5xx']:>4} {counts['tracebacks']:>10} "
-              f"{counts['rejected']:>8} {counts['writes']:>6}")
+              f"{counts['rejected']:>8} {counts['writes']:>6} {counts['echoes']:>6}")
     assert sum(c["cases"] for c in figures.values()) >= 5_000
-    bad = {f: c for f, c in figures.items() if c["5xx"] or c["tracebacks"] or c["writes"]}
+    bad = {f: c for f, c in figures.items() if c["5xx"] or c["tracebacks"] or c["writes"] or c["echoes"]}
     assert not bad, bad
     assert not any(BODY_MARKER in line for line in logs.lines), "a request body reached the logs"
     # The lease is untouched by every click above.
     assert b"TEARING_DOWN" not in repr(state_snapshot(state)).encode()
+
+
+def test_view_null_and_deep_nesting_answer_400_with_one_line_and_no_traceback(hostile_stack):
+    """The bodies the probe answered with a 500: `view: null` (bolt's unhandled-request logger calls
+    view.get on it) and an event nested 1,000 and 5,000 levels deep (Python's json recursed)."""
+    stack, _, state = hostile_stack
+    hooks = stack.slack.response_url("actions")
+    raw = Raw(f"{stack.web_url}/slack/events", stack.signing_secret, hooks)
+    bodies = [(("payload=" + quote(json.dumps({"type": kind, "view": None, "user": {"id": "UMALLORY"},
+                                                "team": {"id": "T0SANDBOX"}}))).encode(), "application/x-www-form-urlencoded")
+              for kind in ("block_suggestion", "message_action", "workflow_step_edit", "")]
+    for depth in (1_000, 5_000):
+        bodies.append((('{"type":"event_callback","team_id":"T0SANDBOX","event_id":"EvDeep%d","event":%s}'
+                        % (depth, nested(depth, "{"))).encode(), "application/json"))
+        bodies.append((("payload=" + quote('{"type":"block_actions","user":{"id":"UMALLORY"},"actions":%s}'
+                                           % nested(depth, "["))).encode(), "application/x-www-form-urlencoded"))
+    with captured_logs() as logs, contextlib.closing(raw.http):
+        for body, ctype in bodies:
+            before, seen = keyspace_digest(state), len(logs.lines)
+            response = raw.send(body, content_type=ctype)
+            ours = [line for line in logs.lines[seen:] if not line.startswith("HTTP Request:")]  # the test's client
+            assert response.status_code == 400, (body[:80], response.status_code, response.text)
+            assert response.json()["error"] in ("malformed view", f"malformed nesting (deeper than {MAX_NESTING} levels)")
+            assert len(ours) == 1 and ours[0].startswith("refused a signed Slack request"), ours
+            assert "Traceback" not in ours[0] and "Traceback" not in response.text
+            assert keyspace_digest(state) == before
+        # The deepest shapes Slack sends still pass: a rich_text list and a quote (built with slack_sdk's
+        # models) in an edited message's blocks, inside an attachment.
+        from slack_sdk.models.blocks import (RichTextBlock, RichTextElementParts, RichTextListElement,
+                                             RichTextQuoteElement, RichTextSectionElement)
+        rich = RichTextBlock(elements=[
+            RichTextListElement(style="bullet", indent=1, elements=[RichTextSectionElement(elements=[
+                RichTextElementParts.Text(text="step", style={"bold": True})])]),
+            RichTextQuoteElement(elements=[RichTextElementParts.Text(text="quoted", style={"italic": True})])]).to_dict()
+        message = {"type": "message", "user": "UMALLORY", "ts": "1.1", "text": "x", "blocks": [rich],
+                   "attachments": [{"id": 1, "blocks": [rich]}]}
+        envelope = {"type": "event_callback", "team_id": "T0SANDBOX", "event_id": "EvRich1",
+                    "event": {"type": "message", "subtype": "message_changed", "channel": CHANNEL, "ts": "1.2",
+                              "message": message, "previous_message": message}}
+        response = raw.send(json.dumps(envelope).encode(), content_type="application/json")
+        assert response.status_code == 200, response.text
 
 
 def test_a_dismiss_click_from_another_channel_or_team_leaves_the_proposal(hostile_stack):

@@ -161,6 +161,45 @@ async def test_only_a_dead_workers_unfinished_job_is_released_for_another_try(po
     assert (await live.beat(pool)).jobs == []
 
 
+async def test_a_job_whose_start_record_redis_missed_is_recorded_by_the_next_beat(pool, redis_url):
+    # on_job_start's record can miss Redis (an outage of a second; it is not retried there): the
+    # job's worker then dying would leave it to arq's 5-minute in-progress expiry. Each beat records
+    # the jobs the worker is running, as arq's own Worker.job_tasks lists them.
+    import asyncio
+
+    from arq.constants import in_progress_key_prefix
+
+    from bot.orphaned_jobs import JobOwnership
+    from infra.state import keys
+
+    dead, live = JobOwnership(QUEUE, owner_ttl_seconds=320), JobOwnership(QUEUE, owner_ttl_seconds=320)
+    started, finish = asyncio.Event(), asyncio.Event()
+
+    async def slow(ctx: dict, **kwargs) -> str:
+        started.set()
+        await finish.wait()
+        return "done"
+
+    queue = JobQueue(pool, queue_name=QUEUE)
+    assert await queue.enqueue(GREET, Greeting(), job_id="job:unrecorded")
+    worker = Worker(functions=[func(slow, name=GREET.name)], redis_settings=RedisSettings.from_dsn(redis_url),
+                    queue_name=QUEUE, burst=True, poll_delay=0.01, handle_signals=False)
+    running = asyncio.create_task(worker.main())
+    try:
+        await asyncio.wait_for(started.wait(), 10)
+        assert not await pool.exists(keys.job_owner("job:unrecorded"))  # no on_job_start here: the record missed
+        await dead.beat(pool, running=[job_id for job_id, task in worker.job_tasks.items() if not task.done()])
+        assert await pool.get(keys.job_owner("job:unrecorded")) == dead.worker_id.encode()
+
+        await pool.delete(dead.alive_key())  # the worker died; its liveness key expired
+        assert (await live.beat(pool)).jobs == ["job:unrecorded"]
+        assert not await pool.exists(in_progress_key_prefix + "job:unrecorded")
+    finally:
+        finish.set()
+        await asyncio.wait_for(running, 10)
+        await worker.close()
+
+
 async def test_only_a_dead_workers_channel_locks_are_released_by_the_heartbeat(pool):
     # A SIGKILLed worker's channel lock would hold its released job off for LOCK_TTL (60 s); the
     # heartbeat frees the locks whose token names a worker whose liveness key has expired, and

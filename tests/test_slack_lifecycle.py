@@ -109,6 +109,18 @@ def test_bad_input_names_the_problem_and_changes_nothing(stack, slack, text, fra
     assert stack.tpu_sandbox.queued_resources() == []
 
 
+@pytest.mark.parametrize("text", ["status <!here>", "help <!everyone> now", "zones <!channel>", "down <@U0EVE|eve>",
+                                  "spend <!here>", "runbook <!here> zzqx", "unlock <#C0OTHER|general> <!here>"])
+def test_a_usage_error_shows_broadcast_and_mention_tokens_inert(stack, slack, text):
+    """Slack renders `<!here>` in a reply as @here; escaped (& < > as Slack's formatting reference
+    asks), the person sees what they typed and nobody is mentioned."""
+    reply = slack.slash(text, user=ALICE, channel=CHANNEL).json()
+    typed = [token for token in text.split() if token.startswith("<")]
+    assert typed and all(token not in reply["text"] for token in typed), reply["text"]
+    assert all(token.replace("<", "&lt;").replace(">", "&gt;") in reply["text"] for token in typed), reply["text"]
+    assert redis_keys(stack) == []
+
+
 def test_a_command_that_says_payload_is_answered_and_still_needs_a_signature(stack, slack):
     assert "takes no arguments, but got `payload`" in slack.slash("help payload", user=ALICE, channel=CHANNEL).text
     body = slack.slash_body("up payload", user=ALICE, channel=CHANNEL)

@@ -9,7 +9,9 @@ from waiting import wait_for
 from infra.state.audit import AuditLog
 from infra.state.dedupe import Dedupe
 from infra.state.leases import LeaseState, LeaseStore
-from infra.state.locks import ChannelLocks
+import time
+
+from infra.state.locks import ChannelLocks, LockLost, LockNotAcquired
 
 
 @pytest.fixture
@@ -138,3 +140,78 @@ async def test_an_expired_release_note_drops_out_of_the_index(redis):
     await redis.delete(f"tpubot:released:{lease.lease_id}")  # what its TTL does after a week
     assert await store.unfinished_releases(released_before=release.at + 1) == []
     assert await redis.zcard("tpubot:released") == 0
+
+
+# --- work held under a lock (ChannelLocks.hold) -------------------------------------------------
+
+
+async def test_held_work_keeps_its_lock_past_the_ttl_and_releases_it_after(redis):
+    locks = ChannelLocks(redis, ttl_ms=300)
+    async with locks.hold("T1", "H1") as lock:
+        started = time.monotonic()
+        # Three TTLs of work: without the keeper the lock would have expired twice over.
+        await wait_for(lambda: time.monotonic() - started > 0.9, timeout=5, what="three TTLs of work")
+        assert await locks.holder_token("T1", "H1") == lock.token
+        await lock.extend()
+    assert await locks.holder_token("T1", "H1") is None
+    with pytest.raises(LockNotAcquired):
+        async with ChannelLocks(redis).hold("T1", "H1"):
+            async with ChannelLocks(redis).hold("T1", "H1"):
+                pass
+
+
+async def test_work_whose_lock_is_taken_over_is_stopped_and_does_nothing_more(redis):
+    locks = ChannelLocks(redis, ttl_ms=600)
+    side_effects = []
+    with pytest.raises(LockLost, match="T1/H2"):
+        async with locks.hold("T1", "H2"):
+            # A sweep took this holder for dead and another worker took the channel.
+            assert await locks.force_unlock("T1", "H2")
+            assert await ChannelLocks(redis, ttl_ms=60_000).acquire("T1", "H2")
+            await wait_for(lambda: False, timeout=5, what="the work to be stopped")  # raises only on timeout
+            side_effects.append("acted without the lock")
+    assert side_effects == []
+    assert await locks.holder_token("T1", "H2") is not None  # the new holder keeps it
+    assert asyncio.current_task().cancelling() == 0  # the lock took back its cancel: the task goes on
+    await redis.ping()
+
+
+async def test_an_extension_refused_stops_the_work_at_once(redis):
+    locks = ChannelLocks(redis, ttl_ms=60_000)
+    with pytest.raises(LockLost):
+        async with locks.hold("T1", "H3") as lock:
+            assert await locks.force_unlock("T1", "H3")
+            await lock.extend()  # what a job calls before it acts
+            pytest.fail("extend() let the work act without the lock")
+    assert asyncio.current_task().cancelling() == 0
+    await redis.ping()  # no cancel left pending to land on the caller's next await
+
+
+async def test_a_stall_longer_than_the_ttl_stops_the_work_at_its_next_await(redis):
+    locks = ChannelLocks(redis, ttl_ms=200)
+    side_effects = []
+    with pytest.raises(LockLost):
+        async with locks.hold("T1", "H4"):
+            time.sleep(0.4)  # the process stalls (the loop is blocked): no extension can run
+            await redis.ping()
+            await redis.ping()  # two awaits: the lapse and the keeper both had their turn
+            side_effects.append("acted after the stall")
+    assert side_effects == []
+    assert asyncio.current_task().cancelling() == 0
+
+
+async def test_a_cancel_from_outside_stays_a_cancel(redis):
+    locks = ChannelLocks(redis, ttl_ms=60_000)
+    entered = asyncio.Event()
+
+    async def work():
+        async with locks.hold("T1", "H5"):
+            entered.set()
+            await asyncio.Event().wait()
+
+    task = asyncio.create_task(work())
+    await entered.wait()
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await locks.holder_token("T1", "H5") is None

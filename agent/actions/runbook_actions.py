@@ -15,6 +15,7 @@ from agent.access import ActionKind
 from agent.actions.registry import ActionResult, action
 from agent.context import Actor, Services
 from agent.digest import estimate_tokens
+from infra.mrkdwn import escape
 
 DEFAULT_RESULT_TOKENS = 900
 
@@ -35,7 +36,7 @@ async def search_runbooks(svc: Services, actor: Actor, args: SearchRunbooksArgs)
     index = await asyncio.to_thread(svc.runbooks.index)  # may stat a folder or fetch a URL
     hits = index.search(args.query, limit=args.max_results)
     if not hits:
-        return ActionResult(True, f"No runbook section matches “{args.query}”. `/tpu runbook` with other words "
+        return ActionResult(True, f"No runbook section matches “{escape(args.query)}”. `/tpu runbook` with other words "
                                   "(an error message works best) may find one.", {"query": args.query, "results": []})
     parts: list[str] = []
     shown: list[dict] = []

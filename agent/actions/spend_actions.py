@@ -17,6 +17,7 @@ from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 from agent.lease import budget
 from infra.jobs import JobSpec
+from infra.mrkdwn import in_code
 from infra.state.spend import month_of
 
 MONTH_RE = re.compile(r"^\d{4}-(0[1-9]|1[0-2])$")
@@ -91,7 +92,7 @@ class SpendArgs(BaseModel):
             return None
         value = value.strip()
         if not MONTH_RE.match(value):
-            raise ValueError(f"`{value[:20]}` is not a month; write it as YYYY-MM, like {month_of(time.time())}")
+            raise ValueError(f"`{in_code(value[:20])}` is not a month; write it as YYYY-MM, like {month_of(time.time())}")
         return value
 
 

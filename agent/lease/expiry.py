@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from agent.lease import alerts, receipts
 from agent.lease.alerts import ACK_DEADLINE, EXPIRY
 from agent.context import Alert
-from agent.lease.lifecycle import LockBusy, release_lease
+from agent.lease.lifecycle import release_lease
 from infra.jobs import JobOutcome, JobSpec
 from infra.state.leases import Lease, LeaseState
 
@@ -173,12 +173,9 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
 
     Called by the deadline timer and by the watcher when the QR turns SUSPENDED (`initiator`: the
     QR's `stateInitiator`). Raises `LockBusy` when another operation holds the channel (the caller
-    retries).
+    retries), `LockLost` when it lost the lock part-way (the worker retries the job).
     """
-    token = await svc.locks.acquire(lease.team, lease.channel)
-    if token is None:
-        raise LockBusy(f"{lease.team}/{lease.channel}")
-    try:
+    async with svc.locks.hold(lease.team, lease.channel) as lock:
         current = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
         if current is None:
             return JobOutcome.skipped("already released")
@@ -186,6 +183,7 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
             return JobOutcome.skipped("tearing down")
         # SUSPENDED and FAILED QRs still hold quota; force-delete (already gone is fine).
         await asyncio.to_thread(svc.tpu.delete_queued_resource, current.zone, current.qr_id)
+        await lock.extend()  # the alert and the release only while the lease is still this job's
         now = time.time()
         title, reason, at_deadline = how_it_ended(current, now=now, qr_state=qr_state, initiator=initiator)
         if not at_deadline:
@@ -201,8 +199,6 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
         await svc.audit.record(actor="tpubot", action="expire", team=current.team, channel=current.channel,
                                outcome=cause, detail=current.qr_id)
         return JobOutcome.ok(f"expired {current.qr_id} ({cause})")
-    finally:
-        await svc.locks.release(lease.team, lease.channel, token)
 
 
 def how_it_ended(lease: Lease, *, now: float, qr_state: str = "", initiator: str = "") -> tuple[str, str, bool]:

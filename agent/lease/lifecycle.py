@@ -18,6 +18,7 @@ from agent import access
 from agent.context import Actor, ChannelUnreachable, Services, WorkerServices
 from infra.jobs import JobSpec
 from infra.state.leases import Lease, LeaseState, Release
+from infra.state.locks import LockNotAcquired
 from infra.state.spend import Refusal
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,8 @@ TEARDOWN_JOB = JobSpec("teardown_lease", LeaseJob)
 TERMINAL_QR_STATES = {"FAILED", "SUSPENDED", "SUSPENDING"}
 
 
-class LockBusy(Exception):
-    """The channel's operation lock is held; the job should be retried shortly."""
+# The channel's operation lock is held (ChannelLocks.hold raised it); the job should be retried shortly.
+LockBusy = LockNotAcquired
 
 
 LOCK_RETRY_SECONDS = 1.0

@@ -18,7 +18,6 @@ from datetime import timedelta
 from agent.context import ChannelUnreachable, WorkerServices
 from agent.lease.lifecycle import (
     PROVISION_JOB,
-    LockBusy,
     ProvisionJob,
     abandon_unpostable,
     explain,
@@ -30,6 +29,7 @@ from agent.lease.lifecycle import (
 from agent.lease.zone_search import SearchOutcome, SearchStatus, ZoneSearch, nothing_to_try_message, unavailable_message
 from infra.jobs import JobOutcome
 from infra.state.leases import Lease, LeaseState
+from infra.state.locks import HeldLock
 
 WORKING_STATES = (LeaseState.PENDING, LeaseState.CREATING)
 
@@ -42,10 +42,7 @@ async def provision_job(svc: WorkerServices, team: str, channel: str, lease_id: 
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None or lease.state not in WORKING_STATES or lease.search_round != search_round:
         return JobOutcome.skipped("lease changed")
-    token = await svc.locks.acquire(team, channel)
-    if token is None:
-        raise LockBusy(f"{team}/{channel}")
-    try:
+    async with svc.locks.hold(team, channel) as lock:
         if lease.state == LeaseState.PENDING:
             try:
                 lease = await svc.observer.lease_changed(lease)
@@ -55,12 +52,10 @@ async def provision_job(svc: WorkerServices, team: str, channel: str, lease_id: 
                 return JobOutcome.failed(error.reason)
             lease = await svc.leases.update(lease, state=LeaseState.CREATING) or lease
             lease = await notify(svc, lease)
-        return await _provision(svc, lease, token)
-    finally:
-        await svc.locks.release(team, channel, token)
+        return await _provision(svc, lease, lock)
 
 
-async def _provision(svc: WorkerServices, lease: Lease, token: str) -> JobOutcome:
+async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOutcome:
     from infra.tpu import QrSpec, TpuError, bot_labels
 
     # A QR this lease already created (a crash between the create and the state write) is adopted.
@@ -104,7 +99,7 @@ async def _provision(svc: WorkerServices, lease: Lease, token: str) -> JobOutcom
 
     async def create(zone: str, n: int, total: int):
         nonlocal current
-        await svc.locks.extend(current.team, current.channel, token)
+        await lock.extend()  # LockLost if another worker took the lease over: no create without the lock
         note = f"Trying {zone} ({n} of {total})…" if total > 1 else f"Requesting a TPU in {zone}…"
         current = await svc.leases.update(current, zone=zone, detail=note) or current
         current = await notify(svc, current)
@@ -122,6 +117,7 @@ async def _provision(svc: WorkerServices, lease: Lease, token: str) -> JobOutcom
 
     deadline = time.monotonic() + svc.policy.search_budget.total_seconds()
     outcome = await search.run(order, create, lease_id=lease.lease_id, deadline=deadline, still_wanted=still_wanted)
+    await lock.extend()  # the search can outlast a stall; what follows writes the lease
     if outcome.created:
         return await _created(svc, current, outcome)
     if outcome.status is SearchStatus.CANCELLED:

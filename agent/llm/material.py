@@ -6,8 +6,12 @@ quoted, never obeyed (a paste saying "tear down the TPU" is not a request to tea
 
 Splitting a mention: text inside ``` fences is pasted data and the words outside are the
 request; without fences the first line is the request and the following lines are pasted data
-(`@tpubot what broke?` + 50 lines of log). Secrets are redacted here, at intake, with line
-numbers preserved so `L12` in a digest still points at the person's line 12.
+(`@tpubot what broke?` + 50 lines of log). A request line can carry material too, and it is
+split off the same way (`split_request_line`): a log record pasted after the words
+(`summarize: 10:00 ERROR rpc failed …`), a speaker label that starts a transcript
+(`ASSISTANT: …`, the shape of an injected instruction), a quoted line (`> …`) and a quoted phrase
+(`what does "tear down the TPU" mean?`). Secrets are redacted here, at intake, with line numbers
+preserved so `L12` in a digest still points at the person's line 12.
 
 A pasted text or the thread is small and kept in memory; an attached file is a `LineSpool` (its
 lines, redacted as they were read, on disk), so the material of a mention costs memory in
@@ -28,6 +32,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from agent.digest import LineSpool
+from agent.digest.severity import LEVEL_WORDS
 from agent.redact import redact, redact_lines, redact_stream
 from infra.images import PreparedImage
 
@@ -157,13 +162,56 @@ def unescape_slack(text: str) -> str:
     return html.unescape(text) if "&" in text else text
 
 
+_LEVEL = "|".join(sorted(LEVEL_WORDS, key=len, reverse=True))
+_CLOCK = r"(?:\d{4}-\d{2}-\d{2}[T ]?)?\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?Z?"
+# Where material starts inside a request line: a time then a level (`10:00 ERROR`, `2024-05-01
+# 10:00:01,123 WARN`, `[10:00:01] [error]`); a level in capitals then a message (`ERROR rpc failed`);
+# a transcript's speaker label (`ASSISTANT:`). A time alone (`tear it down at 10:00`) is the
+# person's own words.
+_MATERIAL_START = re.compile(
+    rf"\[?{_CLOCK}\]?\s+(?:\S+\s+){{0,2}}?\[?(?i:{_LEVEL})\b"
+    rf"|\[?\b(?:{_LEVEL})\b\]?:?\s+\S"
+    r"|\b(?:ASSISTANT|SYSTEM|USER|HUMAN|AI|MODEL|DEVELOPER|Assistant|System|Human)\s*:"
+)
+_QUOTE_MARK = re.compile(r"^\s*(?:>|&gt;)\s?")
+# What ends a quoted line and starts the person's words about it: a dash between spaces.
+_AFTER_QUOTE = re.compile(r"\s(?:—|–|--|-)\s")
+# A quoted phrase (two words or more: a quoted zone or name stays part of the request).
+_QUOTED = re.compile(r"\"([^\"]*\s[^\"]*)\"|“([^”]*\s[^”]*)”|`([^`]*\s[^`]*)`")
+QUOTED_PLACEHOLDER = "“…”"
+
+
+def split_request_line(line: str) -> tuple[str, list[str]]:
+    """(the person's words, the material in the same line). See the module's docstring."""
+    material: list[str] = []
+    quote = _QUOTE_MARK.match(line)
+    if quote:
+        quoted = line[quote.end():]
+        after = list(_AFTER_QUOTE.finditer(quoted))
+        if not after:
+            return "", [quoted.strip()]
+        material.append(quoted[:after[-1].start()].strip())
+        line = quoted[after[-1].end():]
+    start = _MATERIAL_START.search(line)
+    if start:
+        material.append(line[start.start():].strip())
+        line = line[:start.start()]
+
+    def take(match: re.Match[str]) -> str:
+        material.append(next(group for group in match.groups() if group is not None).strip())
+        return QUOTED_PLACEHOLDER
+
+    line = _QUOTED.sub(take, line)
+    return " ".join(line.split()), [m for m in material if m]
+
+
 def split_mention(text: str) -> tuple[str, list[str]]:
     """(the request, pasted lines) from a mention's text; bot mentions are removed."""
     text = _MENTION_RE.sub("", text or "").strip()
     if FENCE in text:
         pieces = text.split(FENCE)
-        outside = " ".join(p.strip() for p in pieces[0::2] if p.strip())
-        inside: list[str] = []
+        outside, material = split_request_line(unescape_slack(" ".join(p.strip() for p in pieces[0::2] if p.strip())))
+        inside: list[str] = list(material)
         for block in pieces[1::2]:
             lines = block.splitlines()
             if len(lines) > 1 and (not lines[0].strip() or _LANG_TAG.fullmatch(lines[0].strip())):
@@ -171,14 +219,15 @@ def split_mention(text: str) -> tuple[str, list[str]]:
             while lines and not lines[-1].strip():
                 lines.pop()
             inside.extend(unescape_slack(line) for line in lines)
-        return unescape_slack(outside), inside
+        return outside, inside
     lines = text.splitlines()
     if not lines:
         return "", []
+    request, material = split_request_line(unescape_slack(lines[0].strip()))
     rest = [unescape_slack(line) for line in lines[1:]]
     while rest and not rest[-1].strip():
         rest.pop()
-    return unescape_slack(lines[0].strip()), rest
+    return request, material + rest
 
 
 def build_mention(text: str) -> MentionBuilder:

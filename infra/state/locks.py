@@ -5,13 +5,26 @@ A holder that says who it is (a worker process, by its id) takes tokens `<owner>
 so a lock whose owner has provably died (its liveness key gone) can be released by a sweep in
 seconds rather than by its TTL (bot/orphaned_jobs.py). Plain tokens (the web process, the CLI)
 name no owner and are left to their TTL.
+
+A holder can lose its lock while it still runs: a process that stalls longer than the TTL (or
+than the sweep's idea of a dead worker), a Redis outage longer than the TTL. Work done after that
+is done without the lock, beside whoever took it over. `hold` is how guarded work runs: the lock
+is kept extended while the work runs, and the moment it is known lost — an extension refused, or
+the TTL passed since the last one that succeeded (a stall: the process cannot know what happened
+meanwhile) — the work is cancelled at its next await and `hold` raises `LockLost`. Work that is
+about to act (a create, a release) also calls `HeldLock.extend()`, which asks Redis, so it never
+acts on a lock it no longer has.
 """
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import secrets
 from contextlib import asynccontextmanager
 from collections.abc import AsyncIterator
+
+from redis.exceptions import RedisError
 
 from redis.asyncio import Redis
 
@@ -38,8 +51,96 @@ return 0
 """
 
 
+log = logging.getLogger(__name__)
+
+# A held lock is extended this often (a fraction of its TTL): two extensions can fail before it lapses.
+EXTEND_EVERY = 1 / 3
+
+
 class LockNotAcquired(Exception):
     """Another operation holds this channel's lock."""
+
+
+class LockLost(Exception):
+    """The lock this work ran under expired or was taken over; the work was stopped."""
+
+
+class HeldLock:
+    """A lock held by `ChannelLocks.hold`: kept extended, and its work cancelled once it is lost."""
+
+    def __init__(self, locks: "ChannelLocks", team: str, channel: str, token: str, ttl_ms: int,
+                 work: asyncio.Task) -> None:
+        self.team, self.channel, self.token = team, channel, token
+        self._locks = locks
+        self._ttl = ttl_ms / 1000
+        self._loop = asyncio.get_running_loop()
+        self._work = work
+        self._cancelled_work = False  # the work was cancelled by the lock (not from outside)
+        self._lapse: asyncio.TimerHandle | None = None
+        self.lost_because = ""  # set once the lock is known lost
+        self._valid_until(self._loop.time() + self._ttl)
+
+    @property
+    def where(self) -> str:
+        return f"{self.team}/{self.channel}"
+
+    async def extend(self) -> None:
+        """Extend the lock now; `LockLost` if it is no longer this holder's."""
+        if self.lost_because:
+            raise LockLost(f"{self.where}: {self.lost_because}")
+        asked = self._loop.time()
+        if not await self._locks.extend(self.team, self.channel, self.token, int(self._ttl * 1000)):
+            self._lost("another holder has it, or it expired")
+            raise LockLost(f"{self.where}: {self.lost_because}")
+        self._valid_until(asked + self._ttl)
+
+    def _valid_until(self, when: float) -> None:
+        """The lock lapses at `when` (loop time) unless extended before: the work is stopped then."""
+        if self._lapse is not None:
+            self._lapse.cancel()
+        self._lapse = self._loop.call_at(when, self._stop_work, f"not extended within its {self._ttl:g}s TTL")
+
+    def _lost(self, why: str) -> None:
+        if not self.lost_because:
+            self.lost_because = why
+            log.warning("lost the lock on %s (%s): stopping the work it guarded", self.where, why)
+
+    def _stop_work(self, why: str) -> None:
+        """From outside the work (the lapse timer, the keeper): cancel it at its next await."""
+        self._lost(why)
+        if not self._cancelled_work and not self._work.done():
+            self._cancelled_work = True
+            self._work.cancel(f"lost the lock on {self.where}")
+
+    async def _keep(self) -> None:
+        """Extend every third of the TTL until cancelled; a Redis error is retried (the lapse timer
+        still runs, so an outage longer than the TTL ends the work)."""
+        while not self.lost_because:
+            await asyncio.sleep(self._ttl * EXTEND_EVERY)
+            try:
+                await self.extend()
+            except LockLost:
+                self._stop_work(self.lost_because)
+                return
+            except (RedisError, OSError, asyncio.TimeoutError) as error:
+                log.warning("could not extend the lock on %s (%s); trying again", self.where, error)
+
+    async def _take_back_the_cancel(self, delivered: bool) -> bool:
+        """Undo the lock's own cancel of the work (`delivered`: the work is stopping on a
+        CancelledError); False if a cancel from outside is the one stopping it, or is pending too
+        (a shutdown, a job timeout: that one must go on)."""
+        if not self._cancelled_work:
+            return not delivered
+        if not delivered:
+            try:  # requested but not yet thrown into the work: let it land here, not at the next await
+                await asyncio.sleep(0)
+            except asyncio.CancelledError:
+                pass
+        return self._work.uncancel() == 0
+
+    def _stop(self) -> None:
+        if self._lapse is not None:
+            self._lapse.cancel()
 
 
 class ChannelLocks:
@@ -79,13 +180,27 @@ class ChannelLocks:
         return bool(await self._redis.delete(keys.lock(team, channel)))
 
     @asynccontextmanager
-    async def held(self, team: str, channel: str) -> AsyncIterator[str]:
-        token = await self.acquire(team, channel)
+    async def hold(self, team: str, channel: str, ttl_ms: int | None = None) -> AsyncIterator[HeldLock]:
+        """Run the block under the channel's lock (`LockNotAcquired` if another holds it), kept
+        extended while it runs; once the lock is lost the block is cancelled and `LockLost` raised."""
+        ttl = ttl_ms or self._ttl_ms
+        token = await self.acquire(team, channel, ttl)
         if token is None:
             raise LockNotAcquired(f"{team}/{channel}")
+        work = asyncio.current_task()
+        if work is None:
+            raise RuntimeError("ChannelLocks.hold runs inside a task")
+        held = HeldLock(self, team, channel, token, ttl, work)
+        keeper = asyncio.create_task(held._keep(), name=f"lock-keeper {team}/{channel}")
         try:
-            yield token
+            yield held
+        except (asyncio.CancelledError, LockLost) as stopped:
+            if held.lost_because and await held._take_back_the_cancel(isinstance(stopped, asyncio.CancelledError)):
+                raise LockLost(f"{held.where}: {held.lost_because}") from stopped
+            raise  # a cancel from outside (shutdown, job timeout) stays one
         finally:
+            held._stop()
+            keeper.cancel()
             await self.release(team, channel, token)
 
 
