@@ -31,6 +31,7 @@ from infra.vllm_flags import (
     largest_mm_item,
 )
 from infra.vllm_images import image_digest, image_tag, unusable_reason
+from infra.zone_names import zone_name_problem
 
 if TYPE_CHECKING:
     from handlers.incident_routes import AlertRoute
@@ -306,6 +307,27 @@ class Settings(BaseSettings):
                 raise ValueError(f"MODEL_SOURCE_RANGES={','.join(value)}: {item!r} is not an address range; write "
                                  "it like 203.0.113.7/32 (the bot's egress IP) or 10.128.0.0/20") from None
         return [str(ipaddress.ip_network(item, strict=False)) for item in value]
+
+    @field_validator("tpu_zone", mode="before")
+    @classmethod
+    def _zone_name(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        value = value.strip().lower()
+        problem = zone_name_problem(value)
+        if problem:
+            raise ValueError(f"TPU_ZONE={value} {problem}")
+        return value
+
+    @field_validator("tpu_zones")
+    @classmethod
+    def _zone_names(cls, value: list[str]) -> list[str]:
+        zones = [zone.lower() for zone in value]
+        for zone in zones:
+            problem = zone_name_problem(zone)
+            if problem:
+                raise ValueError(f"TPU_ZONES={','.join(zones)}: {zone!r} {problem}")
+        return zones
 
     @field_validator("runbooks_dir")
     @classmethod
