@@ -21,6 +21,15 @@ def dead_redis() -> str:
     return f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
 
 
+# A machine without Application Default Credentials, wherever the tests run: no key file named, no
+# gcloud login (CLOUDSDK_CONFIG is where gcloud keeps it), and google-auth told it is not on GCE
+# (NO_GCE_CHECK), so it does not find a CI runner's metadata server.
+NO_ADC = {"GCP_PROJECT": "my-project", "GOOGLE_APPLICATION_CREDENTIALS": "", "CLOUDSDK_CONFIG": "/nonexistent/gcloud",
+          "NO_GCE_CHECK": "true"}
+NO_ADC_LINE = ["GCP_PROJECT=my-project is set, but no Google credentials were found",
+               "gcloud auth application-default login", "GOOGLE_APPLICATION_CREDENTIALS"]
+
+
 # (command, environment, what the one line must say)
 CASES = [
     (["zones"], {"REDIS_URL": "notaurl"}, ["REDIS_URL=notaurl", "redis://localhost:6379/0"]),
@@ -37,6 +46,22 @@ CASES = [
     (["serve"], {**SLACK, "REDIS_URL": "http://localhost:6379"}, ["REDIS_URL=http://localhost:6379", "redis://"]),
     (["serve"], {**SLACK, "PORT": "abc"}, ["PORT=abc is not a whole number", "PORT=3000"]),
     (["serve"], {**SLACK, "PORT": "99999"}, ["PORT=99999 is not a TCP port", "1-65535"]),
+    # The option is checked as the setting is: it once listened on a random port, saying ":99999".
+    (["serve", "--port", "99999"], SLACK, ["--port 99999 is not a TCP port", "1-65535", "PORT=3000"]),
+    (["dev", "--port", "99999"], {}, ["--port 99999 is not a TCP port", "1-65535"]),
+    (["worker", "--metrics-port", "70000"], {"TPU_API_ENDPOINT": "http://127.0.0.1:9"},
+     ["--metrics-port 70000 is not a TCP port", "0-65535"]),
+    # A project without credentials stops every process at start, not at its first cloud call.
+    (["shell"], NO_ADC, NO_ADC_LINE),
+    (["serve"], {**SLACK, **NO_ADC}, NO_ADC_LINE),
+    (["worker"], NO_ADC, NO_ADC_LINE),
+    (["worker"], {**NO_ADC, "GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/key.json"},
+     ["GOOGLE_APPLICATION_CREDENTIALS=/nonexistent/key.json gives no credentials", "was not found",
+      "service-account key file"]),
+    # A zone typo is refused before it can reach the TPU API (and jam a channel).
+    (["config"], {"TPU_ZONE": "us-west4a"}, ["TPU_ZONE=us-west4a is not a zone name", "write us-west4-a"]),
+    (["config"], {"TPU_ZONES": "us-west4-a,uscentral1a"}, ["TPU_ZONES=us-west4-a,uscentral1a: 'uscentral1a' is not a "
+                                                           "zone name", "like us-west4-a"]),
     (["worker"], {"ALERT_LEAD_TIMES": "banana"}, ["ALERT_LEAD_TIMES=banana", "write it like"]),
     (["serve"], {**SLACK, "ADMINS": "alice bob"}, ["ADMINS=alice bob", "not a Slack user id", "ADMINS=U012ABCDEF,"]),
     (["config"], {"TPUBOT_ENV_FILE": "/nonexistent/tpu.env"}, ["TPUBOT_ENV_FILE=/nonexistent/tpu.env names no file"]),
@@ -59,13 +84,13 @@ CASES = [
 def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("SLACK_", "GCP_", "TPU_", "REDIS_", "PORT", "ADMINS", "ALERT_", "LOG_", "VLLM_",
-                                 "XLA_"))}
+                                 "XLA_", "GOOGLE_", "CLOUDSDK_", "NO_GCE"))}
     base["TPUBOT_ENV_FILE"] = os.devnull
     return subprocess.run([str(TPUBOT), *args], env={**base, **env}, cwd=cwd, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=90)
 
 
-@pytest.mark.parametrize("args,env,fragments", CASES, ids=[f"{c[0][0]}-{'-'.join(c[1])}" for c in CASES])
+@pytest.mark.parametrize("args,env,fragments", CASES, ids=[f"{'-'.join(c[0])}-{'-'.join(c[1])}" for c in CASES])
 def test_a_misconfiguration_is_one_line_naming_the_variable_and_the_fix(args, env, fragments, tmp_path):
     result = run(args, env, tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]

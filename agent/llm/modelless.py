@@ -23,6 +23,7 @@ from agent.llm.intents import Intent, classify, provision_details
 from agent.llm.material import MentionInput, images_unread_line, unread_warnings
 from agent.llm.run import AgentRun
 from agent.digest.runbook_links import runbook_links
+from infra.plurals import counted
 from infra.runbooks.library import RunbookLibrary
 from infra.state.leases import LeaseState
 
@@ -36,11 +37,6 @@ BRING_THE_MODEL_UP = "Bring the model up"
 READ_INTENTS = {Intent.STATUS: "status", Intent.ZONES: "zones", Intent.COST: "estimate_cost"}
 HELP = ("I can answer without the model only in simple terms: ask for *status*, *zones*, *cost*, to bring the "
         "TPU *up* or tear it *down*, or paste/attach logs to get a digest.")
-
-
-def counted(number: int, noun: str, plural: str = "") -> str:
-    """`1 line`, `2,000 lines`."""
-    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
 
 
 def _code(text: str, limit: int = EXEMPLAR_CHARS) -> str:

@@ -17,10 +17,10 @@ def mcp(list_tools: bool = typer.Option(False, "--list", help="print the tools a
     if list_tools:
         typer.echo(tool_listing())
         return
-    from bot.cli.processes import load_settings, start_logging
+    from bot.cli.processes import load_process_settings, start_logging
     from bot.mcp_server import serve_stdio
 
-    settings = load_settings()
+    settings = load_process_settings()
     # stdout is the protocol channel: every log line goes to stderr.
     start_logging(settings, logging.WARNING)
     asyncio.run(serve_stdio(settings))

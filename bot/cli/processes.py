@@ -29,6 +29,40 @@ def load_settings() -> Settings:
     return Settings.load()
 
 
+def load_process_settings() -> Settings:
+    """The settings of a long-running process (serve, worker, socket, shell, dev, mcp): with a GCP
+    project, also the check that there are credentials to call it with, so a process without them
+    stops at start with one line (exit 2) instead of failing at its first cloud call."""
+    settings = load_settings()
+    require_credentials(settings)
+    return settings
+
+
+def require_credentials(settings: Settings) -> None:
+    if settings.mode.is_sandbox:
+        return  # the emulators are called anonymously
+    from bot.settings import SettingError
+    from infra.gcp_credentials import missing_credentials
+
+    problem = missing_credentials(settings.gcp_project)
+    if problem:
+        raise SettingError(problem)
+
+
+def port_option(value: int | None, settings: Settings, setting: str = "port") -> int:
+    """A `--port` option's value, checked as the setting it overrides is; None means the setting."""
+    if value is None:
+        return getattr(settings, setting)
+    lowest = 0 if setting == "worker_metrics_port" else 1
+    if not lowest <= value <= 65535:
+        from bot.settings import SettingError
+
+        option = "--metrics-port" if setting == "worker_metrics_port" else "--port"
+        raise SettingError(f"{option} {value} is not a TCP port; use {lowest}-65535, or leave {option} out to use "
+                           f"{setting.upper()}={getattr(settings, setting)}")
+    return value
+
+
 def start_logging(settings: Settings, level: int = logging.INFO) -> None:
     """The one logging setup (bot/logging_setup.py), with this deployment's secrets redacted."""
     from bot.logging_setup import configure_logging
@@ -89,13 +123,14 @@ def serve(
 ) -> None:
     from bot.web import run_web_server
 
-    settings = load_settings()
+    settings = load_process_settings()
+    port = port_option(port, settings)
     _require(settings, "slack_signing_secret", "slack_bot_token")
     start_logging(settings)
     endpoint = _redis_url(settings)
     try:
         with sigterm_exits_cleanly():
-            run_web_server(settings, redis_url=endpoint.url, host=host, port=settings.port if port is None else port)
+            run_web_server(settings, redis_url=endpoint.url, host=host, port=port)
     finally:
         endpoint.stop()
 
@@ -108,9 +143,10 @@ def worker(
     from bot.worker import build_worker
 
     settings = load_settings()
-    if metrics_port is not None:
-        settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
+    settings = settings.model_copy(update={"worker_metrics_port": port_option(metrics_port, settings,
+                                                                              "worker_metrics_port")})
     _require_cloud(settings)
+    require_credentials(settings)
     start_logging(settings)
     endpoint = _redis_url(settings)
     try:
@@ -125,7 +161,7 @@ def socket_mode() -> None:
     from bot.wiring import build_services, slack_client_from, slack_http_session
     from handlers.slack_app import build_bolt_app
 
-    settings = load_settings()
+    settings = load_process_settings()
     _require(settings, "slack_app_token", "slack_bot_token")
     app_token = settings.slack_app_token.get_secret_value()
     if not app_token.startswith("xapp-"):
@@ -183,7 +219,7 @@ def shell(
     from bot.logging_setup import log_to_file
     from bot.shell import run_shell, shell_log_path
 
-    settings = load_settings()
+    settings = load_process_settings()
     log_path = shell_log_path()
     log_to_file(log_path, logging.WARNING, secrets=secret_values(settings))
     # A closed terminal (SIGHUP) or a kill (SIGTERM) stops the stack, the embedded valkey with it.
