@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -217,12 +218,19 @@ def shell(
     no_model: bool = typer.Option(False, "--no-model", help="no sandbox model: mentions get the model-less answer"),
 ) -> None:
     from bot.logging_setup import log_to_file
-    from bot.shell import run_shell, shell_log_path
+    from bot.shell import LOG_VARIABLE, log_worth_keeping, run_shell, shell_log_path
 
     settings = load_process_settings()
     log_path = shell_log_path()
+    # A file the user named is theirs to keep; the shell's own goes at exit unless it holds an error.
+    ours = not os.environ.get(LOG_VARIABLE)
     log_to_file(log_path, logging.WARNING, secrets=secret_values(settings))
-    # A closed terminal (SIGHUP) or a kill (SIGTERM) stops the stack, the embedded valkey with it.
-    with sigterm_exits_cleanly(signal.SIGHUP):
-        code = run_shell(settings, sys.stdin, sys.stdout, model=not no_model, log_path=str(log_path))
+    try:
+        # A closed terminal (SIGHUP) or a kill (SIGTERM) stops the stack, the embedded valkey with it.
+        with sigterm_exits_cleanly(signal.SIGHUP):
+            code = run_shell(settings, sys.stdin, sys.stdout, model=not no_model, log_path=str(log_path),
+                             log_note="; deleted at exit unless it holds an error" if ours else "")
+    finally:
+        if ours and not log_worth_keeping(log_path):
+            log_path.unlink(missing_ok=True)
     raise typer.Exit(code=code)
