@@ -165,6 +165,9 @@ def shorten(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return f"{text[:limit]} …[+{len(text) - limit} chars]"
 
 
+BLANK = -1  # what `DigestBuilder.add` returns for a blank line: no signature, no template
+
+
 class DigestBuilder:
     """Feed lines with `add`; call `build` once at the end."""
 
@@ -187,8 +190,12 @@ class DigestBuilder:
         self._last_timed: str | None = None
 
     def add(self, line: str) -> int:
-        """Take the next line; return its signature id (stable; see `template_of`)."""
+        """Take the next line; return its signature id (stable; see `template_ids`), or BLANK for a
+        line of nothing but whitespace: it keeps the numbering of the lines after it and belongs to
+        no template (a run of blank lines is not an event, and `contains` blanks the lines it drops)."""
         self.total_lines = number = self.total_lines + 1
+        if not line.strip():
+            return BLANK
         shape = self._shapes.shape(line)
         known = self._shapes.get(shape)
         if known is None:
@@ -240,7 +247,7 @@ class DigestBuilder:
         return signature
 
     def template_ids(self) -> list[int]:
-        """signature id -> template id, for callers that kept `add`'s return values."""
+        """signature id -> template id, for callers that kept `add`'s return values (BLANK is in none)."""
         self._shapes.clear()
         return self._miner.templates().cluster_of
 
