@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from infra.durations import FLEX_START_LONGEST, DurationTooLong, format_duration, looks_like_duration, parse_duration
-from infra.zone_names import is_zone_name, likely_meant
+from infra.gcp_names import is_zone_name, likely_meant
 
 # `/tpu up 4hr`, `4hrs`, `4hours` read as `4h`; everything else as settings read durations.
 _HOUR_WORDS = re.compile(r"(?<=\d)(?:hours?|hrs?)$", re.IGNORECASE)

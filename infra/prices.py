@@ -148,6 +148,11 @@ class PriceTable(BaseModel):
         return "; ".join(f"{'/'.join(e.key)} ${e.usd_per_chip_hour:g}/chip-h" for e in self.entries)
 
 
+# One entry of the PRICES setting as it is written (bot/cli/errors.py shows it when an entry is wrong).
+ENTRY_EXAMPLE = ('{"accelerator": "v5e", "region": "us-west4", "provisioning_model": "flex-start", '
+                 '"usd_per_chip_hour": 0.6, "as_of": "2026-11-29", "source": "Cloud Billing Catalog"}')
+
+
 def default_price_table() -> PriceTable:
     return PriceTable()
 

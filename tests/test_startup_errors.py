@@ -36,6 +36,8 @@ CASES = [
     (["zones"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=redis://127.0.0.1:", "start it"]),
     (["doctor"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
     (["reconcile"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
+    (["cost", "--channel", "C0COST", "--team", "T0COST"], {"REDIS_URL": dead_redis()},
+     ["cannot reach Redis at REDIS_URL=", "start it"]),
     (["shell"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
     (["worker"], {"REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "1s", "TPU_API_ENDPOINT": "http://127.0.0.1:9"},
      ["cannot reach Redis at REDIS_URL="]),
@@ -58,6 +60,14 @@ CASES = [
     (["worker"], {**NO_ADC, "GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/key.json"},
      ["GOOGLE_APPLICATION_CREDENTIALS=/nonexistent/key.json gives no credentials", "was not found",
       "service-account key file"]),
+    # Names Google refuses are refused before a job sends them.
+    (["config"], {"TPU_LABELS": '{"Team": "ml"}'}, ["TPU_LABELS: the key 'Team' does not start with a lowercase",
+                                                    "TPU_LABELS='{"]),
+    (["config"], {"TPU_LABELS": '{"team": "ML Ops"}'}, ["the value 'ML Ops' holds 'M'", "write 'ml-ops'"]),
+    (["config"], {"TPU_LABELS": '{"managed-by": "me"}'}, ["the key 'managed-by' is one of the bot's own"]),
+    (["config"], {"GCP_PROJECT": "My Project"}, ["GCP_PROJECT=My Project is not a project id", "gcloud projects list"]),
+    (["serve"], {**SLACK, "REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "1s"}, ["cannot reach Redis at REDIS_URL=",
+                                                                                  "start it"]),
     # A zone typo is refused before it can reach the TPU API (and jam a channel).
     (["config"], {"TPU_ZONE": "us-west4a"}, ["TPU_ZONE=us-west4a is not a zone name", "write us-west4-a"]),
     (["config"], {"TPU_ZONES": "us-west4-a,uscentral1a"}, ["TPU_ZONES=us-west4-a,uscentral1a: 'uscentral1a' is not a "
@@ -114,3 +124,37 @@ def test_a_missing_named_env_file_is_refused_but_an_existing_one_is_read(tmp_pat
     env_file.write_text("PORT=abc\n")
     result = run(["config"], {"TPUBOT_ENV_FILE": str(env_file)}, tmp_path)
     assert result.returncode == 2 and "PORT=abc is not a whole number" in result.stderr
+
+
+@pytest.mark.parametrize("content, fragments", [
+    (None, ["is a folder, not a file of settings", "/tpu.env"]),
+    ("PORT=3001\n".encode("utf-16"), ["is UTF-16 text", "save it as UTF-8", "iconv"]),
+])
+def test_an_env_file_that_is_a_folder_or_not_utf8_is_one_line(tmp_path, content, fragments):
+    target = tmp_path / "ops.env"
+    if content is None:
+        target.mkdir()
+    else:
+        target.write_bytes(content)
+    result = run(["config"], {"TPUBOT_ENV_FILE": str(target)}, tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    ours = [line for line in result.stderr.splitlines() if line.startswith("tpubot: ")]
+    assert len(ours) == 1 and all(fragment in ours[0] for fragment in fragments), ours
+    assert ours[0].startswith(f"tpubot: TPUBOT_ENV_FILE={target} ")
+
+
+def test_an_env_file_saved_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    env_file = tmp_path / "ops.env"
+    env_file.write_bytes(b"\xef\xbb\xbfPORT=3001\n")
+    result = run(["config", "--json"], {"TPUBOT_ENV_FILE": str(env_file)}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert '"PORT"' in result.stdout and "3001" in result.stdout
+
+
+def test_prices_missing_fields_is_one_line_naming_them(tmp_path):
+    result = run(["config"], {"PRICES": '[{"generation": "v5e", "region": "us-west4"}]'}, tmp_path)
+    assert result.returncode == 2
+    ours = [line for line in result.stderr.splitlines() if line.startswith("tpubot: ")]
+    assert len(ours) == 1, ours  # was "Field required" four times, naming no field
+    assert "PRICES: an entry lacks accelerator, provisioning_model, usd_per_chip_hour, as_of, source" in ours[0]
+    assert "has generation, which is not a field" in ours[0] and '"usd_per_chip_hour": 0.6' in ours[0]

@@ -3,6 +3,8 @@ Gemma endpoint. The numbers come from infra/capacity.py, infra/prices.py and inf
 
 from __future__ import annotations
 
+import re
+
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -133,6 +135,8 @@ def show_cost(
             raise typer.BadParameter("give either --channel/--team (a live lease) or --started/--hours, not both")
         if not (channel and team):
             raise typer.BadParameter("--channel and --team go together (a lease is keyed by team and channel)")
+        _check_slack_id(channel, "--channel", ("C", "G"), "C012ABCDEF")
+        _check_slack_id(team, "--team", ("T", "E"), "T012ABCDEF")
         _show_channel_cost(console, settings, team=team, channel=channel, as_json=as_json)
         return
     if provisioning not in prices.PROVISIONING_MODELS:
@@ -238,20 +242,30 @@ def _per_million(price, chips: int, bench_file: Path) -> list[dict]:
     return rows
 
 
+def _check_slack_id(value: str, option: str, prefixes: tuple[str, ...], example: str) -> None:
+    """A channel or team named as Slack ids them: a name (`#tpu`) would read as a channel without a lease."""
+    if not re.fullmatch(r"[A-Z][A-Z0-9]{2,}", value) or not value.startswith(prefixes):
+        raise typer.BadParameter(f"{option} {value} is not a Slack id; give the id, like {option} {example} "
+                                 "(a channel's details in Slack show it)")
+
+
 def _show_channel_cost(console: Console, settings: Settings, *, team: str, channel: str, as_json: bool = False) -> None:
     """What `/tpu cost` says in that channel: the same action, so one source for the math."""
     import asyncio
 
     from redis.exceptions import RedisError
 
+    from bot.redis_outage import RedisUnreachable
+    from bot.settings import SettingError
+
     if not settings.redis_url:
-        console.print("[red]REDIS_URL is not set: the channel's lease lives in the bot's Redis; set REDIS_URL to it.[/red]")
-        raise typer.Exit(code=2)
+        raise SettingError("REDIS_URL is not set, and a channel's lease lives in the bot's Redis: set REDIS_URL to "
+                           "the deployment's (like REDIS_URL=redis://redis.internal:6379/0) for --channel")
     try:
         text = asyncio.run(asyncio.wait_for(_channel_cost_text(settings, team, channel), timeout=15))
     except (RedisError, OSError, asyncio.TimeoutError) as exc:
-        console.print(f"[red]cannot read the lease from Redis at REDIS_URL: {type(exc).__name__}: {exc}[/red]")
-        raise typer.Exit(code=1) from None
+        # One line with the fix (bot/cli/errors.py), as every command that cannot reach Redis says it.
+        raise RedisUnreachable(settings.redis_url, exc) from None
     if as_json:
         print_json({"team": team, "channel": channel, "text": text.replace("*", "")})
         return

@@ -117,6 +117,24 @@ def _redis_url(settings: Settings):
     return endpoint
 
 
+def wait_for_redis_at_start(settings: Settings, url: str, what: str) -> None:
+    """A web process whose Redis does not answer would start and answer every request with a 500:
+    it waits REDIS_STARTUP_WAIT for it, as a starting worker does, then stops with one line (exit 2)."""
+    import redis.asyncio as redis_async
+
+    from bot.redis_outage import wait_for_redis
+
+    async def wait() -> None:
+        client = redis_async.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        try:
+            await wait_for_redis(client.ping, url, log, what=what,
+                                 timeout=settings.redis_startup_wait.total_seconds())
+        finally:
+            await client.aclose()
+
+    asyncio.run(wait())
+
+
 def serve(
     port: Optional[int] = typer.Option(None, "--port", help="Port to listen on (default: the PORT setting).",
                                        show_default=False),
@@ -130,6 +148,7 @@ def serve(
     start_logging(settings)
     endpoint = _redis_url(settings)
     try:
+        wait_for_redis_at_start(settings, endpoint.url, "web start-up")
         with sigterm_exits_cleanly():
             run_web_server(settings, redis_url=endpoint.url, host=host, port=port)
     finally:
@@ -171,6 +190,7 @@ def socket_mode() -> None:
         raise typer.Exit(code=2)
     start_logging(settings)
     endpoint = _redis_url(settings)
+    wait_for_redis_at_start(settings, endpoint.url, "socket start-up")
 
     async def run() -> None:
         async with slack_http_session() as session:
