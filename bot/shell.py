@@ -261,6 +261,7 @@ class Shell:
         assert self.stack.redis is not None, "a started stack has its Redis"
         self._redis = redis_sync.Redis.from_url(self.stack.redis.url)
         self.names.update({CHANNEL: CHANNEL_NAME, user_id_for(self.user): self.user})
+        self.stack.slack.name_channel(CHANNEL, CHANNEL_NAME)  # what conversations.info says of it
 
     # --- output ----------------------------------------------------------------------------
     def say(self, prefix: str, lines: list[str]) -> None:

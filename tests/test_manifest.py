@@ -49,6 +49,7 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "conversations.replies": ("channels:history", "groups:history"),
     "conversations.history": ("channels:history", "groups:history"),
     "conversations.members": ("channels:read", "groups:read"),
+    "conversations.info": ("channels:read", "groups:read"),
     "reactions.add": ("reactions:write",),
     "assistant.threads.setStatus": ("assistant:write",),
     # Socket Mode's check of SLACK_APP_TOKEN: an app-level token's connections:write, not a bot scope.
