@@ -677,15 +677,42 @@ def describe_sources(settings: Settings, env_file: str | Path | None = None) -> 
     return rows
 
 
+UNSET = "(unset)"  # how `tpubot config` shows a setting with no value, whatever its type
+
+
 def _display(name: str, value: Any) -> str:
     if isinstance(value, SecretStr):
         raw = value.get_secret_value()
-        return "(unset)" if not raw else f"{raw[:5]}…(set, {len(raw)} chars)" if raw.startswith(("xox", "xapp")) else "********"
+        return UNSET if not raw else f"{raw[:5]}…(set, {len(raw)} chars)" if raw.startswith(("xox", "xapp")) else "********"
+    if value is None or (isinstance(value, (str, list, dict)) and not value):
+        return UNSET
+    if isinstance(value, bool):
+        return str(value).lower()  # as it is written in tpu.env
     if isinstance(value, timedelta):
         return format_duration(value)
     if isinstance(value, list):
         return ",".join(format_duration(v) if isinstance(v, timedelta) else str(v) for v in value)
-    return str(value) if value != "" else "(unset)"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def setting_json(name: str, value: Any) -> Any:
+    """A setting's value for `tpubot config --json`, in its JSON type: numbers and booleans as such,
+    lists as arrays, null when unset; durations as written (`4h`), secrets masked, the price table
+    as its entries."""
+    if isinstance(value, SecretStr):
+        return None if not value.get_secret_value() else _display(name, value)
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, list):
+        return [format_duration(v) if isinstance(v, timedelta) else v for v in value]
+    if isinstance(value, str):
+        return value or None
+    if value is None or isinstance(value, (bool, int, float, dict)):
+        return value
+    dump = getattr(value, "model_dump", None)  # the price table
+    return dump(mode="json") if callable(dump) else str(value)
 
 
 def _read_env_file(path: Path) -> dict[str, str]:

@@ -100,8 +100,7 @@ async def claim(svc: "Services", actor: "Actor", *, zone: str, zone_explicit: bo
     )
 
 
-def money(usd: float) -> str:
-    return f"${usd:,.2f}" if usd >= 0.1 or usd == 0 else f"${usd:.4f}"
+money = prices.money  # the one way to write an amount (infra/prices.py)
 
 
 def hours_that_fit(refusal: Refusal, rate: float) -> float:
