@@ -117,6 +117,20 @@ def wrap(line: str, width: int, indent: int) -> list[str]:
     return [*rows, row]
 
 
+def rows_of(prefix: str, lines: list[str], width: int | None = None) -> list[str]:
+    """`lines` under `prefix` as printed rows: the first after it, the rest indented beneath it.
+    A message's text may hold line breaks (a receipt, a table): each is a line of its own, alike on
+    a terminal and piped; with a `width`, long lines wrap at spaces (wrap())."""
+    rows: list[str] = []
+    for i, line in enumerate(row for text in lines for row in text.split("\n")):
+        head = prefix if i == 0 else " " * len(prefix)
+        if width:
+            rows += wrap(head + line, width, len(prefix) + len(line) - len(line.lstrip(" ")) + 2)
+        else:
+            rows.append(head + line)
+    return rows
+
+
 def user_id_for(name: str) -> str:
     return "U" + re.sub(r"[^A-Z0-9]", "", name.upper())[:20] or "UANON"
 
@@ -237,6 +251,52 @@ def _buttons(blocks: list | None, message_ts: str, ephemeral: bool) -> list[Butt
 
 
 @dataclass
+class BotPost:
+    """What the bot posted, as a person reads it: where, the lines new to them, and its buttons."""
+
+    prefix: str  # `[#tpu-shell] tpubot posted: `, `[thread] tpubot updated: `, `[only you] tpubot: `
+    lines: list[str]  # empty: an edit that changed nothing worth reading
+    buttons: list[Button]
+    channel: str = ""
+    thread_ts: str = ""
+
+
+@dataclass
+class BotPosts:
+    """Turns what the Slack stand-in saw the bot do into readable lines, for the shell and for
+    `tpubot dev`. An edit shows its header and what changed, so a card repeated with one new line
+    (CREATING, then CREATING + "Trying us-west4-a…") is not printed twice; a line that differs only
+    in its numbers ("(3s ago)") is a clock ticking, not news."""
+
+    names: dict[str, str]  # user and channel ids → names
+    _shown: dict[str, list[str]] = field(default_factory=dict)  # message ts -> lines last printed
+
+    def read(self, slack, method: str, result: dict) -> BotPost | None:
+        if method in ("chat.postMessage", "chat.update", "chat.postEphemeral", "chat.stopStream"):
+            ts = result.get("ts") or result.get("message_ts")
+            message = next((m for m in reversed(slack.messages) if m.ts == ts), None)
+            if message is None:
+                return None
+            where = "thread" if message.thread_ts else conversation(message.channel, self.names)
+            verb = {"chat.update": "updated", "chat.stopStream": "replied"}.get(method, "posted")
+            lines = render(message.text, message.blocks, self.names)
+            before = self._shown.get(message.ts)
+            self._shown[message.ts] = lines
+            if method == "chat.update" and before is not None:
+                ticking = {re.sub(r"\d+", "#", line) for line in before}
+                changed = [line for line in lines[1:] if line not in before and re.sub(r"\d+", "#", line) not in ticking]
+                lines = [] if not changed and lines[0] == before[0] else \
+                    changed if lines[0] == before[0] else [lines[0], *changed]
+            return BotPost(f"[{where}] tpubot {verb}: ", lines, _buttons(message.blocks, message.ts, False),
+                           message.channel, message.thread_ts or "")
+        if method == "response_url":
+            blocks = result.get("blocks")
+            return BotPost("[only you] tpubot: ", render(result.get("text", ""), blocks, self.names),
+                           _buttons(blocks, "", True))
+        return None
+
+
+@dataclass
 class Shell:
     stack: LocalStack
     out: TextIO = sys.stdout
@@ -244,7 +304,6 @@ class Shell:
     buttons: list[Button] = field(default_factory=list)
     terminal: "TerminalInput | None" = None  # set on a terminal: prompt, line editing, no echo of typed lines
     _print_lock: threading.Lock = field(default_factory=threading.Lock)
-    _shown: dict[str, list[str]] = field(default_factory=dict)  # message ts -> lines last printed
     names: dict[str, str] = field(default_factory=dict)  # the shell's Slack directory: user/channel id -> name
     width: int | None = None  # a terminal's columns: lines wrap at spaces to fit; None: never wrapped
     _line: str = ""  # the line being run, or the last one
@@ -261,6 +320,7 @@ class Shell:
         assert self.stack.redis is not None, "a started stack has its Redis"
         self._redis = redis_sync.Redis.from_url(self.stack.redis.url)
         self.names.update({CHANNEL: CHANNEL_NAME, user_id_for(self.user): self.user})
+        self.posts = BotPosts(self.names)
         self.stack.slack.name_channel(CHANNEL, CHANNEL_NAME)  # what conversations.info says of it
 
     # --- output ----------------------------------------------------------------------------
@@ -269,15 +329,8 @@ class Shell:
             waiting = self.terminal is not None and self.terminal.waiting
             if waiting:
                 self.out.write("\r\x1b[K")  # over the prompt line; it is drawn again below
-            # A message's text may hold line breaks (a receipt, a table): each is a line of its own,
-            # indented under the prefix alike on a terminal and piped (wrap() would run them together).
-            for i, line in enumerate(row for text in lines for row in text.split("\n")):
-                head = prefix if i == 0 else " " * len(prefix)
-                rows = [head + line]
-                if self.width:
-                    rows = wrap(head + line, self.width, len(prefix) + len(line) - len(line.lstrip(" ")) + 2)
-                for row in rows:
-                    self.out.write(row + "\n")
+            for row in rows_of(prefix, lines, self.width):
+                self.out.write(row + "\n")
             if waiting and self.terminal is not None:
                 self.terminal.redraw(self.out)
             self.out.flush()
@@ -288,35 +341,15 @@ class Shell:
             self.say(f"{self.user}> ", [line])
 
     def _on_bot_post(self, method: str, result: dict) -> None:
-        slack = self.stack.slack
-        assert slack is not None, "the shell's stack runs the Slack stand-in"
-        if method in ("chat.postMessage", "chat.update", "chat.postEphemeral", "chat.stopStream"):
-            ts = result.get("ts") or result.get("message_ts")
-            message = next((m for m in reversed(slack.messages) if m.ts == ts), None)
-            if message is None:
-                return
-            where = "thread" if message.thread_ts else conversation(message.channel, self.names)
-            if message.thread_ts and message.channel == CHANNEL:
-                self.last_thread = message.thread_ts
-            verb = {"chat.update": "updated", "chat.stopStream": "replied"}.get(method, "posted")
-            self.buttons += _buttons(message.blocks, message.ts, False)
-            lines = render(message.text, message.blocks, self.names)
-            before = self._shown.get(message.ts)
-            self._shown[message.ts] = lines
-            if method == "chat.update" and before is not None:
-                # An edit shows its header and what changed, so a card repeated with one new line
-                # (CREATING, then CREATING + "Trying us-west4-a…") is not printed twice.
-                # A line that differs only in its numbers ("(3s ago)") is a clock ticking, not news.
-                ticking = {re.sub(r"\d+", "#", line) for line in before}
-                changed = [line for line in lines[1:] if line not in before and re.sub(r"\d+", "#", line) not in ticking]
-                if not changed and lines[0] == before[0]:
-                    return
-                lines = changed if lines[0] == before[0] else [lines[0], *changed]
-            self.say(f"[{where}] tpubot {verb}: ", lines)
-        elif method == "response_url":
-            blocks = result.get("blocks")
-            self.buttons += _buttons(blocks, "", True)
-            self.say("[only you] tpubot: ", render(result.get("text", ""), blocks, self.names))
+        assert self.stack.slack is not None, "the shell's stack runs the Slack stand-in"
+        post = self.posts.read(self.stack.slack, method, result)
+        if post is None:
+            return
+        self.buttons += post.buttons
+        if post.thread_ts and post.channel == CHANNEL:
+            self.last_thread = post.thread_ts
+        if post.lines:
+            self.say(post.prefix, post.lines)
 
     # --- input -----------------------------------------------------------------------------
     def run_line(self, line: str, more: Callable[[], str | None] = lambda: None) -> bool:
