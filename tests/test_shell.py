@@ -97,6 +97,7 @@ def test_the_feedback_flow_runs_in_the_shell_and_membership_changes_say_so_once(
     result = run_shell(script, tmp_path, redis_url, args=("--no-model",))
     out = result.stdout
     assert result.returncode == 0, result.stderr
+    assert "an empty line ends a mention: Enter twice" in out  # the banner says what a one-line mention needs
     assert "[👍 Useful]  [👎 Not useful]" in out  # buttons as Slack draws them, not [:+1: Useful]
     down, correction, up = (out.index("clicks [👎 Not useful]"), out.index("(in the thread) the disk on worker 3"),
                             out.index("clicks [👍 Useful]"))
