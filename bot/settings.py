@@ -61,7 +61,8 @@ WRONG_ACCELERATOR_SPELLINGS = {"v5e-1": "v5litepod-1", "v5e-4": "v5litepod-4", "
 
 
 def env_file_path() -> Path:
-    return Path(os.environ.get(ENV_FILE_VAR, DEFAULT_ENV_FILE))
+    # Set but empty (`TPUBOT_ENV_FILE= tpubot …`) is unset, not the working directory.
+    return Path(os.environ.get(ENV_FILE_VAR) or DEFAULT_ENV_FILE)
 
 
 class SettingError(ValueError):

@@ -158,3 +158,10 @@ def test_prices_missing_fields_is_one_line_naming_them(tmp_path):
     assert len(ours) == 1, ours  # was "Field required" four times, naming no field
     assert "PRICES: an entry lacks accelerator, provisioning_model, usd_per_chip_hour, as_of, source" in ours[0]
     assert "has generation, which is not a field" in ours[0] and '"usd_per_chip_hour": 0.6' in ours[0]
+
+
+def test_an_empty_env_file_variable_is_unset(tmp_path):
+    (tmp_path / "tpu.env").write_text("PORT=3002\n")
+    result = run(["config", "--json"], {"TPUBOT_ENV_FILE": ""}, tmp_path)
+    assert result.returncode == 0, result.stderr  # not "`.` is a folder"
+    assert '"value": 3002' in result.stdout
