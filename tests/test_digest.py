@@ -159,7 +159,8 @@ def test_blank_lines_add_no_template_and_keep_the_numbering():
     assert [t.template for t in digest.templates] == ["rpc failed: DEADLINE_EXCEEDED", "step <*> done"]
     assert digest.total_lines == 6 and digest.templates[0].last_line == 6 and digest.templates[1].first_line == 4
     rendered = digest.render()
-    assert "DEFAULT" not in rendered and "2 templates" in rendered
+    assert "DEFAULT" not in rendered and "6 lines, 2 templates" in rendered
+    assert build_digest([_syslog(1, "disk full", "ERROR")]).render().startswith("Log digest: 1 line, 1 template ")
     assert not any(f"L{n} |" in rendered for n in (2, 3, 5))
     assert build_digest(["", " "]).templates == []
 

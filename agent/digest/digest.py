@@ -21,6 +21,7 @@ from agent.digest.masking import mask
 from agent.digest.miner import TemplateMiner
 from agent.digest.ranking import burst_factor, rank
 from agent.digest.severity import DEFAULT, ERROR, infer_severity, severity_name
+from infra.plurals import counted
 from agent.digest.shapes import LineShapes
 from agent.digest.tokens import EstimatedTokens, TokenCounter, estimate_tokens
 from agent.redact import redact
@@ -390,7 +391,8 @@ class DigestBuilder:
             lines.extend(_exemplar_line(e) for e in summary.exemplars[: exemplars_shown[summary.id]])
         omitted = ranked[len(shown) :]
         if omitted and fixed:
-            lines.append(f"({len(omitted)} more templates with {sum(t.count for t in omitted)} lines not shown)")
+            lines.append(f"({counted(len(omitted), 'more template')} with {counted(sum(t.count for t in omitted), 'line')} "
+                         "not shown)")
         text = "\n".join(lines)
         return Digest(
             templates=shown,
@@ -409,7 +411,7 @@ class DigestBuilder:
         span = ""
         if self.first_time and with_time:
             span = f", {self.first_time}" + (f" .. {self.last_time}" if self.last_time != self.first_time else "")
-        return f"Log digest: {self.total_lines} lines, {templates} templates ({shown} shown){span}"
+        return f"Log digest: {counted(self.total_lines, 'line')}, {counted(templates, 'template')} ({shown} shown){span}"
 
 
 def _time_of(line: str | None) -> str | None:

@@ -89,7 +89,7 @@ def _call(name: str, params: dict[str, Any], user_text: str) -> str:
 _TEMPLATE = re.compile(r"^T\d+ (?P<sev>[A-Z]+) x(?P<count>\d+) (?P<span>L[\d,L\-–]+)[^:]*: (?P<message>.*)$")
 _SAMPLE = re.compile(r"^\s+L(?P<line>\d+) \| ")
 _SEVERITY_RANK = {"FATAL": 0, "CRITICAL": 0, "EMERGENCY": 0, "ALERT": 0, "ERROR": 1, "WARNING": 2, "WARN": 2}
-_DIGEST_LINES = re.compile(r"Log digest: (?P<lines>[\d,]+) lines")
+_DIGEST_LINES = re.compile(r"Log digest: (?P<lines>[\d,]+) lines?")
 _ARITHMETIC = re.compile(r"\bwhat is (\d{1,9}) *([+*x×-]) *(\d{1,9})\b", re.IGNORECASE)
 _OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "x": operator.mul, "×": operator.mul}
 _LOG_MATERIAL = "<<<DATA log digest"
