@@ -4,7 +4,9 @@
 # No secret is baked in: configuration (tokens included) comes from the environment or a tpu.env
 # mounted at run time (docker-compose.yml passes tpu.env as env_file). .dockerignore keeps
 # tpu.env, .env and the venv out of the build context.
-FROM python:3.11-slim
+# Pinned to an exact release and distribution, the Python the tests run on: `3.11-slim` moves with
+# every patch release and Debian update, so a rebuild would not be the image that was tested.
+FROM python:3.11.7-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -22,9 +22,12 @@ class ActionKind(str, enum.Enum):
 
 
 class GroupDirectory(Protocol):
-    """Resolves Slack user groups to members (implemented over usergroups.users.list)."""
+    """The workspace's directory: user groups to members (usergroups.users.list), and the names of
+    channels, for what is shown to people (conversations.info)."""
 
     async def members(self, group_id: str) -> frozenset[str]: ...
+
+    async def channel_name(self, channel_id: str) -> str | None: ...
 
 
 @dataclass(frozen=True)

@@ -150,6 +150,9 @@ class NoGroups:
     async def members(self, group_id: str) -> frozenset[str]:
         return frozenset()
 
+    async def channel_name(self, channel_id: str) -> str | None:
+        return None  # shown by id
+
 
 @dataclass(kw_only=True)
 class Services:

@@ -78,12 +78,12 @@ def drain3_adder(setting: str):
 
 
 def ours_grouping(lines: list[str]) -> list[int]:
-    from agent.digest import DigestBuilder
+    from agent.digest import BLANK, DigestBuilder
 
     builder = DigestBuilder()
     signatures = [builder.add(line) for line in lines]
     template_of = builder.template_ids()
-    return [template_of[s] for s in signatures]
+    return [template_of[s] if s != BLANK else BLANK for s in signatures]
 
 
 def drain3_grouping(lines: list[str], setting: str) -> list[int]:
@@ -127,7 +127,7 @@ def accuracy_table(directory: Path) -> None:
 
 
 def bgl_alert_table(directory: Path, budget: int = 4_000) -> None:
-    from agent.digest import DigestBuilder
+    from agent.digest import BLANK, DigestBuilder
     from digest_corpus import load_system
 
     log = load_system(directory, "BGL")
@@ -137,7 +137,8 @@ def bgl_alert_table(directory: Path, budget: int = 4_000) -> None:
     digest = builder.build(budget_tokens=budget)
     first_line: dict[int, int] = {}
     for number, signature in enumerate(signatures, start=1):
-        first_line.setdefault(template_of[signature], number)
+        if signature != BLANK:
+            first_line.setdefault(template_of[signature], number)
     shown = {t.first_line for t in digest.templates}
     alerts = [i for i, label in enumerate(log.labels) if label != "-"]
     kept = [i for i in alerts if first_line[template_of[signatures[i]]] in shown]

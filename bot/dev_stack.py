@@ -117,6 +117,8 @@ class DevStack:
         # Only Redis and the stand-ins in this process; web and worker run as their own processes.
         self.stack = LocalStack(self.settings, run_worker=False, run_web=False,
                                 sandbox_model=self.settings.mode.is_sandbox).start()
+        if self.stack.slack is not None:
+            self._show_bot_posts(self.stack.slack)
         env = dict(os.environ)
         env.update({name.upper(): _env_value(value) for name, value in self.stack.overrides.items()})
         env["PORT"] = str(self.port)
@@ -127,6 +129,20 @@ class DevStack:
         self.supervisor = Supervisor({name: Child(name, command, env) for name, command in commands.items()})
         self.supervisor.start()
         return self
+
+    def _show_bot_posts(self, slack: Any) -> None:
+        """What the bot posts to the Slack stand-in, printed as the shell prints it: with the sandbox
+        Slack there is no Slack to look at, only this terminal."""
+        from bot.shell import BotPosts, rows_of
+
+        posts = BotPosts({})
+
+        def show(method: str, result: dict) -> None:
+            post = posts.read(slack, method, result)
+            if post is not None and post.lines:
+                print("\n".join(rows_of(post.prefix, post.lines)), flush=True)
+
+        slack.on_event(show)
 
     def summary(self) -> list[str]:
         assert self.stack is not None
@@ -153,6 +169,9 @@ class DevStack:
         if "slack_signing_secret" in stack.overrides:
             lines.append("  Slack requests are verified with a signing secret generated for this run; "
                          "set SLACK_SIGNING_SECRET to sign your own.")
+        if stack.slack is not None:
+            lines.append("  What the bot posts to the Slack stand-in is printed here, as `tpubot shell` prints it "
+                         "([#channel] tpubot posted: …).")
         return lines
 
     def wait(self) -> int:

@@ -233,9 +233,14 @@ class LocalStack:
             self._web.start()
             self.web_url = f"http://127.0.0.1:{self._web.port}"
         if self.run_worker:
-            self._worker = _WorkerThread(self.settings, self.redis.url)
-            self._worker.start()
+            self.start_worker()
         return self
+
+    def start_worker(self) -> None:
+        """Start the worker (start() does, unless run_worker is False: a test that queues work first)."""
+        assert self.redis is not None and self._worker is None, "once, after start()"
+        self._worker = _WorkerThread(self.settings, self.redis.url)
+        self._worker.start()
 
     @property
     def signing_secret(self) -> str:

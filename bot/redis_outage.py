@@ -97,9 +97,10 @@ async def wait_for_redis(ping, url: str, log: logging.Logger, *, what: str,
         except Exception as error:
             if not is_redis_away(error):
                 raise
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 raise RedisUnreachable(url, error) from error
-            await state.wait_after(error)
+            await asyncio.sleep(min(state.failed(error), remaining))  # the last wait ends at the deadline
         else:
             state.recovered()
             return

@@ -31,12 +31,14 @@ from infra.vllm_flags import (
     largest_mm_item,
 )
 from infra.vllm_images import image_digest, image_tag, unusable_reason
+from infra.gcp_names import BOT_LABEL_KEYS, LABEL_LIMIT, label_problem, project_id_problem, zone_name_problem
 
 if TYPE_CHECKING:
     from handlers.incident_routes import AlertRoute
 
 ENV_FILE_VAR = "TPUBOT_ENV_FILE"
 DEFAULT_ENV_FILE = "tpu.env"
+ENV_FILE_ENCODING = "utf-8-sig"  # UTF-8, with or without the byte-order mark some editors write
 
 FLEX_START_MAX = FLEX_START_LONGEST
 
@@ -59,7 +61,8 @@ WRONG_ACCELERATOR_SPELLINGS = {"v5e-1": "v5litepod-1", "v5e-4": "v5litepod-4", "
 
 
 def env_file_path() -> Path:
-    return Path(os.environ.get(ENV_FILE_VAR, DEFAULT_ENV_FILE))
+    # Set but empty (`TPUBOT_ENV_FILE= tpubot …`) is unset, not the working directory.
+    return Path(os.environ.get(ENV_FILE_VAR) or DEFAULT_ENV_FILE)
 
 
 class SettingError(ValueError):
@@ -100,7 +103,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(
         env_file=DEFAULT_ENV_FILE,
-        env_file_encoding="utf-8",
+        env_file_encoding=ENV_FILE_ENCODING,
         extra="ignore",
         case_sensitive=False,
         validate_default=True,
@@ -201,7 +204,8 @@ class Settings(BaseSettings):
     port: int = Field(3000, description="HTTP port of `tpubot serve`")
     worker_metrics_port: int = Field(0, description="port for the worker's Prometheus /metrics (0: off)")
     redis_startup_wait: timedelta = Field(
-        timedelta(seconds=30), description="how long a starting worker waits for Redis before exiting with one line")
+        timedelta(seconds=30), description="how long a starting worker or web process waits for Redis before exiting "
+                                          "with one line")
     log_format: str = Field("auto", description="log lines: json, text, or auto (JSON unless stderr is a terminal)")
     poll_interval: timedelta = Field(timedelta(seconds=10), description="how often a QR is polled")
     lock_ttl: timedelta = Field(timedelta(seconds=60), description="operation lock TTL")
@@ -321,6 +325,54 @@ class Settings(BaseSettings):
                 raise ValueError(f"MODEL_SOURCE_RANGES={','.join(value)}: {item!r} is not an address range; write "
                                  "it like 203.0.113.7/32 (the bot's egress IP) or 10.128.0.0/20") from None
         return [str(ipaddress.ip_network(item, strict=False)) for item in value]
+
+    @field_validator("gcp_project")
+    @classmethod
+    def _project_id(cls, value: str) -> str:
+        value = value.strip()
+        problem = project_id_problem(value) if value else None
+        if problem:
+            raise ValueError(f"GCP_PROJECT={value} {problem}, or leave it empty for the local sandbox")
+        return value
+
+    @field_validator("tpu_labels")
+    @classmethod
+    def _labels(cls, value: dict[str, str]) -> dict[str, str]:
+        example = "TPU_LABELS='{\"team\": \"ml\", \"cost-center\": \"cc-123\"}'"
+        for key, label in value.items():
+            problem = label_problem(key, str(label))
+            if problem:
+                raise ValueError(f"TPU_LABELS: {problem}; Google refuses the queued resource otherwise. Write it like "
+                                 f"{example}")
+            if key in BOT_LABEL_KEYS:
+                raise ValueError(f"TPU_LABELS: the key {key!r} is one of the bot's own ({', '.join(BOT_LABEL_KEYS)}), "
+                                 f"which find and attribute its TPUs; use another key, like {example}")
+        if len(value) + len(BOT_LABEL_KEYS) > LABEL_LIMIT:
+            raise ValueError(f"TPU_LABELS has {len(value)} labels; with the bot's {len(BOT_LABEL_KEYS)} that is more "
+                             f"than the {LABEL_LIMIT} a resource may carry: keep at most "
+                             f"{LABEL_LIMIT - len(BOT_LABEL_KEYS)}")
+        return {key: str(label) for key, label in value.items()}
+
+    @field_validator("tpu_zone", mode="before")
+    @classmethod
+    def _zone_name(cls, value: Any) -> Any:
+        if not isinstance(value, str):
+            return value
+        value = value.strip().lower()
+        problem = zone_name_problem(value)
+        if problem:
+            raise ValueError(f"TPU_ZONE={value} {problem}")
+        return value
+
+    @field_validator("tpu_zones")
+    @classmethod
+    def _zone_names(cls, value: list[str]) -> list[str]:
+        zones = [zone.lower() for zone in value]
+        for zone in zones:
+            problem = zone_name_problem(zone)
+            if problem:
+                raise ValueError(f"TPU_ZONES={','.join(zones)}: {zone!r} {problem}")
+        return zones
 
     @field_validator("runbooks_dir")
     @classmethod
@@ -556,11 +608,32 @@ class Settings(BaseSettings):
     @classmethod
     def load(cls, env_file: str | Path | None = None, **overrides: Any) -> "Settings":
         path = Path(env_file) if env_file is not None else env_file_path()
+        named = f"{ENV_FILE_VAR}={path}" if env_file is None and os.environ.get(ENV_FILE_VAR) else str(path)
         if env_file is None and os.environ.get(ENV_FILE_VAR) and not path.exists():
             where = "" if path.is_absolute() else f" (looked in {Path.cwd()})"
             raise SettingError(f"{ENV_FILE_VAR}={path} names no file{where}; "
                                f"create it (.env.example lists every variable) or unset {ENV_FILE_VAR}")
+        if path.is_dir():
+            raise SettingError(f"{named} is a folder, not a file of settings; name the file in it "
+                               f"({ENV_FILE_VAR}={path / DEFAULT_ENV_FILE}), or unset {ENV_FILE_VAR}")
+        if path.exists():
+            _check_text(path, named)
         return cls(_env_file=path if path.exists() else None, **overrides)
+
+
+def _check_text(path: Path, named: str) -> None:
+    """The env file must be UTF-8 text (a UTF-8 byte-order mark is fine); an editor's UTF-16 would
+    otherwise surface as a decoding traceback."""
+    try:
+        path.read_bytes().decode(ENV_FILE_ENCODING)
+    except OSError as error:
+        raise SettingError(f"{named} cannot be read ({error.strerror or error}); make it readable, or unset "
+                           f"{ENV_FILE_VAR}") from None
+    except UnicodeDecodeError:
+        head = path.read_bytes()[:2]
+        what = "UTF-16 text" if head in (b"\xff\xfe", b"\xfe\xff") else "not UTF-8 text"
+        raise SettingError(f"{named} is {what}; save it as UTF-8 (e.g. `iconv -f UTF-16 -t UTF-8 {path} > "
+                           f"{path}.utf8 && mv {path}.utf8 {path}`)") from None
 
 
 def check_accelerator(value: str, name: str = "TPU_ACCELERATOR_TYPE") -> str:
@@ -620,22 +693,49 @@ def describe_sources(settings: Settings, env_file: str | Path | None = None) -> 
     return rows
 
 
+UNSET = "(unset)"  # how `tpubot config` shows a setting with no value, whatever its type
+
+
 def _display(name: str, value: Any) -> str:
     if isinstance(value, SecretStr):
         raw = value.get_secret_value()
-        return "(unset)" if not raw else f"{raw[:5]}…(set, {len(raw)} chars)" if raw.startswith(("xox", "xapp")) else "********"
+        return UNSET if not raw else f"{raw[:5]}…(set, {len(raw)} chars)" if raw.startswith(("xox", "xapp")) else "********"
+    if value is None or (isinstance(value, (str, list, dict)) and not value):
+        return UNSET
+    if isinstance(value, bool):
+        return str(value).lower()  # as it is written in tpu.env
     if isinstance(value, timedelta):
         return format_duration(value)
     if isinstance(value, list):
         return ",".join(format_duration(v) if isinstance(v, timedelta) else str(v) for v in value)
-    return str(value) if value != "" else "(unset)"
+    if isinstance(value, dict):
+        return json.dumps(value)
+    return str(value)
+
+
+def setting_json(name: str, value: Any) -> Any:
+    """A setting's value for `tpubot config --json`, in its JSON type: numbers and booleans as such,
+    lists as arrays, null when unset; durations as written (`4h`), secrets masked, the price table
+    as its entries."""
+    if isinstance(value, SecretStr):
+        return None if not value.get_secret_value() else _display(name, value)
+    if isinstance(value, timedelta):
+        return format_duration(value)
+    if isinstance(value, list):
+        return [format_duration(v) if isinstance(v, timedelta) else v for v in value]
+    if isinstance(value, str):
+        return value or None
+    if value is None or isinstance(value, (bool, int, float, dict)):
+        return value
+    dump = getattr(value, "model_dump", None)  # the price table
+    return dump(mode="json") if callable(dump) else str(value)
 
 
 def _read_env_file(path: Path) -> dict[str, str]:
     if not path.exists():
         return {}
     values = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_text(encoding=ENV_FILE_ENCODING).splitlines():
         line = line.strip()
         if not line or line.startswith("#") or "=" not in line:
             continue

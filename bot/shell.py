@@ -47,13 +47,15 @@ SETTLE_TIMEOUT = 180.0
 # A mention body longer than this is echoed as a one-line summary, not line by line.
 PASTE_ECHO_LINES = 3
 PASTE_ECHO_CHARS = 300
+LOG_VARIABLE = "TPUBOT_SHELL_LOG"  # where the shell writes the bot's logs, instead of a file of its own
 ATTACH_MAX_BYTES = 64 * 1024 * 1024  # Slack takes far more; the bot's own caps are lower still
 
 HELP_LINES = (
     "/tpu …           a slash command (/TPU works too); /tpu help lists them",
     "@tpubot …        a mention; the following lines, up to a blank line, belong to it (pasted logs)",
     "!attach FILE     attach a file (a screenshot, a log) to your next @tpubot message, as Slack would",
-    "!click TEXT      press the most recent button whose label contains TEXT",
+    "!click TEXT      press the most recent button labelled TEXT (else whose label contains it)",
+    "!reply TEXT      reply in the thread the bot last posted in (a follow-up; after 👎, your correction)",
     "!user NAME       act as another user",
     "!wait            wait until the bot has finished what it started, capacity waits included (3 min at most)",
     "!kick            remove tpubot from the channel (/tpu up then claims nothing)",
@@ -76,7 +78,17 @@ def shell_log_path() -> Path:
     """Where `tpubot shell` writes the bot's logs: one file per shell, in the temp directory."""
     import tempfile
 
-    return Path(os.environ.get("TPUBOT_SHELL_LOG") or Path(tempfile.gettempdir()) / f"tpubot-shell-{os.getpid()}.log")
+    return Path(os.environ.get(LOG_VARIABLE) or Path(tempfile.gettempdir()) / f"tpubot-shell-{os.getpid()}.log")
+
+
+def log_worth_keeping(path: Path) -> bool:
+    """Whether a shell's log file holds an error (JSON lines, bot/logging_setup.py): kept then, for
+    whoever looks into it; deleted otherwise, so a temp folder does not fill with one per shell."""
+    try:
+        with path.open(encoding="utf-8", errors="replace") as lines:
+            return any('"level": "error"' in line or '"level": "critical"' in line for line in lines)
+    except OSError:
+        return False
 
 
 def paste_summary(text: str) -> list[str]:
@@ -103,6 +115,20 @@ def wrap(line: str, width: int, indent: int) -> list[str]:
         else:
             row += piece
     return [*rows, row]
+
+
+def rows_of(prefix: str, lines: list[str], width: int | None = None) -> list[str]:
+    """`lines` under `prefix` as printed rows: the first after it, the rest indented beneath it.
+    A message's text may hold line breaks (a receipt, a table): each is a line of its own, alike on
+    a terminal and piped; with a `width`, long lines wrap at spaces (wrap())."""
+    rows: list[str] = []
+    for i, line in enumerate(row for text in lines for row in text.split("\n")):
+        head = prefix if i == 0 else " " * len(prefix)
+        if width:
+            rows += wrap(head + line, width, len(prefix) + len(line) - len(line.lstrip(" ")) + 2)
+        else:
+            rows.append(head + line)
+    return rows
 
 
 def user_id_for(name: str) -> str:
@@ -133,7 +159,8 @@ def render(text: str, blocks: list | None, names: Mapping[str, str] | None = Non
         elif kind == "context":
             lines.append("  (" + " · ".join(_plain(e.get("text", "")) for e in block.get("elements", [])) + ")")
         elif kind == "actions":
-            lines.append("  " + "  ".join(f"[{e['text']['text']}]" for e in block.get("elements", []) if e.get("type") == "button"))
+            lines.append("  " + "  ".join(f"[{emoji(e['text']['text'])}]" for e in block.get("elements", [])
+                                          if e.get("type") == "button"))
         elif kind in ("markdown", "rich_text"):
             lines += _plain(block.get("text", "")).splitlines()
     return lines
@@ -182,6 +209,36 @@ def unbold(text: str) -> str:
     return "".join(part if i % 2 else _BOLD.sub(r"\1", part) for i, part in enumerate(parts))
 
 
+def conversation(channel: str, names: Mapping[str, str]) -> str:
+    """How Slack names where a message went: `#tpu-shell`, or `DM to @alice` for the app's DM with
+    a user (the Slack stand-in names it D + the user id's tail)."""
+    if channel.startswith("D"):
+        user = "U" + channel[1:]
+        return f"DM to @{names.get(user, user)}"
+    return "#" + names.get(channel, channel)
+
+
+def pick_button(buttons: list[Button], text: str) -> Button | None:
+    """The button `!click TEXT` means: the most recent one labelled TEXT (its emoji aside, any case),
+    else the most recent whose label has TEXT as words, else the most recent containing it, so
+    `!click Useful` presses [👍 Useful], not the [👎 Not useful] beside it."""
+    wanted = " ".join(text.lower().split())
+    if not wanted:
+        return None
+
+    def words(label: str) -> str:
+        return " ".join(re.sub(r":[a-z0-9_+-]+:", " ", label.lower()).split())
+
+    newest_first = list(reversed(buttons))
+    for fits in (lambda label: words(label) == wanted,
+                 lambda label: re.search(rf"(?<!\w){re.escape(wanted)}(?!\w)", words(label)) is not None,
+                 lambda label: wanted in label.lower()):
+        match = next((button for button in newest_first if fits(button.label)), None)
+        if match is not None:
+            return match
+    return None
+
+
 def _buttons(blocks: list | None, message_ts: str, ephemeral: bool) -> list[Button]:
     found = []
     for block in blocks or []:
@@ -194,6 +251,52 @@ def _buttons(blocks: list | None, message_ts: str, ephemeral: bool) -> list[Butt
 
 
 @dataclass
+class BotPost:
+    """What the bot posted, as a person reads it: where, the lines new to them, and its buttons."""
+
+    prefix: str  # `[#tpu-shell] tpubot posted: `, `[thread] tpubot updated: `, `[only you] tpubot: `
+    lines: list[str]  # empty: an edit that changed nothing worth reading
+    buttons: list[Button]
+    channel: str = ""
+    thread_ts: str = ""
+
+
+@dataclass
+class BotPosts:
+    """Turns what the Slack stand-in saw the bot do into readable lines, for the shell and for
+    `tpubot dev`. An edit shows its header and what changed, so a card repeated with one new line
+    (CREATING, then CREATING + "Trying us-west4-a…") is not printed twice; a line that differs only
+    in its numbers ("(3s ago)") is a clock ticking, not news."""
+
+    names: dict[str, str]  # user and channel ids → names
+    _shown: dict[str, list[str]] = field(default_factory=dict)  # message ts -> lines last printed
+
+    def read(self, slack, method: str, result: dict) -> BotPost | None:
+        if method in ("chat.postMessage", "chat.update", "chat.postEphemeral", "chat.stopStream"):
+            ts = result.get("ts") or result.get("message_ts")
+            message = next((m for m in reversed(slack.messages) if m.ts == ts), None)
+            if message is None:
+                return None
+            where = "thread" if message.thread_ts else conversation(message.channel, self.names)
+            verb = {"chat.update": "updated", "chat.stopStream": "replied"}.get(method, "posted")
+            lines = render(message.text, message.blocks, self.names)
+            before = self._shown.get(message.ts)
+            self._shown[message.ts] = lines
+            if method == "chat.update" and before is not None:
+                ticking = {re.sub(r"\d+", "#", line) for line in before}
+                changed = [line for line in lines[1:] if line not in before and re.sub(r"\d+", "#", line) not in ticking]
+                lines = [] if not changed and lines[0] == before[0] else \
+                    changed if lines[0] == before[0] else [lines[0], *changed]
+            return BotPost(f"[{where}] tpubot {verb}: ", lines, _buttons(message.blocks, message.ts, False),
+                           message.channel, message.thread_ts or "")
+        if method == "response_url":
+            blocks = result.get("blocks")
+            return BotPost("[only you] tpubot: ", render(result.get("text", ""), blocks, self.names),
+                           _buttons(blocks, "", True))
+        return None
+
+
+@dataclass
 class Shell:
     stack: LocalStack
     out: TextIO = sys.stdout
@@ -201,7 +304,6 @@ class Shell:
     buttons: list[Button] = field(default_factory=list)
     terminal: "TerminalInput | None" = None  # set on a terminal: prompt, line editing, no echo of typed lines
     _print_lock: threading.Lock = field(default_factory=threading.Lock)
-    _shown: dict[str, list[str]] = field(default_factory=dict)  # message ts -> lines last printed
     names: dict[str, str] = field(default_factory=dict)  # the shell's Slack directory: user/channel id -> name
     width: int | None = None  # a terminal's columns: lines wrap at spaces to fit; None: never wrapped
     _line: str = ""  # the line being run, or the last one
@@ -209,6 +311,7 @@ class Shell:
     _told: set[tuple[bytes, str]] = field(default_factory=set)  # (lease key, state) said to be still working
     _waiting_since: dict[tuple[bytes, str], float] = field(default_factory=dict)  # (lease key, state) -> first seen
     attached: list[dict] = field(default_factory=list)  # files for the next mention (Slack file objects)
+    last_thread: str | None = None  # the thread the bot last posted in, where !reply answers
 
     def __post_init__(self) -> None:
         self.requests = self.stack.signed_requests()
@@ -217,6 +320,8 @@ class Shell:
         assert self.stack.redis is not None, "a started stack has its Redis"
         self._redis = redis_sync.Redis.from_url(self.stack.redis.url)
         self.names.update({CHANNEL: CHANNEL_NAME, user_id_for(self.user): self.user})
+        self.posts = BotPosts(self.names)
+        self.stack.slack.name_channel(CHANNEL, CHANNEL_NAME)  # what conversations.info says of it
 
     # --- output ----------------------------------------------------------------------------
     def say(self, prefix: str, lines: list[str]) -> None:
@@ -224,13 +329,8 @@ class Shell:
             waiting = self.terminal is not None and self.terminal.waiting
             if waiting:
                 self.out.write("\r\x1b[K")  # over the prompt line; it is drawn again below
-            for i, line in enumerate(lines):
-                head = prefix if i == 0 else " " * len(prefix)
-                rows = [head + line]
-                if self.width:
-                    rows = wrap(head + line, self.width, len(prefix) + len(line) - len(line.lstrip(" ")) + 2)
-                for row in rows:
-                    self.out.write(row + "\n")
+            for row in rows_of(prefix, lines, self.width):
+                self.out.write(row + "\n")
             if waiting and self.terminal is not None:
                 self.terminal.redraw(self.out)
             self.out.flush()
@@ -241,33 +341,15 @@ class Shell:
             self.say(f"{self.user}> ", [line])
 
     def _on_bot_post(self, method: str, result: dict) -> None:
-        slack = self.stack.slack
-        assert slack is not None, "the shell's stack runs the Slack stand-in"
-        if method in ("chat.postMessage", "chat.update", "chat.postEphemeral", "chat.stopStream"):
-            ts = result.get("ts") or result.get("message_ts")
-            message = next((m for m in reversed(slack.messages) if m.ts == ts), None)
-            if message is None:
-                return
-            where = "thread" if message.thread_ts else "#" + self.names.get(message.channel, message.channel)
-            verb = {"chat.update": "updated", "chat.stopStream": "replied"}.get(method, "posted")
-            self.buttons += _buttons(message.blocks, message.ts, False)
-            lines = render(message.text, message.blocks, self.names)
-            before = self._shown.get(message.ts)
-            self._shown[message.ts] = lines
-            if method == "chat.update" and before is not None:
-                # An edit shows its header and what changed, so a card repeated with one new line
-                # (CREATING, then CREATING + "Trying us-west4-a…") is not printed twice.
-                # A line that differs only in its numbers ("(3s ago)") is a clock ticking, not news.
-                ticking = {re.sub(r"\d+", "#", line) for line in before}
-                changed = [line for line in lines[1:] if line not in before and re.sub(r"\d+", "#", line) not in ticking]
-                if not changed and lines[0] == before[0]:
-                    return
-                lines = changed if lines[0] == before[0] else [lines[0], *changed]
-            self.say(f"[{where}] tpubot {verb}: ", lines)
-        elif method == "response_url":
-            blocks = result.get("blocks")
-            self.buttons += _buttons(blocks, "", True)
-            self.say("[only you] tpubot: ", render(result.get("text", ""), blocks, self.names))
+        assert self.stack.slack is not None, "the shell's stack runs the Slack stand-in"
+        post = self.posts.read(self.stack.slack, method, result)
+        if post is None:
+            return
+        self.buttons += post.buttons
+        if post.thread_ts and post.channel == CHANNEL:
+            self.last_thread = post.thread_ts
+        if post.lines:
+            self.say(post.prefix, post.lines)
 
     # --- input -----------------------------------------------------------------------------
     def run_line(self, line: str, more: Callable[[], str | None] = lambda: None) -> bool:
@@ -287,6 +369,8 @@ class Shell:
             self.attach(line[len("!attach"):].strip())
         elif line.startswith("!click"):
             self.click(line[len("!click"):].strip())
+        elif line.startswith("!reply"):
+            self.reply(line[len("!reply"):].strip())
         elif line.startswith("!user"):
             self.act_as(line[len("!user"):].strip())
         elif line.strip() in ("!kick", "!invite"):
@@ -298,8 +382,8 @@ class Shell:
         elif line.strip() in ("!quit", "!exit"):
             return False
         else:
-            self.say("", ["(lines start with /tpu, @tpubot, !attach, !click, !user, !wait, !kick, !invite, !help or "
-                          "!quit)"])
+            self.say("", ["(lines start with /tpu, @tpubot, !attach, !click, !reply, !user, !wait, !kick, !invite, "
+                          "!help or !quit)"])
         return True
 
     def act_as(self, name: str) -> None:
@@ -361,20 +445,42 @@ class Shell:
         self.say("", [f"(attached {target.name}, {size:,} bytes, {mimetype}; it goes with your next @tpubot message)"])
 
     def click(self, label: str) -> None:
-        match = next((b for b in reversed(self.buttons) if label.lower() in b.label.lower()), None)
+        match = pick_button(self.buttons, label)
         if match is None:
             self.say("", [f"(no button whose label contains {label!r})"])
             return
-        self.say(f"{self.user}> " if self.terminal is None else "", [f"clicks [{match.label}]"])
+        self.say(f"{self.user}> " if self.terminal is None else "", [f"clicks [{emoji(match.label)}]"])
         reply = self.requests.click(action_id=match.action_id, value=match.value, user=user_id_for(self.user),
                                     channel=CHANNEL, message_ts=match.message_ts, label=match.label,
                                     is_ephemeral=match.ephemeral)
         if reply.status != 200:
             self.say("[error] ", [f"HTTP {reply.status}: {reply.body[:200]}"])
 
+    def reply(self, text: str) -> None:
+        """!reply TEXT: a plain reply in the thread the bot last posted in, as a person's message and
+        Slack's `message` event: a follow-up the bot answers, or after a 👎 the answer it should have given."""
+        if not text or self.last_thread is None:
+            why = "!reply TEXT replies in the thread the bot last posted in" if text or self.last_thread else \
+                "no thread to reply in yet: mention @tpubot first, and reply once it has answered"
+            self.say("", [f"({why})"])
+            return
+        slack = self.stack.slack
+        assert slack is not None, "the shell's stack runs the Slack stand-in"
+        self.say(f"{self.user}> " if self.terminal is None else "", [f"(in the thread) {text}"])
+        ts = slack.add_message(CHANNEL, text, user=user_id_for(self.user), thread_ts=self.last_thread)
+        reply = self.requests.event({"type": "message", "user": user_id_for(self.user), "text": text, "ts": ts,
+                                     "thread_ts": self.last_thread, "channel": CHANNEL, "channel_type": "channel",
+                                     "team": self.requests.team})
+        if reply.status != 200:
+            self.say("[error] ", [f"HTTP {reply.status}: {reply.body[:200]}"])
+
     def membership(self, *, joined: bool) -> None:
         """!kick / !invite: the bot leaves or joins the channel, and Slack tells it so (an event)."""
         assert self.stack.slack is not None, "the shell's stack runs the Slack stand-in"
+        if (CHANNEL in self.stack.slack.removed_from) != joined:
+            where = "in" if joined else "out of"
+            self.say("", [f"(tpubot is already {where} #{CHANNEL_NAME}: nothing changed)"])
+            return
         if joined:
             self.stack.slack.invite(CHANNEL)
         else:
@@ -565,7 +671,7 @@ class TerminalInput:
 
 
 def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.stdout, *, model: bool = True,
-              log_path: str | None = None) -> int:
+              log_path: str | None = None, log_note: str = "") -> int:
     interactive = stream.isatty()
     # On the sandbox, mentions are answered by a sandbox model (a labelled heuristic, not Gemma)
     # unless GEMMA_BASE_URL names a real endpoint or --no-model asks for the model-less path.
@@ -587,8 +693,9 @@ def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.
         elif not model:
             mode += ", no model"
         shell.say("", [f"tpubot shell — {mode}, channel #{CHANNEL_NAME}, acting as {shell.user}. "
-                       "Type /tpu help, @tpubot …, !help for the rest, !quit to leave."]
-                  + ([f"(the bot's logs go to {log_path})"] if log_path else []))
+                       "Type /tpu help, @tpubot … (an empty line ends a mention: Enter twice), !help for the rest, "
+                       "!quit to leave."]
+                  + ([f"(the bot's logs go to {log_path}{log_note})"] if log_path else []))
         if terminal is not None:
             return _run_terminal(shell, terminal)
         lines = iter(stream.readline, "")

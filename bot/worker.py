@@ -15,7 +15,7 @@ from prometheus_client import start_http_server
 
 from agent.actions.bench_actions import BENCH_JOB, BenchJob
 from agent.actions.spend_actions import SPEND_CHART_JOB, SpendChartJob
-from agent.lease import lifecycle, provisioning, teardown, watching
+from agent.lease import job_failures, lifecycle, provisioning, teardown, watching
 from agent.lease.lifecycle import PROVISION_JOB, TEARDOWN_JOB, WATCH_JOB, LeaseJob, ProvisionJob, WatchJob
 from agent.lease.model_boot import BOOT_JOB
 from bot import alert_jobs, incident_jobs
@@ -78,32 +78,47 @@ def registered(job: BoundJob) -> Function:
     return func(counted(job), name=job.spec.name)
 
 
-async def provision_lease(ctx: dict, job: ProvisionJob) -> JobOutcome:
+async def ending_the_lease_on_error(ctx: dict, job: LeaseJob | ProvisionJob | WatchJob, name: str,
+                                    run: Awaitable[JobOutcome]) -> JobOutcome:
+    """Run a lease job; if it raises, its lease ends with the error on its card (agent/lease/job_failures.py)
+    rather than staying where it was. A busy channel, a lost lock and a Redis outage are retried instead."""
+    svc = ctx["services"]
     try:
-        return await provisioning.provision_job(ctx["services"], job.team, job.channel, job.lease_id, job.search_round)
+        return await run
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], job.team, job.channel,
-                                                           ctx["job_try"])) from None
+        raise Retry(defer=await lifecycle.lock_retry_delay(svc, job.team, job.channel, ctx["job_try"])) from None
+    except Exception as error:
+        if is_redis_away(error) or isinstance(error, LockLost):
+            raise  # retried by `counted`: the lease is another worker's now, not failed
+        log.error("%s job of lease %s failed", name, job.lease_id, exc_info=error)
+        lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
+        return await job_failures.lease_job_failed(svc, lease, name, error)
+
+
+async def provision_lease(ctx: dict, job: ProvisionJob) -> JobOutcome:
+    return await ending_the_lease_on_error(ctx, job, "provision", provisioning.provision_job(
+        ctx["services"], job.team, job.channel, job.lease_id, job.search_round))
 
 
 async def watch_lease(ctx: dict, job: WatchJob) -> JobOutcome:
-    return await watching.watch_job(ctx["services"], job.team, job.channel, job.lease_id, job.seq)
+    return await ending_the_lease_on_error(ctx, job, "watch", watching.watch_job(
+        ctx["services"], job.team, job.channel, job.lease_id, job.seq))
 
 
 async def teardown_lease(ctx: dict, job: LeaseJob) -> JobOutcome:
-    try:
-        return await teardown.teardown_job(ctx["services"], job.team, job.channel, job.lease_id)
-    except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], job.team, job.channel,
-                                                           ctx["job_try"])) from None
+    return await ending_the_lease_on_error(ctx, job, "teardown", teardown.teardown_job(
+        ctx["services"], job.team, job.channel, job.lease_id))
 
 
 async def resume_leases(ctx: dict) -> int:
-    """Re-enqueue work a crash may have left between a lease write and its job, and finish
-    releases a crash left between the release and telling the channel."""
+    """Re-enqueue work a crash may have left between a lease write and its job, end a lease whose
+    job failed without returning (a timeout, no tries left), and finish releases a crash left
+    between the release and telling the channel."""
     svc = ctx["services"]
     resumed = 0
     for lease in await svc.leases.all():
+        if await job_failures.fail_if_its_job_failed(svc, lease):
+            continue
         if await lifecycle.resume_job_for(svc, lease):
             resumed += 1
     resumed += await lifecycle.finish_interrupted_releases(svc)
@@ -116,7 +131,8 @@ async def boot_model(ctx: dict, job: WatchJob) -> JobOutcome:
     """After ACTIVE: wait for vLLM, then measure TTFT/TPOT (agent/lease/model_boot.py)."""
     from agent.lease import model_boot
 
-    return await model_boot.boot_job(ctx["services"], job.team, job.channel, job.lease_id, job.seq)
+    return await ending_the_lease_on_error(ctx, job, "boot", model_boot.boot_job(
+        ctx["services"], job.team, job.channel, job.lease_id, job.seq))
 
 
 async def bench_endpoint(ctx: dict, job: BenchJob) -> JobOutcome:

@@ -18,6 +18,7 @@ from agent.lease import receipts
 from agent.lease.alerts import ACK_IDLE
 from agent.context import Alert, Alerting
 from handlers.cards import duration, escape
+from infra import prices
 from infra.state.leases import Lease
 
 log = logging.getLogger(__name__)
@@ -31,8 +32,7 @@ def _hhmm(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%H:%M UTC")
 
 
-def _money(usd: float) -> str:
-    return f"${usd:.2f}" if usd >= 0.1 else f"${usd:.3f}"
+_money = prices.money  # the one way to write an amount (infra/prices.py)
 
 
 def button_value(lease_id: str, ack_kind: str) -> str:
@@ -79,8 +79,8 @@ def receipt_text(receipt: receipts.Receipt) -> str:
              f"(queued resource `{receipt.qr_id}`): {escape(receipt.reason)}."]
     hours = receipt.billed_seconds / 3600
     if receipt.usd_per_chip_hour is not None and receipt.cost is not None:
-        lines.append(f"TPU time {duration(receipt.billed_seconds)} ({hours:.2f} h) × ${receipt.usd_per_chip_hour:.4g}"
-                     f"/chip-hour × {receipt.chips} chip{'s' if receipt.chips != 1 else ''} = *{_money(receipt.cost)}* "
+        lines.append(f"TPU time {duration(receipt.billed_seconds)} ({hours:.2f} h) × "
+                     f"{prices.hourly(receipt.usd_per_chip_hour, 'chip-hour')} × {receipt.chips} chip{'s' if receipt.chips != 1 else ''} = *{_money(receipt.cost)}* "
                      f"({escape(receipt.price_source)}).")
     else:
         lines.append(f"TPU time {duration(receipt.billed_seconds)}; no price in the table for this TPU, "

@@ -12,8 +12,8 @@ from typing import Callable
 
 from infra.mrkdwn import in_code
 from infra.durations import FLEX_START_LONGEST, DurationTooLong, format_duration, looks_like_duration, parse_duration
+from infra.gcp_names import is_zone_name, likely_meant
 
-ZONE_RE = re.compile(r"^[a-z]+-[a-z]+\d+-[a-z]$")
 # `/tpu up 4hr`, `4hrs`, `4hours` read as `4h`; everything else as settings read durations.
 _HOUR_WORDS = re.compile(r"(?<=\d)(?:hours?|hrs?)$", re.IGNORECASE)
 MAX_TEXT = 500
@@ -67,10 +67,13 @@ def _parse_up(tokens: list[str]) -> dict:
             except DurationTooLong:
                 raise CommandError(f"`{in_code(token[:40])}` is longer than the longest lease, "
                                    f"{format_duration(FLEX_START_LONGEST)} (flex-start's limit). {UP_USAGE}") from None
-        elif ZONE_RE.match(token_l):
+        elif is_zone_name(token_l):
             if zone is not None:
                 raise CommandError(f"Give one zone; got `{zone}` and `{token}`. {UP_USAGE}")
             zone = token_l
+        elif likely_meant(token_l):
+            raise CommandError(f"`{in_code(token[:40])}` is not a zone name: a zone is its region, a dash and "
+                               f"a letter, so write `{likely_meant(token_l)}`. {UP_USAGE}")
         else:
             raise CommandError(f"`{in_code(token[:40])}` is neither a zone (like us-west4-a) nor a duration "
                                f"(like 4h, 90m or 1h30m). {UP_USAGE}")

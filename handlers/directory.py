@@ -1,4 +1,5 @@
-"""Slack user-group membership for access rules, cached in Redis so every replica shares it."""
+"""Slack user-group membership for access rules, and channel names for what people read, cached
+in Redis so every replica shares them."""
 
 from __future__ import annotations
 
@@ -33,3 +34,22 @@ class SlackGroupDirectory:
         users: list[str] = list(response.get("users", []))
         await self._redis.set(key, json.dumps(users), ex=self._ttl)
         return frozenset(users)
+
+    async def channel_name(self, channel_id: str) -> str | None:
+        """The channel's name (`tpu-ml`), for tables where Slack cannot render `<#C…>` (code blocks);
+        None when Slack will not say (not a member of a private channel), and the id is shown."""
+        key = f"tpubot:channel-name:{channel_id}"
+        cached = await self._redis.get(key)
+        if cached is not None:
+            return cached.decode() if isinstance(cached, bytes) else str(cached)
+        try:
+            response = await self._client.conversations_info(channel=channel_id)
+        except SlackApiError as error:
+            reason = error.response.data.get("error") if isinstance(error.response.data, dict) else error.response.status_code
+            log.info("conversations.info %s failed: %s", channel_id, reason)
+            return None
+        name = (response.get("channel") or {}).get("name")
+        if not name:
+            return None
+        await self._redis.set(key, name, ex=self._ttl * 12)  # names change rarely: an hour
+        return str(name)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 
 from handlers import cards
+from infra import prices
 from infra.state.leases import LeaseState
 
 MAX_HOME_BLOCKS = 100  # Slack's limit for Home tabs and modals (messages: 50)
@@ -20,9 +21,7 @@ def cut(text: str, limit: int) -> str:
 
 
 def money(usd: float | None) -> str:
-    if usd is None:
-        return "—"
-    return f"${usd:.2f}" if usd >= 0.1 else f"${usd:.3f}"
+    return "—" if usd is None else prices.money(usd)
 
 
 def deadline_text(row: dict, now: float) -> str:

@@ -37,7 +37,7 @@ DEFAULT_MAX_MODEL_LEN = 16384  # the --max-model-len the startup script passes
 class AcceleratorProfile:
     """One TPU slice type as the planner sees it."""
 
-    name: str  # label shown to people, e.g. "v5e-1"
+    name: str  # what it is, beside the accelerator type people see first, e.g. "v5e, 1 chip"
     accelerator_type: str  # the name the TPU API accepts, e.g. "v5litepod-1"
     hbm_label: str  # as the spec page prints it, e.g. "16 GB"
     hbm_bytes: int  # what the runtime exposes to vLLM (its bytes_limit)
@@ -46,14 +46,14 @@ class AcceleratorProfile:
 
 
 V5E_1 = AcceleratorProfile(
-    name="v5e-1",
+    name="v5e, 1 chip",  # never "v5e-1": the TPU API and gcloud refuse that name
     accelerator_type="v5litepod-1",
     hbm_label="16 GB",
     hbm_bytes=round(15.5 * GIB),
-    hbm_source="measured bytes_limit on v5e-1 (16 GiB physical, ~0.5 GiB kept by the runtime)",
+    hbm_source="measured bytes_limit on v5litepod-1 (16 GiB physical, ~0.5 GiB kept by the runtime)",
 )
 V6E_1 = AcceleratorProfile(
-    name="v6e-1",
+    name="v6e, 1 chip",
     accelerator_type="v6e-1",
     hbm_label="32 GB",
     hbm_bytes=32 * GIB,

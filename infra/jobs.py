@@ -18,6 +18,7 @@ jobs returned before outcomes were typed (`JobOutcome.stored`, applied once, at 
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 from collections.abc import Awaitable, Callable
@@ -28,6 +29,7 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix, job_key_prefix
+from arq.jobs import DeserializationError, Job
 from arq.typing import WorkerCoroutine
 
 from infra.arq_enqueue_adapter import enqueue_behind_markers
@@ -149,6 +151,15 @@ class BoundJob(Generic[Args]):
         return (await self.run(ctx, self.spec.from_kwargs(kwargs))).stored()
 
 
+def describe_failure(error: BaseException) -> str:
+    """A job's exception in words for people (cards, logs): its type and message, or what a bare
+    timeout means (arq cancels a job at JOB_TIMEOUT and keeps a message-less TimeoutError)."""
+    if isinstance(error, (TimeoutError, asyncio.TimeoutError)) and not str(error).strip():
+        return "it ran past JOB_TIMEOUT"
+    text = str(error).strip()
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
 def cron_body(run: Callable[..., Awaitable[JobOutcome]]) -> WorkerCoroutine:
     """A cron job's function as arq runs it: its outcome kept as text, as `BoundJob` keeps a queued
     job's (the same reasons). It keeps the function's name, which arq names the cron job after."""
@@ -193,6 +204,18 @@ class JobQueue:
 
     async def exists(self, job_id: str) -> bool:
         return bool(await self._pool.exists(job_key_prefix + job_id, in_progress_key_prefix + job_id))
+
+    async def failure(self, job_id: str) -> str | None:
+        """Why the job failed, when arq kept a failed result for it: it raised, ran past its
+        timeout or ran out of tries. None while it has no result, or when it returned (whatever
+        its outcome: a job that returns has said what happened itself)."""
+        try:
+            info = await Job(job_id, self._pool, self._queue_name).result_info()
+        except DeserializationError:  # an exception class this version cannot rebuild
+            return "an error this version of tpubot cannot read back"
+        if info is None or info.success:
+            return None
+        return describe_failure(info.result) if isinstance(info.result, BaseException) else str(info.result)
 
     async def pending_count(self) -> int:
         return int(await self._pool.zcard(self._queue_name))

@@ -47,7 +47,7 @@ from redis.asyncio import Redis
 
 from infra.deployment_mode import DeploymentMode
 from infra.state import keys
-from infra.tpu_errors import region_of
+from infra.tpu_errors import TpuErrorKind, region_of
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 COMPUTE_ENDPOINT = "https://compute.googleapis.com"
@@ -160,7 +160,8 @@ def run_preflight(config: PreflightConfig, credentials: Credentials | None = Non
     if creds is None:
         for name in ("project", "network", "model firewall", "hf token secret", "tpu quota",
                      *(name for name, applies, _ in CONDITIONAL_CHECKS if applies(config))):
-            checks.append(CheckResult(name, False, "not checked: no working credentials", result.fix))
+            # The fix is the credentials' own, printed once above: six copies of it read as six problems.
+            checks.append(CheckResult(name, False, "not checked: it needs the credentials above to work"))
     else:
         checks += [check(config, creds) for check in CHECKS]
         checks += [check(config, creds) for _, applies, check in CONDITIONAL_CHECKS if applies(config)]
@@ -174,8 +175,7 @@ def check_credentials(config: PreflightConfig, credentials: Credentials | None) 
     if config.mode.is_sandbox:
         return config.mode.credentials(), CheckResult("credentials", True,
                                                       "sandbox: anonymous credentials against the local emulators")
-    fix = ("run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service-account "
-           "key file; leave GCP_PROJECT empty to use the local sandbox")
+    from infra.gcp_credentials import ADC_FIX as fix
     try:
         import google.auth
         from google.auth.transport.requests import Request
@@ -196,6 +196,13 @@ def check_project(config: PreflightConfig, credentials: Credentials) -> CheckRes
                         credentials=credentials, max_attempts=2) as tpu:
             offered = tpu.list_accelerator_types(config.zone)
     except TpuError as error:
+        if error.kind is TpuErrorKind.UNAVAILABLE:
+            # Nothing answered: neither the project nor the API's switch is the problem.
+            where = config.tpu_endpoint or "https://tpu.googleapis.com"
+            return CheckResult("project", False, f"cannot reach the TPU API at {where} ({_connection_reason(error)})",
+                               "start what TPU_API_ENDPOINT names (`tpubot sandbox` prints the URL of its emulator), "
+                               "or unset it" if config.tpu_endpoint else
+                               "check that this machine reaches tpu.googleapis.com:443 (network, proxy, firewall)")
         return CheckResult("project", False, f"the TPU API refused project {config.project} in {config.zone}: "
                                              f"{error.message}",
                            error.fix or f"check GCP_PROJECT={config.project}, enable the Cloud TPU API there "
@@ -208,6 +215,14 @@ def check_project(config: PreflightConfig, credentials: Credentials) -> CheckRes
                            f"accelerator-types list --zone ZONE`)")
     return CheckResult("project", True, f"project {config.project} is reachable; {config.zone} offers "
                                         f"{config.accelerator}")
+
+
+def _connection_reason(error: Exception) -> str:
+    """The innermost words of a connection failure ("[Errno 111] Connection refused"), not urllib3's
+    whole chain with the request URL."""
+    text = str(error)
+    errno = re.search(r"\[Errno -?\d+\] [^'\")]+", text)
+    return errno.group(0) if errno else ("timed out" if "timed out" in text.lower() else text[:200])
 
 
 def check_network(config: PreflightConfig, credentials: Credentials) -> CheckResult:

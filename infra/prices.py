@@ -145,7 +145,12 @@ class PriceTable(BaseModel):
 
     def __str__(self) -> str:
         # `tpubot config` prints settings with str(); keep it one readable line.
-        return "; ".join(f"{'/'.join(e.key)} ${e.usd_per_chip_hour:g}/chip-h" for e in self.entries)
+        return "; ".join(f"{'/'.join(e.key)} {hourly(e.usd_per_chip_hour, 'chip-hour')}" for e in self.entries)
+
+
+# One entry of the PRICES setting as it is written (bot/cli/errors.py shows it when an entry is wrong).
+ENTRY_EXAMPLE = ('{"accelerator": "v5e", "region": "us-west4", "provisioning_model": "flex-start", '
+                 '"usd_per_chip_hour": 0.6, "as_of": "2026-11-29", "source": "Cloud Billing Catalog"}')
 
 
 def default_price_table() -> PriceTable:
@@ -167,6 +172,27 @@ def merge_over_defaults(value: Any) -> Any:
 
 # The type of `Settings.prices`: whatever tpu.env holds is merged over the defaults.
 PriceTableSetting = Annotated[PriceTable, BeforeValidator(merge_over_defaults)]
+
+
+# --- money, as people read it ---------------------------------------------------------------
+
+
+def money(usd: float) -> str:
+    """One way to write an amount everywhere (cards, receipts, budgets, the CLI): cents from ten
+    cents up (`$0.60`, `$1,234.00`), tenths of a cent below (`$0.089`, a batch's dollars per million
+    tokens), and below a tenth of a cent its first digits (`$0.0007`: seconds of TPU still read as
+    something, not as $0.00)."""
+    sign, usd = ("-", -usd) if usd < 0 else ("", usd)
+    if usd >= 0.1 or usd == 0:
+        return f"{sign}${usd:,.2f}"
+    return f"{sign}${usd:.3f}" if usd >= 0.001 else f"{sign}${usd:.2g}"
+
+
+def hourly(usd_per_hour: float, unit: str = "h") -> str:
+    """A rate: `$0.60/h`, `$0.5779/chip-hour` — cents at least, and no digit of a published price lost."""
+    digits = f"{usd_per_hour:,.4f}".rstrip("0")
+    whole, _, cents = digits.partition(".")
+    return f"${whole}.{cents.ljust(2, '0')}/{unit}"
 
 
 # --- cost arithmetic ------------------------------------------------------------------------

@@ -269,8 +269,10 @@ def classify_exception(exc: BaseException, *, zone: str | None = None) -> TpuErr
             code=GRPC_UNAUTHENTICATED,
         )
     if isinstance(exc, auth_exc.RefreshError):
+        # google-auth raises it with (what the token endpoint said, its raw response): the first is the words.
+        said = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
         return TpuError(
-            TpuErrorKind.PERMISSION_DENIED, f"Google credentials were rejected: {exc}", zone=zone,
+            TpuErrorKind.PERMISSION_DENIED, f"Google credentials were rejected: {said}", zone=zone,
             setting="GOOGLE_APPLICATION_CREDENTIALS",
             fix="refresh the credentials (`gcloud auth application-default login`) or replace the key file",
             code=GRPC_UNAUTHENTICATED,

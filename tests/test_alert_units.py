@@ -92,7 +92,7 @@ def test_receipt_from_the_price_table(redis_url):
         assert receipt.usd_per_chip_hour == 0.60 and receipt.cost == pytest.approx(1.20)
         assert receipt.usd_per_million_output_tokens == pytest.approx(0.60)
         text = receipt_text(receipt)
-        assert "2h (2.00 h) × $0.6/chip-hour × 1 chip = *$1.20*" in text
+        assert "2h (2.00 h) × $0.60/chip-hour × 1 chip = *$1.20*" in text
         assert "Served 1,000 requests and 2,000,000 output tokens: $0.60 per million" in text
         assert "<@U2> acknowledged the deadline warning" in text and "Torn down by <@U1>" in text
         # Billing stops at the deadline; no price for a region that is not in the table.

@@ -69,7 +69,7 @@ def test_up_refused_by_the_channel_budget_offers_the_hours_that_fit(stack, slack
     assert len(lease_keys(stack)) == 1
     budget = slack.slash("budget", user=BOB, channel="C0ML").text
     print(budget)
-    assert "$2.00 (default from settings)" in budget and "$1.98 held by running TPUs" in budget
+    assert "$2.00 (default from settings)" in budget and "$1.98 more held by running TPUs" in budget
 
 
 def test_under_a_budget_a_plain_up_searches_only_the_priced_zones(make_stack):
@@ -83,7 +83,7 @@ def test_under_a_budget_a_plain_up_searches_only_the_priced_zones(make_stack):
         wait_until(lambda: stack.tpu_sandbox.queued_resources(), timeout=30)
         assert {qr["name"].split("/")[3] for qr in stack.tpu_sandbox.queued_resources()} == {"us-west4-a"}
         budget = slack.slash("budget", user=BOB, channel="C0PZ").text
-        assert "$1.20 held by running TPUs" in budget, budget  # 2 h at us-west4-a's $0.60/chip-hour, 1 chip
+        assert "$1.20 more held by running TPUs" in budget, budget  # 2 h at us-west4-a's $0.60/chip-hour, 1 chip
 
         # A zone without a price, named: its worst case cannot be checked, so nothing is requested.
         refused = slack.slash("up us-central1-a 1h", user=BOB, channel="C0PZ2")
@@ -98,6 +98,22 @@ def test_without_a_budget_a_plain_up_may_search_every_zone(make_stack):
     try:
         reply = slack.slash("up 2h", user=ALICE, channel="C0AZ")
         assert "the best-known other zones are tried." in reply.text and "price" not in reply.text, reply.text
+    finally:
+        slack.close()
+
+
+def test_a_tpu_claimed_without_a_budget_holds_its_worst_case_once_it_runs(make_stack):
+    """Without a budget every zone may be searched, some unpriced, so the claim held nothing: /tpu budget
+    said $0.00 held while a TPU ran with its whole run to go. Once ACTIVE its zone's rate is known."""
+    stack = make_stack(poll_interval="0.2s", admins=ADMIN)
+    slack = stack.signed_requests(team=TEAM)
+    try:
+        assert "Requested" in slack.slash("up 1h", user=ALICE, channel="C0HELD").text
+        wait_until(lambda: any(q["state"] == "ACTIVE" for q in stack.tpu_sandbox.queued_resources()), timeout=30)
+        budget = wait_until(lambda: (text := slack.slash("budget", user=BOB, channel="C0HELD").text)
+                            and "$0.60 more held by running TPUs" in text and text, timeout=15,
+                            what="the running TPU's hour at $0.60/h held")
+        assert "Workspace: no limit" in budget and "$0.60 more held by running TPUs." in budget
     finally:
         slack.close()
 
@@ -166,15 +182,20 @@ def simulated_month(redis_url: str) -> None:
 
 def test_spend_for_a_month_of_simulated_leases_and_the_chart_read_back(stack, slack, tmp_path):
     simulated_month(stack.redis.url)
+    # The table is a code block, where Slack shows `<#C0ML>` as typed: it names channels as
+    # conversations.info does (the ids were shown before).
+    for channel, name in (("C0ML", "ml-training-cluster"), ("C0OPS", "ops"), ("C0EVAL", "eval")):
+        stack.slack.name_channel(channel, name)
     reply = slack.slash(f"spend {MONTH}", user=BOB, channel="C0ML")
     print(reply.text)
     table = reply.text.split("```")[1].splitlines()
     assert table[0].split() == ["channel", "leases", "TPU", "h", "USD", "$/M", "out", "idle", "h", "budget"]
     rows = {line.split()[0]: line.split() for line in table[1:]}
     # C0ML: 12 × 4 h × $0.60 = $28.80 for 28.8 M tokens → $1.000/M; C0OPS never had metrics → "—".
-    assert rows["C0ML"] == ["C0ML", "12", "48.00", "28.80", "1.000", "6.00", "2.00"]
-    assert rows["C0OPS"] == ["C0OPS", "10", "20.00", "12.00", "—", "15.00", "2.00"]
-    assert rows["C0EVAL"] == ["C0EVAL", "8", "8.00", "4.80", "6.667", "0.00", "2.00"]
+    assert rows["#ml-training-cluster"] == ["#ml-training-cluster", "12", "48.00", "28.80", "1.000", "6.00", "2.00"]
+    assert rows["#ops"] == ["#ops", "10", "20.00", "12.00", "—", "15.00", "2.00"]
+    assert rows["#eval"] == ["#eval", "8", "8.00", "4.80", "6.667", "0.00", "2.00"]
+    assert len({len(line.rstrip()) for line in table}) == 1  # a name longer than the column widens it
     assert rows["all"] == ["all", "30", "76.00", "45.60", "21.00", "—"]
     assert "21.00 h this month" in reply.text
 
@@ -233,6 +254,7 @@ def read_bars(png: bytes) -> list[tuple[int, int]]:
 
 
 def test_app_home_shows_this_months_spend_per_channel(stack, slack):
+    stack.slack.name_channel("C0ML", "ml")
     assert "Requested" in slack.slash("up 3h", user=ALICE, channel="C0ML").text
     reply = slack.event({"type": "app_home_opened", "user": BOB, "channel": "D0BOB", "tab": "home"})
     assert reply.status == 200
@@ -243,8 +265,8 @@ def test_app_home_shows_this_months_spend_per_channel(stack, slack):
                   and "TPU spend in" in b["text"]["text"]]
     assert len(spend_text) == 1, view["blocks"]
     print(spend_text[0])
-    row = next(line for line in spend_text[0].split("```")[1].splitlines() if line.startswith("C0ML"))
-    assert row.split()[:2] == ["C0ML", "1"] and row.split()[-1] == "2.00"  # one lease; the $2 channel budget
+    row = next(line for line in spend_text[0].split("```")[1].splitlines() if line.startswith("#ml "))
+    assert row.split()[:2] == ["#ml", "1"] and row.split()[-1] == "2.00"  # one lease; the $2 channel budget
     assert "1 still running" in spend_text[0]
 
 

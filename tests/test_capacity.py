@@ -1,4 +1,4 @@
-"""The planner reproduces the figures measured for Gemma 4 E2B on v5e-1 (issue 7)."""
+"""The planner reproduces the figures measured for Gemma 4 E2B on a one-chip v5e, v5litepod-1 (issue 7)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,8 @@ def test_v6e_alongside_has_about_19_8_gib_of_kv() -> None:
     assert result.kv_pool_gib == pytest.approx(19.8, abs=0.05)
     assert result.kv_pool_tokens == 19.83 * GIB // (18 * KIB)
     assert result.max_concurrent_requests > 4 * plan(V5E_1).max_concurrent_requests - 1
-    assert [p.name for p in PROFILES] == ["v5e-1", "v6e-1"]
+    assert [p.name for p in PROFILES] == ["v5e, 1 chip", "v6e, 1 chip"]
+    assert [p.accelerator_type for p in PROFILES] == ["v5litepod-1", "v6e-1"]  # the names shown first
 
 
 def test_kv_tokens_are_whole_slots_of_18_kib() -> None:

@@ -57,3 +57,9 @@ def test_channel_without_a_lease_and_bad_combinations(env: dict) -> None:
     assert alone.exit_code == 2 and "--channel and --team go together" in alone.output
     both = CliRunner().invoke(app, ["cost", "--channel", CHANNEL, "--team", TEAM, "--hours", "2"], env=env)
     assert both.exit_code == 2 and "not both" in both.output
+
+
+def test_a_channel_named_rather_than_ided_is_refused(env: dict) -> None:
+    # An unreachable REDIS_URL is one line with the fix too: tests/test_startup_errors.py.
+    named = CliRunner().invoke(app, ["cost", "--channel", "#tpu", "--team", TEAM], env=env)
+    assert named.exit_code == 2 and "--channel #tpu is not a Slack id" in named.output

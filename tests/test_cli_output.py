@@ -66,7 +66,7 @@ def test_no_value_is_cut_at_80_columns(clean_env, command):
         at = next(i for i, line in enumerate(lines) if line.startswith("TPU_ZONES "))
         cell = "".join(line[29:66].strip() for line in lines[at:at + 2])
         assert cell == "us-west4-a,us-central1-a,us-west1-c,us-south1-a,europe-west4-a", lines[at:at + 2]
-        assert "v5e/us-west4/spot $0.5779/chip-h" in out
+        assert "v5e/us-west4/spot $0.5779/chip-hour" in out
     if command[0] == "cost":
         assert "https://cloud.google.com/tpu/pricing" in out and ".md" not in out
 
@@ -211,8 +211,19 @@ def test_bot_cli_app_is_the_typer_app_whatever_was_imported_first():
 def test_every_column_has_a_header_and_counts_have_thousands_separators(clean_env):
     """Issue 29 item 9: `tpubot cost`'s marker column had no header; capacity printed 1128 beside 1,155,181."""
     cost = run("cost").splitlines()
-    header = next(line for line in cost if "accelerator" in line)
-    assert header.split()[0] == "used" and "used: * marks the rate used below" in cost
+    header = next(line for line in cost if "$/chip-h" in line)
+    assert header.split() == ["rate", "$/chip-h", "as", "of", "source", "used"]
+    assert "rate: accelerator/region/provisioning model; used: * marks the rate used below" in cost
     out = run("capacity")
     requests = max(capacity.plan(profile, context_tokens=1024).max_concurrent_requests for profile in capacity.PROFILES)
     assert requests >= 1000 and f"{requests:,}" in out and f" {requests} " not in out, out
+
+
+@pytest.mark.parametrize("columns", ["60", "40"])
+def test_narrow_price_blocks_are_titled_by_the_rate(clean_env, columns):
+    """Issue 44: at COLUMNS=60 each price became a block titled `used:` (its first column, a marker)."""
+    result = CliRunner().invoke(app, ["cost"], env={"COLUMNS": columns})
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert not any(line.startswith("used:") for line in lines)
+    assert any("v5e/us-west4/flex-start" in line for line in lines)

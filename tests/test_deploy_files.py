@@ -89,9 +89,11 @@ def environment_items(service: dict) -> list[tuple[str, str | None]]:
 # --- Dockerfile ---------------------------------------------------------------------------
 
 
-def test_image_is_slim_python_311_and_installs_the_package():
+def test_image_is_slim_python_311_pinned_and_installs_the_package():
     instructions = dockerfile()
-    assert last(instructions, "FROM") == "python:3.11-slim"
+    base = last(instructions, "FROM")
+    # Issue 44: an exact release and distribution (or a digest), never a tag that moves (`3.11-slim`).
+    assert re.fullmatch(r"python:3\.11\.\d+-slim-[a-z]+(@sha256:[0-9a-f]{64})?|python@sha256:[0-9a-f]{64}", base), base
     assert any(kw == "RUN" and re.search(r"\bpip install \.(\s|$)", args) for kw, args in instructions)
 
 

@@ -76,6 +76,11 @@ def test_dev_runs_serve_and_worker_on_one_redis_and_stops_them_all(tmp_path):
             # Only the worker process provisions: ACTIVE here means it shares the web's Redis.
             wait_until(lambda: "ACTIVE" in slack.slash("status", user="UALICE", channel="C0DEV").text,
                        timeout=120, interval=0.5, what="the lease ACTIVE")
+            # What the bot posts to the Slack stand-in is printed, as the shell prints it (issue 44: nothing was).
+            assert "What the bot posts to the Slack stand-in is printed here" in summary
+            shown = wait_until(lambda: "".join(output).count("tpubot updated:") and "".join(output), timeout=30,
+                               what="the card's updates printed")
+            assert "[#C0DEV] tpubot posted: == TPU us-west4-a · REQUESTED ==" in shown
         finally:
             slack.close()
     finally:

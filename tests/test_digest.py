@@ -183,6 +183,21 @@ def test_single_error_outranks_ten_thousand_info_lines():
     assert "L6124 |" in digest.render()
 
 
+def test_blank_lines_add_no_template_and_keep_the_numbering():
+    """Blank lines (a paste's gaps; the lines `contains` drops, blanked to keep the numbering) were a
+    `DEFAULT x1999` template of nothing, citing a line that matched nothing."""
+    lines = [_syslog(1, "rpc failed: DEADLINE_EXCEEDED", "ERROR"), "", "   \t", _syslog(4, "step 2 done"), "",
+             _syslog(6, "rpc failed: DEADLINE_EXCEEDED", "ERROR")]
+    digest = build_digest(lines)
+    assert [t.template for t in digest.templates] == ["rpc failed: DEADLINE_EXCEEDED", "step <*> done"]
+    assert digest.total_lines == 6 and digest.templates[0].last_line == 6 and digest.templates[1].first_line == 4
+    rendered = digest.render()
+    assert "DEFAULT" not in rendered and "6 lines, 2 templates" in rendered
+    assert build_digest([_syslog(1, "disk full", "ERROR")]).render().startswith("Log digest: 1 line, 1 template ")
+    assert not any(f"L{n} |" in rendered for n in (2, 3, 5))
+    assert build_digest(["", " "]).templates == []
+
+
 def test_first_error_before_a_cascade_is_kept_and_cited():
     lines = [_syslog(i, f"request {i} served in {i % 50} ms") for i in range(3_000)]
     lines.append(_syslog(3_000, "TPU runtime: HBM out of memory on chip 0", "ERROR"))

@@ -163,7 +163,7 @@ def test_a_reader_that_stops_early_ends_the_digest_quietly(tmp_path):
     (tmp_path / "tpubot.py").write_text(_TPUBOT)
     script = f"{sys.executable} {tmp_path / 'tpubot.py'} digest {log} --budget 400000 | head -n 1"
     done = subprocess.run(["bash", "-c", script], capture_output=True, cwd=REPO, timeout=60)
-    assert done.stdout.decode().startswith("Log digest: 6000 lines, 6000 templates")
+    assert done.stdout.decode().startswith("Log digest: 6,000 lines, 6,000 templates")
     full = _tpubot("digest", str(log), "--budget", "400000")
     assert len(full.stdout) > 256 * 1024  # a pipe buffers 64 KiB
     assert "Traceback" not in done.stderr.decode() and "BrokenPipe" not in done.stderr.decode()

@@ -4,7 +4,7 @@ never copied here). General rules only: nothing below names a system."""
 
 from __future__ import annotations
 
-from agent.digest import DigestBuilder
+from agent.digest import BLANK, DigestBuilder
 from agent.digest.headers import split_header
 from agent.digest.masking import mask
 from agent.digest.severity import ERROR
@@ -17,7 +17,7 @@ def _groups(lines: list[str]) -> list[set[int]]:
     template_of = builder.template_ids()
     groups: dict[int, set[int]] = {}
     for index, signature in enumerate(signatures):
-        groups.setdefault(template_of[signature], set()).add(index)
+        groups.setdefault(template_of[signature] if signature != BLANK else BLANK, set()).add(index)
     return list(groups.values())
 
 

@@ -49,7 +49,7 @@ def test_doctor_fails_with_the_fix_when_the_secret_is_missing(env):
     line = next(out for out in result.output.splitlines() if out.startswith("FAIL"))
     assert "hf token secret" in line and "gemma-hf-token" in line
     assert "gcloud secrets create gemma-hf-token" in result.output
-    assert "PASS  network" in result.output and "1 check(s) failed" in result.output
+    assert "PASS  network" in result.output and "1 check failed" in result.output
 
 
 def test_doctor_names_a_missing_network_and_zero_quota(env):
@@ -110,7 +110,7 @@ def test_missing_firewall_rule_prints_the_gcloud_fix(own_cloud, env):
     assert ("gcloud compute firewall-rules create tpubot-model --project=tpubot-sandbox --network=default "
             "--direction=INGRESS --action=ALLOW --rules=tcp:8000 --source-ranges=203.0.113.7/32 "
             "--target-tags=tpubot-model") in result.output
-    assert "1 check(s) failed" in result.output
+    assert "1 check failed" in result.output
     # The sandbox that was configured is the one asked (no second, embedded sandbox started).
     assert "started here" not in result.output
     assert any(path.endswith("/global/firewalls") for _, path, _ in cloud.project_api.requests)
@@ -215,7 +215,7 @@ def test_internal_nodes_need_cloud_nat_in_the_region_or_an_image_mirrored_there(
             "--region=us-west4 && gcloud compute routers nats create tpubot-nat --project=tpubot-sandbox "
             "--router=tpubot-nat-router --region=us-west4 --auto-allocate-nat-external-ips "
             "--nat-all-subnet-ip-ranges") in result.output
-    assert "1 check(s) failed" in result.output
+    assert "1 check failed" in result.output
 
     # The image in an Artifact Registry of the TPU's region needs no NAT to be pulled; one elsewhere does.
     env.setenv("VLLM_IMAGE", MIRROR)
@@ -295,3 +295,35 @@ def test_where_a_bucket_keeps_its_data_relative_to_the_tpus_region(bucket, regio
     from infra.gcs_location import Placement, placement
 
     assert placement(bucket, region) is Placement[where]
+
+
+def test_a_closed_tpu_endpoint_is_named_as_unreachable_not_as_a_refusing_project(env):
+    from bot.local_stack import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    env.setenv("TPU_API_ENDPOINT", closed)
+    result = doctor()
+    assert result.exit_code == 1
+    assert f"FAIL  project          cannot reach the TPU API at {closed} ([Errno 111] Connection refused)" in result.output
+    assert "refused project" not in result.output and "gcloud services enable" not in result.output
+    assert "tpubot sandbox" in result.output and "1 check failed" in result.output
+
+
+def test_without_credentials_the_fix_is_given_once_not_under_every_check(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from bot.local_stack import free_port
+
+    closed = f"http://127.0.0.1:{free_port()}"
+    environ = {k: v for k, v in os.environ.items() if not k.startswith(("GCP_", "GOOGLE_", "TPU_", "REDIS_URL"))}
+    environ.update({"GCP_PROJECT": "my-project", "TPUBOT_ENV_FILE": os.devnull, "NO_GCE_CHECK": "true",
+                    "CLOUDSDK_CONFIG": str(tmp_path / "no-gcloud"), "TPU_API_ENDPOINT": closed,
+                    **{f"{api}_API_ENDPOINT": closed for api in ("COMPUTE", "QUOTAS", "SECRETMANAGER", "STORAGE")}})
+    result = subprocess.run([str(Path(sys.executable).with_name("tpubot")), "doctor"], env=environ, cwd=tmp_path,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 1, result.stderr[-2000:]
+    assert "FAIL  credentials" in result.stdout
+    assert result.stdout.count("gcloud auth application-default login") == 1, result.stdout
+    assert result.stdout.count("not checked: it needs the credentials above to work") == 5

@@ -226,7 +226,7 @@ def test_three_workers_twenty_leases_each_alert_exactly_once(harness):
     # The receipt is in each lease's thread with the cost arithmetic.
     receipts = [c for c in stack.slack.calls_to("chat.postMessage") if c.body.get("text", "").startswith(":receipt:")]
     assert len(receipts) == 20
-    bad = [r.body["text"] for r in receipts if not ("$0.6/chip-hour" in r.body["text"] and "Expired at" in r.body["text"])]
+    bad = [r.body["text"] for r in receipts if not ("$0.60/chip-hour" in r.body["text"] and "Expired at" in r.body["text"])]
     assert not bad, bad[:2]
 
 
@@ -436,7 +436,7 @@ def test_oncall_and_cost_commands(harness):
     assert "cleared" in slack.slash("oncall clear", user=ALICE, channel=channel).text
 
     cost = slack.slash("cost", user=BOB, channel=channel).text
-    assert "$0.6/h" in cost and "so far" in cost and "more to its deadline" in cost
+    assert "$0.60/h" in cost and "so far" in cost and "more to its deadline" in cost
     assert "290," in cost or "requests at once" in cost
     assert "No benchmark" in cost
 

@@ -49,6 +49,7 @@ METHOD_SCOPES: dict[str, tuple[str, ...]] = {
     "conversations.replies": ("channels:history", "groups:history"),
     "conversations.history": ("channels:history", "groups:history"),
     "conversations.members": ("channels:read", "groups:read"),
+    "conversations.info": ("channels:read", "groups:read"),
     "reactions.add": ("reactions:write",),
     "assistant.threads.setStatus": ("assistant:write",),
     # Socket Mode's check of SLACK_APP_TOKEN: an app-level token's connections:write, not a bot scope.
@@ -258,3 +259,15 @@ def test_the_slack_stand_in_grants_the_manifest_scopes():
     from infra.sandbox.slack_api import SCOPES
 
     assert set(SCOPES.split(",")) == set(load(HTTP)["oauth_config"]["scopes"]["bot"])
+
+
+@pytest.mark.parametrize("manifest", [HTTP, SOCKET], ids=["http", "socket"])
+def test_the_usage_hint_names_every_subcommand(manifest):
+    """Issue 44: Slack's autocomplete hint named 8 of the 14 subcommands `/tpu help` lists."""
+    from handlers.commands import SUBCOMMANDS
+
+    data = yaml.safe_load(manifest.read_text(encoding="utf-8"))
+    (command,) = data["features"]["slash_commands"]
+    hinted = {part.split()[0] for part in command["usage_hint"].split("|")}
+    assert hinted == {sub.name for sub in SUBCOMMANDS}
+    assert len(command["usage_hint"]) <= 1000  # maxLength in slackapi/manifest-schema, schemas/manifest.schema.1.0.0.json

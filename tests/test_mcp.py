@@ -253,3 +253,21 @@ def test_docs_check_flags_a_stale_file(tmp_path):
     assert runner.invoke(app, ["docs", "--root", str(tmp_path)]).exit_code == 0
     assert runner.invoke(app, ["docs", "--check", "--root", str(tmp_path)]).exit_code == 0
     assert "/tpu up [zone] [duration]" in stale.read_text() and "### `provision`" in stale.read_text()
+
+
+def test_print_config_names_this_install_by_its_full_path(tmp_path):
+    """Issue 44: the README's `"command": "tpubot"` works only with the venv on the client's PATH."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tpubot = Path(sys.executable).with_name("tpubot")
+    done = subprocess.run([str(tpubot), "mcp", "--print-config"], capture_output=True, text=True, timeout=60,
+                          cwd=tmp_path, env={**os.environ, "PATH": "/usr/bin:/bin"})  # the venv not on PATH
+    assert done.returncode == 0, done.stderr
+    entry = json.loads(done.stdout)["mcpServers"]["tpubot-local"]
+    command = Path(entry["command"])
+    assert command.is_absolute() and command.name == "tpubot" and os.access(command, os.X_OK)
+    assert entry["args"] == ["mcp"]

@@ -174,3 +174,34 @@ def test_the_idle_clock_has_a_figure_as_soon_as_the_model_serves(make_stack):
     status = wait_until(lambda: (card := json.dumps(slack.slash("status", user="UALICE", channel=CHANNEL).json()))
                         and "no metrics yet" not in card and card, timeout=30)
     assert re.search(r"\*Idle\*\\n\d", status), status
+
+
+def test_the_boots_own_probes_are_not_counted_as_served_traffic(make_stack):
+    """Issue 44: the boot's three probe requests counted as served tokens in the receipt and in
+    `/tpu spend` ("Served 3 requests and 73 output tokens" on a TPU nobody used). The usage totals
+    start after them."""
+    import asyncio
+
+    from redis.asyncio import Redis
+
+    from infra.state.usage import UsageStore
+
+    stack = make_stack(poll_interval="0.2s", idle_check_interval="1h")
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    wait_until(lambda: any("READY" in b["text"] for b in card_bodies(stack)))
+    (zone, node_id), base_url = next(iter(stack.node_models.running().items()))
+    lease_id = stack.tpu_sandbox.queued_resources()[0]["qr_id"].removeprefix("tpubot-")
+
+    def usage():
+        async def read():
+            redis = Redis.from_url(stack.redis.url)
+            try:
+                return await UsageStore(redis).get(lease_id)
+            finally:
+                await redis.aclose()
+        return asyncio.run(read())
+
+    first = wait_until(lambda: (state := usage()).metrics_at and state, what="the first metrics reading")
+    assert (first.requests, first.output_tokens) == (0, 0), first  # three probes ran: none is traffic
+    assert len(stack.node_models.emulator_for(zone, node_id).requests) == 3

@@ -167,3 +167,12 @@ def test_cli_cost_reports_lease_cost_and_dollars_per_million(tmp_path: Path, mon
     assert on_demand.exit_code == 0 and "$2.40" in on_demand.output
     missing = CliRunner().invoke(app, ["cost", "--region", "europe-west4-a"], env={"COLUMNS": "250"})
     assert missing.exit_code == 1 and "no price for v5e/europe-west4/flex-start" in missing.output
+
+
+def test_one_way_to_write_money():
+    """Issue 44: the same rate read $0.6/h, $0.60/h and $0.6/chip-hour in three places."""
+    from infra.prices import hourly, money
+
+    assert [money(v) for v in (0, 0.6, 1234.5, 0.0886, 0.0007, -0.5)] == \
+        ["$0.00", "$0.60", "$1,234.50", "$0.089", "$0.0007", "-$0.50"]
+    assert (hourly(0.6), hourly(0.6, "chip-hour"), hourly(0.5779)) == ("$0.60/h", "$0.60/chip-hour", "$0.5779/h")

@@ -224,3 +224,30 @@ def test_readme_pins_what_the_code_defaults_to_and_names_the_roles_the_vm_uses()
     script = render_startup_script(StartupScriptConfig(project="p", xla_cache_bucket="b"))
     for role in ("roles/storage.objectViewer", "roles/storage.objectCreator"):
         assert role in script and role in text
+
+
+def test_the_json_list_is_every_command_with_json():
+    """Issue 44: the README's list of commands that take --json left some out."""
+    text = " ".join(readme().split())
+    claim = re.search(r"long column wraps or each row becomes a block of `name value` lines\. (.*?) take `--json`", text)
+    assert claim, "the README no longer lists the commands that take --json"
+    listed = set(re.findall(r"`([a-z-]+)`", claim.group(1)))
+    commands = get_command(app).commands
+    with_json = {name for name, command in commands.items() if any("--json" in p.opts for p in command.params)}
+    assert listed == with_json
+
+
+def test_the_signed_request_example_is_answered(make_stack):
+    """The README's curl example signs a `/tpu help` as Slack does; the bot answers it."""
+    if not all(shutil.which(tool) for tool in ("bash", "openssl", "curl")):
+        pytest.skip("needs bash, openssl and curl")
+    block = next(b for b in re.findall(r"```bash\n(.*?)```", readme(), re.S) if "X-Slack-Signature" in b)
+    stack = make_stack(run_worker=False, slack_signing_secret="readme-example-secret")
+    port = stack.web_url.rsplit(":", 1)[1]
+    done = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=60,
+                          env={**clean_environment(), "SLACK_SIGNING_SECRET": "readme-example-secret", "PORT": port})
+    assert done.returncode == 0, done.stderr
+    assert "/tpu up [zone] [duration]" in done.stdout, done.stdout[:500]
+    forged = subprocess.run(["bash", "-c", block], capture_output=True, text=True, timeout=60,
+                            env={**clean_environment(), "SLACK_SIGNING_SECRET": "not-the-secret", "PORT": port})
+    assert "/tpu up" not in forged.stdout  # signed with another secret: refused

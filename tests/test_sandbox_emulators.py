@@ -49,3 +49,22 @@ def test_an_endpoint_the_settings_name_is_not_replaced(tmp_path):
         emulators.start_cloud(project=settings.project)
         emulators.start_logging(settings.project)
         assert set(emulators.unset_in(settings)) == CLOUD_SETTINGS - {"tpu_api_endpoint"} | {"logging_api_endpoint"}
+
+
+def test_sandbox_help_names_every_emulator_it_starts_and_dev_help_one_port_default():
+    """Issue 44: `tpubot sandbox --help` listed four of its five emulators; `tpubot dev --help` gave two
+    defaults for --port (0, and "the PORT setting")."""
+    from typer.testing import CliRunner
+
+    from bot.cli import app
+    from infra.sandbox.world import CloudSandbox, SandboxWorld
+
+    words = {"tpu": "TPU", "compute": "Compute", "quotas": "Quotas", "secretmanager": "Secret Manager",
+             "storage": "Storage"}
+    with CloudSandbox(SandboxWorld()) as cloud:
+        started = [key.removesuffix("_api_endpoint") for key in cloud.endpoint_overrides()]
+    help_text = " ".join(CliRunner().invoke(app, ["sandbox", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert all(words[api] in help_text for api in started), (started, help_text)
+    dev_help = " ".join(CliRunner().invoke(app, ["dev", "--help"], env={"COLUMNS": "200"}).output.split())
+    port = dev_help[dev_help.index("--port"):dev_help.index("--workers")]
+    assert "PORT setting" in port and "[default:" not in port, port

@@ -1,5 +1,7 @@
 from datetime import timedelta
 
+import os
+
 import pytest
 from pydantic import ValidationError
 
@@ -147,3 +149,31 @@ def test_an_env_file_named_but_missing_is_refused(tmp_path, monkeypatch):
 def test_a_duration_is_echoed_in_days_hours_and_minutes(tmp_path, monkeypatch, written, shown):
     s = load(tmp_path, monkeypatch, PREFLIGHT_TTL=written)
     assert {name: value for name, value, _ in describe_sources(s, tmp_path / "tpu.env")}["PREFLIGHT_TTL"] == shown
+
+
+def test_config_shows_unset_one_way_and_its_json_keeps_the_types(tmp_path, monkeypatch):
+    """Issue 44: unset showed as `(unset)`, blank, `None` or `{}`, and --json made every value a string."""
+    import json
+
+    from typer.testing import CliRunner
+
+    from bot.cli import app
+
+    for name in ("GCP_PROJECT", "TPU_LABELS", "VLLM_GPU_MEMORY_UTILIZATION", "BUDGET_CHANNEL_MONTHLY",
+                 "MODEL_SOURCE_RANGES", "SLACK_BOT_TOKEN", "AGENT_STREAM", "PORT"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TPUBOT_ENV_FILE", os.devnull)
+    monkeypatch.setenv("AGENT_STREAM", "false")
+    shown = {name: value for name, value, _ in describe_sources(Settings.load(), os.devnull)}
+    for name in ("GCP_PROJECT", "TPU_LABELS", "VLLM_GPU_MEMORY_UTILIZATION", "BUDGET_CHANNEL_MONTHLY",
+                 "MODEL_SOURCE_RANGES", "SLACK_BOT_TOKEN"):
+        assert shown[name] == "(unset)", (name, shown[name])
+    assert shown["AGENT_STREAM"] == "false" and "$0.60/chip-hour" in shown["PRICES"]
+    result = CliRunner().invoke(app, ["config", "--json"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    values = {row["variable"]: row["value"] for row in json.loads(result.stdout)["settings"]}
+    assert values["PORT"] == 3000 and values["AGENT_STREAM"] is False and values["AGENT_MAX_STEPS"] == 4
+    assert values["GCP_PROJECT"] is None and values["VLLM_GPU_MEMORY_UTILIZATION"] is None
+    assert values["TPU_ZONES"][0] == "us-west4-a" and values["ALERT_LEAD_TIMES"] == ["30m", "5m"]
+    assert values["TPU_LABELS"] == {} and values["MAX_RUN_DURATION"] == "4h" and values["SLACK_BOT_TOKEN"] is None
+    assert any(entry["usd_per_chip_hour"] == 0.6 for entry in values["PRICES"]["entries"])

@@ -9,10 +9,11 @@ from pathlib import Path
 TPUBOT = Path(sys.executable).with_name("tpubot")
 
 
-def run_shell(script: str, tmp_path, redis_url: str, timeout: float = 240) -> subprocess.CompletedProcess:
+def run_shell(script: str, tmp_path, redis_url: str, timeout: float = 240,
+              args: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_"))}
     env["REDIS_URL"] = redis_url
-    return subprocess.run([str(TPUBOT), "shell"], input=script, capture_output=True, text=True,
+    return subprocess.run([str(TPUBOT), "shell", *args], input=script, capture_output=True, text=True,
                           cwd=tmp_path, env=env, timeout=timeout)
 
 
@@ -86,3 +87,35 @@ def test_channels_and_users_by_name_and_a_bare_user_command(tmp_path, redis_url)
     # `!user` alone changes nothing and says who you are and how to change it.
     assert "(acting as alice, UALICE; !user NAME acts as another: any name, known so far: alice)" in out
     assert "now acting as" not in out
+
+
+def test_the_feedback_flow_runs_in_the_shell_and_membership_changes_say_so_once(tmp_path, redis_url):
+    """!click Useful once pressed the [Not useful] beside it, and nothing could reply in a thread."""
+    script = ("@tpubot why did the job stop?\n2024-05-01 10:00:01 ERROR rpc failed: DEADLINE_EXCEEDED\n\n"
+              "!click Not useful\n!reply the disk on worker 3 was full\n!click Useful\n"
+              "!kick\n!kick\n!invite\n!invite\n")
+    result = run_shell(script, tmp_path, redis_url, args=("--no-model",))
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "an empty line ends a mention: Enter twice" in out  # the banner says what a one-line mention needs
+    assert "[👍 Useful]  [👎 Not useful]" in out  # buttons as Slack draws them, not [:+1: Useful]
+    down, correction, up = (out.index("clicks [👎 Not useful]"), out.index("(in the thread) the disk on worker 3"),
+                            out.index("clicks [👍 Useful]"))
+    assert down < correction < up
+    assert "Kept with your 👎 as what the answer should have said" in out[correction:up]
+    assert "recorded 👍 (in place of your earlier rating)" in out[up:]
+    assert out.count("(alice removed tpubot from #tpu-shell)") == 1
+    assert out.count("(tpubot is already out of #tpu-shell: nothing changed)") == 1
+    assert out.count("(alice invited tpubot to #tpu-shell)") == 1
+    assert out.count("(tpubot is already in #tpu-shell: nothing changed)") == 1
+
+
+def test_the_shell_deletes_its_own_log_file_at_exit_unless_it_holds_an_error(tmp_path, redis_url):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "TPUBOT_SHELL_LOG"))}
+    env.update({"REDIS_URL": redis_url, "TMPDIR": str(tmp_path)})  # the shell's own file goes to the temp folder
+    result = subprocess.run([str(TPUBOT), "shell", "--no-model"], input="/tpu status\n", capture_output=True,
+                            text=True, cwd=tmp_path, env=env, timeout=120)
+    assert result.returncode == 0, result.stderr
+    named = next(line for line in result.stdout.splitlines() if "the bot's logs go to" in line)
+    assert "deleted at exit unless it holds an error" in named
+    assert list(tmp_path.glob("tpubot-shell-*.log")) == []

@@ -89,3 +89,24 @@ def test_bold_is_unwrapped_and_a_digest_variable_keeps_its_star():
     assert plain('ERROR "worker &lt;*&gt; failed" ×2') == 'ERROR "worker <*> failed" ×2'
     assert plain("`worker &lt;*&gt; on &lt;*&gt;` and *bold*") == "`worker <*> on <*>` and bold"
     assert plain("2 * 3 = 6") == "2 * 3 = 6"
+
+
+def test_click_prefers_the_button_labelled_as_typed():
+    from bot.shell import Button, pick_button
+
+    useful = Button(":+1: Useful", "feedback_up", "v", "1.0", False)
+    not_useful = Button(":-1: Not useful", "feedback_down", "v", "1.0", False)
+    older = Button("Tear down", "teardown_confirm", "L1", "0.5", True)
+    buttons = [older, useful, not_useful]
+    assert pick_button(buttons, "Useful") is useful  # not the newer [Not useful], which contains it
+    assert pick_button(buttons, "not USEFUL") is not_useful
+    assert pick_button(buttons, "tear") is older  # a part of a label still finds it
+    assert pick_button(buttons, "Nothing") is None and pick_button(buttons, "") is None
+
+
+def test_a_direct_message_reads_as_one():
+    from bot.shell import conversation
+
+    names = {"UALICE": "alice", "C0SHELL": "tpu-shell"}
+    assert conversation("DALICE", names) == "DM to @alice"  # was [#DALICE]
+    assert conversation("C0SHELL", names) == "#tpu-shell"

@@ -248,3 +248,25 @@ def test_a_paste_after_a_typed_mention_line_is_folded_and_lines_wrap_at_80_colum
         assert "/tpu up [zone] [duration]" in screen
     finally:
         term.close()
+
+
+def test_a_multi_line_reply_keeps_its_lines_on_a_terminal(tmp_path, redis_url) -> None:
+    """The receipt is one message of several lines: on a terminal they ran together ("Torn down.TPU
+    time …") where piped output kept them; each is a row of its own, under the prefix, on both."""
+    terminal = Terminal(tmp_path, redis_url, columns=200)  # wide enough that no receipt line wraps
+    try:
+        terminal.wait_for("alice> ")
+        terminal.type("/tpu up 1h\r")
+        terminal.wait_for("· READY ==", timeout=120)
+        terminal.type("/tpu down\r")
+        terminal.wait_for("[Tear down]")
+        terminal.type("!click Tear down\r")
+        screen = terminal.wait_for("Torn down by @alice at", timeout=60)
+        receipt = screen[screen.index("Receipt for lease"):].split("\n")[:4]
+        assert receipt[0].rstrip().endswith("Torn down."), receipt
+        indent = " " * len("[thread] tpubot posted: ")
+        assert receipt[1].startswith(indent + "TPU time "), receipt
+        assert receipt[3].startswith(indent + "Torn down by @alice at"), receipt
+        assert "Torn down.TPU time" not in screen
+    finally:
+        terminal.close()

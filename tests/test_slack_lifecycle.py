@@ -91,6 +91,7 @@ def test_unsigned_or_stale_requests_get_401(stack, slack, kind):
         ("up us-west4-a us-central1-a", "Give one zone"),
         ("up 2h 3h", "Give the duration once"),
         ("up banana", "neither a zone"),
+        ("up us-west4a", "is not a zone name: a zone is its region, a dash and a letter, so write `us-west4-a`"),
         ("status now", "`/tpu status` takes no arguments"),
         ("down please", "`/tpu down` takes no arguments"),
         ("x" * 600, "at most 500"),

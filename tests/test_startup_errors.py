@@ -21,12 +21,23 @@ def dead_redis() -> str:
     return f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
 
 
+# A machine without Application Default Credentials, wherever the tests run: no key file named, no
+# gcloud login (CLOUDSDK_CONFIG is where gcloud keeps it), and google-auth told it is not on GCE
+# (NO_GCE_CHECK), so it does not find a CI runner's metadata server.
+NO_ADC = {"GCP_PROJECT": "my-project", "GOOGLE_APPLICATION_CREDENTIALS": "", "CLOUDSDK_CONFIG": "/nonexistent/gcloud",
+          "NO_GCE_CHECK": "true"}
+NO_ADC_LINE = ["GCP_PROJECT=my-project is set, but no Google credentials were found",
+               "gcloud auth application-default login", "GOOGLE_APPLICATION_CREDENTIALS"]
+
+
 # (command, environment, what the one line must say)
 CASES = [
     (["zones"], {"REDIS_URL": "notaurl"}, ["REDIS_URL=notaurl", "redis://localhost:6379/0"]),
     (["zones"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=redis://127.0.0.1:", "start it"]),
     (["doctor"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
     (["reconcile"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
+    (["cost", "--channel", "C0COST", "--team", "T0COST"], {"REDIS_URL": dead_redis()},
+     ["cannot reach Redis at REDIS_URL=", "start it"]),
     (["shell"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
     (["worker"], {"REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "1s", "TPU_API_ENDPOINT": "http://127.0.0.1:9"},
      ["cannot reach Redis at REDIS_URL="]),
@@ -37,6 +48,30 @@ CASES = [
     (["serve"], {**SLACK, "REDIS_URL": "http://localhost:6379"}, ["REDIS_URL=http://localhost:6379", "redis://"]),
     (["serve"], {**SLACK, "PORT": "abc"}, ["PORT=abc is not a whole number", "PORT=3000"]),
     (["serve"], {**SLACK, "PORT": "99999"}, ["PORT=99999 is not a TCP port", "1-65535"]),
+    # The option is checked as the setting is: it once listened on a random port, saying ":99999".
+    (["serve", "--port", "99999"], SLACK, ["--port 99999 is not a TCP port", "1-65535", "PORT=3000"]),
+    (["dev", "--port", "99999"], {}, ["--port 99999 is not a TCP port", "1-65535"]),
+    (["worker", "--metrics-port", "70000"], {"TPU_API_ENDPOINT": "http://127.0.0.1:9"},
+     ["--metrics-port 70000 is not a TCP port", "0-65535"]),
+    # A project without credentials stops every process at start, not at its first cloud call.
+    (["shell"], NO_ADC, NO_ADC_LINE),
+    (["serve"], {**SLACK, **NO_ADC}, NO_ADC_LINE),
+    (["worker"], NO_ADC, NO_ADC_LINE),
+    (["worker"], {**NO_ADC, "GOOGLE_APPLICATION_CREDENTIALS": "/nonexistent/key.json"},
+     ["GOOGLE_APPLICATION_CREDENTIALS=/nonexistent/key.json gives no credentials", "was not found",
+      "service-account key file"]),
+    # Names Google refuses are refused before a job sends them.
+    (["config"], {"TPU_LABELS": '{"Team": "ml"}'}, ["TPU_LABELS: the key 'Team' does not start with a lowercase",
+                                                    "TPU_LABELS='{"]),
+    (["config"], {"TPU_LABELS": '{"team": "ML Ops"}'}, ["the value 'ML Ops' holds 'M'", "write 'ml-ops'"]),
+    (["config"], {"TPU_LABELS": '{"managed-by": "me"}'}, ["the key 'managed-by' is one of the bot's own"]),
+    (["config"], {"GCP_PROJECT": "My Project"}, ["GCP_PROJECT=My Project is not a project id", "gcloud projects list"]),
+    (["serve"], {**SLACK, "REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "1s"}, ["cannot reach Redis at REDIS_URL=",
+                                                                                  "start it"]),
+    # A zone typo is refused before it can reach the TPU API (and jam a channel).
+    (["config"], {"TPU_ZONE": "us-west4a"}, ["TPU_ZONE=us-west4a is not a zone name", "write us-west4-a"]),
+    (["config"], {"TPU_ZONES": "us-west4-a,uscentral1a"}, ["TPU_ZONES=us-west4-a,uscentral1a: 'uscentral1a' is not a "
+                                                           "zone name", "like us-west4-a"]),
     (["worker"], {"ALERT_LEAD_TIMES": "banana"}, ["ALERT_LEAD_TIMES=banana", "write it like"]),
     (["serve"], {**SLACK, "ADMINS": "alice bob"}, ["ADMINS=alice bob", "not a Slack user id", "ADMINS=U012ABCDEF,"]),
     (["config"], {"TPUBOT_ENV_FILE": "/nonexistent/tpu.env"}, ["TPUBOT_ENV_FILE=/nonexistent/tpu.env names no file"]),
@@ -59,13 +94,13 @@ CASES = [
 def run(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
     base = {k: v for k, v in os.environ.items()
             if not k.startswith(("SLACK_", "GCP_", "TPU_", "REDIS_", "PORT", "ADMINS", "ALERT_", "LOG_", "VLLM_",
-                                 "XLA_"))}
+                                 "XLA_", "GOOGLE_", "CLOUDSDK_", "NO_GCE"))}
     base["TPUBOT_ENV_FILE"] = os.devnull
     return subprocess.run([str(TPUBOT), *args], env={**base, **env}, cwd=cwd, capture_output=True, text=True,
                           stdin=subprocess.DEVNULL, timeout=90)
 
 
-@pytest.mark.parametrize("args,env,fragments", CASES, ids=[f"{c[0][0]}-{'-'.join(c[1])}" for c in CASES])
+@pytest.mark.parametrize("args,env,fragments", CASES, ids=[f"{'-'.join(c[0])}-{'-'.join(c[1])}" for c in CASES])
 def test_a_misconfiguration_is_one_line_naming_the_variable_and_the_fix(args, env, fragments, tmp_path):
     result = run(args, env, tmp_path)
     assert result.returncode == 2, result.stderr[-2000:]
@@ -89,3 +124,44 @@ def test_a_missing_named_env_file_is_refused_but_an_existing_one_is_read(tmp_pat
     env_file.write_text("PORT=abc\n")
     result = run(["config"], {"TPUBOT_ENV_FILE": str(env_file)}, tmp_path)
     assert result.returncode == 2 and "PORT=abc is not a whole number" in result.stderr
+
+
+@pytest.mark.parametrize("content, fragments", [
+    (None, ["is a folder, not a file of settings", "/tpu.env"]),
+    ("PORT=3001\n".encode("utf-16"), ["is UTF-16 text", "save it as UTF-8", "iconv"]),
+])
+def test_an_env_file_that_is_a_folder_or_not_utf8_is_one_line(tmp_path, content, fragments):
+    target = tmp_path / "ops.env"
+    if content is None:
+        target.mkdir()
+    else:
+        target.write_bytes(content)
+    result = run(["config"], {"TPUBOT_ENV_FILE": str(target)}, tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr[-2000:]
+    ours = [line for line in result.stderr.splitlines() if line.startswith("tpubot: ")]
+    assert len(ours) == 1 and all(fragment in ours[0] for fragment in fragments), ours
+    assert ours[0].startswith(f"tpubot: TPUBOT_ENV_FILE={target} ")
+
+
+def test_an_env_file_saved_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    env_file = tmp_path / "ops.env"
+    env_file.write_bytes(b"\xef\xbb\xbfPORT=3001\n")
+    result = run(["config", "--json"], {"TPUBOT_ENV_FILE": str(env_file)}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert '"PORT"' in result.stdout and "3001" in result.stdout
+
+
+def test_prices_missing_fields_is_one_line_naming_them(tmp_path):
+    result = run(["config"], {"PRICES": '[{"generation": "v5e", "region": "us-west4"}]'}, tmp_path)
+    assert result.returncode == 2
+    ours = [line for line in result.stderr.splitlines() if line.startswith("tpubot: ")]
+    assert len(ours) == 1, ours  # was "Field required" four times, naming no field
+    assert "PRICES: an entry lacks accelerator, provisioning_model, usd_per_chip_hour, as_of, source" in ours[0]
+    assert "has generation, which is not a field" in ours[0] and '"usd_per_chip_hour": 0.6' in ours[0]
+
+
+def test_an_empty_env_file_variable_is_unset(tmp_path):
+    (tmp_path / "tpu.env").write_text("PORT=3002\n")
+    result = run(["config", "--json"], {"TPUBOT_ENV_FILE": ""}, tmp_path)
+    assert result.returncode == 0, result.stderr  # not "`.` is a folder"
+    assert '"value": 3002' in result.stdout

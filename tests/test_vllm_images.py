@@ -82,3 +82,14 @@ def test_an_image_costs_its_soft_tokens_in_the_prompt_and_the_heuristic_says_wha
     assert answered.usage.prompt_tokens - text_only == (264 + 2) + (256 + 2)
     assert "It received 2 images (1056×576, 48×48) and cannot see them." in answered.choices[0].message.content
     assert "heuristic stand-in, not Gemma" in answered.choices[0].message.content
+
+
+def test_one_image_is_one_image():
+    """Issue 44: the sandbox model said "1 image … and cannot see them"."""
+    from types import SimpleNamespace
+
+    from infra.plurals import counted
+    from infra.sandbox.vllm.heuristic import received_images
+
+    assert received_images([SimpleNamespace(width=48, height=48)]) == " It received 1 image (48×48) and cannot see it."
+    assert (counted(1, "line"), counted(2000, "line")) == ("1 line", "2,000 lines")

@@ -18,9 +18,7 @@ class CostArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def _money(usd: float) -> str:
-    # cents for dollars, a tenth of a cent below ten cents (a good batch is ~$0.09/M)
-    return f"${usd:.2f}" if usd >= 0.1 else f"${usd:.3f}"
+_money = prices.money  # the one way to write an amount (infra/prices.py)
 
 
 @action("estimate_cost", "Show what this channel's TPU has cost so far and will cost to its deadline, "
@@ -39,7 +37,7 @@ async def estimate_cost(svc: Services, actor: Actor, args: CostArgs) -> ActionRe
     else:
         rate = price.usd_per_chip_hour * alerting.policy.chips
         data["usd_per_hour"] = rate
-        lines.append(f"*Rate:* ${rate:.4g}/h ({policy.accelerator_type}, {'/'.join(price.key)}, "
+        lines.append(f"*Rate:* {prices.hourly(rate)} ({policy.accelerator_type}, {'/'.join(price.key)}, "
                      f"as of {price.as_of.isoformat()}).")
         now = time.time()
         if lease is not None and lease.active_at:
@@ -72,7 +70,7 @@ async def estimate_cost(svc: Services, actor: Actor, args: CostArgs) -> ActionRe
     data["capacity"] = {"kv_pool_gib": plan.kv_pool_gib, "kv_pool_tokens": plan.kv_pool_tokens,
                         "max_concurrent_requests": plan.max_concurrent_requests,
                         "context_tokens": plan.context_tokens}
-    lines.append(f"*Capacity* ({plan.profile.name}, {plan.model.name}): {plan.kv_pool_gib:.1f} GiB of KV cache = "
+    lines.append(f"*Capacity* ({plan.profile.accelerator_type}, {plan.model.name}): {plan.kv_pool_gib:.1f} GiB of KV cache = "
                  f"{plan.kv_pool_tokens:,} tokens, {plan.max_concurrent_requests} requests at once at "
                  f"{plan.context_tokens:,} tokens of context.")
     return ActionResult(True, "\n".join(lines), data, lease)

@@ -119,6 +119,10 @@ async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionRe
     mine = next((row for row in report.channels if row.channel == channel), None)
     ch_spent = mine.cost if mine else 0.0
     ch_reserved = ledger.channel_reserved.get(channel, 0.0)
+    # Spent so far counts the running TPUs' cost to now, so "held" is what they may still cost: the
+    # two add up to what the budget check counts (settled + reserved).
+    ch_held = max(0.0, ch_reserved - (mine.running_cost if mine else 0.0))
+    ws_held = max(0.0, ledger.reserved - sum(row.running_cost for row in report.channels))
     data = {"month": month, "channel": channel,
             "channel_budget_usd": limits.channel, "channel_budget_source": limits.channel_source,
             "workspace_budget_usd": limits.workspace, "workspace_budget_source": limits.workspace_source,
@@ -126,9 +130,9 @@ async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionRe
             "workspace_spent_usd": report.cost, "workspace_reserved_usd": ledger.reserved}
     lines = [f"*Budgets for {month}* (USD, calendar month UTC):",
              f"• <#{channel}>: {_limit_text(limits.channel, limits.channel_source)}; {budget.money(ch_spent)} spent so "
-             f"far, {budget.money(ch_reserved)} held by running TPUs (their worst case).",
+             f"far, {budget.money(ch_held)} more held by running TPUs (what they may still cost to their deadlines).",
              f"• Workspace: {_limit_text(limits.workspace, limits.workspace_source)}; {budget.money(report.cost)} spent "
-             f"so far, {budget.money(ledger.reserved)} held by running TPUs.",
+             f"so far, {budget.money(ws_held)} more held by running TPUs.",
              *_set_channel_lines(await svc.spend.channel_limits(actor.team), channel),
              "Admins change them with `/tpu budget set 200` (the workspace) or `/tpu budget set 50 #channel`, and "
              "`/tpu budget clear [#channel]`."]
@@ -157,20 +161,24 @@ async def set_budget(svc: Services, actor: Actor, args: SetBudgetArgs) -> Action
     return ActionResult(True, text, {"channel": channel, "budget_usd": args.usd, "month": month})
 
 
-def spend_table(report: budget.MonthSpend) -> str:
-    """Fixed-width, nothing cut: channel ids are short, figures are formatted to fit their column."""
-    head = f"{'channel':<12} {'leases':>6} {'TPU h':>7} {'USD':>9} {'$/M out':>8} {'idle h':>7} {'budget':>9}"
+def spend_table(report: budget.MonthSpend, names: dict[str, str] | None = None) -> str:
+    """Fixed-width, nothing cut: the channel column is as wide as its longest name, figures are
+    formatted to fit theirs. `names`: channel id → name (`#tpu-ml`); a channel without one shows its id."""
+    shown = {row.channel: (f"#{names[row.channel]}" if names and names.get(row.channel) else row.channel)
+             for row in report.channels}
+    width = max([12, *(len(name) for name in shown.values())])
+    head = f"{'channel':<{width}} {'leases':>6} {'TPU h':>7} {'USD':>9} {'$/M out':>8} {'idle h':>7} {'budget':>9}"
     rows = [head]
     for row in report.channels:
         per_m = row.usd_per_million_output_tokens
-        rows.append(f"{row.channel:<12} {row.leases:>6} {row.tpu_seconds / 3600:>7.2f} {row.cost:>9.2f} "
+        rows.append(f"{shown[row.channel]:<{width}} {row.leases:>6} {row.tpu_seconds / 3600:>7.2f} {row.cost:>9.2f} "
                     f"{(f'{per_m:.3f}' if per_m is not None else '—'):>8} {row.idle_seconds / 3600:>7.2f} "
                     f"{(f'{row.limit:.2f}' if row.limit is not None else '—'):>9}")
     total_hours = sum(row.tpu_seconds for row in report.channels) / 3600
     total_idle = sum(row.idle_seconds for row in report.channels) / 3600
     leases = sum(row.leases for row in report.channels)
     limit = f"{report.workspace_limit:.2f}" if report.workspace_limit is not None else "—"
-    rows.append(f"{'all':<12} {leases:>6} {total_hours:>7.2f} {report.cost:>9.2f} {'':>8} {total_idle:>7.2f} "
+    rows.append(f"{'all':<{width}} {leases:>6} {total_hours:>7.2f} {report.cost:>9.2f} {'':>8} {total_idle:>7.2f} "
                 f"{limit:>9}")
     return "\n".join(rows)
 
@@ -184,8 +192,10 @@ async def spend(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
         return ActionResult(True, f"No TPU spend in {month} in this workspace.", report.as_dict())
     running = sum(row.running for row in report.channels)
     idle = sum(row.idle_seconds for row in report.channels) / 3600
+    # A code block shows `<#C…>` as typed, so the table names channels itself.
+    names = {row.channel: name for row in report.channels if (name := await svc.directory.channel_name(row.channel))}
     text = (f"*TPU spend in {month}* (USD; running TPUs counted so far"
-            f"{f', {running} still running' if running else ''}):\n```{spend_table(report)}```\n"
+            f"{f', {running} still running' if running else ''}):\n```{spend_table(report, names)}```\n"
             f"Idle hours are the model READY with no traffic: {idle:.2f} h this month, the waste to cut. "
             "`/tpu spend chart` posts this as a bar chart.")
     return ActionResult(True, text, report.as_dict())

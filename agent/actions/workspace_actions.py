@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict
 from agent.lease import receipts
 from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
+from infra import prices
 from infra.state.leases import Lease
 
 
@@ -40,6 +41,6 @@ async def leases(svc: Services, actor: Actor, args: LeasesArgs) -> ActionResult:
     rows = [lease_row(svc, lease, now) for lease in mine]
     costs = [row["cost_so_far"] for row in rows if row["cost_so_far"] is not None]
     text = (f"{len(rows)} TPU lease{'s' * (len(rows) != 1)} in this workspace"
-            + (f", ${sum(costs):.2f} spent so far." if costs else ".") if rows
+            + (f", {prices.money(sum(costs))} spent so far." if costs else ".") if rows
             else "No channel in this workspace holds a TPU. `/tpu up` in a channel starts one.")
     return ActionResult(True, text, {"leases": rows, "at": now})

@@ -9,6 +9,7 @@ Imports nothing of ours outside itself (the agent root at most); no lease, actio
 """
 
 from agent.digest.digest import (
+    BLANK,
     DEFAULT_BUDGET,
     Digest,
     DigestBuilder,
@@ -27,6 +28,7 @@ from agent.digest.spool import LineSpool
 from agent.digest.tokens import EstimatedTokens, TokenCounter, VLLMTokenizer, estimate_tokens
 
 __all__ = [
+    "BLANK",
     "DEFAULT_BUDGET",
     "Digest",
     "DigestBuilder",

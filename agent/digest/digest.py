@@ -21,6 +21,7 @@ from agent.digest.masking import mask
 from agent.digest.miner import TemplateMiner
 from agent.digest.ranking import burst_factor, rank, salience
 from agent.digest.severity import DEFAULT, ERROR, infer_severity, severity_name
+from infra.plurals import counted
 from agent.digest.shapes import LineShapes
 from agent.digest.tokens import EstimatedTokens, TokenCounter, estimate_tokens
 from agent.redact import redact
@@ -169,6 +170,9 @@ def shorten(text: str, limit: int = MAX_SHOWN_CHARS) -> str:
     return f"{text[:limit]} …[+{len(text) - limit} chars]"
 
 
+BLANK = -1  # what `DigestBuilder.add` returns for a blank line: no signature, no template
+
+
 class DigestBuilder:
     """Feed lines with `add`; call `build` once at the end."""
 
@@ -191,8 +195,12 @@ class DigestBuilder:
         self._last_timed: str | None = None
 
     def add(self, line: str) -> int:
-        """Take the next line; return its signature id (stable; see `template_of`)."""
+        """Take the next line; return its signature id (stable; see `template_ids`), or BLANK for a
+        line of nothing but whitespace: it keeps the numbering of the lines after it and belongs to
+        no template (a run of blank lines is not an event, and `contains` blanks the lines it drops)."""
         self.total_lines = number = self.total_lines + 1
+        if not line.strip():
+            return BLANK
         shape = self._shapes.shape(line)
         known = self._shapes.get(shape)
         if known is None:
@@ -244,7 +252,7 @@ class DigestBuilder:
         return signature
 
     def template_ids(self) -> list[int]:
-        """signature id -> template id, for callers that kept `add`'s return values."""
+        """signature id -> template id, for callers that kept `add`'s return values (BLANK is in none)."""
         self._shapes.clear()
         return self._miner.templates().cluster_of
 
@@ -397,7 +405,8 @@ class DigestBuilder:
             lines.extend(_exemplar_line(e) for e in summary.exemplars[: exemplars_shown[summary.id]])
         omitted = ranked[len(shown) :]
         if omitted and fixed:
-            lines.append(f"({len(omitted)} more templates with {sum(t.count for t in omitted)} lines not shown)")
+            lines.append(f"({counted(len(omitted), 'more template')} with {counted(sum(t.count for t in omitted), 'line')} "
+                         "not shown)")
         text = "\n".join(lines)
         return Digest(
             templates=shown,
@@ -417,7 +426,7 @@ class DigestBuilder:
         span = ""
         if self.first_time and with_time:
             span = f", {self.first_time}" + (f" .. {self.last_time}" if self.last_time != self.first_time else "")
-        return f"Log digest: {self.total_lines} lines, {templates} templates ({shown} shown){span}"
+        return f"Log digest: {counted(self.total_lines, 'line')}, {counted(templates, 'template')} ({shown} shown){span}"
 
 
 def _time_of(line: str | None) -> str | None:

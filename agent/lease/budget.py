@@ -100,8 +100,7 @@ async def claim(svc: "Services", actor: "Actor", *, zone: str, zone_explicit: bo
     )
 
 
-def money(usd: float) -> str:
-    return f"${usd:,.2f}" if usd >= 0.1 or usd == 0 else f"${usd:.4f}"
+money = prices.money  # the one way to write an amount (infra/prices.py)
 
 
 def hours_that_fit(refusal: Refusal, rate: float) -> float:
@@ -173,10 +172,13 @@ async def settle_lease(svc: "Services", lease: Lease, now: float | None = None) 
 
 
 class SpendHook:
-    """Settles a lease's cost when it is released, then checks the month's budget alerts."""
+    """Holds a running lease's worst case against the budgets once its zone is known, settles its
+    cost when it is released, then checks the month's budget alerts."""
 
     async def on_active(self, svc: "Services", lease: Lease) -> None:
-        return None
+        # Claimed while its search could still land in an unpriced zone, it held nothing: now it can.
+        await svc.spend.raise_reservation(lease.team, month_of(lease.created_at or time.time()), lease.lease_id,
+                                          await lease_worst_case(svc, lease))
 
     async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
         await settle_lease(svc, lease)
@@ -197,7 +199,13 @@ class ChannelSpend:
     cost_with_tokens: float = 0.0  # the cost of the leases whose metrics were read
     idle_seconds: float = 0.0
     reserved: float = 0.0  # the running leases' worst case still held against the budget
+    running_cost: float = 0.0  # what the running leases have cost so far (part of `cost` and of `reserved`)
     limit: float | None = None
+
+    @property
+    def still_held(self) -> float:
+        """What running TPUs may still cost: their reservation less what they have cost so far."""
+        return max(0.0, self.reserved - self.running_cost)
 
     @property
     def usd_per_million_output_tokens(self) -> float | None:
@@ -242,6 +250,7 @@ async def month_spend(svc: "Services", team: str, month: str, now: float | None 
         r.running += int(running)
         r.tpu_seconds += record.billed_seconds
         r.cost += record.cost
+        r.running_cost += record.cost if running else 0.0
         r.idle_seconds += record.idle_seconds
         if record.output_tokens:
             r.output_tokens += record.output_tokens

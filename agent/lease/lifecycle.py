@@ -280,20 +280,31 @@ async def schedule_watch(svc: Services, lease: Lease, *, delay: timedelta) -> No
     )
 
 
-async def resume_job_for(svc: Services, lease: Lease) -> bool:
-    """Re-enqueue whatever job a lease is waiting on (after a crash between a write and its enqueue)."""
+def awaited_job(lease: Lease) -> tuple[JobSpec, LeaseJob | ProvisionJob | WatchJob, str] | None:
+    """The job a lease waits on next (spec, arguments, id); None for a FAILED lease, which waits on none."""
     if lease.state == LeaseState.PENDING or (lease.state == LeaseState.CREATING and not lease.watch_seq):
         round_ = lease.search_round  # a zone search may be in its nth job run
-        return await svc.jobs.enqueue(
-            PROVISION_JOB, ProvisionJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
-                                        search_round=round_),
-            job_id=f"provision:{lease.lease_id}" + (f":{round_}" if round_ else ""))
+        return (PROVISION_JOB, ProvisionJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
+                                            search_round=round_),
+                f"provision:{lease.lease_id}" + (f":{round_}" if round_ else ""))
     if lease.state == LeaseState.TEARING_DOWN:
-        return await svc.jobs.enqueue(TEARDOWN_JOB, LeaseJob(team=lease.team, channel=lease.channel,
-                                                             lease_id=lease.lease_id),
-                                      job_id=f"teardown:{lease.lease_id}")
+        return (TEARDOWN_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
+                f"teardown:{lease.lease_id}")
     if lease.state == LeaseState.FAILED:
+        return None
+    return (WATCH_JOB, WatchJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id, seq=lease.watch_seq),
+            f"watch:{lease.lease_id}:{lease.watch_seq}")
+
+
+def awaited_job_id(lease: Lease) -> str | None:
+    awaited = awaited_job(lease)
+    return None if awaited is None else awaited[2]
+
+
+async def resume_job_for(svc: Services, lease: Lease) -> bool:
+    """Re-enqueue whatever job a lease is waiting on (after a crash between a write and its enqueue)."""
+    awaited = awaited_job(lease)
+    if awaited is None:
         return False
-    return await svc.jobs.enqueue(WATCH_JOB, WatchJob(team=lease.team, channel=lease.channel,
-                                                       lease_id=lease.lease_id, seq=lease.watch_seq),
-                                  job_id=f"watch:{lease.lease_id}:{lease.watch_seq}")
+    spec, args, job_id = awaited
+    return await svc.jobs.enqueue(spec, args, job_id=job_id)

@@ -33,6 +33,7 @@ from infra.jobs import JobOutcome, JobSpec
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
 from infra.model_correctness import CheckFailure, check_known_answer, check_tool_call
 from infra.state.leases import Lease, LeaseChanges, LeaseState
+from infra.vllm_metrics import read_usage
 
 log = logging.getLogger(__name__)
 
@@ -126,6 +127,9 @@ async def _measure(svc: WorkerServices, lease: Lease, endpoint: str, api_key: st
                            "/v1/chat/completions (an -it model answers raw /v1/completions with empty text).",
                            endpoint=endpoint)
     failures = await _correctness(endpoint, svc.policy.model_name, api_key)
+    # Before READY lets anyone else in: what vLLM has counted so far is these probes, not usage.
+    if (probes := await read_usage(endpoint)) is not None:
+        await svc.alerting.usage.exclude_boot_probes(lease.lease_id, probes)
     state = LeaseState.DEGRADED if failures else LeaseState.READY
     ok = await _write(
         svc, lease, state=state, endpoint=endpoint, detail=degraded_detail(failures),

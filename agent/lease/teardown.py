@@ -1,4 +1,10 @@
-"""The teardown job: delete the QR (force), wait until it is gone, release the lease."""
+"""The teardown job: delete the QR (force), wait until it is gone, release the lease.
+
+A teardown always finishes: a QR that cannot exist (its zone is not one the TPU API serves) or
+was never created (no create was ever accepted) is not waited for, and an error that outlasts the
+wait releases the lease anyway with the error and its fix on the card. A QR left behind then is
+found by the reconciler through its labels.
+"""
 
 from __future__ import annotations
 
@@ -6,8 +12,10 @@ import asyncio
 import time
 
 from agent.context import WorkerServices
-from agent.lease.lifecycle import finish_release, notify, release_lease
+from agent.lease.lifecycle import explain, finish_release, notify, release_lease
+from infra.durations import format_duration
 from infra.jobs import JobOutcome
+from infra.state.leases import Lease
 
 
 async def teardown_job(svc: WorkerServices, team: str, channel: str, lease_id: str) -> JobOutcome:
@@ -22,15 +30,42 @@ async def teardown_job(svc: WorkerServices, team: str, channel: str, lease_id: s
     # The confirm click left the card to this job (nothing outbound before a Slack ack).
     lease = await notify(svc, lease)
     async with svc.locks.hold(team, channel) as lock:
-        # force=true deletes the node too; a QR that is already gone counts as deleted.
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
-        deadline = time.monotonic() + svc.policy.teardown_wait.total_seconds()
-        while await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id) is not None:
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"{lease.qr_id} still exists after {svc.policy.teardown_wait}")
-            await asyncio.sleep(min(1.0, svc.policy.poll_interval.total_seconds()))
+        problem = await _delete_qr(svc, lease)
         await lock.extend()  # still ours: a worker that took the job over may have released it already
-        await release_lease(svc, lease, reason="Torn down", by=lease.torn_down_by)
+        reason = "Torn down" if not problem else (
+            f"Torn down, but deleting `{lease.qr_id}` was not confirmed ({problem.rstrip('.')}); if it is still "
+            "there, the reconciler finds it by its labels and shows it in this channel again")
+        await release_lease(svc, lease, reason=reason, by=lease.torn_down_by)
         await svc.audit.record(actor=lease.torn_down_by or "tpubot", action="teardown", team=team,
-                               channel=channel, outcome="deleted", detail=lease.qr_id)
-        return JobOutcome.ok(f"deleted {lease.qr_id}")
+                               channel=channel, outcome="unconfirmed" if problem else "deleted",
+                               detail=lease.qr_id)
+        return JobOutcome.failed(f"released unconfirmed: {problem[:160]}") if problem else \
+            JobOutcome.ok(f"deleted {lease.qr_id}")
+
+
+async def _delete_qr(svc: WorkerServices, lease: Lease) -> str:
+    """Delete the lease's QR (force=true deletes the node too) and wait until it is gone: '' then,
+    else what stood in the way, with its fix. A QR already gone counts as deleted."""
+    from infra.tpu_errors import TpuError, TpuErrorKind
+
+    never_created = not lease.queued_at  # no create was accepted: one delete, in case, and no wait
+    deadline = time.monotonic() + svc.policy.teardown_wait.total_seconds()
+    deleted = False
+    while True:
+        try:
+            if not deleted:
+                await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
+                deleted = True
+            if never_created or await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id) is None:
+                return ""
+            problem = (f"it still existed after {format_duration(svc.policy.teardown_wait)}. Fix: check it with "
+                       f"`gcloud compute tpus queued-resources describe {lease.qr_id} --zone {lease.zone}`.")
+        except TpuError as error:
+            if error.kind is TpuErrorKind.ZONE_NOT_SUPPORTED or never_created:
+                return ""  # no QR can exist in a zone the TPU API does not serve
+            problem = explain(error)
+            if not error.retryable:
+                return problem
+        if time.monotonic() > deadline:
+            return problem
+        await asyncio.sleep(min(1.0, svc.policy.poll_interval.total_seconds()))

@@ -26,6 +26,7 @@ from enum import StrEnum
 from typing import TYPE_CHECKING
 
 from agent.context import Services
+from infra.plurals import counted
 from infra.scoreboard import Skip, ZoneOrder, ZoneScoreboard
 from infra.state.leases import Lease, LeaseState
 from infra.tpu_errors import ErrorScope, TpuError, TpuErrorKind, classify_status, region_of
@@ -161,11 +162,11 @@ class ZoneSearch:
     # --- messages -------------------------------------------------------------------------
     def _configuration(self, outcome: SearchOutcome, zone: str, error: TpuError) -> SearchOutcome:
         outcome.status, outcome.zone, outcome.setting = SearchStatus.CONFIGURATION, zone, error.setting
-        setting = f"the {error.setting} setting" if error.setting else f"the settings ({CONFIG_SETTINGS_HINT})"
+        setting = error.setting or f"the settings ({CONFIG_SETTINGS_HINT})"
         outcome.message = (
-            f"{error.message} This is a configuration problem: it would fail the same way in every zone, so the "
-            f"search stopped after {len(outcome.attempts)} attempt(s). Fix {setting}"
-            + (f": {error.fix}" if error.fix else ".") + " Then run `tpubot doctor` and `/tpu up` again."
+            f"{error.message.rstrip()} This is a configuration problem: it would fail the same way in every zone, so "
+            f"the search stopped after {counted(len(outcome.attempts), 'attempt')}. Fix: {setting}"
+            + (f": {error.fix.rstrip('.')}" if error.fix else "") + "; then run `tpubot doctor` and `/tpu up` again."
         )
         return outcome
 

@@ -25,6 +25,7 @@ from agent.digest.ranking import salience
 from agent.digest.runbook_links import RunbookLink, runbook_links, search_query
 from agent.digest.severity import ERROR, SEVERITY_NAMES, WARNING
 from agent.digest.citations import cited_lines as cited_lines_of
+from infra.plurals import counted
 from infra.runbooks.library import RunbookLibrary
 from infra.state.leases import LeaseState
 
@@ -41,11 +42,6 @@ BRING_THE_MODEL_UP = "Bring the model up"
 READ_INTENTS = {Intent.STATUS: "status", Intent.ZONES: "zones", Intent.COST: "estimate_cost"}
 HELP = ("I can answer without the model only in simple terms: ask for *status*, *zones*, *cost*, to bring the "
         "TPU *up* or tear it *down*, or paste/attach logs to get a digest.")
-
-
-def counted(number: int, noun: str, plural: str = "") -> str:
-    """`1 line`, `2,000 lines`."""
-    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
 
 
 def _code(text: str, limit: int = EXEMPLAR_CHARS) -> str:

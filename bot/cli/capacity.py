@@ -3,6 +3,8 @@ Gemma endpoint. The numbers come from infra/capacity.py, infra/prices.py and inf
 
 from __future__ import annotations
 
+import re
+
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any, Optional
@@ -19,7 +21,7 @@ from infra.bench_report import best_cells, failure_lines, load_cells, results_ta
 
 
 def register(app: typer.Typer) -> None:
-    app.command("capacity", help="KV-cache pool and max concurrent requests: v5e-1 vs v6e-1.")(show_capacity)
+    app.command("capacity", help="KV-cache pool and max concurrent requests: v5litepod-1 (v5e) vs v6e-1.")(show_capacity)
     app.command("cost", help="Price table, a lease's cost so far / to deadline, and $ per million output tokens.")(show_cost)
     app.command("bench", help="Concurrency × context sweep with vllm bench serve's metric definitions.")(bench)
 
@@ -75,10 +77,10 @@ def show_capacity(
     for rows in plans:
         first = rows[0]
         profile = first.profile
-        report.add_row(f"{profile.name} ({profile.accelerator_type})", profile.hbm_label, f"{first.hbm_gib:.2f}",
+        report.add_row(f"{profile.accelerator_type} ({profile.name})", profile.hbm_label, f"{first.hbm_gib:.2f}",
                        f"{first.usable_gib:.2f}", f"{first.resident_gib:.2f}", f"{first.kv_pool_gib:.2f}",
                        f"{first.kv_pool_tokens:,}", *(f"{r.max_concurrent_requests:,}" for r in rows))
-        report.notes.append(f"{profile.name}: {profile.hbm_source}")
+        report.notes.append(f"{profile.accelerator_type}: {profile.hbm_source}")
     print_report(report)
 
 
@@ -133,6 +135,8 @@ def show_cost(
             raise typer.BadParameter("give either --channel/--team (a live lease) or --started/--hours, not both")
         if not (channel and team):
             raise typer.BadParameter("--channel and --team go together (a lease is keyed by team and channel)")
+        _check_slack_id(channel, "--channel", ("C", "G"), "C012ABCDEF")
+        _check_slack_id(team, "--team", ("T", "E"), "T012ABCDEF")
         _show_channel_cost(console, settings, team=team, channel=channel, as_json=as_json)
         return
     if provisioning not in prices.PROVISIONING_MODELS:
@@ -164,33 +168,34 @@ def show_cost(
         })
         raise typer.Exit(code=0 if price else 1)
 
+    # The rate's name comes first: on a narrow terminal each row is a block titled by its first column.
     report = Report(title="TPU prices (USD per chip-hour; PRICES in tpu.env overrides)",
-                    columns=["used", "accelerator", "region", "model", "$/chip-h", "as of", "source"],
+                    columns=["rate", "$/chip-h", "as of", "source", "used"],
                     right_aligned=frozenset({"$/chip-h"}))
     sources = list(dict.fromkeys(entry.source for entry in settings.prices.entries))
     for entry in settings.prices.entries:
-        report.add_row("*" if entry.key == selected_key else "", entry.accelerator, entry.region,
-                       entry.provisioning_model, f"{entry.usd_per_chip_hour:.4g}", entry.as_of.isoformat(),
-                       f"[{sources.index(entry.source) + 1}]")
-    report.notes = ["used: * marks the rate used below"] + [f"[{i}] {source}" for i, source in enumerate(sources, 1)]
+        report.add_row("/".join(entry.key), f"{entry.usd_per_chip_hour:.4g}", entry.as_of.isoformat(),
+                       f"[{sources.index(entry.source) + 1}]", "*" if entry.key == selected_key else "")
+    report.notes = ["rate: accelerator/region/provisioning model; used: * marks the rate used below"] + \
+        [f"[{i}] {source}" for i, source in enumerate(sources, 1)]
     print_report(report)
     if price is None:
         typer.echo(missing, err=True)
         raise typer.Exit(code=1)
     assert lease is not None, "costed whenever there is a price"
-    rate = f"${price.usd_per_chip_hour:.4g}/chip-h × {chips} chip{'s' if chips > 1 else ''}"
+    rate = f"{prices.hourly(price.usd_per_chip_hour, 'chip-hour')} × {chips} chip{'s' if chips > 1 else ''}"
     if started:
         typer.echo(f"lease {lease['started'][:16].replace('T', ' ')} → {lease['deadline'][:16].replace('T', ' ')} UTC "
-                   f"at {rate}: so far ${lease['so_far_usd']:.2f}, to deadline ${lease['to_deadline_usd']:.2f}, "
-                   f"total ${lease['total_usd']:.2f}")
+                   f"at {rate}: so far {prices.money(lease['so_far_usd'])}, to deadline "
+                   f"{prices.money(lease['to_deadline_usd'])}, total {prices.money(lease['total_usd'])}")
     else:
-        typer.echo(f"a {lease['hours']:g} h lease at {rate}: ${lease['total_usd']:.2f}")
+        typer.echo(f"a {lease['hours']:g} h lease at {rate}: {prices.money(lease['total_usd'])}")
     for row in per_million or []:
         if row.get("usd") is None:
             typer.echo(f"{row['label']}: not in {bench_file}")
             continue
         typer.echo(f"{row['label']} (context {row['context']}, concurrency {row['concurrency']}, "
-                   f"{row['output_throughput']:.1f} output tok/s): ${_money(row['usd'])} per million output tokens")
+                   f"{row['output_throughput']:.1f} output tok/s): {prices.money(row['usd'])} per million output tokens")
     measured = [row for row in per_million or [] if row.get("usd") is not None]
     if len(measured) == 2:
         typer.echo(f"spread: {measured[1]['output_throughput'] / measured[0]['output_throughput']:.1f}×")
@@ -238,20 +243,30 @@ def _per_million(price, chips: int, bench_file: Path) -> list[dict]:
     return rows
 
 
+def _check_slack_id(value: str, option: str, prefixes: tuple[str, ...], example: str) -> None:
+    """A channel or team named as Slack ids them: a name (`#tpu`) would read as a channel without a lease."""
+    if not re.fullmatch(r"[A-Z][A-Z0-9]{2,}", value) or not value.startswith(prefixes):
+        raise typer.BadParameter(f"{option} {value} is not a Slack id; give the id, like {option} {example} "
+                                 "(a channel's details in Slack show it)")
+
+
 def _show_channel_cost(console: Console, settings: Settings, *, team: str, channel: str, as_json: bool = False) -> None:
     """What `/tpu cost` says in that channel: the same action, so one source for the math."""
     import asyncio
 
     from redis.exceptions import RedisError
 
+    from bot.redis_outage import RedisUnreachable
+    from bot.settings import SettingError
+
     if not settings.redis_url:
-        console.print("[red]REDIS_URL is not set: the channel's lease lives in the bot's Redis; set REDIS_URL to it.[/red]")
-        raise typer.Exit(code=2)
+        raise SettingError("REDIS_URL is not set, and a channel's lease lives in the bot's Redis: set REDIS_URL to "
+                           "the deployment's (like REDIS_URL=redis://redis.internal:6379/0) for --channel")
     try:
         text = asyncio.run(asyncio.wait_for(_channel_cost_text(settings, team, channel), timeout=15))
     except (RedisError, OSError, asyncio.TimeoutError) as exc:
-        console.print(f"[red]cannot read the lease from Redis at REDIS_URL: {type(exc).__name__}: {exc}[/red]")
-        raise typer.Exit(code=1) from None
+        # One line with the fix (bot/cli/errors.py), as every command that cannot reach Redis says it.
+        raise RedisUnreachable(settings.redis_url, exc) from None
     if as_json:
         print_json({"team": team, "channel": channel, "text": text.replace("*", "")})
         return
@@ -277,9 +292,6 @@ async def _channel_cost_text(settings: Settings, team: str, channel: str) -> str
         await redis.aclose()
 
 
-def _money(usd: float) -> str:
-    # cents for dollars, a tenth of a cent below ten cents (the batch figure is ~$0.09/M)
-    return f"{usd:.2f}" if usd >= 0.1 else f"{usd:.3f}"
 
 
 # --- bench ----------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import typer
 from bot.cli.output import Report, json_option_help, print_json, print_report
-from bot.settings import Settings, describe_sources, env_file_path
+from bot.settings import Settings, describe_sources, env_file_path, setting_json
 
 
 def register(app: typer.Typer) -> None:
@@ -18,7 +18,8 @@ def show_config(as_json: bool = typer.Option(False, "--json", help=json_option_h
     if as_json:
         print_json({"sandbox": settings.mode.is_sandbox, "project": settings.project, "env_file": str(env_file),
                     "env_file_exists": env_file.exists(),
-                    "settings": [{"variable": name, "value": value, "source": source} for name, value, source in rows]})
+                    "settings": [{"variable": name, "value": setting_json(name.lower(), getattr(settings, name.lower())),
+                                  "source": source} for name, _, source in rows]})
         return
     report = Report(title=f"tpubot settings ({'sandbox' if settings.mode.is_sandbox else 'GCP project ' + settings.project})",
                     columns=["variable", "value", "source"])

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Optional
+
 import typer
 
 
@@ -11,15 +13,17 @@ def register(app: typer.Typer) -> None:
 
 
 def dev(
-    port: int = typer.Option(0, help="port of the web process (default: PORT setting)"),
+    port: Optional[int] = typer.Option(None, "--port", help="port of the web process (default: the PORT setting, "
+                                       "3000 unless set)", show_default=False),
     workers: int = typer.Option(1, min=1, max=8, help="worker processes"),
 ) -> None:
-    from bot.cli.processes import load_settings, start_logging
+    from bot.cli.processes import load_process_settings, port_option, start_logging
     from bot.dev_stack import DevStack
 
-    settings = load_settings()
+    settings = load_process_settings()
+    port = port_option(port, settings)
     start_logging(settings)
-    stack = DevStack(settings, port=port or settings.port, workers=workers)
+    stack = DevStack(settings, port=port, workers=workers)
     try:
         stack.start()
         typer.echo("\n".join(stack.summary()))

@@ -15,6 +15,7 @@ from pydantic import ValidationError
 
 from bot.cli.output import json_option_help, print_json
 from bot.settings import Settings
+from infra.plurals import counted
 
 
 def register(app: typer.Typer) -> None:
@@ -70,7 +71,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
     _cache(settings, report, out)
     failures = len(report.failures)
     warned = sum(1 for check in report.checks if check.ok and check.warning)
-    verdict = f"{failures} check(s) failed" if failures else "all checks passed"
+    verdict = f"{counted(failures, 'check')} failed" if failures else "all checks passed"
     out.write(f"\n{verdict}{f', {warned} with a warning' if warned else ''}\n")
     raise typer.Exit(code=0 if report.ok else 1)
 

@@ -63,10 +63,40 @@ def _one(error: ErrorDetails) -> str:
     return f"{variable}={shown}: {message}"
 
 
+def _entry_fields(variable: str, errors: list[ErrorDetails]) -> str:
+    """A setting made of JSON entries (PRICES) whose entry lacks fields or has unknown ones: one line
+    naming them all, with an entry as it should be written."""
+    missing = [str(e["loc"][-1]) for e in errors if e["type"] == "missing"]
+    unknown = [str(e["loc"][-1]) for e in errors if e["type"] == "extra_forbidden"]
+    other = [f"has {e['loc'][-1]}={redact(str(e.get('input')))} ({str(e['msg']).removeprefix('Value error, ')})"
+             for e in errors if e["type"] not in ("missing", "extra_forbidden")]
+    parts = ([f"lacks {', '.join(missing)}"] if missing else []) + \
+            ([f"has {', '.join(unknown)}, which {'is' if len(unknown) == 1 else 'are'} not a field"] if unknown else []) + other
+    example = _ENTRY_EXAMPLES.get(variable)
+    return f"{variable}: an entry {'; '.join(parts)}" + (f"; write each entry like {example}" if example else "")
+
+
+def _entry_examples() -> dict[str, str]:
+    from infra.prices import ENTRY_EXAMPLE
+
+    return {"PRICES": ENTRY_EXAMPLE}
+
+
+_ENTRY_EXAMPLES = _entry_examples()
+
+
 def setting_lines(error: BaseException) -> list[str]:
-    """One line per problem in a settings error; [] when `error` is not one."""
+    """One line per problem in a settings error (one per setting for the fields of its entries); []
+    when `error` is not one."""
     if isinstance(error, ValidationError) and error.title == Settings.__name__:
-        return [_one(item) for item in error.errors()]
+        lines: list[str] = []
+        nested: dict[str, list[ErrorDetails]] = {}
+        for item in error.errors():
+            if len(item["loc"]) > 1:  # a field inside a setting's JSON entries
+                nested.setdefault(str(item["loc"][0]).upper(), []).append(item)
+            else:
+                lines.append(_one(item))
+        return lines + [_entry_fields(variable, items) for variable, items in nested.items()]
     if isinstance(error, SettingError):
         return [str(error)]
     if isinstance(error, SettingsError):

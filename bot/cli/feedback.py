@@ -11,6 +11,8 @@ from pathlib import Path
 
 import typer
 
+from infra.plurals import counted
+
 
 def register(app: typer.Typer) -> None:
     app.command("feedback", help="Show how answers were rated (👍/👎): counts and the share of 👍, in total "
@@ -86,6 +88,6 @@ def _export(redis_url: str, folder: Path, as_json: bool) -> None:
     if not written:
         typer.echo("No answer was rated :-1: with a correction replied in its thread; nothing written.")
         return
-    typer.echo(f"Wrote {len(written)} incident file(s) to {folder}. Each holds the mention, its logs and the "
+    typer.echo(f"Wrote {counted(len(written), 'incident file')} to {folder}. Each holds the mention, its logs and the "
                "correction as a comment: fill in `facts` and `evidence_lines` from it, then run "
                f"`tpubot eval --cases {folder}`.")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import signal
 import sys
 from collections.abc import Iterator
@@ -27,6 +28,40 @@ def register(app: typer.Typer) -> None:
 def load_settings() -> Settings:
     """A setting problem propagates to bot/cli/errors.py, which says it in one line (exit 2)."""
     return Settings.load()
+
+
+def load_process_settings() -> Settings:
+    """The settings of a long-running process (serve, worker, socket, shell, dev, mcp): with a GCP
+    project, also the check that there are credentials to call it with, so a process without them
+    stops at start with one line (exit 2) instead of failing at its first cloud call."""
+    settings = load_settings()
+    require_credentials(settings)
+    return settings
+
+
+def require_credentials(settings: Settings) -> None:
+    if settings.mode.is_sandbox:
+        return  # the emulators are called anonymously
+    from bot.settings import SettingError
+    from infra.gcp_credentials import missing_credentials
+
+    problem = missing_credentials(settings.gcp_project)
+    if problem:
+        raise SettingError(problem)
+
+
+def port_option(value: int | None, settings: Settings, setting: str = "port") -> int:
+    """A `--port` option's value, checked as the setting it overrides is; None means the setting."""
+    if value is None:
+        return getattr(settings, setting)
+    lowest = 0 if setting == "worker_metrics_port" else 1
+    if not lowest <= value <= 65535:
+        from bot.settings import SettingError
+
+        option = "--metrics-port" if setting == "worker_metrics_port" else "--port"
+        raise SettingError(f"{option} {value} is not a TCP port; use {lowest}-65535, or leave {option} out to use "
+                           f"{setting.upper()}={getattr(settings, setting)}")
+    return value
 
 
 def start_logging(settings: Settings, level: int = logging.INFO) -> None:
@@ -82,6 +117,24 @@ def _redis_url(settings: Settings):
     return endpoint
 
 
+def wait_for_redis_at_start(settings: Settings, url: str, what: str) -> None:
+    """A web process whose Redis does not answer would start and answer every request with a 500:
+    it waits REDIS_STARTUP_WAIT for it, as a starting worker does, then stops with one line (exit 2)."""
+    import redis.asyncio as redis_async
+
+    from bot.redis_outage import wait_for_redis
+
+    async def wait() -> None:
+        client = redis_async.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        try:
+            await wait_for_redis(client.ping, url, log, what=what,
+                                 timeout=settings.redis_startup_wait.total_seconds())
+        finally:
+            await client.aclose()
+
+    asyncio.run(wait())
+
+
 def serve(
     port: Optional[int] = typer.Option(None, "--port", help="Port to listen on (default: the PORT setting).",
                                        show_default=False),
@@ -89,13 +142,15 @@ def serve(
 ) -> None:
     from bot.web import run_web_server
 
-    settings = load_settings()
+    settings = load_process_settings()
+    port = port_option(port, settings)
     _require(settings, "slack_signing_secret", "slack_bot_token")
     start_logging(settings)
     endpoint = _redis_url(settings)
     try:
+        wait_for_redis_at_start(settings, endpoint.url, "web start-up")
         with sigterm_exits_cleanly():
-            run_web_server(settings, redis_url=endpoint.url, host=host, port=settings.port if port is None else port)
+            run_web_server(settings, redis_url=endpoint.url, host=host, port=port)
     finally:
         endpoint.stop()
 
@@ -108,9 +163,10 @@ def worker(
     from bot.worker import build_worker
 
     settings = load_settings()
-    if metrics_port is not None:
-        settings = settings.model_copy(update={"worker_metrics_port": metrics_port})
+    settings = settings.model_copy(update={"worker_metrics_port": port_option(metrics_port, settings,
+                                                                              "worker_metrics_port")})
     _require_cloud(settings)
+    require_credentials(settings)
     start_logging(settings)
     endpoint = _redis_url(settings)
     try:
@@ -125,7 +181,7 @@ def socket_mode() -> None:
     from bot.wiring import build_services, slack_client_from, slack_http_session
     from handlers.slack_app import build_bolt_app
 
-    settings = load_settings()
+    settings = load_process_settings()
     _require(settings, "slack_app_token", "slack_bot_token")
     app_token = settings.slack_app_token.get_secret_value()
     if not app_token.startswith("xapp-"):
@@ -134,6 +190,7 @@ def socket_mode() -> None:
         raise typer.Exit(code=2)
     start_logging(settings)
     endpoint = _redis_url(settings)
+    wait_for_redis_at_start(settings, endpoint.url, "socket start-up")
 
     async def run() -> None:
         async with slack_http_session() as session:
@@ -181,12 +238,19 @@ def shell(
     no_model: bool = typer.Option(False, "--no-model", help="no sandbox model: mentions get the model-less answer"),
 ) -> None:
     from bot.logging_setup import log_to_file
-    from bot.shell import run_shell, shell_log_path
+    from bot.shell import LOG_VARIABLE, log_worth_keeping, run_shell, shell_log_path
 
-    settings = load_settings()
+    settings = load_process_settings()
     log_path = shell_log_path()
+    # A file the user named is theirs to keep; the shell's own goes at exit unless it holds an error.
+    ours = not os.environ.get(LOG_VARIABLE)
     log_to_file(log_path, logging.WARNING, secrets=secret_values(settings))
-    # A closed terminal (SIGHUP) or a kill (SIGTERM) stops the stack, the embedded valkey with it.
-    with sigterm_exits_cleanly(signal.SIGHUP):
-        code = run_shell(settings, sys.stdin, sys.stdout, model=not no_model, log_path=str(log_path))
+    try:
+        # A closed terminal (SIGHUP) or a kill (SIGTERM) stops the stack, the embedded valkey with it.
+        with sigterm_exits_cleanly(signal.SIGHUP):
+            code = run_shell(settings, sys.stdin, sys.stdout, model=not no_model, log_path=str(log_path),
+                             log_note="; deleted at exit unless it holds an error" if ours else "")
+    finally:
+        if ours and not log_worth_keeping(log_path):
+            log_path.unlink(missing_ok=True)
     raise typer.Exit(code=code)

@@ -38,7 +38,7 @@ METHODS = frozenset({
     "auth.test", "apps.connections.open", "chat.postMessage", "chat.postEphemeral", "chat.update", "chat.delete",
     "chat.startStream", "chat.appendStream", "chat.stopStream", "files.info", "files.getUploadURLExternal",
     "files.completeUploadExternal", "users.info", "usergroups.users.list", "conversations.replies",
-    "conversations.members",
+    "conversations.members", "conversations.info",
     "views.publish", "reactions.add", "assistant.threads.setStatus",
 })
 REPLIES_PAGE = 15  # conversations.replies page size for new non-Marketplace apps (slack.md §3)
@@ -87,6 +87,7 @@ class SlackApiSandbox:
         self.files: dict[str, tuple[dict, bytes]] = {}
         self.usergroups: dict[str, list[str]] = {}
         self.members: dict[str, list[str]] = {}  # conversations.members per channel (unset: who posted there)
+        self.channel_names: dict[str, str] = {}  # conversations.info's name per channel (unset: the id, lower-case)
         # External uploads: file id → {filename, length, data (the raw POSTed bytes), shared (the completion)}.
         self.uploads: dict[str, dict] = {}
         self._errors: dict[str, list[InjectedError]] = defaultdict(list)
@@ -130,6 +131,26 @@ class SlackApiSandbox:
         }
         self.files[file_id] = (info, content)
         return info
+
+    def name_channel(self, channel: str, name: str) -> None:
+        with self._lock:
+            self.channel_names[channel] = name
+
+    def _info(self, body: dict) -> dict:
+        """conversations.info as Slack answers it (api.slack.com/methods/conversations.info: `channel` with id,
+        name and the is_* flags); a public channel the bot left is still described, a private one is not."""
+        channel = str(body.get("channel", ""))
+        if not channel or channel.startswith(("U", "W")):
+            return {"ok": False, "error": "channel_not_found"}
+        with self._lock:
+            name = self.channel_names.get(channel, channel.lower())
+            member = channel not in self.removed_from
+        private = channel.startswith("G")
+        if private and not member:
+            return {"ok": False, "error": "channel_not_found"}
+        return {"ok": True, "channel": {"id": channel, "name": name, "is_channel": not private, "is_group": private,
+                                        "is_im": channel.startswith("D"), "is_private": private, "is_archived": False,
+                                        "is_member": member, "created": 1_700_000_000}}
 
     def kick(self, channel: str) -> None:
         """The bot is removed from `channel`: posting there now fails as it does in Slack."""
@@ -329,6 +350,8 @@ class SlackApiSandbox:
             return {"ok": True, "users": self.usergroups.get(body.get("usergroup", ""), [])}
         if method == "conversations.members":
             return self._members(body)
+        if method == "conversations.info":
+            return self._info(body)
         if method == "conversations.replies":
             return self._replies(body)
         if method == "files.getUploadURLExternal":

@@ -670,6 +670,7 @@ class TpuSandbox:
                      **({"nextPageToken": token} if token else {}), "unreachable": []}
 
     def _validate_node(self, zone: str, node: dict) -> None:
+        _validate_labels(node.get("labels") or {})
         accel = str(node.get("acceleratorType", ""))
         if accel not in self.offered_accelerators(zone):
             raise _ApiError(400, "Cloud TPU received a bad request. The requested accelerator configuration for "
@@ -828,6 +829,31 @@ def _handler_for(sandbox: TpuSandbox) -> type[BaseHTTPRequestHandler]:
 def _node_spec(body: Mapping) -> dict:
     specs = (body.get("tpu") or {}).get("nodeSpec") or [{}]
     return specs[0]
+
+
+def _validate_labels(labels: Mapping[str, str]) -> None:
+    """Google's label rules (cloud.google.com/compute/docs/labeling-resources#requirements), checked as
+    the TPU API checks them: the first character it does not take, in the words it uses — gcloud printed
+    `INVALID_ARGUMENT: resource labels are invalid: value "pt-r1.9-resnet50-mp-func-v3-32-1vm" contains
+    invalid character '.' at index 5 for key "test-name"` (GoogleCloudPlatform/ml-testing-accelerators#461).
+    The wording for a key, a length or a count is modelled on that one (not seen in the wild)."""
+    def allowed(ch: str) -> bool:
+        return ch in "_-" or ch.isdigit() or (ch.isalpha() and not ch.isupper())
+
+    def refuse(what: str) -> _ApiError:
+        return _ApiError(400, f"resource labels are invalid: {what}", outcome="bad_labels")
+
+    if len(labels) > 64:
+        raise refuse(f"{len(labels)} labels is more than the 64 a resource may have")
+    for key, value in labels.items():
+        for kind, text in (("key", key), ("value", str(value))):
+            at = next((i for i, ch in enumerate(text) if not allowed(ch)), None)
+            if at is not None:
+                raise refuse(f'{kind} "{text}" contains invalid character {text[at]!r} at index {at} for key "{key}"')
+            if len(text) > 63:
+                raise refuse(f'{kind} "{text}" is longer than 63 characters for key "{key}"')
+        if not key or not (key[0].isalpha() and not key[0].isupper()):
+            raise refuse(f'key "{key}" must start with a lowercase letter')
 
 
 def _node_labels(body: Mapping) -> dict[str, str]:

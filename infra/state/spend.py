@@ -119,6 +119,24 @@ end
 return 1
 """
 
+# A reservation made when its worst case was unknown (a search that could land in an unpriced zone)
+# holds 0; once the lease's zone is known, it is raised to what the lease can cost there. Never lowered.
+# KEYS: 1 ledger, 2 open. ARGV: 1 lease id, 2 channel, 3 USD, 4 TTL. Returns 1 if raised.
+_RAISE_RESERVATION = """
+local open = redis.call('HGET', KEYS[2], ARGV[1])
+if not open then return 0 end
+local channel, reserved, rest = string.match(open, '^([^|]*)|([^|]*)|(.*)$')
+local want = tonumber(ARGV[3])
+reserved = tonumber(reserved) or 0
+if want <= reserved then return 0 end
+redis.call('HINCRBYFLOAT', KEYS[1], 'ws:reserved', want - reserved)
+redis.call('HINCRBYFLOAT', KEYS[1], 'ch:' .. channel .. ':reserved', want - reserved)
+redis.call('HSET', KEYS[2], ARGV[1], channel .. '|' .. ARGV[3] .. '|' .. (rest or ''))
+redis.call('EXPIRE', KEYS[1], ARGV[4])
+redis.call('EXPIRE', KEYS[2], ARGV[4])
+return 1
+"""
+
 STALE_OPEN_SECONDS = 600  # a reservation this old that no running lease owns is a leftover
 
 # The month's ledger from scratch. KEYS: 1 ledger, 2 open, 3 settled.
@@ -274,6 +292,7 @@ class SpendLedger:
         self.default_channel = default_channel
         self._claim = redis.register_script(_CLAIM_WITHIN_BUDGET)
         self._settle = redis.register_script(_SETTLE)
+        self._raise_reservation = redis.register_script(_RAISE_RESERVATION)
         self._rebuild = redis.register_script(_REBUILD)
 
     # --- budgets -----------------------------------------------------------------------------
@@ -337,6 +356,14 @@ class SpendLedger:
                   keys.spend_receipts()],
             args=[record.lease_id, record.channel, repr(record.cost), record.to_json(), team, month,
                   LEDGER_TTL_SECONDS, "1" if append_receipt else "0"],
+        )
+        return bool(done)
+
+    async def raise_reservation(self, team: str, month: str, lease_id: str, usd: float) -> bool:
+        """Raise a running lease's reservation to `usd` (its worst case, once known); never lowers it."""
+        done = await self._raise_reservation(
+            keys=[keys.spend_ledger(team, month), keys.spend_open(team, month)],
+            args=[lease_id, "", repr(max(0.0, usd)), LEDGER_TTL_SECONDS],
         )
         return bool(done)
 

@@ -44,14 +44,25 @@ class UsageStore:
     async def get(self, lease_id: str) -> UsageState:
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.usage(lease_id)))
         values = {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in raw.items()}
+        # Less what the bot's own boot probes used: they are not traffic anybody was served.
         return UsageState(
-            requests=values.get("offset_requests", 0.0) + values.get("requests", 0.0),
-            output_tokens=values.get("offset_tokens", 0.0) + values.get("output_tokens", 0.0),
+            requests=max(0.0, values.get("offset_requests", 0.0) + values.get("requests", 0.0)
+                         - values.get("probe_requests", 0.0)),
+            output_tokens=max(0.0, values.get("offset_tokens", 0.0) + values.get("output_tokens", 0.0)
+                              - values.get("probe_tokens", 0.0)),
             last_used_at=values.get("last_used_at", 0.0),
             metrics_at=values.get("metrics_at", 0.0),
             unknown_since=values.get("unknown_since", 0.0),
             idle_total=values.get("idle_seconds", 0.0),
         )
+
+    async def exclude_boot_probes(self, lease_id: str, reading: VllmUsage) -> None:
+        """The counters as the boot's probes left them (read before anyone else may use the model):
+        what they count is the bot's own questions, kept out of the served totals."""
+        key = keys.usage(lease_id)
+        await cast(Awaitable[int], self._redis.hset(key, mapping={"probe_requests": repr(reading.requests),
+                                                                  "probe_tokens": repr(reading.output_tokens)}))
+        await self._redis.expire(key, self._ttl)
 
     async def record(self, lease_id: str, reading: VllmUsage | None, now: float) -> UsageState:
         """Fold one reading in. One worker runs a lease's check at a time (deterministic job ids)."""

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from infra.plurals import counted
+
 Q = '<|"|>'
 
 # (words in the user's message, substrings of a tool name), checked in order.
@@ -87,7 +89,7 @@ def _call(name: str, params: dict[str, Any], user_text: str) -> str:
 _TEMPLATE = re.compile(r"^T\d+ (?P<sev>[A-Z]+) x(?P<count>\d+) (?P<span>L[\d,L\-–]+)[^:]*: (?P<message>.*)$")
 _SAMPLE = re.compile(r"^\s+L(?P<line>\d+) \| ")
 _SEVERITY_RANK = {"FATAL": 0, "CRITICAL": 0, "EMERGENCY": 0, "ALERT": 0, "ERROR": 1, "WARNING": 2, "WARN": 2}
-_DIGEST_LINES = re.compile(r"Log digest: (?P<lines>[\d,]+) lines")
+_DIGEST_LINES = re.compile(r"Log digest: (?P<lines>[\d,]+) lines?")
 _ARITHMETIC = re.compile(r"\bwhat is (\d{1,9}) *([+*x×-]) *(\d{1,9})\b", re.IGNORECASE)
 _OPERATORS = {"+": operator.add, "-": operator.sub, "*": operator.mul, "x": operator.mul, "×": operator.mul}
 _LOG_MATERIAL = "<<<DATA log digest"
@@ -162,8 +164,10 @@ def _summarize_digest_or_text(name: str, result: str) -> str:
     if digest_templates(result):
         # Say how much was read: "no errors" of a message cut at Slack's limit is not a clean bill.
         read = _DIGEST_LINES.search(result)
-        lines = f"{read['lines']} lines of " if read else ""
-        return f"The {lines}logs ({name}) show no warnings or errors in those lines."
+        count = int(read["lines"].replace(",", "")) if read else 0
+        lines = f"{counted(count, 'line')} of " if read else ""
+        those = "that line" if read and count == 1 else "those lines"
+        return f"The {lines}logs ({name}) show no warnings or errors in {those}."
     body = " ".join(line for line in result.splitlines() if line.strip() and not _FENCE.match(line.strip()))
     return f"{name} returned: \"{_cut(body, _QUOTE_CHARS)}\""
 
@@ -181,7 +185,7 @@ def received_images(images: Sequence[Any]) -> str:
     if not images:
         return ""
     sizes = ", ".join(f"{image.width}×{image.height}" for image in images)
-    return f" It received {len(images)} image{'s' * (len(images) != 1)} ({sizes}) and cannot see them."
+    return f" It received {counted(len(images), 'image')} ({sizes}) and cannot see {'it' if len(images) == 1 else 'them'}."
 
 
 def respond(request: dict[str, Any], label: str = "sandbox model", images: Sequence[Any] = ()) -> str:

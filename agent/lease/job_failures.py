@@ -1,0 +1,87 @@
+"""A lease whose job failed ends FAILED, with the reason and the fix on its card.
+
+A lease job (provision, watch, model boot, teardown) that raises leaves its lease where it was:
+CREATING or TEARING DOWN for good, the channel jammed, the error only in the worker's log. So
+whatever the error, the lease is ended here instead:
+
+- a lease that was getting a TPU becomes FAILED with the error as its reason (a classified cloud
+  error's own fix, else where to look), is released so the channel can `/tpu up` again, and its
+  queued resource, if one was made, is deleted: nobody would be watching it;
+- a lease being torn down is released with the error on its card: the teardown finishes.
+
+Two paths lead here: the job's own exception, caught where the worker runs lease jobs (at once),
+and a failure arq kept for a job that never returned (it ran past JOB_TIMEOUT, or out of tries),
+found by the worker's minute pass (`fail_if_its_job_failed`), so within a minute either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from agent.context import WorkerServices
+from agent.lease.lifecycle import awaited_job_id, explain, fail_lease, release_lease
+from agent.redact import redact
+from infra.jobs import JobOutcome, describe_failure
+from infra.state.leases import Lease, LeaseState
+
+log = logging.getLogger(__name__)
+
+JOB_NAMES = {"provision": "provisioning", "watch": "watching", "boot": "model boot", "teardown": "teardown"}
+AGAIN = {"teardown": "nothing to do: a queued resource left behind is found by the reconciler through its labels "
+                     "and shown in this channel again"}
+
+
+def failure_reason(error: BaseException | str, job: str, lease_id: str) -> str:
+    """What the card says: a classified cloud error as it explains itself (message, then its fix);
+    anything else as what stopped which job, and where the details are."""
+    from infra.tpu_errors import TpuError
+
+    if isinstance(error, TpuError):
+        return redact(explain(error))
+    what = error if isinstance(error, str) else describe_failure(error)
+    again = AGAIN.get(job, "run `/tpu up` again")
+    return redact(f"The {JOB_NAMES.get(job, job)} job stopped on an error: {what}. Fix: {again}; if it happens "
+                  f"again, the worker's log has the details (its lines name lease_id {lease_id}).")
+
+
+async def lease_job_failed(svc: WorkerServices, lease: Lease | None, job: str,
+                           error: BaseException | str) -> JobOutcome:
+    """End `lease` after its `job` failed with `error` (see the module docstring)."""
+    reason = failure_reason(error, job, lease.lease_id if lease else "?")
+    if lease is None:
+        return JobOutcome.failed(reason[:200])
+    log.error("lease %s: its %s job failed, so the lease ends: %s", lease.lease_id, job, reason)
+    if lease.state == LeaseState.FAILED:
+        return JobOutcome.failed("already failed")
+    if lease.state == LeaseState.TEARING_DOWN:
+        await release_lease(svc, lease, reason=f"the teardown stopped on an error ({reason.rstrip('.')})", by=lease.torn_down_by)
+        return JobOutcome.failed(f"released after the teardown failed: {reason[:160]}")
+    await fail_lease(svc, lease, reason)
+    if lease.state != LeaseState.PENDING:  # a PENDING lease never asked GCP for anything
+        await _delete_quietly(svc, lease)
+    return JobOutcome.failed(reason[:200])
+
+
+async def _delete_quietly(svc: WorkerServices, lease: Lease) -> None:
+    """Delete whatever QR the lease may have made; an error here changes nothing already said (the
+    reconciler finds a QR left behind by its labels)."""
+    from infra.tpu_errors import TpuError
+
+    try:
+        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id, wait=False)
+    except TpuError as error:
+        log.warning("lease %s: could not delete %s after its job failed: %s", lease.lease_id, lease.qr_id, error)
+
+
+async def fail_if_its_job_failed(svc: WorkerServices, lease: Lease) -> bool:
+    """End a lease whose awaited job is over with a failure arq kept (a timeout, no tries left):
+    no job of its own will ever move it again. True if it was ended."""
+    awaited = awaited_job_id(lease)
+    if awaited is None:
+        return False
+    failure = await svc.jobs.failure(awaited)
+    if failure is None:
+        return False
+    await lease_job_failed(svc, lease, awaited.split(":", 1)[0], failure)
+    return True

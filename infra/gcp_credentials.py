@@ -1,0 +1,44 @@
+"""Are there Google credentials to sign with? Asked once, at start, by every process with GCP_PROJECT set.
+
+The check is google-auth's own discovery, `google.auth.default()`, which looks in order at
+GOOGLE_APPLICATION_CREDENTIALS, gcloud's application-default file, the App Engine runtime and
+the metadata server of the machine it runs on (GCE, GKE, Cloud Run), and raises
+`DefaultCredentialsError` when none has credentials. It fetches no token: nothing is sent to
+Google, so an expired or revoked credential passes here and fails at its first use, where the
+caller says so on the card (infra/tpu_errors.py classifies google-auth's RefreshError). The
+only request it may make is its probe of the local metadata server when no file is set, which
+off Google Cloud fails within google-auth's GCE_METADATA_TIMEOUT.
+"""
+
+from __future__ import annotations
+
+import os
+
+CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
+CREDENTIALS_VARIABLE = "GOOGLE_APPLICATION_CREDENTIALS"
+ADC_FIX = ("run `gcloud auth application-default login`, or set GOOGLE_APPLICATION_CREDENTIALS to a service-account "
+           "key file (on Google Cloud, the workload's service account provides them); leave GCP_PROJECT empty to use "
+           "the local sandbox")
+
+
+def missing_credentials(project: str) -> str | None:
+    """One line saying why there are no Application Default Credentials and how to get them; None
+    when google-auth finds some."""
+    import google.auth
+    from google.auth import exceptions as auth_exc
+
+    try:
+        google.auth.default(scopes=[CLOUD_PLATFORM_SCOPE])
+    except auth_exc.DefaultCredentialsError as error:
+        named = os.environ.get(CREDENTIALS_VARIABLE, "")
+        if named:
+            return (f"{CREDENTIALS_VARIABLE}={named} gives no credentials ({_first_sentence(error)}); point it at "
+                    "a service-account key file (JSON), or unset it to use `gcloud auth application-default "
+                    "login`'s")
+        return f"GCP_PROJECT={project} is set, but no Google credentials were found; {ADC_FIX}"
+    return None
+
+
+def _first_sentence(error: Exception) -> str:
+    text = str(error).strip()
+    return text.split(". ", 1)[0].rstrip(".") if text else type(error).__name__

@@ -1,0 +1,93 @@
+"""Credentials that exist but that Google refuses (a deleted or rotated service-account key) pass the
+start-up check, which fetches no token, and fail at their first use: that is one line on the
+lease's card, never a traceback on a terminal and never a channel stuck in CREATING (issue 44).
+
+Real parts: google-auth's own service-account credentials from a key file, signing a real JWT
+with a key made for the test and posting it to a token endpoint; the TPU client behind them,
+pointed at the sandbox TPU API. The token endpoint is a stand-in for Google's
+(oauth2.googleapis.com/token) answering as Google answers a JWT signed by a key it no longer
+knows: HTTP 400 with the body quoted in googleapis/google-cloud-python#10004.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
+from waiting import wait_until
+
+from infra.gcp_credentials import missing_credentials
+from infra.sandbox.world import CloudSandbox, SandboxWorld
+
+PROJECT = "my-project"
+CHANNEL = "C0CREDS"
+INVALID_GRANT = b'{\n "error": "invalid_grant",\n "error_description": "Invalid JWT Signature."\n}'
+
+
+class _TokenEndpoint(BaseHTTPRequestHandler):
+    posts: list[str] = []
+
+    def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+        length = int(self.headers.get("content-length", 0))
+        _TokenEndpoint.posts.append(self.rfile.read(length).decode())
+        self.send_response(400)
+        self.send_header("content-type", "application/json; charset=utf-8")
+        self.send_header("content-length", str(len(INVALID_GRANT)))
+        self.end_headers()
+        self.wfile.write(INVALID_GRANT)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def refused_key(tmp_path, monkeypatch):
+    """GOOGLE_APPLICATION_CREDENTIALS naming a well-formed key file whose token endpoint refuses it."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _TokenEndpoint)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                            serialization.NoEncryption()).decode()
+    # The fields of a key file as `gcloud iam service-accounts keys create` writes it.
+    path = tmp_path / "key.json"
+    path.write_text(json.dumps({
+        "type": "service_account", "project_id": PROJECT, "private_key_id": "0" * 40, "private_key": pem,
+        "client_email": f"tpubot@{PROJECT}.iam.gserviceaccount.com", "client_id": "1" * 21,
+        "token_uri": f"http://127.0.0.1:{server.server_address[1]}/token",
+    }))
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(path))
+    _TokenEndpoint.posts.clear()
+    yield path
+    server.shutdown()
+    server.server_close()
+
+
+def test_the_start_up_check_finds_the_key_without_asking_google(refused_key):
+    assert missing_credentials(PROJECT) is None
+    assert _TokenEndpoint.posts == []  # no token was fetched: the refusal can only show at first use
+
+
+def test_a_refused_key_fails_the_lease_with_one_line_and_the_fix(refused_key, make_stack):
+    with CloudSandbox(SandboxWorld(), project=PROJECT) as cloud:
+        stack = make_stack(gcp_project=PROJECT, poll_interval="0.2s", **cloud.endpoint_overrides())
+        requests = stack.signed_requests()
+        try:
+            assert "Requested" in requests.slash("up", user="UALICE", channel=CHANNEL).text
+            failed = wait_until(lambda: [c.body for c in stack.slack.calls
+                                         if c.method == "chat.update" and "FAILED" in c.body.get("text", "")],
+                                timeout=60, what="the card FAILED")
+            reason = next(b["text"]["text"] for b in failed[-1]["blocks"]
+                          if b["type"] == "section" and "Reason" in b.get("text", {}).get("text", ""))
+            assert reason.startswith(":red_circle: *Reason:* Google credentials were rejected: invalid_grant: "
+                                     "Invalid JWT Signature."), reason
+            assert "*Fix:* GOOGLE_APPLICATION_CREDENTIALS: refresh the credentials" in reason
+            assert "Traceback" not in reason and "{" not in reason  # not the token endpoint's raw answer
+            assert reason.count("\n") == 1  # the reason on one line, the fix on the next
+            assert "grant_type=urn" in _TokenEndpoint.posts[0]  # google-auth really asked for a token
+            assert cloud.tpu is not None and cloud.tpu.queued_resources() == []
+        finally:
+            requests.close()
