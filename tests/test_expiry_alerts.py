@@ -200,7 +200,12 @@ def active_with_deadline(stack, channel: str) -> dict | None:
 
 
 def test_three_workers_twenty_leases_each_alert_exactly_once(harness):
-    stack, slack, workers = harness(workers=3, alert_lead_times="5s,3s", alert_late_after="3s")
+    # Zones with capacity only: this test is about alerts, and a burst of creates spreads over the
+    # zones (a zone whose only attempt is still waiting ranks below one never tried), so a lease sent
+    # to the sandbox's no-capacity zone would wait there and never reach its deadline.
+    stack, slack, workers = harness(workers=3, alert_lead_times="5s,3s", alert_late_after="3s",
+                                    settings={"tpu_zones": "us-west4-a,us-central1-a,us-south1-a",
+                                              "tpu_zone": "us-west4-a"})
     channels = [f"CEXP{i:02d}" for i in range(20)]
     for channel in channels:
         reply = slack.slash("up 0.0025h", user=ALICE, channel=channel)  # 9 s of run time
