@@ -207,9 +207,3 @@ def _distinct(alert: AlertmanagerAlert, common: dict[str, str]) -> str:
     named = text(own or alert.fingerprint or alert.labels.get("alertname", ""), LISTED_CHARS)
     return f"{named} (resolved)" if alert.status == "resolved" else named
 
-
-def parse_alertmanager(body: bytes) -> AlertEvent:
-    """A whole body at once (the same reading as a stream)."""
-    reader = AlertmanagerReader()
-    reader.feed(body)
-    return reader.finish()

@@ -4,8 +4,8 @@ routed channel, read Cloud Logging for the alert's window and resource, and answ
 model up" card (the same agent run a mention gets, agent/llm/loop.py).
 
 The thread's first message is the incident as its source reports it now, re-rendered from the
-record (infra/state/incidents.py) after every delivery: firing, acknowledged (by whom, when) or
-resolved; PagerDuty's priority and urgency with what they were, its escalations and
+record (infra/state/incidents.py; handlers/incident_text.py writes it) after every delivery:
+firing, acknowledged (by whom, when) or resolved; PagerDuty's priority and urgency with what they were, its escalations and
 reassignments; an Alertmanager group's size (firing, resolved, held back by max_alerts) and its
 first alerts; and "still firing", counted, each time Alertmanager or Cloud Monitoring sends it
 again, however identical the bytes. A resolve also says so in the thread.
@@ -21,7 +21,6 @@ context, never as the request, and every text is redacted and mrkdwn-escaped bef
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -35,13 +34,14 @@ from agent.actions.model_endpoint import run_redactor
 from agent.context import Actor, Services
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionBuilder, unread_warnings
-from handlers.cards import escape
 from handlers.feedback_buttons import offer_feedback
 from handlers.incident_payloads import AlertEvent
 from handlers.incident_recall import recall_and_remember
+from handlers.incident_text import alert_context, resolved_text, root_text, storm_text
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
 from infra.jobs import JobOutcome, JobSpec
+from infra.state import keys
 from infra.state.incidents import NEVER_FOLD, Incident, IncidentStore, StateUpdate
 
 log = logging.getLogger(__name__)
@@ -79,10 +79,6 @@ INVESTIGATE_REQUEST = "An alert fired: what went wrong in these logs?"
 LOG_LEAD = timedelta(minutes=30)  # read this long before the alert started: the cause comes first
 DEFAULT_LOOKBACK = timedelta(hours=1)  # an alert without a start time
 FOLD_REPORT_SECONDS = 2  # the storm message is edited at most this often
-SHOWN_LABELS = 8
-HIDDEN_LABELS = frozenset({"source", "priority", "urgency"})  # said by the message's own lines
-NAMED_IN_ROOT = 10  # alerts of a group named in the first message (the model is given all that are kept)
-LABEL_CHARS = 120  # of one label shown in the first message
 RENDER_TRIES = 3  # the first message is rendered again while other deliveries keep changing the record
 AUTOMATION = "automation"  # who made a change when the source names nobody (PagerDuty's null agent)
 REMEMBERED = ("priority", "urgency")  # shown with what they were before a change
@@ -103,8 +99,7 @@ def alert_job_id(event: AlertEvent, accepted_at: float | None = None) -> str:
 
 
 def fold_job_id(route: str, severity: str, window: int, now: float | None = None) -> str:
-    scope = hashlib.sha256(f"{route}\0{severity}".encode()).hexdigest()[:16]
-    return f"alert-fold:{scope}:{window}:{int((time.time() if now is None else now) // FOLD_REPORT_SECONDS)}"
+    return f"alert-fold:{keys.storm_scope(route, severity)}:{window}:{int((time.time() if now is None else now) // FOLD_REPORT_SECONDS)}"
 
 
 def state_updates(event: AlertEvent, at: float) -> list[StateUpdate]:
@@ -187,7 +182,7 @@ async def refresh_root(svc: Services, client: AsyncWebClient, store: IncidentSto
         record = await store.get(source, key)
         if record is None or not record.ts:
             return
-        await client.chat_update(channel=record.channel, ts=record.ts, text=root_text(svc, record))
+        await client.chat_update(channel=record.channel, ts=record.ts, text=root_text(record, svc.redactor))
         if await store.version(source, key) == record.version:
             return
 
@@ -202,7 +197,7 @@ async def open_incident(svc: Services, client: AsyncWebClient, store: IncidentSt
         record = await store.get(event.source, event.key)
         if record is None:
             raise IncidentBusy(event.key)
-        response = await client.chat_postMessage(channel=channel, text=root_text(svc, record),
+        response = await client.chat_postMessage(channel=channel, text=root_text(record, svc.redactor),
                                                  unfurl_links=False, unfurl_media=False)
     except BaseException:
         await store.forget(event.source, event.key)  # a retry of this job opens it again
@@ -269,126 +264,6 @@ async def report_folded(svc: Services, client: AsyncWebClient, store: IncidentSt
     return JobOutcome.ok(f"posted {count}")
 
 
-# --- texts -----------------------------------------------------------------------------------
-
-def storm_text(route: str, severity: str, count: int, by_source: dict[str, int], storm_threads: int,
-               storm_window: float) -> str:
-    matcher = escape(route.rpartition(":")[0]).replace("`", "'")
-    sources = ", ".join(f"{n:,} from {name}" for name, n in sorted(by_source.items()))
-    return (f":ocean: *Alert storm on route `{matcher}`*, severity {escape(severity) or 'unset'}: {count:,} more new "
-            f"alert{'s' * (count != 1)} ({sources}) in this {_duration(storm_window)} window "
-            f"{'were' if count != 1 else 'was'} folded here instead of opening threads (at most {storm_threads} new "
-            f"threads per route and severity per window, ALERT_STORM_THREADS). Alerts that page "
-            f"(ALERT_PAGE_SEVERITIES) are never folded.")
-
-
-def root_text(svc: Services, record: Incident) -> str:
-    """The thread's first message: what fired, where from, its group, and its state as the source reports it."""
-    def safe(text: str) -> str:
-        return escape(svc.redactor(text))
-
-    event = AlertEvent.model_validate_json(record.fields["event"])
-    resolved = record.status == "resolved"
-    acknowledged = not resolved and record.fields.get("acknowledged") == "1"
-    head = (":white_check_mark: *RESOLVED*" if resolved else ":eyes: *ACKNOWLEDGED*" if acknowledged
-            else ":rotating_light: *FIRING*")
-    severity = f" · severity {safe(event.severity)}" if event.severity else ""
-    count = f" · {event.alert_count:,} alerts" if event.alert_count > 1 else ""
-    lines = [f"{head} · {event.source} · *{safe(event.title)}*{severity}{count}"]
-    if event.summary:
-        lines.append(safe(event.summary))
-    shown = {k: v for k, v in event.labels.items() if v and k not in HIDDEN_LABELS}
-    if shown:
-        lines.append(" ".join(f"`{safe(f'{k}={v}'[:LABEL_CHARS]).replace('`', chr(39))}`"
-                              for k, v in list(shown.items())[:SHOWN_LABELS]))
-    when = [f"started {_clock(event.started_at)}"] if event.started_at else []
-    if event.ended_at:
-        when.append(f"ended {_clock(event.ended_at)}")
-    if event.url.startswith(("https://", "http://")):
-        when.append(f"<{escape(event.url)}|open in {event.source}>")
-    if when:
-        lines.append(" · ".join(when))
-    lines += [safe(line) for line in group_lines(event)]
-    lines += state_lines(record, safe, resolved=resolved, acknowledged=acknowledged)
-    paged = record.fields.get("paged", "")
-    if paged:
-        lines.append(f"Paging {paged} (severity {safe(event.severity) or 'unset'}).")
-    return "\n".join(lines)
-
-
-def group_lines(event: AlertEvent, named: int = NAMED_IN_ROOT) -> list[str]:
-    """An Alertmanager group: how many alerts it holds and in which state, and its first `named` alerts."""
-    if event.source != "alertmanager" or event.alert_count <= 1:
-        return []
-    states = [f"{n:,} {state}" for n, state in ((event.firing_count, "firing"), (event.resolved_count, "resolved")) if n]
-    line = f"{event.alert_count:,} alerts in this group: {', '.join(states)}"
-    if event.held_back:
-        line += (f"; {event.held_back:,} more held back by the receiver's max_alerts (Alertmanager's "
-                 f"truncatedAlerts): counted, never sent")
-    lines = [line + "."]
-    sent = event.firing_count + event.resolved_count
-    listed = event.listed[:named]
-    if listed:
-        more = sent - len(listed)
-        lines.append(", ".join(listed) + (f" … and {more:,} more (the first {len(listed)} are named; every alert is "
-                                          f"counted above)." if more > 0 else "."))
-    return lines
-
-
-def state_lines(record: Incident, safe, *, resolved: bool, acknowledged: bool) -> list[str]:
-    """Acknowledgement, priority, urgency, escalation, assignment, who resolved, and "still firing"."""
-    fields = record.fields
-
-    def when(name: str) -> str:
-        at = float(fields.get(name) or 0)
-        return f" at {_clock(datetime.fromtimestamp(at, tz=timezone.utc))}" if at else ""
-
-    def by(name: str) -> str:
-        return f" by {safe(fields[name])}" if fields.get(name) else ""
-
-    lines = []
-    if acknowledged:
-        lines.append(f":eyes: Acknowledged{by('ack_by')}{when('ack_at') if fields.get('ack_by') else ''}.")
-    if fields.get("priority"):
-        was = f" (was {safe(fields['priority_was'])})" if fields.get("priority_was") else ""
-        changed = f", changed{by('priority_by')}{when('priority_at')}" if fields.get("priority_by") else ""
-        lines.append(f"Priority *{safe(fields['priority'])}*{was}{changed}.")
-    if fields.get("urgency_was") and fields.get("urgency") and fields["urgency"] != fields["urgency_was"]:
-        lines.append(f"Urgency *{safe(fields['urgency'])}* (was {safe(fields['urgency_was'])}).")
-    if fields.get("escalated_at") and not resolved:
-        to = f" to {safe(fields['escalated_to'])}" if fields.get("escalated_to") else ""
-        lines.append(f":arrow_double_up: Escalated{when('escalated_at')}{by('escalated_by')}{to}.")
-    if fields.get("assigned") and not resolved:
-        verb = "Delegated to escalation policy" if fields["assigned"] == "delegated" else "Reassigned to"
-        lines.append(f"{verb} {safe(fields.get('assigned_to') or 'nobody named')}{when('assigned_at')}{by('assigned_by')}.")
-    if resolved and fields.get("resolved_by"):
-        lines.append(f"Resolved{by('resolved_by')}{when('resolved_at')}.")
-    if record.repeats and not resolved:
-        lines.append(f"_Still firing: {record.source} sent it again {record.repeats} time{'s' * (record.repeats != 1)}, "
-                     f"last{when('last_repeat')}._")
-    return lines
-
-
-def resolved_text(event: AlertEvent, opened: float) -> str:
-    ended = event.ended_at or datetime.now(timezone.utc)
-    lasted = max(0.0, ended.timestamp() - (event.started_at.timestamp() if event.started_at else opened))
-    return f":white_check_mark: Resolved at {_clock(ended)} (after {_duration(lasted)}). This thread is closed."
-
-
-def alert_context(event: AlertEvent) -> list[str]:
-    """The alert as the model sees it: quoted data, one fact a line."""
-    lines = [f"alert from {event.source}: {event.title} ({event.status})"]
-    if event.summary:
-        lines.append(f"summary: {event.summary}")
-    if event.severity:
-        lines.append(f"severity: {event.severity}")
-    if event.started_at:
-        lines.append(f"started: {_clock(event.started_at)}")
-    lines += [f"label {k}={v}" for k, v in list(event.labels.items())[:20] if v]
-    lines += [f"group: {line}" for line in group_lines(event, named=len(event.listed))]
-    return lines
-
-
 def log_window(event: AlertEvent, now: datetime | None = None) -> tuple[datetime, datetime]:
     now = now or datetime.now(timezone.utc)
     start = (event.started_at - LOG_LEAD) if event.started_at else now - DEFAULT_LOOKBACK
@@ -418,16 +293,3 @@ async def _post(client: AsyncWebClient, channel: str, thread_ts: str, text: str)
                                       unfurl_media=False)
     except SlackApiError as error:
         log.warning("posting in an incident thread failed: %s", error.response.get("error"))
-
-
-def _clock(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"

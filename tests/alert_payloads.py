@@ -29,6 +29,9 @@ import httpx
 import pytest
 import redis as redis_sync
 
+from handlers.alertmanager_payload import AlertmanagerReader
+from handlers.incident_payloads import AlertEvent
+
 AM_TOKEN = "am-token-" + "x" * 24
 CM_TOKEN = "cm-token-" + "y" * 24
 PD_SECRET = "pd-secret-" + "z" * 24
@@ -105,6 +108,13 @@ def crash_loop_head(count: int, truncated: int = 0) -> tuple[dict, dict]:
              "routeLabels": {}, "externalURL": "http://alertmanager-kube-prometheus-alertmanager.monitoring:9093",
              "version": "4", "groupKey": '{}/{team="tpu"}:{alertname="KubePodCrashLooping"}', "truncatedAlerts": truncated}
     return before, after
+
+
+def parse_alertmanager(body: bytes) -> AlertEvent:
+    """A whole body at once, read as the route reads it (as a stream)."""
+    reader = AlertmanagerReader()
+    reader.feed(body)
+    return reader.finish()
 
 
 def crash_loop_group(count: int, truncated: int = 0) -> bytes:

@@ -19,10 +19,10 @@ import pytest
 
 from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PAGEY_PING, SENDERS, TEAM, basic, clients,
                             cloud_monitoring, cloud_monitoring_test_connection, crash_loop_chunks, crash_loop_group,
-                            keyspace_digest, pagerduty, roots, send_am, send_cm, send_pd, thread, user,
+                            keyspace_digest, pagerduty, parse_alertmanager, roots, send_am, send_cm, send_pd, thread, user,
                             web_only_stack)
-from handlers.alertmanager_payload import LISTED_ALERTS, AlertmanagerReader, parse_alertmanager
-from handlers.incident_job import NAMED_IN_ROOT, alert_context
+from handlers.alertmanager_payload import LISTED_ALERTS, AlertmanagerReader
+from handlers.incident_text import NAMED_IN_ROOT, alert_context
 from infra.state import keys
 from waiting import wait_until
 
