@@ -41,6 +41,7 @@ from starlette.routing import Route
 from bot.request_gate import BodyTooLarge, read_capped_body
 from bot.settings import Settings
 from bot.webhook_auth import BASIC_CHALLENGE, pagerduty_ok, token_ok, webhook_id
+from handlers.alert_severity import SeverityOrder
 from handlers.alertmanager_payload import AlertmanagerReader
 from handlers.incident_job import ALERT_JOB, AlertJob, alert_job_id
 from handlers.incident_payloads import AlertEvent, Ignored, PayloadError, Ping, Source, parse_alert
@@ -88,20 +89,14 @@ def delivery_markers(settings: Settings, dedupe: Dedupe, request: Request, event
     return [dedupe.marker("alert", f"{event.source}:{event.delivery}")], max(window, 1)
 
 
-def pages(settings: Settings, event: AlertEvent) -> bool:
-    """Whether the alert's severity (PagerDuty: urgency or priority) asks for the on-call."""
-    wanted = set(settings.alert_page_severities)
-    return bool(event.severity in wanted or event.labels.get("priority", "") in wanted)
-
-
 def unauthorized() -> Response:
     # The challenge is what Cloud Monitoring's basic-auth channel waits for before it sends its credentials.
     return JSONResponse({"error": "unauthorized"}, status_code=401, headers={"www-authenticate": BASIC_CHALLENGE})
 
 
-async def read_alertmanager(request: Request) -> AlertEvent:
+async def read_alertmanager(request: Request, order: SeverityOrder) -> AlertEvent:
     """The group, parsed as its chunks arrive (in a thread: a group of thousands is CPU work)."""
-    reader = AlertmanagerReader()
+    reader = AlertmanagerReader(order)
     async for chunk in request.stream():
         if chunk:
             await asyncio.to_thread(reader.feed, chunk)
@@ -111,6 +106,7 @@ async def read_alertmanager(request: Request) -> AlertEvent:
 def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Route]:
     """The three routes; `state["services"]` is filled by the web app's lifespan."""
     routes = settings.alert_route_list()
+    order = SeverityOrder(tuple(settings.alert_page_severities))
     queueing: LateAnswers[int] = LateAnswers(budget_seconds=QUEUE_BUDGET_SECONDS)
     secret_of = {"alertmanager": settings.alertmanager_webhook_token.get_secret_value(),
                "cloud-monitoring": settings.cloud_monitoring_token.get_secret_value(),
@@ -138,7 +134,7 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
                         bearer=source == "alertmanager"):
             return _refused(source)
         if source == "alertmanager":
-            return await read_alertmanager(request)
+            return await read_alertmanager(request, order)
         try:
             body = await read_capped_body(request, settings.alert_max_body_bytes)
         except BodyTooLarge:
@@ -177,7 +173,8 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
             return JSONResponse({"routed": False, "reason": "no ALERT_ROUTES rule matches this alert"})
         svc = state["services"]
         markers, kept = delivery_markers(settings, svc.dedupe, request, event)
-        job = AlertJob(alert=event.model_dump(mode="json"), channel=route.channel, page=pages(settings, event),
+        reason = order.page_reason(event)
+        job = AlertJob(alert=event.model_dump(mode="json"), channel=route.channel, page=bool(reason), page_reason=reason,
                        storm_threads=settings.alert_storm_threads,
                        storm_window=settings.alert_storm_window.total_seconds(), route=route.rule)
         work = svc.jobs.enqueue_first_delivery(ALERT_JOB, job, job_id=alert_job_id(event, time.time()),

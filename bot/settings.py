@@ -264,7 +264,8 @@ class Settings(BaseSettings):
                                         "or answered is answered without a mention for this long (0s: never)")
     alert_page_severities: CsvList = Field(
         default_factory=lambda: ["critical", "page", "high", "p1"],
-        description="alert severities (PagerDuty: urgency or priority) that page the channel's on-call")
+        description="alert severities (PagerDuty: urgency or priority) that page the channel's on-call; they rank "
+                    "above all others when a group's alerts differ (the first listed highest)")
 
     _split = field_validator(
         "tpu_zones", "model_source_ranges", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",

@@ -25,6 +25,7 @@ import ijson
 from ijson.common import ObjectBuilder
 from pydantic import BaseModel, Field, ValidationError
 
+from handlers.alert_severity import SeverityOrder
 from handlers.incident_payloads import AlertEvent, PayloadError, first_problem, labelled_resource, moment, text
 
 LISTED_ALERTS = 20  # alerts of a group kept to be named in its thread; the rest are counted
@@ -57,9 +58,12 @@ class AlertmanagerHead(BaseModel):
 
 class AlertmanagerReader:
     """Feed the body's chunks in order, then `finish()` for the AlertEvent (PayloadError naming
-    the field when it is not Alertmanager's payload; the first problem in the head comes first)."""
+    the field when it is not Alertmanager's payload; the first problem in the head comes first).
+    The group's severity is its most severe alert's, by `order`."""
 
-    def __init__(self) -> None:
+    def __init__(self, order: SeverityOrder) -> None:
+        self._order = order
+        self._severity = ""  # the most severe of the alerts read so far
         self._events = ijson.sendable_list()
         self._parser = ijson.parse_coro(self._events)
         self._digest = hashlib.sha256()
@@ -163,6 +167,7 @@ class AlertmanagerReader:
         except ValidationError as error:
             self._note(first_problem(error, f"alerts.{index}"))
             return
+        self._severity = self._order.highest(self._severity, alert.labels.get("severity", "").lower())
         if alert.status == "firing":
             self._firing += 1
         else:
@@ -184,12 +189,13 @@ class AlertmanagerReader:
         title = common.get("alertname") or first.labels.get("alertname") or "Alertmanager alert"
         annotations = head.commonAnnotations or first.annotations
         summary = annotations.get("summary") or annotations.get("description") or ""
-        severity = common.get("severity") or first.labels.get("severity", "")
+        severity = self._order.highest(common.get("severity", "").lower(), self._severity)
         resource_type, resource_labels = labelled_resource(common)
         return AlertEvent(
             source="alertmanager", key=head.groupKey, delivery=self._digest.hexdigest()[:32], status=head.status,
-            title=text(title), summary=text(summary), severity=severity.lower(),
-            labels={**common, "source": "alertmanager", "receiver": head.receiver},
+            title=text(title), summary=text(summary), severity=severity,
+            labels={**common, **({"severity": severity} if severity else {}), "source": "alertmanager",
+                    "receiver": head.receiver},
             started_at=self._first_start, ended_at=self._last_end if head.status == "resolved" else None,
             url=head.externalURL or first.generatorURL, resource_type=resource_type, resource_labels=resource_labels,
             alert_count=self.count + head.truncatedAlerts, firing_count=self._firing, resolved_count=self._resolved,

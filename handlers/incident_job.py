@@ -37,7 +37,7 @@ from agent.llm.material import MentionBuilder, unread_warnings
 from handlers.feedback_buttons import offer_feedback
 from handlers.incident_payloads import AlertEvent
 from handlers.incident_recall import recall_and_remember
-from handlers.incident_text import alert_context, resolved_text, root_text, storm_text
+from handlers.incident_text import alert_context, page_text, resolved_text, root_text, storm_text
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
 from infra.jobs import JobOutcome, JobSpec
@@ -57,6 +57,7 @@ class AlertJob:
     storm_threads: int  # ALERT_STORM_THREADS
     storm_window: float  # ALERT_STORM_WINDOW, seconds
     route: str = ""  # the ALERT_ROUTES rule that matched ("": `*:channel`, as jobs queued before it was sent)
+    page_reason: str = ""  # why it pages ("severity critical", "priority P1"); "" with page: a job queued before it was sent
 
 
 @dataclass(frozen=True)
@@ -123,9 +124,11 @@ def state_updates(event: AlertEvent, at: float) -> list[StateUpdate]:
 
 
 async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentStore, *, alert: dict,
-                       channel: str, page: bool, storm_threads: int, storm_window: float, route: str = "") -> JobOutcome:
+                       channel: str, page: bool, storm_threads: int, storm_window: float, route: str = "",
+                       page_reason: str = "") -> JobOutcome:
     event = AlertEvent.model_validate(alert)
     route = route or f"*:{channel}"
+    reason = (page_reason or f"severity {event.severity or 'unset'}") if page else ""
     at = (event.occurred_at or datetime.now(timezone.utc)).timestamp()
     incident = await store.get(event.source, event.key)
     if incident is None:
@@ -141,7 +144,7 @@ async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentSto
             return JobOutcome.ok("folded")
         if opening.opened:
             await store.apply(event.source, event.key, state_updates(event, at), remember=REMEMBERED)
-            return await open_incident(svc, client, store, event, channel, page)
+            return await open_incident(svc, client, store, event, channel, reason)
         incident = await store.get(event.source, event.key)
     if incident is None or not incident.ts:
         raise IncidentBusy(event.key)
@@ -152,6 +155,8 @@ async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentSto
         await store.repeated(event.source, event.key)
     if outcome == "repeat-resolved" and applied.changed <= {"event"}:
         return JobOutcome.skipped(outcome, bare=True)
+    if reason and await page_once(svc, client, store, record, reason, in_thread=True):
+        outcome += ", paged"  # it pages now (a severity or priority went up), and had not paged before
     await refresh_root(svc, client, store, event.source, event.key)
     return JobOutcome.ok(outcome)
 
@@ -187,16 +192,37 @@ async def refresh_root(svc: Services, client: AsyncWebClient, store: IncidentSto
             return
 
 
-async def open_incident(svc: Services, client: AsyncWebClient, store: IncidentStore, event: AlertEvent,
-                        channel: str, page: bool) -> JobOutcome:
+async def page_once(svc: Services, client: AsyncWebClient, store: IncidentStore, record: Incident, reason: str, *,
+                    in_thread: bool) -> bool:
+    """Page the channel's on-call for an incident that pages now, unless it paged before, is
+    acknowledged (someone has it) or resolved, or nobody is on call. An incident opened by a
+    delivery that pages is paged by its first message; one that comes to page later, by a reply
+    in its thread (`in_thread`: an edited message notifies nobody)."""
+    if record.fields.get("paged") or record.status == "resolved" or record.fields.get("acknowledged") == "1":
+        return False
     team = await team_of(client)
-    paged = await oncall_mentions(svc, team, channel) if page and not event.acknowledged else []
+    mentions = await oncall_mentions(svc, team, record.channel)
+    if not mentions or not await store.claim_page(record.source, record.key, mentions, reason):
+        return False
+    if in_thread:
+        try:
+            await client.chat_postMessage(channel=record.channel, thread_ts=record.ts, text=page_text(mentions, reason, svc.redactor),
+                                          unfurl_links=False, unfurl_media=False)
+        except BaseException:
+            await store.unclaim_page(record.source, record.key)  # a retry of this job pages
+            raise
+    return True
+
+
+async def open_incident(svc: Services, client: AsyncWebClient, store: IncidentStore, event: AlertEvent,
+                        channel: str, reason: str) -> JobOutcome:
+    team = await team_of(client)
     try:
-        if paged:
-            await store.set_paged(event.source, event.key, paged)
         record = await store.get(event.source, event.key)
         if record is None:
             raise IncidentBusy(event.key)
+        if reason and await page_once(svc, client, store, record, reason, in_thread=False):
+            record = await store.get(event.source, event.key) or record
         response = await client.chat_postMessage(channel=channel, text=root_text(record, svc.redactor),
                                                  unfurl_links=False, unfurl_media=False)
     except BaseException:

@@ -61,8 +61,14 @@ def root_text(record: Incident, redact: Callable[[str], str]) -> str:
     lines += state_lines(record, safe, resolved=resolved, acknowledged=acknowledged)
     paged = record.fields.get("paged", "")
     if paged:
-        lines.append(f"Paging {paged} (severity {safe(event.severity) or 'unset'}).")
+        why = record.fields.get("paged_for") or f"severity {event.severity or 'unset'}"
+        lines.append(f"Paging {paged} ({safe(why)}).")
     return "\n".join(lines)
+
+
+def page_text(mentions: list[str], reason: str, redact: Callable[[str], str]) -> str:
+    """The reply that pages the on-call of an incident that came to page after its thread opened."""
+    return f"{' '.join(mentions)} :rotating_light: This incident pages now ({escape(redact(reason))})."
 
 
 def group_lines(event: AlertEvent, named: int = NAMED_IN_ROOT) -> list[str]:

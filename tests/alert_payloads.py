@@ -29,6 +29,8 @@ import httpx
 import pytest
 import redis as redis_sync
 
+from bot.settings import Settings
+from handlers.alert_severity import SeverityOrder
 from handlers.alertmanager_payload import AlertmanagerReader
 from handlers.incident_payloads import AlertEvent
 
@@ -42,6 +44,10 @@ TEAM = "T0SANDBOX"  # the sandbox Slack's workspace
 # Every source on, three threads per storm window, and a window no test runs across.
 SENDERS = dict(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, cloud_monitoring_token=CM_TOKEN,
                pagerduty_webhook_secret=PD_SECRET, alert_storm_threads=3, alert_storm_window="1d")
+
+
+# ALERT_PAGE_SEVERITIES' default order
+ORDER = SeverityOrder(tuple(Settings.model_fields["alert_page_severities"].default_factory()))  # type: ignore[misc]
 
 
 def iso(moment: datetime) -> str:
@@ -72,6 +78,26 @@ def alertmanager(group_key: str = '{}:{alertname="TPUHBMOOM"}', status: str = "f
     return {"receiver": "tpubot", "status": status, "alerts": [alert], "groupLabels": {"alertname": common["alertname"]},
             "commonLabels": common, "commonAnnotations": alert["annotations"], "externalURL": "http://alertmanager:9093",
             "version": "4", "groupKey": group_key, "truncatedAlerts": 0}
+
+
+def alertmanager_group(group_key: str, group_labels: dict[str, str], alerts: list[dict]) -> dict:
+    """A group as template.go's Data builds it: `commonLabels` (and `commonAnnotations`) are what
+    every alert has with the same value, so a group of mixed severities has no common severity;
+    the group fires while any of its alerts does."""
+    common = dict(alerts[0]["labels"])
+    notes = dict(alerts[0]["annotations"])
+    for alert in alerts[1:]:
+        common = {k: v for k, v in common.items() if alert["labels"].get(k) == v}
+        notes = {k: v for k, v in notes.items() if alert["annotations"].get(k) == v}
+    status = "firing" if any(alert["status"] == "firing" for alert in alerts) else "resolved"
+    return {"receiver": "tpubot", "status": status, "alerts": alerts, "groupLabels": group_labels,
+            "commonLabels": common, "commonAnnotations": notes, "externalURL": "http://alertmanager:9093",
+            "version": "4", "groupKey": group_key, "truncatedAlerts": 0}
+
+
+def hbm_alert(severity: str = "critical", **labels: str) -> dict:
+    """The one alert of `alertmanager()`, with its severity (TPUHBMOOM)."""
+    return alertmanager(severity=severity, **labels)["alerts"][0]
 
 
 CRASH_LOOP_URL = ("http://prometheus-kube-prometheus-prometheus.monitoring:9090/graph?g0.expr=max_over_time%28"
@@ -112,7 +138,7 @@ def crash_loop_head(count: int, truncated: int = 0) -> tuple[dict, dict]:
 
 def parse_alertmanager(body: bytes) -> AlertEvent:
     """A whole body at once, read as the route reads it (as a stream)."""
-    reader = AlertmanagerReader()
+    reader = AlertmanagerReader(ORDER)
     reader.feed(body)
     return reader.finish()
 

@@ -17,8 +17,9 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PAGEY_PING, SENDERS, TEAM, basic, clients,
-                            cloud_monitoring, cloud_monitoring_test_connection, crash_loop_chunks, crash_loop_group,
+from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, ORDER, PAGEY_PING, SENDERS, TEAM, alertmanager_group,
+                            basic, clients, cloud_monitoring, cloud_monitoring_test_connection, crash_loop_alert, crash_loop_chunks,
+                            crash_loop_group, hbm_alert,
                             keyspace_digest, pagerduty, parse_alertmanager, roots, send_am, send_cm, send_pd, thread, user,
                             web_only_stack)
 from handlers.alertmanager_payload import LISTED_ALERTS, AlertmanagerReader
@@ -104,7 +105,7 @@ def read_group(count: int) -> tuple[int, int, int]:
     sent = 0
     tracemalloc.start()
     try:
-        reader = AlertmanagerReader()
+        reader = AlertmanagerReader(ORDER)
         for chunk in crash_loop_chunks(count):
             sent += len(chunk)
             reader.feed(chunk)
@@ -263,3 +264,90 @@ def test_the_model_is_given_the_groups_size_and_its_first_kept_alerts():
     assert "pod=trainer-000-00019-" in named and "pod=trainer-000-00020-" not in named
     assert named.endswith(f"… and {1200 - LISTED_ALERTS:,} more (the first {LISTED_ALERTS} are named; every alert is "
                           "counted above).")
+
+
+def tpu_group(*alerts: dict) -> dict:
+    """Alertmanager's route `group_by: [team]`: one team's alerts of any name and severity in one group."""
+    return alertmanager_group('{}/{team="tpu"}:{team="tpu"}', {"team": "tpu"}, list(alerts))
+
+
+def test_a_critical_alert_in_a_mixed_severity_group_is_paged_through_a_warning_storm(senders):
+    """With mixed severities Alertmanager leaves severity out of commonLabels; the group is as
+    severe as its most severe alert, whichever comes first in it."""
+    stack, http, state = senders
+    state.set(keys.oncall(TEAM, CH_TPU), json.dumps(["<!subteam^S0TPU>"]))
+    started = datetime(2026, 12, 1, 21, 0, tzinfo=timezone.utc)
+    for n in range(4):  # a warning storm on the team=tpu route: 3 threads, then folding
+        crash = crash_loop_alert(n, started)
+        assert send_am(http, alertmanager_group(f"{{}}:{{pod={n}}}", {"pod": str(n)}, [crash])).status_code == 202
+    wait_until(lambda: root_of(stack.slack, CH_TPU, "Alert storm"), what="the warning storm folding")
+
+    mixed = tpu_group(crash_loop_alert(7, started), hbm_alert("critical"))
+    assert "severity" not in mixed["commonLabels"]
+    response = send_am(http, mixed)
+    assert response.status_code == 202, response.text
+    root = wait_until(lambda: root_of(stack.slack, CH_TPU, "2 alerts in this group"), what="the mixed group's own thread")
+    assert "· severity critical" in root.text
+    assert "Paging <!subteam^S0TPU> (severity critical)." in root.text
+
+
+def test_an_open_incident_that_becomes_page_worthy_pages_once(senders):
+    stack, http, state = senders
+    slack = stack.slack
+    state.set(keys.oncall(TEAM, CH_TPU), json.dumps(["<!subteam^S0TPU>"]))
+    state.set(keys.oncall(TEAM, CH_API), json.dumps(["<!subteam^S0API>"]))
+    started = datetime(2026, 12, 1, 21, 0, tzinfo=timezone.utc)
+
+    def pages_in(channel: str) -> list:
+        return [m for m in slack.channel_messages(channel) if m.thread_ts and m.thread_ts != m.ts and "<!subteam^" in m.text]
+
+    # An Alertmanager group opens as a warning, then a critical alert joins it.
+    assert send_am(http, tpu_group(crash_loop_alert(1, started))).status_code == 202
+    opened = wait_until(lambda: root_of(slack, CH_TPU, "KubePodCrashLooping"), what="the warning group's thread")
+    assert "Paging" not in opened.text
+    assert send_am(http, tpu_group(crash_loop_alert(1, started), hbm_alert("critical"))).status_code == 202
+    [page] = wait_until(lambda: pages_in(CH_TPU), what="the page when the group turned critical")
+    assert page.thread_ts == opened.ts
+    assert "<!subteam^S0TPU>" in page.text and "severity critical" in page.text
+    wait_until(lambda: "Paging <!subteam^S0TPU> (severity critical)." in roots(slack, CH_TPU)[0].text,
+               what="the first message saying who is paged")
+
+    # A PagerDuty incident of low urgency and priority P3, raised to P1.
+    t0 = datetime.now(timezone.utc) - timedelta(minutes=10)
+    ops = user("Ops Lead", "POPS001")
+
+    def sent(event_id: str, event_type: str, minutes: int, **fields) -> None:
+        payload = pagerduty(event_id, event_type, incident_id="PLOW001", occurred_at=t0 + timedelta(minutes=minutes),
+                            urgency="low", **fields)
+        assert send_pd(http, payload).status_code == 202
+
+    sent("low-1", "incident.triggered", 0, priority_name="P3")
+    root = wait_until(lambda: roots(slack, CH_API), what="the PagerDuty incident's thread")[0]
+    assert "Paging" not in root.text
+    sent("low-2", "incident.priority_updated", 1, agent=ops, priority_name="P1")
+    [pd_page] = wait_until(lambda: pages_in(CH_API), what="the page when the priority went to P1")
+    assert "<!subteam^S0API>" in pd_page.text and "priority P1" in pd_page.text
+    wait_until(lambda: "Paging <!subteam^S0API> (priority P1)." in roots(slack, CH_API)[0].text,
+               what="the first message saying who is paged, and why")
+
+    # Later deliveries that still page do not page again.
+    assert send_am(http, tpu_group(crash_loop_alert(1, started), hbm_alert("critical"),
+                                   crash_loop_alert(2, started))).status_code == 202
+    wait_until(lambda: "3 alerts in this group" in roots(slack, CH_TPU)[0].text, what="the group's next delivery")
+    sent("low-3", "incident.escalated", 2, priority_name="P1", assignees=(ops,))
+    wait_until(lambda: ":arrow_double_up: Escalated" in roots(slack, CH_API)[0].text, what="the escalation")
+    assert len(pages_in(CH_TPU)) == 1 and len(pages_in(CH_API)) == 1
+
+
+def test_a_group_is_as_severe_as_its_most_severe_alert_wherever_it_comes():
+    """The order behind the group's severity: ALERT_PAGE_SEVERITIES first, then log levels, then words alerting tools use."""
+    started = datetime(2026, 12, 1, 21, 0, tzinfo=timezone.utc)
+    warnings = [crash_loop_alert(n, started) for n in range(200)]
+    last = tpu_group(*warnings, hbm_alert("critical"))
+    assert parse_alertmanager(json.dumps(last).encode()).severity == "critical"
+    quiet = tpu_group(hbm_alert("info"), hbm_alert("none"), crash_loop_alert(1, started), hbm_alert(""))
+    event = parse_alertmanager(json.dumps(quiet).encode())
+    assert event.severity == "warning" and event.labels["severity"] == "warning"  # what ALERT_ROUTES matches
+    assert ORDER.highest("low", "high", "warning") == "high"  # PagerDuty's urgency high pages by default
+    assert ORDER.highest("error", "sev-unknown", "") == "error" and ORDER.highest("sev-unknown", "") == "sev-unknown"
+    assert ORDER.highest("p1", "emergency") == "p1"  # a severity that pages outranks any that does not

@@ -91,6 +91,16 @@ redis.call('HINCRBY', KEYS[1], 'version', 1)
 return redis.call('HINCRBY', KEYS[1], 'repeats', 1)
 """
 
+# KEYS[1]: the incident. ARGV: who is paged, why. 1 when this call paged it; 0 when it had paged
+# before or has no record.
+_CLAIM_PAGE = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+if redis.call('HSETNX', KEYS[1], 'paged', ARGV[1]) == 0 then return 0 end
+redis.call('HSET', KEYS[1], 'paged_for', ARGV[2])
+redis.call('HINCRBY', KEYS[1], 'version', 1)
+return 1
+"""
+
 
 @dataclass(frozen=True)
 class Incident:
@@ -140,6 +150,7 @@ class IncidentStore:
         self._open = redis.register_script(_OPEN)
         self._apply = redis.register_script(_APPLY)
         self._repeat = redis.register_script(_REPEAT)
+        self._claim_page = redis.register_script(_CLAIM_PAGE)
 
     async def open(self, source: str, key: str, channel: str, *, route: str, severity: str, limit: int,
                    window_seconds: int, now: float | None = None) -> Opening:
@@ -177,8 +188,15 @@ class IncidentStore:
     async def set_thread(self, source: str, key: str, ts: str) -> None:
         await cast(Awaitable[int], self._redis.hset(keys.incident(source, key), "ts", ts))
 
-    async def set_paged(self, source: str, key: str, mentions: list[str]) -> None:
-        await cast(Awaitable[int], self._redis.hset(keys.incident(source, key), "paged", " ".join(mentions)))
+    async def claim_page(self, source: str, key: str, mentions: list[str], reason: str) -> bool:
+        """Record that the incident pages `mentions` for `reason`; False when it has paged before
+        (an incident pages once, however many deliveries say it should)."""
+        claimed = await self._claim_page(keys=[keys.incident(source, key)], args=[" ".join(mentions), reason])
+        return bool(claimed)
+
+    async def unclaim_page(self, source: str, key: str) -> None:
+        """Undo `claim_page` when the page could not be posted, so a retry pages."""
+        await cast(Awaitable[int], self._redis.hdel(keys.incident(source, key), "paged", "paged_for"))
 
     async def repeated(self, source: str, key: str, now: float | None = None) -> int:
         """Count one more delivery of a firing incident; the count so far."""
