@@ -114,7 +114,8 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
 
     def endpoint(source: Source) -> Callable[[Request], Any]:
         async def receive(request: Request) -> Response:
-            response = await _answer(request, source, secret_of[source])
+            arrived = time.time()  # the delivery's time when its source sends none (AlertJob.accepted_at)
+            response = await _answer(request, source, secret_of[source], arrived)
             state["services"].metrics.requests.labels(f"alert-{source}", str(response.status_code)).inc()
             return response
 
@@ -145,7 +146,7 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
         log.info("refused an alert webhook to %s: bad or missing credentials", PATHS[source])
         return unauthorized()
 
-    async def _answer(request: Request, source: Source, secret: str) -> Response:
+    async def _answer(request: Request, source: Source, secret: str, arrived: float) -> Response:
         if not secret or not routes:
             missing = SECRET_VARS[source] if not secret else "ALERT_ROUTES"
             return JSONResponse({"error": f"{source} alerts are not enabled here: set {missing}"}, status_code=404)
@@ -164,9 +165,9 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
             return JSONResponse({"error": f"malformed {source} payload: {error}"}, status_code=400)
         if isinstance(read, Response):
             return read
-        return await _queue(request, source, read)
+        return await _queue(request, source, read, arrived)
 
-    async def _queue(request: Request, source: Source, event: AlertEvent) -> Response:
+    async def _queue(request: Request, source: Source, event: AlertEvent, arrived: float) -> Response:
         route = route_for(routes, event)
         if route is None:
             log.warning("an alert from %s matched no ALERT_ROUTES rule; nothing posted", source)
@@ -176,8 +177,8 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
         reason = order.page_reason(event)
         job = AlertJob(alert=event.model_dump(mode="json"), channel=route.channel, page=bool(reason), page_reason=reason,
                        storm_threads=settings.alert_storm_threads,
-                       storm_window=settings.alert_storm_window.total_seconds(), route=route.rule)
-        work = svc.jobs.enqueue_first_delivery(ALERT_JOB, job, job_id=alert_job_id(event, time.time()),
+                       storm_window=settings.alert_storm_window.total_seconds(), route=route.rule, accepted_at=arrived)
+        work = svc.jobs.enqueue_first_delivery(ALERT_JOB, job, job_id=alert_job_id(event, arrived),
                                                markers=markers, marker_ttl=kept)
         try:
             outcome = await queueing.within_budget(work, _late(source), _failed_late(source))

@@ -20,7 +20,8 @@ async def handle_alert(ctx: dict, job: AlertJob) -> JobOutcome:
         return await incident_job.handle_alert(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]),
                                                alert=job.alert, channel=job.channel, page=job.page,
                                                storm_threads=job.storm_threads, storm_window=job.storm_window,
-                                               route=job.route, page_reason=job.page_reason)
+                                               route=job.route, page_reason=job.page_reason,
+                                               accepted_at=job.accepted_at)
     except incident_job.IncidentBusy:
         raise Retry(defer=BUSY_RETRY_SECONDS) from None
 

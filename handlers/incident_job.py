@@ -58,6 +58,7 @@ class AlertJob:
     storm_window: float  # ALERT_STORM_WINDOW, seconds
     route: str = ""  # the ALERT_ROUTES rule that matched ("": `*:channel`, as jobs queued before it was sent)
     page_reason: str = ""  # why it pages ("severity critical", "priority P1"); "" with page: a job queued before it was sent
+    accepted_at: float = 0.0  # when the web accepted the delivery (epoch s); 0: a job queued before it was sent
 
 
 @dataclass(frozen=True)
@@ -123,28 +124,43 @@ def state_updates(event: AlertEvent, at: float) -> list[StateUpdate]:
     return updates
 
 
+def delivery_time(event: AlertEvent, accepted_at: float) -> float:
+    """When the delivery's state holds from: the source's own time of change (PagerDuty), else when
+    the web accepted it (never when its job runs: a retried older delivery is still older);
+    a job queued before `accepted_at` was sent has only the time it runs."""
+    if event.occurred_at:
+        return event.occurred_at.timestamp()
+    return accepted_at or time.time()
+
+
 async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentStore, *, alert: dict,
                        channel: str, page: bool, storm_threads: int, storm_window: float, route: str = "",
-                       page_reason: str = "") -> JobOutcome:
+                       page_reason: str = "", accepted_at: float = 0.0) -> JobOutcome:
     event = AlertEvent.model_validate(alert)
     route = route or f"*:{channel}"
     reason = (page_reason or f"severity {event.severity or 'unset'}") if page else ""
-    at = (event.occurred_at or datetime.now(timezone.utc)).timestamp()
+    at = delivery_time(event, accepted_at)
     incident = await store.get(event.source, event.key)
     if incident is None:
         if event.status == "resolved":
-            return JobOutcome.skipped("resolved-unknown", bare=True)  # nothing of it was seen firing here: no thread to close
-        opening = await store.open(event.source, event.key, channel, route=route, severity=event.severity,
-                                   limit=NEVER_FOLD if page else storm_threads, window_seconds=int(storm_window))
-        if opening.folded:
-            await svc.jobs.enqueue(FOLD_JOB, FoldJob(window=opening.window, channel=channel, storm_threads=storm_threads,
-                                                     storm_window=storm_window, route=route, severity=event.severity),
-                                   job_id=fold_job_id(route, event.severity, opening.window),
-                                   defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))
-            return JobOutcome.ok("folded")
-        if opening.opened:
-            await store.apply(event.source, event.key, state_updates(event, at), remember=REMEMBERED)
-            return await open_incident(svc, client, store, event, channel, reason)
+            if await store.resolve_early(event.source, event.key, at, event.model_dump_json()):
+                # Nothing of it was seen firing here yet: no thread to close. Its open may be
+                # running at this moment (a flap: triggered and resolved within milliseconds);
+                # the resolve is kept for it, so the thread it opens shows it resolved.
+                return JobOutcome.skipped("resolved-unknown", bare=True)
+        else:
+            opening = await store.open(event.source, event.key, channel, route=route, severity=event.severity,
+                                       limit=NEVER_FOLD if page else storm_threads, window_seconds=int(storm_window))
+            if opening.folded:
+                await svc.jobs.enqueue(FOLD_JOB, FoldJob(window=opening.window, channel=channel,
+                                                         storm_threads=storm_threads, storm_window=storm_window,
+                                                         route=route, severity=event.severity),
+                                       job_id=fold_job_id(route, event.severity, opening.window),
+                                       defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))
+                return JobOutcome.ok("folded")
+            if opening.opened:
+                closing = await _first_state(store, event, at)
+                return await open_incident(svc, client, store, event, channel, reason, closing=closing)
         incident = await store.get(event.source, event.key)
     if incident is None or not incident.ts:
         raise IncidentBusy(event.key)
@@ -161,15 +177,24 @@ async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentSto
     return JobOutcome.ok(outcome)
 
 
+async def _first_state(store: IncidentStore, event: AlertEvent, at: float) -> AlertEvent | None:
+    """Write the state of a record just opened: this delivery's, then a resolve that came before
+    it (the newer of the two holds). The resolve, when there was one."""
+    applied = await store.apply(event.source, event.key, state_updates(event, at), remember=REMEMBERED)
+    early = IncidentStore.early_resolve(applied.incident) if applied.incident else None
+    if early is None:
+        return None
+    resolved_at, resolve = early
+    closing = AlertEvent.model_validate_json(resolve)
+    await store.apply(event.source, event.key, state_updates(closing, resolved_at), remember=REMEMBERED)
+    return closing
+
+
 async def _follow_status(svc: Services, client: AsyncWebClient, event: AlertEvent, record: Incident, *,
                          status_changed: bool) -> str:
     """Say a resolve (or a fire after one) in the thread; what this delivery was."""
     if status_changed and record.status == "resolved":
-        team = await team_of(client)
-        await svc.memory.end(team, record.channel, record.ts)  # now citable when it comes back
-        await _post(client, record.channel, record.ts, resolved_text(event, record.opened))
-        await svc.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=record.channel,
-                               outcome="resolved", detail=f"{event.source} {event.title}")
+        await close_thread(svc, client, event, record)
         return "resolved"
     if status_changed:
         await _post(client, record.channel, record.ts, ":rotating_light: Firing again.")
@@ -179,6 +204,15 @@ async def _follow_status(svc: Services, client: AsyncWebClient, event: AlertEven
     if not event.change:  # Alertmanager and Cloud Monitoring send a firing incident again: it still fires
         return "repeated"
     return event.change
+
+
+async def close_thread(svc: Services, client: AsyncWebClient, event: AlertEvent, record: Incident) -> None:
+    """The incident resolved: say so in its thread, and let later incidents cite it."""
+    team = await team_of(client)
+    await svc.memory.end(team, record.channel, record.ts)  # now citable when it comes back
+    await _post(client, record.channel, record.ts, resolved_text(event, record.opened))
+    await svc.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=record.channel,
+                           outcome="resolved", detail=f"{event.source} {event.title}")
 
 
 async def refresh_root(svc: Services, client: AsyncWebClient, store: IncidentStore, source: str, key: str) -> None:
@@ -215,7 +249,9 @@ async def page_once(svc: Services, client: AsyncWebClient, store: IncidentStore,
 
 
 async def open_incident(svc: Services, client: AsyncWebClient, store: IncidentStore, event: AlertEvent,
-                        channel: str, reason: str) -> JobOutcome:
+                        channel: str, reason: str, *, closing: AlertEvent | None = None) -> JobOutcome:
+    """Post the thread of a record just opened, page, and investigate; `closing`: a resolve that
+    came first, said in the thread once the investigation is there."""
     team = await team_of(client)
     try:
         record = await store.get(event.source, event.key)
@@ -234,6 +270,10 @@ async def open_incident(svc: Services, client: AsyncWebClient, store: IncidentSt
     await svc.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=channel, outcome="opened",
                                 detail=f"{event.source} {event.title}")
     await investigate(svc, client, event, team=team, channel=channel, thread_ts=ts)
+    resolved = await store.get(event.source, event.key)
+    if closing is not None and resolved is not None and resolved.status == "resolved":
+        await close_thread(svc, client, closing, resolved)
+        return JobOutcome.ok("opened, resolved")
     return JobOutcome.ok("opened")
 
 

@@ -10,6 +10,7 @@ Every payload is shaped by its sender's own sources, named in tests/alert_payloa
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import tracemalloc
@@ -351,3 +352,60 @@ def test_a_group_is_as_severe_as_its_most_severe_alert_wherever_it_comes():
     assert ORDER.highest("low", "high", "warning") == "high"  # PagerDuty's urgency high pages by default
     assert ORDER.highest("error", "sev-unknown", "") == "error" and ORDER.highest("sev-unknown", "") == "sev-unknown"
     assert ORDER.highest("p1", "emergency") == "p1"  # a severity that pages outranks any that does not
+
+
+def ran(state, job_id: str) -> bool:
+    """The worker finished the job (arq keeps its result)."""
+    return bool(state.exists(f"arq:result:{job_id}"))
+
+
+def test_a_resolve_handled_before_its_open_closes_the_thread_the_open_makes(senders):
+    """PagerDuty triggers and auto-resolves within milliseconds (a flap); the worker runs the two
+    jobs at once, and the resolve finds no incident yet. The open that follows shows it resolved."""
+    stack, http, state = senders
+    slack = stack.slack
+    state.set(keys.oncall(TEAM, CH_API), json.dumps(["<!subteam^S0API>"]))
+    t0 = datetime.now(timezone.utc) - timedelta(minutes=2)
+    resolved = pagerduty("flap-2", "incident.resolved", incident_id="PFLAP01", occurred_at=t0 + timedelta(seconds=1))
+    assert send_pd(http, resolved).status_code == 202
+    wait_until(lambda: ran(state, "alert:pagerduty:flap-2"), what="the resolve handled first")
+    triggered = pagerduty("flap-1", "incident.triggered", incident_id="PFLAP01", occurred_at=t0)  # urgency high: pages
+    assert send_pd(http, triggered).status_code == 202
+    [root] = wait_until(lambda: roots(slack, CH_API), what="the incident's thread")
+    wait_until(lambda: roots(slack, CH_API)[0].text.startswith(":white_check_mark: *RESOLVED*"),
+               what="the first message showing it resolved")
+    wait_until(lambda: any("Resolved at" in m.text for m in thread(slack, CH_API, root.ts)), what="resolved in the thread")
+    assert "Paging" not in roots(slack, CH_API)[0].text  # resolved before anyone could act: nobody is woken
+
+
+def test_a_delivery_whose_job_runs_late_puts_no_older_state_back(senders):
+    """Cloud Monitoring sends no time of change: a delivery's time is when the web accepted it, not
+    when its job runs, so an older firing delivery retried after the resolve leaves it resolved."""
+    from bot.wiring import arq_pool
+    from handlers.incident_job import ALERT_JOB, AlertJob
+    from handlers.incident_payloads import parse_alert
+    from infra.jobs import JobQueue
+
+    stack, http, state = senders
+    slack = stack.slack
+    firing = cloud_monitoring("0.late")
+    accepted_firing = datetime.now(timezone.utc).timestamp()
+    assert send_cm(http, firing).status_code == 202
+    root = wait_until(lambda: root_of(slack, CH_TPU, "TPU idle"), what="the incident's thread")
+    assert send_cm(http, cloud_monitoring("0.late", state="closed")).status_code == 202
+    wait_until(lambda: roots(slack, CH_TPU)[0].text.startswith(":white_check_mark: *RESOLVED*"), what="resolved")
+
+    async def run_late() -> None:  # the firing delivery's job again, as a retry of it would run now
+        pool = await arq_pool(stack.settings.redis_url)
+        try:
+            event = parse_alert("cloud-monitoring", json.dumps(firing).encode())
+            job = AlertJob(alert=event.model_dump(mode="json"), channel=CH_TPU, page=False, storm_threads=3,
+                           storm_window=86_400, route=f"team=tpu:{CH_TPU}", accepted_at=accepted_firing)
+            await JobQueue(pool).enqueue(ALERT_JOB, job, job_id="alert:late-retry")
+        finally:
+            await pool.aclose()
+
+    asyncio.run(run_late())
+    wait_until(lambda: ran(state, "alert:late-retry"), what="the late job run")
+    assert roots(slack, CH_TPU)[0].text.startswith(":white_check_mark: *RESOLVED*")
+    assert not any("Firing again" in m.text for m in thread(slack, CH_TPU, root.ts))

@@ -74,3 +74,26 @@ def test_storms_are_counted_per_route_and_severity_and_a_page_is_never_folded(re
         assert await store.folded("team=tpu:C2", "warning", folded.window) == (0, {})
 
     run(redis_url, body)
+
+
+def test_a_resolve_that_comes_before_its_open_is_kept_for_it_and_only_then(redis_url):
+    async def body(store: IncidentStore) -> None:
+        async def open_(key: str):
+            return await store.open("pagerduty", key, "C1", route="*:C1", severity="high", limit=5,
+                                    window_seconds=600, now=1000.0)
+
+        # No record yet: kept (the newer of two), and the open takes it into the record.
+        assert await store.resolve_early("pagerduty", "P1", 200.0, '{"newer": true}')
+        assert await store.resolve_early("pagerduty", "P1", 100.0, '{"older": true}')
+        assert (await open_("P1")).opened
+        record = await store.get("pagerduty", "P1")
+        assert record is not None and IncidentStore.early_resolve(record) == (200.0, '{"newer": true}')
+        # Taken once: the same incident opened again after a forget finds nothing waiting.
+        await store.forget("pagerduty", "P1")
+        assert (await open_("P1")).opened
+        again = await store.get("pagerduty", "P1")
+        assert again is not None and IncidentStore.early_resolve(again) is None
+        # A record exists: the resolve is not kept, its caller applies it to the record.
+        assert not await store.resolve_early("pagerduty", "P1", 300.0, "{}")
+
+    run(redis_url, body)

@@ -28,11 +28,15 @@ from infra.state import keys
 from infra.state.replies import as_text
 
 INCIDENT_TTL_SECONDS = 14 * 86_400
+# A resolve of an incident not opened yet waits this long for its open: as long as a queued job can
+# still run (arq drops a job a day after it was due, `expires_extra_ms`).
+EARLY_RESOLVE_SECONDS = 86_400
 NEVER_FOLD = -1  # the limit of an alert that pages
 
-# KEYS: incident, window counter, window's folded set, window's folded count per source.
-# ARGV: channel, now, limit (NEVER_FOLD: no limit), window s, ttl, folded member, source.
-# 0: a record exists; 1: opened; -n: folded, n distinct alerts folded in this window.
+# KEYS: incident, window counter, window's folded set, window's folded count per source, the
+# incident's early resolve. ARGV: channel, now, limit (NEVER_FOLD: no limit), window s, ttl,
+# folded member, source. 0: a record exists; 1: opened (an early resolve moves into the record,
+# as `resolved_early`); -n: folded, n distinct alerts folded in this window.
 _OPEN = """
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local limit = tonumber(ARGV[3])
@@ -48,7 +52,23 @@ if limit >= 0 then
   end
 end
 redis.call('HSET', KEYS[1], 'channel', ARGV[1], 'opened', ARGV[2], 'repeats', '0', 'ts', '', 'version', '0')
+local early = redis.call('GET', KEYS[5])
+if early then
+  redis.call('HSET', KEYS[1], 'resolved_early', early)
+  redis.call('DEL', KEYS[5])
+end
 redis.call('EXPIRE', KEYS[1], ARGV[5])
+return 1
+"""
+
+# KEYS: the incident, its early resolve. ARGV: the resolve's time, the resolve, ttl. 0 when the
+# incident has a record (the resolve applies to it); 1 when the resolve is kept for its open (the
+# newer of two is kept).
+_RESOLVE_EARLY = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local kept = redis.call('GET', KEYS[2])
+if kept and tonumber(string.match(kept, '^[^|]*')) > tonumber(ARGV[1]) then return 1 end
+redis.call('SET', KEYS[2], ARGV[1] .. '|' .. ARGV[2], 'EX', ARGV[3])
 return 1
 """
 
@@ -151,6 +171,7 @@ class IncidentStore:
         self._apply = redis.register_script(_APPLY)
         self._repeat = redis.register_script(_REPEAT)
         self._claim_page = redis.register_script(_CLAIM_PAGE)
+        self._resolve_early = redis.register_script(_RESOLVE_EARLY)
 
     async def open(self, source: str, key: str, channel: str, *, route: str, severity: str, limit: int,
                    window_seconds: int, now: float | None = None) -> Opening:
@@ -161,10 +182,23 @@ class IncidentStore:
         scope = keys.storm_scope(route, severity)
         result = int(await self._open(
             keys=[keys.incident(source, key), keys.incident_window(scope, window), keys.incident_folded(scope, window),
-                  keys.incident_folded_sources(scope, window)],
+                  keys.incident_folded_sources(scope, window), keys.incident_resolved(source, key)],
             args=[channel, f"{now:.3f}", limit, max(window_seconds, 1), INCIDENT_TTL_SECONDS, f"{source}\0{key}",
                   source]))
         return Opening(opened=result == 1, exists=result == 0, folded=-result if result < 0 else 0, window=window)
+
+    async def resolve_early(self, source: str, key: str, at: float, resolve: str) -> bool:
+        """Keep a resolve of an incident that has no record yet (its open may be running right
+        now: jobs run at once) for its open to apply; False when the record exists after all."""
+        kept = await self._resolve_early(keys=[keys.incident(source, key), keys.incident_resolved(source, key)],
+                                         args=[f"{at:.6f}", resolve, EARLY_RESOLVE_SECONDS])
+        return bool(kept)
+
+    @staticmethod
+    def early_resolve(record: Incident) -> tuple[float, str] | None:
+        """The resolve its open found waiting (time, the resolve), if any."""
+        at, bar, resolve = record.fields.get("resolved_early", "").partition("|")
+        return (float(at), resolve) if bar else None
 
     async def get(self, source: str, key: str) -> Incident | None:
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.incident(source, key)))
