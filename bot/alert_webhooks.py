@@ -10,8 +10,12 @@ PagerDuty's signature over the raw bytes of a body read under ALERT_MAX_BODY_BYT
 payload shape (400 naming the field; a source's own test or ping is answered 200 and logged),
 ALERT_ROUTES (200 and nothing queued when no rule matches: a retry would not match either).
 
-An Alertmanager group is parsed as it arrives, whole, however large (handlers/alertmanager_payload.py):
-Alertmanager retries only a 5xx, so a valid group it sent is never refused for its size.
+An Alertmanager group is parsed as it arrives (handlers/alertmanager_payload.py). Alertmanager
+retries only a 5xx and drops a 4xx unreported, so a valid group is never refused with a 4xx: a
+body past ALERTMANAGER_MAX_GROUP_BYTES (64 MB, some 60,000 alerts: not a real group, and more
+than one request should hold) gets a 507, which it retries and reports as a failing notification,
+and whose message says to set `max_alerts`. A body that takes longer than ALERT_READ_TIMEOUT to
+arrive gets a 503, whatever its source.
 
 Then the delivery is queued as a worker job behind first-seen markers, in one atomic step, and
 only then answered 202: an accepted alert is in Redis. The markers tell a retry from a new
@@ -20,9 +24,11 @@ come back (`delivery_markers`). A retry is answered 200 and queues nothing.
 
 Every answer comes within the senders' deadlines: PagerDuty waits 5 s for a 2xx and retries
 otherwise; Alertmanager gives a notification max(group_interval, 10 s) unless its webhook_config
-sets a shorter `timeout`; Cloud Monitoring publishes none. Queueing gets QUEUE_BUDGET_SECONDS:
-when Redis does not answer in time (a failover, a stalled primary) the answer is a 503, which
-every one of them retries, and the queueing goes on; if it lands, the retry finds its markers.
+sets a shorter `timeout`; Cloud Monitoring publishes none. The answer gets QUEUE_BUDGET_SECONDS
+from the request's arrival (the body's reading counts), and the queueing at least
+QUEUE_FLOOR_SECONDS: when Redis does not answer in time (a failover, a stalled primary) the
+answer is a 503, which every one of them retries, and the queueing goes on; if it lands, the
+retry finds its markers.
 """
 
 from __future__ import annotations
@@ -42,11 +48,11 @@ from bot.request_gate import BodyTooLarge, read_capped_body
 from bot.settings import Settings
 from bot.webhook_auth import BASIC_CHALLENGE, pagerduty_ok, token_ok, webhook_id
 from handlers.alert_severity import SeverityOrder
-from handlers.alertmanager_payload import AlertmanagerReader
+from handlers.alertmanager_payload import AlertmanagerReader, GroupTooLarge
 from handlers.incident_job import ALERT_JOB, AlertJob, alert_job_id
 from handlers.incident_payloads import AlertEvent, Ignored, PayloadError, Ping, Source, parse_alert
 from handlers.incident_routes import route_for
-from handlers.late_answers import LateAnswers
+from handlers.late_answers import REQUEST_STARTED, LateAnswers
 from infra.state.dedupe import Dedupe
 
 log = logging.getLogger(__name__)
@@ -56,9 +62,12 @@ PATHS: dict[Source, str] = {"alertmanager": "/alerts/alertmanager", "cloud-monit
 SECRET_VARS: dict[Source, str] = {"alertmanager": "ALERTMANAGER_WEBHOOK_TOKEN",
                                   "cloud-monitoring": "CLOUD_MONITORING_TOKEN",
                                   "pagerduty": "PAGERDUTY_WEBHOOK_SECRET"}
-# Queueing's share of the answer: PagerDuty's 5 s less the network's part. PagerDuty bodies are at
-# most 256 KB, read, checked and parsed in milliseconds.
+# The answer's budget, counted from the request's arrival: PagerDuty's 5 s less the network's part.
+# PagerDuty bodies are at most 256 KB, read, checked and parsed in milliseconds.
 QUEUE_BUDGET_SECONDS = 3.0
+# A healthy Redis queues in milliseconds: a body that took the whole budget to arrive (a large
+# group on a slow link) still gets this long, so it is not refused while nothing is wrong.
+QUEUE_FLOOR_SECONDS = 0.5
 # PagerDuty retries a delivery for up to 48 hours (its "Behavior" page); its ids are kept longer.
 PAGERDUTY_REPLAY_SECONDS = 3 * 86_400
 # Cloud Monitoring's reminders of an open incident come at least 30 minutes apart
@@ -94,9 +103,10 @@ def unauthorized() -> Response:
     return JSONResponse({"error": "unauthorized"}, status_code=401, headers={"www-authenticate": BASIC_CHALLENGE})
 
 
-async def read_alertmanager(request: Request, order: SeverityOrder) -> AlertEvent:
-    """The group, parsed as its chunks arrive (in a thread: a group of thousands is CPU work)."""
-    reader = AlertmanagerReader(order)
+async def read_alertmanager(request: Request, order: SeverityOrder, max_bytes: int) -> AlertEvent:
+    """The group, parsed as its chunks arrive (in a thread: a group of thousands is CPU work);
+    GroupTooLarge past `max_bytes`."""
+    reader = AlertmanagerReader(order, max_bytes=max_bytes)
     async for chunk in request.stream():
         if chunk:
             await asyncio.to_thread(reader.feed, chunk)
@@ -107,7 +117,7 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
     """The three routes; `state["services"]` is filled by the web app's lifespan."""
     routes = settings.alert_route_list()
     order = SeverityOrder(tuple(settings.alert_page_severities))
-    queueing: LateAnswers[int] = LateAnswers(budget_seconds=QUEUE_BUDGET_SECONDS)
+    queueing: LateAnswers[int] = LateAnswers(budget_seconds=QUEUE_BUDGET_SECONDS, floor_seconds=QUEUE_FLOOR_SECONDS)
     secret_of = {"alertmanager": settings.alertmanager_webhook_token.get_secret_value(),
                "cloud-monitoring": settings.cloud_monitoring_token.get_secret_value(),
                "pagerduty": settings.pagerduty_webhook_secret.get_secret_value()}
@@ -115,7 +125,11 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
     def endpoint(source: Source) -> Callable[[Request], Any]:
         async def receive(request: Request) -> Response:
             arrived = time.time()  # the delivery's time when its source sends none (AlertJob.accepted_at)
-            response = await _answer(request, source, secret_of[source], arrived)
+            started = REQUEST_STARTED.set(time.perf_counter())  # the queueing budget counts from here
+            try:
+                response = await _answer(request, source, secret_of[source], arrived)
+            finally:
+                REQUEST_STARTED.reset(started)
             state["services"].metrics.requests.labels(f"alert-{source}", str(response.status_code)).inc()
             return response
 
@@ -135,7 +149,7 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
                         bearer=source == "alertmanager"):
             return _refused(source)
         if source == "alertmanager":
-            return await read_alertmanager(request, order)
+            return await read_alertmanager(request, order, settings.alertmanager_max_group_bytes)
         try:
             body = await read_capped_body(request, settings.alert_max_body_bytes)
         except BodyTooLarge:
@@ -151,7 +165,17 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
             missing = SECRET_VARS[source] if not secret else "ALERT_ROUTES"
             return JSONResponse({"error": f"{source} alerts are not enabled here: set {missing}"}, status_code=404)
         try:
-            read = await _read(request, source, secret)
+            async with asyncio.timeout(settings.alert_read_timeout.total_seconds()):
+                read = await _read(request, source, secret)
+        except TimeoutError:
+            log.warning("a delivery to %s took over %.0fs to arrive (ALERT_READ_TIMEOUT): answered 503 for its sender "
+                        "to retry", PATHS[source], settings.alert_read_timeout.total_seconds())
+            return JSONResponse({"error": "the body took too long to arrive; send it again"}, status_code=503)
+        except GroupTooLarge as error:
+            log.error("refused %s with 507: set max_alerts on the Alertmanager receiver (or raise "
+                      "ALERTMANAGER_MAX_GROUP_BYTES); Alertmanager retries it and reports it failing", error)
+            return JSONResponse({"error": f"{error} (ALERTMANAGER_MAX_GROUP_BYTES) is not read: set max_alerts on "
+                                          "this receiver"}, status_code=507)
         except ClientDisconnect:  # the sender gave up mid-body: nobody to answer, nothing to keep
             log.info("a sender of %s went away before its body was read", PATHS[source])
             return Response(status_code=400)

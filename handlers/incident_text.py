@@ -57,7 +57,7 @@ def root_text(record: Incident, redact: Callable[[str], str]) -> str:
         when.append(f"<{escape(event.url)}|open in {event.source}>")
     if when:
         lines.append(" · ".join(when))
-    lines += [safe(line) for line in group_lines(event)]
+    lines += [safe(line) for line in group_lines(event) + unread_lines(event)]
     lines += state_lines(record, safe, resolved=resolved, acknowledged=acknowledged)
     paged = record.fields.get("paged", "")
     if paged:
@@ -87,6 +87,17 @@ def group_lines(event: AlertEvent, named: int = NAMED_IN_ROOT) -> list[str]:
         more = sent - len(listed)
         lines.append(", ".join(listed) + (f" … and {more:,} more (the first {len(listed)} are named; every alert is "
                                           f"counted above)." if more > 0 else "."))
+    return lines
+
+
+def unread_lines(event: AlertEvent) -> list[str]:
+    """What of an Alertmanager message was too large to read: counted alerts, named fields."""
+    lines = []
+    if event.unread:
+        lines.append(f"{event.unread:,} alert{'s' * (event.unread != 1)} over {event.unread_over:,} characters "
+                     f"{'each ' * (event.unread != 1)}counted by status and severity, not read.")
+    if event.unread_fields:
+        lines.append(f"{', '.join(event.unread_fields)} over {event.unread_over:,} characters: not read.")
     return lines
 
 
@@ -140,7 +151,7 @@ def alert_context(event: AlertEvent) -> list[str]:
     if event.started_at:
         lines.append(f"started: {clock(event.started_at)}")
     lines += [f"label {k}={v}" for k, v in list(event.labels.items())[:20] if v]
-    lines += [f"group: {line}" for line in group_lines(event, named=len(event.listed))]
+    lines += [f"group: {line}" for line in group_lines(event, named=len(event.listed)) + unread_lines(event)]
     return lines
 
 

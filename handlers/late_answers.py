@@ -53,8 +53,9 @@ async def drain_late_answers(timeout: float = DRAIN_SECONDS) -> int:
 class LateAnswers(Generic[T]):
     """Runs work against the ack budget; work that overruns it is delivered later, once it ends."""
 
-    def __init__(self, budget_seconds: float = ACK_BUDGET_SECONDS) -> None:
-        self.budget_seconds = budget_seconds
+    def __init__(self, budget_seconds: float = ACK_BUDGET_SECONDS, floor_seconds: float = 0.0) -> None:
+        """`floor_seconds`: what the work gets however much of the budget the request spent before it."""
+        self.budget_seconds, self.floor_seconds = budget_seconds, floor_seconds
         # Strong references: the event loop keeps only weak ones to running tasks.
         self._deliveries: set[asyncio.Task[None]] = set()
 
@@ -66,7 +67,7 @@ class LateAnswers(Generic[T]):
         task = asyncio.ensure_future(work)
         started = REQUEST_STARTED.get()
         spent = time.perf_counter() - started if started is not None else 0.0
-        done, _ = await asyncio.wait({task}, timeout=max(0.0, self.budget_seconds - spent))
+        done, _ = await asyncio.wait({task}, timeout=max(self.floor_seconds, self.budget_seconds - spent))
         if done:
             return task.result()
         delivery = asyncio.create_task(self._deliver_when_done(task, deliver, failed),

@@ -48,6 +48,7 @@ SENDERS = dict(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, cloud_m
 
 # ALERT_PAGE_SEVERITIES' default order
 ORDER = SeverityOrder(tuple(Settings.model_fields["alert_page_severities"].default_factory()))  # type: ignore[misc]
+MAX_GROUP_BYTES = Settings.model_fields["alertmanager_max_group_bytes"].default
 
 
 def iso(moment: datetime) -> str:
@@ -138,7 +139,7 @@ def crash_loop_head(count: int, truncated: int = 0) -> tuple[dict, dict]:
 
 def parse_alertmanager(body: bytes) -> AlertEvent:
     """A whole body at once, read as the route reads it (as a stream)."""
-    reader = AlertmanagerReader(ORDER)
+    reader = AlertmanagerReader(ORDER, max_bytes=MAX_GROUP_BYTES)
     reader.feed(body)
     return reader.finish()
 

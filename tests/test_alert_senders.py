@@ -14,13 +14,14 @@ import asyncio
 import json
 import logging
 import tracemalloc
+from collections.abc import Iterator
 from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, ORDER, PAGEY_PING, SENDERS, TEAM, alertmanager_group,
+from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, MAX_GROUP_BYTES, ORDER, PAGEY_PING, SENDERS, TEAM, alertmanager_group,
                             basic, clients, cloud_monitoring, cloud_monitoring_test_connection, crash_loop_alert, crash_loop_chunks,
-                            crash_loop_group, hbm_alert,
+                            crash_loop_group, crash_loop_head, go_json, hbm_alert,
                             keyspace_digest, pagerduty, parse_alertmanager, roots, send_am, send_cm, send_pd, thread, user,
                             web_only_stack)
 from handlers.alertmanager_payload import LISTED_ALERTS, AlertmanagerReader
@@ -106,7 +107,7 @@ def read_group(count: int) -> tuple[int, int, int]:
     sent = 0
     tracemalloc.start()
     try:
-        reader = AlertmanagerReader(ORDER)
+        reader = AlertmanagerReader(ORDER, max_bytes=MAX_GROUP_BYTES)
         for chunk in crash_loop_chunks(count):
             sent += len(chunk)
             reader.feed(chunk)
@@ -409,3 +410,84 @@ def test_a_delivery_whose_job_runs_late_puts_no_older_state_back(senders):
     wait_until(lambda: ran(state, "alert:late-retry"), what="the late job run")
     assert roots(slack, CH_TPU)[0].text.startswith(":white_check_mark: *RESOLVED*")
     assert not any("Firing again" in m.text for m in thread(slack, CH_TPU, root.ts))
+
+
+def huge_alert_group(pieces: int = 200, piece_chars: int = 20_000) -> Iterator[bytes]:
+    """A group whose one alert carries `pieces` annotations of `piece_chars` each (4 MB by
+    default: a templated annotation gone wrong), then an ordinary alert, then 2 MB under a key
+    the message does not define; made as it is fed."""
+    before, after = crash_loop_head(2)
+    yield go_json(before)[:-2] + b',"alerts":['
+    big = hbm_alert("critical")
+    head = go_json({k: v for k, v in big.items() if k != "annotations"})[:-2]
+    yield head + b',"annotations":{'
+    for n in range(pieces):
+        yield (b"," if n else b"") + f'"detail_{n}":"'.encode() + b"x" * piece_chars + b'"'
+    yield b"}},"
+    yield go_json(crash_loop_alert(1, datetime(2026, 12, 1, 21, 0, tzinfo=timezone.utc)))[:-1]
+    yield b'],"extensions":['  # a key no Message defines, 2 MB of it, sent a little at a time
+    for n in range(20):
+        yield (b"," if n else b"") + b",".join(b'"' + b"z" * 98 + b'"' for _ in range(1_000))
+    yield b"]," + go_json(after)[1:]
+
+
+def traced_read(chunks: Iterator[bytes]) -> tuple[object, int, int]:
+    """(the event, bytes fed, peak bytes traced) for a body fed as it would arrive."""
+    sent = 0
+    tracemalloc.start()
+    try:
+        reader = AlertmanagerReader(ORDER, max_bytes=MAX_GROUP_BYTES)
+        for chunk in chunks:
+            sent += len(chunk)
+            reader.feed(chunk)
+        event = reader.finish()
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    return event, sent, peak
+
+
+def test_an_alert_or_a_value_too_large_to_read_is_counted_not_built():
+    event, sent, peak = traced_read(huge_alert_group())
+    print(f"a {sent / 1e6:.1f} MB group (a 4 MB alert, 2 MB under a key no Message defines): peak "
+          f"{peak / 1e6:.2f} MB traced")
+    assert peak < 1_000_000, peak  # what is over the cap is let go as it is read, never held whole
+    assert event.alert_count == 2 and event.firing_count == 2 and event.unread == 1
+    assert event.severity == "critical"  # the alert not read still counts by its severity
+    assert len(event.listed) == 1
+    # A value of the message around the alerts over the cap: named, and the rest of it read.
+    group = json.loads(crash_loop_group(3))
+    group["commonAnnotations"] = {"description": "y" * 100_000}
+    event = parse_alertmanager(json.dumps(group).encode())
+    assert event.unread_fields == ("commonAnnotations",) and event.alert_count == 3
+    assert "commonAnnotations over 65,536 characters: not read." in alert_context(event)[-1]
+
+
+def test_a_group_past_the_cap_is_a_507_that_alertmanager_retries_and_writes_nothing(make_stack, caplog):
+    stack = make_stack(run_worker=False, alertmanager_max_group_bytes=1024 * 1024, **SENDERS)
+    with clients(stack) as (_, http, state):
+        before = keyspace_digest(state)
+        response = send_am(http, crash_loop_group(1200))  # 1.15 MB
+        assert response.status_code == 507, response.text  # a 5xx: Alertmanager retries, and reports it failing
+        assert "set max_alerts on this receiver" in response.json()["error"]
+        assert keyspace_digest(state) == before
+    assert "set max_alerts on the Alertmanager receiver" in caplog.text
+
+
+def test_a_body_that_does_not_arrive_in_time_is_a_503_for_its_sender_to_retry(make_stack, caplog):
+    import socket
+    from urllib.parse import urlsplit
+
+    stack = make_stack(run_worker=False, alert_read_timeout="1s", **SENDERS)
+    with clients(stack) as (_, _, state):
+        before = keyspace_digest(state)
+        address = urlsplit(stack.web_url)
+        group = crash_loop_group(5)
+        with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
+            sock.sendall(b"POST /alerts/alertmanager HTTP/1.1\r\nHost: tpubot\r\nContent-Type: application/json\r\n"
+                         b"Authorization: Bearer " + AM_TOKEN.encode() + b"\r\n"
+                         b"Content-Length: " + str(len(group)).encode() + b"\r\n\r\n" + group[:100])
+            answer = sock.recv(4096)  # the rest never comes
+        assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+        assert keyspace_digest(state) == before
+    assert "took over 1s to arrive (ALERT_READ_TIMEOUT)" in caplog.text

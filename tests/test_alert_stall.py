@@ -91,3 +91,35 @@ def timed(send):
     started = time.monotonic()
     response = send()
     return response, time.monotonic() - started
+
+
+def test_the_budget_counts_from_the_requests_arrival_not_from_its_last_byte(stalling):
+    """A sender whose body takes 2.5 s to arrive while Redis is paused still has its answer within
+    PagerDuty's 5 s of its first byte (the budget used to start after the body was read: 5.5 s)."""
+    import json
+    import socket
+    from urllib.parse import urlsplit
+
+    from alert_payloads import pd_signature
+
+    redis, stack = stalling
+    with httpx.Client(base_url=stack.web_url, timeout=PAGERDUTY_DEADLINE_SECONDS) as http:
+        assert send_pd(http, pagerduty(event_id="warm-up")).status_code == 202  # connections made
+    body = json.dumps(pagerduty(event_id="slow-body", incident_id="PSLOW01")).encode()
+    address = urlsplit(stack.web_url)
+    redis.freeze()
+    try:
+        with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
+            started = time.monotonic()
+            sock.sendall(b"POST /alerts/pagerduty HTTP/1.1\r\nHost: tpubot\r\nContent-Type: application/json\r\n"
+                         b"X-PagerDuty-Signature: " + pd_signature(body, PD_SECRET).encode() + b"\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:50])
+            time.sleep(2.5)  # the sender's pace, not a wait for our work
+            sock.sendall(body[50:])
+            answer = sock.recv(4096)
+            seconds = time.monotonic() - started
+    finally:
+        redis.thaw()
+    print(f"a body that took 2.5 s to arrive, Redis paused: answered in {seconds:.2f}s from its first byte")
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    assert seconds < PAGERDUTY_DEADLINE_SECONDS
