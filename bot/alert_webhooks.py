@@ -68,6 +68,11 @@ QUEUE_BUDGET_SECONDS = 3.0
 # A healthy Redis queues in milliseconds: a body that took the whole budget to arrive (a large
 # group on a slow link) still gets this long, so it is not refused while nothing is wrong.
 QUEUE_FLOOR_SECONDS = 0.5
+# Queueings still waiting on Redis after their 503, each holding its parsed delivery and one of
+# the job pool's REDIS_POOL_SIZE (32) connections. Past this many, Redis is down rather than slow:
+# a new delivery is answered 503 at once, before anything of it is queued (nor a connection waited
+# for, which the web's own jobs need too), and its sender's retry brings it back.
+LATE_QUEUEINGS_MAX = 16
 # PagerDuty retries a delivery for up to 48 hours (its "Behavior" page); its ids are kept longer.
 PAGERDUTY_REPLAY_SECONDS = 3 * 86_400
 # Cloud Monitoring's reminders of an open incident come at least 30 minutes apart
@@ -117,7 +122,8 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
     """The three routes; `state["services"]` is filled by the web app's lifespan."""
     routes = settings.alert_route_list()
     order = SeverityOrder(tuple(settings.alert_page_severities))
-    queueing: LateAnswers[int] = LateAnswers(budget_seconds=QUEUE_BUDGET_SECONDS, floor_seconds=QUEUE_FLOOR_SECONDS)
+    queueing: LateAnswers[int] = LateAnswers(budget_seconds=QUEUE_BUDGET_SECONDS, floor_seconds=QUEUE_FLOOR_SECONDS,
+                                             max_pending=LATE_QUEUEINGS_MAX)
     secret_of = {"alertmanager": settings.alertmanager_webhook_token.get_secret_value(),
                "cloud-monitoring": settings.cloud_monitoring_token.get_secret_value(),
                "pagerduty": settings.pagerduty_webhook_secret.get_secret_value()}
@@ -196,6 +202,10 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
         if route is None:
             log.warning("an alert from %s matched no ALERT_ROUTES rule; nothing posted", source)
             return JSONResponse({"routed": False, "reason": "no ALERT_ROUTES rule matches this alert"})
+        if queueing.full:
+            log.error("%d alerts answered 503 are still waiting on the state store; an alert from %s was answered 503 "
+                      "at once, nothing of it queued, for its sender to retry", queueing.pending, source)
+            return JSONResponse({"error": "the state store is not answering; send it again"}, status_code=503)
         svc = state["services"]
         markers, kept = delivery_markers(settings, svc.dedupe, request, event)
         reason = order.page_reason(event)
@@ -222,14 +232,20 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
 
 def _late(source: str) -> Callable[[int], Any]:
     async def queued_late(outcome: int) -> None:
-        log.warning("an alert from %s was queued after its 503 (outcome %d): its sender's retry is a repeat",
-                    source, outcome)
+        if outcome == 0:
+            log.warning("an alert from %s answered 503 was queued after all: its sender's retry will be answered "
+                        "as a duplicate", source)
+        else:  # its markers, or its job, were there already: an earlier copy had been queued
+            log.warning("an alert from %s answered 503 was a duplicate of one already queued (outcome %d): nothing "
+                        "new was queued", source, outcome)
 
     return queued_late
 
 
 def _failed_late(source: str) -> Callable[[], Any]:
     async def failed() -> None:
-        log.warning("an alert from %s that was answered 503 was not queued either: its sender retries it", source)
+        log.warning("queueing an alert from %s that was answered 503 failed afterwards: it may or may not have landed "
+                    "(Redis can still run a command this process gave up on); its sender's retry is queued, or "
+                    "answered as a duplicate if it did", source)
 
     return failed
