@@ -27,10 +27,13 @@ async def handle_alert(ctx: dict, job: AlertJob) -> JobOutcome:
 
 
 async def report_folded_alerts(ctx: dict, job: FoldJob) -> JobOutcome:
-    return await incident_job.report_folded(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]),
-                                            window=job.window, channel=job.channel, storm_threads=job.storm_threads,
-                                            storm_window=job.storm_window, route=job.route, severity=job.severity,
-                                            source=job.source)
+    try:
+        return await incident_job.report_folded(ctx["slack"], IncidentStore(ctx["state_redis"]), window=job.window,
+                                                channel=job.channel, storm_threads=job.storm_threads,
+                                                storm_window=job.storm_window, route=job.route,
+                                                severity=job.severity, source=job.source)
+    except incident_job.IncidentBusy:
+        raise Retry(defer=BUSY_RETRY_SECONDS) from None
 
 
 async def answer_followup(ctx: dict, job: FollowupJob) -> JobOutcome:

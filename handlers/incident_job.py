@@ -89,7 +89,7 @@ _teams: dict[str, str] = {}  # bot token -> its workspace (auth.test), once per 
 
 
 class IncidentBusy(Exception):
-    """Another job is opening this incident's thread: try again in a moment."""
+    """Another job is opening this incident's thread, or posting this storm message: try again in a moment."""
 
 
 def alert_job_id(event: AlertEvent, accepted_at: float | None = None) -> str:
@@ -312,21 +312,28 @@ async def investigate(svc: Services, client: AsyncWebClient, event: AlertEvent, 
         await reply.fail(f":warning: Something went wrong while investigating ({type(error).__name__}).")
 
 
-async def report_folded(svc: Services, client: AsyncWebClient, store: IncidentStore, *, window: int, channel: str,
+async def report_folded(client: AsyncWebClient, store: IncidentStore, *, window: int, channel: str,
                         storm_threads: int, storm_window: float, route: str = "", severity: str = "",
                         source: str = "") -> JobOutcome:
     """Post, or edit, the storm message of the route's window for one severity, with what each source folded."""
     if source and not route:  # queued before storms were counted per route: its counts are not kept any more
         return JobOutcome.skipped("storm counted per source", bare=True)
     route = route or f"*:{channel}"
-    count, by_source = await store.folded(route, severity, window)
+    claimed, posted_channel, ts = await store.claim_storm_message(route, severity, window, channel,
+                                                                  int(storm_window * 2))
+    if not claimed and not ts:
+        raise IncidentBusy(f"the storm message of {route}")  # another job is posting it: edit it once it is there
+    count, by_source = await store.folded(route, severity, window)  # read after the claim: the newest count
     text = storm_text(route, severity, count, by_source, storm_threads, storm_window)
-    posted_channel, ts = await store.storm_message(route, severity, window)
-    if ts:
+    if not claimed:
         await client.chat_update(channel=posted_channel, ts=ts, text=text)
         return JobOutcome.ok(f"updated {count}")
-    response = await client.chat_postMessage(channel=channel, text=text, unfurl_links=False, unfurl_media=False)
-    await store.set_storm_message(route, severity, window, channel, response["ts"], int(storm_window * 2))
+    try:
+        response = await client.chat_postMessage(channel=channel, text=text, unfurl_links=False, unfurl_media=False)
+    except BaseException:
+        await store.release_storm_message(route, severity, window, channel)  # a retry of this job posts it
+        raise
+    await store.set_storm_message(route, severity, window, channel, response["ts"])
     return JobOutcome.ok(f"posted {count}")
 
 

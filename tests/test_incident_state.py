@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from redis.asyncio import Redis
 
 from infra.state.incidents import NEVER_FOLD, IncidentStore, StateUpdate
@@ -97,3 +98,49 @@ def test_a_resolve_that_comes_before_its_open_is_kept_for_it_and_only_then(redis
         assert not await store.resolve_early("pagerduty", "P1", 300.0, "{}")
 
     run(redis_url, body)
+
+
+async def test_two_fold_jobs_at_once_post_one_storm_message(redis_url):
+    """The storm message's slot is claimed before it is posted: a second job while the first is
+    posting waits for the message (IncidentBusy: the worker retries it) and then edits it."""
+    from slack_sdk.web.async_client import AsyncWebClient
+
+    from handlers.incident_job import IncidentBusy, report_folded
+    from infra.sandbox.slack_api import SlackApiSandbox
+    from infra.state import keys
+    from waiting import wait_for
+
+    slack = SlackApiSandbox()
+    slack.start()
+    redis = Redis.from_url(redis_url)
+    try:
+        store = IncidentStore(redis)
+        client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+
+        async def fold(key: str) -> int:
+            opening = await store.open("cloud-monitoring", key, "C0STORM", route="*:C0STORM", severity="warning",
+                                       limit=1, window_seconds=600, now=1000.0)
+            return opening.window
+
+        window = [await fold(f"s{n}") for n in range(4)][-1]  # one thread, three folded
+
+        def job():
+            return report_folded(client, store, window=window, channel="C0STORM", storm_threads=1, storm_window=600,
+                                 route="*:C0STORM", severity="warning")
+
+        held = slack.hold()  # Slack is slow to answer the first job's post
+        first = asyncio.create_task(job())
+        slot = keys.incident_storm_message(keys.storm_scope("*:C0STORM", "warning"), window)
+        await wait_for(lambda: redis.exists(slot), what="the first job's claim")
+        with pytest.raises(IncidentBusy):
+            await asyncio.wait_for(job(), timeout=10)  # it neither posts nor waits on Slack
+        held.set()
+        assert str(await first) == "posted 3"
+        await fold("s4")
+        assert str(await job()) == "updated 4"  # the second job, retried
+        [posted] = slack.calls_to("chat.postMessage")
+        [update] = slack.calls_to("chat.update")
+        assert "3 more new alerts" in posted.body["text"] and "4 more new alerts" in update.body["text"]
+    finally:
+        await redis.aclose()
+        slack.stop()

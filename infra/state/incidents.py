@@ -121,6 +121,13 @@ redis.call('HINCRBY', KEYS[1], 'version', 1)
 return 1
 """
 
+# KEYS[1]: a storm message's slot. ARGV[1]: the claim's value (no ts yet). Deleted only while it
+# is still that claim.
+_RELEASE_CLAIM = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
 
 @dataclass(frozen=True)
 class Incident:
@@ -172,6 +179,7 @@ class IncidentStore:
         self._repeat = redis.register_script(_REPEAT)
         self._claim_page = redis.register_script(_CLAIM_PAGE)
         self._resolve_early = redis.register_script(_RESOLVE_EARLY)
+        self._release_claim = redis.register_script(_RELEASE_CLAIM)
 
     async def open(self, source: str, key: str, channel: str, *, route: str, severity: str, limit: int,
                    window_seconds: int, now: float | None = None) -> Opening:
@@ -252,13 +260,23 @@ class IncidentStore:
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.incident_folded_sources(scope, window)))
         return count, {as_text(k): int(as_text(v)) for k, v in raw.items()}
 
-    async def storm_message(self, route: str, severity: str, window: int) -> tuple[str, str]:
-        """(channel, ts) of the window's storm message, or ("", "")."""
-        raw = await self._redis.get(keys.incident_storm_message(keys.storm_scope(route, severity), window))
-        channel, _, ts = as_text(raw or "").partition("|")
-        return channel, ts
+    async def claim_storm_message(self, route: str, severity: str, window: int, channel: str,
+                                  ttl_seconds: int) -> tuple[bool, str, str]:
+        """Claim the posting of the window's storm message, so two jobs never both post one:
+        (True, channel, "") when this caller posts it; else (False, channel, ts) of the message,
+        its ts "" while another job is posting it."""
+        key = keys.incident_storm_message(keys.storm_scope(route, severity), window)
+        if await self._redis.set(key, f"{channel}|", nx=True, ex=max(ttl_seconds, 60)):
+            return True, channel, ""
+        posted, _, ts = as_text(await self._redis.get(key) or "").partition("|")
+        return False, posted, ts
 
-    async def set_storm_message(self, route: str, severity: str, window: int, channel: str, ts: str,
-                                ttl_seconds: int) -> None:
+    async def set_storm_message(self, route: str, severity: str, window: int, channel: str, ts: str) -> None:
+        """The claimed storm message was posted: its ts, for the next job to edit it."""
         await self._redis.set(keys.incident_storm_message(keys.storm_scope(route, severity), window),
-                              f"{channel}|{ts}", ex=max(ttl_seconds, 60))
+                              f"{channel}|{ts}", xx=True, keepttl=True)
+
+    async def release_storm_message(self, route: str, severity: str, window: int, channel: str) -> None:
+        """Let go of a claim whose message could not be posted, so a retry posts it."""
+        await self._release_claim(keys=[keys.incident_storm_message(keys.storm_scope(route, severity), window)],
+                                  args=[f"{channel}|"])
