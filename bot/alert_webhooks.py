@@ -20,7 +20,7 @@ arrive gets a 503, whatever its source.
 Then the delivery is queued as a worker job behind first-seen markers, in one atomic step, and
 only then answered 202: an accepted alert is in Redis. The markers tell a retry from a new
 delivery by the delivery's own id where the sender has one, else by how soon the same bytes
-come back (`delivery_markers`). A retry is answered 200 and queues nothing.
+come back (handlers/alert_delivery.py). A retry is answered 200 and queues nothing.
 
 Every answer comes within the senders' deadlines: PagerDuty waits 5 s for a 2xx and retries
 otherwise; Alertmanager gives a notification max(group_interval, 10 s) unless its webhook_config
@@ -47,13 +47,13 @@ from starlette.routing import Route
 from bot.request_gate import BodyTooLarge, read_capped_body
 from bot.settings import Settings
 from bot.webhook_auth import BASIC_CHALLENGE, pagerduty_ok, token_ok, webhook_id
+from handlers.alert_delivery import delivery_markers
 from handlers.alert_severity import SeverityOrder
 from handlers.alertmanager_payload import AlertmanagerReader, GroupTooLarge
 from handlers.incident_job import ALERT_JOB, AlertJob, alert_job_id
 from handlers.incident_payloads import AlertEvent, Ignored, PayloadError, Ping, Source, parse_alert
 from handlers.incident_routes import route_for
 from handlers.late_answers import REQUEST_STARTED, LateAnswers
-from infra.state.dedupe import Dedupe
 
 log = logging.getLogger(__name__)
 
@@ -73,35 +73,6 @@ QUEUE_FLOOR_SECONDS = 0.5
 # a new delivery is answered 503 at once, before anything of it is queued (nor a connection waited
 # for, which the web's own jobs need too), and its sender's retry brings it back.
 LATE_QUEUEINGS_MAX = 16
-# PagerDuty retries a delivery for up to 48 hours (its "Behavior" page); its ids are kept longer.
-PAGERDUTY_REPLAY_SECONDS = 3 * 86_400
-# Cloud Monitoring's reminders of an open incident come at least 30 minutes apart
-# (AlertPolicy.alertStrategy.notificationChannelStrategy.renotifyInterval in the monitoring v3
-# discovery document): the same bytes sooner than this are its retry.
-CLOUD_MONITORING_RETRY_SECONDS = 10 * 60
-
-
-def delivery_markers(settings: Settings, dedupe: Dedupe, request: Request, event: AlertEvent) -> tuple[list[str], int]:
-    """The first-seen markers of a delivery and how long they are kept.
-
-    PagerDuty: its event id, and the X-Webhook-Id it repeats on every attempt of one webhook.
-    Alertmanager sends no id, and blanks a firing alert's endsAt, so a repeat_interval re-send is
-    byte-identical to the first. What tells them apart is time: its retries of one notification
-    stop within that notification's deadline (the group_interval, at least 10 s), and the group is
-    notified again at the earliest a group_interval later; so the same bytes within
-    ALERTMANAGER_GROUP_INTERVAL of the last accepted copy are a retry, and later ones a repeat.
-    Cloud Monitoring likewise, within CLOUD_MONITORING_RETRY_SECONDS.
-    """
-    if event.source == "pagerduty":
-        markers = [dedupe.marker("alert", f"pagerduty:{event.delivery}")]
-        webhook = webhook_id(request)
-        if webhook:
-            markers.append(dedupe.marker("alert", f"pagerduty-webhook:{webhook}"))
-        return markers, PAGERDUTY_REPLAY_SECONDS
-    window = (int(settings.alertmanager_group_interval.total_seconds()) if event.source == "alertmanager"
-              else CLOUD_MONITORING_RETRY_SECONDS)
-    return [dedupe.marker("alert", f"{event.source}:{event.delivery}")], max(window, 1)
-
 
 def unauthorized() -> Response:
     # The challenge is what Cloud Monitoring's basic-auth channel waits for before it sends its credentials.
@@ -207,7 +178,8 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
                       "at once, nothing of it queued, for its sender to retry", queueing.pending, source)
             return JSONResponse({"error": "the state store is not answering; send it again"}, status_code=503)
         svc = state["services"]
-        markers, kept = delivery_markers(settings, svc.dedupe, request, event)
+        markers, kept = delivery_markers(svc.dedupe, event, webhook_id=webhook_id(request),
+                                         group_interval=settings.alertmanager_group_interval)
         reason = order.page_reason(event)
         job = AlertJob(alert=event.model_dump(mode="json"), channel=route.channel, page=bool(reason), page_reason=reason,
                        storm_threads=settings.alert_storm_threads,

@@ -166,7 +166,7 @@ def test_a_critical_alert_during_a_storm_on_another_route_gets_its_own_thread_an
 
 
 def test_pagerduty_states_show_on_the_first_message_with_who_changed_them(senders):
-    stack, http, _ = senders
+    stack, http, state = senders
     slack = stack.slack
     t0 = datetime.now(timezone.utc).replace(second=0, microsecond=0) - timedelta(minutes=30)
     tenex, ops, responder = user("Tenex Engineer", "PLH1HKV"), user("Ops Lead", "POPS001"), user("User 123", "PTUXL6G")
@@ -209,6 +209,9 @@ def test_pagerduty_states_show_on_the_first_message_with_who_changed_them(sender
     assert replay.status_code == 200 and replay.json()["duplicate"] is True
     attempt = send_pd(http, pagerduty("ev-2-again", "incident.acknowledged", agent=tenex), webhook_id="wh-ev-2")
     assert attempt.status_code == 200 and attempt.json()["duplicate"] is True
+    # Kept a day: PagerDuty's 5 attempts of a webhook span about 20 minutes (its Behavior page).
+    for marker in ("pagerduty:ev-2", "pagerduty-webhook:wh-ev-2"):
+        assert 86_000 < state.ttl(keys.dedupe("alert", marker)) <= 86_400
 
     sent("ev-6", "incident.resolved", 5, agent=tenex, priority_name="P1", urgency="low")
     wait_until(lambda: first().startswith(":white_check_mark: *RESOLVED*"), what="resolved")
