@@ -135,22 +135,24 @@ def delivery_time(event: AlertEvent, accepted_at: float) -> float:
 
 async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentStore, *, alert: dict,
                        channel: str, page: bool, storm_threads: int, storm_window: float, route: str = "",
-                       page_reason: str = "", accepted_at: float = 0.0) -> JobOutcome:
+                       page_reason: str = "", accepted_at: float = 0.0, job_id: str = "") -> JobOutcome:
+    """`job_id`: this job's, so that run again after its worker died it can finish the opening it began."""
     event = AlertEvent.model_validate(alert)
     route = route or f"*:{channel}"
     reason = (page_reason or f"severity {event.severity or 'unset'}") if page else ""
     at = delivery_time(event, accepted_at)
     incident = await store.get(event.source, event.key)
-    if incident is None:
+    if incident is None or not incident.ts:  # not opened yet, or being opened (by this job's earlier run?)
         if event.status == "resolved":
-            if await store.resolve_early(event.source, event.key, at, event.model_dump_json()):
+            if incident is None and await store.resolve_early(event.source, event.key, at, event.model_dump_json()):
                 # Nothing of it was seen firing here yet: no thread to close. Its open may be
                 # running at this moment (a flap: triggered and resolved within milliseconds);
                 # the resolve is kept for it, so the thread it opens shows it resolved.
                 return JobOutcome.skipped("resolved-unknown", bare=True)
         else:
             opening = await store.open(event.source, event.key, channel, route=route, severity=event.severity,
-                                       limit=NEVER_FOLD if page else storm_threads, window_seconds=int(storm_window))
+                                       limit=NEVER_FOLD if page else storm_threads, window_seconds=int(storm_window),
+                                       opener=job_id)
             if opening.folded:
                 await svc.jobs.enqueue(FOLD_JOB, FoldJob(window=opening.window, channel=channel,
                                                          storm_threads=storm_threads, storm_window=storm_window,

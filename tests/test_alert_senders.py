@@ -494,3 +494,44 @@ def test_a_body_that_does_not_arrive_in_time_is_a_503_for_its_sender_to_retry(ma
         assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
         assert keyspace_digest(state) == before
     assert "took over 1s to arrive (ALERT_READ_TIMEOUT)" in caplog.text
+
+
+def test_an_opening_cut_short_by_a_dead_worker_is_finished_when_its_job_runs_again(senders):
+    """A worker killed after the record was made and before the thread was posted leaves the
+    record half-opened; arq runs the job again (same id), and that run finishes the opening, so
+    the deliveries that waited on it are not retried until they are dropped."""
+    from bot.incident_jobs import busy_retry_delay
+    from bot.wiring import arq_pool
+    from handlers.incident_job import ALERT_JOB, AlertJob
+    from handlers.incident_payloads import parse_alert
+    from infra.jobs import JobQueue
+    from infra.state.incidents import IncidentStore
+
+    stack, http, state = senders
+    payload = cloud_monitoring("0.half-opened")
+    event = parse_alert("cloud-monitoring", json.dumps(payload).encode())
+    job_id = "alert:cloud-monitoring:half-opened:1"
+
+    async def die_mid_open_then_run_again() -> None:
+        from redis.asyncio import Redis
+
+        redis = Redis.from_url(stack.settings.redis_url)
+        pool = await arq_pool(stack.settings.redis_url)
+        try:  # what the killed run left: the record, no thread
+            opening = await IncidentStore(redis).open("cloud-monitoring", event.key, CH_TPU, route=f"team=tpu:{CH_TPU}",
+                                                      severity=event.severity, limit=3, window_seconds=86_400,
+                                                      opener=job_id)
+            assert opening.opened
+            job = AlertJob(alert=event.model_dump(mode="json"), channel=CH_TPU, page=False, storm_threads=3,
+                           storm_window=86_400, route=f"team=tpu:{CH_TPU}", accepted_at=1.0)
+            await JobQueue(pool).enqueue(ALERT_JOB, job, job_id=job_id)  # arq runs it again
+        finally:
+            await pool.aclose()
+            await redis.aclose()
+
+    asyncio.run(die_mid_open_then_run_again())
+    root = wait_until(lambda: root_of(stack.slack, CH_TPU, "TPU idle"), what="the thread the second run opened")
+    assert root.text.startswith(":rotating_light: *FIRING*")
+    # A delivery that finds a thread being opened waits longer each time: 20 tries outlast minutes of it.
+    waits = [busy_retry_delay(attempt) for attempt in range(1, 20)]
+    assert waits[:3] == [1, 2, 4] and max(waits) == 60 and sum(waits) > 10 * 60

@@ -144,3 +144,19 @@ async def test_two_fold_jobs_at_once_post_one_storm_message(redis_url):
     finally:
         await redis.aclose()
         slack.stop()
+
+
+def test_only_the_job_that_began_an_opening_takes_it_over_and_only_before_its_thread(redis_url):
+    async def body(store: IncidentStore) -> None:
+        async def open_(opener: str):
+            return await store.open("alertmanager", "G", "C1", route="*:C1", severity="warning", limit=5,
+                                    window_seconds=600, now=1000.0, opener=opener)
+
+        assert (await open_("job-1")).opened
+        assert (await open_("job-2")).exists  # another delivery: it waits for the thread
+        assert (await open_("")).exists
+        assert (await open_("job-1")).opened  # the same job run again: its earlier run died mid-open
+        await store.set_thread("alertmanager", "G", "1700000000.000100")
+        assert (await open_("job-1")).exists  # the thread is there: nothing to take over
+
+    run(redis_url, body)

@@ -35,10 +35,17 @@ NEVER_FOLD = -1  # the limit of an alert that pages
 
 # KEYS: incident, window counter, window's folded set, window's folded count per source, the
 # incident's early resolve. ARGV: channel, now, limit (NEVER_FOLD: no limit), window s, ttl,
-# folded member, source. 0: a record exists; 1: opened (an early resolve moves into the record,
-# as `resolved_early`); -n: folded, n distinct alerts folded in this window.
+# folded member, source, opener (the job opening it). 0: a record exists; 1: opened (an early
+# resolve moves into the record, as `resolved_early`); 2: the same opener's earlier run left it
+# half-opened (its worker died before the thread was posted): open it again; -n: folded, n
+# distinct alerts folded in this window.
 _OPEN = """
-if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  if ARGV[8] ~= '' and redis.call('HGET', KEYS[1], 'ts') == '' and redis.call('HGET', KEYS[1], 'opener') == ARGV[8] then
+    return 2
+  end
+  return 0
+end
 local limit = tonumber(ARGV[3])
 if limit >= 0 then
   if redis.call('SISMEMBER', KEYS[3], ARGV[6]) == 1 then return -redis.call('SCARD', KEYS[3]) end
@@ -51,7 +58,8 @@ if limit >= 0 then
     return -redis.call('SCARD', KEYS[3])
   end
 end
-redis.call('HSET', KEYS[1], 'channel', ARGV[1], 'opened', ARGV[2], 'repeats', '0', 'ts', '', 'version', '0')
+redis.call('HSET', KEYS[1], 'channel', ARGV[1], 'opened', ARGV[2], 'repeats', '0', 'ts', '', 'version', '0',
+           'opener', ARGV[8])
 local early = redis.call('GET', KEYS[5])
 if early then
   redis.call('HSET', KEYS[1], 'resolved_early', early)
@@ -182,9 +190,10 @@ class IncidentStore:
         self._release_claim = redis.register_script(_RELEASE_CLAIM)
 
     async def open(self, source: str, key: str, channel: str, *, route: str, severity: str, limit: int,
-                   window_seconds: int, now: float | None = None) -> Opening:
+                   window_seconds: int, now: float | None = None, opener: str = "") -> Opening:
         """Open the incident, or fold it into the window of its route and severity (`limit`
-        NEVER_FOLD: never fold)."""
+        NEVER_FOLD: never fold). `opener`: the job that opens it; that job run again (arq runs a
+        job again when its worker died) takes over the record it left half-opened."""
         now = time.time() if now is None else now
         window = int(now // max(window_seconds, 1))
         scope = keys.storm_scope(route, severity)
@@ -192,8 +201,8 @@ class IncidentStore:
             keys=[keys.incident(source, key), keys.incident_window(scope, window), keys.incident_folded(scope, window),
                   keys.incident_folded_sources(scope, window), keys.incident_resolved(source, key)],
             args=[channel, f"{now:.3f}", limit, max(window_seconds, 1), INCIDENT_TTL_SECONDS, f"{source}\0{key}",
-                  source]))
-        return Opening(opened=result == 1, exists=result == 0, folded=-result if result < 0 else 0, window=window)
+                  source, opener]))
+        return Opening(opened=result in (1, 2), exists=result == 0, folded=-result if result < 0 else 0, window=window)
 
     async def resolve_early(self, source: str, key: str, at: float, resolve: str) -> bool:
         """Keep a resolve of an incident that has no record yet (its open may be running right
