@@ -5,10 +5,15 @@ model up" card (the same agent run a mention gets, agent/llm/loop.py).
 
 The thread's first message is the incident as its source reports it now, re-rendered from the
 record (infra/state/incidents.py; handlers/incident_text.py writes it) after every delivery:
-firing, acknowledged (by whom, when) or resolved; PagerDuty's priority and urgency with what they were, its escalations and
-reassignments; an Alertmanager group's size (firing, resolved, held back by max_alerts) and its
-first alerts; and "still firing", counted, each time Alertmanager or Cloud Monitoring sends it
-again, however identical the bytes. A resolve also says so in the thread.
+firing, acknowledged (by whom, when) or resolved; PagerDuty's priority and urgency with what
+they were, its escalations and reassignments; an Alertmanager group's size (firing, resolved,
+held back by max_alerts) and its first alerts; and "still firing", counted, each time
+Alertmanager or Cloud Monitoring sends it again, however identical the bytes. A resolve also
+says so in the thread; one handled before its incident opened is kept for the open.
+
+An incident pages the channel's on-call once: with its first message when the delivery that
+opens it pages, else with a reply in its thread when a later one does (a severity or priority
+that went up). Nobody is paged for an incident acknowledged or resolved.
 
 Storms are limited per ALERT_ROUTES rule and severity: a route that opens more than
 ALERT_STORM_THREADS threads of one severity in a window folds the rest into one storm message

@@ -20,10 +20,12 @@ import base64
 import hashlib
 import hmac
 import json
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -269,6 +271,18 @@ def send_pd(http: httpx.Client, payload: dict | bytes, secret: str = PD_SECRET, 
     if webhook_id:
         headers["x-webhook-id"] = webhook_id
     return http.post("/alerts/pagerduty", content=body, headers=headers)
+
+
+@contextmanager
+def partial_alertmanager_post(web_url: str, body: bytes, sent: int, timeout: float = 30) -> Iterator[socket.socket]:
+    """A POST of `body` to /alerts/alertmanager, over a raw socket, of which only the first `sent`
+    bytes are sent (a sender that goes away or stalls mid-body); the socket, closed after."""
+    address = urlsplit(web_url)
+    with socket.create_connection((address.hostname, address.port), timeout=timeout) as sock:
+        sock.sendall(b"POST /alerts/alertmanager HTTP/1.1\r\nHost: tpubot\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + AM_TOKEN.encode() + b"\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:sent])
+        yield sock
 
 
 def basic(password: str, user: str = "alertmanager") -> str:

@@ -19,12 +19,13 @@ from datetime import datetime, timedelta, timezone
 
 import pytest
 
-from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, MAX_GROUP_BYTES, ORDER, PAGEY_PING, SENDERS, TEAM, alertmanager_group,
-                            basic, clients, cloud_monitoring, cloud_monitoring_test_connection, crash_loop_alert, crash_loop_chunks,
-                            crash_loop_group, crash_loop_head, go_json, hbm_alert,
-                            keyspace_digest, pagerduty, parse_alertmanager, roots, send_am, send_cm, send_pd, thread, user,
-                            web_only_stack)
+from alert_payloads import (CH_ALL, CH_API, CH_TPU, CM_TOKEN, MAX_GROUP_BYTES, ORDER, PAGEY_PING, SENDERS, TEAM,
+                            alertmanager_group, basic, clients, cloud_monitoring, cloud_monitoring_test_connection,
+                            crash_loop_alert, crash_loop_chunks, crash_loop_group, crash_loop_head, go_json, hbm_alert,
+                            keyspace_digest, pagerduty, parse_alertmanager, partial_alertmanager_post, roots, send_am,
+                            send_cm, send_pd, thread, user, web_only_stack)
 from handlers.alertmanager_payload import LISTED_ALERTS, AlertmanagerReader
+from handlers.incident_payloads import AlertEvent
 from handlers.incident_text import NAMED_IN_ROOT, alert_context
 from infra.state import keys
 from waiting import wait_until
@@ -102,19 +103,25 @@ def test_a_1200_pod_group_is_taken_whole_and_its_thread_says_what_it_holds(sende
     assert len(roots(stack.slack, CH_TPU)) == 1
 
 
-def read_group(count: int) -> tuple[int, int, int]:
-    """(alerts counted, bytes fed, peak bytes traced) for a group fed as it would arrive."""
+def traced_read(chunks: Iterator[bytes]) -> tuple[AlertEvent, int, int]:
+    """(the event, bytes fed, peak bytes traced) for a body fed as it would arrive."""
     sent = 0
     tracemalloc.start()
     try:
         reader = AlertmanagerReader(ORDER, max_bytes=MAX_GROUP_BYTES)
-        for chunk in crash_loop_chunks(count):
+        for chunk in chunks:
             sent += len(chunk)
             reader.feed(chunk)
         event = reader.finish()
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()
+    return event, sent, peak
+
+
+def read_group(count: int) -> tuple[int, int, int]:
+    """(alerts counted, bytes fed, peak bytes traced) for a group fed as it would arrive."""
+    event, sent, peak = traced_read(crash_loop_chunks(count))
     assert event.firing_count == count and len(event.listed) == LISTED_ALERTS
     return event.alert_count, sent, peak
 
@@ -244,18 +251,12 @@ def test_a_byte_identical_alertmanager_repeat_after_its_group_interval_shows_sti
 
 
 def test_a_sender_that_goes_away_mid_group_leaves_a_log_line_and_no_traceback(web_only_stack, caplog):
-    import socket
-    from urllib.parse import urlsplit
-
     stack, _, state = web_only_stack
     caplog.set_level(logging.INFO, logger="bot.alert_webhooks")
     before = keyspace_digest(state)
-    address = urlsplit(stack.web_url)
     group = crash_loop_group(50)
-    with socket.create_connection((address.hostname, address.port), timeout=10) as sock:
-        sock.sendall(b"POST /alerts/alertmanager HTTP/1.1\r\nHost: tpubot\r\nContent-Type: application/json\r\n"
-                     b"Authorization: Bearer " + AM_TOKEN.encode() + b"\r\n"
-                     b"Content-Length: " + str(len(group)).encode() + b"\r\n\r\n" + group[: len(group) // 2])
+    with partial_alertmanager_post(stack.web_url, group, len(group) // 2, timeout=10):
+        pass
     wait_until(lambda: "went away before its body was read" in caplog.text, what="the disconnect noted")
     assert "Traceback" not in caplog.text
     assert keyspace_digest(state) == before
@@ -434,22 +435,6 @@ def huge_alert_group(pieces: int = 200, piece_chars: int = 20_000) -> Iterator[b
     yield b"]," + go_json(after)[1:]
 
 
-def traced_read(chunks: Iterator[bytes]) -> tuple[object, int, int]:
-    """(the event, bytes fed, peak bytes traced) for a body fed as it would arrive."""
-    sent = 0
-    tracemalloc.start()
-    try:
-        reader = AlertmanagerReader(ORDER, max_bytes=MAX_GROUP_BYTES)
-        for chunk in chunks:
-            sent += len(chunk)
-            reader.feed(chunk)
-        event = reader.finish()
-        _, peak = tracemalloc.get_traced_memory()
-    finally:
-        tracemalloc.stop()
-    return event, sent, peak
-
-
 def test_an_alert_or_a_value_too_large_to_read_is_counted_not_built():
     event, sent, peak = traced_read(huge_alert_group())
     print(f"a {sent / 1e6:.1f} MB group (a 4 MB alert, 2 MB under a key no Message defines): peak "
@@ -478,18 +463,10 @@ def test_a_group_past_the_cap_is_a_507_that_alertmanager_retries_and_writes_noth
 
 
 def test_a_body_that_does_not_arrive_in_time_is_a_503_for_its_sender_to_retry(make_stack, caplog):
-    import socket
-    from urllib.parse import urlsplit
-
     stack = make_stack(run_worker=False, alert_read_timeout="1s", **SENDERS)
     with clients(stack) as (_, _, state):
         before = keyspace_digest(state)
-        address = urlsplit(stack.web_url)
-        group = crash_loop_group(5)
-        with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
-            sock.sendall(b"POST /alerts/alertmanager HTTP/1.1\r\nHost: tpubot\r\nContent-Type: application/json\r\n"
-                         b"Authorization: Bearer " + AM_TOKEN.encode() + b"\r\n"
-                         b"Content-Length: " + str(len(group)).encode() + b"\r\n\r\n" + group[:100])
+        with partial_alertmanager_post(stack.web_url, crash_loop_group(5), 100) as sock:
             answer = sock.recv(4096)  # the rest never comes
         assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
         assert keyspace_digest(state) == before
