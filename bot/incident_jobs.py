@@ -12,7 +12,19 @@ from handlers.incident_job import ALERT_JOB, FOLD_JOB, AlertJob, FoldJob
 from infra.jobs import BoundJob, JobOutcome
 from infra.state.incidents import IncidentStore
 
-BUSY_RETRY_SECONDS = 1  # a repeat that arrives while its thread is being opened waits this long
+BUSY_RETRY_SECONDS = 1  # the first wait of a delivery whose thread is being opened (or storm message posted)
+BUSY_RETRY_MAX_SECONDS = 60
+
+
+def busy_retry_delay(attempt: int) -> float:
+    """How long a delivery that found its thread being opened waits before try `attempt` + 1.
+
+    The opener can be slow for minutes: Slack rate-limits the first message in a storm (slack_sdk
+    sleeps its Retry-After twice, bot/wiring.py), and a worker killed mid-open leaves the record
+    half-opened until arq runs the opening job again, which then finishes it. Doubling from 1 s to
+    a minute, the worker's 20 tries wait about 15 minutes: past both, and past JOB_TIMEOUT's
+    default (5 minutes), after which a stuck opener gives the record up."""
+    return min(BUSY_RETRY_MAX_SECONDS, BUSY_RETRY_SECONDS * 2 ** max(0, attempt - 1))
 
 
 async def handle_alert(ctx: dict, job: AlertJob) -> JobOutcome:
@@ -20,16 +32,20 @@ async def handle_alert(ctx: dict, job: AlertJob) -> JobOutcome:
         return await incident_job.handle_alert(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]),
                                                alert=job.alert, channel=job.channel, page=job.page,
                                                storm_threads=job.storm_threads, storm_window=job.storm_window,
-                                               route=job.route)
+                                               route=job.route, page_reason=job.page_reason,
+                                               accepted_at=job.accepted_at, job_id=ctx.get("job_id", ""))
     except incident_job.IncidentBusy:
-        raise Retry(defer=BUSY_RETRY_SECONDS) from None
+        raise Retry(defer=busy_retry_delay(ctx.get("job_try", 1))) from None
 
 
 async def report_folded_alerts(ctx: dict, job: FoldJob) -> JobOutcome:
-    return await incident_job.report_folded(ctx["services"], ctx["slack"], IncidentStore(ctx["state_redis"]),
-                                            window=job.window, channel=job.channel, storm_threads=job.storm_threads,
-                                            storm_window=job.storm_window, route=job.route, severity=job.severity,
-                                            source=job.source)
+    try:
+        return await incident_job.report_folded(ctx["slack"], IncidentStore(ctx["state_redis"]), window=job.window,
+                                                channel=job.channel, storm_threads=job.storm_threads,
+                                                storm_window=job.storm_window, route=job.route,
+                                                severity=job.severity, source=job.source)
+    except incident_job.IncidentBusy:
+        raise Retry(defer=busy_retry_delay(ctx.get("job_try", 1))) from None
 
 
 async def answer_followup(ctx: dict, job: FollowupJob) -> JobOutcome:

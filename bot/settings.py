@@ -255,7 +255,14 @@ class Settings(BaseSettings):
                                                 "subscription's signing secret; empty: refused")
     alert_max_body_bytes: int = Field(1024 * 1024, ge=1024, description="largest Cloud Monitoring or PagerDuty "
                                       "webhook body read (PagerDuty sends at most 256 KB); a larger one gets a 413. "
-                                      "Alertmanager groups are read as a stream, whole, however large")
+                                      "Alertmanager groups are read as a stream, up to ALERTMANAGER_MAX_GROUP_BYTES")
+    alertmanager_max_group_bytes: int = Field(
+        64 * 1024 * 1024, ge=1024 * 1024, description="largest Alertmanager group read (about 60,000 alerts of "
+        "kube-prometheus' size; 1,200 are 1.15 MB); a larger one gets a 507, which Alertmanager retries and reports "
+        "as failing, never a 4xx it would drop: set max_alerts on its receiver")
+    alert_read_timeout: timedelta = Field(
+        timedelta(seconds=60), description="how long an alert webhook's body may take to arrive; a slower one gets "
+        "a 503 for its sender to retry")
     alertmanager_group_interval: timedelta = Field(
         timedelta(minutes=5), description="the group_interval of the Alertmanager routes that notify tpubot (the "
         "smallest, if they differ): an identical body within it is a retry, answered 200; after it, the group "
@@ -268,7 +275,8 @@ class Settings(BaseSettings):
                                         "or answered is answered without a mention for this long (0s: never)")
     alert_page_severities: CsvList = Field(
         default_factory=lambda: ["critical", "page", "high", "p1"],
-        description="alert severities (PagerDuty: urgency or priority) that page the channel's on-call")
+        description="alert severities (PagerDuty: urgency or priority) that page the channel's on-call; they rank "
+                    "above all others when a group's alerts differ (the first listed highest)")
 
     _split = field_validator(
         "tpu_zones", "model_source_ranges", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
@@ -464,7 +472,7 @@ class Settings(BaseSettings):
         return parse_duration(value)
 
     @field_validator("alert_late_after", "idle_check_interval", "reconcile_interval", "alert_storm_window",
-                     "followup_max_age", mode="before")
+                     "followup_max_age", "alert_read_timeout", mode="before")
     @classmethod
     def _alert_durations(cls, value: Any) -> timedelta:
         return parse_duration(value)
@@ -478,7 +486,7 @@ class Settings(BaseSettings):
             raise ValueError("ALERT_LEAD_TIMES must be positive durations, like 30m,5m")
         return leads
 
-    @field_validator("idle_check_interval", "reconcile_interval", "alert_storm_window")
+    @field_validator("idle_check_interval", "reconcile_interval", "alert_storm_window", "alert_read_timeout")
     @classmethod
     def _positive_interval(cls, value: timedelta, info: Any) -> timedelta:
         if value.total_seconds() <= 0:

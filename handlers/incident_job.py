@@ -4,11 +4,16 @@ routed channel, read Cloud Logging for the alert's window and resource, and answ
 model up" card (the same agent run a mention gets, agent/llm/loop.py).
 
 The thread's first message is the incident as its source reports it now, re-rendered from the
-record (infra/state/incidents.py) after every delivery: firing, acknowledged (by whom, when) or
-resolved; PagerDuty's priority and urgency with what they were, its escalations and
-reassignments; an Alertmanager group's size (firing, resolved, held back by max_alerts) and its
-first alerts; and "still firing", counted, each time Alertmanager or Cloud Monitoring sends it
-again, however identical the bytes. A resolve also says so in the thread.
+record (infra/state/incidents.py; handlers/incident_text.py writes it) after every delivery:
+firing, acknowledged (by whom, when) or resolved; PagerDuty's priority and urgency with what
+they were, its escalations and reassignments; an Alertmanager group's size (firing, resolved,
+held back by max_alerts) and its first alerts; and "still firing", counted, each time
+Alertmanager or Cloud Monitoring sends it again, however identical the bytes. A resolve also
+says so in the thread; one handled before its incident opened is kept for the open.
+
+An incident pages the channel's on-call once: with its first message when the delivery that
+opens it pages, else with a reply in its thread when a later one does (a severity or priority
+that went up). Nobody is paged for an incident acknowledged or resolved.
 
 Storms are limited per ALERT_ROUTES rule and severity: a route that opens more than
 ALERT_STORM_THREADS threads of one severity in a window folds the rest into one storm message
@@ -21,7 +26,6 @@ context, never as the request, and every text is redacted and mrkdwn-escaped bef
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import logging
 import time
 from dataclasses import dataclass
@@ -35,13 +39,14 @@ from agent.actions.model_endpoint import run_redactor
 from agent.context import Actor, Services
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionBuilder, unread_warnings
-from handlers.cards import escape
 from handlers.feedback_buttons import offer_feedback
 from handlers.incident_payloads import AlertEvent
 from handlers.incident_recall import recall_and_remember
+from handlers.incident_text import alert_context, page_text, resolved_text, root_text, storm_text
 from handlers.proposal_buttons import proposal_card
 from handlers.thread_reply import ThreadReply
 from infra.jobs import JobOutcome, JobSpec
+from infra.state import keys
 from infra.state.incidents import NEVER_FOLD, Incident, IncidentStore, StateUpdate
 
 log = logging.getLogger(__name__)
@@ -57,6 +62,8 @@ class AlertJob:
     storm_threads: int  # ALERT_STORM_THREADS
     storm_window: float  # ALERT_STORM_WINDOW, seconds
     route: str = ""  # the ALERT_ROUTES rule that matched ("": `*:channel`, as jobs queued before it was sent)
+    page_reason: str = ""  # why it pages ("severity critical", "priority P1"); "" with page: a job queued before it was sent
+    accepted_at: float = 0.0  # when the web accepted the delivery (epoch s); 0: a job queued before it was sent
 
 
 @dataclass(frozen=True)
@@ -79,10 +86,6 @@ INVESTIGATE_REQUEST = "An alert fired: what went wrong in these logs?"
 LOG_LEAD = timedelta(minutes=30)  # read this long before the alert started: the cause comes first
 DEFAULT_LOOKBACK = timedelta(hours=1)  # an alert without a start time
 FOLD_REPORT_SECONDS = 2  # the storm message is edited at most this often
-SHOWN_LABELS = 8
-HIDDEN_LABELS = frozenset({"source", "priority", "urgency"})  # said by the message's own lines
-NAMED_IN_ROOT = 10  # alerts of a group named in the first message (the model is given all that are kept)
-LABEL_CHARS = 120  # of one label shown in the first message
 RENDER_TRIES = 3  # the first message is rendered again while other deliveries keep changing the record
 AUTOMATION = "automation"  # who made a change when the source names nobody (PagerDuty's null agent)
 REMEMBERED = ("priority", "urgency")  # shown with what they were before a change
@@ -91,7 +94,7 @@ _teams: dict[str, str] = {}  # bot token -> its workspace (auth.test), once per 
 
 
 class IncidentBusy(Exception):
-    """Another job is opening this incident's thread: try again in a moment."""
+    """Another job is opening this incident's thread, or posting this storm message: try again in a moment."""
 
 
 def alert_job_id(event: AlertEvent, accepted_at: float | None = None) -> str:
@@ -103,8 +106,7 @@ def alert_job_id(event: AlertEvent, accepted_at: float | None = None) -> str:
 
 
 def fold_job_id(route: str, severity: str, window: int, now: float | None = None) -> str:
-    scope = hashlib.sha256(f"{route}\0{severity}".encode()).hexdigest()[:16]
-    return f"alert-fold:{scope}:{window}:{int((time.time() if now is None else now) // FOLD_REPORT_SECONDS)}"
+    return f"alert-fold:{keys.storm_scope(route, severity)}:{window}:{int((time.time() if now is None else now) // FOLD_REPORT_SECONDS)}"
 
 
 def state_updates(event: AlertEvent, at: float) -> list[StateUpdate]:
@@ -127,26 +129,45 @@ def state_updates(event: AlertEvent, at: float) -> list[StateUpdate]:
     return updates
 
 
+def delivery_time(event: AlertEvent, accepted_at: float) -> float:
+    """When the delivery's state holds from: the source's own time of change (PagerDuty), else when
+    the web accepted it (never when its job runs: a retried older delivery is still older);
+    a job queued before `accepted_at` was sent has only the time it runs."""
+    if event.occurred_at:
+        return event.occurred_at.timestamp()
+    return accepted_at or time.time()
+
+
 async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentStore, *, alert: dict,
-                       channel: str, page: bool, storm_threads: int, storm_window: float, route: str = "") -> JobOutcome:
+                       channel: str, page: bool, storm_threads: int, storm_window: float, route: str = "",
+                       page_reason: str = "", accepted_at: float = 0.0, job_id: str = "") -> JobOutcome:
+    """`job_id`: this job's, so that run again after its worker died it can finish the opening it began."""
     event = AlertEvent.model_validate(alert)
     route = route or f"*:{channel}"
-    at = (event.occurred_at or datetime.now(timezone.utc)).timestamp()
+    reason = (page_reason or f"severity {event.severity or 'unset'}") if page else ""
+    at = delivery_time(event, accepted_at)
     incident = await store.get(event.source, event.key)
-    if incident is None:
+    if incident is None or not incident.ts:  # not opened yet, or being opened (by this job's earlier run?)
         if event.status == "resolved":
-            return JobOutcome.skipped("resolved-unknown", bare=True)  # nothing of it was seen firing here: no thread to close
-        opening = await store.open(event.source, event.key, channel, route=route, severity=event.severity,
-                                   limit=NEVER_FOLD if page else storm_threads, window_seconds=int(storm_window))
-        if opening.folded:
-            await svc.jobs.enqueue(FOLD_JOB, FoldJob(window=opening.window, channel=channel, storm_threads=storm_threads,
-                                                     storm_window=storm_window, route=route, severity=event.severity),
-                                   job_id=fold_job_id(route, event.severity, opening.window),
-                                   defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))
-            return JobOutcome.ok("folded")
-        if opening.opened:
-            await store.apply(event.source, event.key, state_updates(event, at), remember=REMEMBERED)
-            return await open_incident(svc, client, store, event, channel, page)
+            if incident is None and await store.resolve_early(event.source, event.key, at, event.model_dump_json()):
+                # Nothing of it was seen firing here yet: no thread to close. Its open may be
+                # running at this moment (a flap: triggered and resolved within milliseconds);
+                # the resolve is kept for it, so the thread it opens shows it resolved.
+                return JobOutcome.skipped("resolved-unknown", bare=True)
+        else:
+            opening = await store.open(event.source, event.key, channel, route=route, severity=event.severity,
+                                       limit=NEVER_FOLD if page else storm_threads, window_seconds=int(storm_window),
+                                       opener=job_id)
+            if opening.folded:
+                await svc.jobs.enqueue(FOLD_JOB, FoldJob(window=opening.window, channel=channel,
+                                                         storm_threads=storm_threads, storm_window=storm_window,
+                                                         route=route, severity=event.severity),
+                                       job_id=fold_job_id(route, event.severity, opening.window),
+                                       defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))
+                return JobOutcome.ok("folded")
+            if opening.opened:
+                closing = await _first_state(store, event, at)
+                return await open_incident(svc, client, store, event, channel, reason, closing=closing)
         incident = await store.get(event.source, event.key)
     if incident is None or not incident.ts:
         raise IncidentBusy(event.key)
@@ -157,19 +178,30 @@ async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentSto
         await store.repeated(event.source, event.key)
     if outcome == "repeat-resolved" and applied.changed <= {"event"}:
         return JobOutcome.skipped(outcome, bare=True)
+    if reason and await page_once(svc, client, store, record, reason, in_thread=True):
+        outcome += ", paged"  # it pages now (a severity or priority went up), and had not paged before
     await refresh_root(svc, client, store, event.source, event.key)
     return JobOutcome.ok(outcome)
+
+
+async def _first_state(store: IncidentStore, event: AlertEvent, at: float) -> AlertEvent | None:
+    """Write the state of a record just opened: this delivery's, then a resolve that came before
+    it (the newer of the two holds). The resolve, when there was one."""
+    applied = await store.apply(event.source, event.key, state_updates(event, at), remember=REMEMBERED)
+    early = IncidentStore.early_resolve(applied.incident) if applied.incident else None
+    if early is None:
+        return None
+    resolved_at, resolve = early
+    closing = AlertEvent.model_validate_json(resolve)
+    await store.apply(event.source, event.key, state_updates(closing, resolved_at), remember=REMEMBERED)
+    return closing
 
 
 async def _follow_status(svc: Services, client: AsyncWebClient, event: AlertEvent, record: Incident, *,
                          status_changed: bool) -> str:
     """Say a resolve (or a fire after one) in the thread; what this delivery was."""
     if status_changed and record.status == "resolved":
-        team = await team_of(client)
-        await svc.memory.end(team, record.channel, record.ts)  # now citable when it comes back
-        await _post(client, record.channel, record.ts, resolved_text(event, record.opened))
-        await svc.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=record.channel,
-                               outcome="resolved", detail=f"{event.source} {event.title}")
+        await close_thread(svc, client, event, record)
         return "resolved"
     if status_changed:
         await _post(client, record.channel, record.ts, ":rotating_light: Firing again.")
@@ -181,28 +213,60 @@ async def _follow_status(svc: Services, client: AsyncWebClient, event: AlertEven
     return event.change
 
 
+async def close_thread(svc: Services, client: AsyncWebClient, event: AlertEvent, record: Incident) -> None:
+    """The incident resolved: say so in its thread, and let later incidents cite it."""
+    team = await team_of(client)
+    await svc.memory.end(team, record.channel, record.ts)  # now citable when it comes back
+    await _post(client, record.channel, record.ts, resolved_text(event, record.opened))
+    await svc.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=record.channel,
+                           outcome="resolved", detail=f"{event.source} {event.title}")
+
+
 async def refresh_root(svc: Services, client: AsyncWebClient, store: IncidentStore, source: str, key: str) -> None:
     """Edit the thread's first message to the record as it is now, again if it changed meanwhile."""
     for _ in range(RENDER_TRIES):
         record = await store.get(source, key)
         if record is None or not record.ts:
             return
-        await client.chat_update(channel=record.channel, ts=record.ts, text=root_text(svc, record))
+        await client.chat_update(channel=record.channel, ts=record.ts, text=root_text(record, svc.redactor))
         if await store.version(source, key) == record.version:
             return
 
 
-async def open_incident(svc: Services, client: AsyncWebClient, store: IncidentStore, event: AlertEvent,
-                        channel: str, page: bool) -> JobOutcome:
+async def page_once(svc: Services, client: AsyncWebClient, store: IncidentStore, record: Incident, reason: str, *,
+                    in_thread: bool) -> bool:
+    """Page the channel's on-call for an incident that pages now, unless it paged before, is
+    acknowledged (someone has it) or resolved, or nobody is on call. An incident opened by a
+    delivery that pages is paged by its first message; one that comes to page later, by a reply
+    in its thread (`in_thread`: an edited message notifies nobody)."""
+    if record.fields.get("paged") or record.status == "resolved" or record.fields.get("acknowledged") == "1":
+        return False
     team = await team_of(client)
-    paged = await oncall_mentions(svc, team, channel) if page and not event.acknowledged else []
+    mentions = await oncall_mentions(svc, team, record.channel)
+    if not mentions or not await store.claim_page(record.source, record.key, mentions, reason):
+        return False
+    if in_thread:
+        try:
+            await client.chat_postMessage(channel=record.channel, thread_ts=record.ts, text=page_text(mentions, reason, svc.redactor),
+                                          unfurl_links=False, unfurl_media=False)
+        except BaseException:
+            await store.unclaim_page(record.source, record.key)  # a retry of this job pages
+            raise
+    return True
+
+
+async def open_incident(svc: Services, client: AsyncWebClient, store: IncidentStore, event: AlertEvent,
+                        channel: str, reason: str, *, closing: AlertEvent | None = None) -> JobOutcome:
+    """Post the thread of a record just opened, page, and investigate; `closing`: a resolve that
+    came first, said in the thread once the investigation is there."""
+    team = await team_of(client)
     try:
-        if paged:
-            await store.set_paged(event.source, event.key, paged)
         record = await store.get(event.source, event.key)
         if record is None:
             raise IncidentBusy(event.key)
-        response = await client.chat_postMessage(channel=channel, text=root_text(svc, record),
+        if reason and await page_once(svc, client, store, record, reason, in_thread=False):
+            record = await store.get(event.source, event.key) or record
+        response = await client.chat_postMessage(channel=channel, text=root_text(record, svc.redactor),
                                                  unfurl_links=False, unfurl_media=False)
     except BaseException:
         await store.forget(event.source, event.key)  # a retry of this job opens it again
@@ -213,6 +277,10 @@ async def open_incident(svc: Services, client: AsyncWebClient, store: IncidentSt
     await svc.audit.record(actor=ALERT_ACTOR, action="alert", team=team, channel=channel, outcome="opened",
                                 detail=f"{event.source} {event.title}")
     await investigate(svc, client, event, team=team, channel=channel, thread_ts=ts)
+    resolved = await store.get(event.source, event.key)
+    if closing is not None and resolved is not None and resolved.status == "resolved":
+        await close_thread(svc, client, closing, resolved)
+        return JobOutcome.ok("opened, resolved")
     return JobOutcome.ok("opened")
 
 
@@ -251,142 +319,29 @@ async def investigate(svc: Services, client: AsyncWebClient, event: AlertEvent, 
         await reply.fail(f":warning: Something went wrong while investigating ({type(error).__name__}).")
 
 
-async def report_folded(svc: Services, client: AsyncWebClient, store: IncidentStore, *, window: int, channel: str,
+async def report_folded(client: AsyncWebClient, store: IncidentStore, *, window: int, channel: str,
                         storm_threads: int, storm_window: float, route: str = "", severity: str = "",
                         source: str = "") -> JobOutcome:
     """Post, or edit, the storm message of the route's window for one severity, with what each source folded."""
     if source and not route:  # queued before storms were counted per route: its counts are not kept any more
         return JobOutcome.skipped("storm counted per source", bare=True)
     route = route or f"*:{channel}"
-    count, by_source = await store.folded(route, severity, window)
+    claimed, posted_channel, ts = await store.claim_storm_message(route, severity, window, channel,
+                                                                  int(storm_window * 2))
+    if not claimed and not ts:
+        raise IncidentBusy(f"the storm message of {route}")  # another job is posting it: edit it once it is there
+    count, by_source = await store.folded(route, severity, window)  # read after the claim: the newest count
     text = storm_text(route, severity, count, by_source, storm_threads, storm_window)
-    posted_channel, ts = await store.storm_message(route, severity, window)
-    if ts:
+    if not claimed:
         await client.chat_update(channel=posted_channel, ts=ts, text=text)
         return JobOutcome.ok(f"updated {count}")
-    response = await client.chat_postMessage(channel=channel, text=text, unfurl_links=False, unfurl_media=False)
-    await store.set_storm_message(route, severity, window, channel, response["ts"], int(storm_window * 2))
+    try:
+        response = await client.chat_postMessage(channel=channel, text=text, unfurl_links=False, unfurl_media=False)
+    except BaseException:
+        await store.release_storm_message(route, severity, window, channel)  # a retry of this job posts it
+        raise
+    await store.set_storm_message(route, severity, window, channel, response["ts"])
     return JobOutcome.ok(f"posted {count}")
-
-
-# --- texts -----------------------------------------------------------------------------------
-
-def storm_text(route: str, severity: str, count: int, by_source: dict[str, int], storm_threads: int,
-               storm_window: float) -> str:
-    matcher = escape(route.rpartition(":")[0]).replace("`", "'")
-    sources = ", ".join(f"{n:,} from {name}" for name, n in sorted(by_source.items()))
-    return (f":ocean: *Alert storm on route `{matcher}`*, severity {escape(severity) or 'unset'}: {count:,} more new "
-            f"alert{'s' * (count != 1)} ({sources}) in this {_duration(storm_window)} window "
-            f"{'were' if count != 1 else 'was'} folded here instead of opening threads (at most {storm_threads} new "
-            f"threads per route and severity per window, ALERT_STORM_THREADS). Alerts that page "
-            f"(ALERT_PAGE_SEVERITIES) are never folded.")
-
-
-def root_text(svc: Services, record: Incident) -> str:
-    """The thread's first message: what fired, where from, its group, and its state as the source reports it."""
-    def safe(text: str) -> str:
-        return escape(svc.redactor(text))
-
-    event = AlertEvent.model_validate_json(record.fields["event"])
-    resolved = record.status == "resolved"
-    acknowledged = not resolved and record.fields.get("acknowledged") == "1"
-    head = (":white_check_mark: *RESOLVED*" if resolved else ":eyes: *ACKNOWLEDGED*" if acknowledged
-            else ":rotating_light: *FIRING*")
-    severity = f" · severity {safe(event.severity)}" if event.severity else ""
-    count = f" · {event.alert_count:,} alerts" if event.alert_count > 1 else ""
-    lines = [f"{head} · {event.source} · *{safe(event.title)}*{severity}{count}"]
-    if event.summary:
-        lines.append(safe(event.summary))
-    shown = {k: v for k, v in event.labels.items() if v and k not in HIDDEN_LABELS}
-    if shown:
-        lines.append(" ".join(f"`{safe(f'{k}={v}'[:LABEL_CHARS]).replace('`', chr(39))}`"
-                              for k, v in list(shown.items())[:SHOWN_LABELS]))
-    when = [f"started {_clock(event.started_at)}"] if event.started_at else []
-    if event.ended_at:
-        when.append(f"ended {_clock(event.ended_at)}")
-    if event.url.startswith(("https://", "http://")):
-        when.append(f"<{escape(event.url)}|open in {event.source}>")
-    if when:
-        lines.append(" · ".join(when))
-    lines += [safe(line) for line in group_lines(event)]
-    lines += state_lines(record, safe, resolved=resolved, acknowledged=acknowledged)
-    paged = record.fields.get("paged", "")
-    if paged:
-        lines.append(f"Paging {paged} (severity {safe(event.severity) or 'unset'}).")
-    return "\n".join(lines)
-
-
-def group_lines(event: AlertEvent, named: int = NAMED_IN_ROOT) -> list[str]:
-    """An Alertmanager group: how many alerts it holds and in which state, and its first `named` alerts."""
-    if event.source != "alertmanager" or event.alert_count <= 1:
-        return []
-    states = [f"{n:,} {state}" for n, state in ((event.firing_count, "firing"), (event.resolved_count, "resolved")) if n]
-    line = f"{event.alert_count:,} alerts in this group: {', '.join(states)}"
-    if event.held_back:
-        line += (f"; {event.held_back:,} more held back by the receiver's max_alerts (Alertmanager's "
-                 f"truncatedAlerts): counted, never sent")
-    lines = [line + "."]
-    sent = event.firing_count + event.resolved_count
-    listed = event.listed[:named]
-    if listed:
-        more = sent - len(listed)
-        lines.append(", ".join(listed) + (f" … and {more:,} more (the first {len(listed)} are named; every alert is "
-                                          f"counted above)." if more > 0 else "."))
-    return lines
-
-
-def state_lines(record: Incident, safe, *, resolved: bool, acknowledged: bool) -> list[str]:
-    """Acknowledgement, priority, urgency, escalation, assignment, who resolved, and "still firing"."""
-    fields = record.fields
-
-    def when(name: str) -> str:
-        at = float(fields.get(name) or 0)
-        return f" at {_clock(datetime.fromtimestamp(at, tz=timezone.utc))}" if at else ""
-
-    def by(name: str) -> str:
-        return f" by {safe(fields[name])}" if fields.get(name) else ""
-
-    lines = []
-    if acknowledged:
-        lines.append(f":eyes: Acknowledged{by('ack_by')}{when('ack_at') if fields.get('ack_by') else ''}.")
-    if fields.get("priority"):
-        was = f" (was {safe(fields['priority_was'])})" if fields.get("priority_was") else ""
-        changed = f", changed{by('priority_by')}{when('priority_at')}" if fields.get("priority_by") else ""
-        lines.append(f"Priority *{safe(fields['priority'])}*{was}{changed}.")
-    if fields.get("urgency_was") and fields.get("urgency") and fields["urgency"] != fields["urgency_was"]:
-        lines.append(f"Urgency *{safe(fields['urgency'])}* (was {safe(fields['urgency_was'])}).")
-    if fields.get("escalated_at") and not resolved:
-        to = f" to {safe(fields['escalated_to'])}" if fields.get("escalated_to") else ""
-        lines.append(f":arrow_double_up: Escalated{when('escalated_at')}{by('escalated_by')}{to}.")
-    if fields.get("assigned") and not resolved:
-        verb = "Delegated to escalation policy" if fields["assigned"] == "delegated" else "Reassigned to"
-        lines.append(f"{verb} {safe(fields.get('assigned_to') or 'nobody named')}{when('assigned_at')}{by('assigned_by')}.")
-    if resolved and fields.get("resolved_by"):
-        lines.append(f"Resolved{by('resolved_by')}{when('resolved_at')}.")
-    if record.repeats and not resolved:
-        lines.append(f"_Still firing: {record.source} sent it again {record.repeats} time{'s' * (record.repeats != 1)}, "
-                     f"last{when('last_repeat')}._")
-    return lines
-
-
-def resolved_text(event: AlertEvent, opened: float) -> str:
-    ended = event.ended_at or datetime.now(timezone.utc)
-    lasted = max(0.0, ended.timestamp() - (event.started_at.timestamp() if event.started_at else opened))
-    return f":white_check_mark: Resolved at {_clock(ended)} (after {_duration(lasted)}). This thread is closed."
-
-
-def alert_context(event: AlertEvent) -> list[str]:
-    """The alert as the model sees it: quoted data, one fact a line."""
-    lines = [f"alert from {event.source}: {event.title} ({event.status})"]
-    if event.summary:
-        lines.append(f"summary: {event.summary}")
-    if event.severity:
-        lines.append(f"severity: {event.severity}")
-    if event.started_at:
-        lines.append(f"started: {_clock(event.started_at)}")
-    lines += [f"label {k}={v}" for k, v in list(event.labels.items())[:20] if v]
-    lines += [f"group: {line}" for line in group_lines(event, named=len(event.listed))]
-    return lines
 
 
 def log_window(event: AlertEvent, now: datetime | None = None) -> tuple[datetime, datetime]:
@@ -418,16 +373,3 @@ async def _post(client: AsyncWebClient, channel: str, thread_ts: str, text: str)
                                       unfurl_media=False)
     except SlackApiError as error:
         log.warning("posting in an incident thread failed: %s", error.response.get("error"))
-
-
-def _clock(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-
-
-def _duration(seconds: float) -> str:
-    seconds = int(seconds)
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 7200:
-        return f"{seconds // 60}m"
-    return f"{seconds // 3600}h{(seconds % 3600) // 60:02d}m"

@@ -81,6 +81,11 @@ class AlertEvent(BaseModel):
     resolved_count: int = 0
     held_back: int = 0  # Alertmanager's truncatedAlerts: over the receiver's max_alerts, not sent
     listed: tuple[str, ...] = ()
+    # What was too large to read: alerts over `unread_over` characters (counted by their status and
+    # severity, never built), and values of the message around them (named).
+    unread: int = 0
+    unread_fields: tuple[str, ...] = ()
+    unread_over: int = 0
 
 
 class PayloadError(ValueError):

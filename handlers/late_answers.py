@@ -53,8 +53,12 @@ async def drain_late_answers(timeout: float = DRAIN_SECONDS) -> int:
 class LateAnswers(Generic[T]):
     """Runs work against the ack budget; work that overruns it is delivered later, once it ends."""
 
-    def __init__(self, budget_seconds: float = ACK_BUDGET_SECONDS) -> None:
-        self.budget_seconds = budget_seconds
+    def __init__(self, budget_seconds: float = ACK_BUDGET_SECONDS, floor_seconds: float = 0.0,
+                 max_pending: int | None = None) -> None:
+        """`floor_seconds`: what the work gets however much of the budget the request spent before
+        it; `max_pending`: how much overrun work may be waiting at once (`full` says when the
+        caller should refuse new work instead of starting it)."""
+        self.budget_seconds, self.floor_seconds, self.max_pending = budget_seconds, floor_seconds, max_pending
         # Strong references: the event loop keeps only weak ones to running tasks.
         self._deliveries: set[asyncio.Task[None]] = set()
 
@@ -66,7 +70,7 @@ class LateAnswers(Generic[T]):
         task = asyncio.ensure_future(work)
         started = REQUEST_STARTED.get()
         spent = time.perf_counter() - started if started is not None else 0.0
-        done, _ = await asyncio.wait({task}, timeout=max(0.0, self.budget_seconds - spent))
+        done, _ = await asyncio.wait({task}, timeout=max(self.floor_seconds, self.budget_seconds - spent))
         if done:
             return task.result()
         delivery = asyncio.create_task(self._deliver_when_done(task, deliver, failed),
@@ -78,6 +82,10 @@ class LateAnswers(Generic[T]):
     @property
     def pending(self) -> int:
         return len(self._deliveries)
+
+    @property
+    def full(self) -> bool:
+        return self.max_pending is not None and len(self._deliveries) >= self.max_pending
 
     @staticmethod
     async def _deliver_when_done(task: asyncio.Future[T], deliver: Callable[[T], Awaitable[None]],

@@ -20,14 +20,21 @@ import base64
 import hashlib
 import hmac
 import json
+import socket
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta, timezone
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
 import redis as redis_sync
+
+from bot.settings import Settings
+from handlers.alert_severity import SeverityOrder
+from handlers.alertmanager_payload import AlertmanagerReader
+from handlers.incident_payloads import AlertEvent
 
 AM_TOKEN = "am-token-" + "x" * 24
 CM_TOKEN = "cm-token-" + "y" * 24
@@ -39,6 +46,11 @@ TEAM = "T0SANDBOX"  # the sandbox Slack's workspace
 # Every source on, three threads per storm window, and a window no test runs across.
 SENDERS = dict(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, cloud_monitoring_token=CM_TOKEN,
                pagerduty_webhook_secret=PD_SECRET, alert_storm_threads=3, alert_storm_window="1d")
+
+
+# ALERT_PAGE_SEVERITIES' default order
+ORDER = SeverityOrder(tuple(Settings.model_fields["alert_page_severities"].default_factory()))  # type: ignore[misc]
+MAX_GROUP_BYTES = Settings.model_fields["alertmanager_max_group_bytes"].default
 
 
 def iso(moment: datetime) -> str:
@@ -69,6 +81,26 @@ def alertmanager(group_key: str = '{}:{alertname="TPUHBMOOM"}', status: str = "f
     return {"receiver": "tpubot", "status": status, "alerts": [alert], "groupLabels": {"alertname": common["alertname"]},
             "commonLabels": common, "commonAnnotations": alert["annotations"], "externalURL": "http://alertmanager:9093",
             "version": "4", "groupKey": group_key, "truncatedAlerts": 0}
+
+
+def alertmanager_group(group_key: str, group_labels: dict[str, str], alerts: list[dict]) -> dict:
+    """A group as template.go's Data builds it: `commonLabels` (and `commonAnnotations`) are what
+    every alert has with the same value, so a group of mixed severities has no common severity;
+    the group fires while any of its alerts does."""
+    common = dict(alerts[0]["labels"])
+    notes = dict(alerts[0]["annotations"])
+    for alert in alerts[1:]:
+        common = {k: v for k, v in common.items() if alert["labels"].get(k) == v}
+        notes = {k: v for k, v in notes.items() if alert["annotations"].get(k) == v}
+    status = "firing" if any(alert["status"] == "firing" for alert in alerts) else "resolved"
+    return {"receiver": "tpubot", "status": status, "alerts": alerts, "groupLabels": group_labels,
+            "commonLabels": common, "commonAnnotations": notes, "externalURL": "http://alertmanager:9093",
+            "version": "4", "groupKey": group_key, "truncatedAlerts": 0}
+
+
+def hbm_alert(severity: str = "critical", **labels: str) -> dict:
+    """The one alert of `alertmanager()`, with its severity (TPUHBMOOM)."""
+    return alertmanager(severity=severity, **labels)["alerts"][0]
 
 
 CRASH_LOOP_URL = ("http://prometheus-kube-prometheus-prometheus.monitoring:9090/graph?g0.expr=max_over_time%28"
@@ -105,6 +137,13 @@ def crash_loop_head(count: int, truncated: int = 0) -> tuple[dict, dict]:
              "routeLabels": {}, "externalURL": "http://alertmanager-kube-prometheus-alertmanager.monitoring:9093",
              "version": "4", "groupKey": '{}/{team="tpu"}:{alertname="KubePodCrashLooping"}', "truncatedAlerts": truncated}
     return before, after
+
+
+def parse_alertmanager(body: bytes) -> AlertEvent:
+    """A whole body at once, read as the route reads it (as a stream)."""
+    reader = AlertmanagerReader(ORDER, max_bytes=MAX_GROUP_BYTES)
+    reader.feed(body)
+    return reader.finish()
 
 
 def crash_loop_group(count: int, truncated: int = 0) -> bytes:
@@ -232,6 +271,18 @@ def send_pd(http: httpx.Client, payload: dict | bytes, secret: str = PD_SECRET, 
     if webhook_id:
         headers["x-webhook-id"] = webhook_id
     return http.post("/alerts/pagerduty", content=body, headers=headers)
+
+
+@contextmanager
+def partial_alertmanager_post(web_url: str, body: bytes, sent: int, timeout: float = 30) -> Iterator[socket.socket]:
+    """A POST of `body` to /alerts/alertmanager, over a raw socket, of which only the first `sent`
+    bytes are sent (a sender that goes away or stalls mid-body); the socket, closed after."""
+    address = urlsplit(web_url)
+    with socket.create_connection((address.hostname, address.port), timeout=timeout) as sock:
+        sock.sendall(b"POST /alerts/alertmanager HTTP/1.1\r\nHost: tpubot\r\nContent-Type: application/json\r\n"
+                     b"Authorization: Bearer " + AM_TOKEN.encode() + b"\r\n"
+                     b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:sent])
+        yield sock
 
 
 def basic(password: str, user: str = "alertmanager") -> str:

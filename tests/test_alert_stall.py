@@ -6,6 +6,7 @@ after the thaw is then one delivery, not two."""
 
 from __future__ import annotations
 
+import json
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -13,8 +14,8 @@ import httpx
 import pytest
 import redis as redis_sync
 
-from alert_payloads import (AM_TOKEN, CM_TOKEN, PD_SECRET, ROUTES, alertmanager, cloud_monitoring, pagerduty, send_am,
-                            send_cm, send_pd)
+from alert_payloads import (AM_TOKEN, CM_TOKEN, PD_SECRET, ROUTES, alertmanager, cloud_monitoring, pagerduty, pd_signature,
+                            send_am, send_cm, send_pd)
 from bot.local_stack import LocalStack, free_port
 from bot.settings import Settings
 from infra.jobs import QUEUE_NAME
@@ -91,3 +92,78 @@ def timed(send):
     started = time.monotonic()
     response = send()
     return response, time.monotonic() - started
+
+
+def test_the_budget_counts_from_the_requests_arrival_not_from_its_last_byte(stalling):
+    """A sender whose body takes 2.5 s to arrive while Redis is paused still has its answer within
+    PagerDuty's 5 s of its first byte (the budget used to start after the body was read: 5.5 s)."""
+    import socket
+    from urllib.parse import urlsplit
+
+    redis, stack = stalling
+    with httpx.Client(base_url=stack.web_url, timeout=PAGERDUTY_DEADLINE_SECONDS) as http:
+        assert send_pd(http, pagerduty(event_id="warm-up")).status_code == 202  # connections made
+    body = json.dumps(pagerduty(event_id="slow-body", incident_id="PSLOW01")).encode()
+    address = urlsplit(stack.web_url)
+    redis.freeze()
+    try:
+        with socket.create_connection((address.hostname, address.port), timeout=30) as sock:
+            started = time.monotonic()
+            sock.sendall(b"POST /alerts/pagerduty HTTP/1.1\r\nHost: tpubot\r\nContent-Type: application/json\r\n"
+                         b"X-PagerDuty-Signature: " + pd_signature(body, PD_SECRET).encode() + b"\r\n"
+                         b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body[:50])
+            time.sleep(2.5)  # the sender's pace, not a wait for our work
+            sock.sendall(body[50:])
+            answer = sock.recv(4096)
+            seconds = time.monotonic() - started
+    finally:
+        redis.thaw()
+    print(f"a body that took 2.5 s to arrive, Redis paused: answered in {seconds:.2f}s from its first byte")
+    assert answer.startswith(b"HTTP/1.1 503"), answer[:200]
+    assert seconds < PAGERDUTY_DEADLINE_SECONDS
+
+
+def test_while_redis_stays_paused_waiting_queueings_are_bounded_and_then_answered_at_once(stalling, caplog):
+    """Each 503 leaves its queueing waiting on Redis, holding the delivery: at LATE_QUEUEINGS_MAX
+    of them a new delivery is a 503 at once, nothing of it started; after the thaw the waiting
+    ones land (their log lines say so), and the refused one's retry is queued as new."""
+    import asyncio
+    import logging
+
+    from bot.alert_webhooks import LATE_QUEUEINGS_MAX
+
+    redis, stack = stalling
+    caplog.set_level(logging.WARNING, logger="bot.alert_webhooks")
+    with httpx.Client(base_url=stack.web_url, timeout=PAGERDUTY_DEADLINE_SECONDS) as http:
+        assert send_pd(http, pagerduty(event_id="warm-up")).status_code == 202
+
+    def signed(event_id: str) -> tuple[bytes, dict[str, str]]:
+        body = json.dumps(pagerduty(event_id=event_id, incident_id=f"P{event_id[-6:]}")).encode()
+        return body, {"content-type": "application/json", "x-pagerduty-signature": pd_signature(body, PD_SECRET)}
+
+    async def flood() -> list[int]:
+        async with httpx.AsyncClient(base_url=stack.web_url, timeout=30) as http:
+            requests = [signed(f"flood-{n:06d}") for n in range(LATE_QUEUEINGS_MAX)]
+            answers = await asyncio.gather(*(http.post("/alerts/pagerduty", content=body, headers=headers)
+                                             for body, headers in requests))
+            return [answer.status_code for answer in answers]
+
+    refused_body, refused_headers = signed("one-too-many")
+    redis.freeze()
+    try:
+        assert asyncio.run(flood()) == [503] * LATE_QUEUEINGS_MAX
+        started = time.monotonic()
+        with httpx.Client(base_url=stack.web_url, timeout=PAGERDUTY_DEADLINE_SECONDS) as http:
+            refused = http.post("/alerts/pagerduty", content=refused_body, headers=refused_headers)
+        seconds = time.monotonic() - started
+    finally:
+        redis.thaw()
+    assert refused.status_code == 503 and seconds < 1.0, (refused.status_code, seconds)
+    assert f"{LATE_QUEUEINGS_MAX} alerts answered 503 are still waiting on the state store" in caplog.text
+    wait_until(lambda: caplog.text.count("answered 503 was queued after all") == LATE_QUEUEINGS_MAX, timeout=30,
+               what="every waiting queueing landed and said so")
+    assert "was not queued either" not in caplog.text
+    with httpx.Client(base_url=stack.web_url, timeout=PAGERDUTY_DEADLINE_SECONDS) as http:
+        assert http.post("/alerts/pagerduty", content=refused_body, headers=refused_headers).status_code == 202
+        retry_body, retry_headers = signed("flood-000007")
+        assert http.post("/alerts/pagerduty", content=retry_body, headers=retry_headers).json()["duplicate"] is True

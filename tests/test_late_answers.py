@@ -92,3 +92,24 @@ async def test_the_budget_counts_from_when_the_request_arrived():
         REQUEST_STARTED.reset(token)
         go.set()
     assert await drain_late_answers(timeout=10) == 0
+
+
+async def test_overrun_work_past_its_limit_says_full_until_some_of_it_ends():
+    go = asyncio.Event()
+
+    async def work() -> str:
+        await go.wait()
+        return "queued"
+
+    async def deliver(result: str) -> None:
+        return None
+
+    answers: LateAnswers[str] = LateAnswers(budget_seconds=0.01, max_pending=2)
+    assert not answers.full
+    await answers.within_budget(work(), deliver)
+    assert not answers.full
+    await answers.within_budget(work(), deliver)
+    assert answers.full and answers.pending == 2
+    go.set()
+    assert await drain_late_answers(timeout=10) == 0
+    assert not answers.full and not LateAnswers(budget_seconds=0.01).full  # no limit: never full

@@ -115,6 +115,11 @@ def incident(source: str, key: str) -> str:
     return f"{PREFIX}:incident:{source}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
 
 
+def incident_resolved(source: str, key: str) -> str:
+    """A resolve that came before its incident was opened, for the open to find."""
+    return f"{PREFIX}:incident-resolved:{source}:{hashlib.sha256(key.encode()).hexdigest()[:32]}"
+
+
 def storm_scope(route: str, severity: str) -> str:
     """What one storm limit counts over: an ALERT_ROUTES rule and one severity (any text, hashed)."""
     return hashlib.sha256(f"{route}\0{severity}".encode()).hexdigest()[:32]
