@@ -27,7 +27,6 @@ import json
 import os
 import re
 import sys
-import types
 
 import vllm_conformance_driver as stubs
 

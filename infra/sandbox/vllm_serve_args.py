@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources
-from typing import Any
+from typing import Any, NoReturn
 
 DATA_PACKAGE = "infra.sandbox.data"
 RECORDED = {"0.32.0": "vllm-tpu-0.32.0-serve-args.json"}  # vLLM release -> its recorded parser
@@ -128,7 +128,7 @@ class _ParseError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         raise _ParseError(message)
 
 
@@ -148,7 +148,7 @@ def _add(parser: argparse.ArgumentParser, option: dict) -> None:
         parser.add_argument(*names, action="store_true", dest=option["dest"])
         return
     if not names:
-        parser.add_argument(option["dest"], nargs=option["nargs"], type=_check(option["type"]))
+        parser.add_argument(option["dest"], nargs=option["nargs"], type=_check(option["type"]) or str)
         return
     common: dict[str, Any] = {"dest": option["dest"]}
     if kind == "BooleanOptionalAction":
@@ -160,7 +160,7 @@ def _add(parser: argparse.ArgumentParser, option: dict) -> None:
     else:
         action = "append" if kind == "_AppendAction" else "store"
         parser.add_argument(*names, action=action, nargs=option["nargs"], choices=option["choices"],
-                            type=_check(option["type"]), **common)
+                            type=_check(option["type"]) or str, **common)
 
 
 # --- the value checks vLLM's options name (vllm/engine/arg_utils.py, vllm/utils/argparse_utils.py) ---
