@@ -12,6 +12,7 @@ import re
 import pytest
 
 from infra.sandbox.vllm_serve_args import ServeArgs, ServeRefused, parse_serve_args, recorded
+from infra.vllm_flags import VllmConfig, vllm_flags
 
 SPEC = recorded("0.32.0")
 
@@ -45,3 +46,16 @@ def test_the_server_refuses_a_tool_parser_nobody_registered_before_it_starts():
     alone = parse_serve_args(["serve", "m", "--enable-auto-tool-choice"])
     assert isinstance(alone, ServeRefused) and alone.last_line == (
         "TypeError: Error: --enable-auto-tool-choice requires --tool-call-parser")
+
+
+def test_every_flag_the_startup_script_passes_is_declared_by_the_release_and_takes_its_value():
+    declared = {name for option in SPEC["options"] for name in option["options"]}
+    for config in (VllmConfig(), VllmConfig(gpu_memory_utilization=0.9, revision="")):
+        flags = vllm_flags(config)
+        for flag in (f for f in flags if f.startswith("--")):
+            assert flag.replace("_", "-") in declared, flag
+        parsed = parse_serve_args(["serve", config.model, *flags])
+        assert isinstance(parsed, ServeArgs), parsed
+        assert parsed.get("tool_call_parser") == "gemma4" and parsed.get("reasoning_parser") == "gemma4"
+        assert parsed.get("limit_mm_per_prompt") == {"image": 4, "audio": 0, "video": 0}
+        assert parsed.get("max_num_seqs") == config.max_num_seqs
