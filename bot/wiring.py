@@ -178,6 +178,7 @@ def preflight_config_from(settings: Settings):
         model_source_ranges=tuple(model_source_ranges_of(settings)),
         endpoint_address=settings.endpoint_address, vllm_image=settings.vllm_image,
         xla_cache_bucket=settings.xla_cache_bucket, storage_endpoint=settings.storage_api_endpoint,
+        resourcemanager_endpoint=settings.resourcemanager_api_endpoint, tpu_service_account=settings.tpu_service_account,
     )
 
 

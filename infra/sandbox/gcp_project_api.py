@@ -85,6 +85,7 @@ class GcpProjectSandbox:
         denied: Iterable[str] = (),  # IAM permissions the bot does not have, whatever its roles
         project_number: int = 123456789012,
         iam: Iam | None = None,  # who may do what; None: the bot with the README's roles, nobody else
+        private_google_access: bool = True,  # every subnetwork's privateIpGoogleAccess
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -99,6 +100,7 @@ class GcpProjectSandbox:
         self.firewalls = [dict(rule) for rule in firewalls]
         self.routers = [dict(router) for router in routers]
         self.buckets = dict(buckets or {})
+        self.private_google_access = private_google_access
         self.objects: dict[str, dict[str, bytes]] = {bucket: {} for bucket in self.buckets}  # bucket -> name -> bytes
         self.iam = iam or Iam(project, project_number, denied=denied)
         self.apis: dict[str, DiscoveryApi | None] = {
@@ -380,10 +382,14 @@ class GcpProjectSandbox:
                          "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{name}"}
         if match := re.fullmatch(r"regions/([^/]+)/subnetworks/([^/]+)", rest):
             region, name = match[1], match[2]
-            if name not in self.subnetworks.get(region, set()):
+            # An auto-mode network has a subnetwork named after it in every region.
+            if name not in self.subnetworks.get(region, set()) and name not in self.networks:
                 return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/subnetworks/{name}' "
                                            "was not found", "notFound")
-            return 200, {"kind": "compute#subnetwork", "name": name, "region": region}
+            network = name if name in self.networks else "default"
+            return 200, {"kind": "compute#subnetwork", "name": name, "region": region,
+                         "network": f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{network}",
+                         "privateIpGoogleAccess": self.private_google_access}
         if match := re.fullmatch(r"regions/([^/]+)/routers(?:/([^/]+))?", rest):
             return self._routers(project, match[1], match[2], principal)
         if rest == "global/firewalls":

@@ -26,6 +26,8 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from infra.sandbox.http_server import ServerThread
+from infra.vllm_images import DOCKER_HUB as DOCKER_HUB_NAME
+from infra.vllm_images import image_registry
 
 DOCKER_HUB = "registry-1.docker.io"
 RATE_LIMIT_WINDOW = 21600
@@ -36,11 +38,11 @@ MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 def split_reference(image: str) -> tuple[str, str, str]:
     """(registry host, repository, tag or digest) of an image reference, as the Docker CLI reads it."""
     name, digest = (image.split("@", 1) + [""])[:2]
-    first, _, rest = name.partition("/")
-    if rest and ("." in first or ":" in first or first == "localhost"):
-        host, path = first, rest
+    registry = image_registry(image)
+    if registry == DOCKER_HUB_NAME:
+        host, path = DOCKER_HUB, name.removeprefix("docker.io/")
     else:
-        host, path = DOCKER_HUB, name
+        host, path = registry, name.partition("/")[2]
     path, _, tag = path.rpartition(":") if ":" in path.rsplit("/", 1)[-1] else (path, "", "latest")
     if host == DOCKER_HUB and "/" not in path:
         path = f"library/{path}"

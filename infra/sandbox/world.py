@@ -57,6 +57,7 @@ class SandboxWorld:
     iam_grants: tuple[tuple[str, str, str], ...] | None = None
     # The org policy compute.disableGuestAttributesAccess: every VM's guest-attribute writes are refused.
     guest_attributes_disabled: bool = False
+    private_google_access: bool = True  # on every subnetwork, as the README asks for internal nodes
 
     @property
     def node_account(self) -> str:
@@ -109,7 +110,7 @@ class CloudSandbox:
         self.project_api = GcpProjectSandbox(
             self.project, networks=w.networks, subnetworks=w.subnetworks, quotas=w.quotas(), secrets_=w.secrets,
             firewalls=w.firewalls, routers=w.routers, buckets=w.buckets, project_number=w.project_number,
-            iam=w.iam(self.project),
+            iam=w.iam(self.project), private_google_access=w.private_google_access,
         )
         self.project_api.start()
         self.registry = RegistryStandIn().start()
