@@ -68,6 +68,12 @@ def test_up_on_defaults_runs_the_real_startup_script_and_its_guest_attributes_dr
     assert reads == {NODE}
     assert vm.docker.containers["tpubot-vllm"].env["VLLM_API_KEY"] == vm.docker.emulators()[0].api_key
     assert "vllm-0.32.0-sandbox" in str(ready["blocks"]) and "`vllm/vllm-tpu:v0.32.0`" in str(ready["blocks"])
+    # Every call the VM and the bot made (secrets, their IAM policy, the project) passed Google's own schemas.
+    api = stack.cloud.project_api
+    assert api.rejected == [] and api.response_problems == []
+    assert {"secretmanager.projects.secrets.getIamPolicy", "secretmanager.projects.secrets.setIamPolicy",
+            "secretmanager.projects.secrets.versions.access"} <= set(api.apis["secretmanager"].checked)
+    assert "cloudresourcemanager.projects.get" in api.apis["resourcemanager"].checked
     slack.close()
 
 
@@ -187,3 +193,30 @@ def test_every_pre_vllm_failure_the_table_knows_is_in_the_readme():
     table = text.split("**When the VM cannot start vLLM**", 1)[1].split("\n\n", 2)[1]
     listed = re.findall(r"^\| `([a-z-]+)` \|", table, re.MULTILINE)
     assert listed == [known.name for known in KNOWN_STARTUP_ERRORS if known.before_vllm]
+
+
+def test_a_configured_service_account_is_sent_with_the_create_and_the_vm_runs_as_it(redis_url, tmp_path):
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    custom = "tpubot-node@tpubot-sandbox.iam.gserviceaccount.com"
+    world = SandboxWorld(iam_grants=(("secret:hf-token", "roles/secretmanager.secretAccessor", f"serviceAccount:{custom}"),
+                                     ("project", "roles/logging.logWriter", f"serviceAccount:{custom}")))
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s",
+                             tpu_service_account=custom)
+    with LocalStack(settings, world=world) as stack:
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        vm, qr = the_vm(stack)
+        assert qr["request"]["tpu"]["nodeSpec"][0]["node"]["serviceAccount"] == {
+            "email": custom, "scope": ["https://www.googleapis.com/auth/cloud-platform"]}
+        ready = wait_until(lambda: first_card(stack, "READY") or first_card(stack, "FAILED"))
+        assert "READY" in ready["text"], str(ready["blocks"])
+        assert vm.metadata.identity.service_account == custom
+        # The bot let the configured account (not the default one) read this lease's key.
+        lease_id = qr["labels"]["tpubot-lease"]
+        policy = stack.cloud.project_api.iam.policy(f"projects/tpubot-sandbox/secrets/tpubot-model-key-{lease_id}")
+        assert policy.bindings["roles/secretmanager.secretAccessor"] == {f"serviceAccount:{custom}"}
+        assert {caller for _, path, caller in stack.cloud.project_api.requests if path.endswith(":access")
+                and caller != "tpubot@tpubot-sandbox.iam.gserviceaccount.com"} == {custom}
+        slack.close()

@@ -226,19 +226,20 @@ def test_a_secret_the_vm_may_not_read_is_retried_then_given_up_with_its_name_and
         assert vm.exit_code == 1 and vm.docker.calls == []  # nothing was pulled for a boot that cannot start
 
 
-def test_the_vm_publishes_each_boot_phase_and_a_crash_with_its_error_line_never_a_key(tmp_path):
+def test_the_vm_publishes_each_boot_phase_and_a_crash_with_its_error_line_never_a_key():
     with VmWorld() as vms:
-        vms.models.crash_loop = "INFO non-default args: {'model': 'google/gemma-4-E2B-it', 'api_key': ['s3cr3t-key-x']}"
+        vms.models.crash_loop = "RuntimeError: engine refused the request of api_key=s3cr3t-key-x"
         vm = vms.boot()
-        wait_until(lambda: int(attribute(vm, "restarts") or 0) >= 2, what="two exits")
-        # A crash with no error-looking line publishes its last line, without the key vLLM logged.
+        wait_until(lambda: int(attribute(vm, "restarts") or 0) >= 2 and phases(vm).count("crashed") >= 2,
+                   what="two exits, each published")
+        # The crash's error line (the last error-looking one of the container's log), without the key.
         error = attribute(vm, "last-error")
-        assert error.startswith("INFO non-default args: {'model': 'google/gemma-4-E2B-it', 'api_key': ") and \
-            "s3cr3t" not in error
+        assert error == "RuntimeError: engine refused the request of api_key=***", error
         seen = phases(vm)
         assert seen[:4] == ["reading-secrets", "pulling-image", "loading-weights", "crashed"], seen
         since = boot_phases.read_report({k.split("/", 1)[1]: v for k, v in vm.metadata.guest_attributes.items()}).since
         assert since is not None  # each phase says when it started, in the format the bot parses
+        assert not any("s3cr3t" in value for _, value in vm.metadata.writes)
         vms.models.crash_loop = None
 
 
@@ -316,3 +317,27 @@ def test_a_boot_report_reads_what_the_vm_wrote_and_nothing_it_did_not():
                                             cache="warm")
     garbled = {"phase": "dancing", "phase-since": "yesterday", "restarts": "-1", "cache": "hot"}
     assert boot_phases.read_report(garbled) == boot_phases.read_report({}) == boot_phases.BootReport()
+
+
+@pytest.mark.parametrize("fault, line", [
+    ("missing", "docker pull vllm/vllm-tpu:v0.32.0: Error response from daemon: manifest for vllm/vllm-tpu:v0.32.0 not "
+                "found: manifest unknown: manifest unknown"),
+    ("disk_full", "docker pull vllm/vllm-tpu:v0.32.0: failed to register layer: write /var/lib/docker/overlay2/"),
+])
+def test_a_pull_that_cannot_succeed_fails_at_once_with_dockers_line(fault, line):
+    from infra.vllm_startup_errors import failed_boot_explanation
+
+    with VmWorld() as vms:
+        if fault == "missing":
+            vms.cloud.registry.missing.add("vllm/vllm-tpu:v0.32.0")
+        vms.models.disk_full = fault == "disk_full"
+        vm = vms.boot()
+        wait_for_phase(vm, "failed")
+        error = attribute(vm, "last-error")
+        assert error.startswith(line), error
+        assert vm.slept == 0  # no retry: nothing would change by waiting
+        reason, fix = failed_boot_explanation(error, project=PROJECT, node=vm.name, zone="us-west4-a")
+        if fault == "missing":
+            assert "the registry has no image vllm/vllm-tpu:v0.32.0" in reason and "VLLM_IMAGE=" in fix
+        else:
+            assert "disk filled up" in reason and error.endswith("no space left on device")

@@ -107,15 +107,20 @@ async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, 
         reason, fix = crash_loop_explanation(report.last_error, report.restarts, node=lease.node_id, zone=lease.zone)
         return await _fail(svc, lease, reason, fix, endpoint=endpoint, extra=_boot_changes(lease, report))
     if since_active > policy.model_boot_timeout.total_seconds():
+        serving = report is not None and report.phase == boot_phases.SERVING
+        said = (f" The VM's last phase: {report.phase}." if report is not None and report.phase else
+                " The VM published no boot phase at all.")
+        cause = (f"the VM says vLLM serves, so the bot cannot reach it: a firewall rule must admit the bot to "
+                 f"tcp:{policy.model_port} on the node (`tpubot doctor`)" if serving else
+                 "vLLM is still loading or compiling (a first compile can take most of an hour: raise "
+                 "MODEL_BOOT_TIMEOUT), or the startup script never ran")
         return await _fail(
             svc, lease,
             f"vLLM did not answer at {endpoint} within {_minutes(policy.model_boot_timeout.total_seconds())} of the "
-            f"TPU becoming ACTIVE (last error: {check.error}).",
+            f"TPU becoming ACTIVE (last error: {check.error}).{said}",
             f"read the VM's startup log (`gcloud compute tpus tpu-vm ssh {lease.node_id} --zone {lease.zone} -- "
-            "'sudo journalctl -u google-startup-scripts; sudo docker logs tpubot-vllm'`). Usual causes: the VM's "
-            "service account cannot read the HF token secret (grant it roles/secretmanager.secretAccessor), the "
-            f"Gemma license is not accepted for that Hugging Face account, or a firewall blocks tcp:{policy.model_port} "
-            "from the bot to the TPU VM.", endpoint=endpoint)
+            f"'sudo journalctl -u google-startup-scripts; sudo docker logs tpubot-vllm'`); {cause}.",
+            endpoint=endpoint, extra=_boot_changes(lease, report) if report is not None else None)
     progress = (f"Waiting for vLLM at {endpoint}: {_minutes(since_active)} since ACTIVE, gives up after "
                 f"{_minutes(policy.model_boot_timeout.total_seconds())} (now: {check.error}). "
                 + _boot_story(report, since_active, policy))

@@ -51,19 +51,29 @@ RESTART_DELAY_SECONDS = 0.1  # dockerd's first restart delay; doubled each time,
 
 CLI_SCRIPT = r"""#!/bin/bash
 # docker, as the sandbox TPU VM has it: the command goes to this VM's Docker daemon stand-in
-# (DOCKER_HOST, infra/sandbox/docker.py), which answers with what the real CLI prints.
-set -u
-headers=$(mktemp) out=$(mktemp)
-trap 'rm -f "$headers" "$out"' EXIT
-if ! { printf '%s\0' "$#" "$@"; env -0; } | curl -sS --max-time 600 -D "$headers" -o "$out" \
-    --data-binary @- "http://${DOCKER_HOST#tcp://}/cli" 2>/dev/null; then
-  echo "Cannot connect to the Docker daemon at ${DOCKER_HOST}. Is the docker daemon running?" >&2
-  exit 1
-fi
-cat "$out"
-sed -n 's/^X-Docker-Stderr: //Ip' "$headers" | tr -d '\r' | base64 -d >&2
-code=$(sed -n 's/^X-Docker-Exit: //Ip' "$headers" | tr -d '\r')
-exit "${code:-1}"
+# (DOCKER_HOST, infra/sandbox/docker.py), which answers with what the real CLI prints: stdout as the
+# body, the exit code and stderr (base64) in headers. Few processes: the startup script's watcher
+# calls it every few seconds.
+{ printf '%s\0' "$#" "$@"; env -0; } | curl -sS -i --max-time 600 --data-binary @- \
+    "http://${DOCKER_HOST#tcp://}/cli" 2>/dev/null | {
+  code=1 err="" answered=0
+  while IFS= read -r line; do
+    answered=1
+    line=${line%$'\r'}
+    [[ -z $line ]] && break
+    case ${line,,} in
+      x-docker-exit:*) code=${line#*: } ;;
+      x-docker-stderr:*) err=${line#*: } ;;
+    esac
+  done
+  if ((!answered)); then
+    echo "Cannot connect to the Docker daemon at ${DOCKER_HOST}. Is the docker daemon running?" >&2
+    exit 1
+  fi
+  cat
+  if [[ -n $err ]]; then base64 -d <<<"$err" >&2; fi
+  exit "$code"
+}
 """
 
 _RUN_VALUE_OPTIONS = {"--name", "--restart", "--network", "--net", "--shm-size", "-v", "--volume", "-e", "--env",

@@ -20,6 +20,15 @@ class SandboxHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
     daemon_threads = True
 
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up before its answer (a process the sandbox killed, a timed-out probe) is
+        not the emulator's error: no traceback on stderr for it. Anything else is printed as before."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
+
 
 class ServerThread:
     """One emulator's server: bound at construction (its address is known from then on), served

@@ -32,7 +32,9 @@ from infra.sandbox.iam import Iam
 from infra.sandbox.metadata_server import MetadataServer, VmIdentity
 
 VM_SECONDS_PER_SECOND = 60.0  # at SANDBOX_TIME_SCALE=1 a VM minute is a second
-WATCH_INTERVAL_REAL_SECONDS = 0.15  # how often the script's watcher looks, in wall time
+# How often the script's watcher looks, in wall time: often enough that a phase of a second shows,
+# seldom enough that twenty VMs of a test do not keep two cores busy spawning `docker` and `curl`.
+WATCH_INTERVAL_REAL_SECONDS = 0.5
 # What the TPU VM image (Ubuntu 22.04) has on its PATH that the startup script may use.
 VM_TOOLS = ("bash", "sh", "cat", "cp", "mv", "rm", "mkdir", "mktemp", "chmod", "ls", "ln", "touch", "date", "env",
             "printf", "echo", "true", "false", "test", "[", "head", "tail", "cut", "tr", "sed", "grep", "awk", "sort",
@@ -40,10 +42,12 @@ VM_TOOLS = ("bash", "sh", "cat", "cp", "mv", "rm", "mkdir", "mktemp", "chmod", "
             "sha256sum", "md5sum", "tar", "gzip", "curl", "python3")
 
 SLEEP_SCRIPT = """#!/bin/bash
-# sleep on the sandbox VM's clock (infra/sandbox/tpu_vm.py): VM_CLOCK_SPEED VM seconds pass per real second.
+# sleep on the sandbox VM's clock (infra/sandbox/tpu_vm.py): a VM second is VM_MS_PER_SECOND real ms.
 seconds=${1%s}
 printf '%s\\n' "$seconds" >> "$VM_SLEEP_LOG"
-exec REAL_SLEEP "$(awk -v s="$seconds" -v f="$VM_CLOCK_SPEED" 'BEGIN { printf "%.3f", s / f }')"
+ms=$(( ${seconds%%.*} * VM_MS_PER_SECOND ))
+printf -v real '%d.%03d' $((ms / 1000)) $((ms % 1000))
+exec REAL_SLEEP "$real"
 """
 HOSTNAME_SCRIPT = """#!/bin/bash
 # hostname as the sandbox TPU VM answers it: -I is the node's address (its VPC IP on a real VM).
@@ -60,7 +64,9 @@ class SandboxVm:
         self.name = name
         self.address = address
         self.script = script
-        self.speed = VM_SECONDS_PER_SECOND / max(time_scale, 1e-6)
+        # One clock for the script's `sleep` (whole milliseconds a VM second) and the daemon's waits.
+        self.ms_per_second = max(1, round(1000 * max(time_scale, 1e-6) / VM_SECONDS_PER_SECOND))
+        self.speed = 1000 / self.ms_per_second
         self.root = Path(tempfile.mkdtemp(prefix=f"tpubot-vm-{name}-"))
         self.metadata = MetadataServer(identity, iam, on_guest_attribute=on_guest_attribute)
         self.docker = DockerDaemon(registry_url, vllm, release_of)
@@ -102,8 +108,10 @@ class SandboxVm:
             "PATH": self.path, "HOME": str(self.root / "root"), "TMPDIR": str(self.root / "tmp"), "LANG": "C.UTF-8",
             "GCE_METADATA_HOST": self.metadata.host, "DOCKER_HOST": self.docker.docker_host,
             "TPUBOT_STATE_DIR": str(self.state_dir),
-            "TPUBOT_WATCH_INTERVAL_SECONDS": f"{WATCH_INTERVAL_REAL_SECONDS * self.speed:.3f}",
-            "VM_CLOCK_SPEED": f"{self.speed:.6f}", "VM_SLEEP_LOG": str(self.root / "slept.log"),
+            # Whole VM seconds (the script does integer arithmetic with it), at least one.
+            "TPUBOT_WATCH_INTERVAL_SECONDS": str(max(1, round(WATCH_INTERVAL_REAL_SECONDS * self.speed))),
+            "VM_MS_PER_SECOND": str(self.ms_per_second),
+            "VM_SLEEP_LOG": str(self.root / "slept.log"),
         }
 
     # --- life ----------------------------------------------------------------------------------

@@ -105,15 +105,26 @@ service_account() {
     2>/dev/null || echo "this VM's service account"
 }
 
+# json_string JSON NAME: the value of the first `"NAME": "…"` in JSON (Google's answers are flat
+# enough for this; a bash match, no process), JSON escapes other than \" and \\ left as they are.
+json_string() {
+  local pattern="\"$2\"[[:space:]]*:[[:space:]]*\"(([^\"\\\\]|\\\\.)*)\""
+  if [[ $1 =~ $pattern ]]; then
+    local value=${BASH_REMATCH[1]}
+    value=${value//\\\"/\"}
+    printf '%s' "${value//\\\\/\\}"
+  fi
+}
+
 # google_call METHOD URL [curl args…]: one call with this VM's own token (from the metadata server).
 # Prints the response body then, on a line of its own, the HTTP status (000: no answer). The token
 # goes in through stdin, never argv.
 google_call() {
-  local method=$1 url=$2 token
+  local method=$1 url=$2 token=""
   shift 2
-  if ! token=$(curl -sSf --max-time 10 -H 'Metadata-Flavor: Google' \
-        "${METADATA_URL}/instance/service-accounts/default/token" 2>/dev/null \
-      | python3 -c 'import json, sys; print(json.load(sys.stdin)["access_token"])' 2>/dev/null); then
+  token=$(json_string "$(curl -sSf --max-time 10 -H 'Metadata-Flavor: Google' \
+        "${METADATA_URL}/instance/service-accounts/default/token" 2>/dev/null || true)" access_token)
+  if [[ -z ${token} ]]; then
     printf '{"error": {"message": "the metadata server gave no access token"}}\n000'
     return
   fi
@@ -124,17 +135,10 @@ google_call() {
 
 # google_error STATUS BODY: "HTTP 403 PERMISSION_DENIED: <Google's message>", one line.
 google_error() {
-  local detail
-  detail=$(python3 -c '
-import json, sys
-try:
-    error = json.loads(sys.argv[1]).get("error") or {}
-except ValueError:
-    error = {"message": sys.argv[1][:200]}
-if not isinstance(error, dict):
-    error = {"message": str(error)}
-print(": ".join(str(part) for part in (error.get("status") or "", error.get("message") or "") if part))
-' "$2" 2>/dev/null) || detail=""
+  local status message detail
+  status=$(json_string "$2" status)
+  message=$(json_string "$2" message)
+  detail=${status}${status:+${message:+: }}${message}
   if [[ $1 == 000 ]]; then
     echo "no answer${detail:+: ${detail}}"
   else
@@ -154,9 +158,7 @@ fetch_secret() {
   for ((try = 1; ; try++)); do
     response=$(google_call GET "${SECRET_MANAGER_URL}/v1/${name}:access")
     status=${response##*$'\n'} body=${response%$'\n'*} response=""
-    if [[ ${status} == 200 ]] && secret=$(python3 -c '
-import base64, json, sys
-print(base64.b64decode(json.loads(sys.stdin.read())["payload"]["data"]).decode().strip())' <<<"${body}") \
+    if [[ ${status} == 200 ]] && secret=$(json_string "${body}" data | base64 -d 2>/dev/null) \
        && [[ -n ${secret} ]]; then
       printf -v "${var}" '%s' "${secret}"
       export "${var?}"
@@ -286,9 +288,13 @@ save_cache() {
 # first. Before such a line the run counts as loading weights (download, load, memory profiling);
 # a wording it no longer prints only leaves the phase earlier, never wrong about a crash or READY.
 run_phase() {
-  local started=$1 address=$2 lines
+  local started=$1 address=$2 phase=$3 lines
   if curl -sf --max-time 3 -o /dev/null "http://${address}:${MODEL_PORT}/health"; then
     echo "${PHASE_SERVING}"
+    return
+  fi
+  if [[ ${phase} == "${PHASE_COMPILING}" ]]; then
+    echo "${PHASE_COMPILING}"  # a run that compiles goes on compiling until it serves (or exits)
     return
   fi
   lines=$(docker logs --since "${started}" "${CONTAINER}" 2>&1 || true)
@@ -301,6 +307,7 @@ run_phase() {
 
 # Follows the container until it is removed: publishes each phase once, and each exit as
 # `crashed` with its last error line and the number of exits so far (docker restarts the container).
+# Once a run serves, only an exit changes anything: only `docker inspect` is asked, six times less often.
 watch_vllm() {
   local cache=$1 address=$2 phase=${PHASE_LOADING_WEIGHTS} exits=0 seen_exits=0 state restarts running started now
   local saved=0
@@ -316,9 +323,9 @@ watch_vllm() {
       publish "${KEY_RESTARTS}" "${exits}"
       set_phase "${PHASE_CRASHED}"
       phase=${PHASE_CRASHED}
-    elif [[ ${running} == true ]]; then
-      now=$(run_phase "${started}" "${address}")
-      if [[ ${now} != "${phase}" && ! ( ${phase} == "${PHASE_COMPILING}" && ${now} == "${PHASE_LOADING_WEIGHTS}" ) ]]; then
+    elif [[ ${running} == true && ${phase} != "${PHASE_SERVING}" ]]; then
+      now=$(run_phase "${started}" "${address}" "${phase}")
+      if [[ ${now} != "${phase}" ]]; then
         set_phase "${now}"
         phase=${now}
       fi
@@ -327,7 +334,11 @@ watch_vllm() {
         save_cache
       fi
     fi
-    sleep "${WATCH_INTERVAL_SECONDS}"
+    if [[ ${phase} == "${PHASE_SERVING}" ]]; then
+      sleep "$((WATCH_INTERVAL_SECONDS * 6))"
+    else
+      sleep "${WATCH_INTERVAL_SECONDS}"
+    fi
   done
   log "container ${CONTAINER} is gone; stopped watching"
 }
