@@ -38,7 +38,7 @@ from typing import Any
 
 import requests
 
-from infra.sandbox.http_server import ServerThread
+from infra.sandbox.http_server import ServerThread, read_body, reply
 from infra.sandbox.registry import split_reference
 from infra.sandbox.vllm_serve_args import ServeArgs, ServeRefused, parse_serve_args
 
@@ -434,20 +434,14 @@ def _handler_for(daemon: DockerDaemon) -> type[BaseHTTPRequestHandler]:
         timeout = 600
 
         def do_POST(self) -> None:  # noqa: N802 - stdlib name
-            length = int(self.headers.get("Content-Length") or 0)
-            items = (self.rfile.read(length) if length else b"").decode("utf-8", "replace").split("\0")
+            items = read_body(self).decode("utf-8", "replace").split("\0")
             count = int(items[0]) if items and items[0].isdigit() else 0
             argv = items[1:1 + count]
             env = dict(item.split("=", 1) for item in items[1 + count:] if "=" in item)
             result = daemon.cli(argv, env)
-            data = result.stdout.encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/plain; charset=utf-8")
-            self.send_header("X-Docker-Exit", str(result.code))
-            self.send_header("X-Docker-Stderr", base64.b64encode(result.stderr.encode()).decode())
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            reply(self, 200, result.stdout.encode(), "text/plain; charset=utf-8",
+                  {"X-Docker-Exit": str(result.code),
+                   "X-Docker-Stderr": base64.b64encode(result.stderr.encode()).decode()})
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             pass

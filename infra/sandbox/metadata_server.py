@@ -29,7 +29,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import urlsplit
 
-from infra.sandbox.http_server import ServerThread
+from infra.sandbox.http_server import ServerThread, read_body, reply
 from infra.sandbox.iam import Iam
 
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
@@ -149,17 +149,9 @@ def _handler_for(server: MetadataServer) -> type[BaseHTTPRequestHandler]:
         timeout = 30
 
         def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
             headers = {key.lower(): value for key, value in self.headers.items()}
-            status, content_type, text = server.handle(self.command, self.path, headers, raw)
-            data = text.encode()
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Metadata-Flavor", "Google")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            status, content_type, text = server.handle(self.command, self.path, headers, read_body(self))
+            reply(self, status, text.encode(), content_type, {"Metadata-Flavor": "Google"})
 
         do_GET = do_PUT = do_POST = do_DELETE = _serve
 

@@ -25,7 +25,7 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from typing import Any
 
-from infra.sandbox.http_server import ServerThread
+from infra.sandbox.http_server import ServerThread, reply
 from infra.vllm_images import DOCKER_HUB as DOCKER_HUB_NAME
 from infra.vllm_images import image_registry
 
@@ -118,15 +118,8 @@ def _handler_for(registry: RegistryStandIn) -> type[BaseHTTPRequestHandler]:
             else:
                 status, headers, body = 404, {}, {"errors": [{"code": "NAME_UNKNOWN",
                                                               "message": "repository name not known to registry"}]}
-            data = json.dumps(body).encode()
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            if "Content-Type" not in headers:
-                self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            content_type = headers.pop("Content-Type", "application/json")
+            reply(self, status, json.dumps(body).encode(), content_type, headers)
 
         def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
             pass
