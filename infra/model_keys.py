@@ -149,15 +149,21 @@ class ModelKeys:
             raise ModelKeyError(f"The bot could not tell which service account the TPU VM runs as, to let it read "
                                 f"the model's API key: {error.message}", error.fix) from error
         client, name = self._secrets(), self._name(lease_id)
-        policy = client.get_iam_policy(request={"resource": name}, timeout=CALL_TIMEOUT)
-        for binding in policy.bindings:
-            if binding.role == SECRET_ACCESSOR:
-                if account not in binding.members:
-                    binding.members.append(account)
-                break
-        else:
-            policy.bindings.add(role=SECRET_ACCESSOR, members=[account])
-        client.set_iam_policy(request={"resource": name, "policy": policy}, timeout=CALL_TIMEOUT)
+        try:
+            policy = client.get_iam_policy(request={"resource": name}, timeout=CALL_TIMEOUT)
+            for binding in policy.bindings:
+                if binding.role == SECRET_ACCESSOR:
+                    if account not in binding.members:
+                        binding.members.append(account)
+                    break
+            else:
+                policy.bindings.add(role=SECRET_ACCESSOR, members=[account])
+            client.set_iam_policy(request={"resource": name, "policy": policy}, timeout=CALL_TIMEOUT)
+        except gexc.Forbidden as error:
+            raise ModelKeyError(f"Secret Manager refused to let the TPU VM's account ({account}) read the model's API "
+                                f"key: {error.message}",
+                                "grant the bot's account roles/secretmanager.admin on the project (it holds "
+                                "secretmanager.secrets.setIamPolicy), then `/tpu up` again") from error
 
     def _read(self, lease_id: str) -> str | None:
         try:

@@ -220,3 +220,21 @@ def test_a_configured_service_account_is_sent_with_the_create_and_the_vm_runs_as
         assert {caller for _, path, caller in stack.cloud.project_api.requests if path.endswith(":access")
                 and caller != "tpubot@tpubot-sandbox.iam.gserviceaccount.com"} == {custom}
         slack.close()
+
+
+def test_a_bot_that_may_not_grant_the_vm_its_key_fails_the_lease_before_any_tpu_with_the_role(redis_url, tmp_path):
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    world = SandboxWorld(denied=("secretmanager.secrets.setIamPolicy",))  # a narrowed custom role for the bot
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s")
+    with LocalStack(settings, world=world) as stack:
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        failed = wait_until(lambda: first_card(stack, "FAILED"))
+        blocks = str(failed["blocks"])
+        assert f"Secret Manager refused to let the TPU VM's account (serviceAccount:{NODE}) read the model's API key" \
+            in blocks
+        assert "roles/secretmanager.admin" in blocks
+        assert stack.tpu_sandbox.create_attempts == []  # no TPU whose VM could not have started
+        slack.close()
