@@ -122,12 +122,12 @@ class ModelKeys:
                                      timeout=CALL_TIMEOUT)
             except gexc.Conflict:
                 if self._read(lease_id) is not None:
-                    self._let_the_vm_read(lease_id)  # a retried job: the key exists, its grant may not
+                    self._let_the_vm_read(lease_id, fresh=False)  # a retried job: the key exists, its grant may not
                     return
             key = secrets.token_urlsafe(32)
             client.add_secret_version(parent=self._name(lease_id), payload={"data": key.encode()},
                                       timeout=CALL_TIMEOUT)
-            self._let_the_vm_read(lease_id)
+            self._let_the_vm_read(lease_id, fresh=True)
         except gexc.Forbidden as error:
             raise ModelKeyError(f"Secret Manager refused to store the model's API key: {error.message}",
                                 "grant the bot's account roles/secretmanager.admin on the project (it creates and "
@@ -139,8 +139,9 @@ class ModelKeys:
         with self._lock:
             self._cache[lease_id] = key
 
-    def _let_the_vm_read(self, lease_id: str) -> None:
-        """Bind the TPU VM's account to secretAccessor on this lease's secret (read, add, write back)."""
+    def _let_the_vm_read(self, lease_id: str, *, fresh: bool) -> None:
+        """Bind the TPU VM's account to secretAccessor on this lease's secret: a secret this call created has
+        no policy yet, so the binding is the whole policy; else read, add, write back (with its etag)."""
         if self.reader is None:
             return
         try:
@@ -150,6 +151,10 @@ class ModelKeys:
                                 f"the model's API key: {error.message}", error.fix) from error
         client, name = self._secrets(), self._name(lease_id)
         try:
+            if fresh:
+                client.set_iam_policy(request={"resource": name, "policy": {"bindings": [
+                    {"role": SECRET_ACCESSOR, "members": [account]}]}}, timeout=CALL_TIMEOUT)
+                return
             policy = client.get_iam_policy(request={"resource": name}, timeout=CALL_TIMEOUT)
             for binding in policy.bindings:
                 if binding.role == SECRET_ACCESSOR:

@@ -150,7 +150,10 @@ class NodeModels:
             with self._lock:
                 self._held[key] = sock
                 self._vms[key] = vm
-            return vm.boot(trace=trace)
+            # The VM boots beside the TPU API's answer, as a real one does after its node is up: the
+            # caller that first saw the node ACTIVE does not wait for a disk, two servers and a fork.
+            threading.Thread(target=vm.boot, kwargs={"trace": trace}, name=f"vm-boot-{node_id}", daemon=True).start()
+            return vm
         log.warning("sandbox: no free address for the model of node %s in %s", node_id, zone)
         return None
 

@@ -118,11 +118,13 @@ class SandboxVm:
     def boot(self, *, trace: bool = False) -> SandboxVm:
         """Start the VM's servers and run its startup script (in the background, as at a VM's boot);
         `trace` runs it under `bash -x`, as someone debugging it on the VM would."""
-        self._install()
-        self.metadata.start()
-        self.docker.start()
-        with (self.root / "startup-script.log").open("wb") as log, self._lock:
-            if not self._stopped:
+        with self._lock:  # a stop() that came first wins; one that comes now waits for the boot to stand
+            if self._stopped:
+                return self
+            self._install()
+            self.metadata.start()
+            self.docker.start()
+            with (self.root / "startup-script.log").open("wb") as log:
                 self.process = subprocess.Popen(
                     [str(self.bin / "bash"), *(["-x"] if trace else []), str(self.root / "startup-script")],
                     env=self.environment(),
