@@ -238,3 +238,32 @@ def test_a_bot_that_may_not_grant_the_vm_its_key_fails_the_lease_before_any_tpu_
         assert "roles/secretmanager.admin" in blocks
         assert stack.tpu_sandbox.create_attempts == []  # no TPU whose VM could not have started
         slack.close()
+
+
+def test_a_retried_key_creation_restores_the_vms_grant_on_the_existing_secret():
+    import asyncio
+
+    from infra.deployment_mode import DeploymentMode
+    from infra.model_keys import ModelKeys
+    from infra.node_account import NodeAccount
+    from infra.sandbox.world import CloudSandbox
+
+    with CloudSandbox(SandboxWorld()) as cloud:
+        api = cloud.project_api
+        creds = DeploymentMode.SANDBOX.credentials()
+
+        def keys() -> ModelKeys:  # one per worker process
+            return ModelKeys("tpubot-sandbox", credentials=creds, api_endpoint=api.base_url,
+                             reader=NodeAccount("tpubot-sandbox", credentials=creds,
+                                                resourcemanager_endpoint=api.base_url,
+                                                secretmanager_endpoint=api.base_url))
+
+        asyncio.run(keys().create("l1"))
+        key = api.secrets["tpubot-model-key-l1"]
+        api.iam.forget("projects/tpubot-sandbox/secrets/tpubot-model-key-l1")  # the grant was lost in between
+        asyncio.run(keys().create("l1"))  # the retried job: the secret exists (409), read back, grant restored
+        assert api.secrets["tpubot-model-key-l1"] == key  # the key the VM may already have read is kept
+        policy = api.iam.policy("projects/tpubot-sandbox/secrets/tpubot-model-key-l1")
+        assert policy.bindings == {"roles/secretmanager.secretAccessor": {f"serviceAccount:{NODE}"}}
+        assert "secretmanager.projects.secrets.getIamPolicy" in api.apis["secretmanager"].checked
+        assert api.rejected == [] and api.response_problems == []
