@@ -191,7 +191,7 @@ class Services:
     memory: "IncidentMemory"
     # What must never reach a model prompt or Slack: the secret patterns plus the deployment's own
     # secret values (bot/wiring.py); an agent run's copy also knows every live lease's model key
-    # (agent/actions/secret_values.py), since a lease key has no shape a pattern could find.
+    # (agent/actions/model_endpoint.py), since a lease key has no shape a pattern could find.
     redactor: Redactor
     # Runbooks the agent searches and cites (issue 31): the built-in ones, plus RUNBOOKS_DIR/URLS.
     runbooks: RunbookLibrary

@@ -29,6 +29,9 @@ class Policy:
     endpoint_address: str = "external"  # "internal": the bot runs in the VPC and calls the node's internal IP
     vllm_image: str = ""  # shown on the READY card
     boot_poll_interval: timedelta = timedelta(seconds=15)
+    # A VM that has published no boot phase this long after ACTIVE is named on the card as not reporting.
+    model_boot_silence: timedelta = timedelta(minutes=3)
+    project: str = ""  # the GCP project (the fixes the card gives name it)
 
 
 @dataclass(frozen=True)

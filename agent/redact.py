@@ -10,7 +10,7 @@ ending in key, secret or token, or containing password (`VLLM_API_KEY=…`, `"ap
 `'api_key': ['…']` as vLLM logs its start-up args, `api_key: …` in YAML, `--api-key …` on a
 command line). A signing secret or a lease's model key has no recognisable shape, so a
 `Redactor` also knows the literal values a run must never show (bot/wiring.py gives it the
-deployment's own secrets; agent/actions/secret_values.py adds every live lease's model key per run).
+deployment's own secrets; agent/actions/model_endpoint.py adds every live lease's model key per run).
 """
 
 from __future__ import annotations

@@ -41,9 +41,6 @@ if TYPE_CHECKING:
 
 
 SANDBOX_POLL_INTERVAL = timedelta(milliseconds=500)
-# How long a sandbox node's "vLLM" takes to come up after ACTIVE on a cold boot (a warm one: about half),
-# long enough that its boot phases show on the card before READY.
-SANDBOX_MODEL_BOOT_SECONDS = 2.0
 
 
 def free_port() -> int:
@@ -190,10 +187,13 @@ class LocalStack:
         settings = self.settings
         if settings.mode.is_sandbox and not settings.tpu_api_endpoint:
             world = self.world or (SandboxWorld(zones=dict(self.tpu_zones)) if self.tpu_zones else SandboxWorld())
+            if settings.xla_cache_bucket and settings.xla_cache_bucket not in world.buckets:
+                # The sandbox project has the bucket the settings name, in the TPU's region.
+                world.buckets = {**world.buckets, settings.xla_cache_bucket: settings.region_of(settings.tpu_zone).upper()}
             node_models = NodeModels(model=settings.model_name, max_model_len=settings.vllm_max_model_len,
                                      preferred_port=settings.model_port,
                                      served_version=served_version_for(settings.vllm_image),
-                                     boot_seconds=SANDBOX_MODEL_BOOT_SECONDS * settings.sandbox_time_scale)
+                                     time_scale=settings.sandbox_time_scale)
             emulators.start_cloud(world, project=settings.project, time_scale=settings.sandbox_time_scale,
                                   node_models=node_models)
         if settings.mode.is_sandbox and not settings.logging_api_endpoint:

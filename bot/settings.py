@@ -27,7 +27,10 @@ from infra.vllm_flags import (
     DEFAULT_IMAGE,
     DEFAULT_MM_LIMITS,
     DEFAULT_MODEL_REVISION,
+    TPU_UNSERVED_MODALITIES,
     V5E_MAX_GPU_MEMORY_UTILIZATION,
+    V5E_MAX_NUM_SEQS,
+    explicit_mm_limits,
     largest_mm_item,
 )
 from infra.vllm_images import image_digest, image_tag, unusable_reason
@@ -85,6 +88,7 @@ URL_SCHEMES = {
     "tpu_api_endpoint": ("http", "https"), "logging_api_endpoint": ("http", "https"),
     "compute_api_endpoint": ("http", "https"), "quotas_api_endpoint": ("http", "https"),
     "secretmanager_api_endpoint": ("http", "https"), "storage_api_endpoint": ("http", "https"),
+    "resourcemanager_api_endpoint": ("http", "https"),
 }
 
 
@@ -112,6 +116,8 @@ class Settings(BaseSettings):
     # --- GCP -------------------------------------------------------------------------------
     gcp_project: str = Field("", description="GCP project id; empty runs against the local sandbox")
     tpu_zone: str = Field("us-west4-a", description="zone tried first by /tpu up without a zone")
+    # The two zones Google documents flex-start v5e in first (reference/gcp-apis.md), then others that
+    # list v5e; the zone search learns from there which accept it.
     tpu_zones: CsvList = Field(
         default_factory=lambda: ["us-west4-a", "us-central1-a", "us-west1-c", "us-south1-a", "europe-west4-a"],
         description="zones /tpu up may search (comma-separated)",
@@ -131,7 +137,12 @@ class Settings(BaseSettings):
     compute_api_endpoint: str = Field("", description="override the Compute Engine API base URL (doctor)")
     quotas_api_endpoint: str = Field("", description="override the Cloud Quotas API base URL (doctor)")
     secretmanager_api_endpoint: str = Field("", description="override the Secret Manager API base URL (doctor)")
-    storage_api_endpoint: str = Field("", description="override the Cloud Storage JSON API base URL (doctor)")
+    storage_api_endpoint: str = Field("", description="override the Cloud Storage JSON API base URL (doctor, and the "
+                                                      "TPU VM's compile cache)")
+    resourcemanager_api_endpoint: str = Field("", description="override the Cloud Resource Manager API base URL "
+                                                              "(the project's number: the TPU VM's default account)")
+    tpu_service_account: str = Field("", description="service account the TPU VM runs as (an email), sent with every "
+                                                     "create; empty: the project's default Compute Engine account")
     # --- the private model endpoint (issue 15) ----------------------------------------------
     model_source_ranges: CsvList = Field(
         default_factory=list,
@@ -152,7 +163,11 @@ class Settings(BaseSettings):
                                                       "or a digest, in any registry)")
     vllm_max_model_len: int = Field(16384, description="vLLM --max-model-len")
     vllm_max_num_batched_tokens: int = Field(4096, description="vLLM --max_num_batched_tokens")
-    vllm_limit_mm_per_prompt: str = Field(DEFAULT_MM_LIMITS, description="vLLM --limit-mm-per-prompt (JSON)")
+    vllm_max_num_seqs: int = Field(V5E_MAX_NUM_SEQS, ge=1, description="vLLM --max-num-seqs (32 fits a v5e chip at "
+                                                                    "the default context; vLLM's own default, 256, "
+                                                                    "can run out of memory compiling)")
+    vllm_limit_mm_per_prompt: str = Field(DEFAULT_MM_LIMITS, description="vLLM --limit-mm-per-prompt (JSON; audio and "
+                                                                         "video must be 0 on a TPU)")
     vllm_gpu_memory_utilization: float | None = Field(
         None, description="vLLM --gpu-memory-utilization (at most 0.92 on v5e); empty: vLLM's own default")
     xla_cache_bucket: str = Field("", description="Cloud Storage bucket (gs://name or name) the TPU VM restores "
@@ -160,6 +175,9 @@ class Settings(BaseSettings):
     model_boot_timeout: timedelta = Field(
         timedelta(minutes=45), description="how long after ACTIVE vLLM may take to answer before the lease FAILS"
     )
+    model_boot_silence: timedelta = Field(
+        timedelta(minutes=3), description="how long after ACTIVE the TPU VM may publish no boot phase before the "
+                                          "card says its startup script is not reporting")
     preflight_ttl: timedelta = Field(timedelta(hours=6), description="how long a `tpubot doctor` result is trusted")
     gemma_base_url: str = Field("", description="a fixed OpenAI-compatible endpoint for the agent")
     agent_max_steps: int = Field(4, ge=1, le=10, description="model calls per mention before the agent must answer")
@@ -462,11 +480,28 @@ class Settings(BaseSettings):
         if not isinstance(limits, dict) or not all(isinstance(v, int) and v >= 0 for v in limits.values()):
             raise ValueError(
                 f"VLLM_LIMIT_MM_PER_PROMPT={value} is not a JSON object of counts; write it like "
-                '{"image":4,"audio":1}'
+                f"{DEFAULT_MM_LIMITS}"
             )
-        return json.dumps(limits, separators=(",", ":"))
+        served = [m for m in TPU_UNSERVED_MODALITIES if limits.get(m, 0) > 0]
+        if served:
+            raise ValueError(
+                f"VLLM_LIMIT_MM_PER_PROMPT={value} allows {' and '.join(served)}, which vLLM on a TPU cannot embed: "
+                "tpu-inference 0.32.0 skips Gemma 4's audio tower weights at load and embeds images only (video "
+                f'raises "Video not yet supported"); set {" and ".join(served)} to 0, like {DEFAULT_MM_LIMITS}')
+        # Said out loud: a modality left out gets vLLM's default of 999, not 0.
+        return json.dumps(explicit_mm_limits(json.dumps(limits)), separators=(",", ":"))
 
-    @field_validator("model_boot_timeout", "preflight_ttl", mode="before")
+    @field_validator("tpu_service_account")
+    @classmethod
+    def _service_account(cls, value: str) -> str:
+        value = value.strip().removeprefix("serviceAccount:")
+        if value and not re.fullmatch(r"[a-z0-9][a-z0-9._-]*@[a-z0-9][a-z0-9.-]*\.gserviceaccount\.com", value):
+            raise ValueError(f"TPU_SERVICE_ACCOUNT={value} is not a service account's email; write it like "
+                             "tpubot-node@my-project.iam.gserviceaccount.com, or leave it empty for the project's "
+                             "default Compute Engine service account")
+        return value
+
+    @field_validator("model_boot_timeout", "model_boot_silence", "preflight_ttl", mode="before")
     @classmethod
     def _other_durations(cls, value: Any) -> timedelta:
         return parse_duration(value)
@@ -558,6 +593,20 @@ class Settings(BaseSettings):
                 f"VLLM_GPU_MEMORY_UTILIZATION={utilization:g} is more than a v5e chip allocates for the model's "
                 f"compiled programs (0.95 failed with RuntimeProgramAllocationFailure after a 691 s compile); use "
                 f"VLLM_GPU_MEMORY_UTILIZATION={V5E_MAX_GPU_MEMORY_UTILIZATION} or leave it empty")
+        return self
+
+    @model_validator(mode="after")
+    def _boot_timeout_outlasts_the_vm(self) -> "Settings":
+        """The VM gives up on a step before vLLM (and says why) within its own waits: the bot must wait longer."""
+        from infra.startup_script import WaitBudget
+
+        waits = timedelta(seconds=WaitBudget().pre_vllm_wait_seconds())
+        if self.model_boot_timeout <= waits:
+            raise ValueError(
+                f"MODEL_BOOT_TIMEOUT={format_duration(self.model_boot_timeout)} is not longer than what the TPU VM "
+                f"may wait before it starts vLLM ({format_duration(waits)}: secrets and image pull retried), so the "
+                "lease would fail before the VM could say why; use MODEL_BOOT_TIMEOUT=45m (vLLM's first compile "
+                "takes 15 minutes and more after that)")
         return self
 
     @model_validator(mode="after")

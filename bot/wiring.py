@@ -96,6 +96,8 @@ def policy_from(settings: Settings) -> Policy:
         endpoint_address=settings.endpoint_address,
         vllm_image=settings.vllm_image,
         boot_poll_interval=min(timedelta(seconds=15), settings.poll_interval * 1.5),
+        model_boot_silence=settings.model_boot_silence,
+        project=settings.project,
     )
 
 
@@ -105,6 +107,7 @@ def vllm_config_from(settings: Settings):
     return VllmConfig(
         model=settings.model_name, port=settings.model_port, image=settings.vllm_image,
         max_model_len=settings.vllm_max_model_len, max_num_batched_tokens=settings.vllm_max_num_batched_tokens,
+        max_num_seqs=settings.vllm_max_num_seqs,
         limit_mm_per_prompt=settings.vllm_limit_mm_per_prompt, tensor_parallel_size=settings.tensor_parallel_size,
         revision=settings.model_revision, gpu_memory_utilization=settings.vllm_gpu_memory_utilization,
     )
@@ -117,8 +120,13 @@ def startup_script_config_from(settings: Settings, lease_id: str = EXAMPLE_LEASE
     from infra.model_keys import model_key_secret_version
     from infra.startup_script import StartupScriptConfig
 
+    from infra.startup_script import SECRET_MANAGER_URL, STORAGE_URL
+
+    # The VM reaches Google where the bot does: one setting per API, Google's when unset.
     return StartupScriptConfig(project=settings.project, hf_token_secret=settings.hf_token_secret,
                                vllm=vllm_config_from(settings),
+                               secret_manager_url=settings.secretmanager_api_endpoint or SECRET_MANAGER_URL,
+                               storage_url=settings.storage_api_endpoint or STORAGE_URL,
                                api_key_secret=model_key_secret_version(settings.project, lease_id),
                                accelerator_type=settings.tpu_accelerator_type,
                                xla_cache_bucket=settings.xla_cache_bucket)
@@ -142,7 +150,17 @@ def model_keys_from(settings: Settings):
     if settings.mode.is_sandbox and not settings.secretmanager_api_endpoint:
         return None
     return ModelKeys(settings.project, credentials=settings.mode.credentials(),
-                     api_endpoint=settings.secretmanager_api_endpoint)
+                     api_endpoint=settings.secretmanager_api_endpoint, reader=node_account_from(settings))
+
+
+def node_account_from(settings: Settings):
+    """The account the TPU VMs run as (TPU_SERVICE_ACCOUNT, else the project's default Compute Engine one)."""
+    from infra.node_account import NodeAccount
+
+    return NodeAccount(settings.project, configured=settings.tpu_service_account,
+                       credentials=settings.mode.credentials(),
+                       resourcemanager_endpoint=settings.resourcemanager_api_endpoint,
+                       secretmanager_endpoint=settings.secretmanager_api_endpoint)
 
 
 def preflight_config_from(settings: Settings):
@@ -158,6 +176,7 @@ def preflight_config_from(settings: Settings):
         model_source_ranges=tuple(model_source_ranges_of(settings)),
         endpoint_address=settings.endpoint_address, vllm_image=settings.vllm_image,
         xla_cache_bucket=settings.xla_cache_bucket, storage_endpoint=settings.storage_api_endpoint,
+        resourcemanager_endpoint=settings.resourcemanager_api_endpoint, tpu_service_account=settings.tpu_service_account,
     )
 
 
@@ -183,6 +202,7 @@ def tpu_config_from(settings: Settings):
         api_endpoint=settings.tpu_api_endpoint,
         network_tags=(settings.model_network_tag,),
         external_ips=settings.endpoint_address == "external",
+        service_account=settings.tpu_service_account,
     )
 
 

@@ -36,16 +36,19 @@ STATE_BADGES = {state: f"{emoji} {state.label}" for state, emoji in _STATE_EMOJI
 
 # The VM's boot phases (infra/boot_phases.py) as people read them.
 BOOT_PHASE_NAMES = {
-    "secrets-fetched": "secrets fetched",
+    "reading-secrets": "reading the secrets",
     "pulling-image": "pulling the vLLM image",
+    "restoring-cache": "restoring the compile cache",
     "loading-weights": "loading the weights",
     "compiling": "compiling (XLA)",
     "serving": "serving",
     "crashed": "vLLM crashed",
+    "failed": "gave up before vLLM started",
 }
 BOOT_CACHE_NAMES = {
     "warm": "warm boot (compile cache restored from XLA_CACHE_BUCKET)",
     "cold": "cold boot (no compile cache: compiling from scratch)",
+    "off": "cold boot, compile cache off",
 }
 
 
@@ -146,6 +149,8 @@ def model_fields(lease: Lease) -> list[tuple[str, str]]:
         if lease.boot_cache:
             took = f", {duration(lease.state_since - lease.active_at)} from ACTIVE" if lease.active_at else ""
             fields.append(("Boot", BOOT_CACHE_NAMES.get(lease.boot_cache, lease.boot_cache) + took))
+        if lease.boot_cache_note:
+            fields.append(("Compile cache", escape(lease.boot_cache_note)))
         return fields
     if state == LeaseState.BOOTING_MODEL:
         return [("Model", f"booting for {duration(time.time() - lease.state_since)}"), *boot_fields(lease)]
@@ -160,8 +165,11 @@ def boot_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]]
     if lease.boot_phase:
         since = f" for {duration((now or time.time()) - lease.boot_phase_since)}" if lease.boot_phase_since else ""
         fields.append(("Boot phase", BOOT_PHASE_NAMES.get(lease.boot_phase, escape(lease.boot_phase)) + since))
+    if lease.boot_retry and lease.state == LeaseState.BOOTING_MODEL:
+        fields.append(("Retrying", escape(lease.boot_retry)))
     if lease.boot_cache:
-        fields.append(("Compile cache", BOOT_CACHE_NAMES.get(lease.boot_cache, escape(lease.boot_cache))))
+        name = BOOT_CACHE_NAMES.get(lease.boot_cache, escape(lease.boot_cache))
+        fields.append(("Compile cache", name + (f": {escape(lease.boot_cache_note)}" if lease.boot_cache_note else "")))
     return fields
 
 

@@ -3,7 +3,7 @@ or answered (a mention) is answered like a mention, with the thread as its conte
 
 The web process decides from the event and Redis alone (no Slack call before the ack): a reply
 by a person, in a thread, not mentioning the bot (app_mention answers that one), in a channel
-the bot was not removed from, in a thread it follows (infra/state/followups.py) that is younger
+the bot was not removed from, in a thread it follows (infra/state/conversations.py) that is younger
 than FOLLOWUP_MAX_AGE. "stop" (or "thanks, done") ends the following; "fixed by …" in an
 incident's thread ends the incident in the bot's memory (infra/state/incident_memory.py). The worker then checks
 that the person is a member of the channel (conversations.members) before answering: a public

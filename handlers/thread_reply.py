@@ -6,7 +6,7 @@ Every piece of text is redacted and mrkdwn-escaped before it is sent, and a piec
 up to a word boundary, so a secret is never half-sent before the redaction can see all of it.
 If redaction changes text that was already streamed (it can, once a multi-line secret ends),
 the rest is held and the finished message is rewritten in one chat.update. The redactor is the
-agent run's (agent/actions/secret_values.py): it knows the deployment's secret values and the live
+agent run's (agent/actions/model_endpoint.py): it knows the deployment's secret values and the live
 lease keys, so a model that echoes one, or a model-less answer quoting a tool, posts a marker.
 """
 

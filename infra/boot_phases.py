@@ -11,12 +11,18 @@ and the bot reads them back with the TPU API's `projects.locations.nodes.getGues
 these small, non-secret strings ever go there.
 
 Keys in NAMESPACE:
-- `phase`: one of PHASES, the boot step in progress (`crashed` after the vLLM container exited).
+- `phase`: one of PHASES, the boot step in progress (`crashed` after the vLLM container exited,
+  `failed` when a step before vLLM gave up: the VM will not try again).
 - `phase-since`: when that phase started, RFC 3339 UTC with a `Z` (`2026-12-02T14:03:11Z`).
-- `last-error`: after a crash, the last error-looking line of the container's log (one line, cut to
-  LAST_ERROR_MAX_CHARS); empty otherwise.
+- `last-error`: while a step before vLLM retries, why (its HTTP status or Docker's error line, the
+  try and the wait); after `failed`, the line it gave up on; after a crash, the last error-looking
+  line of the container's log (one line, cut to LAST_ERROR_MAX_CHARS); empty otherwise.
 - `restarts`: how many times the vLLM container has exited since the VM booted (decimal).
-- `cache`: `warm` if a compile cache was restored before vLLM started, `cold` if not.
+- `cache`: `warm` if a compile cache was restored before vLLM started, `cold` if the bucket had none
+  yet (this boot saves one), `off` if there is no bucket cache (no XLA_CACHE_BUCKET, or it cannot
+  be read).
+- `cache-note`: why, in one line (`restored from gs://…`, `XLA_CACHE_BUCKET is not set: …`, a
+  refused read with the role to grant), and later whether the save worked.
 """
 
 from __future__ import annotations
@@ -32,19 +38,26 @@ PHASE_SINCE_KEY = "phase-since"
 LAST_ERROR_KEY = "last-error"
 RESTARTS_KEY = "restarts"
 CACHE_KEY = "cache"
-KEYS = (PHASE_KEY, PHASE_SINCE_KEY, LAST_ERROR_KEY, RESTARTS_KEY, CACHE_KEY)
+CACHE_NOTE_KEY = "cache-note"
+KEYS = (PHASE_KEY, PHASE_SINCE_KEY, LAST_ERROR_KEY, RESTARTS_KEY, CACHE_KEY, CACHE_NOTE_KEY)
 
-SECRETS_FETCHED = "secrets-fetched"
+READING_SECRETS = "reading-secrets"
 PULLING_IMAGE = "pulling-image"
+RESTORING_CACHE = "restoring-cache"
 LOADING_WEIGHTS = "loading-weights"
 COMPILING = "compiling"
 SERVING = "serving"
 CRASHED = "crashed"
-# In boot order; `crashed` can follow any of them (and `loading-weights` follows it on a restart).
-PHASES = (SECRETS_FETCHED, PULLING_IMAGE, LOADING_WEIGHTS, COMPILING, SERVING, CRASHED)
+FAILED = "failed"
+# In boot order; `crashed` can follow the vLLM phases (and `loading-weights` follows it on a restart);
+# `failed` ends the steps before vLLM (secrets, pull) for good.
+PHASES = (READING_SECRETS, PULLING_IMAGE, RESTORING_CACHE, LOADING_WEIGHTS, COMPILING, SERVING, CRASHED, FAILED)
+BEFORE_VLLM = (READING_SECRETS, PULLING_IMAGE, RESTORING_CACHE)
 
 CACHE_WARM = "warm"
 CACHE_COLD = "cold"
+CACHE_OFF = "off"
+CACHE_STATES = (CACHE_WARM, CACHE_COLD, CACHE_OFF)
 
 LAST_ERROR_MAX_CHARS = 400  # a guest attribute value is small; the card shows one line
 SINCE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # what `date -u +%Y-%m-%dT%H:%M:%SZ` prints on the VM
@@ -63,7 +76,8 @@ class BootReport:
     since: datetime | None = None
     last_error: str = ""
     restarts: int = 0
-    cache: str | None = None  # CACHE_WARM, CACHE_COLD or None
+    cache: str | None = None  # one of CACHE_STATES, or None
+    cache_note: str = ""
 
 
 def read_report(values: Mapping[str, str]) -> BootReport:
@@ -75,7 +89,8 @@ def read_report(values: Mapping[str, str]) -> BootReport:
         since=parse_since(values.get(PHASE_SINCE_KEY, "")),
         last_error=" ".join(values.get(LAST_ERROR_KEY, "").split())[:LAST_ERROR_MAX_CHARS],
         restarts=_count(values.get(RESTARTS_KEY, "")),
-        cache=cache if cache in (CACHE_WARM, CACHE_COLD) else None,
+        cache=cache if cache in CACHE_STATES else None,
+        cache_note=" ".join(values.get(CACHE_NOTE_KEY, "").split())[:LAST_ERROR_MAX_CHARS],
     )
 
 

@@ -1,11 +1,15 @@
 """The model endpoint's API key: one per lease, kept in Secret Manager, destroyed with the lease.
 
-vLLM on the TPU VM starts with `--api-key`; without the key every `/v1/*` call answers 401, so an
-endpoint a firewall rule admits is still usable only by the bot. The key is made when the lease
-first asks for a TPU (before the VM can boot), stored as a version of the secret
+vLLM on the TPU VM takes the key from its environment (VLLM_API_KEY); without it every `/v1/*` call
+answers 401, so an endpoint a firewall rule admits is still usable only by the bot. The key is made
+when the lease first asks for a TPU (before the VM can boot), stored as a version of the secret
 `tpubot-model-key-{lease}` — like the HF token, the VM reads it at boot with its own
 metadata-server token, so it is never in instance metadata or the startup script — read back by
 every caller of the endpoint (agent, health probes, bench) and deleted with the lease.
+
+The VM's account gets `roles/secretmanager.secretAccessor` on that one secret when the bot creates
+it (`reader`, infra/node_account.py: TPU_SERVICE_ACCOUNT or the project's default Compute Engine
+account), so no one has to grant the VM every secret of the project.
 
 The key itself never leaves this module except as the Authorization header's value: it is not
 logged, not put in Slack, not in the lease record and not in any model prompt.
@@ -25,6 +29,7 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.auth.credentials import Credentials
 
+from infra.node_account import SECRET_ACCESSOR, NodeAccount, NodeAccountError
 from infra.tpu import MANAGED_BY
 
 if TYPE_CHECKING:
@@ -64,6 +69,7 @@ class ModelKeys:
     project: str
     credentials: Credentials | None = None
     api_endpoint: str = ""  # "" → https://secretmanager.googleapis.com
+    reader: NodeAccount | None = None  # the TPU VM's account, granted to read each key; None: nobody is
 
     def __post_init__(self) -> None:
         self._cache: dict[str, str] = {}  # lease id → key; a key never changes during its lease
@@ -116,10 +122,12 @@ class ModelKeys:
                                      timeout=CALL_TIMEOUT)
             except gexc.Conflict:
                 if self._read(lease_id) is not None:
-                    return  # a retried job: the key exists and the VM may already have read it
+                    self._let_the_vm_read(lease_id, fresh=False)  # a retried job: the key exists, its grant may not
+                    return
             key = secrets.token_urlsafe(32)
             client.add_secret_version(parent=self._name(lease_id), payload={"data": key.encode()},
                                       timeout=CALL_TIMEOUT)
+            self._let_the_vm_read(lease_id, fresh=True)
         except gexc.Forbidden as error:
             raise ModelKeyError(f"Secret Manager refused to store the model's API key: {error.message}",
                                 "grant the bot's account roles/secretmanager.admin on the project (it creates and "
@@ -130,6 +138,37 @@ class ModelKeys:
                                 "(`gcloud services enable secretmanager.googleapis.com`), then `/tpu up` again") from error
         with self._lock:
             self._cache[lease_id] = key
+
+    def _let_the_vm_read(self, lease_id: str, *, fresh: bool) -> None:
+        """Bind the TPU VM's account to secretAccessor on this lease's secret: a secret this call created has
+        no policy yet, so the binding is the whole policy; else read, add, write back (with its etag)."""
+        if self.reader is None:
+            return
+        try:
+            account = f"serviceAccount:{self.reader.email()}"
+        except NodeAccountError as error:
+            raise ModelKeyError(f"The bot could not tell which service account the TPU VM runs as, to let it read "
+                                f"the model's API key: {error.message}", error.fix) from error
+        client, name = self._secrets(), self._name(lease_id)
+        try:
+            if fresh:
+                client.set_iam_policy(request={"resource": name, "policy": {"bindings": [
+                    {"role": SECRET_ACCESSOR, "members": [account]}]}}, timeout=CALL_TIMEOUT)
+                return
+            policy = client.get_iam_policy(request={"resource": name}, timeout=CALL_TIMEOUT)
+            for binding in policy.bindings:
+                if binding.role == SECRET_ACCESSOR:
+                    if account not in binding.members:
+                        binding.members.append(account)
+                    break
+            else:
+                policy.bindings.add(role=SECRET_ACCESSOR, members=[account])
+            client.set_iam_policy(request={"resource": name, "policy": policy}, timeout=CALL_TIMEOUT)
+        except gexc.Forbidden as error:
+            raise ModelKeyError(f"Secret Manager refused to let the TPU VM's account ({account}) read the model's API "
+                                f"key: {error.message}",
+                                "grant the bot's account roles/secretmanager.admin on the project (it holds "
+                                "secretmanager.secrets.setIamPolicy), then `/tpu up` again") from error
 
     def _read(self, lease_id: str) -> str | None:
         try:

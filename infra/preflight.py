@@ -11,10 +11,17 @@ Each check calls the real API with the bot's own credentials and returns pass/fa
 - the HF token secret exists and is readable (Secret Manager; the value is never printed or kept);
 - preemptible TPU quota in the default zone is above zero (Cloud Quotas API; flex-start draws on
   the preemptible quota). Quota is necessary, never sufficient: it says nothing about capacity;
+- the TPU VM's service account (TPU_SERVICE_ACCOUNT, else the project's default Compute Engine
+  account, by the project's number from Resource Manager) can read the HF token secret: a role
+  that reads secrets bound to it on the secret or on the project (infra/node_account.py);
 - with ENDPOINT_ADDRESS=internal (a node without an external IP): the network has a Cloud NAT in the
   zone's region (Compute `routers.list` of that region: a router of the network with a `nats[]`
-  entry covering the subnetwork), or VLLM_IMAGE is in an Artifact Registry of that region;
-  otherwise the `gcloud compute routers create … && gcloud compute routers nats create …` fix;
+  entry covering the subnetwork) — the weights come from Hugging Face whatever registry the image
+  is in — else the `gcloud compute routers create … && gcloud compute routers nats create …` fix; a
+  Docker Hub image is a warning (10 anonymous pulls an hour per address, one NAT address for every
+  node: mirror it into Artifact Registry in the region); and the node's subnetwork has Private
+  Google Access (Compute `subnetworks.get` → `privateIpGoogleAccess`), without which it reaches
+  neither Secret Manager nor Storage nor Artifact Registry;
 - with XLA_CACHE_BUCKET set: the bucket exists and keeps its data in the TPU's region (Storage JSON
   API `buckets.get` → `location`); a multi- or dual-region that contains the region is a warning.
 
@@ -48,6 +55,7 @@ from redis.asyncio import Redis
 from infra.deployment_mode import DeploymentMode
 from infra.state import keys
 from infra.tpu_errors import TpuErrorKind, region_of
+from infra.vllm_images import DOCKER_HUB, image_registry
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 COMPUTE_ENDPOINT = "https://compute.googleapis.com"
@@ -81,6 +89,8 @@ class PreflightConfig:
     vllm_image: str = ""
     xla_cache_bucket: str = ""
     storage_endpoint: str = ""
+    resourcemanager_endpoint: str = ""
+    tpu_service_account: str = ""
 
     @property
     def network_name(self) -> str:
@@ -101,7 +111,8 @@ class PreflightConfig:
         basis = [self.project, self.zone, self.accelerator, self.network_name, self.subnetwork, self.hf_token_secret,
                  # The sandbox's rule admits every port, and its model port moves when 8000 is taken.
                  None if sandbox else self.model_port, self.network_tag, sorted(self.model_source_ranges), sandbox, endpoints,
-                 self.endpoint_address, self.vllm_image, self.xla_cache_bucket]
+                 self.endpoint_address, self.vllm_image, self.xla_cache_bucket, self.tpu_service_account,
+                 endpoint_kind(self.resourcemanager_endpoint)]
         return hashlib.sha1(json.dumps(basis).encode()).hexdigest()[:16]
 
 
@@ -158,7 +169,7 @@ def run_preflight(config: PreflightConfig, credentials: Credentials | None = Non
     creds, result = check_credentials(config, credentials)
     checks.append(result)
     if creds is None:
-        for name in ("project", "network", "model firewall", "hf token secret", "tpu quota",
+        for name in ("project", "network", "model firewall", "hf token secret", "tpu quota", "tpu vm account",
                      *(name for name, applies, _ in CONDITIONAL_CHECKS if applies(config))):
             # The fix is the credentials' own, printed once above: six copies of it read as six problems.
             checks.append(CheckResult(name, False, "not checked: it needs the credentials above to work"))
@@ -389,14 +400,67 @@ def _allows_port(item: dict, port: int) -> bool:
     return not ports
 
 
+def check_node_account(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    """Which account the TPU VMs run as, and whether it can read the HF token secret at boot."""
+    from infra.node_account import NodeAccount, NodeAccountError, grant_command
+
+    name = "tpu vm account"
+    account = NodeAccount(config.project, configured=config.tpu_service_account, credentials=credentials,
+                          resourcemanager_endpoint=config.resourcemanager_endpoint,
+                          secretmanager_endpoint=config.secretmanager_endpoint)
+    try:
+        email = account.email()
+    except NodeAccountError as error:
+        return CheckResult(name, False, f"could not tell which account the TPU VMs run as: {error.message}", error.fix)
+    secret = config.secret_version.rsplit("/versions/", 1)[0]
+    secret_id = secret.rsplit("/", 1)[-1]
+    try:
+        readable, how = account.can_read_secret(secret)
+    except NodeAccountError as error:
+        return CheckResult(name, True, f"the TPU VMs run as {email} ({account.described}); whether it can read "
+                                       f"{secret_id} was not checked: {error.message}", error.fix, warning=True)
+    grant = f"`{grant_command(secret_id, config.project, email)}`"
+    if readable is None:
+        return CheckResult(name, True, f"the TPU VMs run as {email} ({account.described}); {how}",
+                           f"if it holds no such grant, {grant}", warning=True)
+    if not readable:
+        return CheckResult(name, False, f"the TPU VMs run as {email} ({account.described}), which may not read "
+                                        f"{secret_id}: {how}; the VM would give up reading it at boot", grant)
+    return CheckResult(name, True, f"the TPU VMs run as {email} ({account.described}) and may read {secret_id} "
+                                   f"({how})")
+
+
+def check_private_google_access(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    """ENDPOINT_ADDRESS=internal: a node without an external IP reaches Google's APIs only through PGA."""
+    from google.auth.transport.requests import AuthorizedSession
+
+    name, region = "private google access", region_of(config.zone)
+    subnet = config.subnetwork or config.network_name  # an auto-mode network's subnetwork is named after it
+    base = (config.compute_endpoint or COMPUTE_ENDPOINT).rstrip("/")
+    fix = (f"`gcloud compute networks subnets update {shlex.quote(subnet)} --project={config.project} "
+           f"--region={region} --enable-private-ip-google-access`")
+    with AuthorizedSession(credentials) as session:
+        try:
+            response = session.get(f"{base}/compute/v1/projects/{config.project}/regions/{region}/subnetworks/{subnet}",
+                                   timeout=CALL_TIMEOUT)
+        except requests.RequestException as error:
+            return _access_failure(name, 0, str(error), "check the network path to the Compute API")
+    if response.status_code != 200:
+        return _access_failure(name, response.status_code, _message(response),
+                               "grant the bot's account roles/compute.networkViewer, or set SUBNETWORK to the "
+                               "TPU's subnetwork")
+    if not response.json().get("privateIpGoogleAccess"):
+        return CheckResult(name, False, f"subnetwork {subnet} in {region} has Private Google Access off: a node "
+                                        "without an external IP cannot reach Secret Manager (its secrets), Cloud "
+                                        "Storage or Artifact Registry", fix)
+    return CheckResult(name, True, f"subnetwork {subnet} in {region} has Private Google Access")
+
+
 def check_egress(config: PreflightConfig, credentials: Credentials) -> CheckResult:
     """ENDPOINT_ADDRESS=internal: can a node with no external IP pull the image and the weights?"""
     name, region, network = "internal egress", region_of(config.zone), config.network_name
     mirror = _ARTIFACT_REGISTRY.match(config.vllm_image)
-    if mirror and mirror["location"] == region:
-        return CheckResult(name, True, f"VLLM_IMAGE is in Artifact Registry in {region} ({config.vllm_image}), "
-                                       "pulled through Private Google Access (the weights still come from Hugging "
-                                       "Face: that needs Cloud NAT or a copy the VM can reach)")
+    mirrored = bool(mirror and mirror["location"] == region)
     base = (config.compute_endpoint or COMPUTE_ENDPOINT).rstrip("/")
     url = f"{base}/compute/v1/projects/{config.project}/regions/{region}/routers"
     routers = _compute_list(credentials, url, name, f"the Compute API refused to list the routers of {region}",
@@ -408,13 +472,29 @@ def check_egress(config: PreflightConfig, credentials: Credentials) -> CheckResu
     serving = [(router["name"], nat.get("name", "")) for router in routers
                if str(router.get("network", "")).rsplit("/", 1)[-1] == network
                for nat in router.get("nats") or [] if _nat_covers(nat, config)]
+    if serving and not mirrored and image_registry(config.vllm_image) == DOCKER_HUB:
+        router, nat = serving[0]
+        return CheckResult(name, True, f"Cloud NAT {nat} on router {router} serves network {network} in {region}, "
+                                       f"but VLLM_IMAGE ({config.vllm_image}) is on Docker Hub: it allows 10 anonymous "
+                                       "pulls an hour per address and every node behind the NAT shares one",
+                           mirror_fix(config), warning=True)
     if serving:
         router, nat = serving[0]
         return CheckResult(name, True, f"Cloud NAT {nat} on router {router} serves network {network} in {region}")
-    image = f"VLLM_IMAGE ({config.vllm_image})" if config.vllm_image else "VLLM_IMAGE"
-    return CheckResult(name, False, f"ENDPOINT_ADDRESS=internal, but network {network} has no Cloud NAT in {region} "
-                                    f"and {image} is not in an Artifact Registry of {region}: a node without an "
-                                    "external IP cannot pull the image or the weights", nat_fix(config))
+    where = (f"VLLM_IMAGE is in Artifact Registry in {region}, but the weights come from Hugging Face"
+             if mirrored else "neither the image nor the weights can be pulled")
+    return CheckResult(name, False, f"ENDPOINT_ADDRESS=internal, but network {network} has no Cloud NAT in {region}: "
+                                    f"{where}, and a node without an external IP reaches the internet only through one",
+                       nat_fix(config))
+
+
+def mirror_fix(config: PreflightConfig) -> str:
+    region, project = region_of(config.zone), config.project
+    name = config.vllm_image.rsplit("/", 1)[-1].split("@")[0]
+    target = f"{region}-docker.pkg.dev/{project}/vllm/{name}"
+    return (f"`gcloud artifacts repositories create vllm --repository-format=docker --location={region} "
+            f"--project={project}`, then `docker pull {config.vllm_image} && docker tag {config.vllm_image} {target} && "
+            f"docker push {target}` and set VLLM_IMAGE={target}")
 
 
 def nat_fix(config: PreflightConfig) -> str:
@@ -424,9 +504,7 @@ def nat_fix(config: PreflightConfig) -> str:
     nat = " ".join(shlex.quote(arg) for arg in (
         "tpubot-nat", f"--project={project}", "--router=tpubot-nat-router", f"--region={region}",
         "--auto-allocate-nat-external-ips", "--nat-all-subnet-ip-ranges"))
-    return (f"`gcloud compute routers create {router} && gcloud compute routers nats create {nat}`, or mirror the "
-            f"image into Artifact Registry in {region} and set VLLM_IMAGE={region}-docker.pkg.dev/{project}/REPO/"
-            "vllm-tpu:TAG (the weights then still need a way out)")
+    return f"`gcloud compute routers create {router} && gcloud compute routers nats create {nat}`"
 
 
 def _nat_covers(nat: dict, config: PreflightConfig) -> bool:
@@ -478,12 +556,13 @@ def check_cache_bucket(config: PreflightConfig, credentials: Credentials) -> Che
 
 
 CHECKS: tuple[Callable[[PreflightConfig, Credentials], CheckResult], ...] = (
-    check_project, check_network, check_firewall, check_secret, check_quota,
+    check_project, check_network, check_firewall, check_secret, check_quota, check_node_account,
 )
 # (name, does it apply to these settings, check): run after CHECKS, only where they apply.
 CONDITIONAL_CHECKS: tuple[tuple[str, Callable[[PreflightConfig], bool],
                                 Callable[[PreflightConfig, Credentials], CheckResult]], ...] = (
     ("internal egress", lambda config: config.endpoint_address == "internal", check_egress),
+    ("private google access", lambda config: config.endpoint_address == "internal", check_private_google_access),
     ("xla cache bucket", lambda config: bool(config.xla_cache_bucket.strip()), check_cache_bucket),
 )
 

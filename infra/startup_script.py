@@ -7,8 +7,19 @@ render fails loudly on an unknown or leftover placeholder instead of sending a b
 
 What never goes in: the Hugging Face token and the model endpoint's API key. The script fetches
 both at boot (metadata-server token → Secret Manager), so instance metadata — readable by anyone
-with compute.instances.get — holds no secret (reference/gcp-apis.md §7). vLLM gets the key as
-`--api-key "${VLLM_API_KEY}"`, expanded inside the container, so it is in no host process's argv.
+with compute.instances.get — holds no secret (reference/gcp-apis.md §7). vLLM gets the key through
+the container's environment: vLLM 0.32.0 reads VLLM_API_KEY when no `--api-key` is given
+(vllm/entrypoints/serve/middleware/register.py, `args.api_key or [envs.VLLM_API_KEY]`), so the key
+is in no process's argv, on the host or in the container.
+
+Where Google is comes from one place: the metadata server's host from GCE_METADATA_HOST at run time
+(Google's own libraries' variable; unset on a TPU VM), Secret Manager and Cloud Storage from the
+deployment's settings, Google's by default. The sandbox's TPU VM (infra/sandbox/tpu_vm.py) runs these
+very bytes against its emulators that way, with no branch for it in the script.
+
+Every wait before vLLM is bounded by the constants below, and `pre_vllm_wait_seconds` adds them up:
+MODEL_BOOT_TIMEOUT must leave room for them, so a VM that cannot start says why (phase `failed`)
+before the bot's own timeout.
 """
 
 from __future__ import annotations
@@ -26,10 +37,20 @@ from infra.vllm_flags import VllmConfig, vllm_flags
 
 TEMPLATE_PACKAGE = "infra.templates"
 TEMPLATE_NAME = "startup-script.sh"
-METADATA_URL = "http://metadata.google.internal/computeMetadata/v1"
 SECRET_MANAGER_URL = "https://secretmanager.googleapis.com"
-HF_TOKEN_WAIT_SECONDS = 30 * 60  # the secret may be granted minutes after the VM boots
-HF_TOKEN_RETRY_SECONDS = 20
+STORAGE_URL = "https://storage.googleapis.com"
+# A secret refused (403) or missing (404) is tried for 90 s: an IAM grant usually reaches Secret
+# Manager within a minute or two, and the bot grants the lease's key before the VM exists. Any other
+# failure (5xx, no answer) is tried for 5 minutes.
+SECRET_RETRY_SECONDS = 15
+SECRET_DENIED_TRIES = 7
+SECRET_TRIES = 21
+# The image pull: Docker Hub's rate limit is backed off 60, 120, 240 and 480 s (15 minutes in all:
+# its window is an hour, and another node's pull may be what used the address's share); any other
+# failure 15, 30, 45, 60 s.
+PULL_TRIES = 5
+PULL_RETRY_SECONDS = 15
+PULL_RATE_LIMIT_SECONDS = 60
 
 
 class TemplateError(ValueError):
@@ -45,14 +66,34 @@ class _ScriptTemplate(string.Template):
 
 
 @dataclass(frozen=True)
+class WaitBudget:
+    """How often, and how long apart, the VM tries each step before vLLM (seconds)."""
+
+    secret_retry_seconds: int = SECRET_RETRY_SECONDS
+    secret_denied_tries: int = SECRET_DENIED_TRIES
+    secret_tries: int = SECRET_TRIES
+    pull_tries: int = PULL_TRIES
+    pull_retry_seconds: int = PULL_RETRY_SECONDS
+    pull_rate_limit_seconds: int = PULL_RATE_LIMIT_SECONDS
+
+    def pre_vllm_wait_seconds(self) -> int:
+        """The longest the VM can wait before it starts vLLM or gives up: two secrets each retried to
+        the end, then a pull that backs off the longer of its two ways."""
+        secrets = 2 * (max(self.secret_tries, self.secret_denied_tries) - 1) * self.secret_retry_seconds
+        steps = range(1, self.pull_tries)
+        rate_limited = sum(self.pull_rate_limit_seconds * 2 ** (n - 1) for n in steps)
+        other = sum(n * self.pull_retry_seconds for n in steps)
+        return secrets + max(rate_limited, other)
+
+
+@dataclass(frozen=True)
 class StartupScriptConfig:
     project: str
     hf_token_secret: str = "hf-token"
     vllm: VllmConfig = field(default_factory=VllmConfig)
-    metadata_url: str = METADATA_URL
     secret_manager_url: str = SECRET_MANAGER_URL
-    hf_token_wait_seconds: int = HF_TOKEN_WAIT_SECONDS
-    hf_token_retry_seconds: int = HF_TOKEN_RETRY_SECONDS
+    storage_url: str = STORAGE_URL
+    waits: WaitBudget = field(default_factory=WaitBudget)
     # The lease's API-key secret version (infra/model_keys.py); vLLM refuses /v1/* without the key.
     api_key_secret: str = "projects/PROJECT/secrets/tpubot-model-key-LEASE/versions/latest"
     accelerator_type: str = "v5litepod-1"  # part of the compile cache's key: XLA programs are per chip
@@ -99,47 +140,53 @@ def render_template(template: str, values: dict[str, str]) -> str:
 
 
 def script_values(config: StartupScriptConfig) -> dict[str, str]:
-    vllm = config.vllm
+    vllm, waits = config.vllm, config.waits
     return {
         "MODEL_LABEL": _comment_safe(f"{vllm.model} on port {vllm.port}"),
+        "SECRET_MANAGER_URL": shlex.quote(config.secret_manager_url.rstrip("/")),
+        "STORAGE_URL": shlex.quote(config.storage_url.rstrip("/")),
         "VLLM_IMAGE": shlex.quote(vllm.image),
         "MODEL_NAME": shlex.quote(vllm.model),
         "MODEL_PORT": shlex.quote(str(vllm.port)),
         "HF_TOKEN_SECRET": shlex.quote(config.secret_version),
-        "METADATA_URL": shlex.quote(config.metadata_url.rstrip("/")),
-        "SECRET_ACCESS_URL": shlex.quote(f"{config.secret_manager_url.rstrip('/')}/v1/{config.secret_version}:access"),
         "API_KEY_SECRET": shlex.quote(config.api_key_secret),
-        "API_KEY_ACCESS_URL": shlex.quote(f"{config.secret_manager_url.rstrip('/')}/v1/{config.api_key_secret}:access"),
-        "HF_TOKEN_WAIT_SECONDS": str(int(config.hf_token_wait_seconds)),
-        "HF_TOKEN_RETRY_SECONDS": str(int(config.hf_token_retry_seconds)),
+        "SECRET_RETRY_SECONDS": str(int(waits.secret_retry_seconds)),
+        "SECRET_DENIED_TRIES": str(int(waits.secret_denied_tries)),
+        "SECRET_TRIES": str(int(waits.secret_tries)),
+        "PULL_TRIES": str(int(waits.pull_tries)),
+        "PULL_RETRY_SECONDS": str(int(waits.pull_retry_seconds)),
+        "PULL_RATE_LIMIT_SECONDS": str(int(waits.pull_rate_limit_seconds)),
         "VLLM_ARGS": " ".join(shlex.quote(arg) for arg in vllm_flags(vllm)),
         "CACHE_KEY": shlex.quote(compile_cache_key(config)),
         "CACHE_BUCKET": shlex.quote(config.xla_cache_bucket) if config.xla_cache_bucket else "''",
-        **_boot_phase_values(config),
+        **_boot_phase_values(),
     }
 
 
-def _boot_phase_values(config: StartupScriptConfig) -> dict[str, str]:
+def _boot_phase_values() -> dict[str, str]:
     """The guest-attribute names, from the module the bot reads them with (infra/boot_phases.py)."""
     b = boot_phases
     names = {
         "KEY_PHASE": b.PHASE_KEY, "KEY_PHASE_SINCE": b.PHASE_SINCE_KEY, "KEY_LAST_ERROR": b.LAST_ERROR_KEY,
-        "KEY_RESTARTS": b.RESTARTS_KEY, "KEY_CACHE": b.CACHE_KEY,
-        "PHASE_SECRETS_FETCHED": b.SECRETS_FETCHED, "PHASE_PULLING_IMAGE": b.PULLING_IMAGE,
-        "PHASE_LOADING_WEIGHTS": b.LOADING_WEIGHTS, "PHASE_COMPILING": b.COMPILING, "PHASE_SERVING": b.SERVING,
-        "PHASE_CRASHED": b.CRASHED, "CACHE_WARM": b.CACHE_WARM, "CACHE_COLD": b.CACHE_COLD,
+        "KEY_RESTARTS": b.RESTARTS_KEY, "KEY_CACHE": b.CACHE_KEY, "KEY_CACHE_NOTE": b.CACHE_NOTE_KEY,
+        "PHASE_READING_SECRETS": b.READING_SECRETS, "PHASE_PULLING_IMAGE": b.PULLING_IMAGE,
+        "PHASE_RESTORING_CACHE": b.RESTORING_CACHE, "PHASE_LOADING_WEIGHTS": b.LOADING_WEIGHTS,
+        "PHASE_COMPILING": b.COMPILING, "PHASE_SERVING": b.SERVING, "PHASE_CRASHED": b.CRASHED,
+        "PHASE_FAILED": b.FAILED, "CACHE_WARM": b.CACHE_WARM, "CACHE_COLD": b.CACHE_COLD, "CACHE_OFF": b.CACHE_OFF,
     }
+    if not re.fullmatch(r"[a-z][a-z0-9-]*", b.NAMESPACE):
+        raise TemplateError(f"guest-attribute namespace {b.NAMESPACE!r} would need quoting inside a URL")
     return {
         **{name: shlex.quote(value) for name, value in names.items()},
-        "BOOT_NAMESPACE": _comment_safe(b.NAMESPACE),
+        "BOOT_NAMESPACE": b.NAMESPACE,
         "BOOT_PHASE_LIST": _comment_safe(", ".join(b.PHASES)),
         "LAST_ERROR_MAX_CHARS": str(b.LAST_ERROR_MAX_CHARS),
-        "GUEST_ATTRIBUTES_URL": shlex.quote(f"{config.metadata_url.rstrip('/')}/instance/guest-attributes/{b.NAMESPACE}"),
     }
 
 
 def render_startup_script(config: StartupScriptConfig) -> str:
-    """The exact `startup-script` metadata value sent with every create (same for every lease)."""
+    """The exact `startup-script` metadata value sent with a create (leases differ only in the name of
+    their API-key secret)."""
     return render_template(load_template(), script_values(config))
 
 

@@ -67,6 +67,9 @@ class TpuConfig:
     # False when the bot runs inside the VPC (ENDPOINT_ADDRESS=internal): the node needs no external IP.
     external_ips: bool = True
     timeout: float = 30.0  # explicit per-call timeout (seconds)
+    # TPU_SERVICE_ACCOUNT: the account the node's VM runs as; "" leaves it to the project's default
+    # Compute Engine account. Either way the VM's token carries the cloud-platform scope.
+    service_account: str = ""
 
 
 @dataclass(frozen=True)
@@ -165,7 +168,8 @@ def flex_start_body(config: TpuConfig, spec: QrSpec) -> dict[str, Any]:
                 # "enable-guest-attributes"); the startup script publishes its boot phases there.
                 "metadata": {"startup-script": spec.startup_script, "enable-guest-attributes": "TRUE"},
                 "networkConfig": network_config,
-                "serviceAccount": {},
+                "serviceAccount": ({"email": config.service_account, "scope": [CLOUD_PLATFORM_SCOPE]}
+                                   if config.service_account else {}),
                 **({"tags": list(config.network_tags)} if config.network_tags else {}),
             },
         }]},

@@ -14,7 +14,12 @@ from dataclasses import dataclass
 # serve Gemma 4 E2B on a TPU at all is infra/vllm_images.py's to say.
 from infra.vllm_images import DEFAULT_IMAGE
 
-DEFAULT_MM_LIMITS = '{"image":4,"audio":1}'
+# Images only, and audio and video at 0 said out loud: on a TPU, tpu-inference 0.32.0 skips Gemma 4's
+# audio tower weights at load and embeds `pixel_values` only (models/jax/gemma4_mm.py; video raises
+# "Video not yet supported"), and a modality left out of --limit-mm-per-prompt gets vLLM's default
+# of 999 (config/multimodal.py), so a request with audio would reach a model that cannot embed it.
+DEFAULT_MM_LIMITS = '{"image":4,"audio":0,"video":0}'
+TPU_UNSERVED_MODALITIES = ("audio", "video")
 # google/gemma-4-E2B-it as several unrelated public projects pin it: its chat_template.jinja is a
 # known blob (fbe3b59b…, reference/vllm-tpu.md §3); the weights are those of commit 70af34e2….
 DEFAULT_MODEL_REVISION = "3e22461f65e89153144f8adb70e3b8c2cc9845a7"
@@ -32,8 +37,20 @@ GEMMA4_MAX_TOKENS_PER_ITEM = {
     "video": 32 * (70 + 2 + 6),  # 32 frames × (70 soft tokens + <boi>/<eoi> + ~6 timestamp tokens)
 }
 
+# --max-num-seqs: vLLM 0.32.0 leaves it at 256 on TPU (only the batched-token default changes there).
+# tpu-inference's own CI for E2B (.buildkite/models/google_gemma-4-E2B-it.yml) ran out of memory in
+# the `jit_structured_decode_fn` precompile at 16,384 tokens / 256 sequences / 0.98 and runs 64 at
+# 0.94; PR #3408 shows such a failure 28 minutes into start-up (reference/vllm-tpu.md §2). That CI
+# runs on v6e, 32 GB of HBM a chip (reference/gcp-apis.md §8); a v5e chip has 16 GB. The precompile
+# buffers that ran out grow with the sequence count (the sampler's logits over a 262,144-token
+# vocabulary, per sequence), so half the chip gets half the count: 32 at the default 16,384-token
+# context. Fewer sequences also mean fewer compile buckets, a shorter cold boot; a chat-ops bot
+# rarely has 32 requests in flight.
+V5E_MAX_NUM_SEQS = 32
+
 # Above this --gpu-memory-utilization a v5e chip (16 GiB HBM) cannot allocate E2B's compiled
-# programs: 0.92 boots (the reference notes call it vLLM's TPU default; unverified here), 0.95
+# programs: 0.92 boots (vLLM 0.32.0's default: the parser recorded in
+# infra/sandbox/data/vllm-tpu-0.32.0-serve-args.json declares it), 0.95
 # failed with RuntimeProgramAllocationFailure after a 691 s compile (reference/vllm-tpu.md §2).
 # Measured on v5litepod-1.
 V5E_MAX_GPU_MEMORY_UTILIZATION = 0.92
@@ -45,6 +62,13 @@ def image_limit(limit_mm_per_prompt: str) -> int:
     "image" is taken as 1 image, the cautious reading (vLLM's own default for an absent modality
     is not relied on)."""
     return max(0, int(json.loads(limit_mm_per_prompt).get("image", 1)))
+
+
+def explicit_mm_limits(limit_mm_per_prompt: str) -> dict[str, int]:
+    """The limits (JSON) with every modality the TPU cannot serve said, at 0 where the setting left it
+    out: vLLM's default for a missing modality is 999, not 0."""
+    limits = json.loads(limit_mm_per_prompt)
+    return {**limits, **{m: int(limits.get(m, 0)) for m in TPU_UNSERVED_MODALITIES}}
 
 
 def largest_mm_item(limit_mm_per_prompt: str) -> tuple[str, int]:
@@ -64,6 +88,7 @@ class VllmConfig:
     max_model_len: int = 16384
     max_num_batched_tokens: int = 4096
     limit_mm_per_prompt: str = DEFAULT_MM_LIMITS  # compact JSON object
+    max_num_seqs: int = V5E_MAX_NUM_SEQS
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float | None = None  # None: no flag, vLLM's own default
     # The Hugging Face commit of the model repository. vLLM applies the chat template that ships
@@ -88,7 +113,8 @@ def vllm_flags(config: VllmConfig) -> list[str]:
         "--port", str(config.port),
         "--max-model-len", str(config.max_model_len),
         "--max_num_batched_tokens", str(config.max_num_batched_tokens),
-        "--limit-mm-per-prompt", json.dumps(json.loads(config.limit_mm_per_prompt), separators=(",", ":")),
+        "--max-num-seqs", str(config.max_num_seqs),
+        "--limit-mm-per-prompt", json.dumps(explicit_mm_limits(config.limit_mm_per_prompt), separators=(",", ":")),
         "--tensor-parallel-size", str(config.tensor_parallel_size),
         "--enable-auto-tool-choice",
         "--tool-call-parser", "gemma4",

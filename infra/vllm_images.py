@@ -40,6 +40,18 @@ def image_tag(image: str) -> str:
     return last.rpartition(":")[2] if ":" in last else ""
 
 
+DOCKER_HUB = "docker.io"
+
+
+def image_registry(image: str) -> str:
+    """The registry host an image reference names, as the Docker CLI reads it: the first path part when
+    it looks like a host (a `.`, a `:port`, `localhost`), else Docker Hub (`docker.io`)."""
+    first, slash, _ = image.strip().partition("@")[0].partition("/")
+    if slash and ("." in first or ":" in first or first == "localhost"):
+        return DOCKER_HUB if first in ("index.docker.io", "registry-1.docker.io") else first
+    return DOCKER_HUB
+
+
 def image_digest(image: str) -> str:
     """`sha256:…` when the reference pins a digest, else ""."""
     _, at, digest = image.strip().partition("@")

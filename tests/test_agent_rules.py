@@ -148,7 +148,9 @@ def test_streamed_text_rewritten_by_redaction_is_fixed_in_one_edit():
 
 def test_the_footer_names_the_endpoint_that_answered():
     from agent.actions.model_endpoint import ModelEndpoint, answered_by
-    from infra.sandbox.vllm.responses import SYSTEM_FINGERPRINT
+    from infra.sandbox.vllm.responses import system_fingerprint
+
+    SYSTEM_FINGERPRINT = system_fingerprint("0.32.0")
 
     fixed, own = ModelEndpoint("http://m/v1", "GEMMA_BASE_URL"), ModelEndpoint("http://t/v1", "this channel's TPU")
     assert answered_by(fixed, SYSTEM_FINGERPRINT) == "the sandbox model (a heuristic stand-in, not Gemma)"

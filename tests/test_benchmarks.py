@@ -56,7 +56,7 @@ def test_zone_search_places_every_strategy(tmp_path):
 
 
 def test_digest_bench_prints_its_tables(tmp_path):
-    from agent.digest.loghub import loghub_dir
+    from digest_corpus import loghub_dir
 
     if loghub_dir() is None:
         pytest.skip("loghub_2k is not here (../shared/data/loghub_2k or LOGHUB_2K_DIR)")

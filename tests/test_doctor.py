@@ -13,7 +13,8 @@ from bot.cli import app
 from bot.local_stack import LocalStack
 from bot.settings import Settings
 
-CHECKS = ("settings", "credentials", "project", "network", "model firewall", "hf token secret", "tpu quota")
+CHECKS = ("settings", "credentials", "project", "network", "model firewall", "hf token secret", "tpu quota",
+          "tpu vm account")
 
 
 @pytest.fixture
@@ -193,36 +194,104 @@ def check_line(output: str, name: str) -> str:
     return next(line for line in output.splitlines() if line[6:].startswith(name))
 
 
-def test_internal_nodes_need_cloud_nat_in_the_region_or_an_image_mirrored_there(own_cloud, env):
+def test_internal_nodes_need_cloud_nat_for_the_weights_and_a_docker_hub_image_is_a_warning(own_cloud, env):
     env.setenv("ENDPOINT_ADDRESS", "internal")
+    env.setenv("VLLM_IMAGE", MIRROR)
     cloud = own_cloud(routers=(nat_router(),))
     result = doctor()
     assert result.exit_code == 0, result.output
     assert check_line(result.output, "internal egress") == (
         "PASS  internal egress  Cloud NAT egress on router nat-router-us-west4 serves network default in us-west4")
+    assert check_line(result.output, "private google access") == (
+        "PASS  private google access subnetwork default in us-west4 has Private Google Access")
     assert any(path == "/compute/v1/projects/tpubot-sandbox/regions/us-west4/routers"
                for _, path, _ in cloud.project_api.requests)
     assert cloud.project_api.rejected == [] and cloud.project_api.response_problems == []
+
+    # The NAT serves Docker Hub too, but every node pulls through its one address: a warning, with the mirror.
+    env.delenv("VLLM_IMAGE")
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    line = check_line(result.output, "internal egress")
+    assert line.startswith("WARN  internal egress") and "is on Docker Hub: it allows 10 anonymous pulls" in line
+    assert ("gcloud artifacts repositories create vllm --repository-format=docker --location=us-west4 "
+            "--project=tpubot-sandbox") in result.output
+    assert "VLLM_IMAGE=us-west4-docker.pkg.dev/tpubot-sandbox/vllm/vllm-tpu:v0.32.0" in result.output
 
     # A NAT of another region, or of another network, is no way out for this node.
     own_cloud(routers=(nat_router("us-east1"), nat_router(network="other-vpc")))
     result = doctor()
     assert result.exit_code == 1, result.output
     assert check_line(result.output, "internal egress").startswith(
-        "FAIL  internal egress  ENDPOINT_ADDRESS=internal, but network default has no Cloud NAT in us-west4 and "
-        "VLLM_IMAGE (vllm/vllm-tpu:")
+        "FAIL  internal egress  ENDPOINT_ADDRESS=internal, but network default has no Cloud NAT in us-west4: "
+        "neither the image nor the weights can be pulled")
     assert ("gcloud compute routers create tpubot-nat-router --project=tpubot-sandbox --network=default "
             "--region=us-west4 && gcloud compute routers nats create tpubot-nat --project=tpubot-sandbox "
             "--router=tpubot-nat-router --region=us-west4 --auto-allocate-nat-external-ips "
             "--nat-all-subnet-ip-ranges") in result.output
     assert "1 check failed" in result.output
 
-    # The image in an Artifact Registry of the TPU's region needs no NAT to be pulled; one elsewhere does.
+    # An image mirrored in the TPU's region is pulled without a NAT, but the weights come from Hugging Face.
     env.setenv("VLLM_IMAGE", MIRROR)
     assert check_line(doctor().output, "internal egress").startswith(
-        f"PASS  internal egress  VLLM_IMAGE is in Artifact Registry in us-west4 ({MIRROR})")
-    env.setenv("VLLM_IMAGE", MIRROR.replace("us-west4-", "us-east1-"))
-    assert check_line(doctor().output, "internal egress").startswith("FAIL  internal egress")
+        "FAIL  internal egress  ENDPOINT_ADDRESS=internal, but network default has no Cloud NAT in us-west4: "
+        "VLLM_IMAGE is in Artifact Registry in us-west4, but the weights come from Hugging Face")
+
+
+def test_internal_nodes_need_private_google_access_to_reach_their_secrets(own_cloud, env):
+    env.setenv("ENDPOINT_ADDRESS", "internal")
+    env.setenv("VLLM_IMAGE", MIRROR)
+    own_cloud(routers=(nat_router(),), private_google_access=False)
+    result = doctor()
+    assert result.exit_code == 1, result.output
+    assert check_line(result.output, "private google access").startswith(
+        "FAIL  private google access subnetwork default in us-west4 has Private Google Access off: a node without an "
+        "external IP cannot reach Secret Manager")
+    assert ("gcloud compute networks subnets update default --project=tpubot-sandbox --region=us-west4 "
+            "--enable-private-ip-google-access") in result.output
+    # External nodes are not asked: they reach Google's APIs through their external IP.
+    env.setenv("ENDPOINT_ADDRESS", "external")
+    assert "private google access" not in doctor().output
+
+
+def test_doctor_names_the_account_the_tpu_vm_runs_as_and_whether_it_reads_the_hf_token(own_cloud, env):
+    from infra.sandbox.iam import default_compute_account
+
+    node = default_compute_account(123456789012)
+    cloud = own_cloud()
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    assert check_line(result.output, "tpu vm account") == (
+        f"PASS  tpu vm account   the TPU VMs run as {node} (the project's default Compute Engine service account) "
+        "and may read hf-token (roles/secretmanager.secretAccessor on the secret)")
+    # The account is found from the project's number (Resource Manager), as the bot finds it.
+    assert ("GET", "/v1/projects/tpubot-sandbox", "tpubot@tpubot-sandbox.iam.gserviceaccount.com") in \
+        cloud.project_api.requests
+
+    # Without the README's grant the VM would give up at boot. Without roles/browser the bot cannot see a
+    # grant on the project: a warning with the command; with it, a failure with the command.
+    own_cloud(iam_grants=(("project", "roles/editor", f"serviceAccount:{node}"),))
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    assert check_line(result.output, "tpu vm account").startswith(f"WARN  tpu vm account   the TPU VMs run as {node}")
+    assert "grant the bot roles/browser to check it" in result.output
+    own_cloud(iam_grants=(("project", "roles/editor", f"serviceAccount:{node}"),
+                          ("project", "roles/browser", "serviceAccount:tpubot@tpubot-sandbox.iam.gserviceaccount.com")))
+    result = doctor()
+    assert result.exit_code == 1, result.output
+    assert check_line(result.output, "tpu vm account").startswith(
+        f"FAIL  tpu vm account   the TPU VMs run as {node} (the project's default Compute Engine service account), "
+        "which may not read hf-token: no role that reads secrets is bound to it")
+    assert (f"gcloud secrets add-iam-policy-binding hf-token --project tpubot-sandbox --member serviceAccount:{node} "
+            "--role roles/secretmanager.secretAccessor") in result.output
+    # A dedicated account (TPU_SERVICE_ACCOUNT) is the one checked, granted on the project this time.
+    own_cloud(iam_grants=(("project", "roles/secretmanager.secretAccessor",
+                           "serviceAccount:tpubot-node@tpubot-sandbox.iam.gserviceaccount.com"),
+                          ("project", "roles/browser", "serviceAccount:tpubot@tpubot-sandbox.iam.gserviceaccount.com")))
+    env.setenv("TPU_SERVICE_ACCOUNT", "tpubot-node@tpubot-sandbox.iam.gserviceaccount.com")
+    assert check_line(doctor().output, "tpu vm account") == (
+        "PASS  tpu vm account   the TPU VMs run as tpubot-node@tpubot-sandbox.iam.gserviceaccount.com "
+        "(TPU_SERVICE_ACCOUNT) and may read hf-token (roles/secretmanager.secretAccessor on the project)")
 
 
 def test_the_xla_cache_bucket_must_exist_in_the_tpus_region(own_cloud, env):
@@ -270,6 +339,7 @@ def test_doctor_json_carries_the_nat_and_bucket_verdicts_with_their_fixes(own_cl
     checks = {check["name"]: check for check in document["checks"]}
     assert document["ok"] is False
     egress, bucket = checks["internal egress"], checks["xla cache bucket"]
+    assert checks["private google access"]["ok"] is True
     assert (egress["ok"], egress["warning"]) == (False, False)
     assert "gcloud compute routers nats create tpubot-nat" in egress["fix"]
     assert (bucket["ok"], bucket["warning"]) == (True, True)
@@ -326,4 +396,4 @@ def test_without_credentials_the_fix_is_given_once_not_under_every_check(tmp_pat
     assert result.returncode == 1, result.stderr[-2000:]
     assert "FAIL  credentials" in result.stdout
     assert result.stdout.count("gcloud auth application-default login") == 1, result.stdout
-    assert result.stdout.count("not checked: it needs the credentials above to work") == 5
+    assert result.stdout.count("not checked: it needs the credentials above to work") == 6  # with issue 40's TPU VM account check

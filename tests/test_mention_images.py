@@ -252,7 +252,7 @@ async def test_ask_model_over_mcp_shows_images_under_the_working_directory_and_n
     emu.requests.clear()
     emu.images.clear()
     async with session_in(root, redis_url, gemma_base_url=emu.base_url,
-                          vllm_limit_mm_per_prompt='{"image":2,"audio":1}') as session:
+                          vllm_limit_mm_per_prompt='{"image":2}') as session:
         result = await call_tool(session, "ask_model", {
             "prompt": "What does the dashboard show?", "max_tokens": 200,
             "images": ["shots/dash.png", "shots/notes.png", "../outside.png", "shots/dash.png", "shots/dash.png"]})

@@ -1,6 +1,6 @@
-"""Sandbox node models hold their address from the moment a node is seen (infra/sandbox/node_models.py):
-another process cannot take it while the model "boots", and a node that goes away during the boot
-leaves nothing listening."""
+"""Sandbox nodes hold their address from the moment a node is seen (infra/sandbox/node_models.py):
+another process cannot take it while the VM boots, a node that goes away during the boot leaves
+nothing running, and the model answers as the release of the image the VM's script pulled."""
 
 from __future__ import annotations
 
@@ -9,8 +9,7 @@ import socket
 import httpx
 import waiting
 
-from infra.sandbox.node_models import NodeModels
-from infra.sandbox.vllm import LatencyModel
+from sandbox_vms import VmWorld, wait_for_phase
 
 
 def _can_bind(host: str, port: int) -> bool:
@@ -23,34 +22,6 @@ def _can_bind(host: str, port: int) -> bool:
         return True
 
 
-def _models(boot_seconds: float) -> NodeModels:
-    return NodeModels(model="google/gemma-4-E2B-it", max_model_len=16384, preferred_port=0,
-                      latency=LatencyModel.instant(), boot_seconds=boot_seconds)
-
-
-def test_a_nodes_address_is_held_while_its_model_boots_then_served():
-    models = _models(boot_seconds=0.5)
-    try:
-        host = models.on_node_ready("us-west4-a", "node-1", {}) or "127.0.0.1"
-        assert not _can_bind(host, models.port)  # held before the model listens
-        url = f"http://{host}:{models.port}/v1/models"
-        waiting.wait_until(lambda: _answers(url), timeout=15, what="the node's model")
-        assert httpx.get(url, timeout=5).json()["data"][0]["id"] == "google/gemma-4-E2B-it"
-    finally:
-        models.stop_all()
-
-
-def test_a_node_gone_before_its_model_booted_leaves_nothing_listening():
-    models = _models(boot_seconds=0.3)
-    host = models.on_node_ready("us-west4-a", "node-2", {}) or "127.0.0.1"
-    assert models.booting() == [("us-west4-a", "node-2")]
-    models.on_node_gone("us-west4-a", "node-2")
-    # The pending boot is cancelled with the node: no model starts that nobody would stop.
-    assert models.booting() == [] and models.running() == {}
-    waiting.wait_until(lambda: _can_bind(host, models.port), timeout=5, what="the address to be given back")
-    assert not _answers(f"http://{host}:{models.port}/v1/models")
-
-
 def _answers(url: str) -> bool:
     try:
         return httpx.get(url, timeout=1).status_code == 200
@@ -58,18 +29,36 @@ def _answers(url: str) -> bool:
         return False
 
 
+def test_a_nodes_address_is_held_while_its_vm_boots_then_served():
+    with VmWorld() as vms:
+        vm = vms.boot()
+        assert not _can_bind(vm.address, vms.models.port)  # held before the model listens
+        wait_for_phase(vm, "serving")
+        url = f"http://{vm.address}:{vms.models.port}/health"
+        assert _answers(url)
+        assert vms.models.emulator_for("us-west4-a", vm.name).base_url.startswith(f"http://{vm.address}:")
 
-def test_models_booted_after_a_fault_is_set_have_it_and_answer_as_the_configured_release():
-    models = NodeModels(model="google/gemma-4-E2B-it", max_model_len=16384, preferred_port=0,
-                        latency=LatencyModel.instant(), served_version="0.33.0")
-    try:
-        models.on_node_ready("us-west4-a", "node-3", {})
-        models.model_fault = "tool_calls_as_text"
-        host = models.on_node_ready("us-west4-a", "node-4", {}) or "127.0.0.1"
-        healthy, faulty = models.emulator_for("us-west4-a", "node-3"), models.emulator_for("us-west4-a", "node-4")
-        assert (healthy.model_fault, faulty.model_fault) == ("none", "tool_calls_as_text")
-        url = f"http://{host}:{models.port}/version"
-        waiting.wait_until(lambda: _answers(url), timeout=15, what="the node's model")
-        assert httpx.get(url, timeout=5).json() == {"version": "0.33.0"}
-    finally:
-        models.stop_all()
+
+def test_a_node_gone_before_its_model_served_leaves_nothing_running():
+    with VmWorld(time_scale=5.0) as vms:  # a slow VM clock: the node goes while its VM is still booting
+        vm = vms.boot()
+        assert vms.models.booting() == [("us-west4-a", vm.name)]
+        vms.models.on_node_gone("us-west4-a", vm.name)
+        assert vms.models.booting() == [] and vms.models.running() == {}
+        assert vm.process is None or vm.exit_code is not None  # the script (and its watcher) stopped or never ran
+        waiting.wait_until(lambda: _can_bind(vm.address, vms.models.port), timeout=5, what="the address given back")
+        assert not vm.root.exists()
+
+
+def test_models_started_after_a_fault_is_set_have_it_and_answer_as_the_images_release():
+    with VmWorld() as vms:
+        healthy = vms.boot()
+        wait_for_phase(healthy, "serving")
+        vms.models.model_fault = "tool_calls_as_text"
+        faulty = vms.boot(vms.config(vllm={"image": "vllm/vllm-tpu:v0.33.0"}))
+        wait_for_phase(faulty, "serving")
+        first, second = (vms.models.emulator_for("us-west4-a", vm.name) for vm in (healthy, faulty))
+        assert (first.model_fault, second.model_fault) == ("none", "tool_calls_as_text")
+        assert httpx.get(f"{first.base_url.removesuffix('/v1')}/version", timeout=5).json() == {"version": "0.32.0"}
+        assert httpx.get(f"{second.base_url.removesuffix('/v1')}/version", timeout=5).json() == {"version": "0.33.0"}
+        assert second.fingerprint == "vllm-0.33.0-sandbox" and first.fingerprint == "vllm-0.32.0-sandbox"

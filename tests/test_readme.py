@@ -219,11 +219,10 @@ def test_readme_pins_what_the_code_defaults_to_and_names_the_roles_the_vm_uses()
     section = text.split("**How long a boot takes", 1)[1].split("\n\n", 1)[0]
     claimed = re.findall(r"`([a-z-]+)`", section.split("publishes its phase", 1)[1])
     assert claimed[:len(boot_phases.PHASES)] == list(boot_phases.PHASES)
-    assert claimed[len(boot_phases.PHASES):] == [boot_phases.CACHE_WARM, boot_phases.CACHE_COLD]
-    # The roles the README grants on the bucket are the ones the startup script asks for when denied.
+    assert claimed[len(boot_phases.PHASES):] == list(boot_phases.CACHE_STATES)
+    # The role the README grants on the bucket is the one the startup script asks for when denied.
     script = render_startup_script(StartupScriptConfig(project="p", xla_cache_bucket="b"))
-    for role in ("roles/storage.objectViewer", "roles/storage.objectCreator"):
-        assert role in script and role in text
+    assert "roles/storage.objectUser" in script and "--role roles/storage.objectUser" in text
 
 
 def test_the_json_list_is_every_command_with_json():

@@ -11,7 +11,7 @@ from bot.settings import Settings
 from infra.sandbox.emulators import SandboxEmulators
 
 CLOUD_SETTINGS = {"tpu_api_endpoint", "compute_api_endpoint", "quotas_api_endpoint", "secretmanager_api_endpoint",
-                  "storage_api_endpoint"}
+                  "storage_api_endpoint", "resourcemanager_api_endpoint"}
 
 
 def serving(url: str) -> bool:

@@ -58,9 +58,16 @@ def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):
         ({"VLLM_IMAGE": "vllm/vllm-tpu"}, "like VLLM_IMAGE=vllm/vllm-tpu:v0.32.0"),
         ({"VLLM_IMAGE": "vllm/vllm-tpu:v0.21.0"}, "Gemma 4 E2B has 20"),
         ({"VLLM_IMAGE": "localhost:5000/vllm-tpu:v0.22.1@sha256:" + "b" * 64}, "predates the rewrite in vLLM 0.24.0"),
-        ({"VLLM_MAX_NUM_BATCHED_TOKENS": "2495"}, "(one video, 2496 tokens)"),
-        ({"VLLM_LIMIT_MM_PER_PROMPT": '{"image":4,"audio":1,"video":0}', "VLLM_MAX_NUM_BATCHED_TOKENS": "512"},
-         "(one audio, 750 tokens)"),
+        ({"VLLM_MAX_NUM_BATCHED_TOKENS": "279"}, "(one image, 280 tokens)"),
+        # tpu-inference 0.32.0 embeds images only: audio or video on a TPU is refused with the reason.
+        ({"VLLM_LIMIT_MM_PER_PROMPT": '{"image":4,"audio":1}'},
+         'allows audio, which vLLM on a TPU cannot embed: tpu-inference 0.32.0 skips Gemma 4\'s audio tower weights'),
+        ({"VLLM_LIMIT_MM_PER_PROMPT": '{"image":4,"video":2}'},
+         'allows video, which vLLM on a TPU cannot embed'),
+        ({"TPU_SERVICE_ACCOUNT": "tpubot-node"}, "TPU_SERVICE_ACCOUNT=tpubot-node is not a service account's email; "
+                                                 "write it like tpubot-node@my-project.iam.gserviceaccount.com"),
+        ({"MODEL_BOOT_TIMEOUT": "20m"}, "MODEL_BOOT_TIMEOUT=20m is not longer than what the TPU VM may wait before it "
+                                        "starts vLLM (25m"),
         ({"VLLM_GPU_MEMORY_UTILIZATION": "0.93"}, "use VLLM_GPU_MEMORY_UTILIZATION=0.92"),
         ({"VLLM_GPU_MEMORY_UTILIZATION": "1.5"}, "is not a fraction of the chip's memory"),
         ({"MODEL_SOURCE_RANGES": "203.0.113.7,office"}, "'office' is not an address range; write it like 203.0.113.7/32"),
@@ -115,9 +122,15 @@ def test_the_pinned_defaults_serve_e2b_with_flags_that_start(tmp_path, monkeypat
     assert s.vllm_image == "vllm/vllm-tpu:v0.32.0"
     assert s.model_revision == "3e22461f65e89153144f8adb70e3b8c2cc9845a7"
     assert s.vllm_gpu_memory_utilization is None and s.xla_cache_bucket == ""
-    # Without video the largest item is smaller, so a smaller batch budget starts.
-    assert load(tmp_path, monkeypatch, VLLM_LIMIT_MM_PER_PROMPT='{"image":4,"audio":1,"video":0}',
-                VLLM_MAX_NUM_BATCHED_TOKENS="2048").vllm_max_num_batched_tokens == 2048
+    # Images only (audio and video said at 0), so the largest item is an image: a small batch budget starts.
+    images = load(tmp_path, monkeypatch, VLLM_LIMIT_MM_PER_PROMPT='{"image":2}', VLLM_MAX_NUM_BATCHED_TOKENS="512")
+    assert images.vllm_max_num_batched_tokens == 512
+    assert images.vllm_limit_mm_per_prompt == '{"image":2,"audio":0,"video":0}'
+    assert s.vllm_limit_mm_per_prompt == '{"image":4,"audio":0,"video":0}' and s.vllm_max_num_seqs == 32
+    # The two zones Google documents flex-start v5e in come first; the node runs as the default account.
+    assert s.tpu_zones[:2] == ["us-west4-a", "us-central1-a"] and s.tpu_service_account == ""
+    custom = load(tmp_path, monkeypatch, TPU_SERVICE_ACCOUNT="serviceAccount:tpubot-node@p.iam.gserviceaccount.com")
+    assert custom.tpu_service_account == "tpubot-node@p.iam.gserviceaccount.com"
     assert load(tmp_path, monkeypatch, VLLM_GPU_MEMORY_UTILIZATION="0.92").vllm_gpu_memory_utilization == 0.92
     # The allocation limit was measured on v5e; a v6e chip is not held to it.
     v6e = load(tmp_path, monkeypatch, TPU_ACCELERATOR_TYPE="v6e-1", TPU_RUNTIME_VERSION="v2-alpha-tpuv6e",

@@ -1,13 +1,13 @@
-"""The startup script: one template, rendered without touching bash; the HF token never leaks.
+"""The startup script: one template, rendered without touching bash; what it does on a VM.
 
-The token test runs the rendered script for real (`bash -x`, i.e. with tracing on) against the
-sandbox's metadata server and Secret Manager, with a stand-in `docker` on PATH that records its
-argv and a digest of the HF_TOKEN it was handed.
+The runtime tests boot a sandbox TPU VM (tests/sandbox_vms.py, infra/sandbox/tpu_vm.py) running the
+rendered bytes under bash, against its own metadata server, the project's Secret Manager and
+Storage (with IAM) and a Docker daemon whose containers parse `vllm serve` with vLLM 0.32.0's
+recorded parser.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner
 
 from infra import boot_phases
-from infra.sandbox.gcp_project_api import GcpProjectSandbox
+from infra.sandbox.world import SandboxWorld
 from infra.startup_script import (
     StartupScriptConfig,
     TemplateError,
@@ -30,9 +30,8 @@ from infra.startup_script import (
 )
 from infra.vllm_flags import VllmConfig, vllm_flags
 
-TOKEN = "hf_" + "Zq9" * 12  # what the secret holds in these tests
-API_KEY = "key-" + "Xw7" * 12  # the lease's model API key in these tests
-KEY_SECRET = "projects/my-proj/secrets/tpubot-model-key-L1/versions/latest"
+from sandbox_vms import API_KEY, KEY_SECRET_ID, PROJECT, TOKEN, VmWorld, attribute, phases, wait_for_phase
+from waiting import wait_until
 
 
 def _shellcheck() -> str | None:
@@ -52,7 +51,7 @@ def _default_script(tmp_path, monkeypatch, **env) -> str:
         monkeypatch.setenv(name, value)
     result = CliRunner().invoke(app, ["render-startup-script"])
     assert result.exit_code == 0, result.output
-    return result.output
+    return result.stdout  # stderr says it is the example lease's script
 
 
 @pytest.mark.parametrize("env", [{}, {"XLA_CACHE_BUCKET": "gs://acme-vllm-cache", "VLLM_GPU_MEMORY_UTILIZATION": "0.9"}])
@@ -79,7 +78,15 @@ def test_the_default_script_serves_the_pinned_image_and_revision_and_publishes_i
     assert "readonly VLLM_IMAGE=vllm/vllm-tpu:v0.32.0\n" in script
     assert "--revision 3e22461f65e89153144f8adb70e3b8c2cc9845a7" in script
     assert '-v "${CACHE_DIR}:/root/.cache/vllm"' in script  # the compile cache survives a container restart
-    assert "readonly GUEST_ATTRIBUTES_URL=http://metadata.google.internal/computeMetadata/v1/instance/guest-attributes/tpubot\n" in script
+    # Google's endpoints come from one place: the metadata host from GCE_METADATA_HOST (Google's own
+    # libraries' variable), the APIs from settings; there is no sandbox branch in the script.
+    assert 'readonly METADATA_URL="http://${GCE_METADATA_HOST:-metadata.google.internal}/computeMetadata/v1"' in script
+    assert "readonly SECRET_MANAGER_URL=https://secretmanager.googleapis.com\n" in script
+    assert "readonly STORAGE_URL=https://storage.googleapis.com\n" in script
+    assert "googleapis.com" not in script.replace("https://secretmanager.googleapis.com\n", "").replace(
+        "https://storage.googleapis.com\n", "")
+    assert "sandbox" not in load_template().lower() and "gcloud" not in script.replace("gcloud secrets create", "")
+    assert "readonly GUEST_ATTRIBUTES_URL=\"${METADATA_URL}/instance/guest-attributes/tpubot\"\n" in script
     for phase in boot_phases.PHASES:
         assert f"={phase}" in script, phase
     assert "MODEL_IMPL_TYPE" not in script  # the JAX path (vLLM's default loader) is the one that serves E2B
@@ -105,13 +112,17 @@ def test_renderer_is_strict_about_placeholders():
 def test_flags_come_from_one_function_and_reach_the_script_quoted():
     config = VllmConfig(image="registry.example/vllm-tpu:pinned", max_model_len=8192)
     flags = vllm_flags(config)
-    assert flags[flags.index("--limit-mm-per-prompt") + 1] == '{"image":4,"audio":1}'
+    # Audio and video at 0 said out loud (vLLM's default for a left-out modality is 999).
+    assert flags[flags.index("--limit-mm-per-prompt") + 1] == '{"image":4,"audio":0,"video":0}'
+    assert vllm_flags(VllmConfig(limit_mm_per_prompt='{"image":2}'))[flags.index("--limit-mm-per-prompt") + 1] == (
+        '{"image":2,"audio":0,"video":0}')
+    assert flags[flags.index("--max-num-seqs") + 1] == "32"  # what fits a v5e chip (infra/vllm_flags.py)
     for flag in ("--enable-auto-tool-choice", "--disable_chunked_mm_input"):
         assert flag in flags
     assert flags[flags.index("--tool-call-parser") + 1] == "gemma4"
     assert flags[flags.index("--reasoning-parser") + 1] == "gemma4"
     script = render_startup_script(StartupScriptConfig(project="p", vllm=config))
-    assert "--limit-mm-per-prompt '{\"image\":4,\"audio\":1}'" in script
+    assert "--limit-mm-per-prompt '{\"image\":4,\"audio\":0,\"video\":0}'" in script
     assert "--max-model-len 8192" in script
     assert "readonly VLLM_IMAGE=registry.example/vllm-tpu:pinned" in script
     assert "@@" not in script and "@@" in load_template()
@@ -155,241 +166,146 @@ def test_cli_prints_exactly_the_script_with_settings_applied(tmp_path, monkeypat
 
     result = CliRunner().invoke(app, ["render-startup-script"])
     assert result.exit_code == 0, result.output
-    assert result.output == startup_script_from(Settings.load())(None)
-    assert "readonly VLLM_IMAGE=vllm/vllm-tpu:v0.33.0" in result.output
-    assert "projects/acme-ml/secrets/hf-token/versions/latest:access" in result.output
-    # Each lease's key is read at boot from its own secret; the script passes --api-key from a variable.
-    assert "readonly API_KEY_SECRET=projects/acme-ml/secrets/tpubot-model-key-LEASE/versions/latest" in result.output
-    assert '--api-key "${VLLM_API_KEY}"' in result.output
+    assert result.stdout == startup_script_from(Settings.load())(None)
+    assert "readonly VLLM_IMAGE=vllm/vllm-tpu:v0.33.0" in result.stdout
+    assert "readonly HF_TOKEN_SECRET=projects/acme-ml/secrets/hf-token/versions/latest\n" in result.stdout
+    # Each lease's key is read at boot from its own secret; without --lease the example id is printed
+    # and stderr says so, rather than calling the example "exactly as sent".
+    assert "readonly API_KEY_SECRET=projects/acme-ml/secrets/tpubot-model-key-LEASE/versions/latest" in result.stdout
+    assert "for the example lease id LEASE" in result.stderr and "--lease ID" in result.stderr
+    # The key reaches vLLM through its environment (VLLM_API_KEY), never as --api-key on a command line.
+    assert "--api-key" not in result.stdout and "-e HF_TOKEN -e VLLM_API_KEY" in result.stdout
+    one = CliRunner().invoke(app, ["render-startup-script", "--lease", "a88745c7b7"])
+    assert one.exit_code == 0 and one.stderr == ""
+    assert one.stdout == result.stdout.replace("tpubot-model-key-LEASE", "tpubot-model-key-a88745c7b7")
+    bad = CliRunner().invoke(app, ["render-startup-script", "--lease", "a b"])
+    assert bad.exit_code == 2 and "is not a lease id" in bad.stderr
 
 
-def _fake_docker(bin_dir: Path, record: Path) -> None:
-    """Records each call's argv and a digest of the token it was handed; never the token itself."""
-    docker = bin_dir / "docker"
-    docker.write_text(
-        "#!/bin/bash\n"
-        'if [ "$1" = inspect ]; then exit 1; fi\n'  # no container to watch: the boot watcher stops at once
-        f'printf "%s\\n" "$*" >> {record}\n'
-        f'if [ "$1" = run ]; then printf "token-sha256 %s\\n" "$(printf %s "${{HF_TOKEN:-}}" | sha256sum | cut -d" " -f1)" >> {record}; fi\n'
-        f'if [ "$1" = run ]; then printf "key-sha256 %s\\n" "$(printf %s "${{VLLM_API_KEY:-}}" | sha256sum | cut -d" " -f1)" >> {record}; fi\n'
-    )
-    docker.chmod(0o755)
+def test_secrets_are_read_at_boot_and_never_traced_logged_published_or_in_any_argv():
+    """The script under `bash -x` (as someone debugging it on the VM would run it) on a sandbox VM."""
+    with VmWorld() as vms:
+        config = vms.config()
+        script = render_startup_script(config)
+        assert TOKEN not in script and API_KEY not in script  # nothing secret in the metadata value
+        assert "--api-key" not in script  # vLLM reads VLLM_API_KEY from its environment
+        vm = vms.boot(config, trace=True)
+        wait_for_phase(vm, "serving")
+        container = vm.docker.containers["tpubot-vllm"]
+        # The key and the token reached the container through its environment, and vLLM took the key.
+        assert container.env == {"HF_TOKEN": TOKEN, "VLLM_API_KEY": API_KEY}
+        assert container.entrypoint == "vllm" and container.command[:2] == ["serve", "google/gemma-4-E2B-it"]
+        assert vm.docker.emulators()[0].api_key == API_KEY
+        # The VM asked its metadata server for its account's token and read both secrets as that account.
+        assert ("GET", "/computeMetadata/v1/instance/service-accounts/default/token") in vm.metadata.requests
+        reads = [(path, caller) for method, path, caller in vms.project_api.requests if path.endswith(":access")]
+        assert {caller for _, caller in reads} == {vms.world.node_account} and len(reads) == 2
+        watch_log = (vm.state_dir / "logs" / "watch.log").read_text()
+        for text in (vm.log(), watch_log, *(" ".join(argv) for argv in vm.docker.calls),
+                     *(value for _, value in vm.metadata.writes)):
+            assert TOKEN not in text and API_KEY not in text
+        assert "set +x" in vm.log()  # tracing was on, and was switched off around the fetch
 
 
-def test_token_is_fetched_at_boot_and_never_traced_echoed_or_in_argv(tmp_path):
-    with GcpProjectSandbox("my-proj", secrets_={"hf-token": TOKEN, "tpubot-model-key-L1": API_KEY}) as cloud:
-        config = StartupScriptConfig(project="my-proj", metadata_url=cloud.metadata_url,
-                                     secret_manager_url=cloud.base_url, hf_token_retry_seconds=1,
-                                     api_key_secret=KEY_SECRET)
-        script_text = render_startup_script(config)
-        assert TOKEN not in script_text and API_KEY not in script_text  # nothing secret in the metadata value
-        script = tmp_path / "startup.sh"
-        script.write_text(script_text)
-        bin_dir, record = tmp_path / "bin", tmp_path / "docker.log"
-        bin_dir.mkdir()
-        _fake_docker(bin_dir, record)
-        env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TPUBOT_STATE_DIR": str(tmp_path / "state"),
-               "HOME": str(tmp_path)}
-        result = subprocess.run(["bash", "-x", str(script)], capture_output=True, text=True, env=env, timeout=60)
-        assert result.returncode == 0, result.stderr[-2000:]
-        # The script really asked the metadata server (with its header) and got a token for Secret Manager.
-        assert any(path.endswith("/service-accounts/default/token") and hdrs.get("metadata-flavor") == "Google"
-                   for _, path, hdrs in cloud.requests)
-        # It said where it got to (guest attributes, with the header), and nothing else went there.
-        assert [value for name, value in cloud.guest_attribute_writes if name == "tpubot/phase"] == [
-            "secrets-fetched", "pulling-image", "loading-weights"]
-        assert cloud.guest_attributes["tpubot/cache"] == "cold"
-        assert all(hdrs.get("metadata-flavor") == "Google" for _, path, hdrs in cloud.requests
-                   if "/guest-attributes/" in path)
-    calls = record.read_text()
-    assert f"token-sha256 {hashlib.sha256(TOKEN.encode()).hexdigest()}" in calls  # docker got it via -e HF_TOKEN
-    assert "run --detach --name tpubot-vllm" in calls and "-e HF_TOKEN -e VLLM_API_KEY " in calls
-    assert f"key-sha256 {hashlib.sha256(API_KEY.encode()).hexdigest()}" in calls  # via -e VLLM_API_KEY
-    # vLLM is told --api-key from the variable, expanded inside the container: the value is in no argv here.
-    assert '-c exec vllm serve "$@" --api-key "${VLLM_API_KEY}" vllm google/gemma-4-E2B-it --host' in calls
-    assert "--limit-mm-per-prompt {\"image\":4,\"audio\":1}" in calls  # one argv item, JSON intact
-    for text in (calls, result.stdout, result.stderr, *(value for _, value in cloud.guest_attribute_writes)):
-        assert TOKEN not in text and API_KEY not in text
-    assert "set +x" in result.stderr  # tracing was on, and was switched off around the fetch
+def test_a_secret_the_vm_may_not_read_is_retried_then_given_up_with_its_name_and_who_asked():
+    world = SandboxWorld(secrets={"hf-token": TOKEN, KEY_SECRET_ID: API_KEY}, iam_grants=())  # no grant at all
+    with VmWorld(world) as vms:
+        vm = vms.boot()
+        wait_for_phase(vm, "failed")
+        error = attribute(vm, "last-error")
+        assert error.startswith(f"reading secret projects/{PROJECT}/secrets/hf-token/versions/latest as "
+                                f"{world.node_account}: HTTP 403 PERMISSION_DENIED: Permission "
+                                "'secretmanager.versions.access' denied"), error
+        assert error.endswith("(gave up after 7 tries)")
+        # While it retried, each try said so: the HTTP status, the try and the wait.
+        retries = [v for name, v in vm.metadata.writes if name == "tpubot/last-error" and "(try " in v]
+        assert len(retries) == 6 and retries[0].endswith("(try 1 of 7; again in 15s)")
+        assert phases(vm) == ["reading-secrets", "failed"]
+        assert vm.slept == 6 * 15  # 90 VM seconds: the bounded wait for a grant to reach Secret Manager
+        wait_until(lambda: vm.exit_code is not None, what="the script to exit")
+        assert vm.exit_code == 1 and vm.docker.calls == []  # nothing was pulled for a boot that cannot start
 
 
-def test_unreadable_secret_is_retried_then_given_up_with_the_fix(tmp_path):
-    with GcpProjectSandbox("my-proj", secrets_={}) as cloud:
-        config = StartupScriptConfig(project="my-proj", metadata_url=cloud.metadata_url,
-                                     secret_manager_url=cloud.base_url, hf_token_wait_seconds=3,
-                                     hf_token_retry_seconds=1)
-        script = tmp_path / "startup.sh"
-        script.write_text(render_startup_script(config))
-        env = {"PATH": os.environ["PATH"], "TPUBOT_STATE_DIR": str(tmp_path / "state"), "HOME": str(tmp_path)}
-        result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
-    assert result.returncode == 1
-    assert result.stderr.count("is not readable yet; retrying") >= 1  # asked again until the deadline
-    assert "roles/secretmanager.secretAccessor" in result.stderr
+def test_the_vm_publishes_each_boot_phase_and_a_crash_with_its_error_line_never_a_key():
+    with VmWorld() as vms:
+        vms.models.crash_loop = "RuntimeError: engine refused the request of api_key=s3cr3t-key-x"
+        vm = vms.boot()
+        wait_until(lambda: int(attribute(vm, "restarts") or 0) >= 2 and phases(vm).count("crashed") >= 2,
+                   what="two exits, each published")
+        # The crash's error line (the last error-looking one of the container's log), without the key.
+        error = attribute(vm, "last-error")
+        assert error == "RuntimeError: engine refused the request of api_key=***", error
+        seen = phases(vm)
+        assert seen[:4] == ["reading-secrets", "pulling-image", "loading-weights", "crashed"], seen
+        since = boot_phases.read_report({k.split("/", 1)[1]: v for k, v in vm.metadata.guest_attributes.items()}).since
+        assert since is not None  # each phase says when it started, in the format the bot parses
+        assert not any("s3cr3t" in value for _, value in vm.metadata.writes)
+        vms.models.crash_loop = None
 
 
-# --- the boot the bot watches (guest attributes) ---------------------------------------------
-
-def _container_stand_ins(bin_dir: Path, world: Path) -> None:
-    """`docker` whose container is files in `world` (inspect: `state`, logs: `log`; `gone` removes
-    it), and `gcloud storage rsync` over a directory standing in for the bucket (`world/gcs/B/…`)."""
-    docker = bin_dir / "docker"
-    docker.write_text(
-        "#!/bin/bash\n"
-        f'world={world}\n'
-        'case "$1" in\n'
-        '  inspect) [ -e "$world/gone" ] && exit 1; cat "$world/state" ;;\n'
-        '  logs) echo logs >> "$world/calls"; cat "$world/log" 2>/dev/null ;;\n'
-        'esac\n'
-        'exit 0\n')
-    gcloud = bin_dir / "gcloud"
-    gcloud.write_text(
-        "#!/bin/bash\n"
-        f'world={world}\n'
-        'printf "%s\\n" "$*" >> "$world/gcloud.log"\n'
-        '[ "$1 $2 $3" = "storage rsync --recursive" ] || exit 2\n'
-        'local_path() { case "$1" in gs://*) echo "$world/gcs/${1#gs://}" ;; *) echo "$1" ;; esac; }\n'
-        'src=$(local_path "$4") dst=$(local_path "$5")\n'
-        '[ -d "$src" ] || { echo "ERROR: $4 not found" >&2; exit 1; }\n'
-        'mkdir -p "$dst" && cp -r "$src/." "$dst/"\n')
-    for tool in (docker, gcloud):
-        tool.chmod(0o755)
+def test_a_flag_vllm_refuses_crashes_the_container_with_vllms_own_message():
+    with VmWorld() as vms:
+        script = render_startup_script(vms.config()).replace("--max-num-seqs 32", "--max-num-seqs lots", 1)
+        vm = vms.boot(script=script)
+        wait_until(lambda: int(attribute(vm, "restarts") or 0) >= 2, what="vLLM to exit twice")
+        assert attribute(vm, "last-error") == "vllm serve: error: argument --max-num-seqs: invalid int value: 'lots'"
+        logs = vm.docker.cli(["logs", "tpubot-vllm"], {}).stdout
+        assert logs.startswith("usage: vllm serve [model_tag] [options]\nvllm serve: error: argument --max-num-seqs")
+        assert vm.docker.emulators() == []  # it never served
+        # A misspelt flag (argparse takes an unambiguous prefix, as vLLM's parser does: not a prefix here).
+        typo = render_startup_script(vms.config()).replace("--disable_chunked_mm_input", "--disable_chunked_mm_inputs", 1)
+        other = vms.boot(script=typo)
+        wait_until(lambda: int(attribute(other, "restarts") or 0) >= 1, what="vLLM to exit")
+        assert attribute(other, "last-error") == "vllm: error: unrecognized arguments: --disable-chunked-mm-inputs"
 
 
-class _Health:
-    """vLLM's /health on the model port: 503 until `ok` is set (a stand-in for the model server)."""
-
-    def __init__(self) -> None:
-        import http.server
-        import threading
-
-        health = self
-        self.ok = False
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:  # noqa: N802 - stdlib name
-                self.send_response(200 if health.ok and self.path == "/health" else 503)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
-
-            def log_message(self, *args) -> None:
-                pass
-
-        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
+def test_the_compile_cache_round_trips_through_storage_with_no_gcloud_on_the_vm():
+    world = SandboxWorld(secrets={"hf-token": TOKEN, KEY_SECRET_ID: API_KEY}, buckets={"acme-vllm-cache": "US-WEST4"})
+    with VmWorld(world) as vms:
+        config = vms.config(xla_cache_bucket="acme-vllm-cache")
+        first = vms.boot(config)
+        assert shutil.which("gcloud", path=first.path) is None  # the VM image has no Cloud SDK
+        wait_for_phase(first, "serving")
+        key = compile_cache_key(config)
+        assert attribute(first, "cache") == "cold"
+        wait_until(lambda: f"{key}/vllm-cache.tar" in vms.project_api.objects["acme-vllm-cache"], what="the save")
+        wait_until(lambda: attribute(first, "cache-note") == f"saved to gs://acme-vllm-cache/{key}/vllm-cache.tar "
+                                                              "for the next lease", what="the note")
+        second = vms.boot(config)
+        wait_for_phase(second, "serving")
+        assert attribute(second, "cache") == "warm"
+        assert attribute(second, "cache-note") == f"restored from gs://acme-vllm-cache/{key}/vllm-cache.tar"
+        assert "restoring-cache" in phases(second)
+        restored = list((second.state_dir / "vllm-cache" / key / "xla_cache").iterdir())
+        assert restored and restored[0].read_bytes() == b"sandbox compiled program\n"
+        # Both went through the Storage JSON API as the VM's own account; the warm boot saved nothing.
+        storage = [(m, p, who) for m, p, who in vms.project_api.requests if "/b/acme-vllm-cache/" in p]
+        assert [m for m, p, _ in storage] == ["GET", "POST", "GET"]
+        assert {who for _, _, who in storage} == {world.node_account}
+        assert [cache for cache, _ in vms.models.boots] == ["cold", "warm"]
 
 
-def _boot(tmp_path, cloud, health, bucket: str):
-    from waiting import wait_until
-
-    world, bin_dir = tmp_path / "world", tmp_path / "bin"
-    world.mkdir(exist_ok=True)
-    bin_dir.mkdir(exist_ok=True)
-    _container_stand_ins(bin_dir, world)
-    (world / "state").write_text("0 true 2026-12-02T14:00:00.000000000Z\n")
-    (world / "log").write_text("INFO Starting vLLM API server\nINFO non-default args: {'api_key': ['s3cr3t-key-x']}\n"
-                               "INFO Initializing a V1 LLM engine with config: model='google/gemma-4-E2B-it', "
-                               "compilation_config={'level': 0}\n")
-    config = StartupScriptConfig(project="my-proj", metadata_url=cloud.metadata_url, secret_manager_url=cloud.base_url,
-                                 api_key_secret=KEY_SECRET, vllm=VllmConfig(port=health.port), xla_cache_bucket=bucket)
-    script = tmp_path / "startup.sh"
-    script.write_text(render_startup_script(config))
-    env = {"PATH": f"{bin_dir}:{os.environ['PATH']}", "TPUBOT_STATE_DIR": str(tmp_path / "state"),
-           "HOME": str(tmp_path), "TPUBOT_WATCH_INTERVAL_SECONDS": "0.1"}
-    result = subprocess.run(["bash", str(script)], capture_output=True, text=True, env=env, timeout=60)
-    assert result.returncode == 0, result.stderr[-2000:]
-
-    def phase_is(phase):
-        return lambda: cloud.guest_attributes.get("tpubot/phase") == phase
-
-    return world, compile_cache_key(config), wait_until, phase_is
+def test_a_cache_bucket_the_vm_may_not_read_is_off_and_says_which_role():
+    world = SandboxWorld(secrets={"hf-token": TOKEN, KEY_SECRET_ID: API_KEY}, buckets={"acme-vllm-cache": "US-WEST4"})
+    # No grant on the bucket, and no roles/editor (which holds storage.objects.*) on the project.
+    world.iam_grants = tuple(g for g in world.readme_grants() if not g[0].startswith("bucket:")
+                             and g[1] != "roles/editor") + (
+        ("secret:" + KEY_SECRET_ID, "roles/secretmanager.secretAccessor", f"serviceAccount:{world.node_account}"),)
+    with VmWorld(world) as vms:
+        vm = vms.boot(vms.config(xla_cache_bucket="acme-vllm-cache"))
+        wait_for_phase(vm, "serving")
+        assert attribute(vm, "cache") == "off"
+        note = attribute(vm, "cache-note")
+        assert f"is not readable as {world.node_account} (HTTP 403" in note
+        assert note.endswith("grant it roles/storage.objectUser on gs://acme-vllm-cache")
 
 
-def test_the_vm_publishes_each_boot_phase_and_a_crash_with_its_error_line(tmp_path):
-    health = _Health()
-    try:
-        with GcpProjectSandbox("my-proj", secrets_={"hf-token": TOKEN, "tpubot-model-key-L1": API_KEY}) as cloud:
-            world, key, wait_until, phase_is = _boot(tmp_path, cloud, health, bucket="acme-vllm-cache")
-            assert cloud.guest_attributes["tpubot/cache"] == "cold"  # nothing in the bucket under this key
-            wait_until(phase_is("loading-weights"), what="loading-weights")
-            # The engine-config line's `compilation_config` is not compiling: still loading after 3 looks.
-            wait_until(lambda: (world / "calls").exists() and (world / "calls").read_text().count("logs") >= 3,
-                       what="the watcher read the log three times")
-            assert cloud.guest_attributes["tpubot/phase"] == "loading-weights"
-            with (world / "log").open("a") as log:
-                log.write("INFO Compiling the model with different input shapes...\n")
-            wait_until(phase_is("compiling"), what="compiling")
-            (tmp_path / "state" / "vllm-cache" / key / "xla_cache").mkdir(parents=True)
-            (tmp_path / "state" / "vllm-cache" / key / "xla_cache" / "program.bin").write_text("compiled")
-            health.ok = True
-            wait_until(phase_is("serving"), what="serving")
-            # Saved once after the first READY, under the key, for the next lease to restore.
-            wait_until(lambda: (world / "gcs" / "acme-vllm-cache" / key / "xla_cache" / "program.bin").exists(),
-                       what="the cache saved to the bucket")
-            # The container exits: crashed, with the last error line and the exit count.
-            health.ok = False
-            with (world / "log").open("a") as log:
-                log.write("ERROR EngineCore failed to start.\n"
-                          "AssertionError: Expect no shared layers\n"
-                          "INFO shutting down\n")
-            (world / "state").write_text("0 false 2026-12-02T14:00:00.000000000Z\n")
-            wait_until(phase_is("crashed"), what="crashed")
-            assert cloud.guest_attributes["tpubot/last-error"] == "AssertionError: Expect no shared layers"
-            assert cloud.guest_attributes["tpubot/restarts"] == "1"
-            # Docker restarts it: the new run loads again; a second exit counts 2.
-            (world / "log").write_text("INFO Starting vLLM API server\n")
-            (world / "state").write_text("1 true 2026-12-02T14:20:00.000000000Z\n")
-            wait_until(phase_is("loading-weights"), what="loading-weights after the restart")
-            # An exit with no error-looking line publishes the last line, never a key vLLM logged.
-            with (world / "log").open("a") as log:
-                log.write("INFO non-default args: {'model': 'google/gemma-4-E2B-it', 'api_key': ['s3cr3t-key-x']}\n")
-            (world / "state").write_text("1 false 2026-12-02T14:20:00.000000000Z\n")
-            wait_until(lambda: cloud.guest_attributes.get("tpubot/restarts") == "2", what="a second exit")
-            assert "non-default args" in cloud.guest_attributes["tpubot/last-error"]
-            (world / "gone").touch()
-            wait_until(lambda: "stopped watching" in (tmp_path / "state" / "logs" / "watch.log").read_text(),
-                       what="the watcher stops with its container")
-            phases = [value for name, value in cloud.guest_attribute_writes if name == "tpubot/phase"]
-            assert phases == ["secrets-fetched", "pulling-image", "loading-weights", "compiling", "serving",
-                              "crashed", "loading-weights", "crashed"]
-            since = boot_phases.read_report({k.split("/", 1)[1]: v for k, v in cloud.guest_attributes.items()}).since
-            assert since is not None  # each phase says when it started, in the format the bot parses
-            written = [value for _, value in cloud.guest_attribute_writes]
-            assert not any(TOKEN in v or API_KEY in v or "s3cr3t-key-x" in v for v in written)
-            saves = [line for line in (world / "gcloud.log").read_text().splitlines() if line.endswith(f"gs://acme-vllm-cache/{key}")]
-            assert len(saves) == 1  # once, not at every READY
-    finally:
-        health.close()
-
-
-def test_a_cache_in_the_bucket_makes_a_warm_boot_and_is_not_saved_again(tmp_path):
-    health = _Health()
-    try:
-        with GcpProjectSandbox("my-proj", secrets_={"hf-token": TOKEN, "tpubot-model-key-L1": API_KEY}) as cloud:
-            key = compile_cache_key(StartupScriptConfig(project="my-proj", metadata_url=cloud.metadata_url,
-                                                        secret_manager_url=cloud.base_url, api_key_secret=KEY_SECRET,
-                                                        vllm=VllmConfig(port=health.port),
-                                                        xla_cache_bucket="acme-vllm-cache"))
-            seeded = tmp_path / "world" / "gcs" / "acme-vllm-cache" / key / "xla_cache"
-            seeded.mkdir(parents=True)
-            (seeded / "program.bin").write_text("compiled")
-            health.ok = True
-            world, _, wait_until, phase_is = _boot(tmp_path, cloud, health, bucket="acme-vllm-cache")
-            assert cloud.guest_attributes["tpubot/cache"] == "warm"
-            assert (tmp_path / "state" / "vllm-cache" / key / "xla_cache" / "program.bin").read_text() == "compiled"
-            wait_until(phase_is("serving"), what="serving")
-            (world / "gone").touch()
-            wait_until(lambda: "stopped watching" in (tmp_path / "state" / "logs" / "watch.log").read_text(),
-                       what="the watcher stops with its container")
-            assert [line for line in (world / "gcloud.log").read_text().splitlines()] == [
-                f"storage rsync --recursive gs://acme-vllm-cache/{key} {tmp_path}/state/vllm-cache/{key}"]
-    finally:
-        health.close()
-
+def test_guest_attributes_turned_off_leave_the_boot_going_and_say_so_in_the_log():
+    with VmWorld() as vms:
+        vm = vms.boot(guest_attributes=False)
+        wait_until(lambda: vm.docker.emulators(), what="vLLM to serve all the same")
+        assert vm.metadata.guest_attributes == {} and vm.metadata.refused_writes > 0
+        assert "could not publish guest attribute phase (HTTP 403)" in vm.log()
 
 def test_a_boot_report_reads_what_the_vm_wrote_and_nothing_it_did_not():
     from datetime import datetime, timezone
@@ -401,3 +317,27 @@ def test_a_boot_report_reads_what_the_vm_wrote_and_nothing_it_did_not():
                                             cache="warm")
     garbled = {"phase": "dancing", "phase-since": "yesterday", "restarts": "-1", "cache": "hot"}
     assert boot_phases.read_report(garbled) == boot_phases.read_report({}) == boot_phases.BootReport()
+
+
+@pytest.mark.parametrize("fault, line", [
+    ("missing", "docker pull vllm/vllm-tpu:v0.32.0: Error response from daemon: manifest for vllm/vllm-tpu:v0.32.0 not "
+                "found: manifest unknown: manifest unknown"),
+    ("disk_full", "docker pull vllm/vllm-tpu:v0.32.0: failed to register layer: write /var/lib/docker/overlay2/"),
+])
+def test_a_pull_that_cannot_succeed_fails_at_once_with_dockers_line(fault, line):
+    from infra.vllm_startup_errors import failed_boot_explanation
+
+    with VmWorld() as vms:
+        if fault == "missing":
+            vms.cloud.registry.missing.add("vllm/vllm-tpu:v0.32.0")
+        vms.models.disk_full = fault == "disk_full"
+        vm = vms.boot()
+        wait_for_phase(vm, "failed")
+        error = attribute(vm, "last-error")
+        assert error.startswith(line), error
+        assert vm.slept == 0  # no retry: nothing would change by waiting
+        reason, fix = failed_boot_explanation(error, project=PROJECT, node=vm.name, zone="us-west4-a")
+        if fault == "missing":
+            assert "the registry has no image vllm/vllm-tpu:v0.32.0" in reason and "VLLM_IMAGE=" in fix
+        else:
+            assert "disk filled up" in reason and error.endswith("no space left on device")

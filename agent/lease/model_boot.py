@@ -7,9 +7,12 @@ deterministic id (`boot:{lease}:{n}`), so a retried or duplicated run is a no-op
 1. endpoint from the node: its external IP (or, with ENDPOINT_ADDRESS=internal, its VPC IP) →
    `http://IP:{MODEL_PORT}/v1` (never hard-coded);
 2. `GET /v1/models` until vLLM answers — progress on the card — bounded by `model_boot_timeout`;
-   meanwhile the VM's own account of its boot (guest attributes: phase, since when, warm or cold
-   compile cache) goes on the card, and a vLLM that crashed twice at start-up FAILS the lease at
-   once, with its error line and the fix (infra/vllm_startup_errors.py), not at the timeout;
+   meanwhile the VM's own account of its boot (guest attributes: phase, since when, why a step
+   before vLLM is retrying, warm/cold/off compile cache and why) goes on the card. A VM that gave up
+   before vLLM (phase `failed`: a secret it may not read, an image pull refused) and a vLLM that
+   crashed twice at start-up FAIL the lease at once, with the VM's error line and the fix from the
+   one table (infra/vllm_startup_errors.py), not at the timeout; a VM that has said nothing
+   `model_boot_silence` after ACTIVE is named on the card as not reporting;
 3. one real streamed chat completion (TTFT, TPOT, tokens/s by vLLM's benchmark definitions);
 4. two correctness checks (infra/model_correctness.py): a known answer, a parsed tool call;
 5. READY with the endpoint and the figures; DEGRADED (the same, plus what failed and the fix) when a
@@ -27,6 +30,7 @@ from typing import Unpack
 from agent.context import Services, WorkerServices
 from agent.lease import idle
 from agent.lease.lifecycle import WatchJob, notify
+from agent.policy import Policy
 from infra import boot_phases
 from infra.boot_phases import BootReport
 from infra.jobs import JobOutcome, JobSpec
@@ -92,24 +96,35 @@ async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, 
         await _note_boot(svc, lease, await _boot_report(svc, lease))
         return await _measure(svc, lease, endpoint, api_key)
     report = await _boot_report(svc, lease)
+    if report is not None and report.phase == boot_phases.FAILED:
+        from infra.vllm_startup_errors import failed_boot_explanation
+
+        reason, fix = failed_boot_explanation(report.last_error, project=svc.policy.project, node=lease.node_id,
+                                              zone=lease.zone)
+        return await _fail(svc, lease, reason, fix, endpoint=endpoint, extra=_boot_changes(lease, report))
     if report is not None and is_crash_loop(report):
         from infra.vllm_startup_errors import crash_loop_explanation
 
         reason, fix = crash_loop_explanation(report.last_error, report.restarts, node=lease.node_id, zone=lease.zone)
         return await _fail(svc, lease, reason, fix, endpoint=endpoint, extra=_boot_changes(lease, report))
     if since_active > policy.model_boot_timeout.total_seconds():
+        serving = report is not None and report.phase == boot_phases.SERVING
+        said = (f" The VM's last phase: {report.phase}." if report is not None and report.phase else
+                " The VM published no boot phase at all.")
+        cause = (f"the VM says vLLM serves, so the bot cannot reach it: a firewall rule must admit the bot to "
+                 f"tcp:{policy.model_port} on the node (`tpubot doctor`)" if serving else
+                 "vLLM is still loading or compiling (a first compile can take most of an hour: raise "
+                 "MODEL_BOOT_TIMEOUT), or the startup script never ran")
         return await _fail(
             svc, lease,
             f"vLLM did not answer at {endpoint} within {_minutes(policy.model_boot_timeout.total_seconds())} of the "
-            f"TPU becoming ACTIVE (last error: {check.error}).",
+            f"TPU becoming ACTIVE (last error: {check.error}).{said}",
             f"read the VM's startup log (`gcloud compute tpus tpu-vm ssh {lease.node_id} --zone {lease.zone} -- "
-            "'sudo journalctl -u google-startup-scripts; sudo docker logs tpubot-vllm'`). Usual causes: the VM's "
-            "service account cannot read the HF token secret (grant it roles/secretmanager.secretAccessor), the "
-            f"Gemma license is not accepted for that Hugging Face account, or a firewall blocks tcp:{policy.model_port} "
-            "from the bot to the TPU VM.", endpoint=endpoint)
+            f"'sudo journalctl -u google-startup-scripts; sudo docker logs tpubot-vllm'`); {cause}.",
+            endpoint=endpoint, extra=_boot_changes(lease, report) if report is not None else None)
     progress = (f"Waiting for vLLM at {endpoint}: {_minutes(since_active)} since ACTIVE, gives up after "
-                f"{_minutes(policy.model_boot_timeout.total_seconds())} (now: {check.error}). The VM pulls the vLLM "
-                f"image, reads the HF token and loads {policy.model_name}.")
+                f"{_minutes(policy.model_boot_timeout.total_seconds())} (now: {check.error}). "
+                + _boot_story(report, since_active, policy))
     booting: LeaseChanges = {"state": LeaseState.BOOTING_MODEL, "endpoint": endpoint, "detail": progress,
                              **(_boot_changes(lease, report) if report is not None else {})}
     if not await _write(svc, lease, **booting):
@@ -117,6 +132,17 @@ async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, 
     await svc.jobs.enqueue(BOOT_JOB, WatchJob(team=team, channel=channel, lease_id=lease_id, seq=seq + 1),
                            job_id=boot_job_id(lease_id, seq + 1), defer_by=policy.boot_poll_interval)
     return JobOutcome.ok(f"waiting for vLLM ({check.error})")
+
+
+def _boot_story(report: BootReport | None, since_active: float, policy: Policy) -> str:
+    """What the VM is doing, for the progress note; or that it has said nothing for too long."""
+    if (report is None or report.phase is None) and since_active > policy.model_boot_silence.total_seconds():
+        return (f"The TPU VM has published no boot phase in {_minutes(since_active)} since ACTIVE: its startup script "
+                "may not have run, or guest attributes are off (the org policy "
+                "constraints/compute.disableGuestAttributesAccess), so this card cannot follow the boot. vLLM may "
+                "still come up; the VM's startup log says what happened "
+                "(`sudo journalctl -u google-startup-scripts` on the VM).")
+    return f"The VM reads its secrets, pulls the vLLM image and loads {policy.model_name}."
 
 
 async def _measure(svc: WorkerServices, lease: Lease, endpoint: str, api_key: str | None) -> JobOutcome:
@@ -202,6 +228,11 @@ async def _boot_report(svc: WorkerServices, lease: Lease) -> BootReport | None:
 def _boot_changes(lease: Lease, report: BootReport) -> LeaseChanges:
     """The lease fields for what the VM reported; a phase without a readable start counts from now."""
     changes: LeaseChanges = {}
+    retry = report.last_error if report.phase in boot_phases.BEFORE_VLLM else ""
+    if retry != lease.boot_retry:
+        changes["boot_retry"] = retry
+    if report.cache_note and report.cache_note != lease.boot_cache_note:
+        changes["boot_cache_note"] = report.cache_note
     if report.phase and report.phase != lease.boot_phase:
         changes["boot_phase"] = report.phase
         changes["boot_phase_since"] = report.since.timestamp() if report.since else time.time()

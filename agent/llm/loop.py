@@ -59,7 +59,7 @@ class ModelUnavailable(Exception):
 
 
 async def run_agent(svc: Services, actor: Actor, mention: MentionInput, sink: ReplySink) -> AgentRun:
-    """`svc.redactor` is the run's (agent/actions/secret_values.run_redactor): it scrubs the prompt, every
+    """`svc.redactor` is the run's (agent/actions/model_endpoint.run_redactor): it scrubs the prompt, every
     tool result before the model sees it, and the answer."""
     svc = dataclasses.replace(svc, material=mention)
     endpoint = await resolve_endpoint(svc, actor)

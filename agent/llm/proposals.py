@@ -1,6 +1,6 @@
 """Proposals: a WRITE action (provision, teardown) suggested by the model or the intent rules.
 
-Nothing acts when a proposal is made. It is stored (infra/state/proposals.py) and shown as a
+Nothing acts when a proposal is made. It is stored (infra/state/feedback.py) and shown as a
 confirm card; the action runs only when a person clicks Confirm, and the clicker is checked
 then — not whoever asked — with the same rules as the slash command: teardown needs the
 lease's holder or an admin (`lease_actions.request_teardown` / `confirm_teardown`), provision

@@ -1,7 +1,8 @@
 """`tpubot sandbox`: run the local GCP emulators on their own, until Ctrl-C.
 
-The TPU API and the project-level APIs (Compute, Cloud Quotas, Secret Manager, Cloud Storage)
-of one `SandboxWorld`; it prints the settings that point the bot (and `tpubot doctor`) at all of them, so
+The TPU API and the project-level APIs (Compute, Cloud Quotas, Secret Manager, Cloud Storage,
+Resource Manager) of one `SandboxWorld`; it prints the settings that point the bot (and `tpubot doctor`) at all
+of them, so
 nothing half-configured reaches the real Google APIs.
 """
 
@@ -14,7 +15,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     app.command("sandbox", help="Run the local GCP emulators (TPU, Compute, Cloud Quotas, Secret Manager, Cloud "
-                                "Storage) until Ctrl-C.")(
+                                "Storage, Resource Manager) until Ctrl-C.")(
         run_sandbox)
 
 

@@ -36,8 +36,8 @@ class SandboxEmulators:
 
     def start_cloud(self, world: SandboxWorld | None = None, *, project: str, time_scale: float = 1.0,
                     tpu_port: int = 0, node_models: NodeModels | None = None) -> CloudSandbox:
-        """The emulated project (TPU API and project-level APIs); with `node_models`, a sandbox vLLM
-        on every node that becomes ACTIVE, served where the node's VM would serve it."""
+        """The emulated project (TPU API, project-level APIs, the registry); with `node_models`, a sandbox
+        TPU VM for every node that becomes ACTIVE, running the node's startup script."""
         cloud = CloudSandbox(world or SandboxWorld(), project=project, time_scale=time_scale, tpu_port=tpu_port,
                              on_node_ready=node_models.on_node_ready if node_models else None,
                              on_node_gone=node_models.on_node_gone if node_models else None)
@@ -50,10 +50,7 @@ class SandboxEmulators:
         self.cloud = cloud
         self.overrides.update(cloud.endpoint_overrides())
         if node_models is not None:
-            node_models.boot_api_key = cloud.boot_secret
-            node_models.publish = cloud.tpu.set_guest_attributes  # type: ignore[union-attr]  # started above
-            node_models.cache_location = cloud.boot_cache
-            node_models.caches = cloud.compile_caches
+            node_models.attach(cloud)
         return cloud
 
     def start_logging(self, project: str) -> LoggingEmulator:

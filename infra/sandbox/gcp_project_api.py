@@ -1,6 +1,6 @@
-"""A local emulator of the project-level Google APIs that `tpubot doctor` and the startup script call.
+"""A local emulator of the project-level Google APIs that `tpubot doctor`, the bot and the startup script call.
 
-One HTTP server, the wire formats of four real services, for the real clients only:
+One HTTP server, the wire formats of the real services, for the real clients only:
 
 - Compute Engine v1 (`AuthorizedSession` GETs): `projects/P`, `projects/P/global/networks/N`,
   `projects/P/regions/R/subnetworks/S`; errors in Compute's shape (`error.errors[].reason`).
@@ -11,31 +11,38 @@ One HTTP server, the wire formats of four real services, for the real clients on
   their Cloud NAT configs in `nats[]`: what doctor's internal-egress check reads.
 - Cloud Storage JSON API: `storage/v1/b/BUCKET` (buckets.get) with the bucket's `location` and
   `locationType`; a missing bucket is Storage's 404 (`The specified bucket does not exist.`,
-  `errors[].reason: notFound`), a denied `storage.buckets.get` its 403.
+  `errors[].reason: notFound`), a denied `storage.buckets.get` its 403. Objects: list
+  (`b/B/o?prefix=`), get (`b/B/o/OBJECT`, `?alt=media` for the bytes), simple media upload
+  (`/upload/storage/v1/b/B/o?uploadType=media&name=N`); the bucket's IAM policy (`b/B/iam`, GET and
+  PUT). What the startup script keeps vLLM's compile cache in.
+- Cloud Resource Manager v1: `projects/P` (get: the project's number, what names the default
+  Compute Engine account), `projects/P:getIamPolicy` and `:setIamPolicy`.
 - Secret Manager v1 (`secretmanager_v1.SecretManagerServiceClient(transport="rest")` and curl):
   `projects/P/secrets` (list, paged, with `labels.KEY=VALUE` / `name:TEXT` filters),
   `projects/P/secrets/S` (get, create with `?secretId=`, delete), `…:addVersion` and
   `…/versions/latest:access` → base64 payload with its CRC32C (§7); the per-lease model API keys
   live here.
-- `denied`: IAM permissions the caller lacks (e.g. `secretmanager.versions.access`), answered with
-  Google's 403 and an `IAM_PERMISSION_DENIED` ErrorInfo naming the permission.
+- IAM (infra/sandbox/iam.py): every Secret Manager, Storage, Resource Manager, Cloud Quotas and
+  Compute firewall/router call is decided for its caller — the token's principal (a sandbox TPU VM's
+  service account, minted by its metadata server), or the bot for a request without a token — by
+  the policies on the project and on the secret or bucket; a refusal is Google's 403 with an
+  `IAM_PERMISSION_DENIED` ErrorInfo naming the permission (Storage: its own 403 wording). Secrets
+  have `:getIamPolicy`/`:setIamPolicy`. `denied`: permissions the bot lacks whatever its roles.
 
 Every request is checked against Google's discovery documents (Compute, Secret Manager, Storage) or the
 google-cloud-quotas protos (Cloud Quotas) by `infra.sandbox.discovery`; an unknown field or
 parameter gets the real 400 INVALID_ARGUMENT.
-- The GCE metadata server's token route (`Metadata-Flavor: Google` required), so the startup
-  script's token fetch can run against it, and its guest-attributes route (PUT and GET of
-  `instance/guest-attributes/NAMESPACE/KEY`, a plain-text value), where the script publishes its
-  boot phase; Secret Manager then accepts only tokens it issued (or
-  no Authorization header at all, which is what the anonymous sandbox clients send).
+
+The metadata server is not here: each sandbox TPU VM has its own (infra/sandbox/metadata_server.py),
+minting tokens for its service account from the same `Iam`.
 """
 
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import re
-import secrets
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler
@@ -47,17 +54,20 @@ from infra.gcs_location import DUAL_REGIONS
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: F401  (the ids Google uses)
 from infra.sandbox.http_server import ServerThread
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api, proto_api
+from infra.sandbox.iam import BOT, Iam, PolicyError
 
 _COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<rest>.*))?$")
-_BUCKET = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)$")
+_BUCKET = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)(?P<iam>/iam)?$")
+_OBJECTS = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o(?:/(?P<object>[^/]+))?$")
+_UPLOAD = re.compile(r"^/upload(?P<path>/storage/v1/b/(?P<bucket>[^/]+)/o)$")
+_PROJECT = re.compile(r"^/v1/projects/(?P<project>[^/:]+)(?::(?P<verb>getIamPolicy|setIamPolicy))?$")
 _QUOTAS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/locations/global/services/(?P<service>[^/]+)"
                      r"/quotaInfos(?:/(?P<quota>[^/]+))?$")
 _SECRET = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets/(?P<secret>[^/:]+)"
-                     r"(?:/versions/(?P<version>[^/:]+):access|(?P<add>:addVersion))?$")
+                     r"(?:/versions/(?P<version>[^/:]+):access|(?P<add>:addVersion)|:(?P<iam>getIamPolicy|setIamPolicy))?$")
 SEEDED_CREATE_TIME = "2026-01-01T00:00:00Z"
+SEEDED_TIME_MS = "2026-01-01T00:00:00.000Z"
 _SECRETS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets$")
-_TOKEN_PATH = "/computeMetadata/v1/instance/service-accounts/default/token"
-_GUEST_ATTRIBUTE = re.compile(r"^/computeMetadata/v1/instance/guest-attributes/(?P<namespace>[^/]+)/(?P<key>[^/]+)$")
 
 
 class GcpProjectSandbox:
@@ -72,8 +82,10 @@ class GcpProjectSandbox:
         firewalls: Iterable[Mapping[str, Any]] = (),  # Compute Firewall resources (JSON)
         routers: Iterable[Mapping[str, Any]] = (),  # Compute Router resources (JSON; region and network by name)
         buckets: Mapping[str, str] | None = None,  # Cloud Storage bucket -> location, e.g. "US-WEST4", "US"
-        denied: Iterable[str] = (),  # IAM permissions the caller does not have
+        denied: Iterable[str] = (),  # IAM permissions the bot does not have, whatever its roles
         project_number: int = 123456789012,
+        iam: Iam | None = None,  # who may do what; None: the bot with the README's roles, nobody else
+        private_google_access: bool = True,  # every subnetwork's privateIpGoogleAccess
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -88,19 +100,20 @@ class GcpProjectSandbox:
         self.firewalls = [dict(rule) for rule in firewalls]
         self.routers = [dict(router) for router in routers]
         self.buckets = dict(buckets or {})
-        self.denied = set(denied)
+        self.private_google_access = private_google_access
+        self.objects: dict[str, dict[str, bytes]] = {bucket: {} for bucket in self.buckets}  # bucket -> name -> bytes
+        self.iam = iam or Iam(project, project_number, denied=denied)
         self.apis: dict[str, DiscoveryApi | None] = {
             "compute": load_api("compute.v1", "google.cloud.compute.v1"),
             "secretmanager": load_api("secretmanager.v1", "google.cloud.secretmanager.v1"),
             "storage": load_api("storage.v1", "google.storage.v1"),
+            "resourcemanager": load_api("cloudresourcemanager.v1", "google.cloudresourcemanager.v1"),
             "quotas": _quotas_api(),
         }
         self.rejected: list[RequestRejected] = []
         self.response_problems: list[str] = []
-        self.issued_tokens: set[str] = set()
-        self.requests: list[tuple[str, str, dict[str, str]]] = []  # (method, path, selected headers)
-        self.guest_attributes: dict[str, str] = {}  # "namespace/key" -> value, as the VM last wrote it
-        self.guest_attribute_writes: list[tuple[str, str]] = []  # every ("namespace/key", value), in order
+        # (method, path, caller): every request and who made it (the bot, or a VM's service account)
+        self.requests: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
         self._host, self._port = host, port
         self._http: ServerThread | None = None
@@ -130,29 +143,34 @@ class GcpProjectSandbox:
         return self._http.root
 
     @property
-    def metadata_url(self) -> str:
-        """Stands in for `http://metadata.google.internal/computeMetadata/v1`."""
-        return f"{self.base_url}/computeMetadata/v1"
+    def denied(self) -> set[str]:
+        return self.iam.denied
 
     # --- request handling -------------------------------------------------------------------
     @property
     def strict(self) -> bool:
         return all(api is not None for api in self.apis.values())
 
-    def handle(self, method: str, raw_path: str, headers: Mapping[str, str], body: Any = None) -> tuple[int, dict]:
+    def handle(self, method: str, raw_path: str, headers: Mapping[str, str], body: Any = None) -> tuple[int, Any]:
+        """(status, JSON body or raw bytes) for one request; `body` is parsed JSON, or bytes for a media upload."""
         url = urlsplit(raw_path)
         query = parse_qs(url.query, keep_blank_values=True)
+        principal = self.iam.principal(headers.get("authorization", ""))
         with self._lock:
-            self.requests.append((method, url.path, {k: v for k, v in headers.items()
-                                                     if k.lower() in ("metadata-flavor", "x-goog-api-client")}))
-        if url.path == _TOKEN_PATH:
-            return self._token(headers)
+            self.requests.append((method, url.path, self.iam.email(principal) if principal else "?"))
+        if principal is None:
+            return _google_error(401, "Request had invalid authentication credentials. Expected OAuth 2 access token, "
+                                      "login cookie or other valid authentication credential. See https://developers."
+                                      "google.com/identity/sign-in/web/devconsole-project.")
+        upload = _UPLOAD.match(url.path)
         api_name = _api_of(url.path)
         api = self.apis[api_name]
         checked = None
         if api is not None:
             try:
-                checked = api.check_request(method, url.path, query, body)
+                # A media upload is objects.insert with its bytes as the body: the query is what is checked.
+                checked = api.check_request(method, upload["path"] if upload else url.path, query,
+                                            None if upload else body)
             except RequestRejected as rejected:
                 with self._lock:
                     self.rejected.append(rejected)
@@ -161,8 +179,9 @@ class GcpProjectSandbox:
                     payload["error"]["errors"] = [{"message": rejected.message, "domain": "global",
                                                    "reason": "invalid"}]
                 return status, payload
-        status, payload = self._route(method, url.path, query, headers, body)
-        if api is not None and checked is not None and status == 200:
+        status, payload = self._route(method, url.path, query, principal, body)
+        if api is not None and checked is not None and status == 200 and isinstance(payload, dict) \
+                and (query.get("alt") or ["json"])[0] != "media":
             problems = api.check_response(checked, payload)
             if problems:
                 with self._lock:
@@ -170,35 +189,50 @@ class GcpProjectSandbox:
                 return _google_error(500, "gcp project sandbox bug: " + "; ".join(problems))
         return status, payload
 
-    def _route(self, method: str, path: str, query: dict, headers: Mapping[str, str], body: Any) -> tuple[int, dict]:
+    def _route(self, method: str, path: str, query: dict, principal: str, body: Any) -> tuple[int, Any]:
         if match := _COMPUTE.match(path):
             if method != "GET":
                 return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
-            return self._compute(match["project"], match["rest"] or "", query)
-        if match := _BUCKET.match(path):
+            return self._compute(match["project"], match["rest"] or "", query, principal)
+        if match := _UPLOAD.match(path):
+            if method != "POST":
+                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
+            return self._upload(match["bucket"], query, principal, body if isinstance(body, bytes) else b"")
+        if match := _OBJECTS.match(path):
             if method != "GET":
                 return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
-            return self._bucket(match["bucket"])
+            return self._object(match["bucket"], match["object"], query, principal)
+        if match := _BUCKET.match(path):
+            if match["iam"]:
+                return self._bucket_iam(method, match["bucket"], principal, body or {})
+            if method != "GET":
+                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
+            return self._bucket(match["bucket"], principal)
         if match := _QUOTAS.match(path):
-            if denied := self._deny("cloudquotas.quotas.get", f"projects/{match['project']}"):
+            if denied := self._deny("cloudquotas.quotas.get", f"projects/{match['project']}", principal):
                 return denied
             return self._quotas(match["project"], match["service"], match["quota"], query)
+        if match := _PROJECT.match(path):
+            return self._project(method, match["project"], match["verb"], principal, body or {})
         if match := _SECRETS.match(path):
             if method == "POST":
-                return self._create_secret(match["project"], (query.get("secretId") or [""])[0], body or {})
+                return self._create_secret(match["project"], (query.get("secretId") or [""])[0], body or {}, principal)
             if method == "GET":
-                return self._list_secrets(match["project"], query)
+                return self._list_secrets(match["project"], query, principal)
         if match := _SECRET.match(path):
+            if match["iam"]:
+                return self._secret_iam(method, match["project"], match["secret"], match["iam"], principal, body or {})
             if method == "POST" and match["add"]:
-                return self._add_version(match["project"], match["secret"], body or {})
+                return self._add_version(match["project"], match["secret"], body or {}, principal)
             if method == "DELETE" and not match["version"] and not match["add"]:
-                return self._delete_secret(match["project"], match["secret"])
+                return self._delete_secret(match["project"], match["secret"], principal)
             if method == "GET" and not match["add"]:
-                return self._secret(match["project"], match["secret"], match["version"], headers)
+                return self._secret(match["project"], match["secret"], match["version"], principal)
         return _google_error(404, f"The requested URL {path} was not found on this server.")
 
-    def _deny(self, permission: str, resource: str) -> tuple[int, dict] | None:
-        if permission not in self.denied:
+    def _deny(self, permission: str, resource: str, principal: str = BOT) -> tuple[int, dict] | None:
+        """Google's 403 when `principal` may not do `permission` on `resource` (a project or a secret)."""
+        if self.iam.allows(principal, permission, resource):
             return None
         service = permission.split(".", 1)[0]
         message = f"Permission '{permission}' denied on resource '//{service}.googleapis.com/{resource}' (or it may " \
@@ -207,8 +241,12 @@ class GcpProjectSandbox:
             {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
              "domain": f"{service}.googleapis.com", "metadata": {"permission": permission, "resource": resource}}]}}
 
-    def _create_secret(self, project: str, secret_id: str, body: dict) -> tuple[int, dict]:
-        if denied := self._deny("secretmanager.secrets.create", f"projects/{project}"):
+    def _secret_resource(self, secret: str) -> str:
+        """The IAM resource of a secret, by project id (a request may name the project by number)."""
+        return f"projects/{self.project}/secrets/{secret}"
+
+    def _create_secret(self, project: str, secret_id: str, body: dict, principal: str) -> tuple[int, dict]:
+        if denied := self._deny("secretmanager.secrets.create", f"projects/{project}", principal):
             return denied
         if not re.fullmatch(r"[A-Za-z0-9_-]{1,255}", secret_id):
             return _google_error(400, f"Invalid secret id [{secret_id}]: it must match [a-zA-Z_0-9-]{{1,255}}.")
@@ -219,13 +257,14 @@ class GcpProjectSandbox:
             self.secrets[secret_id] = None
             self.secret_labels[secret_id] = dict(body.get("labels") or {})
             self.secret_created[secret_id] = _now_rfc3339()
+        self.iam.forget(self._secret_resource(secret_id))  # a new secret starts with no policy of its own
         return 200, self._secret_json(secret_id)
 
-    def _list_secrets(self, project: str, query: dict) -> tuple[int, dict]:
+    def _list_secrets(self, project: str, query: dict, principal: str) -> tuple[int, dict]:
         """ListSecrets: sorted by name, paged with pageSize (capped at 25,000; 0 lets the server
         choose) and an opaque pageToken. Of the filter language only `labels.KEY=VALUE` and
         `name:TEXT` terms joined by AND are emulated; any other filter is refused, naming it."""
-        if denied := self._deny("secretmanager.secrets.list", f"projects/{project}"):
+        if denied := self._deny("secretmanager.secrets.list", f"projects/{project}", principal):
             return denied
         terms = [t for t in re.split(r"\s+AND\s+", (query.get("filter") or [""])[0].strip()) if t]
         tests: list[Callable[..., bool]] = []  # each called with a secret id (its defaults bind the term)
@@ -250,8 +289,8 @@ class GcpProjectSandbox:
             body.pop("secrets")  # proto3 JSON leaves an empty repeated field out
         return 200, body
 
-    def _add_version(self, project: str, secret: str, body: dict) -> tuple[int, dict]:
-        if denied := self._deny("secretmanager.versions.add", f"projects/{project}/secrets/{secret}"):
+    def _add_version(self, project: str, secret: str, body: dict, principal: str) -> tuple[int, dict]:
+        if denied := self._deny("secretmanager.versions.add", self._secret_resource(secret), principal):
             return denied
         payload = body.get("payload") or {}
         data = base64.b64decode(payload.get("data") or "")
@@ -264,14 +303,15 @@ class GcpProjectSandbox:
         return 200, {"name": f"projects/{self.project_number}/secrets/{secret}/versions/1",
                      "createTime": "2026-01-01T00:00:00Z", "state": "ENABLED"}
 
-    def _delete_secret(self, project: str, secret: str) -> tuple[int, dict]:
-        if denied := self._deny("secretmanager.secrets.delete", f"projects/{project}/secrets/{secret}"):
+    def _delete_secret(self, project: str, secret: str, principal: str) -> tuple[int, dict]:
+        if denied := self._deny("secretmanager.secrets.delete", self._secret_resource(secret), principal):
             return denied
         with self._lock:
             if self.secrets.pop(secret, "missing") == "missing":
                 return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
             self.secret_labels.pop(secret, None)
             self.secret_created.pop(secret, None)
+        self.iam.forget(self._secret_resource(secret))
         return 200, {}
 
     def _secret_json(self, secret: str) -> dict:
@@ -281,38 +321,50 @@ class GcpProjectSandbox:
             body["labels"] = dict(self.secret_labels[secret])
         return body
 
-    def guest_attribute(self, method: str, path: str, headers: Mapping[str, str], raw: bytes) -> tuple[int, str] | None:
-        """The metadata server's guest-attributes route (None: not that route); answers plain text."""
-        match = _GUEST_ATTRIBUTE.match(urlsplit(path).path)
-        if match is None:
-            return None
+    def _secret_iam(self, method: str, project: str, secret: str, verb: str, principal: str,
+                    body: dict) -> tuple[int, dict]:
+        """`:getIamPolicy` (GET) and `:setIamPolicy` (POST {policy}) of one secret."""
+        resource = self._secret_resource(secret)
+        if (method, verb) not in (("GET", "getIamPolicy"), ("POST", "setIamPolicy")):
+            return _google_error(405, f"Method {method} is not supported on :{verb}.")
+        if denied := self._deny(f"secretmanager.secrets.{verb}", resource, principal):
+            return denied
         with self._lock:
-            self.requests.append((method, urlsplit(path).path, {k: v for k, v in headers.items()
-                                                                if k.lower() == "metadata-flavor"}))
-        if headers.get("metadata-flavor", "").lower() != "google":
-            return 403, "Missing required header: Metadata-Flavor: Google"
-        name = f"{match['namespace']}/{match['key']}"
-        with self._lock:
-            if method == "PUT":
-                value = raw.decode("utf-8")
-                self.guest_attributes[name] = value
-                self.guest_attribute_writes.append((name, value))
-                return 200, ""
-            if method == "GET":
-                return (200, self.guest_attributes[name]) if name in self.guest_attributes else (404, "Not Found")
-        return 405, "Method Not Allowed"
+            if secret not in self.secrets:
+                return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
+        if verb == "getIamPolicy":
+            return 200, self.iam.policy(resource).to_json()
+        try:
+            return 200, self.iam.set_policy(resource, body.get("policy") or {}).to_json()
+        except PolicyError as error:
+            return _google_error(error.code, error.message)
 
-    def _token(self, headers: Mapping[str, str]) -> tuple[int, dict]:
-        if headers.get("metadata-flavor", "").lower() != "google":
-            return 403, {"error": "Missing required header: Metadata-Flavor: Google"}
-        token = "ya29.sandbox-" + secrets.token_urlsafe(24)
-        with self._lock:
-            self.issued_tokens.add(token)
-        return 200, {"access_token": token, "expires_in": 3599, "token_type": "Bearer"}
+    def _project(self, method: str, project: str, verb: str | None, principal: str, body: dict) -> tuple[int, dict]:
+        """Resource Manager v1: projects.get, :getIamPolicy, :setIamPolicy."""
+        if project not in (self.project, str(self.project_number)):
+            return 403, {"error": {"code": 403, "message": "The caller does not have permission",
+                                   "status": "PERMISSION_DENIED"}}
+        if verb is None:
+            if method != "GET":
+                return _google_error(405, f"Method {method} is not supported on projects/{project}.")
+            if denied := self._deny("resourcemanager.projects.get", f"projects/{self.project}", principal):
+                return denied
+            return 200, {"projectNumber": str(self.project_number), "projectId": self.project,
+                         "lifecycleState": "ACTIVE", "name": self.project, "createTime": SEEDED_CREATE_TIME}
+        if method != "POST":
+            return _google_error(405, f"Method {method} is not supported on :{verb}.")
+        if denied := self._deny(f"resourcemanager.projects.{verb}", f"projects/{self.project}", principal):
+            return denied
+        if verb == "getIamPolicy":
+            return 200, self.iam.policy(self.iam.project_resource).to_json()
+        try:
+            return 200, self.iam.set_policy(self.iam.project_resource, body.get("policy") or {}).to_json()
+        except PolicyError as error:
+            return _google_error(error.code, error.message)
 
-    def _compute(self, project: str, rest: str, query: dict) -> tuple[int, dict]:
+    def _compute(self, project: str, rest: str, query: dict, principal: str) -> tuple[int, dict]:
         if rest == "global/firewalls":
-            if denied := self._deny("compute.firewalls.list", f"projects/{project}"):
+            if denied := self._deny("compute.firewalls.list", f"projects/{project}", principal):
                 denied[1]["error"]["errors"] = [{"message": denied[1]["error"]["message"], "domain": "global",
                                                  "reason": "forbidden"}]
                 return denied
@@ -330,20 +382,25 @@ class GcpProjectSandbox:
                          "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{name}"}
         if match := re.fullmatch(r"regions/([^/]+)/subnetworks/([^/]+)", rest):
             region, name = match[1], match[2]
-            if name not in self.subnetworks.get(region, set()):
+            # An auto-mode network has a subnetwork named after it in every region.
+            if name not in self.subnetworks.get(region, set()) and name not in self.networks:
                 return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/subnetworks/{name}' "
                                            "was not found", "notFound")
-            return 200, {"kind": "compute#subnetwork", "name": name, "region": region}
+            network = name if name in self.networks else "default"
+            return 200, {"kind": "compute#subnetwork", "name": name, "region": region,
+                         "network": f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{network}",
+                         "privateIpGoogleAccess": self.private_google_access}
         if match := re.fullmatch(r"regions/([^/]+)/routers(?:/([^/]+))?", rest):
-            return self._routers(project, match[1], match[2])
+            return self._routers(project, match[1], match[2], principal)
         if rest == "global/firewalls":
             return 200, {"kind": "compute#firewallList", "id": f"projects/{project}/global/firewalls",
                          "items": [self._firewall_json(project, rule) for rule in self.firewalls],
                          "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/firewalls"}
         return _compute_error(404, f"The resource 'projects/{project}/{rest}' was not found", "notFound")
 
-    def _routers(self, project: str, region: str, router: str | None) -> tuple[int, dict]:
-        if denied := self._deny("compute.routers.get" if router else "compute.routers.list", f"projects/{project}"):
+    def _routers(self, project: str, region: str, router: str | None, principal: str) -> tuple[int, dict]:
+        if denied := self._deny("compute.routers.get" if router else "compute.routers.list", f"projects/{project}",
+                                principal):
             denied[1]["error"]["errors"] = [{"message": denied[1]["error"]["message"], "domain": "global",
                                              "reason": "forbidden"}]
             return denied
@@ -371,12 +428,18 @@ class GcpProjectSandbox:
                 "region": f"{base}/regions/{region}", "network": f"{base}/global/networks/{network}",
                 "selfLink": f"{base}/regions/{region}/routers/{router['name']}"}
 
-    def _bucket(self, bucket: str) -> tuple[int, dict]:
-        if self._deny("storage.buckets.get", f"projects/_/buckets/{bucket}"):
-            message = ("anonymous-caller does not have storage.buckets.get access to the Google Cloud Storage "
-                       "bucket. Permission 'storage.buckets.get' denied on resource (or it may not exist).")
-            return 403, {"error": {"code": 403, "message": message,
-                                   "errors": [{"message": message, "domain": "global", "reason": "forbidden"}]}}
+    def _storage_denied(self, permission: str, bucket: str, principal: str, what: str) -> tuple[int, dict] | None:
+        """Storage's own 403: `EMAIL does not have PERMISSION access to the Google Cloud Storage THING.`"""
+        if self.iam.allows(principal, permission, f"projects/_/buckets/{bucket}"):
+            return None
+        message = (f"{self.iam.email(principal)} does not have {permission} access to the Google Cloud Storage "
+                   f"{what}. Permission '{permission}' denied on resource (or it may not exist).")
+        return 403, {"error": {"code": 403, "message": message,
+                               "errors": [{"message": message, "domain": "global", "reason": "forbidden"}]}}
+
+    def _bucket(self, bucket: str, principal: str) -> tuple[int, dict]:
+        if denied := self._storage_denied("storage.buckets.get", bucket, principal, "bucket"):
+            return denied
         location = self.buckets.get(bucket)
         if location is None:
             message = "The specified bucket does not exist."
@@ -388,6 +451,74 @@ class GcpProjectSandbox:
                      "location": location.upper(), "locationType": kind, "storageClass": "STANDARD", "etag": "CAE=",
                      "timeCreated": "2026-01-01T00:00:00.000Z", "updated": "2026-01-01T00:00:00.000Z",
                      "iamConfiguration": {"uniformBucketLevelAccess": {"enabled": True}}, "rpo": "DEFAULT"}
+
+    def _object_json(self, bucket: str, name: str, data: bytes) -> dict:
+        from urllib.parse import quote
+
+        encoded = quote(name, safe="")
+        link = f"https://www.googleapis.com/storage/v1/b/{bucket}/o/{encoded}"
+        return {"kind": "storage#object", "id": f"{bucket}/{name}/1", "selfLink": link,
+                "mediaLink": f"https://storage.googleapis.com/download/storage/v1/b/{bucket}/o/{encoded}?generation=1&alt=media",
+                "name": name, "bucket": bucket, "generation": "1", "metageneration": "1",
+                "contentType": "application/x-tar", "storageClass": "STANDARD", "size": str(len(data)),
+                "md5Hash": base64.b64encode(hashlib.md5(data).digest()).decode(),  # noqa: S324 - Storage's own field
+                "crc32c": base64.b64encode(crc32c(data).to_bytes(4, "big")).decode(), "etag": "CAE=",
+                "timeCreated": SEEDED_TIME_MS, "updated": SEEDED_TIME_MS, "timeStorageClassUpdated": SEEDED_TIME_MS}
+
+    def _object(self, bucket: str, name: str | None, query: dict, principal: str) -> tuple[int, Any]:
+        """objects.get (metadata, or the bytes with alt=media) and objects.list (with prefix)."""
+        from urllib.parse import unquote
+
+        if bucket not in self.buckets:
+            return _storage_error(404, "The specified bucket does not exist.", "notFound")
+        if name is None:
+            if denied := self._storage_denied("storage.objects.list", bucket, principal, "bucket"):
+                return denied
+            prefix = (query.get("prefix") or [""])[0]
+            with self._lock:
+                items = [self._object_json(bucket, n, d) for n, d in sorted(self.objects[bucket].items())
+                         if n.startswith(prefix)]
+            return 200, {"kind": "storage#objects", **({"items": items} if items else {})}
+        name = unquote(name)
+        if denied := self._storage_denied("storage.objects.get", bucket, principal, "object"):
+            return denied
+        with self._lock:
+            data = self.objects[bucket].get(name)
+        if data is None:
+            return _storage_error(404, f"No such object: {bucket}/{name}", "notFound")
+        return (200, data) if (query.get("alt") or ["json"])[0] == "media" else (200, self._object_json(bucket, name, data))
+
+    def _upload(self, bucket: str, query: dict, principal: str, data: bytes) -> tuple[int, dict]:
+        """objects.insert, simple media upload: `?uploadType=media&name=NAME`, the bytes as the body."""
+        if bucket not in self.buckets:
+            return _storage_error(404, "The specified bucket does not exist.", "notFound")
+        if (query.get("uploadType") or [""])[0] != "media":
+            return _storage_error(400, "Upload requests must include an uploadType URL parameter and a URL path "
+                                       "beginning with /upload/", "invalid")
+        name = (query.get("name") or [""])[0]
+        if not name:
+            return _storage_error(400, "Required", "required")
+        if denied := self._storage_denied("storage.objects.create", bucket, principal, "object"):
+            return denied
+        with self._lock:
+            self.objects[bucket][name] = data
+        return 200, self._object_json(bucket, name, data)
+
+    def _bucket_iam(self, method: str, bucket: str, principal: str, body: dict) -> tuple[int, dict]:
+        """buckets.getIamPolicy (GET b/B/iam) and buckets.setIamPolicy (PUT b/B/iam, the policy as the body)."""
+        if bucket not in self.buckets:
+            return _storage_error(404, "The specified bucket does not exist.", "notFound")
+        permission = {"GET": "storage.buckets.getIamPolicy", "PUT": "storage.buckets.setIamPolicy"}.get(method)
+        if permission is None:
+            return _google_error(405, f"Method {method} is not supported on b/{bucket}/iam.")
+        if denied := self._storage_denied(permission, bucket, principal, "bucket"):
+            return denied
+        resource = f"projects/_/buckets/{bucket}"
+        try:
+            policy = self.iam.policy(resource) if method == "GET" else self.iam.set_policy(resource, body)
+        except PolicyError as error:
+            return _storage_error(error.code, error.message, "invalid" if error.code == 400 else "conflict")
+        return 200, {"kind": "storage#policy", "resourceId": resource, **policy.to_json()}
 
     def _firewall_json(self, project: str, rule: Mapping[str, Any]) -> dict:
         base = f"https://www.googleapis.com/compute/v1/projects/{project}/global"
@@ -420,18 +551,15 @@ class GcpProjectSandbox:
                                       f"quotaInfos/{quota_id}' not found.")
         return 200, self._quota_info(project, service, quota_id)
 
-    def _secret(self, project: str, secret: str, version: str | None, headers: Mapping[str, str]) -> tuple[int, dict]:
+    def _secret(self, project: str, secret: str, version: str | None, principal: str) -> tuple[int, dict]:
         permission = "secretmanager.versions.access" if version else "secretmanager.secrets.get"
-        if denied := self._deny(permission, f"projects/{project}/secrets/{secret}"):
-            return denied
-        auth = headers.get("authorization", "")
-        if auth:
-            token = auth.removeprefix("Bearer ").strip()
-            with self._lock:
-                known = token in self.issued_tokens
-            if not known:
-                return _google_error(401, "Request had invalid authentication credentials. Expected OAuth 2 access "
-                                          "token, login cookie or other valid authentication credential.")
+        resource = f"projects/{project}/secrets/{secret}" + (f"/versions/{version}" if version else "")
+        if not self.iam.allows(principal, permission, self._secret_resource(secret)):
+            # Secret Manager's wording for a refused access (the ErrorInfo names the permission).
+            _, body = self._deny(permission, resource, principal) or (403, {})
+            body["error"]["message"] = (f"Permission '{permission}' denied for resource '{resource}' (or it may not "
+                                        "exist).")
+            return 403, body
         if project not in (self.project, str(self.project_number)) or secret not in self.secrets:
             return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found or has "
                                       "no versions.")
@@ -455,23 +583,20 @@ def _handler_for(sandbox: GcpProjectSandbox) -> type[BaseHTTPRequestHandler]:
             length = int(self.headers.get("Content-Length") or 0)
             raw = self.rfile.read(length) if length else b""
             headers = {key.lower(): value for key, value in self.headers.items()}
-            if (text := sandbox.guest_attribute(self.command, self.path, headers, raw)) is not None:
-                data = text[1].encode()
-                self.send_response(text[0])
-                self.send_header("Content-Type", "text/plain; charset=utf-8")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
-                return
-            try:
-                body = json.loads(raw) if raw.strip() else None
-            except json.JSONDecodeError as exc:
-                status, payload = _google_error(400, f"Invalid JSON payload received. {exc}")
+            body: Any
+            if _UPLOAD.match(urlsplit(self.path).path):
+                status, payload = sandbox.handle(self.command, self.path, headers, raw)
             else:
-                status, payload = sandbox.handle(self.command, self.path, headers, body)
-            data = json.dumps(payload).encode()
+                try:
+                    body = json.loads(raw) if raw.strip() else None
+                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                    status, payload = _google_error(400, f"Invalid JSON payload received. {exc}")
+                else:
+                    status, payload = sandbox.handle(self.command, self.path, headers, body)
+            media = isinstance(payload, bytes)
+            data = payload if media else json.dumps(payload).encode()
             self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
+            self.send_header("Content-Type", "application/octet-stream" if media else "application/json; charset=UTF-8")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()
             self.wfile.write(data)
@@ -496,9 +621,16 @@ _LOCATION_TYPES = {"US": "multi-region", "EU": "multi-region", "ASIA": "multi-re
 def _api_of(path: str) -> str:
     if path.startswith("/compute/"):
         return "compute"
-    if path.startswith("/storage/"):
+    if path.startswith(("/storage/", "/upload/storage/")):
         return "storage"
+    if _PROJECT.match(path):
+        return "resourcemanager"
     return "quotas" if "/quotaInfos" in path else "secretmanager"
+
+
+def _storage_error(code: int, message: str, reason: str) -> tuple[int, dict]:
+    return code, {"error": {"code": code, "message": message,
+                            "errors": [{"message": message, "domain": "global", "reason": reason}]}}
 
 
 def _quotas_api() -> DiscoveryApi | None:

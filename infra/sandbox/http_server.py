@@ -16,9 +16,36 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 SHUTDOWN_POLL_SECONDS = 0.05
 
 
+def read_body(handler: BaseHTTPRequestHandler) -> bytes:
+    """The request's body, by its Content-Length."""
+    length = int(handler.headers.get("Content-Length") or 0)
+    return handler.rfile.read(length) if length else b""
+
+
+def reply(handler: BaseHTTPRequestHandler, status: int, data: bytes, content_type: str,
+          headers: dict[str, str] | None = None) -> None:
+    """One whole answer: status, content type, any extra headers, the length, the body."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", content_type)
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)
+
+
 class SandboxHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
     daemon_threads = True
+
+    def handle_error(self, request, client_address) -> None:
+        """A client that hung up before its answer (a process the sandbox killed, a timed-out probe) is
+        not the emulator's error: no traceback on stderr for it. Anything else is printed as before."""
+        import sys
+
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 class ServerThread:

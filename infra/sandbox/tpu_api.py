@@ -340,8 +340,17 @@ class TpuSandbox:
                     return dict((_node_spec(qr.body).get("node") or {}).get("metadata") or {})
         return {}
 
+    def node_service_account(self, zone: str, node_id: str) -> str:
+        """The email the create request named in `serviceAccount`; "" when it left it empty (the project's
+        default Compute Engine account, which the caller knows)."""
+        with self._lock:
+            for qr in self._qrs.values():
+                if qr.zone == zone and qr.node_id == node_id:
+                    return str(((_node_spec(qr.body).get("node") or {}).get("serviceAccount") or {}).get("email") or "")
+        return ""
+
     def set_guest_attributes(self, zone: str, node_id: str, namespace: str, values: Mapping[str, str]) -> None:
-        """What a node's VM PUTs to `instance/guest-attributes/NAMESPACE/KEY` (the sandbox runs no VM)."""
+        """What a node's VM PUT to `instance/guest-attributes/NAMESPACE/KEY` (its metadata server calls this)."""
         with self._lock:
             stored = self._guest_attributes.setdefault((zone, node_id), {})
             stored.update({(namespace, key): str(value) for key, value in values.items()})

@@ -1,8 +1,15 @@
-"""The emulated cloud as one description: zones, accelerators, network, quota, secrets, routers, buckets.
+"""The emulated cloud as one description: zones, accelerators, network, quota, secrets, routers, buckets, IAM.
 
 `SandboxWorld` says what the sandbox project looks like; `CloudSandbox` starts the emulators that
-serve it (the TPU API and the project-level APIs) and hands back their endpoints. `tpubot shell`,
-`tpubot doctor`, the tests and `benchmarks/zone_search.py` all build their cloud from here.
+serve it (the TPU API, the project-level APIs and the container registry the TPU VMs pull from) and
+hands back their endpoints. `tpubot shell`, `tpubot doctor`, the tests and
+`benchmarks/zone_search.py` all build their cloud from here.
+
+The default world's IAM is a project set up as the README says: the bot's account with its roles
+(infra/sandbox/iam.py, BOT_ROLES), and the TPU VM's account — the project's default Compute Engine
+service account — with `roles/editor` (what that account gets in a project created without the
+org policy that stops it) and the README's grants: `secretAccessor` on the HF token secret,
+`logging.logWriter`, and `storage.objectUser` on every bucket. `iam_grants` replaces those grants.
 
 `seed_world()` is the world the seed project met: TPU quota in 44 zones, v5e offered in eleven of
 them, and flex-start v5litepod-1 accepted only in us-west4-a.
@@ -10,14 +17,14 @@ them, and flex-start v5litepod-1 accepted only in us-west4-a.
 
 from __future__ import annotations
 
-import re
 import secrets
-import shlex
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from infra.sandbox.gcp_project_api import PREEMPTIBLE_QUOTA_IDS, GcpProjectSandbox
+from infra.sandbox.iam import Iam, default_compute_account
+from infra.sandbox.registry import RegistryStandIn
 from infra.sandbox.tpu_api import DEFAULT_ZONES, TpuSandbox, ZoneBehaviour
 
 DEFAULT_QUOTA_CHIPS = 64  # the default preemptible v5e/v6e quota the flex-start docs mention
@@ -44,6 +51,33 @@ class SandboxWorld:
     # Compute Router resources (JSON; `region` and `network` as names), e.g. one with a Cloud NAT in `nats`.
     routers: tuple[dict[str, Any], ...] = ()
     buckets: Mapping[str, str] = field(default_factory=dict)  # Cloud Storage bucket name -> location ("US-WEST4")
+    project_number: int = 123456789012
+    # (resource, role, member) bindings beside the bot's; None: the README's grants to the TPU VM's
+    # default account (see the module docstring). Resources: "project", "secret:NAME", "bucket:NAME".
+    iam_grants: tuple[tuple[str, str, str], ...] | None = None
+    # The org policy compute.disableGuestAttributesAccess: every VM's guest-attribute writes are refused.
+    guest_attributes_disabled: bool = False
+    private_google_access: bool = True  # on every subnetwork, as the README asks for internal nodes
+
+    @property
+    def node_account(self) -> str:
+        """The project's default Compute Engine service account (what a TPU VM runs as by default)."""
+        return default_compute_account(self.project_number)
+
+    def readme_grants(self) -> tuple[tuple[str, str, str], ...]:
+        node = f"serviceAccount:{self.node_account}"
+        return (("project", "roles/editor", node), ("project", "roles/logging.logWriter", node),
+                *(("secret:" + name, "roles/secretmanager.secretAccessor", node) for name in self.secrets),
+                *(("bucket:" + name, "roles/storage.objectUser", node) for name in self.buckets))
+
+    def iam(self, project: str) -> Iam:
+        iam = Iam(project, self.project_number, denied=self.denied)
+        for resource, role, who in self.readme_grants() if self.iam_grants is None else self.iam_grants:
+            kind, _, name = resource.partition(":")
+            target = {"project": f"projects/{project}", "secret": f"projects/{project}/secrets/{name}",
+                      "bucket": f"projects/_/buckets/{name}"}[kind]
+            iam.grant(target, role, who)
+        return iam
 
     def quotas(self) -> dict[str, dict[str, int]]:
         chips = dict(self.quota_chips) if self.quota_chips is not None else {z: DEFAULT_QUOTA_CHIPS for z in self.zones}
@@ -62,8 +96,7 @@ class CloudSandbox:
     tpu: TpuSandbox | None = None
     project_api: GcpProjectSandbox | None = None
     tpu_port: int = 0  # 0: any free port
-    # The compile caches saved to XLA_CACHE_BUCKETs (`gs://bucket/key`): what a later boot can restore.
-    compile_caches: set[str] = field(default_factory=set)
+    registry: RegistryStandIn | None = None  # Docker Hub and Artifact Registry, as the TPU VMs pull from them
 
     def start(self) -> "CloudSandbox":
         w = self.world
@@ -76,52 +109,48 @@ class CloudSandbox:
         self.tpu.start()
         self.project_api = GcpProjectSandbox(
             self.project, networks=w.networks, subnetworks=w.subnetworks, quotas=w.quotas(), secrets_=w.secrets,
-            firewalls=w.firewalls, denied=w.denied, routers=w.routers, buckets=w.buckets,
+            firewalls=w.firewalls, routers=w.routers, buckets=w.buckets, project_number=w.project_number,
+            iam=w.iam(self.project), private_google_access=w.private_google_access,
         )
         self.project_api.start()
+        self.registry = RegistryStandIn().start()
         return self
 
     def stop(self) -> None:
-        for server in (self.tpu, self.project_api):
+        for server in (self.tpu, self.project_api, self.registry):
             if server is not None:
                 server.stop()
 
-    def boot_secret(self, zone: str, node_id: str, variable: str = "API_KEY_SECRET") -> str | None:
-        """What the node's VM reads at boot: the secret its startup script names in `readonly VARIABLE=…`.
+    @property
+    def registry_url(self) -> str:
+        assert self.registry is not None, "started"
+        return self.registry.url
 
-        The sandbox runs no VM; this does the script's fetch (metadata → Secret Manager) in-process.
-        """
-        assert self.tpu is not None and self.project_api is not None
-        script = self.tpu.node_metadata(zone, node_id).get("startup-script", "")
-        match = re.search(rf"^readonly {re.escape(variable)}=(.+)$", script, re.MULTILINE)
-        if match is None:
-            return None
-        name = shlex.split(match.group(1))[0]  # projects/P/secrets/S/versions/latest
-        secret = name.split("/secrets/", 1)[-1].split("/", 1)[0]
-        return self.project_api.secrets.get(secret)
-
-    def boot_cache(self, zone: str, node_id: str) -> str | None:
-        """Where the node's VM keeps its compile cache (`gs://CACHE_BUCKET/CACHE_KEY`, as its startup
-        script names them); None when the script names no bucket."""
+    def node_service_account(self, zone: str, node_id: str) -> str:
+        """The account a node's VM runs as: the one its create named, else the project's default."""
         assert self.tpu is not None
-        script = self.tpu.node_metadata(zone, node_id).get("startup-script", "")
+        return self.tpu.node_service_account(zone, node_id) or self.world.node_account
 
-        def value(name: str) -> str:
-            match = re.search(rf"^readonly {name}=(.*)$", script, re.MULTILINE)
-            return " ".join(shlex.split(match.group(1))) if match else ""
+    def publish(self, zone: str, node_id: str, namespace: str, key: str, value: str) -> None:
+        """A node's VM wrote a guest attribute (its metadata server calls this): the TPU API serves it."""
+        if self.tpu is not None:
+            self.tpu.set_guest_attributes(zone, node_id, namespace, {key: value})
 
-        # The VM's own names (infra/templates/startup-script.sh): the key tpubot computed at render time.
-        bucket, key = value("CACHE_BUCKET"), value("CACHE_KEY")
-        if not bucket or not key:
-            return None
-        return f"gs://{bucket.removeprefix('gs://').strip('/')}/{key}"
+    @property
+    def compile_caches(self) -> set[str]:
+        """The compile caches the VMs saved (`gs://BUCKET/KEY`, one object `KEY/vllm-cache.tar` each)."""
+        if self.project_api is None:
+            return set()
+        return {f"gs://{bucket}/{name.rsplit('/', 1)[0]}" for bucket, objects in self.project_api.objects.items()
+                for name in objects if name.endswith("/vllm-cache.tar")}
 
     def endpoint_overrides(self) -> dict[str, Any]:
         """The settings that point the bot's real clients at these emulators."""
         assert self.tpu is not None and self.project_api is not None
         base = self.project_api.base_url
         return {"tpu_api_endpoint": self.tpu.base_url, "compute_api_endpoint": base,
-                "quotas_api_endpoint": base, "secretmanager_api_endpoint": base, "storage_api_endpoint": base}
+                "quotas_api_endpoint": base, "secretmanager_api_endpoint": base, "storage_api_endpoint": base,
+                "resourcemanager_api_endpoint": base}
 
     def __enter__(self) -> "CloudSandbox":
         return self.start()

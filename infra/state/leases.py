@@ -88,6 +88,8 @@ class Lease:
     boot_phase: str = ""
     boot_phase_since: float = 0.0
     boot_cache: str = ""
+    boot_cache_note: str = ""  # why the cache is warm, cold or off (and whether it was saved)
+    boot_retry: str = ""  # while a step before vLLM retries: why (HTTP status or Docker's line, try, wait)
 
     def __post_init__(self) -> None:
         # A lease built from a state's name (a test, an old caller) still holds the enum; an unknown name raises.
@@ -160,6 +162,8 @@ class LeaseChanges(TypedDict, total=False):
     boot_phase: str
     boot_phase_since: float
     boot_cache: str
+    boot_cache_note: str
+    boot_retry: str
 
 
 CHANGE_TYPES: dict[str, type] = get_type_hints(LeaseChanges)

@@ -1,85 +1,79 @@
 #!/bin/bash
 # tpubot startup script: serves @@MODEL_LABEL with vLLM on this Cloud TPU VM.
 #
-# Rendered by tpubot (infra/startup_script.py); `tpubot render-startup-script` prints exactly this.
-# It runs as root at every boot. It holds no secret: the Hugging Face token and the model
-# endpoint's API key are read at boot from Secret Manager with this VM's own service-account
-# token from the metadata server.
+# Rendered by tpubot (infra/startup_script.py) for one lease: only the name of the lease's API-key
+# secret differs between leases. It runs as root at every boot. It holds no secret: the Hugging Face
+# token and the model endpoint's API key are read at boot from Secret Manager with this VM's own
+# service-account token from the metadata server, and handed to the container through its
+# environment (vLLM reads VLLM_API_KEY itself), so neither is in any process's argv.
 #
-# While it boots, the VM publishes what it is doing as guest attributes (metadata server, namespace
-# @@BOOT_NAMESPACE; names from infra/boot_phases.py), which the bot reads through the TPU API:
-# @@BOOT_PHASE_LIST.
-# Only these small non-secret strings go there.
+# Every step says what it is doing as guest attributes (metadata server, namespace @@BOOT_NAMESPACE;
+# names from infra/boot_phases.py), which the bot reads through the TPU API: @@BOOT_PHASE_LIST.
+# A step that keeps retrying publishes why (`last-error`) at each try; a step that gives up
+# publishes `failed` with its error line and exits: the bot fails the lease at once on it. Only
+# these small non-secret strings go there.
 set -euo pipefail
+
+# Where Google is: the one place this script takes its endpoints from. The metadata server is at
+# GCE_METADATA_HOST when that is set (the variable Google's client libraries honour; nothing sets it
+# on a TPU VM), else metadata.google.internal; the APIs are tpubot's settings (Google's by default).
+readonly METADATA_URL="http://${GCE_METADATA_HOST:-metadata.google.internal}/computeMetadata/v1"
+readonly SECRET_MANAGER_URL=@@SECRET_MANAGER_URL
+readonly STORAGE_URL=@@STORAGE_URL
 
 readonly VLLM_IMAGE=@@VLLM_IMAGE
 readonly MODEL_NAME=@@MODEL_NAME
 readonly MODEL_PORT=@@MODEL_PORT
 readonly HF_TOKEN_SECRET=@@HF_TOKEN_SECRET
-readonly METADATA_URL=@@METADATA_URL
-readonly SECRET_ACCESS_URL=@@SECRET_ACCESS_URL
 readonly API_KEY_SECRET=@@API_KEY_SECRET
-readonly API_KEY_ACCESS_URL=@@API_KEY_ACCESS_URL
-readonly HF_TOKEN_WAIT_SECONDS=@@HF_TOKEN_WAIT_SECONDS
-readonly HF_TOKEN_RETRY_SECONDS=@@HF_TOKEN_RETRY_SECONDS
 readonly CONTAINER=tpubot-vllm
 readonly STATE_DIR=${TPUBOT_STATE_DIR:-/var/lib/tpubot}
 VLLM_ARGS=(@@VLLM_ARGS)
 
-readonly GUEST_ATTRIBUTES_URL=@@GUEST_ATTRIBUTES_URL
+# How long each step before vLLM may wait, in tries and seconds between them. Together they stay
+# well inside the bot's MODEL_BOOT_TIMEOUT (infra/startup_script.py adds them up), so a VM that
+# cannot start vLLM says why long before the bot would give up on it.
+readonly SECRET_RETRY_SECONDS=@@SECRET_RETRY_SECONDS
+readonly SECRET_DENIED_TRIES=@@SECRET_DENIED_TRIES  # 403/404: someone must grant or create it
+readonly SECRET_TRIES=@@SECRET_TRIES  # anything else: the service or the network may come back
+readonly PULL_TRIES=@@PULL_TRIES
+readonly PULL_RETRY_SECONDS=@@PULL_RETRY_SECONDS
+readonly PULL_RATE_LIMIT_SECONDS=@@PULL_RATE_LIMIT_SECONDS  # doubled at each rate-limited try
+
+readonly GUEST_ATTRIBUTES_URL="${METADATA_URL}/instance/guest-attributes/@@BOOT_NAMESPACE"
 readonly KEY_PHASE=@@KEY_PHASE KEY_PHASE_SINCE=@@KEY_PHASE_SINCE KEY_LAST_ERROR=@@KEY_LAST_ERROR
-readonly KEY_RESTARTS=@@KEY_RESTARTS KEY_CACHE=@@KEY_CACHE
-readonly PHASE_SECRETS_FETCHED=@@PHASE_SECRETS_FETCHED PHASE_PULLING_IMAGE=@@PHASE_PULLING_IMAGE
-readonly PHASE_LOADING_WEIGHTS=@@PHASE_LOADING_WEIGHTS PHASE_COMPILING=@@PHASE_COMPILING
-readonly PHASE_SERVING=@@PHASE_SERVING PHASE_CRASHED=@@PHASE_CRASHED
-readonly CACHE_WARM=@@CACHE_WARM CACHE_COLD=@@CACHE_COLD
+readonly KEY_RESTARTS=@@KEY_RESTARTS KEY_CACHE=@@KEY_CACHE KEY_CACHE_NOTE=@@KEY_CACHE_NOTE
+readonly PHASE_READING_SECRETS=@@PHASE_READING_SECRETS PHASE_PULLING_IMAGE=@@PHASE_PULLING_IMAGE
+readonly PHASE_RESTORING_CACHE=@@PHASE_RESTORING_CACHE PHASE_LOADING_WEIGHTS=@@PHASE_LOADING_WEIGHTS
+readonly PHASE_COMPILING=@@PHASE_COMPILING PHASE_SERVING=@@PHASE_SERVING PHASE_CRASHED=@@PHASE_CRASHED
+readonly PHASE_FAILED=@@PHASE_FAILED
+readonly CACHE_WARM=@@CACHE_WARM CACHE_COLD=@@CACHE_COLD CACHE_OFF=@@CACHE_OFF
 readonly LAST_ERROR_MAX_CHARS=@@LAST_ERROR_MAX_CHARS
 readonly WATCH_INTERVAL_SECONDS=${TPUBOT_WATCH_INTERVAL_SECONDS:-5}
 # vLLM's compile cache (/root/.cache/vllm, XLA programs included) lives on this host, one directory
 # per cache key: a container restart reuses it instead of compiling for another 15 minutes. The key
 # is a hash of everything that makes a cache invalid (image, model and revision, serve flags,
-# accelerator type), computed by tpubot when it rendered this script.
+# accelerator type), computed by tpubot when it rendered this script. With a bucket it is kept there
+# too, as one object per key, through the Storage JSON API (no Cloud SDK needed on the VM).
 readonly CACHE_KEY=@@CACHE_KEY
 readonly CACHE_BUCKET=@@CACHE_BUCKET
 readonly CACHE_DIR=${STATE_DIR}/vllm-cache/${CACHE_KEY}
+readonly CACHE_OBJECT=${CACHE_KEY}/vllm-cache.tar
 
 log() { echo "tpubot-startup: $*" >&2; }
 
-# fetch_secret VAR ACCESS_URL NAME: reads the secret into the environment variable VAR; returns 1
-# if it stayed unreadable. Tracing is switched off inside (and restored after): a secret must never
-# reach the serial console or the startup-script log, even when someone debugs this with `bash -x`.
-fetch_secret() {
-  local var=$1 url=$2 name=$3
-  local tracing=0
-  case $- in *x*) tracing=1 ;; esac
-  set +x
-  local deadline=$((SECONDS + HF_TOKEN_WAIT_SECONDS))
-  local access_token="" secret=""
-  while ((SECONDS < deadline)); do
-    if access_token=$(curl -sSf --max-time 10 -H 'Metadata-Flavor: Google' \
-          "${METADATA_URL}/instance/service-accounts/default/token" \
-          | python3 -c 'import json, sys; print(json.load(sys.stdin)["access_token"])') \
-       && secret=$(printf 'Authorization: Bearer %s\n' "${access_token}" \
-          | curl -sSf --max-time 10 -H @- "${url}" \
-          | python3 -c 'import base64, json, sys; print(base64.b64decode(json.load(sys.stdin)["payload"]["data"]).decode().strip())') \
-       && [[ -n "${secret}" ]]; then
-      printf -v "${var}" '%s' "${secret}"
-      export "${var?}"
-      secret="" access_token=""
-      if ((tracing)); then set -x; fi
-      return 0
-    fi
-    log "the secret ${name} is not readable yet; retrying in ${HF_TOKEN_RETRY_SECONDS}s"
-    sleep "${HF_TOKEN_RETRY_SECONDS}"
-  done
-  if ((tracing)); then set -x; fi
-  return 1
-}
+one_line() { tr -s '[:space:]' ' ' | sed -E 's/^ //; s/ $//' | cut -c "1-${LAST_ERROR_MAX_CHARS}"; }
 
-# publish KEY VALUE: one guest attribute. Best effort: a boot never fails because the bot cannot watch.
+# publish KEY VALUE: one guest attribute. A refused write (guest attributes turned off by the org
+# policy compute.disableGuestAttributesAccess, or by the instance metadata) is logged, never fatal:
+# the bot then says it hears nothing from this VM.
 publish() {
-  curl -sS --max-time 5 -X PUT -H 'Metadata-Flavor: Google' --data-binary "$2" \
-    "${GUEST_ATTRIBUTES_URL}/$1" >/dev/null || log "could not publish guest attribute $1"
+  local status
+  status=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' -X PUT -H 'Metadata-Flavor: Google' \
+    --data-binary "$2" "${GUEST_ATTRIBUTES_URL}/$1" 2>/dev/null) || status=000
+  if [[ ${status} != 200 ]]; then
+    log "could not publish guest attribute $1 (HTTP ${status}): is the org policy compute.disableGuestAttributesAccess on?"
+  fi
 }
 
 # set_phase PHASE: the boot step now in progress, and when it started (RFC 3339, UTC).
@@ -89,9 +83,138 @@ set_phase() {
   log "phase: $1"
 }
 
+# retrying MESSAGE: why the current step is trying again (the card shows it while the step goes on).
+retrying() {
+  publish "${KEY_LAST_ERROR}" "$(one_line <<<"$1")"
+  log "$1"
+}
+
+# fail MESSAGE: this boot cannot go on. Says so (phase `failed` and the error line) and exits.
+fail() {
+  local line
+  line=$(one_line <<<"$1")
+  publish "${KEY_LAST_ERROR}" "${line}"
+  set_phase "${PHASE_FAILED}"
+  log "gave up: ${line}"
+  exit 1
+}
+
+# The account this VM runs as (its metadata), for error lines: a grant names it.
+service_account() {
+  curl -sSf --max-time 10 -H 'Metadata-Flavor: Google' "${METADATA_URL}/instance/service-accounts/default/email" \
+    2>/dev/null || echo "this VM's service account"
+}
+
+# json_string JSON NAME: the value of the first `"NAME": "…"` in JSON (Google's answers are flat
+# enough for this; a bash match, no process), JSON escapes other than \" and \\ left as they are.
+json_string() {
+  local pattern="\"$2\"[[:space:]]*:[[:space:]]*\"(([^\"\\\\]|\\\\.)*)\""
+  if [[ $1 =~ $pattern ]]; then
+    local value=${BASH_REMATCH[1]}
+    value=${value//\\\"/\"}
+    printf '%s' "${value//\\\\/\\}"
+  fi
+}
+
+# google_call METHOD URL [curl args…]: one call with this VM's own token (from the metadata server).
+# Prints the response body then, on a line of its own, the HTTP status (000: no answer). The token
+# goes in through stdin, never argv.
+google_call() {
+  local method=$1 url=$2 token=""
+  shift 2
+  token=$(json_string "$(curl -sSf --max-time 10 -H 'Metadata-Flavor: Google' \
+        "${METADATA_URL}/instance/service-accounts/default/token" 2>/dev/null || true)" access_token)
+  if [[ -z ${token} ]]; then
+    printf '{"error": {"message": "the metadata server gave no access token"}}\n000'
+    return
+  fi
+  printf 'Authorization: Bearer %s\n' "${token}" \
+    | curl -sS --max-time 60 -X "${method}" -H @- -w '\n%{http_code}' "$@" "${url}" 2>/dev/null \
+    || printf '\n000'
+}
+
+# google_error STATUS BODY: "HTTP 403 PERMISSION_DENIED: <Google's message>", one line.
+google_error() {
+  local status message detail
+  status=$(json_string "$2" status)
+  message=$(json_string "$2" message)
+  detail=${status}${status:+${message:+: }}${message}
+  if [[ $1 == 000 ]]; then
+    echo "no answer${detail:+: ${detail}}"
+  else
+    echo "HTTP $1${detail:+ ${detail}}"
+  fi
+}
+
+# fetch_secret VAR NAME: reads the secret's latest version into the environment variable VAR, or
+# fails the boot. A 403 or 404 waits SECRET_DENIED_TRIES tries (a grant takes a minute or two to
+# reach Secret Manager), anything else SECRET_TRIES. Tracing is off inside (and restored after): a
+# secret must never reach the serial console or the startup-script log, even under `bash -x`.
+fetch_secret() {
+  local var=$1 name=$2 tracing=0
+  case $- in *x*) tracing=1 ;; esac
+  set +x
+  local try tries response status body secret why
+  for ((try = 1; ; try++)); do
+    response=$(google_call GET "${SECRET_MANAGER_URL}/v1/${name}:access")
+    status=${response##*$'\n'} body=${response%$'\n'*} response=""
+    if [[ ${status} == 200 ]] && secret=$(json_string "${body}" data | base64 -d 2>/dev/null) \
+       && [[ -n ${secret} ]]; then
+      printf -v "${var}" '%s' "${secret}"
+      export "${var?}"
+      secret="" body=""
+      if ((tracing)); then set -x; fi
+      return 0
+    fi
+    if [[ ${status} == 200 ]]; then
+      why="reading secret ${name} as $(service_account): its latest version is empty"
+    else
+      why="reading secret ${name} as $(service_account): $(google_error "${status}" "${body}")"
+    fi
+    body=""
+    tries=${SECRET_TRIES}
+    if [[ ${status} == 403 || ${status} == 404 ]]; then tries=${SECRET_DENIED_TRIES}; fi
+    if ((try >= tries)); then
+      if ((tracing)); then set -x; fi
+      fail "${why} (gave up after ${try} tries)"
+    fi
+    retrying "${why} (try ${try} of ${tries}; again in ${SECRET_RETRY_SECONDS}s)"
+    sleep "${SECRET_RETRY_SECONDS}"
+  done
+}
+
+# pull_image: `docker pull`, retried. Docker Hub's rate limit (toomanyrequests: 10 anonymous pulls
+# an hour per address, and every node behind one Cloud NAT shares its address) backs off for
+# minutes; an image that does not exist, a refused registry or a full disk fail at once.
+pull_image() {
+  local try output line wait=${PULL_RATE_LIMIT_SECONDS}
+  for ((try = 1; ; try++)); do
+    if output=$(docker pull "${VLLM_IMAGE}" 2>&1); then
+      return 0
+    fi
+    line=$(grep -E '(Error|error|denied|unauthorized|toomanyrequests|no space left)' <<<"${output}" | tail -n 1 || true)
+    line=${line:-$(tail -n 1 <<<"${output}")}
+    case ${line} in
+      *"manifest unknown"* | *"not found"* | *"no space left on device"* | *unauthorized* | *denied*)
+        fail "docker pull ${VLLM_IMAGE}: ${line}" ;;
+    esac
+    if ((try >= PULL_TRIES)); then
+      fail "docker pull ${VLLM_IMAGE}: ${line} (gave up after ${try} tries)"
+    fi
+    if [[ ${line} == *toomanyrequests* ]]; then
+      retrying "docker pull ${VLLM_IMAGE}: ${line} (try ${try} of ${PULL_TRIES}; again in ${wait}s)"
+      sleep "${wait}"
+      wait=$((wait * 2))
+    else
+      retrying "docker pull ${VLLM_IMAGE}: ${line} (try ${try} of ${PULL_TRIES}; again in $((try * PULL_RETRY_SECONDS))s)"
+      sleep $((try * PULL_RETRY_SECONDS))
+    fi
+  done
+}
+
 # The last error-looking line of the container's log, one line, without anything key-shaped:
-# vLLM logs its non-default args (the API key among them) at start, so a fallback to "the last
-# line" could otherwise carry a secret into an attribute anyone who can read the node can read.
+# vLLM logs its non-default args at start, so a fallback to "the last line" could otherwise carry
+# a secret into an attribute anyone who can read the node can read.
 last_error_line() {
   local lines line
   lines=$(docker logs --tail 200 "${CONTAINER}" 2>&1 || true)
@@ -100,37 +223,61 @@ last_error_line() {
   if [[ -z "${line}" ]]; then
     line=$(grep -v '^[[:space:]]*$' <<<"${lines}" | tail -n 1 || true)
   fi
-  sed -E -e 's/(api[_-]?key[^A-Za-z0-9]+)[^ ,}]+/\1***/Ig' -e 's/hf_[A-Za-z0-9]{8,}/hf_***/g' <<<"${line}" \
-    | tr -s '[:space:]' ' ' | sed -E 's/^ //; s/ $//' | cut -c "1-${LAST_ERROR_MAX_CHARS}"
+  sed -E -e 's/(api[_-]?key[^A-Za-z0-9]+)[^ ,}]+/\1***/Ig' -e 's/hf_[A-Za-z0-9]{8,}/hf_***/g' <<<"${line}" | one_line
 }
 
-# Restore the compile cache from gs://CACHE_BUCKET/CACHE_KEY/ (gcloud storage, which the TPU VM
-# images ship with the Cloud SDK, authenticated as this VM's service account), then say whether
-# vLLM starts warm. The local directory counts too: a reboot of this VM keeps it.
+# Restore the compile cache from gs://CACHE_BUCKET/CACHE_OBJECT (Storage JSON API, this VM's
+# token), then say whether vLLM starts warm, cold or without a bucket cache, and why. The local
+# directory counts too: a reboot of this VM keeps it.
 restore_cache() {
   mkdir -p "${CACHE_DIR}"
-  if [[ -n "${CACHE_BUCKET}" && -z "$(ls -A "${CACHE_DIR}")" ]]; then
-    if ! command -v gcloud >/dev/null; then
-      log "XLA_CACHE_BUCKET is set but this VM has no gcloud (Cloud SDK); compiling cold"
-    elif gcloud storage rsync --recursive "gs://${CACHE_BUCKET}/${CACHE_KEY}" "${CACHE_DIR}" >&2; then
-      log "restored the compile cache from gs://${CACHE_BUCKET}/${CACHE_KEY}"
-    else
-      log "no compile cache at gs://${CACHE_BUCKET}/${CACHE_KEY} (or not readable: grant this VM's service account roles/storage.objectViewer on the bucket); compiling cold"
-    fi
-  fi
+  local archive status where="gs://${CACHE_BUCKET}/${CACHE_OBJECT}"
   if [[ -n "$(ls -A "${CACHE_DIR}")" ]]; then
+    publish "${KEY_CACHE_NOTE}" "kept on this VM from an earlier boot"
     echo "${CACHE_WARM}"
-  else
-    echo "${CACHE_COLD}"
+    return
   fi
+  if [[ -z ${CACHE_BUCKET} ]]; then
+    publish "${KEY_CACHE_NOTE}" "XLA_CACHE_BUCKET is not set: every lease compiles from scratch"
+    echo "${CACHE_OFF}"
+    return
+  fi
+  set_phase "${PHASE_RESTORING_CACHE}"
+  archive=$(mktemp "${STATE_DIR}/cache.XXXXXX")
+  status=$(google_call GET "${STORAGE_URL}/storage/v1/b/${CACHE_BUCKET}/o/${CACHE_OBJECT//\//%2F}?alt=media" \
+           -o "${archive}" | tail -n 1)
+  if [[ ${status} == 200 ]] && tar -xf "${archive}" -C "${CACHE_DIR}"; then
+    rm -f "${archive}"
+    publish "${KEY_CACHE_NOTE}" "restored from ${where}"
+    echo "${CACHE_WARM}"
+    return
+  fi
+  local body
+  body=$(head -c 2000 "${archive}" 2>/dev/null || true)
+  rm -f "${archive}"
+  case ${status} in
+    404) publish "${KEY_CACHE_NOTE}" "no cache at ${where} yet: this boot compiles and saves it"
+         echo "${CACHE_COLD}" ;;
+    403) publish "${KEY_CACHE_NOTE}" "${where} is not readable as $(service_account) (HTTP 403): grant it roles/storage.objectUser on gs://${CACHE_BUCKET}"
+         echo "${CACHE_OFF}" ;;
+    *) publish "${KEY_CACHE_NOTE}" "$(one_line <<<"could not read ${where} ($(google_error "${status}" "${body}")): compiling from scratch")"
+       echo "${CACHE_COLD}" ;;
+  esac
 }
 
-# Save the cache once, after the first READY of a cold boot (a warm one already came from there).
+# Save the cache once, after the first READY of a boot that did not restore it.
 save_cache() {
-  if gcloud storage rsync --recursive "${CACHE_DIR}" "gs://${CACHE_BUCKET}/${CACHE_KEY}" >&2; then
-    log "saved the compile cache to gs://${CACHE_BUCKET}/${CACHE_KEY}"
+  local archive status body where="gs://${CACHE_BUCKET}/${CACHE_OBJECT}"
+  archive=$(mktemp "${STATE_DIR}/cache.XXXXXX")
+  tar -cf "${archive}" -C "${CACHE_DIR}" .
+  body=$(google_call POST "${STORAGE_URL}/upload/storage/v1/b/${CACHE_BUCKET}/o?uploadType=media&name=${CACHE_OBJECT}" \
+         -H 'Content-Type: application/x-tar' --data-binary "@${archive}")
+  rm -f "${archive}"
+  status=${body##*$'\n'} body=${body%$'\n'*}
+  if [[ ${status} == 200 ]]; then
+    publish "${KEY_CACHE_NOTE}" "saved to ${where} for the next lease"
   else
-    log "could not save the compile cache to gs://${CACHE_BUCKET}/${CACHE_KEY}: grant this VM's service account roles/storage.objectCreator on the bucket"
+    publish "${KEY_CACHE_NOTE}" "$(one_line <<<"not saved to ${where} as $(service_account) (HTTP ${status}): grant it roles/storage.objectUser on gs://${CACHE_BUCKET}")"
   fi
 }
 
@@ -141,9 +288,13 @@ save_cache() {
 # first. Before such a line the run counts as loading weights (download, load, memory profiling);
 # a wording it no longer prints only leaves the phase earlier, never wrong about a crash or READY.
 run_phase() {
-  local started=$1 lines
-  if curl -sf --max-time 3 -o /dev/null "http://127.0.0.1:${MODEL_PORT}/health"; then
+  local started=$1 address=$2 phase=$3 lines
+  if curl -sf --max-time 3 -o /dev/null "http://${address}:${MODEL_PORT}/health"; then
     echo "${PHASE_SERVING}"
+    return
+  fi
+  if [[ ${phase} == "${PHASE_COMPILING}" ]]; then
+    echo "${PHASE_COMPILING}"  # a run that compiles goes on compiling until it serves (or exits)
     return
   fi
   lines=$(docker logs --since "${started}" "${CONTAINER}" 2>&1 || true)
@@ -156,8 +307,10 @@ run_phase() {
 
 # Follows the container until it is removed: publishes each phase once, and each exit as
 # `crashed` with its last error line and the number of exits so far (docker restarts the container).
+# Once a run serves, only an exit changes anything: only `docker inspect` is asked, six times less often.
 watch_vllm() {
-  local phase=${PHASE_LOADING_WEIGHTS} exits=0 seen_exits=0 state restarts running started now saved=0 cache=$1
+  local cache=$1 address=$2 phase=${PHASE_LOADING_WEIGHTS} exits=0 seen_exits=0 state restarts running started now
+  local saved=0
   while state=$(docker inspect --format '{{.RestartCount}} {{.State.Running}} {{.State.StartedAt}}' "${CONTAINER}" 2>/dev/null); do
     read -r restarts running started <<<"${state}"
     exits=${restarts}
@@ -170,70 +323,60 @@ watch_vllm() {
       publish "${KEY_RESTARTS}" "${exits}"
       set_phase "${PHASE_CRASHED}"
       phase=${PHASE_CRASHED}
-    elif [[ ${running} == true ]]; then
-      now=$(run_phase "${started}")
-      if [[ ${now} != "${phase}" && ! ( ${phase} == "${PHASE_COMPILING}" && ${now} == "${PHASE_LOADING_WEIGHTS}" ) ]]; then
+    elif [[ ${running} == true && ${phase} != "${PHASE_SERVING}" ]]; then
+      now=$(run_phase "${started}" "${address}" "${phase}")
+      if [[ ${now} != "${phase}" ]]; then
         set_phase "${now}"
         phase=${now}
       fi
-      if [[ ${phase} == "${PHASE_SERVING}" && -n "${CACHE_BUCKET}" && ${cache} == "${CACHE_COLD}" && ${saved} == 0 ]]; then
+      if [[ ${phase} == "${PHASE_SERVING}" && ${cache} == "${CACHE_COLD}" && ${saved} == 0 ]]; then
         saved=1
         save_cache
       fi
     fi
-    sleep "${WATCH_INTERVAL_SECONDS}"
+    if [[ ${phase} == "${PHASE_SERVING}" ]]; then
+      sleep "$((WATCH_INTERVAL_SECONDS * 6))"
+    else
+      sleep "${WATCH_INTERVAL_SECONDS}"
+    fi
   done
   log "container ${CONTAINER} is gone; stopped watching"
 }
 
-pull_image() {
-  local attempt
-  for attempt in {1..5}; do
-    if docker pull "${VLLM_IMAGE}"; then
-      return 0
-    fi
-    log "docker pull ${VLLM_IMAGE} failed (attempt ${attempt}/5)"
-    sleep $((attempt * 10))
-  done
-  return 1
-}
-
 main() {
   mkdir -p "${STATE_DIR}"/{hf-cache,logs}
-  local secret
-  for secret in "HF_TOKEN ${SECRET_ACCESS_URL} ${HF_TOKEN_SECRET}" "VLLM_API_KEY ${API_KEY_ACCESS_URL} ${API_KEY_SECRET}"; do
-    # shellcheck disable=SC2086  # three words by construction: VAR URL NAME, none with spaces
-    if ! fetch_secret ${secret}; then
-      log "gave up reading ${secret##* } after ${HF_TOKEN_WAIT_SECONDS}s: grant this VM's service account roles/secretmanager.secretAccessor on it"
-      exit 1
-    fi
-  done
-  set_phase "${PHASE_SECRETS_FETCHED}"
+  chmod 700 "${STATE_DIR}"
+  set_phase "${PHASE_READING_SECRETS}"
   publish "${KEY_RESTARTS}" 0
   publish "${KEY_LAST_ERROR}" ""
-  local cache
-  cache=$(restore_cache)
-  publish "${KEY_CACHE}" "${cache}"
+  fetch_secret HF_TOKEN "${HF_TOKEN_SECRET}"
+  fetch_secret VLLM_API_KEY "${API_KEY_SECRET}"
+  publish "${KEY_LAST_ERROR}" ""
   set_phase "${PHASE_PULLING_IMAGE}"
   pull_image
+  publish "${KEY_LAST_ERROR}" ""
+  local cache address output
+  cache=$(restore_cache)
+  publish "${KEY_CACHE}" "${cache}"
   docker rm -f "${CONTAINER}" >/dev/null 2>&1 || true
-  # `-e HF_TOKEN -e VLLM_API_KEY` copy the variables from this environment, and `--api-key` is
-  # expanded by bash inside the container: neither value appears in any argv on this host.
-  # shellcheck disable=SC2016  # ${VLLM_API_KEY} is meant literally here: the container's shell expands it
-  docker run --detach --name "${CONTAINER}" --restart unless-stopped \
-    --privileged --network host --shm-size 16g \
-    -v "${STATE_DIR}/hf-cache:/root/.cache/huggingface" \
-    -v "${CACHE_DIR}:/root/.cache/vllm" \
-    -e HF_TOKEN -e VLLM_API_KEY \
-    --entrypoint /bin/bash \
-    "${VLLM_IMAGE}" \
-    -c 'exec vllm serve "$@" --api-key "${VLLM_API_KEY}"' vllm "${MODEL_NAME}" "${VLLM_ARGS[@]}"
+  # `-e HF_TOKEN -e VLLM_API_KEY` copy the variables from this environment into the container's:
+  # vLLM takes its API key from VLLM_API_KEY when no key flag is given, so the key is in no argv.
+  if ! output=$(docker run --detach --name "${CONTAINER}" --restart unless-stopped \
+      --privileged --network host --shm-size 16g \
+      -v "${STATE_DIR}/hf-cache:/root/.cache/huggingface" \
+      -v "${CACHE_DIR}:/root/.cache/vllm" \
+      -e HF_TOKEN -e VLLM_API_KEY \
+      --entrypoint vllm \
+      "${VLLM_IMAGE}" serve "${MODEL_NAME}" "${VLLM_ARGS[@]}" 2>&1); then
+    fail "docker run ${VLLM_IMAGE}: $(tail -n 1 <<<"${output}")"
+  fi
   unset HF_TOKEN VLLM_API_KEY
-  log "vLLM is starting in container ${CONTAINER}: http://$(hostname -I | cut -d' ' -f1):${MODEL_PORT}/v1"
+  read -r address _ < <(hostname -I)
+  log "vLLM is starting in container ${CONTAINER}: http://${address}:${MODEL_PORT}/v1"
   set_phase "${PHASE_LOADING_WEIGHTS}"
   # The watcher outlives this script (google-startup-scripts.service stops only its main process,
   # KillMode=process); its output goes to a file, not the startup-script log this script owns.
-  watch_vllm "${cache}" </dev/null >>"${STATE_DIR}/logs/watch.log" 2>&1 &
+  watch_vllm "${cache}" "${address}" </dev/null >>"${STATE_DIR}/logs/watch.log" 2>&1 &
   disown
 }
 

@@ -12,7 +12,10 @@ import secrets
 from dataclasses import dataclass
 from typing import Any
 
-SYSTEM_FINGERPRINT = "vllm-0.33.0-sandbox"  # labels every response as the sandbox
+def system_fingerprint(served_version: str) -> str:
+    """What every response of the sandbox vLLM carries: the release it answers as (the image's), and
+    that it is the sandbox (agent/actions/model_endpoint.py reads the `-sandbox` suffix)."""
+    return f"vllm-{served_version}-sandbox"
 
 
 def new_request_id(prefix: str = "chatcmpl") -> str:
@@ -49,6 +52,7 @@ def chat_completion(
     finish_reason: str,
     stop_reason: int | str | None,
     usage: Usage,
+    fingerprint: str,
 ) -> dict[str, Any]:
     message: dict[str, Any] = {
         "role": "assistant",
@@ -80,7 +84,7 @@ def chat_completion(
             }
         ],
         "service_tier": None,
-        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "system_fingerprint": fingerprint,
         "usage": usage.body(with_prompt_details=True),
         "prompt_logprobs": None,
         "prompt_token_ids": None,
@@ -98,7 +102,9 @@ def tool_call_body(call_id: str, name: str, arguments: str) -> dict[str, Any]:
 class ChunkWriter:
     """Builds the `data: …` lines of one streamed chat completion."""
 
-    def __init__(self, request_id: str, created: int, model: str, continuous_usage: bool = False) -> None:
+    def __init__(self, request_id: str, created: int, model: str, fingerprint: str,
+                 continuous_usage: bool = False) -> None:
+        self.fingerprint = fingerprint
         self.request_id = request_id
         self.created = created
         self.model = model
@@ -157,7 +163,7 @@ class ChunkWriter:
             body["usage"] = usage.body(with_prompt_details=False)
         if with_fingerprint:
             # Without a usage chunk the fingerprint rides on the finish chunk (§3.2).
-            body["system_fingerprint"] = SYSTEM_FINGERPRINT
+            body["system_fingerprint"] = self.fingerprint
         body["kv_transfer_params"] = None
         return self.sse(body)
 
@@ -165,14 +171,15 @@ class ChunkWriter:
         body = self._head()
         body["choices"] = []
         body["usage"] = usage.body(with_prompt_details=False)
-        body["system_fingerprint"] = SYSTEM_FINGERPRINT
+        body["system_fingerprint"] = self.fingerprint
         return self.sse(body)
 
     DONE = b"data: [DONE]\n\n"
 
 
 def text_completion(
-    *, request_id: str, created: int, model: str, text: str, finish_reason: str, stop_reason: Any, usage: Usage
+    *, request_id: str, created: int, model: str, text: str, finish_reason: str, stop_reason: Any, usage: Usage,
+    fingerprint: str,
 ) -> dict[str, Any]:
     return {
         "id": request_id,
@@ -192,7 +199,7 @@ def text_completion(
             }
         ],
         "service_tier": None,
-        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "system_fingerprint": fingerprint,
         "usage": {
             "prompt_tokens": usage.prompt_tokens,
             "total_tokens": usage.prompt_tokens + usage.completion_tokens,

@@ -44,11 +44,11 @@ from . import chat_template, heuristic
 from .images import ImagePartError, SeenImage, check_images
 from .gemma_text import StreamParser, parse_output
 from .responses import (
-    SYSTEM_FINGERPRINT,
     ChunkWriter,
     Usage,
     chat_completion,
     error_body,
+    system_fingerprint,
     new_request_id,
     text_completion,
     text_completion_chunk,
@@ -126,6 +126,7 @@ class VllmEmulator:
         self.model = model
         self.image_limit = image_limit(limit_mm_per_prompt)  # `--limit-mm-per-prompt`'s "image"
         self.served_version = check_served_version(served_version)  # the vLLM release answered as
+        self.fingerprint = system_fingerprint(self.served_version)
         if model_fault not in MODEL_FAULTS:
             raise ValueError(f"model_fault must be one of {', '.join(MODEL_FAULTS)}, not {model_fault!r}")
         self.model_fault = model_fault  # see MODEL_FAULTS; flip at runtime for boot-probe tests
@@ -452,6 +453,7 @@ class VllmEmulator:
                 finish_reason=finish,
                 stop_reason=plan.stop_reason,
                 usage=usage,
+                fingerprint=self.fingerprint,
             )
         )
 
@@ -468,7 +470,7 @@ class VllmEmulator:
     ) -> web.StreamResponse:
         opts = body.get("stream_options") or {}
         include_usage = bool(opts.get("include_usage"))
-        writer = ChunkWriter(request_id, created, model, continuous_usage=bool(opts.get("continuous_usage_stats")))
+        writer = ChunkWriter(request_id, created, model, self.fingerprint, continuous_usage=bool(opts.get("continuous_usage_stats")))
         include_reasoning = body.get("include_reasoning", True)
         tool_choice = body.get("tool_choice", "auto")
         parser = StreamParser(**parse_kwargs)
@@ -588,6 +590,7 @@ class VllmEmulator:
                 finish_reason=plan.finish_reason,
                 stop_reason=plan.stop_reason,
                 usage=Usage(prompt_tokens, plan.total_tokens),
+                fingerprint=self.fingerprint,
             )
         )
 
@@ -654,7 +657,7 @@ class VllmEmulator:
             return web.Response(text="<html>sandbox: metrics are garbage on purpose</html>\n\x00{{not prometheus",
                                 content_type="text/plain")
         return web.Response(text=self.prometheus_text(), content_type="text/plain", charset="utf-8",
-                            headers={"X-Sandbox": SYSTEM_FINGERPRINT})
+                            headers={"X-Sandbox": self.fingerprint})
 
     def prometheus_text(self) -> str:
         eng = self.engine

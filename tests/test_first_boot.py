@@ -1,0 +1,269 @@
+"""A first boot that cannot hang (issue 40), through the whole stack: signed `/tpu up` into the bolt app,
+the worker, the sandbox TPU VM running the real startup script against its metadata server, the
+project's APIs (with IAM) and the Docker stand-in; the card read from the Slack stand-in.
+
+Time on the sandbox VM runs 60/SANDBOX_TIME_SCALE times wall time (infra/sandbox/tpu_vm.py):
+"sandbox minutes" below are the VM's, which its `slept` adds up.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import waiting
+from handlers import cards
+from infra.sandbox.iam import default_compute_account
+from infra.sandbox.world import SandboxWorld
+
+CHANNEL = "C0FIRST"
+NODE = default_compute_account(123456789012)
+ROOT = Path(__file__).resolve().parents[1]
+
+wait_until = functools.partial(waiting.wait_until, timeout=90.0)
+
+
+def card_bodies(stack) -> list[dict]:
+    return [c.body for c in stack.slack.calls if c.method in ("chat.postMessage", "chat.update")]
+
+
+def first_card(stack, word: str) -> dict | None:
+    return next((b for b in card_bodies(stack) if word in b["text"]), None)
+
+
+def the_vm(stack):
+    qr = wait_until(lambda: stack.tpu_sandbox.queued_resources() and stack.tpu_sandbox.queued_resources()[0])
+    return wait_until(lambda: stack.node_models.vm(qr["zone"], qr["node_id"]), what="the node's VM"), qr
+
+
+def test_up_on_defaults_runs_the_real_startup_script_and_its_guest_attributes_drive_the_card_to_ready(make_stack):
+    from bot.wiring import startup_script_from
+    from infra.state.leases import Lease, LeaseState
+
+    stack = make_stack(poll_interval="0.2s")
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    vm, qr = the_vm(stack)
+    ready = wait_until(lambda: first_card(stack, "READY"))
+    # The VM ran the bytes the create sent — what the worker renders for this lease — under bash.
+    sent = stack.tpu_sandbox.node_metadata(qr["zone"], qr["node_id"])["startup-script"]
+    lease = Lease(lease_id=qr["labels"]["tpubot-lease"], team="T", channel=CHANNEL, holder="UALICE", zone=qr["zone"],
+                  qr_id=qr["qr_id"], node_id=qr["node_id"], state=LeaseState.ACTIVE)
+    assert vm.script == sent == startup_script_from(stack.settings)(lease)
+    assert (vm.root / "startup-script").read_text() == sent
+    # Every phase the card showed before READY is one the script wrote to its metadata server.
+    written = [value for name, value in vm.metadata.writes if name == "tpubot/phase"]
+    assert written[:3] == ["reading-secrets", "pulling-image", "loading-weights"] and "serving" in written
+    bodies = card_bodies(stack)
+    shown = {phase for phase, name in cards.BOOT_PHASE_NAMES.items()
+             if any(f"*Boot phase*\\n{name} for " in str(b["blocks"]) for b in bodies[: bodies.index(ready)])}
+    assert shown and shown <= set(written), (shown, written)
+    # Both secrets were read by the VM's own account; the key reached vLLM only through its environment.
+    reads = {caller for method, path, caller in stack.cloud.project_api.requests if path.endswith(":access")
+             and caller == NODE}
+    assert reads == {NODE}
+    assert vm.docker.containers["tpubot-vllm"].env["VLLM_API_KEY"] == vm.docker.emulators()[0].api_key
+    assert "vllm-0.32.0-sandbox" in str(ready["blocks"]) and "`vllm/vllm-tpu:v0.32.0`" in str(ready["blocks"])
+    # Every call the VM and the bot made (secrets, their IAM policy, the project) passed Google's own schemas.
+    api = stack.cloud.project_api
+    assert api.rejected == [] and api.response_problems == []
+    assert {"secretmanager.projects.secrets.setIamPolicy",
+            "secretmanager.projects.secrets.versions.access"} <= set(api.apis["secretmanager"].checked)
+    assert "cloudresourcemanager.projects.get" in api.apis["resourcemanager"].checked
+    slack.close()
+
+
+def test_a_key_secret_the_nodes_account_may_not_read_fails_within_two_sandbox_minutes_with_the_grant(make_stack):
+    stack = make_stack(poll_interval="0.2s")  # MODEL_BOOT_TIMEOUT stays 45 minutes
+    iam = stack.cloud.project_api.iam
+    # An IAM deny policy on the keys for the VM's account: whatever the bot grants, the VM cannot read them.
+    iam.deny(f"serviceAccount:{NODE}", "secretmanager.versions.access", "projects/tpubot-sandbox/secrets/tpubot-model-key-")
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    vm, qr = the_vm(stack)
+    active = wait_until(lambda: first_card(stack, "ACTIVE"))
+    started = time.monotonic()
+    failed = wait_until(lambda: first_card(stack, "FAILED"))
+    took = time.monotonic() - started
+    lease_id = qr["labels"]["tpubot-lease"]
+    blocks = str(failed["blocks"])
+    assert f"may not read this lease's API-key secret tpubot-model-key-{lease_id} (HTTP 403)" in blocks, blocks
+    assert (f"gcloud secrets add-iam-policy-binding tpubot-model-key-{lease_id} --project tpubot-sandbox "
+            f"--member serviceAccount:{NODE} --role roles/secretmanager.secretAccessor") in blocks
+    assert cards.BOOT_PHASE_NAMES["failed"] in blocks
+    # The bot had granted it (the deny policy is what refused): the grant is on the key's own policy.
+    policy = iam.policy(f"projects/tpubot-sandbox/secrets/tpubot-model-key-{lease_id}")
+    assert f"serviceAccount:{NODE}" in policy.bindings["roles/secretmanager.secretAccessor"]
+    # Within two sandbox minutes of ACTIVE: the VM waited 90 of its seconds, and the wall clock agrees.
+    assert vm.slept <= 120
+    assert took * vm.speed <= 120 + 60 * 30, (took, vm.speed)  # + the bot's polls on a loaded machine
+    assert active is not None and not any("READY" in b["text"] for b in card_bodies(stack))
+    slack.close()
+
+
+def test_a_docker_hub_rate_limit_fails_with_the_mirror_fix_after_bounded_retries(make_stack):
+    stack = make_stack(poll_interval="0.2s", sandbox_time_scale="0.05")  # 900 VM seconds of backoff in 0.75 s
+    stack.cloud.registry.pulls_left = 0  # another node behind the same NAT address used them all
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    vm, _ = the_vm(stack)
+    failed = wait_until(lambda: first_card(stack, "FAILED"))
+    blocks = str(failed["blocks"])
+    assert "Docker Hub refused the image pull" in blocks and "toomanyrequests" in blocks
+    assert "gcloud artifacts repositories create vllm --repository-format=docker --location=us-west4" in blocks
+    assert "VLLM_IMAGE=us-west4-docker.pkg.dev/tpubot-sandbox/vllm/vllm-tpu:v0.32.0" in blocks
+    # Five tries, backing off 60, 120, 240 and 480 VM seconds (minutes, then it gives up), each said on the card.
+    assert [status for _, _, status in stack.cloud.registry.pulls] == [429] * 5
+    assert vm.slept == 60 + 120 + 240 + 480
+    retries = [v for name, v in vm.metadata.writes if name == "tpubot/last-error" and "(try " in v]
+    assert len(retries) == 4 and retries[-1].endswith("(try 4 of 5; again in 480s)")
+    assert any("*Retrying*" in str(b["blocks"]) and "toomanyrequests" in str(b["blocks"]) for b in card_bodies(stack))
+    slack.close()
+
+
+def test_a_vm_that_publishes_nothing_is_named_on_the_card_and_the_boot_goes_on(make_stack, redis_url, tmp_path):
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    world = SandboxWorld(guest_attributes_disabled=True)  # the org policy compute.disableGuestAttributesAccess
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s",
+                             sandbox_time_scale="3", model_boot_silence="1s")
+    with LocalStack(settings, world=world) as stack:
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        silent = wait_until(lambda: next((b for b in card_bodies(stack)
+                                          if "has published no boot phase" in str(b["blocks"])), None))
+        assert "constraints/compute.disableGuestAttributesAccess" in str(silent["blocks"])
+        ready = wait_until(lambda: first_card(stack, "READY"))  # vLLM came up all the same
+        assert "*Boot phase*" not in str(ready["blocks"])
+        slack.close()
+
+
+def _readme_block(after: str) -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text.split(after, 1)[1]
+    return section.split("```bash\n", 1)[1].split("```", 1)[0]
+
+
+def test_the_readmes_commands_word_for_word_give_a_node_that_reads_both_secrets(redis_url, tmp_path):
+    """A project where the TPU VM's account has nothing: the README's block for it is run as pasted
+    (PROJECT set, as it says), by a gcloud that calls the sandbox's APIs as the project's owner."""
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    world = SandboxWorld(secrets={}, iam_grants=(("project", "roles/owner", "user:operator@example.com"),))
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s")
+    with LocalStack(settings, world=world) as stack:
+        api = stack.cloud.project_api
+        bin_dir = tmp_path / "bin"
+        bin_dir.mkdir()
+        gcloud = bin_dir / "gcloud"
+        gcloud.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'gcloud_stand_in.py'} \"$@\"\n")
+        gcloud.chmod(0o755)
+        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PROJECT": "tpubot-sandbox", "HF_TOKEN": "hf_" + "r3adm3" * 6,
+               "CLOUDSDK_AUTH_ACCESS_TOKEN": api.iam.mint("user:operator@example.com"),
+               **{f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{name}": api.base_url
+                  for name in ("SECRETMANAGER", "CLOUDRESOURCEMANAGER", "STORAGE")}}
+        block = _readme_block("**The TPU VM's service account.**")
+        assert "PROJECT_NUMBER" not in block and "gcloud secrets create hf-token" in block
+        ran = subprocess.run(["bash", "-euo", "pipefail", "-c", block], env=env, capture_output=True, text=True,
+                             timeout=60)
+        assert ran.returncode == 0, ran.stderr
+        assert api.secrets["hf-token"] == env["HF_TOKEN"]
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        ready = wait_until(lambda: first_card(stack, "READY") or first_card(stack, "FAILED"))
+        assert "READY" in ready["text"], str(ready["blocks"])
+        reads = [(path, caller) for method, path, caller in api.requests if path.endswith(":access") and caller == NODE]
+        assert {re.sub(r"tpubot-model-key-\w+", "KEY", path) for path, _ in reads} == {
+            "/v1/projects/tpubot-sandbox/secrets/hf-token/versions/latest:access",
+            "/v1/projects/tpubot-sandbox/secrets/KEY/versions/latest:access"}
+        assert "roles/logging.logWriter" in api.iam.policy("projects/tpubot-sandbox").roles_of({f"serviceAccount:{NODE}"})
+        slack.close()
+
+
+def test_every_pre_vllm_failure_the_table_knows_is_in_the_readme():
+    from infra.vllm_startup_errors import KNOWN_STARTUP_ERRORS
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    table = text.split("**When the VM cannot start vLLM**", 1)[1].split("\n\n", 2)[1]
+    listed = re.findall(r"^\| `([a-z-]+)` \|", table, re.MULTILINE)
+    assert listed == [known.name for known in KNOWN_STARTUP_ERRORS if known.before_vllm]
+
+
+def test_a_configured_service_account_is_sent_with_the_create_and_the_vm_runs_as_it(redis_url, tmp_path):
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    custom = "tpubot-node@tpubot-sandbox.iam.gserviceaccount.com"
+    world = SandboxWorld(iam_grants=(("secret:hf-token", "roles/secretmanager.secretAccessor", f"serviceAccount:{custom}"),
+                                     ("project", "roles/logging.logWriter", f"serviceAccount:{custom}")))
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s",
+                             tpu_service_account=custom)
+    with LocalStack(settings, world=world) as stack:
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        vm, qr = the_vm(stack)
+        assert qr["request"]["tpu"]["nodeSpec"][0]["node"]["serviceAccount"] == {
+            "email": custom, "scope": ["https://www.googleapis.com/auth/cloud-platform"]}
+        ready = wait_until(lambda: first_card(stack, "READY") or first_card(stack, "FAILED"))
+        assert "READY" in ready["text"], str(ready["blocks"])
+        assert vm.metadata.identity.service_account == custom
+        # The bot let the configured account (not the default one) read this lease's key.
+        lease_id = qr["labels"]["tpubot-lease"]
+        policy = stack.cloud.project_api.iam.policy(f"projects/tpubot-sandbox/secrets/tpubot-model-key-{lease_id}")
+        assert policy.bindings["roles/secretmanager.secretAccessor"] == {f"serviceAccount:{custom}"}
+        assert {caller for _, path, caller in stack.cloud.project_api.requests if path.endswith(":access")
+                and caller != "tpubot@tpubot-sandbox.iam.gserviceaccount.com"} == {custom}
+        slack.close()
+
+
+def test_a_bot_that_may_not_grant_the_vm_its_key_fails_the_lease_before_any_tpu_with_the_role(redis_url, tmp_path):
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    world = SandboxWorld(denied=("secretmanager.secrets.setIamPolicy",))  # a narrowed custom role for the bot
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s")
+    with LocalStack(settings, world=world) as stack:
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        failed = wait_until(lambda: first_card(stack, "FAILED"))
+        blocks = str(failed["blocks"])
+        assert f"Secret Manager refused to let the TPU VM's account (serviceAccount:{NODE}) read the model's API key" \
+            in blocks
+        assert "roles/secretmanager.admin" in blocks
+        assert stack.tpu_sandbox.create_attempts == []  # no TPU whose VM could not have started
+        slack.close()
+
+
+def test_a_retried_key_creation_restores_the_vms_grant_on_the_existing_secret():
+    import asyncio
+
+    from infra.deployment_mode import DeploymentMode
+    from infra.model_keys import ModelKeys
+    from infra.node_account import NodeAccount
+    from infra.sandbox.world import CloudSandbox
+
+    with CloudSandbox(SandboxWorld()) as cloud:
+        api = cloud.project_api
+        creds = DeploymentMode.SANDBOX.credentials()
+
+        def keys() -> ModelKeys:  # one per worker process
+            return ModelKeys("tpubot-sandbox", credentials=creds, api_endpoint=api.base_url,
+                             reader=NodeAccount("tpubot-sandbox", credentials=creds,
+                                                resourcemanager_endpoint=api.base_url,
+                                                secretmanager_endpoint=api.base_url))
+
+        asyncio.run(keys().create("l1"))
+        key = api.secrets["tpubot-model-key-l1"]
+        api.iam.forget("projects/tpubot-sandbox/secrets/tpubot-model-key-l1")  # the grant was lost in between
+        asyncio.run(keys().create("l1"))  # the retried job: the secret exists (409), read back, grant restored
+        assert api.secrets["tpubot-model-key-l1"] == key  # the key the VM may already have read is kept
+        policy = api.iam.policy("projects/tpubot-sandbox/secrets/tpubot-model-key-l1")
+        assert policy.bindings == {"roles/secretmanager.secretAccessor": {f"serviceAccount:{NODE}"}}
+        assert "secretmanager.projects.secrets.getIamPolicy" in api.apis["secretmanager"].checked
+        assert api.rejected == [] and api.response_problems == []
