@@ -246,7 +246,9 @@ def test_tpubot_eval_on_embedded_defaults_scores_the_three_arms_on_the_shipped_s
     arms = {arm["arm"]: arm for arm in report["arms"]}
     assert set(arms) == {"agent", "bare", "modelless"} and all(arm["cases"] >= 30 for arm in arms.values())
     assert arms["modelless"]["score"] >= 75 and arms["modelless"]["checks"]["runbooks"] == 100
-    assert arms["modelless"]["checks"]["evidence"] == 100 and arms["modelless"]["checks"]["safe"] == 100
+    # evidence needs a third of the cited lines to hold it: the digest's top groups on a generic
+    # incident can miss that (generic-disk-full: 1 of 4), which is what the check is for
+    assert arms["modelless"]["checks"]["evidence"] >= 95 and arms["modelless"]["checks"]["safe"] == 100
     # The README's figures are these: the number of shipped incidents and the model-less floor.
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     shipped = int(re.search(r"the shipped incidents \((\d+) of them", readme).group(1))
@@ -277,14 +279,21 @@ def test_held_back_variations_keep_the_model_less_figures(tmp_path):
     assert modelless["checks"]["runbooks"] >= 95 and modelless["score"] >= 75
 
 
-def _shipped_mean(answer_for) -> float:
+HELD_OUT = Path(__file__).resolve().parent / "fixtures" / "heldout_upstream"
+
+
+def _mean(answer_for, folder: Path | None = None) -> float:
     from statistics import fmean
 
     from agent.evals.cases import load_incidents, shipped_dir
 
     index = RunbookLibrary.from_settings().index()
-    return 100 * fmean(score_answer(incident, answer_for(incident), [], index).value
-                       for incident in load_incidents([shipped_dir()]))
+    return 100 * fmean(score_answer(incident, answer_for(incident, index), [], index).value
+                       for incident in load_incidents([folder or shipped_dir()]))
+
+
+def _shipped_mean(answer_for) -> float:
+    return _mean(lambda incident, index: answer_for(incident))
 
 
 def test_an_empty_answer_and_a_references_only_answer_score_near_zero_on_the_shipped_set():
@@ -292,3 +301,57 @@ def test_an_empty_answer_and_a_references_only_answer_score_near_zero_on_the_shi
     assert _shipped_mean(lambda incident: "") == 0
     # the expected references themselves, as an answer that knows the key would print them
     assert _shipped_mean(lambda incident: "See " + " and ".join(incident.runbooks) + ".") == 0
+
+
+def _every_line(incident) -> str:
+    return " ".join(f"L{n}" for n in range(1, len(incident.logs) + 1))
+
+
+def _top_runbook(incident, index) -> str:
+    from agent.evals.runner import search_query
+
+    hits = index.search(search_query(incident), limit=1)
+    return hits[0].section.cite if hits else ""
+
+
+CITATIONS_ONLY = {
+    "one range over every line": lambda incident, index: f"L1-L{len(incident.logs)}",
+    "every line one by one": lambda incident, index: _every_line(incident),
+    "one range and the search's first runbook":
+        lambda incident, index: f"L1-L{len(incident.logs)} {_top_runbook(incident, index)}",
+    "every line and the search's first runbook":
+        lambda incident, index: f"{_every_line(incident)} {_top_runbook(incident, index)}",
+}
+
+
+@pytest.mark.parametrize("folder", [None, HELD_OUT], ids=["shipped", "upstream"])
+@pytest.mark.parametrize("answer", CITATIONS_ONLY.values(), ids=CITATIONS_ONLY.keys())
+def test_an_answer_of_citations_alone_scores_at_most_10(answer, folder):
+    # Before: a range over every line scored 30.4 on the shipped set, with the top runbook 49.4.
+    assert _mean(answer, folder) <= 10
+
+
+LONG_INCIDENT = INCIDENT.replace('"""\n[expect]', "\n".join(
+    f"2026-11-03T10:01:{n:02d}Z INFO api: request {n} ok in 2{n} ms" for n in range(10)) + '\n"""\n[expect]')
+
+
+def test_a_range_too_wide_to_point_at_anything_is_a_wrong_citation():
+    incident = parse_incident(LONG_INCIDENT, "ledger.toml")
+    assert len(incident.logs) == 15
+    whole = score_answer(incident, f"{GOOD} L1-L15", [], None)
+    assert whole.wide_citations == ("L1-L15",) and whole.checks["citations"] == 2 / 3  # L3, L4 right, the range wrong
+    narrow = score_answer(incident, "held by another job, see pg_locks: L3-L4, and the requests before L1-L2", [], None)
+    assert narrow.checks["citations"] == 0.5 and narrow.checks["evidence"] == 1 and not narrow.wide_citations
+    five = score_answer(incident, "held by another job: L1-L5", [], None)  # five lines is still a place
+    assert not five.wide_citations and five.bad_citations == (1, 2, 5) and five.checks["evidence"] == 1
+    six = score_answer(incident, "held by another job: L1-L6", [], None)
+    assert six.wide_citations == ("L1-L6",) and six.checks["evidence"] == 0 and six.checks["citations"] == 0
+
+
+def test_the_evidence_is_found_only_by_an_answer_whose_citations_mostly_hold_it():
+    incident = parse_incident(LONG_INCIDENT, "ledger.toml")
+    one_in_three = score_answer(incident, "held by another job (L3, L1, L2)", [], None)
+    assert one_in_three.checks["evidence"] == 1 and one_in_three.checks["citations"] == 1 / 3
+    one_in_four = score_answer(incident, "held by another job (L3, L1, L2, L5)", [], None)
+    assert one_in_four.checks["evidence"] == 0 and one_in_four.checks["citations"] == 1 / 4
+    assert score_answer(incident, _every_line(incident), [], None).checks["evidence"] == 0
