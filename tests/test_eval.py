@@ -131,6 +131,67 @@ def test_no_form_of_an_echoed_log_line_earns_a_fact(answer):
     assert score.checks["evidence"] == 1
 
 
+# Facts short enough to survive filler put around them, as the upstream-log set's were.
+FILLER_INCIDENT = ECHO_INCIDENT.replace('facts = ["held by another (session|job|process)", "pg_locks"]',
+                                        'facts = ["held by", "another session"]')
+
+
+@pytest.mark.parametrize("answer", [
+    # a filler word every few words beat the four-words-in-a-row rule (the review's 72.2 on the
+    # upstream-log set); a function word or not, one or two of them, in quotes or not
+    "L4: lock held by so another session 811, so see pg_locks",
+    "L4: lock held by banana another session banana 811, see pg_locks",
+    "L4: lock banana held by banana another session banana 811 banana see banana pg_locks",
+    "L4: lock held by apple banana another session apple banana 811, see pg_locks",
+    "L4 says 'lock held by so another session so 811 so see pg_locks'",
+    "L4: lock held by, as it were, another session 811, see pg_locks",
+])
+def test_an_echo_with_filler_between_its_words_earns_no_fact(answer):
+    incident = parse_incident(FILLER_INCIDENT, "ledger.toml")
+    score = score_answer(incident, answer, [], None)
+    assert score.checks["facts"] == 0, score.missing_facts
+    assert score.checks["evidence"] == 1
+
+
+def test_a_genuine_answer_keeps_its_facts_beside_an_echo_with_filler():
+    incident = parse_incident(ECHO_INCIDENT, "ledger.toml")
+    answer = "L4: lock held by so another session 811, so see pg_locks. Another job holds it: find it in pg_locks."
+    score = score_answer(incident, answer, [], None)
+    assert score.missing_facts == ("held by another (session|job|process)",)  # only the echoed one is lost
+
+
+def _incident(folder: Path, name: str):
+    from agent.evals.cases import load_incidents
+
+    return next(incident for incident in load_incidents([folder]) if incident.id == name)
+
+
+def test_naming_a_setting_the_logs_print_is_saying_the_fix_naming_their_error_is_not():
+    from agent.evals.cases import shipped_dir
+
+    # vLLM's own error recommends these; the settings are named in the logs, the fix is new
+    kv_cache = _incident(HELD_OUT, "up-tpu-inference-223-kv-cache")
+    fix = "Set `max_model_len=5632` or raise `gpu_memory_utilization` (L17)."
+    assert score_answer(kv_cache, fix, [], None).checks["facts"] == 1
+    failover = _incident(shipped_dir(), "redis-failover-readonly")
+    assert "(do not|don't|never) make the replica writable|(point|set|change|update)[^.]*REDIS_URL" not in \
+        score_answer(failover, "Point `REDIS_URL` at the new primary.", [], None).missing_facts
+    # the name of the error raised is what happened, not why
+    gated = parse_incident(INCIDENT.replace("waiting for advisory lock 4242\n2026-11-03T10:00:04Z",
+                                            "huggingface_hub.errors.GatedRepoError: 403\n2026-11-03T10:00:04Z")
+                           .replace('"pg_locks"]', '"GatedRepoError"]'), "ledger.toml")
+    assert score_answer(gated, "It raised GatedRepoError (L3).", [], None).missing_facts[-1] == "GatedRepoError"
+
+
+def test_a_section_name_written_without_rb_earns_nothing():
+    incident = parse_incident(INCIDENT.replace('"pg_locks"]', '"hbm"]'), "ledger.toml")
+    index = RunbookLibrary.from_settings().index()
+    for answer in ("see xla-compile-ran-out-of-hbm", "see vllm-tpu#xla-compile-ran-out-of-hbm",
+                   "see `xla-compile-ran-out-of-hbm`"):
+        assert "hbm" in score_answer(incident, answer, [], index).missing_facts, answer
+    assert "hbm" not in score_answer(incident, "the compile ran out of HBM", [], index).missing_facts
+
+
 def test_the_mention_echoed_back_earns_no_fact():
     incident = parse_incident(INCIDENT.replace('mention = "why is the ledger stuck?"',
                                                'mention = "is it held by another session? check pg_locks?"'),
