@@ -143,9 +143,18 @@ def test_empty_answers_are_blamed_on_float16_and_a_healthy_completions_line_matc
     assert matching(served) == set()
 
 
-def test_the_batched_tokens_default_on_v5e_is_512_and_only_an_explicit_value_fails():
+def test_leaving_the_batched_tokens_flag_out_is_not_offered_as_a_fix():
+    # vllm-tpu 0.32.0 (the PyPI sdist): get_batch_defaults picks 512 only when the platform's
+    # device name is "V5E", tpu-inference 0.32.0 returns f"TPU {chip.name}" ("TPU V5E", tpu-info
+    # 0.7.1), and its get_device_total_memory raises, so an unset value is the generic 2048; the
+    # lift to the largest item (vllm#43051) needs is_mm_prefix_lm. A v5e-1 boot without the flag
+    # failed with "(2496) is larger than max_num_batched_tokens (2048)".
     mm = section(MM_TOKENS)
-    assert "512 on v5e" in mm.cause and "explicitly" in mm.cause and "the default 2,048 fails" not in mm.cause
+    assert "or leave the flag out" not in mm.fix and "do not leave the flag out" in mm.fix
+    assert "by itself" not in mm.cause and "the unset default is 2,048" in mm.cause
+    line = ("(EngineCore pid=2187) ValueError: Chunked MM input disabled but max_tokens_per_mm_item (2496) is larger "
+            "than max_num_batched_tokens (2048). Please increase max_num_batched_tokens.")
+    assert matching(line) == {MM_TOKENS}
 
 
 def test_a_suspension_before_the_deadline_is_not_read_as_the_deadline():
