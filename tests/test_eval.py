@@ -170,7 +170,7 @@ def test_naming_a_setting_the_logs_print_is_saying_the_fix_naming_their_error_is
     from agent.evals.cases import shipped_dir
 
     # vLLM's own error recommends these; the settings are named in the logs, the fix is new
-    kv_cache = _incident(HELD_OUT, "up-tpu-inference-223-kv-cache")
+    kv_cache = _incident(UPSTREAM, "up-tpu-inference-223-kv-cache")
     fix = "Set `max_model_len=5632` or raise `gpu_memory_utilization` (L17)."
     assert score_answer(kv_cache, fix, [], None).checks["facts"] == 1
     failover = _incident(shipped_dir(), "redis-failover-readonly")
@@ -340,7 +340,7 @@ def test_held_back_variations_keep_the_model_less_figures(tmp_path):
     assert modelless["checks"]["runbooks"] >= 95 and modelless["score"] >= 75
 
 
-HELD_OUT = Path(__file__).resolve().parent / "fixtures" / "heldout_upstream"
+UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "upstream_logs"
 
 
 def _mean(answer_for, folder: Path | None = None) -> float:
@@ -385,7 +385,7 @@ CITATIONS_ONLY = {
 }
 
 
-@pytest.mark.parametrize("folder", [None, HELD_OUT], ids=["shipped", "upstream"])
+@pytest.mark.parametrize("folder", [None, UPSTREAM], ids=["shipped", "upstream"])
 @pytest.mark.parametrize("answer", CITATIONS_ONLY.values(), ids=CITATIONS_ONLY.keys())
 def test_an_answer_of_citations_alone_scores_at_most_10(answer, folder):
     # Before: a range over every line scored 30.4 on the shipped set, with the top runbook 49.4.

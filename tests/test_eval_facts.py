@@ -22,7 +22,7 @@ from agent.evals.cases import Incident, load_incidents, shipped_dir
 from agent.evals.echoes import own_words
 from agent.evals.scoring import score_answer
 
-UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "heldout_upstream"
+UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "upstream_logs"
 INCIDENTS = load_incidents([shipped_dir()]) + load_incidents([UPSTREAM])
 MAX_CHOICES = 200  # written-out choices per fact; more means the fact is too loose to read anyway
 
