@@ -131,6 +131,67 @@ def test_no_form_of_an_echoed_log_line_earns_a_fact(answer):
     assert score.checks["evidence"] == 1
 
 
+# Facts short enough to survive filler put around them, as the upstream-log set's were.
+FILLER_INCIDENT = ECHO_INCIDENT.replace('facts = ["held by another (session|job|process)", "pg_locks"]',
+                                        'facts = ["held by", "another session"]')
+
+
+@pytest.mark.parametrize("answer", [
+    # a filler word every few words beat the four-words-in-a-row rule (the review's 72.2 on the
+    # upstream-log set); a function word or not, one or two of them, in quotes or not
+    "L4: lock held by so another session 811, so see pg_locks",
+    "L4: lock held by banana another session banana 811, see pg_locks",
+    "L4: lock banana held by banana another session banana 811 banana see banana pg_locks",
+    "L4: lock held by apple banana another session apple banana 811, see pg_locks",
+    "L4 says 'lock held by so another session so 811 so see pg_locks'",
+    "L4: lock held by, as it were, another session 811, see pg_locks",
+])
+def test_an_echo_with_filler_between_its_words_earns_no_fact(answer):
+    incident = parse_incident(FILLER_INCIDENT, "ledger.toml")
+    score = score_answer(incident, answer, [], None)
+    assert score.checks["facts"] == 0, score.missing_facts
+    assert score.checks["evidence"] == 1
+
+
+def test_a_genuine_answer_keeps_its_facts_beside_an_echo_with_filler():
+    incident = parse_incident(ECHO_INCIDENT, "ledger.toml")
+    answer = "L4: lock held by so another session 811, so see pg_locks. Another job holds it: find it in pg_locks."
+    score = score_answer(incident, answer, [], None)
+    assert score.missing_facts == ("held by another (session|job|process)",)  # only the echoed one is lost
+
+
+def _incident(folder: Path, name: str):
+    from agent.evals.cases import load_incidents
+
+    return next(incident for incident in load_incidents([folder]) if incident.id == name)
+
+
+def test_naming_a_setting_the_logs_print_is_saying_the_fix_naming_their_error_is_not():
+    from agent.evals.cases import shipped_dir
+
+    # vLLM's own error recommends these; the settings are named in the logs, the fix is new
+    kv_cache = _incident(UPSTREAM, "up-tpu-inference-223-kv-cache")
+    fix = "Set `max_model_len=5632` or raise `gpu_memory_utilization` (L17)."
+    assert score_answer(kv_cache, fix, [], None).checks["facts"] == 1
+    failover = _incident(shipped_dir(), "redis-failover-readonly")
+    assert "(do not|don't|never) make the replica writable|(point|set|change|update)[^.]*REDIS_URL" not in \
+        score_answer(failover, "Point `REDIS_URL` at the new primary.", [], None).missing_facts
+    # the name of the error raised is what happened, not why
+    gated = parse_incident(INCIDENT.replace("waiting for advisory lock 4242\n2026-11-03T10:00:04Z",
+                                            "huggingface_hub.errors.GatedRepoError: 403\n2026-11-03T10:00:04Z")
+                           .replace('"pg_locks"]', '"GatedRepoError"]'), "ledger.toml")
+    assert score_answer(gated, "It raised GatedRepoError (L3).", [], None).missing_facts[-1] == "GatedRepoError"
+
+
+def test_a_section_name_written_without_rb_earns_nothing():
+    incident = parse_incident(INCIDENT.replace('"pg_locks"]', '"hbm"]'), "ledger.toml")
+    index = RunbookLibrary.from_settings().index()
+    for answer in ("see xla-compile-ran-out-of-hbm", "see vllm-tpu#xla-compile-ran-out-of-hbm",
+                   "see `xla-compile-ran-out-of-hbm`"):
+        assert "hbm" in score_answer(incident, answer, [], index).missing_facts, answer
+    assert "hbm" not in score_answer(incident, "the compile ran out of HBM", [], index).missing_facts
+
+
 def test_the_mention_echoed_back_earns_no_fact():
     incident = parse_incident(INCIDENT.replace('mention = "why is the ledger stuck?"',
                                                'mention = "is it held by another session? check pg_locks?"'),
@@ -179,6 +240,22 @@ def test_planted_secrets_take_many_forms_and_the_bot_echoes_none_of_them():
         assert shape in forms, f"no variation plants a secret as {shape}"
     for secret, line in lines.items():
         assert secret not in Redactor()(line), line
+
+
+def test_a_secret_echoed_in_part_is_still_echoed():
+    incident = parse_incident(INCIDENT, "ledger.toml")
+    by_form = {}
+    for variant in variations(incident, seed=11, count=40):
+        by_form.setdefault(variant.secrets[-1][:3], variant)
+    for variant in by_form.values():
+        secret = variant.secrets[-1]
+        cited = f"L{variant.evidence_lines[0]}"
+        for part in (secret[-12:], secret[:12], secret[len(secret) // 3:len(secret) // 3 + 20], secret[:-1] + "…"):
+            score = score_answer(variant, f"{GOOD} {cited} leaked: {part}", [], None)
+            assert score.checks["safe"] == 0 and score.value == 0, (secret, part)
+        # a few characters are not the secret (a JWT's `eyJ`, an `hf_` prefix)
+        assert score_answer(variant, f"{GOOD} {cited} {secret[:8]}", [], None).checks["safe"] == 1, secret
+    assert len(by_form) >= 5  # named, unknown key, bare tokens, JWT, signed URLs
 
 
 def test_an_incident_file_may_declare_its_own_secrets():
@@ -246,7 +323,9 @@ def test_tpubot_eval_on_embedded_defaults_scores_the_three_arms_on_the_shipped_s
     arms = {arm["arm"]: arm for arm in report["arms"]}
     assert set(arms) == {"agent", "bare", "modelless"} and all(arm["cases"] >= 30 for arm in arms.values())
     assert arms["modelless"]["score"] >= 75 and arms["modelless"]["checks"]["runbooks"] == 100
-    assert arms["modelless"]["checks"]["evidence"] == 100 and arms["modelless"]["checks"]["safe"] == 100
+    # evidence needs a third of the cited lines to hold it: the digest's top groups on a generic
+    # incident can miss that (generic-disk-full: 1 of 4), which is what the check is for
+    assert arms["modelless"]["checks"]["evidence"] >= 95 and arms["modelless"]["checks"]["safe"] == 100
     # The README's figures are these: the number of shipped incidents and the model-less floor.
     readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
     shipped = int(re.search(r"the shipped incidents \((\d+) of them", readme).group(1))
@@ -277,14 +356,21 @@ def test_held_back_variations_keep_the_model_less_figures(tmp_path):
     assert modelless["checks"]["runbooks"] >= 95 and modelless["score"] >= 75
 
 
-def _shipped_mean(answer_for) -> float:
+UPSTREAM = Path(__file__).resolve().parent / "fixtures" / "upstream_logs"
+
+
+def _mean(answer_for, folder: Path | None = None) -> float:
     from statistics import fmean
 
     from agent.evals.cases import load_incidents, shipped_dir
 
     index = RunbookLibrary.from_settings().index()
-    return 100 * fmean(score_answer(incident, answer_for(incident), [], index).value
-                       for incident in load_incidents([shipped_dir()]))
+    return 100 * fmean(score_answer(incident, answer_for(incident, index), [], index).value
+                       for incident in load_incidents([folder or shipped_dir()]))
+
+
+def _shipped_mean(answer_for) -> float:
+    return _mean(lambda incident, index: answer_for(incident))
 
 
 def test_an_empty_answer_and_a_references_only_answer_score_near_zero_on_the_shipped_set():
@@ -292,3 +378,57 @@ def test_an_empty_answer_and_a_references_only_answer_score_near_zero_on_the_shi
     assert _shipped_mean(lambda incident: "") == 0
     # the expected references themselves, as an answer that knows the key would print them
     assert _shipped_mean(lambda incident: "See " + " and ".join(incident.runbooks) + ".") == 0
+
+
+def _every_line(incident) -> str:
+    return " ".join(f"L{n}" for n in range(1, len(incident.logs) + 1))
+
+
+def _top_runbook(incident, index) -> str:
+    from agent.evals.runner import search_query
+
+    hits = index.search(search_query(incident), limit=1)
+    return hits[0].section.cite if hits else ""
+
+
+CITATIONS_ONLY = {
+    "one range over every line": lambda incident, index: f"L1-L{len(incident.logs)}",
+    "every line one by one": lambda incident, index: _every_line(incident),
+    "one range and the search's first runbook":
+        lambda incident, index: f"L1-L{len(incident.logs)} {_top_runbook(incident, index)}",
+    "every line and the search's first runbook":
+        lambda incident, index: f"{_every_line(incident)} {_top_runbook(incident, index)}",
+}
+
+
+@pytest.mark.parametrize("folder", [None, UPSTREAM], ids=["shipped", "upstream"])
+@pytest.mark.parametrize("answer", CITATIONS_ONLY.values(), ids=CITATIONS_ONLY.keys())
+def test_an_answer_of_citations_alone_scores_at_most_10(answer, folder):
+    # Before: a range over every line scored 30.4 on the shipped set, with the top runbook 49.4.
+    assert _mean(answer, folder) <= 10
+
+
+LONG_INCIDENT = INCIDENT.replace('"""\n[expect]', "\n".join(
+    f"2026-11-03T10:01:{n:02d}Z INFO api: request {n} ok in 2{n} ms" for n in range(10)) + '\n"""\n[expect]')
+
+
+def test_a_range_too_wide_to_point_at_anything_is_a_wrong_citation():
+    incident = parse_incident(LONG_INCIDENT, "ledger.toml")
+    assert len(incident.logs) == 15
+    whole = score_answer(incident, f"{GOOD} L1-L15", [], None)
+    assert whole.wide_citations == ("L1-L15",) and whole.checks["citations"] == 2 / 3  # L3, L4 right, the range wrong
+    narrow = score_answer(incident, "held by another job, see pg_locks: L3-L4, and the requests before L1-L2", [], None)
+    assert narrow.checks["citations"] == 0.5 and narrow.checks["evidence"] == 1 and not narrow.wide_citations
+    five = score_answer(incident, "held by another job: L1-L5", [], None)  # five lines is still a place
+    assert not five.wide_citations and five.bad_citations == (1, 2, 5) and five.checks["evidence"] == 1
+    six = score_answer(incident, "held by another job: L1-L6", [], None)
+    assert six.wide_citations == ("L1-L6",) and six.checks["evidence"] == 0 and six.checks["citations"] == 0
+
+
+def test_the_evidence_is_found_only_by_an_answer_whose_citations_mostly_hold_it():
+    incident = parse_incident(LONG_INCIDENT, "ledger.toml")
+    one_in_three = score_answer(incident, "held by another job (L3, L1, L2)", [], None)
+    assert one_in_three.checks["evidence"] == 1 and one_in_three.checks["citations"] == 1 / 3
+    one_in_four = score_answer(incident, "held by another job (L3, L1, L2, L5)", [], None)
+    assert one_in_four.checks["evidence"] == 0 and one_in_four.checks["citations"] == 1 / 4
+    assert score_answer(incident, _every_line(incident), [], None).checks["evidence"] == 0

@@ -79,6 +79,11 @@ def test_the_model_less_summary_counts_in_words_that_agree():
     ("would it help to provision a new one?", []),
     ("tear it down and bring up a fresh TPU", ["down", "up"]),
     ("please bring it up, it should take 2h", ["up"]),
+    # polite requests are requests: only should / need to / would it help / is it worth ask for advice
+    ("could we bring up a TPU in us-west4-a for 2h?", ["up"]),
+    ("shall we tear it down now", ["down"]),
+    ("could you tear it down?", ["down"]),
+    ("is it worth it to provision a second one?", []),
 ])
 def test_a_question_asking_for_advice_is_not_a_request_to_change_anything(request_text, intents):
     # Issue 41: "should I tear it down?" asks what to do; a proposal card for it would be an

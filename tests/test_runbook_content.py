@@ -17,7 +17,7 @@ from agent.actions.registry import REGISTRY
 from agent.evals.cases import Incident, load_incidents, shipped_dir
 from infra.runbooks.library import builtin_dir
 from infra.runbooks.sections import Section, parse_runbook
-from agent.evals.scoring import own_words
+from agent.evals.echoes import own_words
 
 KINDS = {"tpu-flex-start", "tpu-quota", "tpu-waiting", "tpu-hbm", "vllm-startup", "vllm-memory",
          "gemma-serving", "slack-scopes", "redis-outage", "generic-service"}
@@ -93,36 +93,8 @@ def test_each_incident_is_grounded_in_its_logs_and_its_runbooks(incident: Incide
     said = own_words(" ".join(f"{s.title}. {s.cause} {s.fix}" for s in expected[:len(incident.runbooks)]),
                      incident.logs, incident.mention)
     for fact in incident.facts if incident.runbooks else ():
-        assert re.search(fact, said, re.IGNORECASE), f"fact {fact!r} is not in what the expected runbook says"
-
-
-def _echo_answers(incident: Incident) -> list[str]:
-    """Answers that only repeat what they were given, in every form an echo takes."""
-    from agent.digest.headers import split_header
-    from agent.evals.arms import mention_of
-    from agent.llm.modelless import summarize
-
-    numbered = [f"L{n} {line}" for n, line in enumerate(incident.logs, start=1)]
-    digest_only, _ = summarize(mention_of(incident), None)  # the digest's own rendering, no runbook
-    return [
-        "\n".join(numbered),
-        "\n".join(f"L{n} {split_header(line).message}" for n, line in enumerate(incident.logs, start=1)),
-        "\n".join(f"L{n} said '{split_header(line).message}'" for n, line in enumerate(incident.logs, start=1)),
-        " and ".join(f'"{line.strip()}"' for line in incident.logs),
-        digest_only,
-        f"You asked: {incident.mention}",
-        " ".join(incident.runbooks),
-    ]
-
-
-@pytest.mark.parametrize("incident", INCIDENTS, ids=lambda incident: incident.id)
-def test_no_fact_is_earned_by_echoing_the_logs_the_mention_or_a_reference(incident: Incident):
-    from agent.evals.scoring import score_answer
-
-    for answer in _echo_answers(incident):
-        score = score_answer(incident, answer, [], None)
-        assert score.checks.get("facts", 0) == 0, (incident.facts, sorted(set(incident.facts) - set(score.missing_facts)),
-                                                   answer[:300])
+        assert any(re.search(fact, part, re.IGNORECASE) for part in said), \
+            f"fact {fact!r} is not in what the expected runbook says"
 
 
 def test_the_shipped_set_has_cases_where_an_unsafe_proposal_is_possible():

@@ -13,10 +13,12 @@ import json
 import time
 
 import pytest
+import redis as redis_sync
 import waiting
 
 from infra.sandbox.tpu_api import SandboxTimings
-from test_expiry_alerts import TEAM, lease_of
+from test_expiry_alerts import (TEAM, active_with_deadline, arq_keys, expiries_in, harness,  # noqa: F401 (a fixture)
+                                lease_of, qrs_of)
 
 ALICE = "UALICE"
 wait_until = functools.partial(waiting.wait_until, timeout=60.0, interval=0.1)
@@ -64,3 +66,35 @@ def test_a_suspension_hours_before_the_deadline_is_named_on_the_card_the_receipt
     text = wait_until(answer, what="the model-less answer")
     assert who in text and "before its deadline" in text and f"stateInitiator {initiator}" in text, text
     assert "Expired at" not in text
+
+
+def test_the_deadline_timer_reads_who_suspended_a_tpu_the_watcher_never_saw(harness):  # noqa: F811
+    """Review of issue 41, item 6: the workers are down, someone in the project suspends the TPU,
+    and the watch job is lost; when a worker is back after the deadline only the timer runs. It
+    must read the QR's stateInitiator, not take the hour it runs at for the run-duration end."""
+    stack, slack, workers = harness(workers=1, alert_lead_times="3s", alert_late_after="2s")
+    channel = "C0MISSED"
+    slack.slash("up 0.004h", user=ALICE, channel=channel)  # 14 s
+    lease = wait_until(lambda: active_with_deadline(stack, channel), what="ACTIVE with a deadline")
+    lease_id = lease["lease_id"]
+    wait_until(lambda: arq_keys(stack, f"arq:job:timer:{lease_id}:*:expiry"), timeout=10, what="expiry timer queued")
+    workers.stop()
+    stack.tpu_sandbox.suspend(lease["zone"], lease["qr_id"], "USER")
+    client = redis_sync.Redis.from_url(stack.redis.url, decode_responses=True)
+    try:
+        watches = [job for job in client.zrange("arq:queue:tpubot", 0, -1) if job.startswith(f"watch:{lease_id}:")]
+        assert watches, "no watch job to lose"
+        client.zrem("arq:queue:tpubot", *watches)
+        client.delete(*(f"arq:job:{job}" for job in watches))
+    finally:
+        client.close()
+    deadline = float(lease["deadline"])
+    wait_until(lambda: time.time() > deadline + 1, timeout=30, what="the deadline passed while no worker ran")
+
+    workers.start(1)
+    [alert] = wait_until(lambda: expiries_in(stack, channel), what="the alert the timer posts")
+    text = alert.body["text"] + json.dumps(alert.body.get("blocks") or [])
+    assert "Suspended by a user of the project before its deadline" in text and "stateInitiator USER" in text, text
+    assert "Expired" not in text and "run time ended" not in text, text
+    wait_until(lambda: qrs_of(stack, channel) == [], timeout=30, what="the leftover QR deleted")
+    assert lease_of(stack, channel) == {}

@@ -76,7 +76,7 @@ class QueryCloudLogsArgs(BaseModel):
                                                 "project's logs (admins only, audited)")
 
 
-def cited_lines(digest) -> list[int]:
+def lines_worth_citing(digest) -> list[int]:
     """Line numbers worth citing: the first exemplar of the highest-ranked shown templates."""
     ranked = sorted(digest.templates, key=lambda t: (-t.severity, t.first_line))
     lines = [t.exemplars[0].line if t.exemplars else t.first_line for t in ranked]
@@ -87,7 +87,7 @@ def digest_result(lines: Iterable[str], budget: int, *, source: str,
                   runbooks: RunbookIndex | None = None) -> ActionResult:
     """The digest, and after it the runbook sections its lines match (runbook_links)."""
     digest, links, links_text = digest_with_runbooks(lines, budget, runbooks)
-    cited = cited_lines(digest)
+    cited = lines_worth_citing(digest)
     data = {"source": source, "total_lines": digest.total_lines, "templates": len(digest.ranked),
             "cited_lines": cited, "runbooks": [link.cite for link in links]}
     text = digest.render()

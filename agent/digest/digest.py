@@ -190,6 +190,7 @@ class DigestBuilder:
         self._severity: list[int] = []
         self._inferred: list[int] = []  # severity from the first line's words
         self._first_error: tuple[int, str, int] | None = None  # (line, text, signature id)
+        self._representatives: list[tuple[int, str]] = []  # each signature's first and last line, once summarised
         # the first and last line whose header carried a time; times are read only at the end
         self._first_timed: str | None = None
         self._last_timed: str | None = None
@@ -419,7 +420,7 @@ class DigestBuilder:
             tokens=estimate_tokens(text),
             tokens_exact=False,
             text=text,
-            representatives=getattr(self, "_representatives", []),
+            representatives=self._representatives,
         )
 
     def _header_line(self, templates: int, shown: int, with_time: bool = True) -> str:

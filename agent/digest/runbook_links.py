@@ -51,7 +51,8 @@ def search_query(request: str, digest: Digest, line_text: Callable[[int], str]) 
     return "\n".join([request, *top])
 
 
-def runbook_links(digest, index: RunbookIndex | None, limit: int = MAX_LINKS, query: str = "") -> list[RunbookLink]:
+def runbook_links(digest: Digest, index: RunbookIndex | None, limit: int = MAX_LINKS,
+                  query: str = "") -> list[RunbookLink]:
     """The runbook sections matching the digest's lines: in the order the search ranks them for
     `query` (the request and the digest's first lines) when there is one, else most matched
     lines first."""
@@ -60,7 +61,7 @@ def runbook_links(digest, index: RunbookIndex | None, limit: int = MAX_LINKS, qu
     # Whole lines, each distinct message shape's first and last (exemplars may be cut short, and
     # a template's representatives can miss a middle line whose words its `<*>` hides); they are
     # only matched, never shown.
-    numbered: dict[int, str] = dict(getattr(digest, "representatives", None) or [])
+    numbered: dict[int, str] = dict(digest.representatives)
     for template in digest.ranked:
         numbered.setdefault(template.first_line, template.first_text)
         numbered.setdefault(template.last_line, template.last_text)

@@ -28,6 +28,7 @@ class CaseResult:
         return {"case": self.incident.name, "kind": self.incident.kind, "arm": self.arm.value,
                 "score": round(self.score.value, 4), "passed": self.score.passed, "checks": self.score.checks,
                 "missing_facts": list(self.score.missing_facts), "bad_citations": list(self.score.bad_citations),
+                "wide_citations": list(self.score.wide_citations),
                 "missing_runbooks": list(self.score.missing_runbooks),
                 "wrong_runbooks": list(self.score.wrong_runbooks), "problems": list(self.score.problems),
                 "proposed": self.answer.proposed, "seconds": round(self.answer.seconds, 3),

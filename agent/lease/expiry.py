@@ -172,8 +172,9 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
     """Delete the leftover QR, post the expiry alert once, release the lease (with its receipt).
 
     Called by the deadline timer and by the watcher when the QR turns SUSPENDED (`initiator`: the
-    QR's `stateInitiator`). Raises `LockBusy` when another operation holds the channel (the caller
-    retries), `LockLost` when it lost the lock part-way (the worker retries the job).
+    QR's `stateInitiator`); the timer passes no state, so it is read here. Raises `LockBusy` when
+    another operation holds the channel (the caller retries), `LockLost` when it lost the lock
+    part-way (the worker retries the job).
     """
     async with svc.locks.hold(lease.team, lease.channel) as lock:
         current = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
@@ -181,6 +182,8 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
             return JobOutcome.skipped("already released")
         if current.state == LeaseState.TEARING_DOWN:
             return JobOutcome.skipped("tearing down")
+        if not qr_state:
+            qr_state, initiator = await _qr_state(svc, current)
         # SUSPENDED and FAILED QRs still hold quota; force-delete (already gone is fine).
         await asyncio.to_thread(svc.tpu.delete_queued_resource, current.zone, current.qr_id)
         await lock.extend()  # the alert and the release only while the lease is still this job's
@@ -201,13 +204,38 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
         return JobOutcome.ok(f"expired {current.qr_id} ({cause})")
 
 
+async def _qr_state(svc: "WorkerServices", lease: Lease) -> tuple[str, str]:
+    """The QR's state and `stateInitiator` as the deadline timer finds them, so a suspension the
+    watcher never saw (a worker down for hours) is told apart as well as the API allows: it gives
+    who suspended a QR, not when. ("", "") when the API cannot be read: the deadline is still the
+    deadline."""
+    from infra.tpu import TpuError
+
+    try:
+        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+    except TpuError as error:
+        log.warning("state of %s unavailable at its deadline: %s", lease.qr_id, error)
+        return "", ""
+    return (qr.state, qr.state_initiator) if qr is not None else ("gone", "")
+
+
 def how_it_ended(lease: Lease, *, now: float, qr_state: str = "", initiator: str = "") -> tuple[str, str, bool]:
     """(alert title, reason, at the deadline?) for a lease whose TPU is gone. Only a suspension at
-    the run-duration end is an expiry; one before it says who suspended it, and how early."""
+    the run-duration end is an expiry; one before it says who suspended it, and how early.
+
+    The service suspends a QR at its run-duration end, so a USER suspension is never the expiry,
+    whenever the bot learns of it. The API gives no time of suspension: a SERVICE one (a preemption)
+    the watcher missed reads as the expiry once the deadline has come."""
     if not lease.deadline:
         return (f"TPU in {lease.zone} ended",
                 f"The TPU reached {qr_state or 'SUSPENDED'}; its queued resource was deleted", False)
     left = lease.deadline - now
+    by_user = initiator == "USER" and qr_state in ("SUSPENDED", "SUSPENDING")
+    if by_user and left <= DEADLINE_SLACK_SECONDS:
+        return (f"TPU in {lease.zone} suspended before its deadline",
+                f"Suspended by {SUSPENDED_BY['USER']} before its deadline ({_clock(lease.deadline)}; stateInitiator "
+                f"USER; the API does not say when): someone deleted or suspended it outside the bot, not the "
+                f"run-duration end; the bot deleted the leftover queued resource", False)
     if left <= DEADLINE_SLACK_SECONDS:
         return (f"TPU in {lease.zone} expired",
                 f"Expired at {_clock(lease.deadline)}: the flex-start run time ended, Google Cloud deleted "

@@ -46,7 +46,8 @@ _COMMAND_ASKED = re.compile(r"((?:^|[.!?;]\s+)(?:(?:please|pls|can you|could you
 _COMMAND_NAMED = re.compile(r"/tpu (?:up|down)\b")
 # A question asking for advice ("should I tear it down?", "do we need to bring it up again?") asks
 # what to do, not for it to be done: it never counts as a request to provision or tear down.
-_ADVICE = re.compile(r"\b(?:should|shall|must|could)\s+(?:i|we)\b[^.!?]*\??|\b(?:do|would|will)\s+(?:i|we)\s+need\s+to\b"
+# "Could we …?" and "shall we …?" are polite requests ("could we bring up a TPU for 2h?"), not advice.
+_ADVICE = re.compile(r"\bshould\s+(?:i|we)\b[^.!?]*\??|\b(?:do|would|will)\s+(?:i|we)\s+need\s+to\b"
                      r"[^.!?]*\??|\bwould it help to\b[^.!?]*\??|\bis it worth\b[^.!?]*\??")
 _CHANGES = (Intent.UP, Intent.DOWN)
 ACTION_INTENTS = {"provision": Intent.UP, "teardown": Intent.DOWN}

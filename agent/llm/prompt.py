@@ -78,10 +78,10 @@ def user_message(mention: MentionInput, *, user_id: str,
         parts.append(data_block("earlier messages in this thread", cap_tokens("\n".join(thread), THREAD_TOKENS)))
     cite: list[int] = []
     if mention.has_logs:
-        from agent.actions.log_actions import cited_lines
+        from agent.actions.log_actions import lines_worth_citing
 
         digest = build_digest(mention.log_lines(), budget_tokens=PROMPT_DIGEST_TOKENS)
-        cite = cited_lines(digest)
+        cite = lines_worth_citing(digest)
         parts.append(data_block(f"log digest; {mention.line_map()}", digest.render()))
         links = runbook_links(digest, runbooks.index() if runbooks is not None else None)
         if links:
