@@ -21,6 +21,25 @@ ADC_FIX = ("run `gcloud auth application-default login`, or set GOOGLE_APPLICATI
            "the local sandbox")
 
 
+REJECTED_FIX = "refresh the credentials (`gcloud auth application-default login`) or replace the key file"
+
+
+def rejected_credentials(error: BaseException) -> str | None:
+    """What Google said when it refused credentials that exist (a deleted, rotated or expired key); None
+    for any other error. Two shapes: google-auth's RefreshError when the token endpoint refuses, and a
+    401 from the API itself when the client signed its own JWT (the REST clients do, for service-account
+    keys), which never reaches the token endpoint."""
+    from google.api_core import exceptions as gexc
+    from google.auth import exceptions as auth_exc
+
+    if isinstance(error, auth_exc.RefreshError):
+        # google-auth raises it with (what the token endpoint said, its raw response): the first is the words.
+        return error.args[0] if error.args and isinstance(error.args[0], str) else str(error)
+    if isinstance(error, gexc.Unauthorized):  # 401, and its gRPC form Unauthenticated
+        return str(error.message)
+    return None
+
+
 def missing_credentials(project: str) -> str | None:
     """One line saying why there are no Application Default Credentials and how to get them; None
     when google-auth finds some."""

@@ -29,6 +29,7 @@ from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.auth.credentials import Credentials
 
+from infra.gcp_credentials import CREDENTIALS_VARIABLE, REJECTED_FIX, rejected_credentials
 from infra.node_account import SECRET_ACCESSOR, NodeAccount, NodeAccountError
 from infra.tpu import MANAGED_BY
 
@@ -62,6 +63,13 @@ class ModelKeyError(Exception):
         super().__init__(message)
         self.message = message
         self.fix = fix
+
+
+def _call_failed(doing: str, error: Exception, fix: str) -> ModelKeyError:
+    """A call that failed; credentials Google refuses are named as such, since no Secret Manager setting fixes them."""
+    if (said := rejected_credentials(error)) is not None:
+        return ModelKeyError(f"Google credentials were rejected: {said}", f"{CREDENTIALS_VARIABLE}: {REJECTED_FIX}")
+    return ModelKeyError(f"Secret Manager could not {doing}: {error}", fix)
 
 
 @dataclass
@@ -133,9 +141,9 @@ class ModelKeys:
                                 "grant the bot's account roles/secretmanager.admin on the project (it creates and "
                                 "deletes one secret per lease)") from error
         except _CALL_ERRORS as error:
-            raise ModelKeyError(f"Secret Manager could not store the model's API key: {error}",
-                                "check that the Secret Manager API is enabled "
-                                "(`gcloud services enable secretmanager.googleapis.com`), then `/tpu up` again") from error
+            raise _call_failed("store the model's API key", error,
+                               "check that the Secret Manager API is enabled "
+                               "(`gcloud services enable secretmanager.googleapis.com`), then `/tpu up` again") from error
         with self._lock:
             self._cache[lease_id] = key
 
@@ -177,8 +185,8 @@ class ModelKeys:
         except gexc.NotFound:
             return None
         except _CALL_ERRORS as error:
-            raise ModelKeyError(f"Secret Manager could not be asked for the model's API key: {error}",
-                                "grant the bot's account roles/secretmanager.admin on the project") from error
+            raise _call_failed("be asked for the model's API key", error,
+                               "grant the bot's account roles/secretmanager.admin on the project") from error
         key = response.payload.data.decode()
         with self._lock:
             self._cache[lease_id] = key
@@ -200,8 +208,7 @@ class ModelKeys:
             raise ModelKeyError(f"Secret Manager refused to list the model keys: {error.message}",
                                 "grant the bot's account roles/secretmanager.admin on the project") from error
         except _CALL_ERRORS as error:
-            raise ModelKeyError(f"Secret Manager could not list the model keys: {error}",
-                                "check that the Secret Manager API is enabled") from error
+            raise _call_failed("list the model keys", error, "check that the Secret Manager API is enabled") from error
 
     def _delete(self, lease_id: str) -> None:
         try:

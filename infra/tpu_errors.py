@@ -26,6 +26,8 @@ import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 
+from infra.gcp_credentials import CREDENTIALS_VARIABLE, REJECTED_FIX, rejected_credentials
+
 # google.rpc.Code numbers used by LRO errors and failedData.error.
 GRPC_INVALID_ARGUMENT = 3
 GRPC_DEADLINE_EXCEEDED = 4
@@ -268,15 +270,9 @@ def classify_exception(exc: BaseException, *, zone: str | None = None) -> TpuErr
                 "to a service-account key; leave GCP_PROJECT empty to use the local sandbox",
             code=GRPC_UNAUTHENTICATED,
         )
-    if isinstance(exc, auth_exc.RefreshError):
-        # google-auth raises it with (what the token endpoint said, its raw response): the first is the words.
-        said = exc.args[0] if exc.args and isinstance(exc.args[0], str) else str(exc)
-        return TpuError(
-            TpuErrorKind.PERMISSION_DENIED, f"Google credentials were rejected: {said}", zone=zone,
-            setting="GOOGLE_APPLICATION_CREDENTIALS",
-            fix="refresh the credentials (`gcloud auth application-default login`) or replace the key file",
-            code=GRPC_UNAUTHENTICATED,
-        )
+    if (said := rejected_credentials(exc)) is not None:
+        return TpuError(TpuErrorKind.PERMISSION_DENIED, f"Google credentials were rejected: {said}", zone=zone,
+                        setting=CREDENTIALS_VARIABLE, fix=REJECTED_FIX, code=GRPC_UNAUTHENTICATED)
     return TpuError(TpuErrorKind.UNKNOWN, f"{type(exc).__name__}: {exc}", zone=zone)
 
 

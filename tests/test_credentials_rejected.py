@@ -82,12 +82,33 @@ def test_a_refused_key_fails_the_lease_with_one_line_and_the_fix(refused_key, ma
                                 timeout=60, what="the card FAILED")
             reason = next(b["text"]["text"] for b in failed[-1]["blocks"]
                           if b["type"] == "section" and "Reason" in b.get("text", {}).get("text", ""))
-            assert reason.startswith(":red_circle: *Reason:* Google credentials were rejected: invalid_grant: "
-                                     "Invalid JWT Signature."), reason
+            # The lease's first call to Google is Secret Manager's (its key exists before the VM boots).
+            assert reason.startswith(":red_circle: *Reason:* Google credentials were rejected: "), reason
             assert "*Fix:* GOOGLE_APPLICATION_CREDENTIALS: refresh the credentials" in reason
             assert "Traceback" not in reason and "{" not in reason  # not the token endpoint's raw answer
             assert reason.count("\n") == 1  # the reason on one line, the fix on the next
-            assert "grant_type=urn" in _TokenEndpoint.posts[0]  # google-auth really asked for a token
+            # Secret Manager's REST client signs its own JWT with the key (no token request), and the API
+            # refuses it with a 401; a client that asks the token endpoint gets invalid_grant (the next test).
             assert cloud.tpu is not None and cloud.tpu.queued_resources() == []
         finally:
             requests.close()
+
+
+def test_a_token_endpoint_refusal_is_the_same_one_line(refused_key):
+    """The other shape of a refused key: a client that asks the token endpoint gets google-auth's
+    RefreshError carrying Google's invalid_grant, which every caller names the same way."""
+    import google.auth
+    import google.auth.transport.requests
+    from google.auth import exceptions as auth_exc
+
+    from infra.gcp_credentials import rejected_credentials
+    from infra.tpu_errors import classify_exception
+
+    credentials, _ = google.auth.default(scopes=["https://www.googleapis.com/auth/cloud-platform"])
+    with pytest.raises(auth_exc.RefreshError) as refused:
+        credentials.refresh(google.auth.transport.requests.Request())
+    assert "grant_type=urn" in _TokenEndpoint.posts[0]  # google-auth really asked for a token
+    assert rejected_credentials(refused.value) == "invalid_grant: Invalid JWT Signature."
+    error = classify_exception(refused.value, zone="us-west4-a")
+    assert error.message == "Google credentials were rejected: invalid_grant: Invalid JWT Signature."
+    assert error.setting == "GOOGLE_APPLICATION_CREDENTIALS" and "replace the key file" in error.fix

@@ -52,7 +52,7 @@ def test_an_endpoint_the_settings_name_is_not_replaced(tmp_path):
 
 
 def test_sandbox_help_names_every_emulator_it_starts_and_dev_help_one_port_default():
-    """Issue 44: `tpubot sandbox --help` listed four of its five emulators; `tpubot dev --help` gave two
+    """Issue 44: `tpubot sandbox --help` listed four of its five emulators (issue 40 added a sixth, Resource Manager); `tpubot dev --help` gave two
     defaults for --port (0, and "the PORT setting")."""
     from typer.testing import CliRunner
 
@@ -60,7 +60,7 @@ def test_sandbox_help_names_every_emulator_it_starts_and_dev_help_one_port_defau
     from infra.sandbox.world import CloudSandbox, SandboxWorld
 
     words = {"tpu": "TPU", "compute": "Compute", "quotas": "Quotas", "secretmanager": "Secret Manager",
-             "storage": "Storage"}
+             "storage": "Storage", "resourcemanager": "Resource Manager"}
     with CloudSandbox(SandboxWorld()) as cloud:
         started = [key.removesuffix("_api_endpoint") for key in cloud.endpoint_overrides()]
     help_text = " ".join(CliRunner().invoke(app, ["sandbox", "--help"], env={"COLUMNS": "200"}).output.split())

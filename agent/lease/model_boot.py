@@ -36,6 +36,7 @@ from infra.boot_phases import BootReport
 from infra.jobs import JobOutcome, JobSpec
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
 from infra.model_correctness import CheckFailure, check_known_answer, check_tool_call
+from infra.tpu import NodeView
 from infra.state.leases import Lease, LeaseChanges, LeaseState
 from infra.vllm_metrics import read_usage
 
@@ -73,7 +74,17 @@ async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, 
     lease = await svc.leases.get_by_id(team, channel, lease_id)
     if lease is None or lease.state not in BOOTABLE_STATES:
         return JobOutcome.stopped("lease changed")
-    endpoint = await _endpoint(svc, lease)
+    node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
+    if node is None or node.state != "READY":
+        # A suspended or deleted TPU has no node (or no address): not a boot failure. The watcher, or the
+        # deadline timer when the watch was lost, reads the queued resource and says what happened.
+        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        if qr is None or qr.state != "ACTIVE":
+            return JobOutcome.stopped(f"the TPU is no longer running ({qr.state if qr else 'deleted'})")
+        if node is not None:  # ACTIVE, its node still starting or restarting: look again
+            await _poll_again(svc, team, channel, lease_id, seq)
+            return JobOutcome.ok(f"waiting for the node ({node.state})")
+    endpoint = _endpoint(svc, node)
     if not endpoint:
         if svc.policy.endpoint_address == "internal":
             return await _fail(svc, lease, "The TPU node reports no internal IP, so the bot cannot reach vLLM on it.",
@@ -129,9 +140,13 @@ async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, 
                              **(_boot_changes(lease, report) if report is not None else {})}
     if not await _write(svc, lease, **booting):
         return JobOutcome.stopped("lease changed")
-    await svc.jobs.enqueue(BOOT_JOB, WatchJob(team=team, channel=channel, lease_id=lease_id, seq=seq + 1),
-                           job_id=boot_job_id(lease_id, seq + 1), defer_by=policy.boot_poll_interval)
+    await _poll_again(svc, team, channel, lease_id, seq)
     return JobOutcome.ok(f"waiting for vLLM ({check.error})")
+
+
+async def _poll_again(svc: WorkerServices, team: str, channel: str, lease_id: str, seq: int) -> None:
+    await svc.jobs.enqueue(BOOT_JOB, WatchJob(team=team, channel=channel, lease_id=lease_id, seq=seq + 1),
+                           job_id=boot_job_id(lease_id, seq + 1), defer_by=svc.policy.boot_poll_interval)
 
 
 def _boot_story(report: BootReport | None, since_active: float, policy: Policy) -> str:
@@ -250,8 +265,7 @@ async def _note_boot(svc: WorkerServices, lease: Lease, report: BootReport | Non
         await svc.leases.update(lease, **changes)
 
 
-async def _endpoint(svc: WorkerServices, lease: Lease) -> str:
-    node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
+def _endpoint(svc: WorkerServices, node: NodeView | None) -> str:
     address = None if node is None else (
         node.internal_ip if svc.policy.endpoint_address == "internal" else node.external_ip)
     return endpoint_url(address, svc.policy.model_port) if address else ""
