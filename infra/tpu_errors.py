@@ -238,7 +238,7 @@ def classify_failed_qr(qr: FailedQueuedResource) -> TpuError | None:
     A QR that ran out of valid-until time while waiting reports RESOURCE_EXHAUSTED with the
     capacity text, which becomes NO_CAPACITY for its zone.
     """
-    if qr.state != "FAILED":
+    if qr.state != "FAILED":  # QrState.FAILED (a StrEnum; infra.tpu imports this module)
         return None
     if qr.failure_code is None and not qr.failure_message:
         return TpuError(TpuErrorKind.UNKNOWN, f"queued resource {qr.qr_id} FAILED without a reason", zone=qr.zone)
