@@ -262,6 +262,13 @@ def classify_exception(exc: BaseException, *, zone: str | None = None) -> TpuErr
                         ConnectionError)):
         return TpuError(TpuErrorKind.UNAVAILABLE, f"cannot reach the TPU API: {exc}", zone=zone, retryable=True,
                         code=GRPC_UNAVAILABLE)
+    if isinstance(exc, auth_exc.GoogleAuthError) and (
+            exc.retryable or isinstance(exc.__cause__, (auth_exc.TransportError, requests.ConnectionError))):
+        # A token fetch that did not get an answer: on GKE or a VM, compute_engine.Credentials.refresh
+        # raises RefreshError from the metadata server's TransportError (retryable=False), and that
+        # is an outage of the metadata server, not credentials refused.
+        return TpuError(TpuErrorKind.UNAVAILABLE, f"cannot get a Google access token now: {exc}", zone=zone,
+                        retryable=True, code=GRPC_UNAVAILABLE)
     if isinstance(exc, auth_exc.DefaultCredentialsError):
         return TpuError(
             TpuErrorKind.PERMISSION_DENIED, f"no Google credentials: {exc}", zone=zone,

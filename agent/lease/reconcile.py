@@ -179,10 +179,12 @@ async def _restore(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedRe
             node = None
         if node and node.external_ip:
             endpoint = endpoint_url(node.external_ip, svc.policy.model_port)
+    created_at = qr.create_time.timestamp() if qr.create_time else now
     lease = Lease(
         lease_id=lease_id, team=team, channel=channel, holder=qr.labels.get("tpubot-holder", "").upper(),
         zone=qr.zone, qr_id=qr.qr_id, node_id=qr.node_id or "", state=state,
-        created_at=qr.create_time.timestamp() if qr.create_time else now, deadline=deadline,
+        # The QR exists, so its create was accepted: the lease says so like one the provision job wrote.
+        created_at=created_at, queued_at=created_at, deadline=deadline,
         run_seconds=run_seconds, endpoint=endpoint, state_since=now,
         active_at=deadline - run_seconds if deadline else 0.0, detail=RESTORED_NOTE,
     )
