@@ -26,7 +26,7 @@ import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 
-from infra.gcp_credentials import CREDENTIALS_VARIABLE, REJECTED_FIX, rejected_credentials
+from infra.gcp_credentials import CREDENTIALS_VARIABLE, REJECTED_FIX, google_words, rejected_credentials
 
 # google.rpc.Code numbers used by LRO errors and failedData.error.
 GRPC_INVALID_ARGUMENT = 3
@@ -202,7 +202,6 @@ _PERMISSION = re.compile(
     re.IGNORECASE,
 )
 # api_core prefixes HTTP error messages with "POST https://...: "; users need the API's words only.
-_REQUEST_PREFIX = re.compile(r"^(?:GET|POST|PUT|PATCH|DELETE) \S+: ")
 _LOCATION_IN_TEXT = re.compile(r'(?:zone|location)[ "]+(?P<zone>[a-z]+-[a-z]+\d+-[a-z])\b')
 
 
@@ -251,7 +250,7 @@ def classify_exception(exc: BaseException, *, zone: str | None = None) -> TpuErr
         return exc
     if isinstance(exc, gexc.GoogleAPICallError):
         grpc_code = _grpc_code_of(exc)
-        message = _REQUEST_PREFIX.sub("", exc.message or str(exc))
+        message = google_words(exc)
         error = _classify(grpc_code, message, zone=zone, reason=exc.reason or "")
         error.__cause__ = exc
         return error

@@ -83,7 +83,8 @@ def test_a_refused_key_fails_the_lease_with_one_line_and_the_fix(refused_key, ma
             reason = next(b["text"]["text"] for b in failed[-1]["blocks"]
                           if b["type"] == "section" and "Reason" in b.get("text", {}).get("text", ""))
             # The lease's first call to Google is Secret Manager's (its key exists before the VM boots).
-            assert reason.startswith(":red_circle: *Reason:* Google credentials were rejected: "), reason
+            assert reason.startswith(":red_circle: *Reason:* Google credentials were rejected: Request had invalid "
+                                     "authentication credentials."), reason  # Google's words, not the URL asked
             assert "*Fix:* GOOGLE_APPLICATION_CREDENTIALS: refresh the credentials" in reason
             assert "Traceback" not in reason and "{" not in reason  # not the token endpoint's raw answer
             assert reason.count("\n") == 1  # the reason on one line, the fix on the next
