@@ -583,6 +583,11 @@ class Settings(BaseSettings):
                 f"VLLM_MAX_NUM_BATCHED_TOKENS={self.vllm_max_num_batched_tokens} is below the largest multimodal "
                 f"item VLLM_LIMIT_MM_PER_PROMPT={self.vllm_limit_mm_per_prompt} allows (one {modality}, {largest} "
                 f"tokens), so vLLM would refuse to start; use VLLM_MAX_NUM_BATCHED_TOKENS=4096 (at least {largest})")
+        if self.vllm_max_num_seqs > self.vllm_max_num_batched_tokens:
+            raise ValueError(
+                f"VLLM_MAX_NUM_SEQS={self.vllm_max_num_seqs} is more than VLLM_MAX_NUM_BATCHED_TOKENS="
+                f"{self.vllm_max_num_batched_tokens} (one step schedules at most one token per sequence), so vLLM "
+                f"would refuse to start; use VLLM_MAX_NUM_SEQS={V5E_MAX_NUM_SEQS} or raise VLLM_MAX_NUM_BATCHED_TOKENS")
         utilization = self.vllm_gpu_memory_utilization
         if utilization is not None and not 0 < utilization <= 1:
             raise ValueError(f"VLLM_GPU_MEMORY_UTILIZATION={utilization:g} is not a fraction of the chip's memory; "
