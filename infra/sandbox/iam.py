@@ -37,7 +37,7 @@ BOT = "bot"  # the principal of a request without a token
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "roles/owner": frozenset({"*"}),
     # Editor holds most permissions, not the payload of a secret (secretmanager.versions.access).
-    "roles/editor": frozenset({"storage.*", "logging.logEntries.create", "compute.*", "tpu.*",
+    "roles/editor": frozenset({"storage.*", "artifactregistry.*", "logging.logEntries.create", "compute.*", "tpu.*",
                                "resourcemanager.projects.get", "secretmanager.secrets.get",
                                "secretmanager.secrets.list", "secretmanager.secrets.create",
                                "secretmanager.secrets.delete", "secretmanager.versions.add"}),
@@ -62,6 +62,7 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "roles/compute.networkViewer": frozenset({"compute.networks.get", "compute.subnetworks.get",
                                               "compute.firewalls.list", "compute.routers.list",
                                               "compute.routers.get"}),
+    "roles/artifactregistry.reader": frozenset({"artifactregistry.repositories.downloadArtifacts"}),
     "roles/iam.serviceAccountUser": frozenset({"iam.serviceAccounts.actAs"}),
 }
 # The README's roles for the bot's own account (on the project).

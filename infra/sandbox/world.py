@@ -113,7 +113,7 @@ class CloudSandbox:
             iam=w.iam(self.project), private_google_access=w.private_google_access,
         )
         self.project_api.start()
-        self.registry = RegistryStandIn().start()
+        self.registry = RegistryStandIn(iam=self.project_api.iam).start()
         return self
 
     def stop(self) -> None:
