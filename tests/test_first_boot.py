@@ -77,7 +77,7 @@ def test_up_on_defaults_runs_the_real_startup_script_and_its_guest_attributes_dr
     slack.close()
 
 
-def test_a_key_secret_the_nodes_account_may_not_read_fails_within_two_sandbox_minutes_with_the_grant(make_stack):
+def test_a_key_secret_the_nodes_account_may_not_read_fails_after_seven_sandbox_minutes_with_the_grant(make_stack):
     stack = make_stack(poll_interval="0.2s")  # MODEL_BOOT_TIMEOUT stays 45 minutes
     iam = stack.cloud.project_api.iam
     # An IAM deny policy on the keys for the VM's account: whatever the bot grants, the VM cannot read them.
@@ -98,9 +98,11 @@ def test_a_key_secret_the_nodes_account_may_not_read_fails_within_two_sandbox_mi
     # The bot had granted it (the deny policy is what refused): the grant is on the key's own policy.
     policy = iam.policy(f"projects/tpubot-sandbox/secrets/tpubot-model-key-{lease_id}")
     assert f"serviceAccount:{NODE}" in policy.bindings["roles/secretmanager.secretAccessor"]
-    # Within two sandbox minutes of ACTIVE: the VM waited 90 of its seconds, and the wall clock agrees.
-    assert vm.slept <= 120
-    assert took * vm.speed <= 120 + 60 * 30, (took, vm.speed)  # + the bot's polls on a loaded machine
+    # Seven sandbox minutes of waiting, not less: the bot grants the key moments before the VM exists, and
+    # an IAM grant can take about 7 minutes to reach Secret Manager, so a shorter wait would fail leases
+    # whose grant was merely late. Not much more either, and the wall clock agrees.
+    assert 7 * 60 <= vm.slept <= 8 * 60
+    assert took * vm.speed <= 8 * 60 + 60 * 30, (took, vm.speed)  # + the bot's polls on a loaded machine
     assert active is not None and not any("READY" in b["text"] for b in card_bodies(stack))
     slack.close()
 
