@@ -269,3 +269,91 @@ def test_a_retried_key_creation_restores_the_vms_grant_on_the_existing_secret():
         assert policy.bindings == {"roles/secretmanager.secretAccessor": {f"serviceAccount:{NODE}"}}
         assert "secretmanager.projects.secrets.getIamPolicy" in api.apis["secretmanager"].checked
         assert api.rejected == [] and api.response_problems == []
+
+
+def _sandbox_keys(api, **reader):
+    from infra.deployment_mode import DeploymentMode
+    from infra.model_keys import ModelKeys
+    from infra.node_account import NodeAccount
+
+    creds = DeploymentMode.SANDBOX.credentials()
+    return ModelKeys("tpubot-sandbox", credentials=creds, api_endpoint=api.base_url,
+                     reader=NodeAccount("tpubot-sandbox", credentials=creds, resourcemanager_endpoint=api.base_url,
+                                        secretmanager_endpoint=api.base_url, **reader))
+
+
+def test_a_grant_that_loses_a_race_for_the_keys_policy_is_redone_from_a_fresh_read_keeping_the_other_writers():
+    import asyncio
+
+    from infra.sandbox.world import CloudSandbox
+
+    secret = "projects/tpubot-sandbox/secrets/tpubot-model-key-l1"
+    with CloudSandbox(SandboxWorld()) as cloud:
+        api = cloud.project_api
+        asyncio.run(_sandbox_keys(api).create("l1"))
+        api.iam.forget(secret)  # the grant was lost: the retried job reads, adds, writes back with the etag
+        api.iam.contend(secret, times=2)  # and twice someone else writes the policy in between
+        asyncio.run(_sandbox_keys(api).create("l1"))
+        policy = api.iam.policy(secret)
+        assert policy.bindings["roles/secretmanager.secretAccessor"] == {
+            f"serviceAccount:{NODE}", "user:admin-1@example.com", "user:admin-2@example.com"}  # no write lost
+        sets = [path for method, path, _ in api.requests if path.endswith("tpubot-model-key-l1:setIamPolicy")]
+        assert len(sets) == 1 + 3  # the first create's; then two refused (409) and the third kept
+        assert api.rejected == [] and api.response_problems == []
+
+
+def test_a_keys_policy_that_changes_under_every_write_fails_with_what_to_stop():
+    import asyncio
+
+    import pytest
+    from infra.model_keys import SET_POLICY_TRIES, ModelKeyError
+    from infra.sandbox.world import CloudSandbox
+
+    secret = "projects/tpubot-sandbox/secrets/tpubot-model-key-l1"
+    with CloudSandbox(SandboxWorld()) as cloud:
+        api = cloud.project_api
+        asyncio.run(_sandbox_keys(api).create("l1"))
+        api.iam.forget(secret)
+        api.iam.contend(secret, times=100)
+        with pytest.raises(ModelKeyError) as raised:
+            asyncio.run(_sandbox_keys(api).create("l1"))
+        assert raised.value.message.startswith(
+            f"Secret Manager kept refusing the TPU VM's grant on the model's API key: its policy changed under each "
+            f"of {SET_POLICY_TRIES} read-modify-writes (")
+        assert "There were concurrent policy changes" in raised.value.message
+        assert "something else keeps rewriting the IAM policy of tpubot-model-key-* secrets" in raised.value.fix
+
+
+def test_a_tpu_service_account_that_does_not_exist_fails_the_lease_before_any_tpu_naming_it(redis_url, tmp_path):
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    missing = "tpubot-nodee@tpubot-sandbox.iam.gserviceaccount.com"  # a typo of the README's account
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s",
+                             tpu_service_account=missing)
+    with LocalStack(settings, world=SandboxWorld()) as stack:
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        failed = wait_until(lambda: first_card(stack, "FAILED"))
+        blocks = str(failed["blocks"])
+        assert f"Service account {missing} does not exist." in blocks, blocks
+        assert f"TPU_SERVICE_ACCOUNT={missing} must name an existing service account" in blocks
+        assert "Secret Manager API is enabled" not in blocks  # not the generic fix of a failed call
+        assert stack.tpu_sandbox.create_attempts == []
+        slack.close()
+
+
+def test_the_default_account_missing_names_the_compute_engine_api():
+    import asyncio
+
+    import pytest
+    from infra.model_keys import ModelKeyError
+    from infra.sandbox.world import CloudSandbox
+
+    with CloudSandbox(SandboxWorld()) as cloud:
+        api = cloud.project_api
+        api.iam.delete_account(NODE)  # a project whose Compute Engine API was never enabled has no such account
+        with pytest.raises(ModelKeyError) as raised:
+            asyncio.run(_sandbox_keys(api).create("l2"))
+        assert f"Service account {NODE} does not exist." in raised.value.message
+        assert "gcloud services enable compute.googleapis.com --project tpubot-sandbox" in raised.value.fix

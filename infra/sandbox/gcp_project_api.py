@@ -86,6 +86,7 @@ class GcpProjectSandbox:
         project_number: int = 123456789012,
         iam: Iam | None = None,  # who may do what; None: the bot with the README's roles, nobody else
         private_google_access: bool = True,  # every subnetwork's privateIpGoogleAccess
+        parent: str = "",  # "folders/ID" or "organizations/ID": where grants the project inherits live
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -101,6 +102,7 @@ class GcpProjectSandbox:
         self.routers = [dict(router) for router in routers]
         self.buckets = dict(buckets or {})
         self.private_google_access = private_google_access
+        self.parent = parent
         self.objects: dict[str, dict[str, bytes]] = {bucket: {} for bucket in self.buckets}  # bucket -> name -> bytes
         self.iam = iam or Iam(project, project_number, denied=denied)
         self.apis: dict[str, DiscoveryApi | None] = {
@@ -337,7 +339,7 @@ class GcpProjectSandbox:
         try:
             return 200, self.iam.set_policy(resource, body.get("policy") or {}).to_json()
         except PolicyError as error:
-            return _google_error(error.code, error.message)
+            return _google_error(error.code, error.message, error.status)
 
     def _project(self, method: str, project: str, verb: str | None, principal: str, body: dict) -> tuple[int, dict]:
         """Resource Manager v1: projects.get, :getIamPolicy, :setIamPolicy."""
@@ -349,8 +351,12 @@ class GcpProjectSandbox:
                 return _google_error(405, f"Method {method} is not supported on projects/{project}.")
             if denied := self._deny("resourcemanager.projects.get", f"projects/{self.project}", principal):
                 return denied
-            return 200, {"projectNumber": str(self.project_number), "projectId": self.project,
-                         "lifecycleState": "ACTIVE", "name": self.project, "createTime": SEEDED_CREATE_TIME}
+            body = {"projectNumber": str(self.project_number), "projectId": self.project,
+                    "lifecycleState": "ACTIVE", "name": self.project, "createTime": SEEDED_CREATE_TIME}
+            if self.parent:
+                kind, _, parent_id = self.parent.partition("/")
+                body["parent"] = {"type": kind.removesuffix("s"), "id": parent_id}
+            return 200, body
         if method != "POST":
             return _google_error(405, f"Method {method} is not supported on :{verb}.")
         if denied := self._deny(f"resourcemanager.projects.{verb}", f"projects/{self.project}", principal):
@@ -360,7 +366,7 @@ class GcpProjectSandbox:
         try:
             return 200, self.iam.set_policy(self.iam.project_resource, body.get("policy") or {}).to_json()
         except PolicyError as error:
-            return _google_error(error.code, error.message)
+            return _google_error(error.code, error.message, error.status)
 
     def _compute(self, project: str, rest: str, query: dict, principal: str) -> tuple[int, dict]:
         if rest == "global/firewalls":
@@ -648,8 +654,9 @@ def _quotas_api() -> DiscoveryApi | None:
     ])
 
 
-def _google_error(code: int, message: str) -> tuple[int, dict]:
-    return code, {"error": {"code": code, "message": message, "status": _STATUS.get(code, "UNKNOWN")}}
+def _google_error(code: int, message: str, status: str = "") -> tuple[int, dict]:
+    """Google's error body; `status` where one HTTP code has several (409: ALREADY_EXISTS or ABORTED)."""
+    return code, {"error": {"code": code, "message": message, "status": status or _STATUS.get(code, "UNKNOWN")}}
 
 
 def _compute_error(code: int, message: str, reason: str) -> tuple[int, dict]:
