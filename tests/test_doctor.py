@@ -294,6 +294,50 @@ def test_doctor_names_the_account_the_tpu_vm_runs_as_and_whether_it_reads_the_hf
         "(TPU_SERVICE_ACCOUNT) and may read hf-token (roles/secretmanager.secretAccessor on the project)")
 
 
+def test_doctor_warns_not_fails_when_it_cannot_tell_whether_the_tpu_vms_account_reads_the_hf_token(own_cloud, env):
+    """A grant the bot cannot see may exist: "cannot tell" is a warning with the grant command, never a failure
+    that would stop every `/tpu up` of a working project."""
+    from infra.sandbox.iam import default_compute_account
+
+    node, bot = default_compute_account(123456789012), "serviceAccount:tpubot@tpubot-sandbox.iam.gserviceaccount.com"
+    grant = (f"gcloud secrets add-iam-policy-binding hf-token --project tpubot-sandbox --member serviceAccount:{node} "
+             "--role roles/secretmanager.secretAccessor")
+    seen = (("project", "roles/browser", bot),)  # the bot may read the project's policy: "no grant" is decidable
+
+    def verdict(**world) -> str:
+        own_cloud(**world)
+        result = doctor()
+        assert result.exit_code == 0, result.output
+        line = check_line(result.output, "tpu vm account")
+        assert line.startswith(f"WARN  tpu vm account   the TPU VMs run as {node}") or line.startswith(
+            "WARN  tpu vm account   could not tell"), line
+        return result.output
+
+    # The project sits in a folder (or an organization): a grant there does not show in the project's policy.
+    out = verdict(iam_grants=seen, parent="folders/4242")
+    assert "no grant on the secret or the project; project tpubot-sandbox is in folder 4242, where a grant would " \
+           "not show here" in out and grant in out
+    assert "project tpubot-sandbox is in organization 77" in verdict(iam_grants=seen, parent="organizations/77")
+    # A group holds the role: the account may be a member, which the bot cannot see.
+    out = verdict(iam_grants=(*seen, ("secret:hf-token", "roles/secretmanager.secretAccessor",
+                                      "group:tpu-nodes@example.com")))
+    assert "but group:tpu-nodes@example.com (roles/secretmanager.secretAccessor) holds one on the secret" in out
+    # A custom role is bound to the account: what it holds was not checked.
+    role = "projects/tpubot-sandbox/roles/tpubotNode"
+    out = verdict(iam_grants=(*seen, ("project", role, f"serviceAccount:{node}")),
+                  custom_roles={role: ("secretmanager.versions.access", "logging.logEntries.create")})
+    assert f"but the custom role {role} is, on the project" in out
+    # The project's number cannot be read (the bot lacks resourcemanager.projects.get): which account is unknown.
+    out = verdict(denied=("resourcemanager.projects.get",))
+    assert check_line(out, "tpu vm account").startswith(
+        "WARN  tpu vm account   could not tell which account the TPU VMs run as: Cloud Resource Manager refused "
+        "project tpubot-sandbox's number (HTTP 403")
+    assert "or set TPU_SERVICE_ACCOUNT to the account the TPU VMs run as" in out
+    # Nothing hidden and no grant: still a failure.
+    result = (own_cloud(iam_grants=seen), doctor())[1]
+    assert result.exit_code == 1 and check_line(result.output, "tpu vm account").startswith("FAIL  tpu vm account")
+
+
 def test_the_xla_cache_bucket_must_exist_in_the_tpus_region(own_cloud, env):
     cloud = own_cloud(buckets={"cache-w4": "US-WEST4", "cache-eu": "EUROPE-WEST4", "cache-us": "US"})
     env.setenv("XLA_CACHE_BUCKET", "gs://no-such-cache")
