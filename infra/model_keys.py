@@ -38,6 +38,16 @@ if TYPE_CHECKING:
     from google.cloud.secretmanager_v1 import SecretManagerServiceClient
 
 SECRET_PREFIX = "tpubot-model-key-"
+# What the bot's account does in Secret Manager, on the project: create a secret per lease, add its
+# version, read it back, grant the VM (get and set the secret's policy), list them for the reconciler
+# and delete them. Of Google's predefined roles only roles/secretmanager.admin holds create, delete and
+# setIamPolicy together (secretAccessor, secretVersionAdder, secretVersionManager and viewer hold none
+# of those three), so the README names it, or a custom role with exactly these.
+BOT_SECRET_PERMISSIONS = (
+    "secretmanager.secrets.create", "secretmanager.secrets.delete", "secretmanager.secrets.list",
+    "secretmanager.secrets.getIamPolicy", "secretmanager.secrets.setIamPolicy", "secretmanager.versions.add",
+    "secretmanager.versions.access",
+)
 CALL_TIMEOUT = 15.0
 # setIamPolicy with a stale etag (409 ABORTED): Google's advice is to retry the whole read-modify-write with
 # exponential backoff. Four tries over ~1.5 s outlast a person's edit in the console; a tool that rewrites

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import logging
 
 import pytest
@@ -304,10 +305,10 @@ def test_doctor_warns_not_fails_when_it_cannot_tell_whether_the_tpu_vms_account_
              "--role roles/secretmanager.secretAccessor")
     seen = (("project", "roles/browser", bot),)  # the bot may read the project's policy: "no grant" is decidable
 
-    def verdict(**world) -> str:
+    def verdict(exit_code: int = 0, **world) -> str:
         own_cloud(**world)
         result = doctor()
-        assert result.exit_code == 0, result.output
+        assert result.exit_code == exit_code, result.output
         line = check_line(result.output, "tpu vm account")
         assert line.startswith(f"WARN  tpu vm account   the TPU VMs run as {node}") or line.startswith(
             "WARN  tpu vm account   could not tell"), line
@@ -328,7 +329,10 @@ def test_doctor_warns_not_fails_when_it_cannot_tell_whether_the_tpu_vms_account_
                   custom_roles={role: ("secretmanager.versions.access", "logging.logEntries.create")})
     assert f"but the custom role {role} is, on the project" in out
     # The project's number cannot be read (the bot lacks resourcemanager.projects.get): which account is unknown.
-    out = verdict(denied=("resourcemanager.projects.get",))
+    # The bot permissions check is the one that fails, naming the permission.
+    out = verdict(1, denied=("resourcemanager.projects.get",))
+    assert check_line(out, "bot permissions").startswith("FAIL  bot permissions  the bot's account lacks "
+                                                         "resourcemanager.projects.get")
     assert check_line(out, "tpu vm account").startswith(
         "WARN  tpu vm account   could not tell which account the TPU VMs run as: Cloud Resource Manager refused "
         "project tpubot-sandbox's number (HTTP 403")
@@ -336,6 +340,57 @@ def test_doctor_warns_not_fails_when_it_cannot_tell_whether_the_tpu_vms_account_
     # Nothing hidden and no grant: still a failure.
     result = (own_cloud(iam_grants=seen), doctor())[1]
     assert result.exit_code == 1 and check_line(result.output, "tpu vm account").startswith("FAIL  tpu vm account")
+
+
+KEY_ROLE = "projects/tpubot-sandbox/roles/tpubotKeys"
+
+
+def readme_bot_secret_permissions() -> list[str]:
+    """The permissions of the custom role the README offers the bot instead of roles/secretmanager.admin."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| `roles/secretmanager.admin`, or a custom role"))
+    return re.findall(r"`(secretmanager\.[a-zA-Z.]+)`", row.split("|")[1])
+
+
+def test_the_readmes_custom_role_for_the_bot_is_what_the_code_needs():
+    from infra.model_keys import BOT_SECRET_PERMISSIONS
+
+    assert sorted(readme_bot_secret_permissions()) == sorted(BOT_SECRET_PERMISSIONS)
+
+
+def test_doctor_asks_google_which_secret_manager_permissions_the_bot_holds_and_names_the_missing(own_cloud, env):
+    from infra.model_keys import BOT_SECRET_PERMISSIONS
+    from infra.sandbox.iam import BOT_ROLES
+
+    narrowed = tuple(r for r in BOT_ROLES if r != "roles/secretmanager.admin") + (KEY_ROLE,)
+    cloud = own_cloud(bot_roles=narrowed, custom_roles={KEY_ROLE: tuple(readme_bot_secret_permissions())})
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    assert check_line(result.output, "bot permissions") == (
+        f"PASS  bot permissions  the bot's account holds the {len(BOT_SECRET_PERMISSIONS)} Secret Manager permissions "
+        "of the lease's key and resourcemanager.projects.get")
+    assert ("POST", "/v1/projects/tpubot-sandbox:testIamPermissions", "tpubot@tpubot-sandbox.iam.gserviceaccount.com") \
+        in cloud.project_api.requests
+    assert "cloudresourcemanager.projects.testIamPermissions" in cloud.project_api.apis["resourcemanager"].checked
+    assert cloud.project_api.rejected == [] and cloud.project_api.response_problems == []
+    # Asked, not tried: no secret was created or deleted to find out.
+    assert not any(m in ("POST", "DELETE") and "/secrets" in path and "hf-token" not in path
+                   for m, path, _ in cloud.project_api.requests)
+
+    # A custom role that forgot setIamPolicy, and a bot without tpu.admin's resourcemanager.projects.get.
+    own_cloud(bot_roles=narrowed, custom_roles={KEY_ROLE: tuple(p for p in readme_bot_secret_permissions()
+                                                               if p != "secretmanager.secrets.setIamPolicy")},
+              denied=("resourcemanager.projects.get",))
+    result = doctor()
+    assert result.exit_code == 1, result.output
+    assert check_line(result.output, "bot permissions") == (
+        "FAIL  bot permissions  the bot's account lacks secretmanager.secrets.setIamPolicy, "
+        "resourcemanager.projects.get on project tpubot-sandbox: `/tpu up` would fail before any TPU")
+    assert ("grant the bot's account roles/secretmanager.admin (the one predefined role that creates, deletes and sets "
+            "the IAM policy of secrets), or add them to the bot's custom role and roles/tpu.admin (it holds "
+            "resourcemanager.projects.get) on the project") in " ".join(result.output.split())
 
 
 def test_the_xla_cache_bucket_must_exist_in_the_tpus_region(own_cloud, env):
@@ -440,4 +495,5 @@ def test_without_credentials_the_fix_is_given_once_not_under_every_check(tmp_pat
     assert result.returncode == 1, result.stderr[-2000:]
     assert "FAIL  credentials" in result.stdout
     assert result.stdout.count("gcloud auth application-default login") == 1, result.stdout
-    assert result.stdout.count("not checked: it needs the credentials above to work") == 6  # with issue 40's TPU VM account check
+    # with issue 40's TPU VM account and bot permissions checks
+    assert result.stdout.count("not checked: it needs the credentials above to work") == 7

@@ -357,3 +357,30 @@ def test_the_default_account_missing_names_the_compute_engine_api():
             asyncio.run(_sandbox_keys(api).create("l2"))
         assert f"Service account {NODE} does not exist." in raised.value.message
         assert "gcloud services enable compute.googleapis.com --project tpubot-sandbox" in raised.value.fix
+
+
+def test_a_bot_with_the_readmes_custom_role_instead_of_secretmanager_admin_brings_a_lease_to_ready(redis_url, tmp_path):
+    """The README's narrower alternative is enough: create, grant, read back, list and delete each key."""
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+    from infra.model_keys import BOT_SECRET_PERMISSIONS
+    from infra.sandbox.iam import BOT_ROLES
+
+    role = "projects/tpubot-sandbox/roles/tpubotKeys"
+    world = SandboxWorld(bot_roles=tuple(r for r in BOT_ROLES if r != "roles/secretmanager.admin") + (role,),
+                         custom_roles={role: BOT_SECRET_PERMISSIONS})
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s")
+    with LocalStack(settings, world=world) as stack:
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        ready = wait_until(lambda: first_card(stack, "READY") or first_card(stack, "FAILED"))
+        assert "READY" in ready["text"], str(ready["blocks"])
+        api = stack.cloud.project_api
+        lease_id = stack.tpu_sandbox.queued_resources()[0]["labels"]["tpubot-lease"]
+        assert f"tpubot-model-key-{lease_id}" in api.secrets
+        slack.slash("down", user="UALICE", channel=CHANNEL)
+        slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user="UALICE", channel=CHANNEL,
+                    label="Tear down")
+        wait_until(lambda: first_card(stack, "released"))
+        wait_until(lambda: f"tpubot-model-key-{lease_id}" not in api.secrets, what="the key's secret deleted")
+        slack.close()

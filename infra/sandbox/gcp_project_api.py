@@ -16,7 +16,8 @@ One HTTP server, the wire formats of the real services, for the real clients onl
   (`/upload/storage/v1/b/B/o?uploadType=media&name=N`); the bucket's IAM policy (`b/B/iam`, GET and
   PUT). What the startup script keeps vLLM's compile cache in.
 - Cloud Resource Manager v1: `projects/P` (get: the project's number, what names the default
-  Compute Engine account), `projects/P:getIamPolicy` and `:setIamPolicy`.
+  Compute Engine account, and its folder or organization), `projects/P:getIamPolicy`,
+  `:setIamPolicy` and `:testIamPermissions` (what the caller holds of the permissions it names).
 - Secret Manager v1 (`secretmanager_v1.SecretManagerServiceClient(transport="rest")` and curl):
   `projects/P/secrets` (list, paged, with `labels.KEY=VALUE` / `name:TEXT` filters),
   `projects/P/secrets/S` (get, create with `?secretId=`, delete), `…:addVersion` and
@@ -60,7 +61,7 @@ _COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<rest>.*)
 _BUCKET = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)(?P<iam>/iam)?$")
 _OBJECTS = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o(?:/(?P<object>[^/]+))?$")
 _UPLOAD = re.compile(r"^/upload(?P<path>/storage/v1/b/(?P<bucket>[^/]+)/o)$")
-_PROJECT = re.compile(r"^/v1/projects/(?P<project>[^/:]+)(?::(?P<verb>getIamPolicy|setIamPolicy))?$")
+_PROJECT = re.compile(r"^/v1/projects/(?P<project>[^/:]+)(?::(?P<verb>getIamPolicy|setIamPolicy|testIamPermissions))?$")
 _QUOTAS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/locations/global/services/(?P<service>[^/]+)"
                      r"/quotaInfos(?:/(?P<quota>[^/]+))?$")
 _SECRET = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets/(?P<secret>[^/:]+)"
@@ -359,6 +360,14 @@ class GcpProjectSandbox:
             return 200, body
         if method != "POST":
             return _google_error(405, f"Method {method} is not supported on :{verb}.")
+        if verb == "testIamPermissions":
+            # Anyone may ask; the answer is the subset of the asked permissions the caller holds on the
+            # project (an empty subset is an empty message: no `permissions` at all). No wildcards.
+            asked = [str(p) for p in body.get("permissions") or []]
+            if bad := next((p for p in asked if "*" in p or p.count(".") < 2), None):
+                return _google_error(400, f"Permission {bad} is not valid for this resource.")
+            held = [p for p in asked if self.iam.allows(principal, p, f"projects/{self.project}")]
+            return 200, {"permissions": held} if held else {}
         if denied := self._deny(f"resourcemanager.projects.{verb}", f"projects/{self.project}", principal):
             return denied
         if verb == "getIamPolicy":

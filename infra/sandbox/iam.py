@@ -139,7 +139,7 @@ class Iam:
 
     def __init__(self, project: str, project_number: int, *, bot_account: str = "",
                  project_bindings: Mapping[str, Iterable[str]] | None = None,
-                 denied: Iterable[str] = ()) -> None:
+                 denied: Iterable[str] = (), bot_roles: Iterable[str] = BOT_ROLES) -> None:
         self.project = project
         self.project_number = project_number
         self.bot_account = bot_account or f"tpubot@{project}.iam.gserviceaccount.com"
@@ -149,7 +149,7 @@ class Iam:
         self._denials: list[tuple[str, str, str]] = []  # (member, permission, resource prefix)
         bindings = {role: set(members) for role, members in (project_bindings or {}).items()}
         if project_bindings is None:
-            for role in BOT_ROLES:
+            for role in bot_roles:
                 bindings.setdefault(role, set()).add(member(self.bot_account))
         self._policies: dict[str, Policy] = {self.project_resource: Policy(bindings)}
         self._accounts = {self.bot_account, default_compute_account(project_number)}
