@@ -173,7 +173,7 @@ class Settings(BaseSettings):
     xla_cache_bucket: str = Field("", description="Cloud Storage bucket (gs://name or name) the TPU VM restores "
                                                   "vLLM's compile cache from and saves it to; empty: no bucket")
     model_boot_timeout: timedelta = Field(
-        timedelta(minutes=45), description="how long after ACTIVE vLLM may take to answer before the lease FAILS"
+        timedelta(minutes=60), description="how long after ACTIVE vLLM may take to answer before the lease FAILS"
     )
     model_boot_silence: timedelta = Field(
         timedelta(minutes=3), description="how long after ACTIVE the TPU VM may publish no boot phase before the "
@@ -610,7 +610,7 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"MODEL_BOOT_TIMEOUT={format_duration(self.model_boot_timeout)} is not longer than what the TPU VM "
                 f"may wait before it starts vLLM ({format_duration(waits)}: secrets and image pull retried), so the "
-                "lease would fail before the VM could say why; use MODEL_BOOT_TIMEOUT=45m (vLLM's first compile "
+                "lease would fail before the VM could say why; use MODEL_BOOT_TIMEOUT=60m (vLLM's first compile "
                 "takes 15 minutes and more after that)")
         return self
 

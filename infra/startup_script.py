@@ -45,6 +45,7 @@ STORAGE_URL = "https://storage.googleapis.com"
 METADATA_SECONDS = 5
 API_SECONDS = 10
 CACHE_TRANSFER_SECONDS = 180  # ~200 MB in the TPU's region (reference/vllm-tpu.md §4): seconds, not minutes
+DOCKER_SECONDS = 60  # one `docker run --detach`/rm/logs/inspect: the daemon answers in seconds, or is stuck
 # Secrets are tried every 30 s. A 403 on the lease's key is tried for 7 minutes: the bot grants the
 # VM's account just before the VM exists, and an IAM grant takes up to about 7 minutes to reach
 # Secret Manager. A 403 on the HF token (the operator's grant, which doctor checks) 2 minutes, a 404
@@ -65,6 +66,10 @@ PULL_BUDGET_SECONDS = 1200
 # (two writes each: reading-secrets, pulling-image, restoring-cache, failed), restarts, last-error
 # (four times), cache, cache-note, the account's email, the tokens for docker login and the cache.
 FIXED_METADATA_CALLS = 18
+# A cold vLLM start on v5e after those waits: loading and compiling, 857 s measured for 32,768 tokens
+# (reference/vllm-tpu.md §4), 960 s allowed by tpu-inference's CI. The default MODEL_BOOT_TIMEOUT is the
+# worst case of the waits plus this, so a VM that got through every step late still has time to serve.
+COLD_START_SECONDS = 16 * 60
 
 
 class TemplateError(ValueError):
@@ -86,6 +91,7 @@ class WaitBudget:
     metadata_seconds: int = METADATA_SECONDS
     api_seconds: int = API_SECONDS
     cache_transfer_seconds: int = CACHE_TRANSFER_SECONDS
+    docker_seconds: int = DOCKER_SECONDS
     secret_retry_seconds: int = SECRET_RETRY_SECONDS
     key_denied_tries: int = KEY_DENIED_TRIES
     secret_denied_tries: int = SECRET_DENIED_TRIES
@@ -104,9 +110,11 @@ class WaitBudget:
 
     def pre_vllm_wait_seconds(self) -> int:
         """The longest the VM can take before it starts vLLM or gives up: both secrets tried to the end, a
-        `docker login`, the pull's whole budget, the cache's download and the metadata calls in between."""
+        `docker login`, the pull's whole budget, the cache's download, `docker rm` and `docker run`, and the
+        metadata calls in between."""
         return (self.secret_seconds(self.secret_denied_tries) + self.secret_seconds(self.key_denied_tries)
                 + self.api_seconds + self.pull_budget_seconds + self.cache_transfer_seconds
+                + 2 * self.docker_seconds  # the old container's `docker rm`, the new one's `docker run`
                 + FIXED_METADATA_CALLS * self.metadata_seconds)
 
 

@@ -78,7 +78,7 @@ def test_up_on_defaults_runs_the_real_startup_script_and_its_guest_attributes_dr
 
 
 def test_a_key_secret_the_nodes_account_may_not_read_fails_after_seven_sandbox_minutes_with_the_grant(make_stack):
-    stack = make_stack(poll_interval="0.2s")  # MODEL_BOOT_TIMEOUT stays 45 minutes
+    stack = make_stack(poll_interval="0.2s")  # MODEL_BOOT_TIMEOUT stays 60 minutes
     iam = stack.cloud.project_api.iam
     # An IAM deny policy on the keys for the VM's account: whatever the bot grants, the VM cannot read them.
     iam.deny(f"serviceAccount:{NODE}", "secretmanager.versions.access", "projects/tpubot-sandbox/secrets/tpubot-model-key-")

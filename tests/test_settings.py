@@ -71,7 +71,7 @@ def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):
         ({"TPU_SERVICE_ACCOUNT": "tpubot-node"}, "TPU_SERVICE_ACCOUNT=tpubot-node is not a service account's email; "
                                                  "write it like tpubot-node@my-project.iam.gserviceaccount.com"),
         ({"MODEL_BOOT_TIMEOUT": "20m"}, "MODEL_BOOT_TIMEOUT=20m is not longer than what the TPU VM may wait before it "
-                                        "starts vLLM (41m"),
+                                        "starts vLLM (43m"),
         ({"VLLM_GPU_MEMORY_UTILIZATION": "0.93"}, "use VLLM_GPU_MEMORY_UTILIZATION=0.92"),
         ({"VLLM_GPU_MEMORY_UTILIZATION": "1.5"}, "is not a fraction of the chip's memory"),
         ({"MODEL_SOURCE_RANGES": "203.0.113.7,office"}, "'office' is not an address range; write it like 203.0.113.7/32"),

@@ -36,6 +36,7 @@ VLLM_ARGS=(@@VLLM_ARGS)
 readonly METADATA_SECONDS=@@METADATA_SECONDS  # one metadata-server call (link-local: it answers in ms)
 readonly API_SECONDS=@@API_SECONDS  # one Secret Manager call
 readonly CACHE_TRANSFER_SECONDS=@@CACHE_TRANSFER_SECONDS  # the compile cache's download (or upload)
+readonly DOCKER_SECONDS=@@DOCKER_SECONDS  # one docker run/rm/logs/inspect: a daemon that hangs must not hang us
 readonly SECRET_RETRY_SECONDS=@@SECRET_RETRY_SECONDS
 # 403 on the lease's key: the bot granted it moments before the VM existed, and an IAM grant takes up
 # to about 7 minutes to reach Secret Manager; 403 on the HF token: the operator's grant, checked by doctor.
@@ -273,7 +274,7 @@ pull_image() {
 # a secret into an attribute anyone who can read the node can read.
 last_error_line() {
   local lines line
-  lines=$(docker logs --tail 200 "${CONTAINER}" 2>&1 || true)
+  lines=$(timeout "${DOCKER_SECONDS}" docker logs --tail 200 "${CONTAINER}" 2>&1 || true)
   # A Python traceback ends with its exception line ("AssertionError: …"), which is the one to show.
   line=$(grep -E '(Error|Exception|error:|FAILED|Aborted|Killed)' <<<"${lines}" | tail -n 1 || true)
   if [[ -z "${line}" ]]; then
@@ -363,7 +364,7 @@ run_phase() {
     echo "${PHASE_COMPILING}"  # a run that compiles goes on compiling until it serves (or exits)
     return
   fi
-  lines=$(docker logs --since "${started}" "${CONTAINER}" 2>&1 || true)
+  lines=$(timeout "${DOCKER_SECONDS}" docker logs --since "${started}" "${CONTAINER}" 2>&1 || true)
   if grep -qiE '(precompil|compiling|compilation (finished|took|done))' <<<"${lines}"; then
     echo "${PHASE_COMPILING}"
   else
@@ -376,8 +377,17 @@ run_phase() {
 # Once a run serves, only an exit changes anything: only `docker inspect` is asked, six times less often.
 watch_vllm() {
   local cache=$1 address=$2 phase=${PHASE_LOADING_WEIGHTS} exits=0 seen_exits=0 state restarts running started now
-  local saved=0
-  while state=$(docker inspect --format '{{.RestartCount}} {{.State.Running}} {{.State.StartedAt}}' "${CONTAINER}" 2>/dev/null); do
+  local saved=0 code
+  while :; do
+    code=0
+    state=$(timeout "${DOCKER_SECONDS}" docker inspect --format '{{.RestartCount}} {{.State.Running}} {{.State.StartedAt}}' \
+            "${CONTAINER}" 2>/dev/null) || code=$?
+    if ((code == 124)); then  # a slow daemon is not a container that is gone: ask again
+      log "docker inspect ${CONTAINER}: no answer in ${DOCKER_SECONDS}s; asking again"
+      sleep "${WATCH_INTERVAL_SECONDS}"
+      continue
+    fi
+    ((code == 0)) || break
     read -r restarts running started <<<"${state}"
     exits=${restarts}
     if [[ ${running} != true ]]; then
@@ -425,10 +435,10 @@ main() {
   local cache address output
   cache=$(restore_cache)
   publish "${KEY_CACHE}" "${cache}"
-  docker rm -f "${CONTAINER}" >/dev/null 2>&1 || true
+  timeout "${DOCKER_SECONDS}" docker rm -f "${CONTAINER}" >/dev/null 2>&1 || true
   # `-e HF_TOKEN -e VLLM_API_KEY` copy the variables from this environment into the container's:
   # vLLM takes its API key from VLLM_API_KEY when no key flag is given, so the key is in no argv.
-  if ! output=$(docker run --detach --name "${CONTAINER}" --restart unless-stopped \
+  if ! output=$(timeout "${DOCKER_SECONDS}" docker run --detach --name "${CONTAINER}" --restart unless-stopped \
       --privileged --network host --shm-size 16g \
       -v "${STATE_DIR}/hf-cache:/root/.cache/huggingface" \
       -v "${CACHE_DIR}:/root/.cache/vllm" \
