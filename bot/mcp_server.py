@@ -275,7 +275,7 @@ async def read_resource(session: McpSession, uri: str) -> types.ReadResourceResu
 def mode_line(settings: Settings, *, local: bool) -> str:
     if not local:
         return ("shared mode: acting on the leases of the deployment at REDIS_URL; its workers run the lease jobs")
-    cloud = "sandbox GCP and Slack" if settings.mode.is_sandbox else f"GCP project {settings.project}"
+    cloud = settings.mode.target.label_for(settings.project, sandbox="sandbox GCP and Slack")
     return (f"local mode: REDIS_URL is unset, so this server runs the lease jobs itself on embedded defaults "
             f"(embedded Redis, {cloud}); nothing is shared with a deployed bot. Set REDIS_URL to the bot's "
             "Redis to act on its leases")

@@ -90,14 +90,14 @@ def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:
 SANDBOX_FINGERPRINT_SUFFIX = "-sandbox"  # infra/sandbox/vllm labels every response so
 
 
-def is_sandbox(fingerprint: str | None) -> bool:
+def from_sandbox_model(fingerprint: str | None) -> bool:
     return fingerprint is not None and fingerprint.endswith(SANDBOX_FINGERPRINT_SUFFIX)
 
 
 def endpoint_label(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
     """Where an answer came from, said to people: the sandbox model says it is one whoever set
     the URL (the local stack sets GEMMA_BASE_URL for itself), else the endpoint's source."""
-    if not is_sandbox(fingerprint):
+    if not from_sandbox_model(fingerprint):
         return endpoint.source
     if endpoint.source == "GEMMA_BASE_URL":
         return "the sandbox model (a heuristic stand-in, not Gemma)"
@@ -107,7 +107,7 @@ def endpoint_label(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
 def answered_by(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
     """Who answered, for the footer of a mention's answer."""
     label = endpoint_label(endpoint, fingerprint)
-    return label if is_sandbox(fingerprint) else f"the model ({label})"
+    return label if from_sandbox_model(fingerprint) else f"the model ({label})"
 
 
 # The secret values one agent run must never show: the deployment's own (`Services.redactor`)
