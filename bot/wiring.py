@@ -70,13 +70,12 @@ def redactor_from(settings: Settings) -> Redactor:
 
 
 def cloud_logging_config_from(settings: Settings):
-    """None in the sandbox without a Logging emulator: anonymous calls to Google would only fail."""
-    from infra.cloud_logging import CloudLoggingConfig
+    from infra.cloud_logging import CloudLoggingConfig, NoCloudLogging
 
     target = settings.mode.target
     endpoint = target.api_endpoint(settings.logging_api_endpoint)
     if endpoint is None:
-        return None
+        return NoCloudLogging()
     return CloudLoggingConfig(project=settings.project, api_endpoint=endpoint or None, anonymous=target.anonymous)
 
 
@@ -145,11 +144,11 @@ def startup_script_from(settings: Settings):
 
 
 def model_keys_from(settings: Settings):
-    """The per-lease model API keys in Secret Manager; None in a sandbox without a Secret Manager emulator."""
-    from infra.model_keys import ModelKeys
+    """The per-lease model API keys in Secret Manager (none in a sandbox without its emulator)."""
+    from infra.model_keys import ModelKeys, NoModelKeys
 
     if settings.mode.target.api_endpoint(settings.secretmanager_api_endpoint) is None:
-        return None
+        return NoModelKeys()
     return ModelKeys(settings.project, credentials=settings.mode.credentials(),
                      api_endpoint=settings.secretmanager_api_endpoint, reader=node_account_from(settings))
 

@@ -70,8 +70,6 @@ async def degraded_reason_here(svc: Services, actor: Actor) -> str | None:
 
 async def _lease_key(svc: Services, lease_id: str) -> str:
     """The lease's per-lease vLLM key (issue 15), or "" where endpoints run without one."""
-    if svc.model_keys is None:
-        return ""
     try:
         return await svc.model_keys.key(lease_id) or ""
     except ModelKeyError:
@@ -121,8 +119,6 @@ def answered_by(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
 
 async def run_redactor(svc: Services) -> Redactor:
     """`svc.redactor` that also knows every live lease's model key (read now; cached per process)."""
-    if svc.model_keys is None:
-        return svc.redactor
     keys = []
     for lease in await svc.leases.all():
         try:
