@@ -105,3 +105,22 @@ def test_a_sandbox_without_logging_or_secret_manager_emulators_gets_null_backend
 
     asyncio.run(run())
 
+
+def test_the_model_and_mcp_are_offered_only_the_tools_this_deployment_wires(redis_url):
+    from agent.llm.prompt import model_tools
+    from bot.mcp_server import mcp_tools
+    from infra.cloud_logging import CloudLoggingConfig
+
+    async def build() -> Services:
+        services, redis, pool = await build_services(Settings(_env_file=None), redis_url=redis_url)
+        await pool.aclose()
+        await redis.aclose()
+        return services
+
+    services = asyncio.run(build())  # a sandbox without a Logging emulator
+    offered = {tool["function"]["name"] for tool in model_tools(services)}
+    assert "query_cloud_logs" not in offered and {"summarize_logs", "status"} <= offered
+    assert "query_cloud_logs" not in {tool.name for tool in mcp_tools(services)}
+    wired = dataclasses.replace(services, cloud_logs=CloudLoggingConfig(project="p", api_endpoint="http://127.0.0.1:9"))
+    assert "query_cloud_logs" in {tool["function"]["name"] for tool in model_tools(wired)}
+    assert "query_cloud_logs" in {tool.name for tool in mcp_tools(wired)}

@@ -205,7 +205,8 @@ async def log_scope(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> Lo
 
 
 @action("query_cloud_logs", "Read recent entries from Cloud Logging for this channel's own TPU (by severity, "
-        "time window, text) and digest them with line numbers (L12) to cite.", QueryCloudLogsArgs)
+        "time window, text) and digest them with line numbers (L12) to cite.", QueryCloudLogsArgs,
+        wired=lambda svc: svc.cloud_logs.wired)
 async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> ActionResult:
     scope = await log_scope(svc, actor, args)
     if isinstance(scope, str):
