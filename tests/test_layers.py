@@ -331,16 +331,17 @@ MODE_MEMBERS = {"SANDBOX", "CLOUD"}
 
 
 def mode_branches(source: str) -> list[str]:
-    """Reads of `is_sandbox`, and of a DeploymentMode member (a comparison is the same branch)."""
+    """Reads of `is_sandbox`, and comparisons with a DeploymentMode member (the same branch)."""
     found = []
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Attribute) and node.attr == "is_sandbox" \
                 or isinstance(node, ast.Name) and node.id == "is_sandbox" \
                 or isinstance(node, ast.FunctionDef) and node.name == "is_sandbox":
             found.append(f"line {node.lineno}: is_sandbox")
-        elif isinstance(node, ast.Attribute) and node.attr in MODE_MEMBERS \
-                and isinstance(node.value, ast.Name) and node.value.id == "DeploymentMode":
-            found.append(f"line {node.lineno}: DeploymentMode.{node.attr}")
+        elif isinstance(node, ast.Compare):
+            found += [f"line {node.lineno}: DeploymentMode.{side.attr}" for side in (node.left, *node.comparators)
+                      if isinstance(side, ast.Attribute) and side.attr in MODE_MEMBERS
+                      and isinstance(side.value, ast.Name) and side.value.id == "DeploymentMode"]
     return found
 
 
@@ -369,7 +370,7 @@ def poll(settings):
     return 0.5 if settings.mode is DeploymentMode.CLOUD else 1.0
 '''
     assert mode_branches(planted) == ["line 5: is_sandbox", "line 7: DeploymentMode.CLOUD"]
-    assert mode_branches("target = settings.mode.target\ndelay = target.job_poll_delay\n") == []
+    assert mode_branches("delay = settings.mode.target.job_poll_delay\nmode = DeploymentMode.CLOUD  # a default\n") == []
     known = {"handlers.a": tmp_path / "a.py", "infra.sandbox.world": tmp_path / "world.py"}
     known["handlers.a"].write_text("def f():\n    from infra.sandbox import world\n")
     known["infra.sandbox.world"].write_text("")
