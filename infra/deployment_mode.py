@@ -63,10 +63,6 @@ class DeploymentMode(enum.Enum):
     def target(self) -> DeploymentTarget:
         return _TARGETS[self]
 
-    @property
-    def is_sandbox(self) -> bool:  # infra/preflight.py's, until it asks the target
-        return self is DeploymentMode.SANDBOX
-
     def credentials(self) -> Credentials | None:
         return self.target.credentials()
 

@@ -326,7 +326,7 @@ class App(AsyncApp):
 # --- the mode chooses adapters (issue 45) ---------------------------------------------------
 # Only the module that turns the mode into a DeploymentTarget tells the modes apart; everything
 # else asks the target. The sandbox's emulators are bot/'s business, never agent/'s or handlers/'.
-MODE_CHOOSERS = {"infra.deployment_mode", "infra.preflight"}  # preflight: until it asks the target too
+MODE_CHOOSERS = {"infra.deployment_mode"}
 MODE_MEMBERS = {"SANDBOX", "CLOUD"}
 
 
