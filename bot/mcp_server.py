@@ -37,7 +37,7 @@ from redis.exceptions import RedisError
 from agent.lease import lifecycle
 from agent.actions import REGISTRY, Action, ActionKind, ActionResult, get_action, run_action
 from agent.actions.lease_actions import lease_summary
-from agent.actions.registry import first_error, validate_args
+from agent.actions.registry import first_error, validate_args, wired_actions
 from agent.actions.model_endpoint import run_redactor
 from agent.context import Actor, Services
 from bot.settings import Settings
@@ -113,8 +113,8 @@ def mcp_tool(action: Action) -> types.Tool:
                       annotations=tool_annotations(action))
 
 
-def mcp_tools() -> list[types.Tool]:
-    return [mcp_tool(action) for action in REGISTRY.values()]
+def mcp_tools(svc: Services) -> list[types.Tool]:
+    return [mcp_tool(action) for action in wired_actions(svc)]
 
 
 def tool_label(action: Action, confirm: str = f"{CONFIRM}: true") -> str:
@@ -275,7 +275,7 @@ async def read_resource(session: McpSession, uri: str) -> types.ReadResourceResu
 def mode_line(settings: Settings, *, local: bool) -> str:
     if not local:
         return ("shared mode: acting on the leases of the deployment at REDIS_URL; its workers run the lease jobs")
-    cloud = "sandbox GCP and Slack" if settings.mode.is_sandbox else f"GCP project {settings.project}"
+    cloud = settings.mode.target.label_for(settings.project, sandbox="sandbox GCP and Slack")
     return (f"local mode: REDIS_URL is unset, so this server runs the lease jobs itself on embedded defaults "
             f"(embedded Redis, {cloud}); nothing is shared with a deployed bot. Set REDIS_URL to the bot's "
             "Redis to act on its leases")
@@ -298,7 +298,7 @@ def build_server(settings: Settings, *, redis_url: str, mode: str = "") -> Serve
             await redis.aclose()
 
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=mcp_tools())
+        return types.ListToolsResult(tools=mcp_tools(ctx.lifespan_context.services))
 
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return await call_tool(ctx.lifespan_context, params.name, params.arguments)

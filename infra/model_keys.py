@@ -88,6 +88,23 @@ def _call_failed(doing: str, error: Exception, fix: str) -> ModelKeyError:
     return ModelKeyError(f"Secret Manager could not {doing}: {error}", fix)
 
 
+class NoModelKeys:
+    """The key store of a sandbox without a Secret Manager emulator: its endpoints run without a
+    key, so there is none to make, read or delete."""
+
+    async def create(self, lease_id: str) -> None:
+        return None
+
+    async def key(self, lease_id: str) -> str | None:
+        return None
+
+    async def destroy(self, lease_id: str) -> None:
+        return None
+
+    async def keyed_leases(self) -> list[KeySecret]:
+        return []
+
+
 @dataclass
 class ModelKeys:
     project: str

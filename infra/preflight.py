@@ -105,7 +105,7 @@ class PreflightConfig:
 
     def fingerprint(self) -> str:
         """What the verdict depends on, including which endpoint set answered (see `endpoint_kind`)."""
-        sandbox = self.mode.is_sandbox
+        sandbox = self.mode.target.emulated_apis
         endpoints = [endpoint_kind(e) for e in (self.tpu_endpoint, self.compute_endpoint, self.quotas_endpoint,
                                                   self.secretmanager_endpoint, self.storage_endpoint)]
         basis = [self.project, self.zone, self.accelerator, self.network_name, self.subnetwork, self.hf_token_secret,
@@ -182,9 +182,9 @@ def run_preflight(config: PreflightConfig, credentials: Credentials | None = Non
 
 def check_credentials(config: PreflightConfig, credentials: Credentials | None) -> tuple[Credentials | None, CheckResult]:
     if credentials is not None:
-        kind = "anonymous (sandbox)" if config.mode.is_sandbox else type(credentials).__name__
+        kind = "anonymous (sandbox)" if config.mode.target.anonymous else type(credentials).__name__
         return credentials, CheckResult("credentials", True, f"using {kind} credentials")
-    if config.mode.is_sandbox:
+    if config.mode.target.anonymous:
         return config.mode.credentials(), CheckResult("credentials", True,
                                                       "sandbox: anonymous credentials against the local emulators")
     from infra.gcp_credentials import ADC_FIX as fix

@@ -321,3 +321,58 @@ class App(AsyncApp):
         "line 17: Sub uses _poll_iteration of its library base",
         "line 23: App uses _framework_logger of its library base",
     ], found
+
+
+# --- the mode chooses adapters (issue 45) ---------------------------------------------------
+# Only the module that turns the mode into a DeploymentTarget tells the modes apart; everything
+# else asks the target. The sandbox's emulators are bot/'s business, never agent/'s or handlers/'.
+MODE_CHOOSERS = {"infra.deployment_mode"}
+MODE_MEMBERS = {"SANDBOX", "CLOUD"}
+
+
+def mode_branches(source: str) -> list[str]:
+    """Reads of `is_sandbox`, and comparisons with a DeploymentMode member (the same branch)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "is_sandbox" \
+                or isinstance(node, ast.Name) and node.id == "is_sandbox" \
+                or isinstance(node, ast.FunctionDef) and node.name == "is_sandbox":
+            found.append(f"line {node.lineno}: is_sandbox")
+        elif isinstance(node, ast.Compare):
+            found += [f"line {node.lineno}: DeploymentMode.{side.attr}" for side in (node.left, *node.comparators)
+                      if isinstance(side, ast.Attribute) and side.attr in MODE_MEMBERS
+                      and isinstance(side.value, ast.Name) and side.value.id == "DeploymentMode"]
+    return found
+
+
+def sandbox_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{source} → {target}" for source, targets in graph.items() for target in targets
+                  if source.split(".")[0] in ("agent", "handlers") and target.startswith("infra.sandbox"))
+
+
+def test_no_mode_branch_outside_the_module_that_chooses_adapters():
+    found = {name: branches for name, path in all_modules().items()
+             if name not in MODE_CHOOSERS and (branches := mode_branches(path.read_text()))}
+    assert found == {}, f"ask settings.mode.target instead: {found}"
+
+
+def test_agent_and_handlers_import_nothing_of_the_sandbox():
+    assert sandbox_imports(import_graph()) == []
+
+
+def test_the_mode_checks_see_planted_violations(tmp_path):
+    planted = '''
+from infra.deployment_mode import DeploymentMode
+
+def poll(settings):
+    if settings.mode.is_sandbox:
+        return 0.1
+    return 0.5 if settings.mode is DeploymentMode.CLOUD else 1.0
+'''
+    assert mode_branches(planted) == ["line 5: is_sandbox", "line 7: DeploymentMode.CLOUD"]
+    assert mode_branches("delay = settings.mode.target.job_poll_delay\nmode = DeploymentMode.CLOUD  # a default\n") == []
+    known = {"handlers.a": tmp_path / "a.py", "infra.sandbox.world": tmp_path / "world.py"}
+    known["handlers.a"].write_text("def f():\n    from infra.sandbox import world\n")
+    known["infra.sandbox.world"].write_text("")
+    graph = {name: imported_modules(path, name, known) for name, path in known.items()}
+    assert sandbox_imports(graph) == ["handlers.a → infra.sandbox.world"]

@@ -34,7 +34,7 @@ from agent.actions.registry import ActionResult, action
 from agent.context import Actor, LogMaterial, Services
 from agent.digest import LineSpool, lines_from_chunks, lines_from_entries
 from agent.digest.runbook_links import digest_with_runbooks
-from infra.cloud_logging import TPU_WORKER_RESOURCE, CloudLogsQuery, cloud_logs_query
+from infra.cloud_logging import TPU_WORKER_RESOURCE, CloudLoggingAbsent, CloudLogsQuery, cloud_logs_query
 from infra.local_files import LocalFileError
 from infra.runbooks.index import RunbookIndex
 from infra.runbooks.library import RunbookLibrary
@@ -115,9 +115,6 @@ def log_input(svc: Services, args: SummarizeLogsArgs, spool: LineSpool) -> LogIn
         lines = tuple(svc.redactor.lines(args.text.splitlines()))
         return LogInput(lines, len(lines), "", "the pasted text")
     if args.path is not None:
-        if svc.local_files is None:
-            return ("This bot does not read files from its own disk; attach the file to your message "
-                    "(or run `tpubot mcp` on your machine to read local files).")
         try:
             with svc.local_files.open_log(args.path) as file:
                 spool.extend(svc.redactor.stream(lines_from_chunks(file.chunks)))
@@ -208,10 +205,9 @@ async def log_scope(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> Lo
 
 
 @action("query_cloud_logs", "Read recent entries from Cloud Logging for this channel's own TPU (by severity, "
-        "time window, text) and digest them with line numbers (L12) to cite.", QueryCloudLogsArgs)
+        "time window, text) and digest them with line numbers (L12) to cite.", QueryCloudLogsArgs,
+        wired=lambda svc: svc.cloud_logs.wired)
 async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> ActionResult:
-    if svc.cloud_logs is None:
-        return ActionResult(False, "Cloud Logging is not configured for this bot (set GCP_PROJECT).")
     scope = await log_scope(svc, actor, args)
     if isinstance(scope, str):
         return ActionResult(False, scope)
@@ -221,6 +217,8 @@ async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs
         try:
             query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, scope, spool),
                                            QUERY_TIMEOUT_SECONDS)
+        except CloudLoggingAbsent as error:
+            return ActionResult(False, str(error))
         except TooManyRequests:
             return ActionResult(False, "Cloud Logging is rate-limiting reads right now; try again in a minute.")
         except asyncio.TimeoutError:
@@ -272,8 +270,6 @@ async def read_alert_logs(svc: Services, actor: Actor, *, resource_type: str, re
     """query_cloud_logs for an alert: its window, and the resource it names (a TPU node, a VM) —
     the routes an operator configured decided that this channel sees that resource's logs — or,
     when it names none, the channel's own TPU, exactly as the action scopes it."""
-    if svc.cloud_logs is None:
-        return AlertLogs((), "", "Cloud Logging is not configured for this bot (set GCP_PROJECT).")
     if resource_type:
         shown = " ".join(f"{k}={v}" for k, v in sorted(resource_labels.items()))
         scope: LogScope | str = LogScope(resource_type, dict(resource_labels),
@@ -287,6 +283,8 @@ async def read_alert_logs(svc: Services, actor: Actor, *, resource_type: str, re
         try:
             query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, scope, spool, window),
                                            QUERY_TIMEOUT_SECONDS)
+        except CloudLoggingAbsent as error:
+            return AlertLogs((), "", str(error))
         except TooManyRequests:
             return AlertLogs((), "", "Cloud Logging is rate-limiting reads right now.")
         except asyncio.TimeoutError:

@@ -27,8 +27,6 @@ NO_ENDPOINT = ("No model to ask: this channel has no READY TPU (and no GEMMA_BAS
                "(`/tpu up`) first, then try again once `status` says READY.")
 MAX_PROMPT_CHARS = 8000
 MAX_IMAGE_ARGS = 16  # paths accepted at all; the endpoint's --limit-mm-per-prompt decides how many are read
-NO_LOCAL_FILES = ("`images` are files on this machine, read only by `tpubot mcp` (and `tpubot shell`'s "
-                  "`!attach`); in Slack, attach the screenshots to a mention instead.")
 
 
 class AskModelArgs(BaseModel):
@@ -59,8 +57,6 @@ async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionRe
     if endpoint is None:
         return ActionResult(False, NO_ENDPOINT, {"endpoint": None})
     config = svc.model
-    if args.images and svc.local_files is None:
-        return ActionResult(False, NO_LOCAL_FILES, {"endpoint": endpoint.base_url})
     images, lines = await asyncio.to_thread(read_images, svc, args.images, config.max_images)
     content: str | list = redact(args.prompt)
     if images:
@@ -88,8 +84,6 @@ def read_images(svc: Services, paths: list[str], limit: int) -> tuple[list[Prepa
     """The images at `paths` (at most `limit`), and a line for each that was not read and why."""
     images: list[PreparedImage] = []
     lines: list[str] = []
-    if svc.local_files is None:
-        return images, lines
     for path in paths:
         if len(images) >= limit:
             lines.append(f"Not read: {path}: the model takes at most {limit} image{'s' * (limit != 1)} per "

@@ -61,6 +61,9 @@ class Action:
     # For a WRITE action some calls of which only read (`oncall` without arguments shows the list):
     # True for those calls, so a confirm step (MCP's `confirm: true`) is asked only for the others.
     reads_only: Callable[[Any], bool] | None = None  # called with the action's own `args` model
+    # Whether this deployment has the backend the action reads (Cloud Logging may be absent): one
+    # that is not wired is offered to no model or MCP client (`wired_actions`).
+    wired: Callable[[Services], bool] = lambda svc: True
 
     @property
     def read_only(self) -> bool:
@@ -139,15 +142,20 @@ REGISTRY: dict[str, Action] = {}
 
 
 def action(name: str, description: str, args: type[BaseModel], *, kind: ActionKind = ActionKind.READ,
-           destructive: bool = False,
-           reads_only: Callable[[Any], bool] | None = None) -> Callable[[ActionFn], ActionFn]:
+           destructive: bool = False, reads_only: Callable[[Any], bool] | None = None,
+           wired: Callable[[Services], bool] = lambda svc: True) -> Callable[[ActionFn], ActionFn]:
     def register(fn: ActionFn) -> ActionFn:
         if name in REGISTRY:
             raise ValueError(f"action {name} declared twice")
-        REGISTRY[name] = Action(name, description, args, fn, kind, destructive, reads_only)
+        REGISTRY[name] = Action(name, description, args, fn, kind, destructive, reads_only, wired)
         return fn
 
     return register
+
+
+def wired_actions(svc: Services) -> list[Action]:
+    """The actions whose backends this deployment has: what the model and MCP clients are offered."""
+    return [a for a in REGISTRY.values() if a.wired(svc)]
 
 
 def get_action(name: str) -> Action | None:

@@ -91,7 +91,7 @@ class AgentLoop:
         self.svc, self.actor, self.mention, self.endpoint, self.sink = svc, actor, mention, endpoint, sink
         self.config: ModelConfig = svc.model
         self.client = openai_client(endpoint, self.config)
-        self.tools = model_tools()
+        self.tools = model_tools(svc)
         self.shown: list[str] = []  # visible text of finished steps
         self.proposals: list[proposal_rules.Proposal] = []
         self.tools_run: list[str] = []
