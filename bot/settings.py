@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
 import re
 from datetime import timedelta
@@ -312,7 +313,7 @@ class Settings(BaseSettings):
         except ValueError:
             raise ValueError(f"{info.field_name.upper()}={value!r} is not an amount of USD; write it like 200 "
                              "(or leave it empty for no limit)") from None
-        if usd < 0 or usd != usd:
+        if not math.isfinite(usd) or usd < 0:  # inf would read as a limit and show as no amount at all
             raise ValueError(f"{info.field_name.upper()} must be 0 or more USD; write it like 200")
         return usd
 

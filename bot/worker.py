@@ -198,6 +198,9 @@ class Heartbeat:
     async def job_started(self, ctx: dict) -> None:
         await self.ownership.job_started(ctx["redis"], ctx["job_id"])
 
+    async def job_ended(self, ctx: dict) -> None:
+        await self.ownership.job_ended(ctx["redis"], ctx["job_id"])
+
     async def stop(self, pool: ArqRedis) -> None:
         if self.task is not None:
             self.task.cancel()
@@ -246,6 +249,7 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
         on_startup=on_startup,
         on_shutdown=on_shutdown,
         on_job_start=lambda ctx: heartbeat.job_started(ctx),
+        after_job_end=lambda ctx: heartbeat.job_ended(ctx),  # after arq re-queued or finished it
         job_timeout=job_timeout,
         max_tries=20,
         max_jobs=20,
