@@ -11,6 +11,7 @@ from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from agent.lease import oncall
 from agent.actions import run_action
+from agent.actions.lease_actions import TeardownOf
 from agent.context import Services
 from handlers import cards
 from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION, parse_button_value
@@ -53,7 +54,7 @@ async def teardown_from_alert(svc: Services, body: dict) -> dict:
     if lease is None or lease.lease_id != lease_id:
         return dict(text=GONE, replace_original=False, response_type="ephemeral")
     result = await run_action("teardown", svc, actor, {})
-    if result.needs_confirmation and result.lease is not None:
-        text, blocks = cards.teardown_confirm_card(result.lease)
+    if isinstance(result.payload, TeardownOf) and result.payload.lease:
+        text, blocks = cards.teardown_confirm_card(result.payload.lease)
         return dict(text=text, blocks=blocks, replace_original=False, response_type="ephemeral")
     return dict(text=f":no_entry: {result.text}", replace_original=False, response_type="ephemeral")

@@ -17,6 +17,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.actions import get_action, run_action
+from agent.actions.zone_actions import ZoneBoard
 from agent.context import Actor, Services
 from handlers import cards
 from handlers.home_view import home_view
@@ -55,8 +56,8 @@ async def build_home(svc: Services, actor: Actor) -> dict:
     zones = None
     if get_action(ZONES_ACTION) is not None:
         result = await run_action(ZONES_ACTION, svc, actor, {})
-        if result.ok:
-            zones = cards.zones_card(result.data.get("zones", []), result.data.get("order", []))
+        if isinstance(result.payload, ZoneBoard):
+            zones = cards.zones_card(result.payload.zones, result.payload.order)
         else:
             zones = (result.text, [{"type": "context", "elements": [
                 {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])

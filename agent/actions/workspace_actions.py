@@ -11,7 +11,7 @@ import time
 from pydantic import BaseModel, ConfigDict
 
 from agent.lease import receipts
-from agent.actions.registry import ActionKind, ActionResult, action
+from agent.actions.registry import ActionKind, ActionResult, ActionStatus, action
 from agent.context import Actor, Services
 from infra import prices
 from infra.state.leases import Lease
@@ -43,4 +43,4 @@ async def leases(svc: Services, actor: Actor, args: LeasesArgs) -> ActionResult:
     text = (f"{len(rows)} TPU lease{'s' * (len(rows) != 1)} in this workspace"
             + (f", {prices.money(sum(costs))} spent so far." if costs else ".") if rows
             else "No channel in this workspace holds a TPU. `/tpu up` in a channel starts one.")
-    return ActionResult(True, text, {"leases": rows, "at": now})
+    return ActionResult(ActionStatus.DONE, text, {"leases": rows, "at": now})
