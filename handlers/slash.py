@@ -60,7 +60,7 @@ async def answer_command(svc: Services, command: dict) -> tuple[str, list[dict]]
     actor = Actor(user_id=command["user_id"], team=command.get("team_id", ""), channel=command["channel_id"])
     try:
         parsed = parse(command.get("text", ""))
-        if parsed.action in QUEUED_ACTIONS:
+        if parsed.queued:
             return await queue_subcommand(svc, actor, parsed, command)
         return await run_subcommand(svc, actor, parsed)
     except CommandError as error:
@@ -70,14 +70,9 @@ async def answer_command(svc: Services, command: dict) -> tuple[str, list[dict]]
         return cards.notice(state_store_notice(error))
 
 
-# Subcommands whose answer may outlast Slack's 3-second ack: queued for the worker, answered via response_url.
-QUEUED_ACTIONS = {"ask_model"}
-
-
 async def queue_subcommand(svc: Services, actor: Actor, parsed: ParsedCommand,
                            command: dict) -> tuple[str, list[dict]]:
-    assert parsed.action in QUEUED_ACTIONS, "the caller routes only queued actions here"
-    action = get_action(parsed.action)
+    action = get_action(parsed.action or "")
     assert action is not None, "the parser yields registered actions only"
     try:
         args = validate_args(action, parsed.args, svc)
