@@ -321,3 +321,51 @@ class App(AsyncApp):
         "line 17: Sub uses _poll_iteration of its library base",
         "line 23: App uses _framework_logger of its library base",
     ], found
+
+
+# --- action results ------------------------------------------------------------------------------
+# A caller decides by a result's `status` and the type of its `payload`; `data` is what a model reads,
+# so only the model's and MCP's edges touch it, and they pass it on whole. A module that runs actions
+# (it imports agent.actions) reads no `….data[…]` or `….data.get(…)` anywhere else.
+
+RESULT_DATA_EDGES = {"agent.llm.loop", "bot.mcp_server"}
+
+
+def result_data_reads(path: Path, name: str, known: dict[str, Path]) -> list[str]:
+    if name.startswith("agent.actions") or not any(t.startswith("agent.actions") for t in imported_modules(path, name, known)):
+        return []
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Subscript):
+            read = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            read = node.func.value
+        else:
+            continue
+        if isinstance(read, ast.Attribute) and read.attr == "data":
+            found.append(f"{name} line {node.lineno}")
+    return found
+
+
+def test_no_caller_reads_an_action_results_data_by_key_outside_the_model_and_mcp_edges():
+    known = all_modules()
+    found = [read for name, path in known.items() if name not in RESULT_DATA_EDGES
+             for read in result_data_reads(path, name, known)]
+    assert found == [], f"read the result's typed payload instead of its data: {found}"
+
+
+def test_the_result_data_check_sees_a_planted_read(tmp_path):
+    known = {"handlers.planted": tmp_path / "planted.py", "handlers.elsewhere": tmp_path / "elsewhere.py",
+             "agent.actions": tmp_path / "actions.py"}
+    known["agent.actions"].write_text("")
+    known["handlers.planted"].write_text(
+        "from agent.actions import run_action\n"
+        "async def f(svc, actor):\n"
+        "    result = await run_action('zones', svc, actor, {})\n"
+        "    zones = result.data['zones']\n"
+        "    return zones, result.data.get('order', []), result.data\n")
+    # Not an action result: a module that runs no action may read a Slack response's `data`.
+    known["handlers.elsewhere"].write_text("def g(error):\n    return error.response.data.get('error')\n")
+    assert result_data_reads(known["handlers.planted"], "handlers.planted", known) == [
+        "handlers.planted line 4", "handlers.planted line 5"]
+    assert result_data_reads(known["handlers.elsewhere"], "handlers.elsewhere", known) == []
