@@ -50,7 +50,6 @@ SERVER_NAME = "tpubot"
 CONFIRM = "confirm"
 LEASES_URI = "tpubot://leases"
 ZONES_URI = "tpubot://zones"
-ZONES_ACTION = "zones"  # the zone scoreboard action (issue 3), read by the zones resource when registered
 RESOURCE_NOT_FOUND = -32002  # the MCP spec's error code for an unknown resource URI
 
 STATE_STORE_DOWN = "The state store is unavailable, so nothing changed. Try again in a minute."
@@ -144,15 +143,8 @@ async def lease_list(session: "McpSession") -> dict:
 
 
 async def zone_board(session: "McpSession") -> dict:
-    """The `zones` action's scoreboard when one is registered; until then, the configured zones."""
-    if get_action(ZONES_ACTION) is not None:
-        result = await run_action(ZONES_ACTION, session.services, session.actor, {})
-        return {"source": "zone scoreboard", "ok": result.ok, "message": plain(result.text), **result.data}
-    policy = session.services.policy
-    return {
-        "source": "configured zones (no zone scoreboard action registered)",
-        "zones": [{"zone": zone, "default": zone == policy.default_zone} for zone in policy.zones],
-    }
+    result = await run_action("zones", session.services, session.actor, {})
+    return {"source": "zone scoreboard", "ok": result.ok, "message": plain(result.text), **result.data}
 
 
 RESOURCE_READERS: dict[str, Callable[["McpSession"], Awaitable[dict]]] = {LEASES_URI: lease_list, ZONES_URI: zone_board}

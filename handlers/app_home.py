@@ -16,7 +16,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.actions import get_action, run_action
+from agent.actions import run_action
 from agent.actions.zone_actions import ZoneBoard
 from agent.context import Actor, Services
 from handlers import cards
@@ -24,8 +24,6 @@ from handlers.home_view import home_view
 
 log = logging.getLogger(__name__)
 
-ZONES_ACTION = "zones"
-SPEND_ACTION = "spend"  # the month's spend per channel (issue 21)
 
 
 def register(app: AsyncApp, svc: Services) -> None:
@@ -53,16 +51,12 @@ def register(app: AsyncApp, svc: Services) -> None:
 
 async def build_home(svc: Services, actor: Actor) -> dict:
     listed = await run_action("leases", svc, actor, {})
-    zones = None
-    if get_action(ZONES_ACTION) is not None:
-        result = await run_action(ZONES_ACTION, svc, actor, {})
-        if isinstance(result.payload, ZoneBoard):
-            zones = cards.zones_card(result.payload.zones, result.payload.order)
-        else:
-            zones = (result.text, [{"type": "context", "elements": [
-                {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])
-    spend = None
-    if get_action(SPEND_ACTION) is not None:
-        result = await run_action(SPEND_ACTION, svc, actor, {})
-        spend = {"ok": result.ok, "text": result.text, "data": result.data}
+    result = await run_action("zones", svc, actor, {})
+    if isinstance(result.payload, ZoneBoard):
+        zones = cards.zones_card(result.payload.zones, result.payload.order)
+    else:
+        zones = (result.text, [{"type": "context", "elements": [
+            {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])
+    spent = await run_action("spend", svc, actor, {})  # the month's spend per channel (issue 21)
+    spend = {"ok": spent.ok, "text": spent.text}
     return home_view({"ok": listed.ok, "text": listed.text, "data": listed.data}, zones, spend=spend)
