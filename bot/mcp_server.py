@@ -38,6 +38,7 @@ from agent.lease import lifecycle
 from agent.actions import REGISTRY, Action, ActionKind, ActionResult, ActionStatus, get_action, run_action
 from agent.actions.lease_actions import TeardownOf, lease_summary
 from agent.actions.registry import first_error, validate_args
+from agent.actions import zone_actions
 from agent.actions.model_endpoint import run_redactor
 from agent.context import Actor, Services
 from bot.settings import Settings
@@ -143,7 +144,7 @@ async def lease_list(session: "McpSession") -> dict:
 
 
 async def zone_board(session: "McpSession") -> dict:
-    result = await run_action("zones", session.services, session.actor, {})
+    result = await run_action(zone_actions.zones, session.services, session.actor, {})
     return {"source": "zone scoreboard", "ok": result.ok, "message": plain(result.text), **result.data}
 
 

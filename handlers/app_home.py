@@ -16,8 +16,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.actions import run_action
-from agent.actions.zone_actions import ZoneBoard
+from agent.actions import run_action, spend_actions, workspace_actions, zone_actions
 from agent.context import Actor, Services
 from handlers import cards
 from handlers.home_view import home_view
@@ -50,13 +49,13 @@ def register(app: AsyncApp, svc: Services) -> None:
 
 
 async def build_home(svc: Services, actor: Actor) -> dict:
-    listed = await run_action("leases", svc, actor, {})
-    result = await run_action("zones", svc, actor, {})
-    if isinstance(result.payload, ZoneBoard):
+    listed = await run_action(workspace_actions.leases, svc, actor, {})
+    result = await run_action(zone_actions.zones, svc, actor, {})
+    if isinstance(result.payload, zone_actions.ZoneBoard):
         zones = cards.zones_card(result.payload.zones, result.payload.order)
     else:
         zones = (result.text, [{"type": "context", "elements": [
             {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])
-    spent = await run_action("spend", svc, actor, {})  # the month's spend per channel (issue 21)
+    spent = await run_action(spend_actions.spend, svc, actor, {})  # the month's spend per channel (issue 21)
     spend = {"ok": spent.ok, "text": spent.text}
     return home_view({"ok": listed.ok, "text": listed.text, "data": listed.data}, zones, spend=spend)

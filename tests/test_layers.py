@@ -369,3 +369,26 @@ def test_the_result_data_check_sees_a_planted_read(tmp_path):
     assert result_data_reads(known["handlers.planted"], "handlers.planted", known) == [
         "handlers.planted line 4", "handlers.planted line 5"]
     assert result_data_reads(known["handlers.elsewhere"], "handlers.elsewhere", known) == []
+
+
+def named_action_calls(source: str) -> list[int]:
+    """Lines calling run_action with an action's name written out as a string: a caller inside the bot
+    passes the action's function (a misspelt one fails at import); only names that arrive as values
+    (a model's tool call, MCP, a `/tpu` subcommand) are looked up."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "run_action"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
+
+
+def test_no_caller_names_an_action_by_a_string_literal():
+    found = {name: lines for name, path in all_modules().items() if (lines := named_action_calls(path.read_text()))}
+    assert found == {}, f"pass the action's function to run_action: {found}"
+
+
+def test_the_named_action_check_sees_a_planted_literal():
+    planted = ("async def f(svc, actor, name):\n"
+               "    await run_action('zones', svc, actor, {})\n"
+               "    await registry.run_action(\"teardown\", svc, actor, {})\n"
+               "    await run_action(zone_actions.zones, svc, actor, {})\n"
+               "    await run_action(name, svc, actor, {})\n")
+    assert named_action_calls(planted) == [2, 3]

@@ -174,9 +174,12 @@ def validate_args(action_: Action, raw: dict, svc: Services) -> BaseModel:
     return action_.args.model_validate(raw, context={"policy": svc.policy})
 
 
-async def run_action(name: str, svc: Services, actor: Actor, raw_args: dict | BaseModel) -> ActionResult:
-    """The one entry to every action: access check, argument validation, run, audit."""
-    action_ = REGISTRY[name]
+async def run_action(which: str | ActionFn, svc: Services, actor: Actor, raw_args: dict | BaseModel) -> ActionResult:
+    """The one entry to every action: access check, argument validation, run, audit. `which` is the
+    action's function (`lease_actions.teardown`), or its name where a name arrives (a model's tool call,
+    MCP, a `/tpu` subcommand): a caller inside the bot names no action by a string it could misspell."""
+    action_ = REGISTRY[which] if isinstance(which, str) else next(a for a in REGISTRY.values() if a.run is which)
+    name = action_.name
     decision = await access.check(svc.access, svc.directory, actor, action_.kind, name)
     if not decision.allowed:
         await _audit(svc, actor, name, ActionStatus.DENIED, decision.message)
