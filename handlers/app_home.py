@@ -56,6 +56,5 @@ async def build_home(svc: Services, actor: Actor) -> dict:
     else:
         zones = (result.text, [{"type": "context", "elements": [
             {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])
-    spent = await run_action(spend_actions.spend, svc, actor, {})  # the month's spend per channel (issue 21)
-    spend = {"ok": spent.ok, "text": spent.text}
-    return home_view({"ok": listed.ok, "text": listed.text, "data": listed.data}, zones, spend=spend)
+    spend = await run_action(spend_actions.spend, svc, actor, {})  # the month's spend per channel (issue 21)
+    return home_view(listed, zones, spend=spend)
