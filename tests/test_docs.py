@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict
 from typer.testing import CliRunner
 
 from agent.actions import REGISTRY
-from agent.actions.registry import ActionResult, ActionStatus, action
+from agent.actions.registry import ActionResult, action
 from bot.cli import app
 from bot.docs import DOC_PATH, render_commands_doc
 from bot.env_example import ENV_EXAMPLE_PATH, render_env_example
@@ -52,7 +52,7 @@ def test_a_new_action_makes_the_committed_doc_stale(tmp_path):
     assert runner.invoke(app, ["docs", "--check", "--root", str(tmp_path)]).exit_code == 0
 
     async def drift_probe(svc, actor, args) -> ActionResult:
-        return ActionResult(ActionStatus.DONE, "")
+        return ActionResult.done("")
 
     action("drift_probe", "A test-only action.", _DriftArgs)(drift_probe)
     try:

@@ -8,7 +8,7 @@ from datetime import timedelta
 from pydantic import BaseModel, ConfigDict
 
 from agent.lease import receipts
-from agent.actions.registry import ActionKind, ActionResult, ActionStatus, action
+from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 from infra import capacity, prices
 from infra.bench_report import best_cells
@@ -73,4 +73,4 @@ async def estimate_cost(svc: Services, actor: Actor, args: CostArgs) -> ActionRe
     lines.append(f"*Capacity* ({plan.profile.accelerator_type}, {plan.model.name}): {plan.kv_pool_gib:.1f} GiB of KV cache = "
                  f"{plan.kv_pool_tokens:,} tokens, {plan.max_concurrent_requests} requests at once at "
                  f"{plan.context_tokens:,} tokens of context.")
-    return ActionResult(ActionStatus.DONE, "\n".join(lines), data)
+    return ActionResult.done("\n".join(lines), data)

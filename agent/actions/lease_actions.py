@@ -101,15 +101,15 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
         return already_held(held)
     unpostable = await cannot_post_reason(svc, actor)
     if unpostable:
-        return ActionResult(ActionStatus.REFUSED, unpostable, {"not_in_channel": True}, Declined.NOT_IN_CHANNEL)
+        return ActionResult.refused(unpostable, {"not_in_channel": True}, Declined.NOT_IN_CHANNEL)
     # Both reads only matter for a new lease, and neither waits for the other.
     blocked, zone = await asyncio.gather(preflight_blockers(svc, args.zone), lifecycle.starting_zone(svc, args.zone))
     if blocked:
         fixes = "\n".join(f"• {check.name}: {check.detail}. Fix: {check.fix}" for check in blocked)
-        return ActionResult(ActionStatus.REFUSED, "The last `tpubot doctor` run found problems that would make `/tpu up` fail, so "
-                                   f"nothing was requested:\n{fixes}\nFix them, run `tpubot doctor` again, then "
-                                   "`/tpu up`.", {"preflight_failed": [check.name for check in blocked]},
-                            Declined.PREFLIGHT_FAILED)
+        return ActionResult.refused("The last `tpubot doctor` run found problems that would make `/tpu up` fail, so "
+                                    f"nothing was requested:\n{fixes}\nFix them, run `tpubot doctor` again, then "
+                                    "`/tpu up`.", {"preflight_failed": [check.name for check in blocked]},
+                                    Declined.PREFLIGHT_FAILED)
     outcome = await lifecycle.request_provision(svc, actor, zone=zone, zone_explicit=args.zone is not None,
                                                 hours=args.hours)
     if outcome.refusal is not None:
@@ -129,8 +129,8 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
             data["priced_zones_only"] = searched
             priced_only = tuple(searched)
             where = f"{lease.zone} ({PRICED_ZONES_ONLY.format(zones=', '.join(searched))})"
-    return ActionResult(ActionStatus.DONE, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
-                              f"(lease {lease.lease_id}).", data, Requested(lease, priced_only))
+    return ActionResult.done(f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
+                             f"(lease {lease.lease_id}).", data, Requested(lease, priced_only))
 
 
 PRICED_ZONES_ONLY = ("under a budget only zones with a price are searched: {zones}; add prices to PRICES in tpu.env "
@@ -144,7 +144,7 @@ async def budget_refused(svc: Services, actor: Actor, refusal: Any, args: Provis
     searched = None if args.zone else await budget.searchable_zones(svc, actor.team, actor.channel)
     rate = budget.worst_case_rate(svc, zone, args.zone is not None, searched)
     text, data = budget.refusal_text(svc, refusal, rate=rate, hours=hours, zone=args.zone)
-    return ActionResult(ActionStatus.REFUSED, text, data, Declined.BUDGET)
+    return ActionResult.refused(text, data, Declined.BUDGET)
 
 
 DM_CHANNEL = ("A TPU belongs to a channel, and this conversation is not one I can post its status card in. "
@@ -164,9 +164,9 @@ async def cannot_post_reason(svc: Services, actor: Actor) -> str:
 
 
 def already_held(lease: Lease) -> ActionResult:
-    return ActionResult(ActionStatus.REFUSED, f"This channel's TPU is already held by <@{lease.holder}> (lease {lease.lease_id}, "
-                               f"{lease.state.label}); nothing new was created.", lease_summary(lease),
-                        AlreadyHeld(lease))
+    return ActionResult.refused(f"This channel's TPU is already held by <@{lease.holder}> (lease {lease.lease_id}, "
+                                f"{lease.state.label}); nothing new was created.", lease_summary(lease),
+                                AlreadyHeld(lease))
 
 
 async def preflight_blockers(svc: Services, zone: str | None) -> list:
@@ -182,7 +182,7 @@ async def preflight_blockers(svc: Services, zone: str | None) -> list:
 async def teardown(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     outcome = await lifecycle.request_teardown(svc, actor)
     if not outcome.ok or outcome.lease is None:
-        return ActionResult(ActionStatus.REFUSED, outcome.message, payload=TeardownOf(None))
+        return ActionResult.refused(outcome.message, payload=TeardownOf(None))
     return ActionResult(ActionStatus.NEEDS_CONFIRMATION, f"Confirm to tear down {outcome.lease.qr_id}.",
                         lease_summary(outcome.lease), TeardownOf(outcome.lease))
 
@@ -199,17 +199,17 @@ async def status(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     if lease is None:
         ended = await svc.leases.last_release(actor.team, actor.channel)
         if ended is None:
-            return ActionResult(ActionStatus.DONE, "This channel holds no TPU.", {"lease": None}, ChannelLease(None))
+            return ActionResult.done("This channel holds no TPU.", {"lease": None}, ChannelLease(None))
         # How the last one ended answers "what happened to our TPU?": an expiry, a teardown, or a
         # suspension before the deadline (agent/lease/expiry.py says which).
-        return ActionResult(ActionStatus.DONE, f"This channel holds no TPU. Its last one (lease {ended.lease.lease_id} in "
-                                  f"{ended.lease.zone}) ended {_ago(ended.at)}: {ended.reason}.",
-                            {"lease": None, "last_release": {"lease_id": ended.lease.lease_id,
-                                                             "zone": ended.lease.zone, "reason": ended.reason,
-                                                             "released_at": ended.at, "by": ended.by}},
-                            ChannelLease(None))
-    return ActionResult(ActionStatus.DONE, f"TPU {lease.state.label} in {lease.zone} (lease {lease.lease_id}).",
-                        {"lease": lease_summary(lease)}, ChannelLease(lease))
+        return ActionResult.done(f"This channel holds no TPU. Its last one (lease {ended.lease.lease_id} in "
+                                 f"{ended.lease.zone}) ended {_ago(ended.at)}: {ended.reason}.",
+                                 {"lease": None, "last_release": {"lease_id": ended.lease.lease_id,
+                                                                  "zone": ended.lease.zone, "reason": ended.reason,
+                                                                  "released_at": ended.at, "by": ended.by}},
+                                 ChannelLease(None))
+    return ActionResult.done(f"TPU {lease.state.label} in {lease.zone} (lease {lease.lease_id}).",
+                             {"lease": lease_summary(lease)}, ChannelLease(lease))
 
 
 def _ago(epoch: float) -> str:

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent import access
 from agent.access import ActionKind
-from agent.actions.registry import ActionResult, ActionStatus, action
+from agent.actions.registry import ActionResult, action
 from agent.context import Actor, LogMaterial, Services
 from agent.digest import LineSpool, lines_from_chunks, lines_from_entries
 from agent.digest.runbook_links import digest_with_runbooks
@@ -98,7 +98,7 @@ def digest_result(lines: Iterable[str], budget: int, *, source: str,
     text = digest.render()
     if links:
         text += "\n\nRunbooks whose symptoms match these lines:\n" + links_text
-    return ActionResult(ActionStatus.DONE, text, data, LogDigest(tuple(cited)))
+    return ActionResult.done(text, data, LogDigest(tuple(cited)))
 
 
 @dataclass(frozen=True)
@@ -158,7 +158,7 @@ async def summarize_logs(svc: Services, actor: Actor, args: SummarizeLogsArgs) -
     with LineSpool() as spool:
         found = await asyncio.to_thread(log_input, svc, args, spool)  # reading must not stall the loop
         if isinstance(found, str):
-            return ActionResult(ActionStatus.REFUSED, found)
+            return ActionResult.refused(found)
         return await asyncio.to_thread(summarize_found, found, args, svc.runbooks)
 
 
@@ -167,8 +167,8 @@ def summarize_found(found: LogInput, args: SummarizeLogsArgs, runbooks: RunbookL
     if args.contains:
         needle = args.contains.lower()
         if not any(needle in line.lower() for line in found.lines):
-            return ActionResult(ActionStatus.REFUSED, f"No line contains {args.contains!r} in the {found.count} lines of "
-                                       f"{found.where}.")
+            return ActionResult.refused(f"No line contains {args.contains!r} in the {found.count} lines of "
+                                        f"{found.where}.")
         # Keep the numbering of the original lines: non-matching lines become blank.
         lines = (line if needle in line.lower() else "" for line in found.lines)
     result = digest_result(lines, args.max_tokens, source=found.line_map or found.where, runbooks=runbooks.index())
@@ -216,10 +216,10 @@ async def log_scope(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> Lo
         "time window, text) and digest them with line numbers (L12) to cite.", QueryCloudLogsArgs)
 async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> ActionResult:
     if svc.cloud_logs is None:
-        return ActionResult(ActionStatus.REFUSED, "Cloud Logging is not configured for this bot (set GCP_PROJECT).")
+        return ActionResult.refused("Cloud Logging is not configured for this bot (set GCP_PROJECT).")
     scope = await log_scope(svc, actor, args)
     if isinstance(scope, str):
-        return ActionResult(ActionStatus.REFUSED, scope)
+        return ActionResult.refused(scope)
 
     spool = LineSpool()  # closed when the call ends, also on a timeout: the reading thread then stops
     try:
@@ -227,15 +227,15 @@ async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs
             query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, scope, spool),
                                            QUERY_TIMEOUT_SECONDS)
         except TooManyRequests:
-            return ActionResult(ActionStatus.REFUSED, "Cloud Logging is rate-limiting reads right now; try again in a minute.")
+            return ActionResult.refused("Cloud Logging is rate-limiting reads right now; try again in a minute.")
         except asyncio.TimeoutError:
-            return ActionResult(ActionStatus.REFUSED, f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
+            return ActionResult.refused(f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
         except (GoogleAPICallError, ValueError) as error:
             log.warning("query_cloud_logs failed: %s", type(error).__name__)
-            return ActionResult(ActionStatus.REFUSED, f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
+            return ActionResult.refused(f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
         if not spool:
-            return ActionResult(ActionStatus.DONE, f"No {args.min_severity}+ entries from {scope.describe} in the last "
-                                      f"{args.hours:g}h (filter: {query.filter}).", {"entries": 0})
+            return ActionResult.done(f"No {args.min_severity}+ entries from {scope.describe} in the last "
+                                     f"{args.hours:g}h (filter: {query.filter}).", {"entries": 0})
         # Entries arrive newest first; the digest reads them oldest first.
         index = await asyncio.to_thread(svc.runbooks.index)
         out = await asyncio.to_thread(digest_result, reversed(spool), DEFAULT_DIGEST_TOKENS, source="Cloud Logging",

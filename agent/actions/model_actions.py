@@ -57,10 +57,10 @@ def endpoint_data(endpoint: ModelEndpoint) -> dict:
 async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionResult:
     endpoint = await resolve_endpoint(svc, actor, include_degraded=True)
     if endpoint is None:
-        return ActionResult(ActionStatus.REFUSED, NO_ENDPOINT, {"endpoint": None})
+        return ActionResult.refused(NO_ENDPOINT, {"endpoint": None})
     config = svc.model
     if args.images and svc.local_files is None:
-        return ActionResult(ActionStatus.REFUSED, NO_LOCAL_FILES, {"endpoint": endpoint.base_url})
+        return ActionResult.refused(NO_LOCAL_FILES, {"endpoint": endpoint.base_url})
     images, lines = await asyncio.to_thread(read_images, svc, args.images, config.max_images)
     content: str | list = redact(args.prompt)
     if images:
@@ -74,14 +74,14 @@ async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionRe
         lines.insert(0, f"Read {len(images)} image{'s' * (len(images) != 1)}: "
                         f"{', '.join(image.describe() for image in images)}.")
     if not answer.ok:
-        return ActionResult(ActionStatus.REFUSED, f"The model at {endpoint.base_url} ({endpoint.source}) did not answer: "
-                                   f"{answer.error}", {**data, "error": answer.error})
+        return ActionResult.refused(f"The model at {endpoint.base_url} ({endpoint.source}) did not answer: "
+                                    f"{answer.error}", {**data, "error": answer.error})
     text = redact(answer.text) or "(the model returned no text)"
     cut = " (cut at max_tokens)" if answer.finish_reason == "length" else ""
     via = endpoint_label(endpoint, answer.system_fingerprint)
     text = "\n".join([*lines, text]) if lines else text
-    return ActionResult(ActionStatus.DONE, f"{text}\n\n— {answer.model} via {via}: {timing_line(answer)}{cut}",
-                        {**data, "answer": text, "finish_reason": answer.finish_reason, **answer.timings()})
+    return ActionResult.done(f"{text}\n\n— {answer.model} via {via}: {timing_line(answer)}{cut}",
+                             {**data, "answer": text, "finish_reason": answer.finish_reason, **answer.timings()})
 
 
 def read_images(svc: Services, paths: list[str], limit: int) -> tuple[list[PreparedImage], list[str]]:
@@ -107,7 +107,7 @@ def read_images(svc: Services, paths: list[str], limit: int) -> tuple[list[Prepa
 async def model_health(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     endpoint = await resolve_endpoint(svc, actor, include_degraded=True)
     if endpoint is None:
-        return ActionResult(ActionStatus.REFUSED, NO_ENDPOINT, {"endpoint": None})
+        return ActionResult.refused(NO_ENDPOINT, {"endpoint": None})
     config = svc.model
     async with openai_client(endpoint, config) as client:
         models, version, gauges = await asyncio.gather(served_models(client), read_version(endpoint.base_url),

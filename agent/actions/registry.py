@@ -61,6 +61,14 @@ class ActionResult:
     def ok(self) -> bool:
         return self.status is ActionStatus.DONE
 
+    @classmethod
+    def done(cls, text: str, data: dict | None = None, payload: object = None) -> ActionResult:
+        return cls(ActionStatus.DONE, text, data or {}, payload)
+
+    @classmethod
+    def refused(cls, text: str, data: dict | None = None, payload: object = None) -> ActionResult:
+        return cls(ActionStatus.REFUSED, text, data or {}, payload)
+
 
 ActionFn = Callable[[Services, Actor, Any], Awaitable[ActionResult]]
 

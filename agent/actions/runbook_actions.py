@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.access import ActionKind
-from agent.actions.registry import ActionResult, ActionStatus, action
+from agent.actions.registry import ActionResult, action
 from agent.context import Actor, Services
 from agent.digest import estimate_tokens
 from infra.mrkdwn import escape
@@ -43,9 +43,9 @@ async def search_runbooks(svc: Services, actor: Actor, args: SearchRunbooksArgs)
     index = await asyncio.to_thread(svc.runbooks.index)  # may stat a folder or fetch a URL
     hits = index.search(args.query, limit=args.max_results)
     if not hits:
-        return ActionResult(ActionStatus.DONE, f"No runbook section matches “{escape(args.query)}”. `/tpu runbook` "
-                                               "with other words (an error message works best) may find one.",
-                            {"query": args.query, "results": []}, RunbookHits(args.query, []))
+        return ActionResult.done(f"No runbook section matches “{escape(args.query)}”. `/tpu runbook` "
+                                 "with other words (an error message works best) may find one.",
+                                 {"query": args.query, "results": []}, RunbookHits(args.query, []))
     parts: list[str] = []
     shown: list[dict] = []
     budget = args.max_tokens
@@ -63,8 +63,8 @@ async def search_runbooks(svc: Services, actor: Actor, args: SearchRunbooksArgs)
     if more:
         parts.append(f"({more} more matching {'section' if more == 1 else 'sections'} left out to fit "
                      f"{budget} tokens)")
-    return ActionResult(ActionStatus.DONE, "\n\n".join(parts), {"query": args.query, "results": shown},
-                        RunbookHits(args.query, shown))
+    return ActionResult.done("\n\n".join(parts), {"query": args.query, "results": shown},
+                             RunbookHits(args.query, shown))
 
 
 def _cut(text: str, budget: int) -> str:

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from agent.lease import receipts
-from agent.actions.registry import ActionKind, ActionResult, ActionStatus, action
+from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 from infra import prices
 from infra.state.leases import Lease
@@ -49,4 +49,4 @@ async def leases(svc: Services, actor: Actor, args: LeasesArgs) -> ActionResult:
     text = (f"{len(rows)} TPU lease{'s' * (len(rows) != 1)} in this workspace"
             + (f", {prices.money(sum(costs))} spent so far." if costs else ".") if rows
             else "No channel in this workspace holds a TPU. `/tpu up` in a channel starts one.")
-    return ActionResult(ActionStatus.DONE, text, {"leases": rows, "at": now}, LeaseRows(rows))
+    return ActionResult.done(text, {"leases": rows, "at": now}, LeaseRows(rows))

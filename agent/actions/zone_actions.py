@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
-from agent.actions.registry import ActionKind, ActionResult, ActionStatus, action
+from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 
 
@@ -53,4 +53,4 @@ async def zones(svc: Services, actor: Actor, args: ZonesArgs) -> ActionResult:
     text = (f"{len(data)} configured zones, {len(tried)} with a record; a /tpu up without a zone tries "
             + (f"{first} first." if first else "no zone right now (all skipped or not offering the type)."))
     board = ZoneBoard(data, list(order.order))
-    return ActionResult(ActionStatus.DONE, text, {"zones": board.zones, "order": board.order}, board)
+    return ActionResult.done(text, {"zones": board.zones, "order": board.order}, board)
