@@ -10,7 +10,7 @@ from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from agent.lease import oncall
-from agent.actions import run_action
+from agent.actions import lease_actions, run_action
 from agent.context import Services
 from handlers import cards
 from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION, parse_button_value
@@ -52,8 +52,8 @@ async def teardown_from_alert(svc: Services, body: dict) -> dict:
     lease = await svc.leases.get(actor.team, actor.channel)
     if lease is None or lease.lease_id != lease_id:
         return dict(text=GONE, replace_original=False, response_type="ephemeral")
-    result = await run_action("teardown", svc, actor, {})
-    if result.needs_confirmation and result.lease is not None:
-        text, blocks = cards.teardown_confirm_card(result.lease)
+    result = await run_action(lease_actions.teardown, svc, actor, {})
+    if isinstance(result.payload, lease_actions.TeardownOf) and result.payload.lease:
+        text, blocks = cards.teardown_confirm_card(result.payload.lease)
         return dict(text=text, blocks=blocks, replace_original=False, response_type="ephemeral")
     return dict(text=f":no_entry: {result.text}", replace_original=False, response_type="ephemeral")

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from agent.actions import run_action
+from agent.actions import ActionStatus, model_actions, run_action
 from agent.context import Actor, Services
 from infra.jobs import JobOutcome, JobSpec
 
@@ -37,8 +37,8 @@ def ask_job_id(team: str, channel: str, trigger_id: str) -> str:
 async def answer_ask(svc: Services, *, team: str, channel: str, user_id: str, prompt: str,
                      response_url: str, max_tokens: int = 256) -> JobOutcome:
     actor = Actor(user_id=user_id, team=team, channel=channel)
-    result = await run_action("ask_model", svc, actor, {"prompt": prompt, "max_tokens": max_tokens})
-    icon = ":robot_face:" if result.ok else (":no_entry:" if result.denied else ":warning:")
+    result = await run_action(model_actions.ask_model, svc, actor, {"prompt": prompt, "max_tokens": max_tokens})
+    icon = {ActionStatus.DONE: ":robot_face:", ActionStatus.DENIED: ":no_entry:"}.get(result.status, ":warning:")
     response = await AsyncWebhookClient(response_url).send(
         text=f"{icon} {result.text}", response_type="ephemeral", replace_original=False)
     if response.status_code != 200:

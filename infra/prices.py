@@ -181,14 +181,14 @@ PriceTableSetting = Annotated[PriceTable, BeforeValidator(merge_over_defaults)]
 
 UNKNOWN_AMOUNT = "an unknown amount"  # what a sum that is not a number (inf, NaN) is written as
 HUGE_USD = 1e12  # from here on, cents (and a float's last digits) are noise: the figure is written as 1.23e+15
-TINY_USD = 0.0001  # below a hundredth of a cent, an amount is written "<$0.0001"
+TINY_USD = 0.000001  # below a millionth of a dollar (a v5e chip's few milliseconds), written "<$0.000001"
 
 
 def money(usd: float) -> str:
     """One way to write an amount everywhere (cards, receipts, budgets, the CLI): cents from ten
     cents up (`$0.60`, `$1,234.00`), tenths of a cent below (`$0.089`, a batch's dollars per million
     tokens), and below a tenth of a cent its first two digits (`$0.00071`: seconds of TPU still read
-    as something, not as $0.00), never in exponent notation; under a hundredth of a cent `<$0.0001`.
+    as something, not as $0.00), never in exponent notation; under a millionth of a dollar `<$0.000001`.
     What arithmetic on a bad figure can give reads as what it is: -0.0 (and a negative float
     rounding error under a hundredth of a cent) is `$0.00`, a sum past a trillion dollars
     `$1.00e+15`, and inf or NaN UNKNOWN_AMOUNT, never `$nan`."""
@@ -200,7 +200,7 @@ def money(usd: float) -> str:
     if usd >= HUGE_USD:
         return f"{sign}${usd:.2e}"
     if usd < TINY_USD:
-        return "<$0.0001"
+        return f"<${TINY_USD:f}"
     if float(f"{usd:.3f}") >= 0.1:  # 0.0999 rounds to ten cents: written in cents, not as $0.100
         return f"{sign}${usd:,.2f}"
     if float(f"{usd:.2g}") >= 0.001:

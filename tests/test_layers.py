@@ -376,3 +376,74 @@ def poll(settings):
     known["infra.sandbox.world"].write_text("")
     graph = {name: imported_modules(path, name, known) for name, path in known.items()}
     assert sandbox_imports(graph) == ["handlers.a → infra.sandbox.world"]
+
+
+# --- action results ------------------------------------------------------------------------------
+# A caller decides by a result's `status` and the type of its `payload`; `data` is what a model reads,
+# so only the model's and MCP's edges touch it, and they pass it on whole. A module that runs actions
+# (it imports agent.actions) reads no `….data[…]` or `….data.get(…)` anywhere else.
+
+RESULT_DATA_EDGES = {"agent.llm.loop", "bot.mcp_server"}
+
+
+def result_data_reads(path: Path, name: str, known: dict[str, Path]) -> list[str]:
+    if name.startswith("agent.actions") or not any(t.startswith("agent.actions") for t in imported_modules(path, name, known)):
+        return []
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Subscript):
+            read = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            read = node.func.value
+        else:
+            continue
+        if isinstance(read, ast.Attribute) and read.attr == "data":
+            found.append(f"{name} line {node.lineno}")
+    return found
+
+
+def test_no_caller_reads_an_action_results_data_by_key_outside_the_model_and_mcp_edges():
+    known = all_modules()
+    found = [read for name, path in known.items() if name not in RESULT_DATA_EDGES
+             for read in result_data_reads(path, name, known)]
+    assert found == [], f"read the result's typed payload instead of its data: {found}"
+
+
+def test_the_result_data_check_sees_a_planted_read(tmp_path):
+    known = {"handlers.planted": tmp_path / "planted.py", "handlers.elsewhere": tmp_path / "elsewhere.py",
+             "agent.actions": tmp_path / "actions.py"}
+    known["agent.actions"].write_text("")
+    known["handlers.planted"].write_text(
+        "from agent.actions import run_action\n"
+        "async def f(svc, actor):\n"
+        "    result = await run_action('zones', svc, actor, {})\n"
+        "    zones = result.data['zones']\n"
+        "    return zones, result.data.get('order', []), result.data\n")
+    # Not an action result: a module that runs no action may read a Slack response's `data`.
+    known["handlers.elsewhere"].write_text("def g(error):\n    return error.response.data.get('error')\n")
+    assert result_data_reads(known["handlers.planted"], "handlers.planted", known) == [
+        "handlers.planted line 4", "handlers.planted line 5"]
+    assert result_data_reads(known["handlers.elsewhere"], "handlers.elsewhere", known) == []
+
+
+def named_action_calls(source: str) -> list[int]:
+    """Lines calling run_action with an action's name written out as a string: a caller inside the bot
+    passes the action's function (a misspelt one fails at import); only names that arrive as values
+    (a model's tool call, MCP, a `/tpu` subcommand) are looked up."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "run_action"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
+
+
+def test_no_caller_names_an_action_by_a_string_literal():
+    found = {name: lines for name, path in all_modules().items() if (lines := named_action_calls(path.read_text()))}
+    assert found == {}, f"pass the action's function to run_action: {found}"
+
+
+def test_the_named_action_check_sees_a_planted_literal():
+    planted = ("async def f(svc, actor, name):\n"
+               "    await run_action('zones', svc, actor, {})\n"
+               "    await registry.run_action(\"teardown\", svc, actor, {})\n"
+               "    await run_action(zone_actions.zones, svc, actor, {})\n"
+               "    await run_action(name, svc, actor, {})\n")
+    assert named_action_calls(planted) == [2, 3]

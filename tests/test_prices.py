@@ -183,7 +183,7 @@ def test_one_way_to_write_money():
     (-1e-9, "$0.00"),  # a subtraction's rounding error below zero
     (0.0999, "$0.10"), (0.0995, "$0.10"), (0.0994, "$0.099"),  # ten cents in cents, never "$0.100"
     (0.00071, "$0.00071"), (0.0001, "$0.0001"),  # first digits, written out
-    (5e-05, "<$0.0001"), (1e-9, "<$0.0001"),  # never "$5e-05"
+    (5e-05, "$0.00005"), (1e-9, "<$0.000001"),  # never "$5e-05"
     (0.123456789, "$0.12"), (-0.004, "-$0.004"),
     (999_999_999_999.99, "$999,999,999,999.99"), (1e30, "$1.00e+30"), (-1e13, "-$1.00e+13"),  # no float digits
     (float("nan"), "an unknown amount"), (float("inf"), "an unknown amount"), (float("-inf"), "an unknown amount"),

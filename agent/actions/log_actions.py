@@ -76,6 +76,11 @@ class QueryCloudLogsArgs(BaseModel):
                                                 "project's logs (admins only, audited)")
 
 
+@dataclass(frozen=True)
+class LogDigest:  # a digest's payload: the line numbers worth citing (the mention's answer cites them)
+    cited_lines: tuple[int, ...]
+
+
 def lines_worth_citing(digest) -> list[int]:
     """Line numbers worth citing: the first exemplar of the highest-ranked shown templates."""
     ranked = sorted(digest.templates, key=lambda t: (-t.severity, t.first_line))
@@ -93,7 +98,7 @@ def digest_result(lines: Iterable[str], budget: int, *, source: str,
     text = digest.render()
     if links:
         text += "\n\nRunbooks whose symptoms match these lines:\n" + links_text
-    return ActionResult(True, text, data, cited_lines=cited)
+    return ActionResult.done(text, data, LogDigest(tuple(cited)))
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,7 @@ async def summarize_logs(svc: Services, actor: Actor, args: SummarizeLogsArgs) -
     with LineSpool() as spool:
         found = await asyncio.to_thread(log_input, svc, args, spool)  # reading must not stall the loop
         if isinstance(found, str):
-            return ActionResult(False, found)
+            return ActionResult.refused(found)
         return await asyncio.to_thread(summarize_found, found, args, svc.runbooks)
 
 
@@ -159,8 +164,8 @@ def summarize_found(found: LogInput, args: SummarizeLogsArgs, runbooks: RunbookL
     if args.contains:
         needle = args.contains.lower()
         if not any(needle in line.lower() for line in found.lines):
-            return ActionResult(False, f"No line contains {args.contains!r} in the {found.count} lines of "
-                                       f"{found.where}.")
+            return ActionResult.refused(f"No line contains {args.contains!r} in the {found.count} lines of "
+                                        f"{found.where}.")
         # Keep the numbering of the original lines: non-matching lines become blank.
         lines = (line if needle in line.lower() else "" for line in found.lines)
     result = digest_result(lines, args.max_tokens, source=found.line_map or found.where, runbooks=runbooks.index())
@@ -210,7 +215,7 @@ async def log_scope(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> Lo
 async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> ActionResult:
     scope = await log_scope(svc, actor, args)
     if isinstance(scope, str):
-        return ActionResult(False, scope)
+        return ActionResult.refused(scope)
 
     spool = LineSpool()  # closed when the call ends, also on a timeout: the reading thread then stops
     try:
@@ -218,17 +223,17 @@ async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs
             query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, scope, spool),
                                            QUERY_TIMEOUT_SECONDS)
         except CloudLoggingAbsent as error:
-            return ActionResult(False, str(error))
+            return ActionResult.refused(str(error))
         except TooManyRequests:
-            return ActionResult(False, "Cloud Logging is rate-limiting reads right now; try again in a minute.")
+            return ActionResult.refused("Cloud Logging is rate-limiting reads right now; try again in a minute.")
         except asyncio.TimeoutError:
-            return ActionResult(False, f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
+            return ActionResult.refused(f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
         except (GoogleAPICallError, ValueError) as error:
             log.warning("query_cloud_logs failed: %s", type(error).__name__)
-            return ActionResult(False, f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
+            return ActionResult.refused(f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
         if not spool:
-            return ActionResult(True, f"No {args.min_severity}+ entries from {scope.describe} in the last "
-                                      f"{args.hours:g}h (filter: {query.filter}).", {"entries": 0})
+            return ActionResult.done(f"No {args.min_severity}+ entries from {scope.describe} in the last "
+                                     f"{args.hours:g}h (filter: {query.filter}).", {"entries": 0})
         # Entries arrive newest first; the digest reads them oldest first.
         index = await asyncio.to_thread(svc.runbooks.index)
         out = await asyncio.to_thread(digest_result, reversed(spool), DEFAULT_DIGEST_TOKENS, source="Cloud Logging",
