@@ -6,7 +6,6 @@ import logging
 
 from pydantic import ValidationError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
 from agent.actions import ActionResult, ActionStatus, get_action, run_action
@@ -20,21 +19,9 @@ from agent.context import Actor, Services
 from handlers import cards
 from handlers.ask_job import ASK_JOB, AskJob, ask_job_id
 from handlers.commands import CommandError, ParsedCommand, help_text, parse
-from handlers.late_answers import LATE_FAILURE, LateAnswers
+from handlers.late_answers import LATE_FAILURE, LateAnswers, state_store_notice
 
 log = logging.getLogger(__name__)
-
-STATE_STORE_DOWN = ":warning: The state store is unavailable, so nothing changed. Try again in a minute."
-# A write the client gave up waiting for may still be applied when the server catches up.
-STATE_STORE_SLOW = (":warning: The state store did not answer in time, so this may or may not have "
-                    "taken effect. Check `/tpu status` in a minute before trying again.")
-
-
-def state_store_notice(error: RedisError) -> str:
-    """What a person is told when the state store failed their command or click: a write the
-    client stopped waiting for may still land, so a timeout never says "nothing changed"."""
-    return STATE_STORE_SLOW if isinstance(error, RedisTimeoutError) else STATE_STORE_DOWN
-
 
 STILL_WORKING = ":hourglass_flowing_sand: The state store is slow to answer; the result of this command follows here."
 
