@@ -196,6 +196,9 @@ _ACCELERATOR = re.compile(
     re.IGNORECASE,
 )
 _RUNTIME = re.compile(r"runtime version|runtimeVersion|runtime_version", re.IGNORECASE)
+# Creating a TPU that runs as an account takes acting as it; IAM's words name the account.
+_ACT_AS = re.compile(r"iam\.serviceAccounts\.actAs'? denied on service account (?P<email>[^\s'\"]+@[^\s'\"]+)",
+                     re.IGNORECASE)
 _PERMISSION = re.compile(
     r"Permission '[^']+' denied|PERMISSION_DENIED|has not been used in project|is disabled|"
     r"SERVICE_DISABLED|does not have permission|billing",
@@ -337,6 +340,15 @@ def _classify(code: int | None, message: str, *, zone: str | None, reason: str) 
     if code == GRPC_INVALID_ARGUMENT and _RUNTIME.search(message):
         return TpuError(TpuErrorKind.INVALID_RUNTIME, message, zone=zone, setting="TPU_RUNTIME_VERSION", code=code,
                         fix="use TPU_RUNTIME_VERSION=v2-alpha-tpuv5-lite for v5litepod accelerators")
+    if match := _ACT_AS.search(message):
+        email = match.group("email").rstrip(".")
+        project = email.partition("@")[2].removesuffix(".iam.gserviceaccount.com")
+        where = f" --project {project}" if "." not in project else ""
+        return TpuError(TpuErrorKind.PERMISSION_DENIED, message, zone=zone, setting="TPU_SERVICE_ACCOUNT", code=code,
+                        fix=f"let the account the bot runs as ($BOT_SA) act as {email}: `gcloud iam service-accounts "
+                            f"add-iam-policy-binding {email}{where} --member serviceAccount:$BOT_SA --role "
+                            "roles/iam.serviceAccountUser` (README, \"A dedicated account instead\"), or leave "
+                            "TPU_SERVICE_ACCOUNT empty to run as the default Compute Engine account")
     if code in (GRPC_PERMISSION_DENIED, GRPC_UNAUTHENTICATED) or _PERMISSION.search(message):
         if code == GRPC_UNAUTHENTICATED:
             return TpuError(TpuErrorKind.PERMISSION_DENIED, message, zone=zone,

@@ -10,6 +10,9 @@ the token in `CLOUDSDK_AUTH_ACCESS_TOKEN`:
     gcloud secrets add-iam-policy-binding S --project P --member M --role R
     gcloud secrets create S --data-file=- --project P              secrets.create + :addVersion
     gcloud storage buckets add-iam-policy-binding gs://B --member M --role R
+    gcloud iam service-accounts create NAME --project P             IAM serviceAccounts.create
+    gcloud iam service-accounts add-iam-policy-binding EMAIL --project P --member M --role R
+                                                                   :getIamPolicy + :setIamPolicy
     gcloud services enable …                                       (nothing to do in the sandbox)
 
 Anything else exits 2 naming the command, so a README command this does not know fails the test.
@@ -49,9 +52,13 @@ def _options(args: list[str]) -> tuple[list[str], dict[str, str]]:
     return positional, options
 
 
-def _ok(response: requests.Response) -> dict:
+def _ok(response: requests.Response, command: str = "", project: str = "") -> dict:
     if response.status_code != 200:
-        sys.stderr.write(f"ERROR: (gcloud) {response.json().get('error', {}).get('message', response.text)}\n")
+        error = response.json().get("error", {})
+        message = error.get("message", response.text)
+        if error.get("status") == "ALREADY_EXISTS" and command:  # gcloud's words for a 409 on a create
+            message = f"Resource in projects [{project}] is the subject of a conflict: {message}"
+        sys.stderr.write(f"ERROR: (gcloud{'.' + command if command else ''}) {message}\n")
         sys.exit(1)
     return response.json() if response.content else {}
 
@@ -111,6 +118,20 @@ def main(argv: list[str]) -> int:
         policy.pop("kind", None), policy.pop("resourceId", None)
         _ok(requests.put(url, json=_add_binding(policy, options["member"], options["role"]), headers=_headers(),
                          timeout=10))
+        return 0
+    if positional[:3] == ["iam", "service-accounts", "create"]:
+        account = _ok(requests.post(f"{_endpoint('iam')}/v1/projects/{options['project']}/serviceAccounts",
+                                    json={"accountId": positional[3], "serviceAccount": {}}, headers=_headers(),
+                                    timeout=10), "iam.service-accounts.create", options["project"])
+        sys.stderr.write(f"Created service account [{positional[3]}].\n")
+        return 0 if account.get("email") else 1
+    if positional[:3] == ["iam", "service-accounts", "add-iam-policy-binding"]:
+        base = f"{_endpoint('iam')}/v1/projects/{options.get('project') or '-'}/serviceAccounts/{positional[3]}"
+        policy = _ok(requests.post(f"{base}:getIamPolicy", headers=_headers(), timeout=10))
+        _ok(requests.post(f"{base}:setIamPolicy", json={"policy": _add_binding(policy, options["member"],
+                                                                                options["role"])},
+                          headers=_headers(), timeout=10))
+        print(f"Updated IAM policy for serviceAccount [{positional[3]}].")
         return 0
     sys.stderr.write(f"gcloud stand-in: not a command the README uses: gcloud {' '.join(argv)}\n")
     return 2

@@ -151,31 +151,41 @@ def _readme_block(after: str) -> str:
     return section.split("```bash\n", 1)[1].split("```", 1)[0]
 
 
+def _run_readme_block(api, tmp_path: Path, after: str, **extra_env: str) -> subprocess.CompletedProcess:
+    """The README's first bash block after `after`, under `bash -euo pipefail` as pasted, with PROJECT set and a
+    gcloud that calls the sandbox's APIs as the project's owner."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    gcloud = bin_dir / "gcloud"
+    gcloud.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'gcloud_stand_in.py'} \"$@\"\n")
+    gcloud.chmod(0o755)
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PROJECT": "tpubot-sandbox",
+           "CLOUDSDK_AUTH_ACCESS_TOKEN": api.iam.mint(OPERATOR),
+           **{f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{name}": api.base_url
+              for name in ("SECRETMANAGER", "CLOUDRESOURCEMANAGER", "STORAGE", "IAM")}, **extra_env}
+    return subprocess.run(["bash", "-euo", "pipefail", "-c", _readme_block(after)], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+OPERATOR = "user:operator@example.com"  # the project's owner, who pastes the README's commands
+
+
 def test_the_readmes_commands_word_for_word_give_a_node_that_reads_both_secrets(redis_url, tmp_path):
     """A project where the TPU VM's account has nothing: the README's block for it is run as pasted
     (PROJECT set, as it says), by a gcloud that calls the sandbox's APIs as the project's owner."""
     from bot.local_stack import LocalStack
     from bot.settings import Settings
 
-    world = SandboxWorld(secrets={}, iam_grants=(("project", "roles/owner", "user:operator@example.com"),))
+    world = SandboxWorld(secrets={}, iam_grants=(("project", "roles/owner", OPERATOR),))
     settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s")
     with LocalStack(settings, world=world) as stack:
         api = stack.cloud.project_api
-        bin_dir = tmp_path / "bin"
-        bin_dir.mkdir()
-        gcloud = bin_dir / "gcloud"
-        gcloud.write_text(f"#!/bin/sh\nexec {sys.executable} {ROOT / 'tests' / 'gcloud_stand_in.py'} \"$@\"\n")
-        gcloud.chmod(0o755)
-        env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "PROJECT": "tpubot-sandbox", "HF_TOKEN": "hf_" + "r3adm3" * 6,
-               "CLOUDSDK_AUTH_ACCESS_TOKEN": api.iam.mint("user:operator@example.com"),
-               **{f"CLOUDSDK_API_ENDPOINT_OVERRIDES_{name}": api.base_url
-                  for name in ("SECRETMANAGER", "CLOUDRESOURCEMANAGER", "STORAGE")}}
+        hf_token = "hf_" + "r3adm3" * 6
         block = _readme_block("**The TPU VM's service account.**")
         assert "PROJECT_NUMBER" not in block and "gcloud secrets create hf-token" in block
-        ran = subprocess.run(["bash", "-euo", "pipefail", "-c", block], env=env, capture_output=True, text=True,
-                             timeout=60)
+        ran = _run_readme_block(api, tmp_path, "**The TPU VM's service account.**", HF_TOKEN=hf_token)
         assert ran.returncode == 0, ran.stderr
-        assert api.secrets["hf-token"] == env["HF_TOKEN"]
+        assert api.secrets["hf-token"] == hf_token
         slack = stack.signed_requests()
         slack.slash("up", user="UALICE", channel=CHANNEL)
         ready = wait_until(lambda: first_card(stack, "READY") or first_card(stack, "FAILED"))
@@ -185,6 +195,81 @@ def test_the_readmes_commands_word_for_word_give_a_node_that_reads_both_secrets(
             "/v1/projects/tpubot-sandbox/secrets/hf-token/versions/latest:access",
             "/v1/projects/tpubot-sandbox/secrets/KEY/versions/latest:access"}
         assert "roles/logging.logWriter" in api.iam.policy("projects/tpubot-sandbox").roles_of({f"serviceAccount:{NODE}"})
+        slack.close()
+
+
+DEDICATED = "tpubot-node@tpubot-sandbox.iam.gserviceaccount.com"  # what the README's dedicated block creates
+
+
+def test_the_readmes_dedicated_account_block_word_for_word_gives_a_node_that_runs_as_it_and_reads_both_secrets(
+        redis_url, tmp_path):
+    """The "A dedicated account instead" block, as pasted (PROJECT and BOT_SA set, the HF token created as the
+    README says before it), in a project where nothing is granted to anyone but its owner and the bot; then
+    `/tpu up` with the TPU_SERVICE_ACCOUNT line it printed."""
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    world = SandboxWorld(iam_grants=(("project", "roles/owner", OPERATOR),))  # hf-token exists, readable by none
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s",
+                             tpu_service_account=DEDICATED)
+    with LocalStack(settings, world=world) as stack:
+        api = stack.cloud.project_api
+        assert not api.iam.account_exists(DEDICATED)
+        after = "A dedicated account instead"
+        assert "BOT_ACCOUNT_EMAIL" not in _readme_block(after)
+        ran = _run_readme_block(api, tmp_path, after, BOT_SA=api.iam.bot_account)
+        assert ran.returncode == 0, ran.stderr
+        assert ran.stdout.splitlines()[-1] == f"TPU_SERVICE_ACCOUNT={DEDICATED}"  # the line to set
+        assert api.iam.account_exists(DEDICATED)
+        assert api.iam.policy(api.iam.account_resource(DEDICATED)).bindings == {
+            "roles/iam.serviceAccountUser": {f"serviceAccount:{api.iam.bot_account}"}}
+        # Pasted twice, the create is refused as gcloud reports Google's 409, and nothing else runs.
+        again = _run_readme_block(api, tmp_path, after, BOT_SA=api.iam.bot_account)
+        assert again.returncode == 1 and again.stderr.strip() == (
+            "ERROR: (gcloud.iam.service-accounts.create) Resource in projects [tpubot-sandbox] is the subject of a "
+            "conflict: Service account tpubot-node already exists within project projects/tpubot-sandbox.")
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        vm, qr = the_vm(stack)
+        ready = wait_until(lambda: first_card(stack, "READY") or first_card(stack, "FAILED"))
+        assert "READY" in ready["text"], str(ready["blocks"])
+        assert qr["request"]["tpu"]["nodeSpec"][0]["node"]["serviceAccount"]["email"] == DEDICATED
+        assert vm.metadata.identity.service_account == DEDICATED
+        reads = {re.sub(r"tpubot-model-key-\w+", "KEY", path) for _, path, caller in api.requests
+                 if path.endswith(":access") and caller == DEDICATED}
+        assert reads == {"/v1/projects/tpubot-sandbox/secrets/hf-token/versions/latest:access",
+                         "/v1/projects/tpubot-sandbox/secrets/KEY/versions/latest:access"}
+        assert not [caller for _, path, caller in api.requests if path.endswith(":access") and caller == NODE]
+        assert "roles/logging.logWriter" in api.iam.policy("projects/tpubot-sandbox").roles_of(
+            {f"serviceAccount:{DEDICATED}"})
+        assert api.rejected == [] and api.response_problems == []
+        slack.close()
+
+
+def test_a_bot_that_may_not_act_as_the_configured_account_fails_the_lease_before_any_tpu_with_the_grant(
+        redis_url, tmp_path):
+    """The dedicated block without its last grant: Google refuses to create a TPU that runs as an account its
+    creator may not act as; the card names the grant the README's block makes."""
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    node = f"serviceAccount:{DEDICATED}"
+    world = SandboxWorld(iam_grants=(("secret:hf-token", "roles/secretmanager.secretAccessor", node),
+                                     ("project", "roles/logging.logWriter", node)))
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s",
+                             tpu_service_account=DEDICATED)
+    with LocalStack(settings, world=world) as stack:
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        failed = wait_until(lambda: first_card(stack, "FAILED"))
+        blocks = " ".join(block["text"]["text"] for block in failed["blocks"] if isinstance(block.get("text"), dict))
+        assert f"Permission 'iam.serviceaccounts.actAs' denied on service account {DEDICATED}" in blocks, blocks
+        assert (f"gcloud iam service-accounts add-iam-policy-binding {DEDICATED} --project tpubot-sandbox "
+                "--member serviceAccount:$BOT_SA --role roles/iam.serviceAccountUser") in blocks
+        assert "TPU_SERVICE_ACCOUNT" in blocks
+        # One refused create, not a zone search: the refusal would follow the request to every zone.
+        assert [attempt.outcome for attempt in stack.tpu_sandbox.create_attempts] == ["permission_denied"]
+        assert stack.tpu_sandbox.queued_resources() == []
         slack.close()
 
 
@@ -203,7 +288,9 @@ def test_a_configured_service_account_is_sent_with_the_create_and_the_vm_runs_as
 
     custom = "tpubot-node@tpubot-sandbox.iam.gserviceaccount.com"
     world = SandboxWorld(iam_grants=(("secret:hf-token", "roles/secretmanager.secretAccessor", f"serviceAccount:{custom}"),
-                                     ("project", "roles/logging.logWriter", f"serviceAccount:{custom}")))
+                                     ("project", "roles/logging.logWriter", f"serviceAccount:{custom}"),
+                                     (f"serviceAccount:{custom}", "roles/iam.serviceAccountUser",
+                                      "serviceAccount:tpubot@tpubot-sandbox.iam.gserviceaccount.com")))
     settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s",
                              tpu_service_account=custom)
     with LocalStack(settings, world=world) as stack:

@@ -281,3 +281,62 @@ def test_get_guest_attributes_is_served_as_the_discovery_documents_shape_it(tpu:
     assert tpu.response_problems == []
     checked = set(tpu.apis["v2"].checked) | set(tpu.apis["v2alpha1"].checked)
     assert "tpu.projects.locations.nodes.getGuestAttributes" in checked
+
+
+def test_iam_service_accounts_are_served_as_iam_v1_describes_them(project_api: GcpProjectSandbox) -> None:
+    """create, get, getIamPolicy and setIamPolicy of projects.serviceAccounts: paths, bodies, errors and
+    permissions as Google's IAM answers them, each request and response checked against iam.v1."""
+    base = f"{project_api.base_url}/v1/projects/{PROJECT}/serviceAccounts"
+    email = f"tpubot-node@{PROJECT}.iam.gserviceaccount.com"
+    iam = project_api.iam
+    iam.grant(f"projects/{PROJECT}", "roles/iam.serviceAccountAdmin", "user:admin@example.com")
+    admin = {"Authorization": f"Bearer {iam.mint('user:admin@example.com')}"}
+    with AuthorizedSession(AnonymousCredentials()) as bot:  # no token: the bot, whose roles do not create accounts
+        refused = bot.post(base, json={"accountId": "tpubot-node"}, timeout=5)
+        assert refused.status_code == 403 and refused.json()["error"]["status"] == "PERMISSION_DENIED"
+        assert "Permission 'iam.serviceAccounts.create' denied" in refused.json()["error"]["message"]
+        assert not iam.account_exists(email)
+        created = bot.post(base, json={"accountId": "tpubot-node", "serviceAccount": {"displayName": "tpubot VMs"}},
+                           headers=admin, timeout=5)
+        assert created.status_code == 200, created.text
+        assert created.json() | {"uniqueId": "", "oauth2ClientId": "", "etag": ""} == {
+            "name": f"projects/{PROJECT}/serviceAccounts/{email}", "projectId": PROJECT, "email": email,
+            "displayName": "tpubot VMs", "uniqueId": "", "oauth2ClientId": "", "etag": ""}
+        assert iam.account_exists(email)
+        again = bot.post(base, json={"accountId": "tpubot-node"}, headers=admin, timeout=5)
+        assert again.status_code == 409 and again.json()["error"]["status"] == "ALREADY_EXISTS"
+        assert again.json()["error"]["message"] == (
+            f"Service account tpubot-node already exists within project projects/{PROJECT}.")
+        assert isinstance(gexc.from_http_response(again), gexc.Conflict)
+        short = bot.post(base, json={"accountId": "node"}, headers=admin, timeout=5)
+        assert short.status_code == 400 and "6-30 characters" in short.json()["error"]["message"]
+        assert not iam.account_exists(f"node@{PROJECT}.iam.gserviceaccount.com")
+        unknown_field = bot.post(base, json={"accountId": "tpubot-other", "serviceAccount": {"keyAlgorithm": "x"}},
+                                 headers=admin, timeout=5)
+        assert unknown_field.status_code == 400 and '"keyAlgorithm"' in unknown_field.json()["error"]["message"]
+        # get, by project id or the `-` wildcard; an account nobody created is IAM's 404.
+        wildcard = f"{project_api.base_url}/v1/projects/-/serviceAccounts"
+        assert bot.get(f"{wildcard}/{email}", headers=admin, timeout=5).json()["email"] == email
+        missing = bot.get(f"{base}/nobody-here@{PROJECT}.iam.gserviceaccount.com", headers=admin, timeout=5)
+        assert missing.status_code == 404 and missing.json()["error"]["message"] == "Unknown service account"
+        # The account's own policy: the admin lets the bot act as it; the bot may not change it itself.
+        policy = bot.post(f"{base}/{email}:getIamPolicy", params={"options.requestedPolicyVersion": 3},
+                          headers=admin, timeout=5)
+        assert policy.status_code == 200 and "bindings" not in policy.json()
+        resource = iam.account_resource(email)
+        assert not iam.allows("bot", "iam.serviceAccounts.actAs", resource)
+        grant = {"policy": {"bindings": [{"role": "roles/iam.serviceAccountUser",
+                                          "members": [f"serviceAccount:{iam.bot_account}"]}],
+                            "etag": policy.json()["etag"]}}
+        assert bot.post(f"{base}/{email}:setIamPolicy", json=grant, timeout=5).status_code == 403
+        assert not iam.allows("bot", "iam.serviceAccounts.actAs", resource)
+        granted = bot.post(f"{base}/{email}:setIamPolicy", json=grant, headers=admin, timeout=5)
+        assert granted.status_code == 200, granted.text
+        assert iam.allows("bot", "iam.serviceAccounts.actAs", resource)
+        stale = bot.post(f"{base}/{email}:setIamPolicy", json=grant, headers=admin, timeout=5)
+        assert stale.status_code == 409 and stale.json()["error"]["status"] == "ABORTED"  # the etag moved on
+    assert {"iam.projects.serviceAccounts.create", "iam.projects.serviceAccounts.get",
+            "iam.projects.serviceAccounts.getIamPolicy", "iam.projects.serviceAccounts.setIamPolicy"} <= set(
+        project_api.apis["iam"].checked)
+    assert project_api.response_problems == []
+    assert [r.message for r in project_api.rejected] == [unknown_field.json()["error"]["message"]]

@@ -29,8 +29,15 @@ One HTTP server, the wire formats of the real services, for the real clients onl
   the policies on the project and on the secret or bucket; a refusal is Google's 403 with an
   `IAM_PERMISSION_DENIED` ErrorInfo naming the permission (Storage: its own 403 wording). Secrets
   have `:getIamPolicy`/`:setIamPolicy`. `denied`: permissions the bot lacks whatever its roles.
+- IAM v1 service accounts (what `gcloud iam service-accounts create` and `add-iam-policy-binding`
+  call): `projects/P/serviceAccounts` (create, `accountId` 6-30 characters of
+  `[a-z]([-a-z0-9]*[a-z0-9])`; a taken one is Google's 409 ALREADY_EXISTS `Service account
+  ACCOUNT_ID already exists within project projects/P.`), `projects/P/serviceAccounts/EMAIL` (get; P may be
+  `-`), `…:getIamPolicy` and `…:setIamPolicy` (the account's own policy, where
+  `roles/iam.serviceAccountUser` lets someone act as it). Permissions: `iam.serviceAccounts.create`
+  on the project, `get`/`getIamPolicy`/`setIamPolicy` on the account (or the project).
 
-Every request is checked against Google's discovery documents (Compute, Secret Manager, Storage) or the
+Every request is checked against Google's discovery documents (Compute, Secret Manager, Storage, IAM) or the
 google-cloud-quotas protos (Cloud Quotas) by `infra.sandbox.discovery`; an unknown field or
 parameter gets the real 400 INVALID_ARGUMENT.
 
@@ -69,6 +76,9 @@ _SECRET = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets/(?P<secret>[^/:]
 SEEDED_CREATE_TIME = "2026-01-01T00:00:00Z"
 SEEDED_TIME_MS = "2026-01-01T00:00:00.000Z"
 _SECRETS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets$")
+_ACCOUNTS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/serviceAccounts(?:/(?P<account>[^/:]+)"
+                       r"(?::(?P<verb>getIamPolicy|setIamPolicy))?)?$")
+_ACCOUNT_ID = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])")
 
 
 class GcpProjectSandbox:
@@ -105,12 +115,14 @@ class GcpProjectSandbox:
         self.private_google_access = private_google_access
         self.parent = parent
         self.objects: dict[str, dict[str, bytes]] = {bucket: {} for bucket in self.buckets}  # bucket -> name -> bytes
+        self.account_fields: dict[str, dict[str, str]] = {}  # email -> displayName/description given at create
         self.iam = iam or Iam(project, project_number, denied=denied)
         self.apis: dict[str, DiscoveryApi | None] = {
             "compute": load_api("compute.v1", "google.cloud.compute.v1"),
             "secretmanager": load_api("secretmanager.v1", "google.cloud.secretmanager.v1"),
             "storage": load_api("storage.v1", "google.storage.v1"),
             "resourcemanager": load_api("cloudresourcemanager.v1", "google.cloudresourcemanager.v1"),
+            "iam": load_api("iam.v1", "google.iam.admin.v1"),
             "quotas": _quotas_api(),
         }
         self.rejected: list[RequestRejected] = []
@@ -215,6 +227,9 @@ class GcpProjectSandbox:
             if denied := self._deny("cloudquotas.quotas.get", f"projects/{match['project']}", principal):
                 return denied
             return self._quotas(match["project"], match["service"], match["quota"], query)
+        if match := _ACCOUNTS.match(path):
+            return self._service_accounts(method, match["project"], match["account"], match["verb"], principal,
+                                          body or {})
         if match := _PROJECT.match(path):
             return self._project(method, match["project"], match["verb"], principal, body or {})
         if match := _SECRETS.match(path):
@@ -341,6 +356,66 @@ class GcpProjectSandbox:
             return 200, self.iam.set_policy(resource, body.get("policy") or {}).to_json()
         except PolicyError as error:
             return _google_error(error.code, error.message, error.status)
+
+    # --- IAM service accounts -----------------------------------------------------------------
+    def _service_accounts(self, method: str, project: str, account: str | None, verb: str | None, principal: str,
+                          body: dict) -> tuple[int, dict]:
+        from urllib.parse import unquote
+
+        if project not in (self.project, str(self.project_number), "-"):
+            return _google_error(403, f"Permission 'iam.serviceAccounts.{'create' if account is None else 'get'}' "
+                                      f"denied on resource (or it may not exist).")
+        if account is None:
+            if method != "POST":
+                return _google_error(405, f"Method {method} is not supported by the sandbox on serviceAccounts.")
+            return self._create_account(body, principal)
+        email = unquote(account)
+        resource = self.iam.account_resource(email)
+        permission = f"iam.serviceAccounts.{verb or 'get'}"
+        if (method, verb) not in (("GET", None), ("POST", "getIamPolicy"), ("POST", "setIamPolicy")):
+            return _google_error(405, f"Method {method} is not supported on serviceAccounts/{email}.")
+        if not self.iam.allows(principal, permission, resource):
+            # IAM's own wording: the resource is not named, as it may not exist.
+            return 403, {"error": {"code": 403, "status": "PERMISSION_DENIED", "message": (
+                f"Permission '{permission}' denied on resource (or it may not exist)."), "details": [
+                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
+                 "domain": "iam.googleapis.com", "metadata": {"permission": permission}}]}}
+        if not self.iam.account_exists(email):
+            return _google_error(404, "Unknown service account")
+        if verb is None:
+            return 200, self._account_json(email)
+        if verb == "getIamPolicy":
+            return 200, self.iam.policy(resource).to_json()
+        try:
+            return 200, self.iam.set_policy(resource, body.get("policy") or {}).to_json()
+        except PolicyError as error:
+            return _google_error(error.code, error.message, error.status)
+
+    def _create_account(self, body: dict, principal: str) -> tuple[int, dict]:
+        if denied := self._deny("iam.serviceAccounts.create", f"projects/{self.project}", principal):
+            return denied
+        account_id = str(body.get("accountId") or "")
+        if not (6 <= len(account_id) <= 30 and _ACCOUNT_ID.fullmatch(account_id)):
+            return _google_error(400, f"Invalid account id [{account_id}]: it must be 6-30 characters long and match "
+                                      f"{_ACCOUNT_ID.pattern}.")
+        email = f"{account_id}@{self.project}.iam.gserviceaccount.com"
+        with self._lock:
+            if self.iam.account_exists(email):
+                message = f"Service account {account_id} already exists within project projects/{self.project}."
+                return 409, {"error": {"code": 409, "message": message, "status": "ALREADY_EXISTS", "details": [
+                    {"@type": "type.googleapis.com/google.rpc.ResourceInfo",
+                     "resourceName": self.iam.account_resource(email)}]}}
+            given = body.get("serviceAccount") or {}
+            self.account_fields[email] = {k: str(given[k]) for k in ("displayName", "description") if given.get(k)}
+            self.iam.add_account(email)
+        self.iam.forget(self.iam.account_resource(email))  # a new account starts with no policy of its own
+        return 200, self._account_json(email)
+
+    def _account_json(self, email: str) -> dict:
+        unique_id = str(100_000_000_000_000_000_000 + int(hashlib.sha256(email.encode()).hexdigest()[:12], 16))
+        return {"name": self.iam.account_resource(email), "projectId": self.project, "uniqueId": unique_id,
+                "email": email, "etag": "MDEwMjE5MjA=", "oauth2ClientId": unique_id,
+                **self.account_fields.get(email, {})}
 
     def _project(self, method: str, project: str, verb: str | None, principal: str, body: dict) -> tuple[int, dict]:
         """Resource Manager v1: projects.get, :getIamPolicy, :setIamPolicy."""
@@ -640,6 +715,8 @@ def _api_of(path: str) -> str:
         return "storage"
     if _PROJECT.match(path):
         return "resourcemanager"
+    if _ACCOUNTS.match(path):
+        return "iam"
     return "quotas" if "/quotaInfos" in path else "secretmanager"
 
 

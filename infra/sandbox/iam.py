@@ -21,8 +21,11 @@ beats every grant, as Google's deny policies do. Not emulated: IAM conditions, g
 members, propagation delay.
 
 Service accounts exist when the world says so: the bot's, the project's default Compute Engine
-account, any account a grant names, and any `add_account` adds. A setIamPolicy that names another
-`serviceAccount:` member is Google's 400 `Service account EMAIL does not exist.`; one whose etag is
+account, any account a grant names, and any `add_account` adds (the IAM API's create does). Each
+has its own allow policy, resource `projects/P/serviceAccounts/EMAIL` (`account_resource`): a
+`roles/iam.serviceAccountUser` grant there, or on the project, lets a principal act as it
+(`iam.serviceAccounts.actAs`), what creating a TPU that runs as that account takes. A
+setIamPolicy that names another `serviceAccount:` member is Google's 400 `Service account EMAIL does not exist.`; one whose etag is
 not the current policy's is Google's 409 ABORTED. `contend(prefix, n)` makes the next n etag'd
 setIamPolicy calls on matching resources lose a race to another writer (who adds a binding of its
 own, a new one each time), as two administrators editing one policy do.
@@ -44,7 +47,9 @@ BOT = "bot"  # the principal of a request without a token
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "roles/owner": frozenset({"*"}),
     # Editor holds most permissions, not the payload of a secret (secretmanager.versions.access).
+    # It holds iam.serviceAccounts.actAs too: an Editor may run things as any account of the project.
     "roles/editor": frozenset({"storage.*", "artifactregistry.*", "logging.logEntries.create", "compute.*", "tpu.*",
+                               "iam.serviceAccounts.actAs",
                                "resourcemanager.projects.get", "secretmanager.secrets.get",
                                "secretmanager.secrets.list", "secretmanager.secrets.create",
                                "secretmanager.secrets.delete", "secretmanager.versions.add"}),
@@ -71,6 +76,11 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
                                               "compute.routers.get"}),
     "roles/artifactregistry.reader": frozenset({"artifactregistry.repositories.downloadArtifacts"}),
     "roles/iam.serviceAccountUser": frozenset({"iam.serviceAccounts.actAs"}),
+    # Manages accounts and who may use them, without using them itself (no actAs).
+    "roles/iam.serviceAccountAdmin": frozenset({f"iam.serviceAccounts.{verb}" for verb in (
+        "create", "delete", "disable", "enable", "get", "getIamPolicy", "list", "setIamPolicy", "undelete",
+        "update")}),
+    "roles/iam.serviceAccountCreator": frozenset({"iam.serviceAccounts.create"}),
 }
 # The README's roles for the bot's own account (on the project).
 BOT_ROLES = ("roles/tpu.admin", "roles/logging.viewer", "roles/cloudquotas.viewer", "roles/compute.networkViewer",
@@ -201,6 +211,10 @@ class Iam:
         never enabled). Bindings that name it stay, as Google's do until it is purged."""
         with self._lock:
             self._accounts.discard(email)
+
+    def account_resource(self, email: str) -> str:
+        """The IAM resource of a service account of this project (its own allow policy lives there)."""
+        return f"projects/{self.project}/serviceAccounts/{email}"
 
     def account_exists(self, email: str) -> bool:
         with self._lock:

@@ -26,6 +26,16 @@ Assumptions where the real behaviour is unverified (documented so they can be re
 - A FLEX_START rejection leaves no queued resource behind (the create LRO fails with code 3).
 - A non-forced delete of a QR with a running node → 400 FAILED_PRECONDITION.
 - Server-side page size is capped at `max_page_size` (default 100); pageSize 0 means the cap.
+- A create whose node names a service account (`serviceAccount.email`) is refused with 403 unless
+  the caller may act as it (`iam.serviceAccounts.actAs`, held by `roles/iam.serviceAccountUser` on
+  the account or the project), as Compute Engine refuses a VM attached to such an account, and with
+  the IAM wording other services return for it (`Permission 'iam.serviceaccounts.actAs' denied on
+  service account EMAIL (or it may not exist).`: Cloud Run, Cloud Functions, Terraform's googleapi
+  errors quote it; no TPU-specific text was found). It is checked only when the TPU sandbox shares
+  the project's `Iam`; the caller is the token's principal, and a request without one is the bot,
+  as the project API decides (the sandbox's clients are anonymous). A create that leaves the
+  account out runs as the default Compute Engine account and is not checked (the README asks for
+  `roles/iam.serviceAccountUser` only with `TPU_SERVICE_ACCOUNT`).
 - `getGuestAttributes`: `queryPath` "" or "/" is every namespace, "NS" or "NS/" one namespace,
   "NS/KEY" one key; nothing published there is an empty `items` list, not a 404. A node has one
   worker, "0"; `workerIds` naming no worker of the node gives an empty `guestAttributes` list.
@@ -54,6 +64,7 @@ from google.protobuf import json_format
 
 from infra.sandbox.http_server import ServerThread
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
+from infra.sandbox.iam import Iam
 
 
 class ZoneBehaviour(str, enum.Enum):
@@ -202,10 +213,12 @@ class TpuSandbox:
         on_node_ready: Callable[[str, str, dict[str, str]], str | None] | None = None,
         on_node_gone: Callable[[str, str], None] | None = None,
         max_page_size: int = 100,
+        iam: Iam | None = None,  # the project's IAM: who may act as the account a create names; None: unchecked
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
         self.project = project
+        self.iam = iam
         self.external_ip = external_ip
         self.timings = timings.scaled(time_scale)
         self.on_node_ready = on_node_ready
@@ -504,7 +517,7 @@ class TpuSandbox:
         return body
 
     # --- request handling ----------------------------------------------------------------------
-    def handle(self, method: str, raw_path: str, body: Any) -> tuple[int, dict]:
+    def handle(self, method: str, raw_path: str, body: Any, authorization: str = "") -> tuple[int, dict]:
         """One HTTP request → (status, JSON body). Called by the HTTP handler."""
         url = urlsplit(raw_path)
         query = parse_qs(url.query, keep_blank_values=True)
@@ -524,7 +537,7 @@ class TpuSandbox:
                     self.rejected.append(rejected)
                 return 400, rejected.google_error()
         try:
-            status, payload = self._route(method, url.path, query, body)
+            status, payload = self._route(method, url.path, query, body, authorization)
         except _ApiError as error:
             return error.http_status, error.body()
         if api is not None and checked is not None and status == 200:
@@ -535,7 +548,8 @@ class TpuSandbox:
                 return 500, _ApiError(500, "tpu sandbox bug: " + "; ".join(problems)).body()
         return status, payload
 
-    def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any) -> tuple[int, dict]:
+    def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any,
+               authorization: str = "") -> tuple[int, dict]:
         match = _PATH_RE.match(path)
         if not match:
             raise _ApiError(404, f"The requested URL {path} was not found on this server.")
@@ -561,7 +575,7 @@ class TpuSandbox:
             self._purge(now)
         if collection == "queuedResources":
             if method == "POST" and item is None:
-                return self._create(version, zone, query, body or {}, now)
+                return self._create(version, zone, query, body or {}, now, authorization)
             if method == "GET" and item is None:
                 return self._list_qrs(version, zone, query, integer_enums)
             if method == "GET" and action is None:
@@ -589,7 +603,8 @@ class TpuSandbox:
         with self._lock:
             self.create_attempts.append(CreateAttempt(zone, outcome))
 
-    def _create(self, version: str, zone: str, query: dict, body: dict, now: float) -> tuple[int, dict]:
+    def _create(self, version: str, zone: str, query: dict, body: dict, now: float,
+                authorization: str = "") -> tuple[int, dict]:
         qr_id = (query.get("queuedResourceId") or [""])[0]
         try:
             body = _normalise_enums(body)
@@ -611,6 +626,7 @@ class TpuSandbox:
                                       "resourceType": "tpu.googleapis.com/QueuedResource",
                                       "resourceName": self._qr_name(zone, qr_id)}])
             self._validate_node(zone, node)
+            self._check_act_as(node, authorization)
             behaviour = self.zones()[zone]
             model = body.get("provisioningModel", "PROVISIONING_MODEL_UNSPECIFIED")
             if behaviour is ZoneBehaviour.QUOTA_EXCEEDED:
@@ -700,6 +716,24 @@ class TpuSandbox:
         if subnetwork and self._subnetworks is not None and subnetwork not in self._subnetworks:
             raise _ApiError(404, f"The resource 'projects/{self.project}/regions/{zone.rsplit('-', 1)[0]}"
                                  f"/subnetworks/{subnetwork}' was not found", outcome="network_not_found")
+
+    def _check_act_as(self, node: Mapping, authorization: str) -> None:
+        """A node that runs as a named account needs a creator who may act as it (see the module docstring)."""
+        email = str((node.get("serviceAccount") or {}).get("email") or "")
+        if self.iam is None or not email:
+            return
+        principal = self.iam.principal(authorization)
+        if principal is None:
+            raise _ApiError(401, "Request had invalid authentication credentials. Expected OAuth 2 access token, "
+                                 "login cookie or other valid authentication credential.", outcome="permission_denied")
+        if self.iam.account_exists(email) and self.iam.allows(principal, "iam.serviceAccounts.actAs",
+                                                              self.iam.account_resource(email)):
+            return
+        raise _ApiError(403, f"Permission 'iam.serviceaccounts.actAs' denied on service account {email} (or it may "
+                             "not exist).",
+                        [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
+                          "domain": "iam.googleapis.com", "metadata": {"permission": "iam.serviceAccounts.actAs"}}],
+                        outcome="permission_denied")
 
     def _get_qr(self, zone: str, qr_id: str) -> _QueuedResource:
         with self._lock:
@@ -817,7 +851,8 @@ def _handler_for(sandbox: TpuSandbox) -> type[BaseHTTPRequestHandler]:
             except json.JSONDecodeError as exc:
                 status, payload = 400, _ApiError(400, f"Invalid JSON payload received. {exc}").body()
             else:
-                status, payload = sandbox.handle(self.command, self.path, body)
+                status, payload = sandbox.handle(self.command, self.path, body,
+                                                 self.headers.get("Authorization") or "")
             data = json.dumps(payload, indent=2).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json; charset=UTF-8")

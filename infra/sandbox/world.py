@@ -53,7 +53,8 @@ class SandboxWorld:
     buckets: Mapping[str, str] = field(default_factory=dict)  # Cloud Storage bucket name -> location ("US-WEST4")
     project_number: int = 123456789012
     # (resource, role, member) bindings beside the bot's; None: the README's grants to the TPU VM's
-    # default account (see the module docstring). Resources: "project", "secret:NAME", "bucket:NAME".
+    # default account (see the module docstring). Resources: "project", "secret:NAME", "bucket:NAME",
+    # "serviceAccount:EMAIL" (that account's own policy, e.g. roles/iam.serviceAccountUser for the bot).
     iam_grants: tuple[tuple[str, str, str], ...] | None = None
     # The org policy compute.disableGuestAttributesAccess: every VM's guest-attribute writes are refused.
     guest_attributes_disabled: bool = False
@@ -81,7 +82,9 @@ class SandboxWorld:
         for resource, role, who in self.readme_grants() if self.iam_grants is None else self.iam_grants:
             kind, _, name = resource.partition(":")
             target = {"project": f"projects/{project}", "secret": f"projects/{project}/secrets/{name}",
-                      "bucket": f"projects/_/buckets/{name}"}[kind]
+                      "bucket": f"projects/_/buckets/{name}", "serviceAccount": iam.account_resource(name)}[kind]
+            if kind == "serviceAccount":
+                iam.add_account(name)
             iam.grant(target, role, who)
         return iam
 
@@ -106,17 +109,18 @@ class CloudSandbox:
 
     def start(self) -> "CloudSandbox":
         w = self.world
+        iam = w.iam(self.project)  # one IAM for both: the TPU API asks it who may act as a node's account
         self.tpu = TpuSandbox(
             zones=dict(w.zones), time_scale=self.time_scale, project=self.project, networks=w.networks,
             subnetworks=None if w.subnetworks is None else [s for names in w.subnetworks.values() for s in names],
             accelerators=w.accelerators, on_node_ready=self.on_node_ready, on_node_gone=self.on_node_gone,
-            port=self.tpu_port,
+            port=self.tpu_port, iam=iam,
         )
         self.tpu.start()
         self.project_api = GcpProjectSandbox(
             self.project, networks=w.networks, subnetworks=w.subnetworks, quotas=w.quotas(), secrets_=w.secrets,
             firewalls=w.firewalls, routers=w.routers, buckets=w.buckets, project_number=w.project_number,
-            iam=w.iam(self.project), private_google_access=w.private_google_access, parent=w.parent,
+            iam=iam, private_google_access=w.private_google_access, parent=w.parent,
         )
         self.project_api.start()
         self.registry = RegistryStandIn(iam=self.project_api.iam).start()
