@@ -44,6 +44,7 @@ class DataclassArgs(Protocol):
 
 
 Args = TypeVar("Args", bound=DataclassArgs)
+Ctx = TypeVar("Ctx")  # what the worker hands its jobs (bot/arq_worker_adapter.py's WorkerContext)
 
 
 class Outcome(StrEnum):
@@ -126,18 +127,19 @@ class JobSpec(Generic[Args]):
     def from_kwargs(self, kwargs: dict[str, Any]) -> Args:
         return self.args(**kwargs)
 
-    def bind(self, run: Callable[[dict, Args], Awaitable[JobOutcome]]) -> BoundJob[Args]:
+    def bind(self, run: Callable[[Ctx, Args], Awaitable[JobOutcome]]) -> BoundJob[Ctx, Args]:
         return BoundJob(self, run)
 
 
 @dataclass(frozen=True)
-class BoundJob(Generic[Args]):
-    """A spec with the worker function that runs it: what arq calls with the job's keyword arguments."""
+class BoundJob(Generic[Ctx, Args]):
+    """A spec with the worker function that runs it: what the worker calls with its context and the
+    job's keyword arguments."""
 
     spec: JobSpec[Args]
-    run: Callable[[dict, Args], Awaitable[JobOutcome]]
+    run: Callable[[Ctx, Args], Awaitable[JobOutcome]]
 
-    async def __call__(self, ctx: dict, **kwargs: Any) -> str:
+    async def __call__(self, ctx: Ctx, **kwargs: Any) -> str:
         """Run the job; arq gets its outcome as text (`JobOutcome.stored`), never the object.
 
         arq pickles a job's result into Redis (`arq:result:ID`, kept an hour) and whoever reads it
