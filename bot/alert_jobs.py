@@ -22,15 +22,14 @@ from infra.jobs import BoundJob, JobOutcome, cron_body
 
 async def fire_timer(context: WorkerContext, job: TimerJob) -> JobOutcome:
     try:
-        return await expiry.fire_timer(context.services, job.team, job.channel, job.lease_id, job.kind, job.deadline,
-                                       job.due)
+        return await expiry.fire_timer(context.services, job)
     except lifecycle.LockBusy:
         raise Retry(defer=await lifecycle.lock_retry_delay(context.services, job.team, job.channel,
                                                            context.job_try)) from None
 
 
 async def check_idle(context: WorkerContext, job: LeaseJob) -> JobOutcome:
-    return await idle.check_idle(context.services, job.team, job.channel, job.lease_id)
+    return await idle.check_idle(context.services, job)
 
 
 async def reconcile_gcp(ctx: dict) -> JobOutcome:

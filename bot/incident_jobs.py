@@ -31,27 +31,21 @@ def busy_retry_delay(attempt: int) -> float:
 
 async def handle_alert(context: WorkerContext, job: AlertJob) -> JobOutcome:
     try:
-        return await incident_job.handle_alert(context.services, context.slack, context.incidents,
-                                               alert=job.alert, channel=job.channel, page=job.page,
-                                               storm_threads=job.storm_threads, storm_window=job.storm_window,
-                                               route=job.route, page_reason=job.page_reason,
-                                               accepted_at=job.accepted_at, job_id=context.job_id)
+        return await incident_job.handle_alert(context.services, context.slack, context.incidents, job,
+                                               job_id=context.job_id)
     except incident_job.IncidentBusy:
         raise Retry(defer=busy_retry_delay(context.job_try)) from None
 
 
 async def report_folded_alerts(context: WorkerContext, job: FoldJob) -> JobOutcome:
     try:
-        return await incident_job.report_folded(context.slack, context.incidents, window=job.window,
-                                                channel=job.channel, storm_threads=job.storm_threads,
-                                                storm_window=job.storm_window, route=job.route,
-                                                severity=job.severity, source=job.source)
+        return await incident_job.report_folded(context.slack, context.incidents, job)
     except incident_job.IncidentBusy:
         raise Retry(defer=busy_retry_delay(context.job_try)) from None
 
 
 async def answer_followup(context: WorkerContext, job: FollowupJob) -> JobOutcome:
-    return await followups.answer_followup(context.services, context.slack, **FOLLOWUP_JOB.to_kwargs(job))
+    return await followups.answer_followup(context.services, context.slack, job)
 
 
 JOBS: list[BoundJob[WorkerContext, Any]] = [ALERT_JOB.bind(handle_alert), FOLD_JOB.bind(report_folded_alerts),

@@ -98,18 +98,15 @@ async def ending_the_lease_on_error(context: WorkerContext, job: LeaseJob | Prov
 
 
 async def provision_lease(context: WorkerContext, job: ProvisionJob) -> JobOutcome:
-    return await ending_the_lease_on_error(context, job, "provision", provisioning.provision_job(
-        context.services, job.team, job.channel, job.lease_id, job.search_round))
+    return await ending_the_lease_on_error(context, job, "provision", provisioning.provision_job(context.services, job))
 
 
 async def watch_lease(context: WorkerContext, job: WatchJob) -> JobOutcome:
-    return await ending_the_lease_on_error(context, job, "watch", watching.watch_job(
-        context.services, job.team, job.channel, job.lease_id, job.seq))
+    return await ending_the_lease_on_error(context, job, "watch", watching.watch_job(context.services, job))
 
 
 async def teardown_lease(context: WorkerContext, job: LeaseJob) -> JobOutcome:
-    return await ending_the_lease_on_error(context, job, "teardown", teardown.teardown_job(
-        context.services, job.team, job.channel, job.lease_id))
+    return await ending_the_lease_on_error(context, job, "teardown", teardown.teardown_job(context.services, job))
 
 
 async def resume_leases(context: WorkerContext) -> int:
@@ -133,34 +130,27 @@ async def boot_model(context: WorkerContext, job: WatchJob) -> JobOutcome:
     """After ACTIVE: wait for vLLM, then measure TTFT/TPOT (agent/lease/model_boot.py)."""
     from agent.lease import model_boot
 
-    return await ending_the_lease_on_error(context, job, "boot", model_boot.boot_job(
-        context.services, job.team, job.channel, job.lease_id, job.seq))
+    return await ending_the_lease_on_error(context, job, "boot", model_boot.boot_job(context.services, job))
 
 
 async def bench_endpoint(context: WorkerContext, job: BenchJob) -> JobOutcome:
     """`/tpu bench`: a small sweep, the chart and table in the card thread (handlers/bench_job.py)."""
-    return await bench_job.bench_endpoint(context.services, context.slack, team=job.team, channel=job.channel,
-                                          lease_id=job.lease_id, user_id=job.user_id)
+    return await bench_job.bench_endpoint(context.services, context.slack, job)
 
 
 async def post_spend_chart(context: WorkerContext, job: SpendChartJob) -> JobOutcome:
     """`/tpu spend chart`: the month's spend per channel as a PNG in the channel (handlers/spend_chart_job.py)."""
-    return await spend_chart_job.post_spend_chart(context.services, context.slack, team=job.team, channel=job.channel,
-                                                  month=job.month, user_id=job.user_id)
+    return await spend_chart_job.post_spend_chart(context.services, context.slack, job)
 
 
 async def answer_mention(context: WorkerContext, job: MentionJob) -> JobOutcome:
     """One @-mention: the agent's answer in the thread (handlers/mention_job.py)."""
-    return await mention_job.answer_mention(
-        context.services, context.slack, team=job.team, channel=job.channel, ts=job.ts, thread_ts=job.thread_ts,
-        user=job.user, text=job.text, files=job.files, bot_user_id=job.bot_user_id, notes=job.notes,
-        status_ts=job.status_ts)
+    return await mention_job.answer_mention(context.services, context.slack, job)
 
 
 async def answer_ask(context: WorkerContext, job: AskJob) -> JobOutcome:
     """`/tpu ask …`: the model's answer, back through the command's response_url (handlers/ask_job.py)."""
-    return await ask_job.answer_ask(context.services, team=job.team, channel=job.channel, user_id=job.user_id,
-                                    prompt=job.prompt, response_url=job.response_url, max_tokens=job.max_tokens)
+    return await ask_job.answer_ask(context.services, job)
 
 
 # Every job the worker runs, each bound to its declaration (tests/test_jobs.py: none missing, none extra).
