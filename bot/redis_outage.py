@@ -13,26 +13,16 @@ import time
 from dataclasses import dataclass, field
 
 from redis.backoff import EqualJitterBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.exceptions import WatchError
 
-# What redis-py raises while the server is away. BusyLoadingError (a restarted server still
-# loading its data) is a ConnectionError subclass.
-REDIS_AWAY: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError)
+# One answer to "is Redis away?" for every layer (the agent's jobs ask it too).
+from infra.transient import REDIS_AWAY, is_redis_away
+
+__all__ = ["REDIS_AWAY", "is_redis_away", "Reconnecting", "RedisUnreachable", "wait_for_redis"]
 
 # Waits grow from 0.2 s to 3 s, each with up to half of it as jitter, so the workers of a
 # deployment do not reconnect in lock step when Redis comes back.
 BACKOFF_BASE_SECONDS = 0.2
 BACKOFF_CAP_SECONDS = 3.0
-
-
-def is_redis_away(error: BaseException) -> bool:
-    """A connection error, or the WatchError redis-py raises instead when the connection drops
-    under a WATCH (arq's job start WATCHes outside its own try)."""
-    if isinstance(error, REDIS_AWAY):
-        return True
-    return isinstance(error, WatchError) and isinstance(error.__context__, REDIS_AWAY)
 
 
 @dataclass

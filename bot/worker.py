@@ -31,20 +31,30 @@ from handlers.mention_job import ANSWER_JOB, MentionJob
 from infra.jobs import BoundJob, JobOutcome
 from infra.state.incidents import IncidentStore
 from infra.state.locks import LockLost
+from infra.transient import is_transient
 
 log = logging.getLogger(__name__)
 
-# A job that meets a Redis outage is tried again this much later (arq counts the try).
+# A job that meets a transient error (Redis away, a cloud call its client calls retryable) is tried
+# again later, doubling from this to TRANSIENT_RETRY_CAP_SECONDS (arq counts each try): an outage of
+# seconds costs seconds, and the job's tries (max_tries) last minutes of a longer one, not 40 s.
 REDIS_AWAY_RETRY_SECONDS = 2
+TRANSIENT_RETRY_CAP_SECONDS = 60
 # A job stopped because it lost its channel lock is tried again this much later: by then the
 # worker that took it over holds the lock (the retry waits for it) or has finished (the retry skips).
 LOCK_LOST_RETRY_SECONDS = 2
 
 
+def transient_retry_delay(job_try: int) -> int:
+    """When try number `job_try`, stopped by a transient error, runs again."""
+    return min(TRANSIENT_RETRY_CAP_SECONDS, REDIS_AWAY_RETRY_SECONDS * 2 ** max(0, job_try - 1))
+
+
 def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
     """Count every finished job by function and outcome in the worker's /metrics; log its lines
-    with the job and lease ids; and retry it, rather than fail it, when Redis is away or when it
-    lost its channel lock part-way (infra/state/locks.py stopped it)."""
+    with the job and lease ids; and retry it, rather than fail it, on a transient error (Redis
+    away, a retryable cloud error: infra/transient.py) or when it lost its channel lock part-way
+    (infra/state/locks.py stopped it)."""
 
     name = job.spec.name if isinstance(job, BoundJob) else job.__name__
 
@@ -62,12 +72,14 @@ def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
             metrics.jobs.labels(name, "retry").inc()
             raise Retry(defer=LOCK_LOST_RETRY_SECONDS) from error
         except BaseException as error:
-            if not is_redis_away(error):
+            if not is_transient(error):
                 metrics.jobs.labels(name, "error").inc()
                 raise
-            log.warning("%s met a Redis outage (%s); retrying in %ss", name, error, REDIS_AWAY_RETRY_SECONDS)
+            delay = transient_retry_delay(context.job_try)
+            what = "a Redis outage" if is_redis_away(error) else "a transient error"
+            log.warning("%s met %s (%s); retrying in %ss", name, what, error, delay)
             metrics.jobs.labels(name, "retry").inc()
-            raise Retry(defer=REDIS_AWAY_RETRY_SECONDS) from error
+            raise Retry(defer=delay) from error
         metrics.jobs.labels(name, "ok").inc()
         return result
 
@@ -83,15 +95,17 @@ def registered(job: BoundJob[WorkerContext, Any]) -> Function:
 async def ending_the_lease_on_error(context: WorkerContext, job: LeaseJob | ProvisionJob | WatchJob, name: str,
                                     run: Awaitable[JobOutcome]) -> JobOutcome:
     """Run a lease job; if it raises, its lease ends with the error on its card (agent/lease/job_failures.py)
-    rather than staying where it was. A busy channel, a lost lock and a Redis outage are retried instead."""
+    rather than staying where it was. A busy channel, a lost lock and a transient error (Redis away, a
+    503 that outlasted the client's own retries) are retried instead: they say nothing about the lease,
+    and ending it would delete a TPU that runs fine."""
     svc = context.services
     try:
         return await run
     except lifecycle.LockBusy:
         raise Retry(defer=await lifecycle.lock_retry_delay(svc, job.team, job.channel, context.job_try)) from None
     except Exception as error:
-        if is_redis_away(error) or isinstance(error, LockLost):
-            raise  # retried by `counted`: the lease is another worker's now, not failed
+        if is_transient(error) or isinstance(error, LockLost):
+            raise  # retried by `counted`: the lease is not failed (a lost lock: it is another worker's now)
         log.error("%s job of lease %s failed", name, job.lease_id, exc_info=error)
         lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
         return await job_failures.lease_job_failed(svc, lease, name, error)

@@ -13,6 +13,7 @@ off Google Cloud fails within google-auth's GCE_METADATA_TIMEOUT.
 from __future__ import annotations
 
 import os
+import re
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 CREDENTIALS_VARIABLE = "GOOGLE_APPLICATION_CREDENTIALS"
@@ -32,12 +33,23 @@ def rejected_credentials(error: BaseException) -> str | None:
     from google.api_core import exceptions as gexc
     from google.auth import exceptions as auth_exc
 
-    if isinstance(error, auth_exc.RefreshError):
+    if isinstance(error, auth_exc.RefreshError) and not (
+            error.retryable or isinstance(error.__cause__, (auth_exc.TransportError, ConnectionError))):
+        # (A metadata server that did not answer raises RefreshError too: an outage, not a refusal.)
         # google-auth raises it with (what the token endpoint said, its raw response): the first is the words.
         return error.args[0] if error.args and isinstance(error.args[0], str) else str(error)
     if isinstance(error, gexc.Unauthorized):  # 401, and its gRPC form Unauthenticated
-        return str(error.message)
+        return google_words(error)
     return None
+
+
+REQUEST_PREFIX = re.compile(r"^(?:GET|POST|PUT|PATCH|DELETE) \S+: ")
+
+
+def google_words(error: BaseException) -> str:
+    """A google-api-core error's message without the "POST https://…: " a REST client puts before Google's words."""
+    message = getattr(error, "message", None) or str(error)
+    return REQUEST_PREFIX.sub("", str(message))
 
 
 def missing_credentials(project: str) -> str | None:

@@ -13,6 +13,7 @@ Every error leaves this module as an `infra.tpu_errors.TpuError`; transient ones
 
 from __future__ import annotations
 
+import enum
 import random
 import re
 import time
@@ -85,12 +86,36 @@ class QrSpec:
     valid_until_duration: timedelta | None = None  # None -> TpuConfig.valid_until_duration
 
 
+class QrState(enum.StrEnum):
+    """The TPU API's QueuedResourceState names (a StrEnum: it compares equal to the name)."""
+
+    STATE_UNSPECIFIED = "STATE_UNSPECIFIED"
+    CREATING = "CREATING"
+    ACCEPTED = "ACCEPTED"  # the older name of WAITING_FOR_RESOURCES
+    WAITING_FOR_RESOURCES = "WAITING_FOR_RESOURCES"
+    PROVISIONING = "PROVISIONING"
+    ACTIVE = "ACTIVE"
+    SUSPENDING = "SUSPENDING"
+    SUSPENDED = "SUSPENDED"
+    FAILED = "FAILED"
+    DELETING = "DELETING"
+
+    @classmethod
+    def _missing_(cls, value: object) -> QrState:
+        return cls.STATE_UNSPECIFIED  # a state newer than this client: nothing below branches on it
+
+    @property
+    def is_terminal(self) -> bool:
+        """Runs no TPU and never will again, yet stays listed (and may hold quota) until deleted."""
+        return self in (QrState.FAILED, QrState.SUSPENDING, QrState.SUSPENDED)
+
+
 @dataclass(frozen=True)
 class QueuedResourceView:
     qr_id: str
     name: str
     zone: str
-    state: str  # QueuedResourceState enum name, e.g. "WAITING_FOR_RESOURCES"
+    state: QrState
     state_initiator: str  # "USER" | "SERVICE" | "STATE_INITIATOR_UNSPECIFIED"
     failure_message: str | None
     failure_code: int | None  # google.rpc.Code of failedData.error
@@ -98,11 +123,6 @@ class QueuedResourceView:
     node_id: str | None
     create_time: datetime | None
     valid_until_time: datetime | None
-
-    @property
-    def is_finished(self) -> bool:
-        """FAILED and SUSPENDED QRs hold no TPU but stay listed (and may hold quota) until deleted."""
-        return self.state in ("FAILED", "SUSPENDED")
 
 
 @dataclass(frozen=True)
@@ -407,7 +427,7 @@ class TpuService:
     def _creating_view(self, spec: QrSpec) -> QueuedResourceView:
         return QueuedResourceView(
             qr_id=spec.qr_id, name=f"{self._parent(spec.zone)}/queuedResources/{spec.qr_id}", zone=spec.zone,
-            state="CREATING", state_initiator="USER", failure_message=None, failure_code=None,
+            state=QrState.CREATING, state_initiator="USER", failure_message=None, failure_code=None,
             labels={**self.config.labels, **spec.labels}, node_id=spec.node_id, create_time=None,
             valid_until_time=None,
         )
@@ -430,7 +450,7 @@ def _queued_resource_view(resource: tpu_v2.QueuedResource) -> QueuedResourceView
         qr_id=resource.name.rsplit("/", 1)[-1],
         name=resource.name,
         zone=_zone_of(resource.name),
-        state=_enum_name(state.state),
+        state=QrState(_enum_name(state.state)),
         state_initiator=_enum_name(state.state_initiator),
         failure_message=(failure.message or None) if failure is not None else None,
         failure_code=failure.code if failure is not None else None,

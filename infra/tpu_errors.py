@@ -26,7 +26,7 @@ import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 
-from infra.gcp_credentials import CREDENTIALS_VARIABLE, REJECTED_FIX, rejected_credentials
+from infra.gcp_credentials import CREDENTIALS_VARIABLE, REJECTED_FIX, google_words, rejected_credentials
 
 # google.rpc.Code numbers used by LRO errors and failedData.error.
 GRPC_INVALID_ARGUMENT = 3
@@ -202,7 +202,6 @@ _PERMISSION = re.compile(
     re.IGNORECASE,
 )
 # api_core prefixes HTTP error messages with "POST https://...: "; users need the API's words only.
-_REQUEST_PREFIX = re.compile(r"^(?:GET|POST|PUT|PATCH|DELETE) \S+: ")
 _LOCATION_IN_TEXT = re.compile(r'(?:zone|location)[ "]+(?P<zone>[a-z]+-[a-z]+\d+-[a-z])\b')
 
 
@@ -238,7 +237,7 @@ def classify_failed_qr(qr: FailedQueuedResource) -> TpuError | None:
     A QR that ran out of valid-until time while waiting reports RESOURCE_EXHAUSTED with the
     capacity text, which becomes NO_CAPACITY for its zone.
     """
-    if qr.state != "FAILED":
+    if qr.state != "FAILED":  # QrState.FAILED (a StrEnum; infra.tpu imports this module)
         return None
     if qr.failure_code is None and not qr.failure_message:
         return TpuError(TpuErrorKind.UNKNOWN, f"queued resource {qr.qr_id} FAILED without a reason", zone=qr.zone)
@@ -251,7 +250,7 @@ def classify_exception(exc: BaseException, *, zone: str | None = None) -> TpuErr
         return exc
     if isinstance(exc, gexc.GoogleAPICallError):
         grpc_code = _grpc_code_of(exc)
-        message = _REQUEST_PREFIX.sub("", exc.message or str(exc))
+        message = google_words(exc)
         error = _classify(grpc_code, message, zone=zone, reason=exc.reason or "")
         error.__cause__ = exc
         return error
@@ -262,6 +261,13 @@ def classify_exception(exc: BaseException, *, zone: str | None = None) -> TpuErr
                         ConnectionError)):
         return TpuError(TpuErrorKind.UNAVAILABLE, f"cannot reach the TPU API: {exc}", zone=zone, retryable=True,
                         code=GRPC_UNAVAILABLE)
+    if isinstance(exc, auth_exc.GoogleAuthError) and (
+            exc.retryable or isinstance(exc.__cause__, (auth_exc.TransportError, requests.ConnectionError))):
+        # A token fetch that did not get an answer: on GKE or a VM, compute_engine.Credentials.refresh
+        # raises RefreshError from the metadata server's TransportError (retryable=False), and that
+        # is an outage of the metadata server, not credentials refused.
+        return TpuError(TpuErrorKind.UNAVAILABLE, f"cannot get a Google access token now: {exc}", zone=zone,
+                        retryable=True, code=GRPC_UNAVAILABLE)
     if isinstance(exc, auth_exc.DefaultCredentialsError):
         return TpuError(
             TpuErrorKind.PERMISSION_DENIED, f"no Google credentials: {exc}", zone=zone,

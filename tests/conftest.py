@@ -73,15 +73,51 @@ def database_numbers() -> Iterator[int]:
                                             count=int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 
+CLAIM_SECONDS = 1800  # a claim outlives any one test; a session killed mid-test frees its database after this
+
+
+def claim_database(base: str, numbers: Iterator[int], owner: str, *, timeout: float = 600.0) -> int:
+    """The next of `numbers` that no other pytest session on this server is using, claimed in database 0.
+    Two sessions that share REDIS_URL's server (two checkouts on one machine) would otherwise take the
+    same numbers in the same order and flush each other's keys mid-test."""
+    import time
+
+    control = redis.Redis.from_url(f"{base}/0")
+    try:
+        deadline = time.monotonic() + timeout
+        while True:
+            for _ in TEST_DATABASES:
+                number = next(numbers)
+                if control.set(f"tpubot-tests:claim:{number}", owner, nx=True, ex=CLAIM_SECONDS):
+                    return number
+            if time.monotonic() > deadline:
+                pytest.fail(f"every test database of {base} stayed claimed by other pytest sessions for {timeout:.0f}s")
+            time.sleep(0.5)  # every database is another session's: wait for one to finish its test
+    finally:
+        control.close()
+
+
+def release_database(base: str, number: int, owner: str) -> None:
+    control = redis.Redis.from_url(f"{base}/0")
+    try:
+        if control.get(f"tpubot-tests:claim:{number}") == owner.encode():
+            control.delete(f"tpubot-tests:claim:{number}")
+    finally:
+        control.close()
+
+
 @pytest.fixture
 def redis_url(redis_server_url: str, database_numbers: Iterator[int]) -> Iterator[str]:
-    """A URL to a freshly flushed logical database of the shared server."""
+    """A URL to a freshly flushed logical database of the shared server, claimed for this test."""
     base = redis_server_url.rsplit("/", 1)[0] if redis_server_url.count("/") > 2 else redis_server_url
-    url = f"{base}/{next(database_numbers)}"
+    owner = f"{os.getpid()}:{os.environ.get('PYTEST_XDIST_WORKER', '')}"
+    number = claim_database(base, database_numbers, owner)
+    url = f"{base}/{number}"
     client = redis.Redis.from_url(url)
     client.flushdb()
     client.close()
     yield url
+    release_database(base, number, owner)
 
 
 @pytest.fixture

@@ -5,6 +5,7 @@ at their wire formats."""
 
 from __future__ import annotations
 
+import html
 import json
 import uuid
 from datetime import datetime, timezone
@@ -213,7 +214,7 @@ def test_injected_teardown_in_a_paste_never_becomes_a_proposal(stack, emu):
 ])
 def test_an_instruction_inside_the_request_line_never_becomes_a_proposal(stack, emu, line):
     """A model that obeys injections calls teardown; the request, with the material in its own
-    line taken out, does not ask for one, so no card is offered."""
+    line taken out, does not ask for one, so no card is offered (the model sees the line as typed)."""
     slack = stack.signed_requests()
     slack.slash("up", user=ALICE, channel="C0G4")
     wait_until(lambda: stack.tpu_sandbox.queued_resources())
@@ -221,13 +222,25 @@ def test_an_instruction_inside_the_request_line_never_becomes_a_proposal(stack, 
     slack.mention(f"<@UTPUBOT> {line}", user=ALICE, channel="C0G4")
     answer(stack, "C0G4")
     prompt = emu.requests[0]["messages"][1]["content"]
-    data = prompt[prompt.index("<<<DATA"):prompt.index("DATA>>>")]
-    assert "tear down the TPU" in data  # the material reached the model as data, not as the request
+    assert f"Request from <@UALICE>: {html.unescape(line)}" in prompt  # every word of the line, as typed
     assert "Not proposed" in tool_messages(emu.requests[1])[0]["content"]
     assert proposal_buttons(stack, "C0G4") == []
     client = redis_sync.Redis.from_url(stack.redis.url)
     assert client.keys("tpubot:proposal:*") == []
     client.close()
+
+
+def test_a_request_line_that_names_an_error_level_keeps_its_request(stack, emu):
+    """`ERROR` in the person's own sentence is not a pasted record: the rest of the line still asks."""
+    slack = stack.signed_requests()
+    slack.slash("up", user=ALICE, channel="C0G5")
+    wait_until(lambda: stack.tpu_sandbox.queued_resources())
+    emu.push_turns("<|tool_call>call:teardown{}<tool_call|>", "Proposed the teardown.")
+    line = "why does `vllm` say ERROR at boot? tear it down if it is stuck"
+    slack.mention(f"<@UTPUBOT> {line}", user=ALICE, channel="C0G5")
+    answer(stack, "C0G5")
+    assert f"Request from <@UALICE>: {line}" in emu.requests[0]["messages"][1]["content"]
+    assert len(proposal_buttons(stack, "C0G5")) == 1
 
 
 def test_write_tools_only_produce_confirm_cards_and_the_clicker_is_checked(stack, emu):

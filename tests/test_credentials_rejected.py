@@ -83,7 +83,8 @@ def test_a_refused_key_fails_the_lease_with_one_line_and_the_fix(refused_key, ma
             reason = next(b["text"]["text"] for b in failed[-1]["blocks"]
                           if b["type"] == "section" and "Reason" in b.get("text", {}).get("text", ""))
             # The lease's first call to Google is Secret Manager's (its key exists before the VM boots).
-            assert reason.startswith(":red_circle: *Reason:* Google credentials were rejected: "), reason
+            assert reason.startswith(":red_circle: *Reason:* Google credentials were rejected: Request had invalid "
+                                     "authentication credentials."), reason  # Google's words, not the URL asked
             assert "*Fix:* GOOGLE_APPLICATION_CREDENTIALS: refresh the credentials" in reason
             assert "Traceback" not in reason and "{" not in reason  # not the token endpoint's raw answer
             assert reason.count("\n") == 1  # the reason on one line, the fix on the next
@@ -112,3 +113,29 @@ def test_a_token_endpoint_refusal_is_the_same_one_line(refused_key):
     error = classify_exception(refused.value, zone="us-west4-a")
     assert error.message == "Google credentials were rejected: invalid_grant: Invalid JWT Signature."
     assert error.setting == "GOOGLE_APPLICATION_CREDENTIALS" and "replace the key file" in error.fix
+
+
+def test_a_metadata_server_that_does_not_answer_is_retryable_not_refused():
+    """On GKE or a VM a token comes from the metadata server; google-auth's compute_engine
+    Credentials.refresh raises RefreshError *from* the server's TransportError, with retryable=False
+    (google/auth/compute_engine/credentials.py). A server that did not answer is an outage to retry:
+    the lease's job is run again, not failed as if the credentials were refused."""
+    from google.auth import exceptions as auth_exc
+
+    from infra.tpu_errors import TpuErrorKind, classify_exception
+    from infra.transient import is_transient
+
+    try:
+        try:
+            raise auth_exc.TransportError("Failed to retrieve http://metadata.google.internal/computeMetadata/v1/"
+                                          "instance/service-accounts/default/?recursive=true from the Google Compute "
+                                          "Engine metadata service. Compute Engine Metadata server unavailable.")
+        except auth_exc.TransportError as caught:
+            raise auth_exc.RefreshError(caught) from caught
+    except auth_exc.RefreshError as raised:
+        error = classify_exception(raised, zone="us-west4-a")
+    assert error.kind is TpuErrorKind.UNAVAILABLE and error.retryable and is_transient(error)
+    # A token endpoint that answered and refused is not retried (test_a_token_endpoint_refusal_is_the_same_one_line).
+    refused = classify_exception(auth_exc.RefreshError("invalid_grant: Invalid JWT Signature.",
+                                                       {"error": "invalid_grant"}, retryable=False))
+    assert not refused.retryable

@@ -305,6 +305,36 @@ def test_flushall_then_one_reconcile_pass_restores_leases_timers_and_status(harn
     assert document["restored"] == [] and "restored" not in document["summary"], again.stdout
 
 
+def test_a_restored_lease_is_torn_down_for_real_through_a_503(harness, tmp_path):
+    """A lease the reconciler rebuilt holds a real TPU: `/tpu down` deletes it before saying "Torn down",
+    through a 503 that outlasts the client's own tries (the teardown job is run again)."""
+    stack, slack, workers = harness(workers=1)
+    channel = "CRESTD"
+    slack.slash("up 2h", user=ALICE, channel=channel)
+    before = wait_until(lambda: active_with_deadline(stack, channel), timeout=60, what="ACTIVE")
+    workers.stop()
+    client = redis_sync.Redis.from_url(stack.redis.url)
+    client.flushdb()
+    client.close()
+    done = subprocess.run([TPUBOT, "reconcile"], env=worker_env(stack, tmp_path), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    restored = lease_of(stack, channel)
+    assert restored["lease_id"] == before["lease_id"] and float(restored["queued_at"]) > 0
+
+    confirm = slack.slash("down", user=ALICE, channel=channel).json()
+    button = next(e for b in confirm["blocks"] if b["type"] == "actions" for e in b["elements"]
+                  if e["action_id"] == cards.TEARDOWN_CONFIRM_ACTION)
+    assert slack.click(action_id=button["action_id"], value=button["value"], user=ALICE, channel=channel).status == 200
+    # Every try the client makes of the teardown's first delete answers 503.
+    stack.tpu_sandbox.inject_failures(3, http_status=503, path_contains=f"/queuedResources/{before['qr_id']}")
+    workers.start(1)
+    wait_until(lambda: lease_of(stack, channel) == {}, timeout=60, what="the teardown finished")
+    assert qrs_of(stack, channel) == [], "released while its TPU was left running"
+    released = [c.body.get("text", "") for c in stack.slack.calls_to("chat.update") if "RELEASED" in str(c.body)]
+    assert released and "Torn down" in released[-1] and "not confirmed" not in released[-1], released
+
+
 def test_acknowledged_warning_does_not_repeat(harness):
     stack, slack, workers = harness(workers=1, alert_lead_times="12s,3s", alert_late_after="3s")
     channel = "CACK"

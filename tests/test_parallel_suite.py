@@ -46,3 +46,25 @@ def test_a_worker_with_its_own_server_or_no_xdist_takes_every_database():
 def test_more_workers_than_databases_on_a_shared_server_is_one_line_saying_what_to_do():
     with pytest.raises(pytest.fail.Exception, match=r"REDIS_URL is set: .* run with -n 13 or fewer, or unset REDIS_URL"):
         worker_databases(shared=True, worker="gw0", count=14)
+
+
+def test_two_sessions_on_one_server_never_claim_the_same_database(redis_server_url):
+    """Two pytest sessions (two checkouts on one machine) pointed at one REDIS_URL walk the same numbers
+    in the same order; the claim in database 0 makes the second skip what the first is using."""
+    import itertools
+
+    from conftest import claim_database, release_database
+
+    base = redis_server_url.rsplit("/", 1)[0] if redis_server_url.count("/") > 2 else redis_server_url
+    first, second = itertools.cycle(TEST_DATABASES), itertools.cycle(TEST_DATABASES)
+    held = [claim_database(base, first, "session-a") for _ in range(3)]
+    theirs = claim_database(base, second, "session-b")
+    try:
+        assert theirs not in held
+        release_database(base, held[0], "session-b")  # not its claim: nothing happens
+        assert claim_database(base, itertools.cycle([held[0], theirs + 1]), "session-b") == theirs + 1
+    finally:
+        for number in held:
+            release_database(base, number, "session-a")
+        release_database(base, theirs, "session-b")
+        release_database(base, theirs + 1, "session-b")

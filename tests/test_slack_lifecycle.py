@@ -111,7 +111,9 @@ def test_bad_input_names_the_problem_and_changes_nothing(stack, slack, text, fra
 
 
 @pytest.mark.parametrize("text", ["status <!here>", "help <!everyone> now", "zones <!channel>", "down <@U0EVE|eve>",
-                                  "spend <!here>", "runbook <!here> zzqx", "unlock <#C0OTHER|general> <!here>"])
+                                  "spend <!here>", "runbook <!here> zzqx", "unlock <#C0OTHER|general> <!here>",
+                                  "budget clear <!everyone>", "budget set 5 <!here>", "budget <!channel>",
+                                  "up <!here>", "spend chart <!everyone>"])
 def test_a_usage_error_shows_broadcast_and_mention_tokens_inert(stack, slack, text):
     """Slack renders `<!here>` in a reply as @here; escaped (& < > as Slack's formatting reference
     asks), the person sees what they typed and nobody is mentioned."""

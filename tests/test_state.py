@@ -215,3 +215,21 @@ async def test_a_cancel_from_outside_stays_a_cancel(redis):
     with pytest.raises(asyncio.CancelledError):
         await task
     assert await locks.holder_token("T1", "H5") is None
+
+
+async def test_a_lock_release_rides_out_a_short_redis_blip(redis_url):
+    """Work done under a lock does not fail because Redis stalled as it ended: the release is tried
+    again (CLIENT PAUSE WRITE holds the release's script past the client's socket timeout)."""
+    from infra.state import keys
+
+    client = Redis.from_url(redis_url, socket_timeout=0.2)
+    admin = Redis.from_url(redis_url)
+    try:
+        locks = ChannelLocks(client, ttl_ms=10_000)
+        async with locks.hold("T1", "CBLIP"):
+            await admin.execute_command("CLIENT", "PAUSE", 500, "WRITE")
+        assert await admin.get(keys.lock("T1", "CBLIP")) is None, "released once Redis answered again"
+    finally:
+        await admin.execute_command("CLIENT", "UNPAUSE")
+        await client.aclose()
+        await admin.aclose()

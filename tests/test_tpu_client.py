@@ -242,7 +242,7 @@ def test_suspended_by_the_service_after_max_run_duration(sandbox: TpuSandbox, tp
     sandbox.fast_forward(3600)
     view = wait_until(lambda: (v := tpu.get_queued_resource(ZONE, "qr-a")) and v.state == "SUSPENDED" and v)
     assert view.state_initiator == "SERVICE"
-    assert view.is_finished and classify_failed_qr(view) is None
+    assert view.state.is_terminal and classify_failed_qr(view) is None
     assert tpu.get_node(ZONE, "node-qr-a") is None
     # SUSPENDED QRs stay listed (they may hold quota) until deleted.
     assert [v.qr_id for v in tpu.list_queued_resources(ZONE, {"managed-by": "tpubot"})] == ["qr-a"]

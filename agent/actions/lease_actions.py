@@ -14,6 +14,7 @@ from agent.lease.alerts import span
 from agent.actions.registry import ActionKind, ActionResult, Declined, action
 from agent.context import Actor, Policy, Services
 from infra.durations import check_lease_length
+from infra.mrkdwn import in_code
 from infra.state.conversations import Membership
 
 
@@ -34,7 +35,7 @@ class ProvisionArgs(BaseModel):
         value = value.strip().lower()
         policy: Policy | None = (info.context or {}).get("policy")
         if policy and value not in policy.zones:
-            raise ValueError(f"`{value}` is not one of the configured zones ({', '.join(policy.zones)})")
+            raise ValueError(f"`{in_code(value[:40])}` is not one of the configured zones ({', '.join(policy.zones)})")
         return value
 
     @field_validator("hours")

@@ -45,9 +45,9 @@ def _channel_id(value: str | None) -> str | None:
     if CHANNEL_ID_RE.fullmatch(text):
         return text
     if text.startswith("#"):
-        raise ValueError(f"Slack sent `{text[:40]}` as plain text, so its channel id is unknown; pick the channel "
+        raise ValueError(f"Slack sent `{in_code(text[:40])}` as plain text, so its channel id is unknown; pick the channel "
                          "from the autocomplete (it arrives as a link) or give its id, like C0123ABCD")
-    raise ValueError(f"`{text[:40]}` is not a channel; give #channel or a channel id like C0123ABCD")
+    raise ValueError(f"`{in_code(text[:40])}` is not a channel; give #channel or a channel id like C0123ABCD")
 
 
 class ChannelArg(BaseModel):

@@ -7,6 +7,10 @@ whatever the error, the lease is ended here instead:
 - a lease that was getting a TPU becomes FAILED with the error as its reason (a classified cloud
   error's own fix, else where to look), is released so the channel can `/tpu up` again, and its
   queued resource, if one was made, is deleted: nobody would be watching it;
+- a lease that holds a running TPU (ACTIVE and after) becomes FAILED with the reason on its card
+  and keeps its TPU and its lease, as a failed model boot does: a job that failed (or ran out of
+  tries on an outage that outlasted them) says nothing about the TPU, and deleting one that may
+  serve fine is not the bot's to decide; `/tpu down` releases it, and its deadline still ends it;
 - a lease being torn down is released with the error on its card: the teardown finishes.
 
 Two paths lead here: the job's own exception, caught where the worker runs lease jobs (at once),
@@ -20,7 +24,7 @@ import asyncio
 import logging
 
 from agent.context import WorkerServices
-from agent.lease.lifecycle import awaited_job_id, explain, fail_lease, release_lease
+from agent.lease.lifecycle import awaited_job_id, explain, fail_lease, notify, release_lease
 from agent.redact import redact
 from infra.jobs import JobOutcome, describe_failure
 from infra.state.leases import Lease, LeaseState
@@ -32,15 +36,19 @@ AGAIN = {"teardown": "nothing to do: a queued resource left behind is found by t
                      "and shown in this channel again"}
 
 
-def failure_reason(error: BaseException | str, job: str, lease_id: str) -> str:
+KEPT = ("the TPU is still running (and billing) and this lease keeps it: `/tpu down` releases it, "
+        "`/tpu status` shows it meanwhile")
+
+
+def failure_reason(error: BaseException | str, job: str, lease_id: str, *, again: str = "") -> str:
     """What the card says: a classified cloud error as it explains itself (message, then its fix);
     anything else as what stopped which job, and where the details are."""
     from infra.tpu_errors import TpuError
 
     if isinstance(error, TpuError):
-        return redact(explain(error))
+        return redact(explain(error) + (f" {again[:1].upper()}{again[1:]}." if again else ""))
     what = error if isinstance(error, str) else describe_failure(error)
-    again = AGAIN.get(job, "run `/tpu up` again")
+    again = again or AGAIN.get(job, "run `/tpu up` again")
     return redact(f"The {JOB_NAMES.get(job, job)} job stopped on an error: {what}. Fix: {again}; if it happens "
                   f"again, the worker's log has the details (its lines name lease_id {lease_id}).")
 
@@ -48,7 +56,8 @@ def failure_reason(error: BaseException | str, job: str, lease_id: str) -> str:
 async def lease_job_failed(svc: WorkerServices, lease: Lease | None, job: str,
                            error: BaseException | str) -> JobOutcome:
     """End `lease` after its `job` failed with `error` (see the module docstring)."""
-    reason = failure_reason(error, job, lease.lease_id if lease else "?")
+    kept = lease is not None and lease.state.holds_tpu
+    reason = failure_reason(error, job, lease.lease_id if lease else "?", again=KEPT if kept else "")
     if lease is None:
         return JobOutcome.failed(reason[:200])
     log.error("lease %s: its %s job failed, so the lease ends: %s", lease.lease_id, job, reason)
@@ -57,6 +66,13 @@ async def lease_job_failed(svc: WorkerServices, lease: Lease | None, job: str,
     if lease.state == LeaseState.TEARING_DOWN:
         await release_lease(svc, lease, reason=f"the teardown stopped on an error ({reason.rstrip('.')})", by=lease.torn_down_by)
         return JobOutcome.failed(f"released after the teardown failed: {reason[:160]}")
+    if lease.state.holds_tpu:
+        failed = await svc.leases.update(lease, state=LeaseState.FAILED, detail=reason)
+        if failed is not None:
+            await notify(svc, failed)
+        await svc.audit.record(actor="tpubot", action=job, team=lease.team, channel=lease.channel,
+                               outcome="failed", detail=reason)
+        return JobOutcome.failed(f"the TPU is kept: {reason[:160]}")
     await fail_lease(svc, lease, reason)
     if lease.state != LeaseState.PENDING:  # a PENDING lease never asked GCP for anything
         await _delete_quietly(svc, lease)

@@ -20,6 +20,7 @@ from infra.jobs import JobSpec
 from infra.state.leases import Lease, LeaseState, Release
 from infra.state.locks import LockNotAcquired
 from infra.state.spend import Refusal
+from infra.tpu import QrState
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +55,6 @@ class WatchJob:
 PROVISION_JOB = JobSpec("provision_lease", ProvisionJob)
 WATCH_JOB = JobSpec("watch_lease", WatchJob)
 TEARDOWN_JOB = JobSpec("teardown_lease", LeaseJob)
-
-# QR states as the TPU API names them; anything else is passed through as-is.
-TERMINAL_QR_STATES = {"FAILED", "SUSPENDED", "SUSPENDING"}
-
 
 # The channel's operation lock is held (ChannelLocks.hold raised it); the job should be retried shortly.
 LockBusy = LockNotAcquired
@@ -179,12 +176,12 @@ async def confirm_teardown(svc: Services, actor: Actor, lease_id: str) -> Teardo
 # --- helpers ----------------------------------------------------------------------------
 
 
-def lease_state_for(qr_state: str) -> LeaseState:
+def lease_state_for(qr_state: QrState) -> LeaseState:
     try:
         return LeaseState(qr_state)
     except ValueError:
         # ACCEPTED is the older name of WAITING_FOR_RESOURCES; DELETING/SUSPENDING show as is.
-        return LeaseState.WAITING_FOR_RESOURCES if qr_state == "ACCEPTED" else LeaseState.PROVISIONING
+        return LeaseState.WAITING_FOR_RESOURCES if qr_state == QrState.ACCEPTED else LeaseState.PROVISIONING
 
 
 def explain(error) -> str:

@@ -37,8 +37,8 @@ from infra.boot_phases import BootReport
 from infra.jobs import JobOutcome, JobSpec
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
 from infra.model_correctness import CheckFailure, check_known_answer, check_tool_call
-from infra.tpu import NodeView
 from infra.state.leases import Lease, LeaseChanges, LeaseState
+from infra.tpu import NodeView, QrState
 from infra.vllm_metrics import read_usage
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,7 @@ async def boot_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
         # A suspended or deleted TPU has no node (or no address): not a boot failure. The watcher, or the
         # deadline timer when the watch was lost, reads the queued resource and says what happened.
         qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
-        if qr is None or qr.state != "ACTIVE":
+        if qr is None or qr.state != QrState.ACTIVE:
             return JobOutcome.stopped(f"the TPU is no longer running ({qr.state if qr else 'deleted'})")
         if node is not None:  # ACTIVE, its node still starting or restarting: look again
             await _poll_again(svc, job)

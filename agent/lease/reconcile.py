@@ -32,6 +32,7 @@ from agent.lease.lifecycle import lease_state_for, notify, release_lease, resume
 from infra.endpoint_probe import endpoint_url
 from infra.jobs import JobOutcome
 from infra.state.leases import Lease, LeaseState
+from infra.tpu import QrState
 
 if TYPE_CHECKING:
     from agent.context import WorkerServices
@@ -125,7 +126,7 @@ async def _pass(svc: "WorkerServices", now: float) -> ReconcileReport:
 async def _repair_from_qr(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedResourceView", now: float) -> None:
     labels = qr.labels
     team, channel, lease_id = (labels.get(k, "") for k in ("tpubot-team", "tpubot-channel", "tpubot-lease"))
-    if qr.state == "DELETING":
+    if qr.state == QrState.DELETING:
         return
     if not (team and channel and lease_id):
         await _tell_admins(svc, report, qr, f":rotating_light: Queued resource `{qr.qr_id}` in {qr.zone} ({qr.state}) "
@@ -138,7 +139,7 @@ async def _repair_from_qr(svc: "WorkerServices", report: ReconcileReport, qr: "Q
     if lease is not None and lease.lease_id == lease_id:
         await _ensure_timers(svc, report, lease, now)
         return
-    if qr.state in ("SUSPENDED", "FAILED", "SUSPENDING"):
+    if qr.state.is_terminal:
         await asyncio.to_thread(svc.tpu.delete_queued_resource, qr.zone, qr.qr_id)
         report.deleted.append(qr.qr_id)
         if svc.alerting.sink:
@@ -178,10 +179,12 @@ async def _restore(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedRe
             node = None
         if node and node.external_ip:
             endpoint = endpoint_url(node.external_ip, svc.policy.model_port)
+    created_at = qr.create_time.timestamp() if qr.create_time else now
     lease = Lease(
         lease_id=lease_id, team=team, channel=channel, holder=qr.labels.get("tpubot-holder", "").upper(),
         zone=qr.zone, qr_id=qr.qr_id, node_id=qr.node_id or "", state=state,
-        created_at=qr.create_time.timestamp() if qr.create_time else now, deadline=deadline,
+        # The QR exists, so its create was accepted: the lease says so like one the provision job wrote.
+        created_at=created_at, queued_at=created_at, deadline=deadline,
         run_seconds=run_seconds, endpoint=endpoint, state_since=now,
         active_at=deadline - run_seconds if deadline else 0.0, detail=RESTORED_NOTE,
     )

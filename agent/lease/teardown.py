@@ -1,9 +1,12 @@
 """The teardown job: delete the QR (force), wait until it is gone, release the lease.
 
-A teardown always finishes: a QR that cannot exist (its zone is not one the TPU API serves) or
-was never created (no create was ever accepted) is not waited for, and an error that outlasts the
-wait releases the lease anyway with the error and its fix on the card. A QR left behind then is
-found by the reconciler through its labels.
+The lease is released only once the TPU API has said the QR is gone: a read that finds none
+(NOT_FOUND: deleted, or never created), or a zone the API does not serve (no QR can exist there).
+A transient error (a 503 that outlasted the client's own retries) stops the job with the lease
+kept, and the worker runs it again later (bot/worker.py). A teardown still always finishes: an
+error that retrying cannot fix (a permission refused), or a QR still there after the wait, releases
+the lease with that error and its fix on the card; a QR left behind then is found by the
+reconciler through its labels.
 """
 
 from __future__ import annotations
@@ -44,11 +47,12 @@ async def teardown_job(svc: WorkerServices, job: LeaseJob) -> JobOutcome:
 
 
 async def _delete_qr(svc: WorkerServices, lease: Lease) -> str:
-    """Delete the lease's QR (force=true deletes the node too) and wait until it is gone: '' then,
-    else what stood in the way, with its fix. A QR already gone counts as deleted."""
+    """Delete the lease's QR (force=true deletes the node too) and wait until the API says it is
+    gone: '' then, else what stood in the way, with its fix. A transient error is raised (the job is
+    retried); a lease without a `queued_at` is no proof that nothing was created (a lease the
+    reconciler of an older version rebuilt has none), so every teardown asks the API."""
     from infra.tpu_errors import TpuError, TpuErrorKind
 
-    never_created = not lease.queued_at  # no create was accepted: one delete, in case, and no wait
     deadline = time.monotonic() + svc.policy.teardown_wait.total_seconds()
     deleted = False
     while True:
@@ -56,16 +60,15 @@ async def _delete_qr(svc: WorkerServices, lease: Lease) -> str:
             if not deleted:
                 await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
                 deleted = True
-            if never_created or await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id) is None:
+            if await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id) is None:
                 return ""
-            problem = (f"it still existed after {format_duration(svc.policy.teardown_wait)}. Fix: check it with "
-                       f"`gcloud compute tpus queued-resources describe {lease.qr_id} --zone {lease.zone}`.")
         except TpuError as error:
-            if error.kind is TpuErrorKind.ZONE_NOT_SUPPORTED or never_created:
-                return ""  # no QR can exist in a zone the TPU API does not serve
-            problem = explain(error)
-            if not error.retryable:
-                return problem
+            if error.kind in (TpuErrorKind.NOT_FOUND, TpuErrorKind.ZONE_NOT_SUPPORTED):
+                return ""  # gone, or a zone the TPU API does not serve: no QR can exist there
+            if error.retryable:
+                raise  # the lease stays TEARING_DOWN; the worker runs this job again later
+            return explain(error)
         if time.monotonic() > deadline:
-            return problem
+            return (f"it still existed after {format_duration(svc.policy.teardown_wait)}. Fix: check it with "
+                    f"`gcloud compute tpus queued-resources describe {lease.qr_id} --zone {lease.zone}`.")
         await asyncio.sleep(min(1.0, svc.policy.poll_interval.total_seconds()))

@@ -8,7 +8,6 @@ import time
 from agent.context import WorkerServices
 from agent.lease.expiry import expire_lease
 from agent.lease.lifecycle import (
-    TERMINAL_QR_STATES,
     LockBusy,
     explain,
     fail_lease,
@@ -22,6 +21,7 @@ from agent.lease.lifecycle import (
 from infra.endpoint_probe import endpoint_url
 from infra.jobs import JobOutcome
 from infra.state.leases import LeaseChanges, LeaseState
+from infra.tpu import QrState
 
 
 async def watch_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
@@ -49,7 +49,7 @@ async def watch_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
                 return JobOutcome.retry("channel busy")
         await release_lease(svc, lease, reason="The queued resource no longer exists in GCP; the lease is released")
         return JobOutcome.ok("released: QR gone")
-    if qr.state == "FAILED":
+    if qr.state == QrState.FAILED:
         from infra.tpu import classify_failed_qr
 
         failure = classify_failed_qr(qr)
@@ -71,7 +71,7 @@ async def watch_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
         lease = await notify(svc, lease)
         if "active_at" in changes:
             await lease_became_active(svc, lease)
-    if qr.state in TERMINAL_QR_STATES:
+    if qr.state.is_terminal:
         # Flex-start deleted the VMs; the leftover QR still holds quota. The deadline timer and
         # this watcher share one expiry path, so the channel gets one expiry alert.
         try:

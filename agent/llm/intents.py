@@ -80,9 +80,14 @@ def classify(request: str) -> list[Intent]:
 
 
 def asked_for(request: str, action_name: str) -> bool:
-    """Did the person's own words ask for this WRITE action? (Gate for model proposals.)"""
+    """Did the person's own words ask for this WRITE action? (The gate for every proposal card.)
+    Judged on the request with the material its line carries taken out (a log record, a quoted
+    line or phrase, a transcript: agent/llm/material.request_words), so an instruction pasted in the
+    same line as the words never asks for a card."""
+    from agent.llm.material import request_words
+
     intent = ACTION_INTENTS.get(action_name)
-    return intent is not None and intent in classify(request)
+    return intent is not None and intent in classify(request_words(request))
 
 
 def provision_details(request: str) -> dict:

@@ -6,12 +6,16 @@ quoted, never obeyed (a paste saying "tear down the TPU" is not a request to tea
 
 Splitting a mention: text inside ``` fences is pasted data and the words outside are the
 request; without fences the first line is the request and the following lines are pasted data
-(`@tpubot what broke?` + 50 lines of log). A request line can carry material too, and it is
-split off the same way (`split_request_line`): a log record pasted after the words
-(`summarize: 10:00 ERROR rpc failed …`), a speaker label that starts a transcript
-(`ASSISTANT: …`, the shape of an injected instruction), a quoted line (`> …`) and a quoted phrase
-(`what does "tear down the TPU" mean?`). Secrets are redacted here, at intake, with line numbers
-preserved so `L12` in a digest still points at the person's line 12.
+(`@tpubot what broke?` + 50 lines of log). Secrets are redacted here, at intake, with line
+numbers preserved so `L12` in a digest still points at the person's line 12.
+
+A request line can carry material too: a log record pasted after the words (`summarize: 10:00
+ERROR rpc failed …`), a speaker label that starts a transcript (`ASSISTANT: …`, the shape of an
+injected instruction), a quoted line (`> …`), a quoted phrase (`what does "tear down the TPU"
+mean?`). `request_words` takes those out for one question only — does the person ask for a write
+action (a provision or teardown card)? — and nowhere else: the model, the digest and the
+model-less rules see the request as typed, so a request whose line mentions `ERROR` or a
+`backticked` name keeps every word.
 
 A pasted text or the thread is small and kept in memory; an attached file is a `LineSpool` (its
 lines, redacted as they were read, on disk), so the material of a mention costs memory in
@@ -164,15 +168,17 @@ def unescape_slack(text: str) -> str:
 
 _LEVEL = "|".join(sorted(LEVEL_WORDS, key=len, reverse=True))
 _CLOCK = r"(?:\d{4}-\d{2}-\d{2}[T ]?)?\d{1,2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?Z?"
-# Where material starts inside a request line: a time then a level (`10:00 ERROR`, `2024-05-01
-# 10:00:01,123 WARN`, `[10:00:01] [error]`); a level in capitals then a message (`ERROR rpc failed`);
-# a transcript's speaker label (`ASSISTANT:`). A time alone (`tear it down at 10:00`) is the
-# person's own words.
+# Where material starts inside a request line. To the end of the line: a time then a level (`10:00
+# ERROR`, `2024-05-01 10:00:01,123 WARN`, `[10:00:01] [error]`: a log record) and a transcript's
+# speaker label (`ASSISTANT:`). To the end of its sentence only: a level in capitals then words
+# (`ERROR rpc failed.`): people write those in their own sentences too ("why does vllm say ERROR at
+# boot? tear it down if it is stuck"). A time alone (`tear it down at 10:00`) is the person's own words.
 _MATERIAL_START = re.compile(
-    rf"\[?{_CLOCK}\]?\s+(?:\S+\s+){{0,2}}?\[?(?i:{_LEVEL})\b"
-    rf"|\[?\b(?:{_LEVEL})\b\]?:?\s+\S"
-    r"|\b(?:ASSISTANT|SYSTEM|USER|HUMAN|AI|MODEL|DEVELOPER|Assistant|System|Human)\s*:"
+    rf"(?P<record>\[?{_CLOCK}\]?\s+(?:\S+\s+){{0,2}}?\[?(?i:{_LEVEL})\b)"
+    r"|(?P<speaker>\b(?:ASSISTANT|SYSTEM|USER|HUMAN|AI|MODEL|DEVELOPER|Assistant|System|Human)\s*:)"
+    rf"|(?P<level>\[?\b(?:{_LEVEL})\b\]?:?\s+\S)"
 )
+_SENTENCE_END = re.compile(r"[.?!;](?=\s|$)")
 _QUOTE_MARK = re.compile(r"^\s*(?:>|&gt;)\s?")
 # What ends a quoted line and starts the person's words about it: a dash between spaces.
 _AFTER_QUOTE = re.compile(r"\s(?:—|–|--|-)\s")
@@ -182,7 +188,7 @@ QUOTED_PLACEHOLDER = "“…”"
 
 
 def split_request_line(line: str) -> tuple[str, list[str]]:
-    """(the person's words, the material in the same line). See the module's docstring."""
+    """(the person's own words, the material in the same line). See the module's docstring."""
     material: list[str] = []
     quote = _QUOTE_MARK.match(line)
     if quote:
@@ -192,26 +198,36 @@ def split_request_line(line: str) -> tuple[str, list[str]]:
             return "", [quoted.strip()]
         material.append(quoted[:after[-1].start()].strip())
         line = quoted[after[-1].end():]
-    start = _MATERIAL_START.search(line)
-    if start:
-        material.append(line[start.start():].strip())
-        line = line[:start.start()]
 
     def take(match: re.Match[str]) -> str:
         material.append(next(group for group in match.groups() if group is not None).strip())
         return QUOTED_PLACEHOLDER
 
+    # Quoted phrases first: a level word inside quotes is quoted, not a record that runs on.
     line = _QUOTED.sub(take, line)
+    while start := _MATERIAL_START.search(line):
+        end = len(line)
+        if start.lastgroup == "level":
+            sentence = _SENTENCE_END.search(line, start.end())
+            end = sentence.end() if sentence else end
+        material.append(line[start.start():end].strip())
+        line = line[:start.start()] + " " + line[end:]
     return " ".join(line.split()), [m for m in material if m]
 
 
+def request_words(request: str) -> str:
+    """The request without the material its line carries: what the person asks for themselves."""
+    return split_request_line(request)[0]
+
+
 def split_mention(text: str) -> tuple[str, list[str]]:
-    """(the request, pasted lines) from a mention's text; bot mentions are removed."""
+    """(the request, pasted lines) from a mention's text; bot mentions are removed. The request is
+    the person's line as typed (`request_words` is for the write-action check only)."""
     text = _MENTION_RE.sub("", text or "").strip()
     if FENCE in text:
         pieces = text.split(FENCE)
-        outside, material = split_request_line(unescape_slack(" ".join(p.strip() for p in pieces[0::2] if p.strip())))
-        inside: list[str] = list(material)
+        outside = " ".join(p.strip() for p in pieces[0::2] if p.strip())
+        inside: list[str] = []
         for block in pieces[1::2]:
             lines = block.splitlines()
             if len(lines) > 1 and (not lines[0].strip() or _LANG_TAG.fullmatch(lines[0].strip())):
@@ -219,15 +235,14 @@ def split_mention(text: str) -> tuple[str, list[str]]:
             while lines and not lines[-1].strip():
                 lines.pop()
             inside.extend(unescape_slack(line) for line in lines)
-        return outside, inside
+        return unescape_slack(outside), inside
     lines = text.splitlines()
     if not lines:
         return "", []
-    request, material = split_request_line(unescape_slack(lines[0].strip()))
     rest = [unescape_slack(line) for line in lines[1:]]
     while rest and not rest[-1].strip():
         rest.pop()
-    return request, material + rest
+    return unescape_slack(lines[0].strip()), rest
 
 
 def build_mention(text: str) -> MentionBuilder:

@@ -18,7 +18,7 @@ from agent.actions import get_action, run_action
 from agent.actions.registry import first_error, validate_args
 from agent.context import Actor, Services
 from agent.digest import build_digest
-from agent.llm.intents import Intent, classify, provision_details
+from agent.llm.intents import Intent, asked_for, classify, provision_details
 from agent.llm.material import MentionInput, images_unread_line, unread_warnings
 from agent.llm.run import AgentRun
 from agent.digest.ranking import salience
@@ -132,8 +132,13 @@ async def _read(svc: Services, actor: Actor, action_name: str) -> str:
         return f"`{action_name}` needs details I can't guess without the model; try the slash command."
 
 
+WRITES = {Intent.UP: "provision", Intent.DOWN: "teardown"}
+
+
 async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: str) -> AgentRun:
-    intents = classify(mention.request)
+    # A write is what the person's own words ask for, not words of the material in their line.
+    intents = [intent for intent in classify(mention.request)
+               if intent not in WRITES or asked_for(mention.request, WRITES[intent])]
     parts: list[str] = []
     cards: list = []
     cited: list[int] = []

@@ -53,6 +53,8 @@ return 0
 
 log = logging.getLogger(__name__)
 
+# Waits between tries of releasing a lock after its work (about 1.5 s in all); then its TTL frees it.
+RELEASE_RETRY_DELAYS = (0.1, 0.3, 1.0)
 # A held lock is extended this often (a fraction of its TTL): two extensions can fail before it lapses.
 EXTEND_EVERY = 1 / 3
 
@@ -201,7 +203,21 @@ class ChannelLocks:
         finally:
             held._stop()
             keeper.cancel()
-            await self.release(team, channel, token)
+            await self._release_soon(team, channel, token)
+
+    async def _release_soon(self, team: str, channel: str, token: str) -> None:
+        """Release after the work, through a short Redis blip; a longer one leaves the lock to its TTL
+        (logged), rather than turning finished work into an error of the job."""
+        for wait in (*RELEASE_RETRY_DELAYS, None):
+            try:
+                await self.release(team, channel, token)
+                return
+            except (RedisError, OSError, asyncio.TimeoutError) as error:
+                if wait is None:
+                    log.warning("could not release the lock on %s/%s (%s); it expires by its TTL", team, channel,
+                                error)
+                    return
+            await asyncio.sleep(wait)
 
 
 async def release_locks_of_dead_owners(redis: Redis, alive_prefix: str, *, scan_count: int = 500) -> list[str]:
