@@ -24,8 +24,8 @@ def busy_retry_delay(attempt: int) -> float:
     The opener can be slow for minutes: Slack rate-limits the first message in a storm (slack_sdk
     sleeps its Retry-After twice, bot/wiring.py), and a worker killed mid-open leaves the record
     half-opened until arq runs the opening job again, which then finishes it. Doubling from 1 s to
-    a minute, the worker's 20 tries wait about 15 minutes: past both, and past JOB_TIMEOUT's
-    default (5 minutes), after which a stuck opener gives the record up."""
+    a minute, the job's 20 tries (infra/jobs.py's MAX_TRIES) wait about 15 minutes: past both, and
+    past JOB_TIMEOUT's default (5 minutes), after which a stuck opener gives the record up."""
     return min(BUSY_RETRY_MAX_SECONDS, BUSY_RETRY_SECONDS * 2 ** max(0, attempt - 1))
 
 

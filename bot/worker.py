@@ -37,7 +37,7 @@ log = logging.getLogger(__name__)
 
 # A job that meets a transient error (Redis away, a cloud call its client calls retryable) is tried
 # again later, doubling from this to TRANSIENT_RETRY_CAP_SECONDS (arq counts each try): an outage of
-# seconds costs seconds, and the job's tries (max_tries) last minutes of a longer one, not 40 s.
+# seconds costs seconds, and the job's tries (its JobSpec's max_tries) last minutes of a longer one, not 40 s.
 REDIS_AWAY_RETRY_SECONDS = 2
 TRANSIENT_RETRY_CAP_SECONDS = 60
 # A job stopped because it lost its channel lock is tried again this much later: by then the
@@ -88,8 +88,8 @@ def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
 
 
 def registered(job: BoundJob[WorkerContext, Any]) -> Function:
-    """A declared job as arq registers it: under its spec's name, counted."""
-    return func(counted(job), name=job.spec.name)
+    """A declared job as arq registers it: under its spec's name, with its timeout and tries, counted."""
+    return func(counted(job), name=job.spec.name, timeout=job.spec.timeout, max_tries=job.spec.max_tries)
 
 
 async def ending_the_lease_on_error(context: WorkerContext, job: LeaseJob | ProvisionJob | WatchJob, name: str,
@@ -240,7 +240,6 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
         on_shutdown=on_shutdown,
         on_job_start=lambda ctx: heartbeat.job_started(ctx),
         job_timeout=job_timeout,
-        max_tries=20,
         max_jobs=20,
         poll_delay=0.1 if settings.mode.is_sandbox else 0.5,
         burst=burst,

@@ -1,7 +1,7 @@
 """The durable job queue (arq on Redis), typed.
 
-A job is declared once, as a `JobSpec`: its name on the queue and its arguments, a frozen
-dataclass. The modules that enqueue it import the spec (`JobQueue.enqueue(spec, args, ...)` takes
+A job is declared once, as a `JobSpec`: its name on the queue, its arguments (a frozen
+dataclass), and how long a try may run and how many tries arq gives it. The modules that enqueue it import the spec (`JobQueue.enqueue(spec, args, ...)` takes
 only that spec's argument type); the worker binds a function to it (`spec.bind`) and registers
 what it bound, so a job name is written in one place and a misspelt or mistyped argument is a
 type error, not a job that fails on the worker.
@@ -35,6 +35,9 @@ from arq.typing import WorkerCoroutine
 from infra.arq_enqueue_adapter import enqueue_behind_markers
 
 QUEUE_NAME = "arq:queue:tpubot"
+# A job's tries unless its spec says otherwise: a busy channel, a transient error, an alert whose
+# thread is being opened each ask arq for another, with a back-off that grows to a minute.
+MAX_TRIES = 20
 
 
 class DataclassArgs(Protocol):
@@ -108,10 +111,13 @@ class JobOutcome:
 
 @dataclass(frozen=True)
 class JobSpec(Generic[Args]):
-    """One kind of job: `name` is what arq stores and the worker looks up; `args` its arguments."""
+    """One kind of job: `name` is what arq stores and the worker looks up; `args` its arguments;
+    `timeout` how long one try may run (None: the worker's JOB_TIMEOUT)."""
 
     name: str
     args: type[Args]
+    timeout: timedelta | None = None
+    max_tries: int = MAX_TRIES
 
     def __post_init__(self) -> None:
         params = self.args.__dict__.get("__dataclass_params__")
