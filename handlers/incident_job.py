@@ -158,9 +158,8 @@ async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentSto
                                        limit=NEVER_FOLD if job.page else job.storm_threads,
                                        window_seconds=int(job.storm_window), opener=job_id)
             if opening.folded:
-                await svc.jobs.enqueue(FOLD_JOB, FoldJob(window=opening.window, channel=job.channel,
-                                                         storm_threads=job.storm_threads,
-                                                         storm_window=job.storm_window, route=route,
+                await svc.jobs.enqueue(FOLD_JOB, FoldJob(window=opening.window, channel=job.channel, route=route,
+                                                         storm_threads=job.storm_threads, storm_window=job.storm_window,
                                                          severity=event.severity),
                                        job_id=fold_job_id(route, event.severity, opening.window),
                                        defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))

@@ -1,10 +1,10 @@
 """The durable job queue (arq on Redis), typed.
 
-A job is declared once, as a `JobSpec`: its name on the queue, its arguments (a frozen
-dataclass), and how long a try may run and how many tries arq gives it. The modules that enqueue it import the spec (`JobQueue.enqueue(spec, args, ...)` takes
-only that spec's argument type); the worker binds a function to it (`spec.bind`) and registers
-what it bound, so a job name is written in one place and a misspelt or mistyped argument is a
-type error, not a job that fails on the worker.
+A job is declared once, as a `JobSpec`: its name on the queue, its arguments (a frozen dataclass),
+how long a try may run and how many tries arq gives it. The modules that enqueue it import the spec
+(`JobQueue.enqueue(spec, args, ...)` takes only that spec's argument type); the worker binds a
+function to it (`spec.bind`) and registers what it bound, so a job name is written in one place and
+a misspelt or mistyped argument is a type error, not a job that fails on the worker.
 
 Jobs carry deterministic ids, so enqueueing the same work twice — a retried request, a second
 replica, a restarted worker — is a no-op (arq refuses a job id whose job or kept result exists).
