@@ -32,12 +32,12 @@ from infra.state.usage import UsageStore
 
 if TYPE_CHECKING:
     from agent.access import AccessPolicy, GroupDirectory
-    from infra.cloud_logging import CloudLoggingConfig
-    from infra.local_files import LocalFiles
+    from infra.cloud_logging import CloudLoggingConfig, NoCloudLogging
+    from infra.local_files import LocalFiles, NoLocalFiles
     from infra.state.feedback import FeedbackStore, ProposalStore
     from infra.state.conversations import ChannelMembership, FollowedThreads
     from infra.state.incident_memory import IncidentMemory
-    from infra.model_keys import ModelKeys
+    from infra.model_keys import ModelKeys, NoModelKeys
     from infra.preflight import PreflightGate
     from infra.scoreboard import ZoneScoreboard
     from infra.tpu import TpuService
@@ -158,8 +158,8 @@ class NoGroups:
 class Services:
     """What every process that acts for a channel uses (web, worker, `tpubot mcp`, the CLI
     commands), built once in bot/wiring.py. Each field is set in every process; what only the
-    worker has is in WorkerServices. The two Optional backends are settings, not processes: a
-    sandbox without that emulator has none."""
+    worker has is in WorkerServices. A backend this deployment lacks is a null object (NoGroups,
+    SilentObserver, NoCloudLogging, NoModelKeys, NoLocalFiles), never None."""
 
     leases: LeaseStore
     locks: ChannelLocks
@@ -195,17 +195,23 @@ class Services:
     redactor: Redactor
     # Runbooks the agent searches and cites (issue 31): the built-in ones, plus RUNBOOKS_DIR/URLS.
     runbooks: RunbookLibrary
-    # Cloud Logging; None in a sandbox without a Logging emulator (anonymous calls to Google only fail).
-    cloud_logs: "CloudLoggingConfig | None"
-    # The per-lease API key of the model endpoint (issue 15); None in a sandbox without a Secret
-    # Manager emulator: endpoints without a key.
-    model_keys: "ModelKeys | None"
-    # Log files on this machine, for summarize_logs' `path`: only `tpubot mcp` sets it (issue 19);
+    # Cloud Logging (none in a sandbox without a Logging emulator).
+    cloud_logs: "CloudLoggingConfig | NoCloudLogging"
+    # The per-lease API key of the model endpoint (issue 15; none in a sandbox without a Secret
+    # Manager emulator: endpoints without a key).
+    model_keys: "ModelKeys | NoModelKeys"
+    # Log files on this machine, for summarize_logs' `path`: only `tpubot mcp` reads them (issue 19);
     # a Slack process never reads its own disk for a user.
-    local_files: "LocalFiles | None" = None
+    local_files: "LocalFiles | NoLocalFiles" = field(default_factory=lambda: _no_local_files())
     # One agent run's input (a `dataclasses.replace` copy, agent/llm/loop.py): the mention's logs,
     # for summarize_logs; None outside a run, and in a run whose message brought none.
     material: LogMaterial | None = None
+
+
+def _no_local_files() -> "NoLocalFiles":
+    from infra.local_files import NoLocalFiles
+
+    return NoLocalFiles()
 
 
 @dataclass(kw_only=True)

@@ -25,7 +25,7 @@ class Policy:
     search_budget: timedelta = timedelta(minutes=2)  # one provision job's share of a zone search
     model_port: int = 8000
     model_name: str = "google/gemma-4-E2B-it"
-    model_boot_timeout: timedelta = timedelta(minutes=45)
+    model_boot_timeout: timedelta = timedelta(minutes=60)
     endpoint_address: str = "external"  # "internal": the bot runs in the VPC and calls the node's internal IP
     vllm_image: str = ""  # shown on the READY card
     boot_poll_interval: timedelta = timedelta(seconds=15)

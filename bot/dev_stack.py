@@ -116,7 +116,7 @@ class DevStack:
     def start(self) -> "DevStack":
         # Only Redis and the stand-ins in this process; web and worker run as their own processes.
         self.stack = LocalStack(self.settings, run_worker=False, run_web=False,
-                                sandbox_model=self.settings.mode.is_sandbox).start()
+                                sandbox_model=self.settings.mode.target.sandbox_model).start()
         if self.stack.slack is not None:
             self._show_bot_posts(self.stack.slack)
         env = dict(os.environ)

@@ -16,7 +16,6 @@ import threading
 import traceback
 import time
 from dataclasses import dataclass, field
-from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import uvicorn
@@ -38,9 +37,6 @@ if TYPE_CHECKING:
     from infra.sandbox.tpu_api import TpuSandbox
     from infra.sandbox.vllm import VllmEmulator
     from infra.sandbox.world import CloudSandbox
-
-
-SANDBOX_POLL_INTERVAL = timedelta(milliseconds=500)
 
 
 def free_port() -> int:
@@ -185,7 +181,8 @@ class LocalStack:
         from infra.sandbox.world import SandboxWorld
 
         settings = self.settings
-        if settings.mode.is_sandbox and not settings.tpu_api_endpoint:
+        target = settings.mode.target
+        if target.api_endpoint(settings.tpu_api_endpoint) is None:
             world = self.world or (SandboxWorld(zones=dict(self.tpu_zones)) if self.tpu_zones else SandboxWorld())
             if settings.xla_cache_bucket and settings.xla_cache_bucket not in world.buckets:
                 # The sandbox project has the bucket the settings name, in the TPU's region.
@@ -196,7 +193,7 @@ class LocalStack:
                                      time_scale=settings.sandbox_time_scale)
             emulators.start_cloud(world, project=settings.project, time_scale=settings.sandbox_time_scale,
                                   node_models=node_models)
-        if settings.mode.is_sandbox and not settings.logging_api_endpoint:
+        if target.api_endpoint(settings.logging_api_endpoint) is None:
             emulators.start_logging(settings.project)
         if self.sandbox_model and not settings.gemma_base_url:
             emulators.start_model(served_version=served_version_for(settings.vllm_image))
@@ -210,9 +207,9 @@ class LocalStack:
             _check_reachable(self.settings.redis_url)
         self.redis = ensure_redis(self.settings.redis_url)
         overrides: dict[str, Any] = {"redis_url": self.redis.url}
-        if self.settings.mode.is_sandbox:
-            # The emulated cloud moves in seconds, not minutes: look at it as often.
-            overrides["poll_interval"] = min(self.settings.poll_interval, SANDBOX_POLL_INTERVAL)
+        cap = self.settings.mode.target.poll_interval_cap
+        if cap is not None:
+            overrides["poll_interval"] = min(self.settings.poll_interval, cap)
         self.emulators = SandboxEmulators()
         try:
             self._start_emulators(self.emulators)

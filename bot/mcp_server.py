@@ -35,13 +35,15 @@ from pydantic import ValidationError
 from redis.exceptions import RedisError
 
 from agent.lease import lifecycle
-from agent.actions import REGISTRY, Action, ActionKind, ActionResult, get_action, run_action
-from agent.actions.lease_actions import lease_summary
-from agent.actions.registry import first_error, validate_args
+from agent.actions import REGISTRY, Action, ActionKind, ActionResult, ActionStatus, get_action, run_action
+from agent.actions import zone_actions
+from agent.actions.lease_actions import TeardownOf, lease_summary
+from agent.actions.registry import first_error, validate_args, wired_actions
 from agent.actions.model_endpoint import run_redactor
 from agent.context import Actor, Services
 from bot.settings import Settings
 from infra.local_files import LocalFiles
+from infra.state.leases import Lease
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,6 @@ SERVER_NAME = "tpubot"
 CONFIRM = "confirm"
 LEASES_URI = "tpubot://leases"
 ZONES_URI = "tpubot://zones"
-ZONES_ACTION = "zones"  # the zone scoreboard action (issue 3), read by the zones resource when registered
 RESOURCE_NOT_FOUND = -32002  # the MCP spec's error code for an unknown resource URI
 
 STATE_STORE_DOWN = "The state store is unavailable, so nothing changed. Try again in a minute."
@@ -113,8 +114,8 @@ def mcp_tool(action: Action) -> types.Tool:
                       annotations=tool_annotations(action))
 
 
-def mcp_tools() -> list[types.Tool]:
-    return [mcp_tool(action) for action in REGISTRY.values()]
+def mcp_tools(svc: Services) -> list[types.Tool]:
+    return [mcp_tool(action) for action in wired_actions(svc)]
 
 
 def tool_label(action: Action, confirm: str = f"{CONFIRM}: true") -> str:
@@ -143,15 +144,8 @@ async def lease_list(session: "McpSession") -> dict:
 
 
 async def zone_board(session: "McpSession") -> dict:
-    """The `zones` action's scoreboard when one is registered; until then, the configured zones."""
-    if get_action(ZONES_ACTION) is not None:
-        result = await run_action(ZONES_ACTION, session.services, session.actor, {})
-        return {"source": "zone scoreboard", "ok": result.ok, "message": plain(result.text), **result.data}
-    policy = session.services.policy
-    return {
-        "source": "configured zones (no zone scoreboard action registered)",
-        "zones": [{"zone": zone, "default": zone == policy.default_zone} for zone in policy.zones],
-    }
+    result = await run_action(zone_actions.zones, session.services, session.actor, {})
+    return {"source": "zone scoreboard", "ok": result.ok, "message": plain(result.text), **result.data}
 
 
 RESOURCE_READERS: dict[str, Callable[["McpSession"], Awaitable[dict]]] = {LEASES_URI: lease_list, ZONES_URI: zone_board}
@@ -201,19 +195,12 @@ def tool_result(result: ActionResult) -> types.CallToolResult:
                                 is_error=not result.ok)
 
 
-async def confirm_teardown(svc: Services, actor: Actor, requested: ActionResult) -> ActionResult:
+async def confirm_teardown(svc: Services, actor: Actor, lease: Lease) -> ActionResult:
     """The same call the Slack confirm button makes, with the lease the request step named."""
-    assert requested.lease is not None, "teardown asks for a confirmation only with the lease to tear down"
-    outcome = await lifecycle.confirm_teardown(svc, actor, requested.lease.lease_id)
+    outcome = await lifecycle.confirm_teardown(svc, actor, lease.lease_id)
     data = lease_summary(outcome.lease) if outcome.lease else {}
     text = f"Tearing down {outcome.lease.qr_id}." if outcome.ok and outcome.lease else outcome.message
-    return ActionResult(outcome.ok, text, data, outcome.lease)
-
-
-# An action that answers `needs_confirmation` is finished by its confirm step (Slack: the button).
-CONFIRM_STEPS: dict[str, Callable[[Services, Actor, ActionResult], Awaitable[ActionResult]]] = {
-    "teardown": confirm_teardown,
-}
+    return ActionResult(ActionStatus.done_if(outcome.ok), text, data)
 
 
 async def call_tool(session: McpSession, name: str, arguments: dict | None) -> types.CallToolResult:
@@ -245,11 +232,11 @@ async def run_tool(session: McpSession, name: str, arguments: dict | None) -> ty
         # The caller is a model too: what it reads is scrubbed of the live lease keys as well.
         svc = replace(svc, redactor=await run_redactor(svc))
         result = await run_action(name, svc, session.actor, args)
-        if result.needs_confirmation:
-            step = CONFIRM_STEPS.get(name)
-            if step is None:
+        # An action that asks to confirm is finished by its confirm step (Slack: the button).
+        if result.status is ActionStatus.NEEDS_CONFIRMATION:
+            if not (isinstance(result.payload, TeardownOf) and result.payload.lease):
                 return refusal(f"`{name}` needs a confirmation this server cannot give. Nothing changed.")
-            result = await step(svc, session.actor, result)
+            result = await confirm_teardown(svc, session.actor, result.payload.lease)
     except RedisError:
         log.exception("state store unavailable during MCP tool %s", name)
         return refusal(STATE_STORE_DOWN)
@@ -275,7 +262,7 @@ async def read_resource(session: McpSession, uri: str) -> types.ReadResourceResu
 def mode_line(settings: Settings, *, local: bool) -> str:
     if not local:
         return ("shared mode: acting on the leases of the deployment at REDIS_URL; its workers run the lease jobs")
-    cloud = "sandbox GCP and Slack" if settings.mode.is_sandbox else f"GCP project {settings.project}"
+    cloud = settings.mode.target.label_for(settings.project, sandbox="sandbox GCP and Slack")
     return (f"local mode: REDIS_URL is unset, so this server runs the lease jobs itself on embedded defaults "
             f"(embedded Redis, {cloud}); nothing is shared with a deployed bot. Set REDIS_URL to the bot's "
             "Redis to act on its leases")
@@ -298,7 +285,7 @@ def build_server(settings: Settings, *, redis_url: str, mode: str = "") -> Serve
             await redis.aclose()
 
     async def on_list_tools(ctx: Any, params: Any) -> types.ListToolsResult:
-        return types.ListToolsResult(tools=mcp_tools())
+        return types.ListToolsResult(tools=mcp_tools(ctx.lifespan_context.services))
 
     async def on_call_tool(ctx: Any, params: types.CallToolRequestParams) -> types.CallToolResult:
         return await call_tool(ctx.lifespan_context, params.name, params.arguments)

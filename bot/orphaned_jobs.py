@@ -14,6 +14,13 @@ to a dead worker, and its in-progress key is deleted, so the next poll of any li
 it again (arq counts the try; jobs are idempotent by design, and a lease's work is fenced by its
 channel lock).
 
+A record goes when its try ends (arq's after_job_end hook), if it still names this worker. Left
+to its TTL (minutes), it would name this worker for the job's next try too, run by another worker
+(a retried lease job: its lock was busy or lost, a 503): until that worker's start record replaces
+it — a few milliseconds after arq marks the job in progress, or a beat later if Redis missed the
+record — a sweep would take this worker's death for the death of the job's runner, and release a
+job a live worker is running for a second worker to start beside it.
+
 The job's channel lock would otherwise hold the rerun off until its TTL (LOCK_TTL, 60 s): a
 worker's lock tokens name the worker (infra/state/locks.py), and the same heartbeat first
 releases every lock whose owner's liveness key has expired, so the released job finds its
@@ -59,6 +66,13 @@ return 1
 """
 
 
+# KEYS: the owner record. ARGV: this worker's id. A record that another worker wrote since is left.
+_DROP_IF_MINE = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
 @dataclass(frozen=True)
 class Swept:
     """What one heartbeat took back from dead workers."""
@@ -86,6 +100,16 @@ class JobOwnership:
                 raise
             # Unrecorded, the job falls back to arq's own expiry of its in-progress key if this worker dies.
             log.warning("could not record job %s as this worker's (%s)", job_id, error)
+
+    async def job_ended(self, pool, job_id: str) -> None:
+        """The try of `job_id` this worker ran is over (done, failed or re-queued): its record goes."""
+        try:
+            await pool.register_script(_DROP_IF_MINE)(keys=[keys.job_owner(job_id)], args=[self.worker_id])
+        except Exception as error:
+            if not is_redis_away(error):
+                raise
+            # Left behind, the record expires by its TTL (see the module docstring for the cost).
+            log.warning("could not drop job %s's record as this worker's (%s)", job_id, error)
 
     async def beat(self, pool, running: Iterable[str] = ()) -> Swept:
         """Say this worker is alive and which jobs (`running`) are its own; release the channel

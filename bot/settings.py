@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import math
 import os
 import re
 from datetime import timedelta
@@ -173,7 +174,7 @@ class Settings(BaseSettings):
     xla_cache_bucket: str = Field("", description="Cloud Storage bucket (gs://name or name) the TPU VM restores "
                                                   "vLLM's compile cache from and saves it to; empty: no bucket")
     model_boot_timeout: timedelta = Field(
-        timedelta(minutes=45), description="how long after ACTIVE vLLM may take to answer before the lease FAILS"
+        timedelta(minutes=60), description="how long after ACTIVE vLLM may take to answer before the lease FAILS"
     )
     model_boot_silence: timedelta = Field(
         timedelta(minutes=3), description="how long after ACTIVE the TPU VM may publish no boot phase before the "
@@ -312,7 +313,7 @@ class Settings(BaseSettings):
         except ValueError:
             raise ValueError(f"{info.field_name.upper()}={value!r} is not an amount of USD; write it like 200 "
                              "(or leave it empty for no limit)") from None
-        if usd < 0 or usd != usd:
+        if not math.isfinite(usd) or usd < 0:  # inf would read as a limit and show as no amount at all
             raise ValueError(f"{info.field_name.upper()} must be 0 or more USD; write it like 200")
         return usd
 
@@ -583,6 +584,11 @@ class Settings(BaseSettings):
                 f"VLLM_MAX_NUM_BATCHED_TOKENS={self.vllm_max_num_batched_tokens} is below the largest multimodal "
                 f"item VLLM_LIMIT_MM_PER_PROMPT={self.vllm_limit_mm_per_prompt} allows (one {modality}, {largest} "
                 f"tokens), so vLLM would refuse to start; use VLLM_MAX_NUM_BATCHED_TOKENS=4096 (at least {largest})")
+        if self.vllm_max_num_seqs > self.vllm_max_num_batched_tokens:
+            raise ValueError(
+                f"VLLM_MAX_NUM_SEQS={self.vllm_max_num_seqs} is more than VLLM_MAX_NUM_BATCHED_TOKENS="
+                f"{self.vllm_max_num_batched_tokens} (one step schedules at most one token per sequence), so vLLM "
+                f"would refuse to start; use VLLM_MAX_NUM_SEQS={V5E_MAX_NUM_SEQS} or raise VLLM_MAX_NUM_BATCHED_TOKENS")
         utilization = self.vllm_gpu_memory_utilization
         if utilization is not None and not 0 < utilization <= 1:
             raise ValueError(f"VLLM_GPU_MEMORY_UTILIZATION={utilization:g} is not a fraction of the chip's memory; "
@@ -605,7 +611,7 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"MODEL_BOOT_TIMEOUT={format_duration(self.model_boot_timeout)} is not longer than what the TPU VM "
                 f"may wait before it starts vLLM ({format_duration(waits)}: secrets and image pull retried), so the "
-                "lease would fail before the VM could say why; use MODEL_BOOT_TIMEOUT=45m (vLLM's first compile "
+                "lease would fail before the VM could say why; use MODEL_BOOT_TIMEOUT=60m (vLLM's first compile "
                 "takes 15 minutes and more after that)")
         return self
 

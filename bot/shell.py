@@ -677,13 +677,13 @@ def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.
     # unless GEMMA_BASE_URL names a real endpoint or --no-model asks for the model-less path.
     if not model:
         settings = settings.model_copy(update={"gemma_base_url": "", "agent_use_model": False})
-    stack = LocalStack(settings, sandbox_model=model and settings.mode.is_sandbox).start()
+    stack = LocalStack(settings, sandbox_model=model and settings.mode.target.sandbox_model).start()
     terminal = TerminalInput(stream) if interactive else None
     try:
         shell = Shell(stack, out=out, terminal=terminal,
                       width=shutil.get_terminal_size().columns if terminal is not None else None)
-        mode = "sandbox GCP and Slack" if settings.mode.is_sandbox else f"GCP project {settings.project}"
-        if settings.mode.is_sandbox:
+        mode = settings.mode.target.label_for(settings.project, sandbox="sandbox GCP and Slack")
+        if settings.mode.target.emulated_apis:
             from infra.sandbox.discovery import strict_available
 
             if not strict_available():  # the emulators then accept any JSON; say so rather than pretend

@@ -70,13 +70,13 @@ def redactor_from(settings: Settings) -> Redactor:
 
 
 def cloud_logging_config_from(settings: Settings):
-    """None in the sandbox without a Logging emulator: anonymous calls to Google would only fail."""
-    from infra.cloud_logging import CloudLoggingConfig
+    from infra.cloud_logging import CloudLoggingConfig, NoCloudLogging
 
-    if settings.mode.is_sandbox and not settings.logging_api_endpoint:
-        return None
-    return CloudLoggingConfig(project=settings.project, api_endpoint=settings.logging_api_endpoint or None,
-                              anonymous=settings.mode.is_sandbox)
+    target = settings.mode.target
+    endpoint = target.api_endpoint(settings.logging_api_endpoint)
+    if endpoint is None:
+        return NoCloudLogging()
+    return CloudLoggingConfig(project=settings.project, api_endpoint=endpoint or None, anonymous=target.anonymous)
 
 
 def policy_from(settings: Settings) -> Policy:
@@ -144,11 +144,11 @@ def startup_script_from(settings: Settings):
 
 
 def model_keys_from(settings: Settings):
-    """The per-lease model API keys in Secret Manager; None in a sandbox without a Secret Manager emulator."""
-    from infra.model_keys import ModelKeys
+    """The per-lease model API keys in Secret Manager (none in a sandbox without its emulator)."""
+    from infra.model_keys import ModelKeys, NoModelKeys
 
-    if settings.mode.is_sandbox and not settings.secretmanager_api_endpoint:
-        return None
+    if settings.mode.target.api_endpoint(settings.secretmanager_api_endpoint) is None:
+        return NoModelKeys()
     return ModelKeys(settings.project, credentials=settings.mode.credentials(),
                      api_endpoint=settings.secretmanager_api_endpoint, reader=node_account_from(settings))
 
@@ -180,11 +180,8 @@ def preflight_config_from(settings: Settings):
     )
 
 
-SANDBOX_SOURCE_RANGES = ("127.0.0.1/32",)  # the sandbox bot reaches its nodes' models over loopback
-
-
 def model_source_ranges_of(settings: Settings) -> list[str]:
-    return list(settings.model_source_ranges) or (list(SANDBOX_SOURCE_RANGES) if settings.mode.is_sandbox else [])
+    return list(settings.model_source_ranges or settings.mode.target.default_model_source_ranges)
 
 
 def tpu_config_from(settings: Settings):
@@ -209,10 +206,9 @@ def tpu_config_from(settings: Settings):
 def tpu_service_from(settings: Settings, metrics: Metrics | None = None):
     from infra.tpu import TpuService
 
-    # The emulator settles a create LRO in a fraction of a second; polling it each second would only wait.
     on_error = (lambda error: metrics.gcp_errors.labels(error.kind.value).inc()) if metrics else None
     return TpuService(tpu_config_from(settings), credentials=settings.mode.credentials(),
-                      lro_poll_interval=0.05 if settings.mode.is_sandbox else 1.0, on_error=on_error)
+                      lro_poll_interval=settings.mode.target.lro_poll_interval, on_error=on_error)
 
 
 SLACK_TIMEOUT_SECONDS = 10

@@ -191,6 +191,9 @@ class Heartbeat:
     async def job_started(self, ctx: dict) -> None:
         await self.ownership.job_started(self.pool, worker_context(ctx).job_id)
 
+    async def job_ended(self, ctx: dict) -> None:
+        await self.ownership.job_ended(self.pool, worker_context(ctx).job_id)
+
     async def stop(self) -> None:
         if self.task is None:  # on_startup never ran: the worker never started
             return
@@ -239,9 +242,10 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
         on_startup=on_startup,
         on_shutdown=on_shutdown,
         on_job_start=lambda ctx: heartbeat.job_started(ctx),
+        after_job_end=lambda ctx: heartbeat.job_ended(ctx),  # after arq re-queued or finished it
         job_timeout=job_timeout,
         max_jobs=20,
-        poll_delay=0.1 if settings.mode.is_sandbox else 0.5,
+        poll_delay=settings.mode.target.job_poll_delay,
         burst=burst,
         handle_signals=handle_signals,
         keep_result=3600,

@@ -6,39 +6,30 @@ old alert never acts on the channel's newer lease: the lease id in the button mu
 
 from __future__ import annotations
 
-from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from agent.lease import oncall
-from agent.actions import run_action
+from agent.actions import lease_actions, run_action
 from agent.context import Services
 from handlers import cards
 from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION, parse_button_value
 from handlers.clicks import clicker, on_click, reply_after_ack
-from handlers.slash import state_store_notice
 
 GONE = "That alert's TPU is already gone; nothing changed."
 
 
 def register(app: AsyncApp, svc: Services) -> None:
     async def handle_alert_teardown(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
-        try:
-            reply_after_ack(context, **await teardown_from_alert(svc, body))
-        except RedisError as error:
-            reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
+        reply_after_ack(context, **await teardown_from_alert(svc, body))
         await ack()
 
     async def handle_alert_ack(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         actor = clicker(body)
         lease_id, kind = parse_button_value(body["actions"][0].get("value", ""))
-        try:
-            outcome = await oncall.acknowledge(svc, actor, lease_id, kind)
-        except RedisError as error:
-            reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
-        else:
-            visible = outcome.ok and outcome.changed
-            reply_after_ack(context, text=f":white_check_mark: {outcome.text}" if visible else outcome.text,
-                            replace_original=False, response_type="in_channel" if visible else "ephemeral")
+        outcome = await oncall.acknowledge(svc, actor, lease_id, kind)
+        visible = outcome.ok and outcome.changed
+        reply_after_ack(context, text=f":white_check_mark: {outcome.text}" if visible else outcome.text,
+                        replace_original=False, response_type="in_channel" if visible else "ephemeral")
         await ack()
 
     on_click(app, ALERT_TEARDOWN_ACTION, handle_alert_teardown)
@@ -52,8 +43,8 @@ async def teardown_from_alert(svc: Services, body: dict) -> dict:
     lease = await svc.leases.get(actor.team, actor.channel)
     if lease is None or lease.lease_id != lease_id:
         return dict(text=GONE, replace_original=False, response_type="ephemeral")
-    result = await run_action("teardown", svc, actor, {})
-    if result.needs_confirmation and result.lease is not None:
-        text, blocks = cards.teardown_confirm_card(result.lease)
+    result = await run_action(lease_actions.teardown, svc, actor, {})
+    if isinstance(result.payload, lease_actions.TeardownOf) and result.payload.lease:
+        text, blocks = cards.teardown_confirm_card(result.payload.lease)
         return dict(text=text, blocks=blocks, replace_original=False, response_type="ephemeral")
     return dict(text=f":no_entry: {result.text}", replace_original=False, response_type="ephemeral")

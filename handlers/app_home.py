@@ -16,15 +16,13 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.actions import get_action, run_action
+from agent.actions import run_action, spend_actions, workspace_actions, zone_actions
 from agent.context import Actor, Services
 from handlers import cards
 from handlers.home_view import home_view
 
 log = logging.getLogger(__name__)
 
-ZONES_ACTION = "zones"
-SPEND_ACTION = "spend"  # the month's spend per channel (issue 21)
 
 
 def register(app: AsyncApp, svc: Services) -> None:
@@ -51,17 +49,12 @@ def register(app: AsyncApp, svc: Services) -> None:
 
 
 async def build_home(svc: Services, actor: Actor) -> dict:
-    listed = await run_action("leases", svc, actor, {})
-    zones = None
-    if get_action(ZONES_ACTION) is not None:
-        result = await run_action(ZONES_ACTION, svc, actor, {})
-        if result.ok:
-            zones = cards.zones_card(result.data.get("zones", []), result.data.get("order", []))
-        else:
-            zones = (result.text, [{"type": "context", "elements": [
-                {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])
-    spend = None
-    if get_action(SPEND_ACTION) is not None:
-        result = await run_action(SPEND_ACTION, svc, actor, {})
-        spend = {"ok": result.ok, "text": result.text, "data": result.data}
-    return home_view({"ok": listed.ok, "text": listed.text, "data": listed.data}, zones, spend=spend)
+    listed = await run_action(workspace_actions.leases, svc, actor, {})
+    result = await run_action(zone_actions.zones, svc, actor, {})
+    if isinstance(result.payload, zone_actions.ZoneBoard):
+        zones = cards.zones_card(result.payload.zones, result.payload.order)
+    else:
+        zones = (result.text, [{"type": "context", "elements": [
+            {"type": "mrkdwn", "text": f"Zone scoreboard: {cards.escape(result.text)}"}]}])
+    spend = await run_action(spend_actions.spend, svc, actor, {})  # the month's spend per channel (issue 21)
+    return home_view(listed, zones, spend=spend)

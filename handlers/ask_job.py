@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from slack_sdk.webhook.async_client import AsyncWebhookClient
 
-from agent.actions import run_action
+from agent.actions import ActionStatus, model_actions, run_action
 from agent.context import Actor, Services
 from infra.jobs import JobOutcome, JobSpec
 
@@ -36,8 +36,8 @@ def ask_job_id(team: str, channel: str, trigger_id: str) -> str:
 
 async def answer_ask(svc: Services, job: AskJob) -> JobOutcome:
     actor = Actor(user_id=job.user_id, team=job.team, channel=job.channel)
-    result = await run_action("ask_model", svc, actor, {"prompt": job.prompt, "max_tokens": job.max_tokens})
-    icon = ":robot_face:" if result.ok else (":no_entry:" if result.denied else ":warning:")
+    result = await run_action(model_actions.ask_model, svc, actor, {"prompt": job.prompt, "max_tokens": job.max_tokens})
+    icon = {ActionStatus.DONE: ":robot_face:", ActionStatus.DENIED: ":no_entry:"}.get(result.status, ":warning:")
     response = await AsyncWebhookClient(job.response_url).send(
         text=f"{icon} {result.text}", response_type="ephemeral", replace_original=False)
     if response.status_code != 200:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import inspect
 from collections.abc import Awaitable, Callable
 
+from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext, AsyncRespond
 
 from agent.context import Actor
-from handlers.late_answers import LATE_FAILURE, LateAnswers
+from handlers.late_answers import LATE_FAILURE, LateAnswers, state_store_notice
 
 MAX_VALUE = 64  # our values are ids; anything longer is not one of ours
 
@@ -46,6 +47,7 @@ async def send_reply(respond: AsyncRespond, context: AsyncBoltContext) -> None:
 def on_click(app: AsyncApp, action_id: str, handle: Callable[..., Awaitable[None]]) -> None:
     """Register `handle` (acks after its durable work) with `send_reply` as its lazy listener.
 
+    A handler that the state store fails (RedisError) is answered with the state-store notice.
     A click whose work overruns the ack budget (the state store in a failover pause) is acked
     empty while the work goes on; its reply is then posted when the work ends (late_answers)."""
     late_answers: LateAnswers[bool] = LateAnswers()
@@ -56,7 +58,12 @@ def on_click(app: AsyncApp, action_id: str, handle: Callable[..., Awaitable[None
         offered = {"ack": ack, "body": body, "context": context, "respond": respond}
 
         async def work() -> bool:
-            await handle(**{name: value for name, value in offered.items() if name in wanted})
+            try:
+                await handle(**{name: value for name, value in offered.items() if name in wanted})
+            except RedisError as error:  # every click's state lives in Redis: one answer when it fails
+                reply_after_ack(context, text=state_store_notice(error), replace_original=False,
+                                response_type="ephemeral")
+                await ack()
             return True
 
         async def reply_late(_: bool) -> None:

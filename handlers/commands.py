@@ -29,6 +29,7 @@ class ParsedCommand:
     action: str | None = None  # the registry action this subcommand runs
     args: dict = field(default_factory=dict)
     usage: str = ""
+    queued: bool = False  # its answer may outlast Slack's 3-second ack: the worker runs it, answers via response_url
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class Subcommand:
     summary: str
     parse: Callable[[list[str]], dict]
     action: str | None = None
+    queued: bool = False
 
 
 def _no_args(name: str) -> Callable[[list[str]], dict]:
@@ -171,7 +173,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     Subcommand("cost", "/tpu cost", "What this channel's TPU has cost and will cost, $ per million output tokens, capacity.", _no_args("cost"), "estimate_cost"),
     Subcommand("bench", "/tpu bench", "Benchmark this channel's READY model (a small sweep) and post the chart in its thread.", _no_args("bench"), "bench"),
     Subcommand("zones", "/tpu zones", "Show the zone scoreboard: last outcome, when, median time to ACTIVE, skipped until.", _no_args("zones"), "zones"),
-    Subcommand("ask", "/tpu ask <question>", "Ask this channel's model directly; the answer comes with TTFT, TPOT and tokens/s.", _parse_ask, "ask_model"),
+    Subcommand("ask", "/tpu ask <question>", "Ask this channel's model directly; the answer comes with TTFT, TPOT and tokens/s.", _parse_ask, "ask_model", queued=True),
     Subcommand("runbook", "/tpu runbook <error or symptom>", "Search the runbooks (built-in and the team's): the best sections, each cited as RB:file#section, with cause and fix.", _parse_runbook, "search_runbooks"),
     Subcommand("budget", "/tpu budget [set USD|clear] [#channel]", "Show the monthly spend budgets; admins set them (no channel: the workspace's).", _parse_budget, "budget"),
     Subcommand("spend", "/tpu spend [chart] [YYYY-MM]", "A month's TPU spend per channel: leases, hours, dollars, $/M output tokens, idle hours; `chart` posts a bar chart.", _parse_spend, "spend"),
@@ -192,7 +194,7 @@ def parse(text: str) -> ParsedCommand:
         shown = name if len(name) <= 40 else name[:40] + "…"
         raise CommandError(f"Unknown subcommand `{in_code(shown)}`. Try one of: {', '.join('`' + s.usage + '`' for s in SUBCOMMANDS)}")
     args = sub.parse(tokens)
-    return ParsedCommand(sub.name, args.pop(ACTION_KEY, sub.action), args, sub.usage)
+    return ParsedCommand(sub.name, args.pop(ACTION_KEY, sub.action), args, sub.usage, sub.queued)
 
 
 HELP_TITLE = "tpubot — one flex-start TPU v5e with Gemma per channel"

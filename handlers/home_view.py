@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import time
 
+from agent.actions import ActionResult
+from agent.actions.workspace_actions import LeaseRows
 from handlers import cards
 from infra import prices
 from infra.state.leases import LeaseState
@@ -49,11 +51,11 @@ def lease_section(row: dict, now: float) -> dict:
                                           for name, value in fields]}
 
 
-def spend_blocks(spend: dict | None) -> list[dict]:
+def spend_blocks(spend: ActionResult | None) -> list[dict]:
     """The month's spend per channel (the `spend` action's text: a table, never cut mid-row)."""
     if spend is None:
         return []
-    text = spend.get("text", "") if spend.get("ok") else f"Spend: {cards.escape(spend.get('text', ''))}"
+    text = spend.text if spend.ok else f"Spend: {cards.escape(spend.text)}"
     if len(text) > 3000:  # a section's limit: keep whole rows and say how many were left out
         head, _, rest = text.partition("```")
         table, _, tail = rest.partition("```")
@@ -67,15 +69,14 @@ def spend_blocks(spend: dict | None) -> list[dict]:
     return [{"type": "divider"}, {"type": "section", "text": {"type": "mrkdwn", "text": text}}]
 
 
-def home_view(leases: dict, zones: tuple[str, list[dict]] | None, now: float | None = None,
-              spend: dict | None = None) -> dict:
-    """`leases`: the `leases` action's (ok, text, data) as a dict {ok, text, data}; `zones`: the
-    zones card's (text, blocks), or None when the scoreboard is not available here; `spend`: the
-    `spend` action's result as such a dict (issue 21), or None."""
+def home_view(leases: ActionResult, zones: tuple[str, list[dict]] | None, now: float | None = None,
+              spend: ActionResult | None = None) -> dict:
+    """`leases`: the `leases` action's result; `zones`: the zones card's (text, blocks), or None
+    when the scoreboard is not available here; `spend`: the `spend` action's result (issue 21), or None."""
     now = now or time.time()
     blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": "TPUs in this workspace"}}]
-    rows = leases.get("data", {}).get("leases", []) if leases.get("ok") else []
-    summary = cards.escape(leases.get("text", "")) if leases.get("ok") else f":no_entry: {leases.get('text', '')}"
+    rows = leases.payload.rows if isinstance(leases.payload, LeaseRows) else []
+    summary = cards.escape(leases.text) if leases.ok else f":no_entry: {leases.text}"
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": cut(
         f"{summary} Updated {cards.clock(now)}. In a channel: `/tpu up`, `/tpu status`, `/tpu down`, `/tpu help`.",
         3000)}]})

@@ -17,6 +17,9 @@ from contextvars import ContextVar
 from collections.abc import Awaitable, Callable
 from typing import Generic, TypeVar
 
+from redis.exceptions import RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
@@ -27,6 +30,18 @@ ACK_BUDGET_SECONDS = 2.5
 # When the web process received the request being answered (time.perf_counter()): the budget
 # counts from there, so the body read, the signature check and bolt's own work come out of it.
 REQUEST_STARTED: ContextVar[float | None] = ContextVar("tpubot_request_started", default=None)
+
+STATE_STORE_DOWN = ":warning: The state store is unavailable, so nothing changed. Try again in a minute."
+# A write the client gave up waiting for may still be applied when the server catches up.
+STATE_STORE_SLOW = (":warning: The state store did not answer in time, so this may or may not have "
+                    "taken effect. Check `/tpu status` in a minute before trying again.")
+
+
+def state_store_notice(error: RedisError) -> str:
+    """What a person is told when the state store failed their command or click: a write the
+    client stopped waiting for may still land, so a timeout never says "nothing changed"."""
+    return STATE_STORE_SLOW if isinstance(error, RedisTimeoutError) else STATE_STORE_DOWN
+
 
 # What a person told "the result follows" hears when the work then fails.
 LATE_FAILURE = (":x: This failed after I said the result would follow; it may or may not have taken effect. "

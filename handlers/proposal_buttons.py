@@ -7,7 +7,6 @@ anyone in the channel can click, so whoever asked for the card proves nothing.
 
 from __future__ import annotations
 
-from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from agent.llm import proposals
@@ -15,7 +14,6 @@ from agent.context import Services
 from agent.llm.proposals import Proposal
 from handlers import cards
 from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
-from handlers.slash import state_store_notice
 
 PROPOSAL_CONFIRM_ACTION = "proposal_confirm"
 PROPOSAL_DISMISS_ACTION = "proposal_dismiss"
@@ -56,27 +54,19 @@ def proposal_card(proposal: Proposal) -> tuple[str, list[dict]]:
 def register(app: AsyncApp, svc: Services) -> None:
     async def handle_proposal_confirm(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
         actor = clicker(body)
-        try:
-            outcome = await proposals.confirm(svc, actor, clicked_value(body))
-        except RedisError as error:
-            reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
+        outcome = await proposals.confirm(svc, actor, clicked_value(body))
+        if outcome.ok:
+            reply_after_ack(context, replace_original=True,
+                            text=f":white_check_mark: <@{actor.user_id}> confirmed. {outcome.message} "
+                                 "The status card shows progress.")
         else:
-            if outcome.ok:
-                reply_after_ack(context, replace_original=True,
-                                text=f":white_check_mark: <@{actor.user_id}> confirmed. {outcome.message} "
-                                     "The status card shows progress.")
-            else:
-                reply_after_ack(context, text=f":no_entry: {outcome.message}", replace_original=False,
-                                response_type="ephemeral")
+            reply_after_ack(context, text=f":no_entry: {outcome.message}", replace_original=False,
+                            response_type="ephemeral")
         await ack()
 
     async def handle_proposal_dismiss(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
-        try:
-            outcome = await proposals.dismiss(svc, clicker(body), clicked_value(body))
-        except RedisError as error:
-            reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
-        else:
-            reply_after_ack(context, text=outcome.message, replace_original=outcome.ok)
+        outcome = await proposals.dismiss(svc, clicker(body), clicked_value(body))
+        reply_after_ack(context, text=outcome.message, replace_original=outcome.ok)
         await ack()
 
     on_click(app, PROPOSAL_CONFIRM_ACTION, handle_proposal_confirm)

@@ -6,31 +6,22 @@ import logging
 
 from pydantic import ValidationError
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
-from agent.actions import get_action, run_action
+from agent.actions import ActionResult, ActionStatus, get_action, run_action
+from agent.actions.bench_actions import BenchRequest
 from agent.actions.registry import Declined, first_error, validate_args
-from agent.actions.lease_actions import PRICED_ZONES_ONLY
+from agent.actions.lease_actions import PRICED_ZONES_ONLY, AlreadyHeld, ChannelLease, Requested, TeardownOf
+from agent.actions.runbook_actions import RunbookHits
+from agent.actions.zone_actions import ZoneBoard
+from agent.lease.budget import MonthSpend
 from agent.context import Actor, Services
 from handlers import cards
 from handlers.ask_job import ASK_JOB, AskJob, ask_job_id
 from handlers.commands import CommandError, ParsedCommand, help_text, parse
-from handlers.late_answers import LATE_FAILURE, LateAnswers
+from handlers.late_answers import LATE_FAILURE, LateAnswers, state_store_notice
 
 log = logging.getLogger(__name__)
-
-STATE_STORE_DOWN = ":warning: The state store is unavailable, so nothing changed. Try again in a minute."
-# A write the client gave up waiting for may still be applied when the server catches up.
-STATE_STORE_SLOW = (":warning: The state store did not answer in time, so this may or may not have "
-                    "taken effect. Check `/tpu status` in a minute before trying again.")
-
-
-def state_store_notice(error: RedisError) -> str:
-    """What a person is told when the state store failed their command or click: a write the
-    client stopped waiting for may still land, so a timeout never says "nothing changed"."""
-    return STATE_STORE_SLOW if isinstance(error, RedisTimeoutError) else STATE_STORE_DOWN
-
 
 STILL_WORKING = ":hourglass_flowing_sand: The state store is slow to answer; the result of this command follows here."
 
@@ -56,7 +47,7 @@ async def answer_command(svc: Services, command: dict) -> tuple[str, list[dict]]
     actor = Actor(user_id=command["user_id"], team=command.get("team_id", ""), channel=command["channel_id"])
     try:
         parsed = parse(command.get("text", ""))
-        if parsed.action in QUEUED_ACTIONS:
+        if parsed.queued:
             return await queue_subcommand(svc, actor, parsed, command)
         return await run_subcommand(svc, actor, parsed)
     except CommandError as error:
@@ -66,14 +57,9 @@ async def answer_command(svc: Services, command: dict) -> tuple[str, list[dict]]
         return cards.notice(state_store_notice(error))
 
 
-# Subcommands whose answer may outlast Slack's 3-second ack: queued for the worker, answered via response_url.
-QUEUED_ACTIONS = {"ask_model"}
-
-
 async def queue_subcommand(svc: Services, actor: Actor, parsed: ParsedCommand,
                            command: dict) -> tuple[str, list[dict]]:
-    assert parsed.action in QUEUED_ACTIONS, "the caller routes only queued actions here"
-    action = get_action(parsed.action)
+    action = get_action(parsed.action or "")
     assert action is not None, "the parser yields registered actions only"
     try:
         args = validate_args(action, parsed.args, svc)
@@ -100,9 +86,9 @@ async def run_subcommand(svc: Services, actor: Actor, parsed: ParsedCommand) -> 
         # Upper-case the first letter only: str.capitalize() would lower-case ids and formats (YYYY-MM, C0123).
         raise CommandError(f"{problem[:1].upper()}{problem[1:]}. Usage: `{parsed.usage}`") from None
     result = await run_action(parsed.action, svc, actor, args)
-    if result.denied:
+    if result.status is ActionStatus.DENIED:
         return cards.notice(f":no_entry: {result.text}")
-    return render_result(svc, parsed.action, result)
+    return render_result(svc, result)
 
 
 DECLINED_ICONS = {
@@ -112,41 +98,40 @@ DECLINED_ICONS = {
 }
 
 
-def render_result(svc: Services, action_name: str, result) -> tuple[str, list[dict]]:
-    lease = result.lease
-    if action_name == "provision":
-        if result.declined is not None:
-            return cards.notice(f"{DECLINED_ICONS[result.declined]} {result.text}")
-        if result.ok:
+def render_result(svc: Services, result: ActionResult) -> tuple[str, list[dict]]:
+    """By the payload's type, never the action's name: a subcommand renamed or added keeps its card."""
+    match result.payload:
+        case Declined() as reason:
+            return cards.notice(f"{DECLINED_ICONS[reason]} {result.text}")
+        case Requested(lease, priced_zones_only):
             search = "" if lease.zone_explicit else " If that zone refuses, the best-known other zones are tried."
-            if result.priced_zones_only:
+            if priced_zones_only:
                 search = (" If that zone refuses, the best-known other zones are tried — "
-                          f"{PRICED_ZONES_ONLY.format(zones=', '.join(result.priced_zones_only))}.")
+                          f"{PRICED_ZONES_ONLY.format(zones=', '.join(priced_zones_only))}.")
             return cards.notice(
                 f":white_check_mark: Requested a {svc.policy.accelerator_type} flex-start TPU in {lease.zone} "
                 f"for {cards.duration(lease.run_seconds)} (lease `{lease.lease_id}`).{search} The status card follows in this channel."
             )
-        return cards.notice(
-            f":lock: This channel's TPU is held by <@{lease.holder}> since {cards.clock(lease.created_at)} "
-            f"(lease `{lease.lease_id}`, {cards.state_name(lease.state)}, {lease.zone}). Nothing new was created. "
-            "See `/tpu status`; the holder or an admin can release it with `/tpu down`."
-        )
-    if action_name == "status":
-        if lease is None:
-            return cards.notice("This channel holds no TPU. Start one with `/tpu up`.")
-        return cards.status_card(lease)
-    if action_name == "bench":
-        return cards.notice(f":stopwatch: {result.text}" if result.ok else f":warning: {result.text}")
-    if action_name == "spend" and result.ok:
-        from handlers.spend_view import spend_sections
+        case AlreadyHeld(lease):
+            return cards.notice(
+                f":lock: This channel's TPU is held by <@{lease.holder}> since {cards.clock(lease.created_at)} "
+                f"(lease `{lease.lease_id}`, {cards.state_name(lease.state)}, {lease.zone}). Nothing new was created. "
+                "See `/tpu status`; the holder or an admin can release it with `/tpu down`."
+            )
+        case ChannelLease(lease):
+            return cards.status_card(lease) if lease else cards.notice("This channel holds no TPU. Start one with `/tpu up`.")
+        case BenchRequest(queued):
+            return cards.notice(f":stopwatch: {result.text}" if queued else f":warning: {result.text}")
+        case MonthSpend():
+            from handlers.spend_view import spend_sections
 
-        return result.text[:3000], spend_sections(result.text)
-    if action_name == "search_runbooks" and result.ok:
-        return cards.runbook_card(result.data.get("query", ""), result.data.get("results", []), result.text)
-    if action_name == "zones":
-        return cards.zones_card(result.data.get("zones", []), result.data.get("order", []))
-    if action_name == "teardown":
-        if result.needs_confirmation:
+            return result.text[:3000], spend_sections(result.text)
+        case RunbookHits(query, results):
+            return cards.runbook_card(query, results, result.text)
+        case ZoneBoard(zones, order):
+            return cards.zones_card(zones, order)
+        case TeardownOf(lease) if lease is not None:
             return cards.teardown_confirm_card(lease)
-        return cards.notice(f":no_entry: {result.text}")
+        case TeardownOf():
+            return cards.notice(f":no_entry: {result.text}")
     return cards.notice(result.text)

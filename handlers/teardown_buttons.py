@@ -2,29 +2,23 @@
 
 from __future__ import annotations
 
-from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from agent.lease import lifecycle
 from agent.context import Services
 from handlers import cards
 from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
-from handlers.slash import state_store_notice
 
 
 def register(app: AsyncApp, svc: Services) -> None:
     async def handle_teardown_confirm(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
-        try:
-            outcome = await lifecycle.confirm_teardown(svc, clicker(body), clicked_value(body))
-        except RedisError as error:
-            reply_after_ack(context, text=state_store_notice(error), replace_original=False, response_type="ephemeral")
+        outcome = await lifecycle.confirm_teardown(svc, clicker(body), clicked_value(body))
+        if outcome.ok and outcome.lease is not None:
+            reply_after_ack(context, replace_original=True,
+                            text=f":wastebasket: Tearing down `{outcome.lease.qr_id}`… the status card shows progress.")
         else:
-            if outcome.ok and outcome.lease is not None:
-                reply_after_ack(context, replace_original=True,
-                                text=f":wastebasket: Tearing down `{outcome.lease.qr_id}`… the status card shows progress.")
-            else:
-                reply_after_ack(context, text=f":no_entry: {outcome.message}", replace_original=False,
-                                response_type="ephemeral")
+            reply_after_ack(context, text=f":no_entry: {outcome.message}", replace_original=False,
+                            response_type="ephemeral")
         await ack()
 
     async def handle_teardown_cancel(ack: AsyncAck, context: AsyncBoltContext) -> None:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, ClassVar
 
 from google.api_core.exceptions import TooManyRequests
 
@@ -40,10 +40,25 @@ MAX_DELAY = 32.0
 class CloudLoggingConfig:
     """Where to read logs. `api_endpoint` points the client at a sandbox (http://127.0.0.1:PORT)."""
 
+    wired: ClassVar[bool] = True  # the tools that read it are offered (agent/actions/registry.py)
     project: str
     api_endpoint: str | None = None
     credentials: Any = None  # google.auth credentials; None = application default
     anonymous: bool = False  # sandbox: no credentials at all
+
+
+class CloudLoggingAbsent(Exception):
+    """A read of NoCloudLogging; the message says what to set."""
+
+
+class NoCloudLogging:
+    """Cloud Logging where this deployment has none: a sandbox without its emulator (anonymous
+    calls to Google would only fail). Its tools are not offered; a read says so."""
+
+    wired: ClassVar[bool] = False
+
+    def list_entries(self, **_: Any) -> Iterator[Any]:
+        raise CloudLoggingAbsent("Cloud Logging is not configured for this bot (set GCP_PROJECT).")
 
 
 @dataclass

@@ -13,6 +13,7 @@ a refusal.
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+import contextlib
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -28,6 +29,19 @@ OUTSIDE_SETTING = "MCP_READ_OUTSIDE_CWD"
 
 class LocalFileError(Exception):
     """A file could not be read; the message says what was wrong and what to do instead."""
+
+
+class NoLocalFiles:
+    """The disk of a Slack process: it never reads its own files for a user (only `tpubot mcp`
+    and `tpubot shell`'s `!attach` read the files of the person running them)."""
+
+    def open_log(self, path: str) -> contextlib.AbstractContextManager[LocalLog]:
+        raise LocalFileError("This bot does not read files from its own disk; attach the file to your message "
+                             "(or run `tpubot mcp` on your machine to read local files).")
+
+    def read_image(self, path: str) -> PreparedImage:
+        raise LocalFileError(f"{path}: `images` are files on this machine, read only by `tpubot mcp` (and "
+                             "`tpubot shell`'s `!attach`); in Slack, attach the screenshots to a mention instead.")
 
 
 @dataclass(frozen=True)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import secrets
 import threading
+import time
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -37,7 +38,22 @@ if TYPE_CHECKING:
     from google.cloud.secretmanager_v1 import SecretManagerServiceClient
 
 SECRET_PREFIX = "tpubot-model-key-"
+# What the bot's account does in Secret Manager, on the project: create a secret per lease, add its
+# version, read it back, grant the VM (get and set the secret's policy), list them for the reconciler
+# and delete them. Of Google's predefined roles only roles/secretmanager.admin holds create, delete and
+# setIamPolicy together (secretAccessor, secretVersionAdder, secretVersionManager and viewer hold none
+# of those three), so the README names it, or a custom role with exactly these.
+BOT_SECRET_PERMISSIONS = (
+    "secretmanager.secrets.create", "secretmanager.secrets.delete", "secretmanager.secrets.list",
+    "secretmanager.secrets.getIamPolicy", "secretmanager.secrets.setIamPolicy", "secretmanager.versions.add",
+    "secretmanager.versions.access",
+)
 CALL_TIMEOUT = 15.0
+# setIamPolicy with a stale etag (409 ABORTED): Google's advice is to retry the whole read-modify-write with
+# exponential backoff. Four tries over ~1.5 s outlast a person's edit in the console; a tool that rewrites
+# the policy every time will not be outlasted, and is named instead.
+SET_POLICY_TRIES = 4
+SET_POLICY_BACKOFF_SECONDS = 0.25
 _CALL_ERRORS = (gexc.GoogleAPICallError, requests.RequestException, auth_exc.GoogleAuthError)
 
 
@@ -70,6 +86,23 @@ def _call_failed(doing: str, error: Exception, fix: str) -> ModelKeyError:
     if (said := rejected_credentials(error)) is not None:
         return ModelKeyError(f"Google credentials were rejected: {said}", f"{CREDENTIALS_VARIABLE}: {REJECTED_FIX}")
     return ModelKeyError(f"Secret Manager could not {doing}: {error}", fix)
+
+
+class NoModelKeys:
+    """The key store of a sandbox without a Secret Manager emulator: its endpoints run without a
+    key, so there is none to make, read or delete."""
+
+    async def create(self, lease_id: str) -> None:
+        return None
+
+    async def key(self, lease_id: str) -> str | None:
+        return None
+
+    async def destroy(self, lease_id: str) -> None:
+        return None
+
+    async def keyed_leases(self) -> list[KeySecret]:
+        return []
 
 
 @dataclass
@@ -149,7 +182,10 @@ class ModelKeys:
 
     def _let_the_vm_read(self, lease_id: str, *, fresh: bool) -> None:
         """Bind the TPU VM's account to secretAccessor on this lease's secret: a secret this call created has
-        no policy yet, so the binding is the whole policy; else read, add, write back (with its etag)."""
+        no policy yet, so the binding is the whole policy; else read, add, write back (with its etag).
+
+        A write that loses a race to another writer of the policy (409: the etag moved) is redone from a
+        fresh read, up to SET_POLICY_TRIES times. A 400 is the member: an account that does not exist."""
         if self.reader is None:
             return
         try:
@@ -159,24 +195,52 @@ class ModelKeys:
                                 f"the model's API key: {error.message}", error.fix) from error
         client, name = self._secrets(), self._name(lease_id)
         try:
-            if fresh:
-                client.set_iam_policy(request={"resource": name, "policy": {"bindings": [
-                    {"role": SECRET_ACCESSOR, "members": [account]}]}}, timeout=CALL_TIMEOUT)
-                return
-            policy = client.get_iam_policy(request={"resource": name}, timeout=CALL_TIMEOUT)
-            for binding in policy.bindings:
-                if binding.role == SECRET_ACCESSOR:
-                    if account not in binding.members:
-                        binding.members.append(account)
-                    break
-            else:
-                policy.bindings.add(role=SECRET_ACCESSOR, members=[account])
-            client.set_iam_policy(request={"resource": name, "policy": policy}, timeout=CALL_TIMEOUT)
+            for attempt in range(1, SET_POLICY_TRIES + 1):
+                try:
+                    self._bind(client, name, account, fresh=fresh and attempt == 1)
+                    return
+                except gexc.Conflict as error:
+                    if attempt == SET_POLICY_TRIES:
+                        raise ModelKeyError(
+                            f"Secret Manager kept refusing the TPU VM's grant on the model's API key: its policy "
+                            f"changed under each of {attempt} read-modify-writes ({error.message})",
+                            "something else keeps rewriting the IAM policy of tpubot-model-key-* secrets (a "
+                            "policy-enforcing tool?); stop it for these secrets, then `/tpu up` again") from error
+                    time.sleep(SET_POLICY_BACKOFF_SECONDS * 2 ** (attempt - 1))  # Google: back off, then redo it all
         except gexc.Forbidden as error:
             raise ModelKeyError(f"Secret Manager refused to let the TPU VM's account ({account}) read the model's API "
                                 f"key: {error.message}",
                                 "grant the bot's account roles/secretmanager.admin on the project (it holds "
                                 "secretmanager.secrets.setIamPolicy), then `/tpu up` again") from error
+        except gexc.BadRequest as error:
+            raise ModelKeyError(f"Secret Manager would not let the TPU VM's account ({account}) read the model's API "
+                                f"key: {error.message}", self._bad_member_fix(account)) from error
+
+    def _bind(self, client, name: str, account: str, *, fresh: bool) -> None:
+        if fresh:
+            client.set_iam_policy(request={"resource": name, "policy": {"bindings": [
+                {"role": SECRET_ACCESSOR, "members": [account]}]}}, timeout=CALL_TIMEOUT)
+            return
+        policy = client.get_iam_policy(request={"resource": name}, timeout=CALL_TIMEOUT)
+        for binding in policy.bindings:
+            if binding.role == SECRET_ACCESSOR:
+                if account in binding.members:
+                    return  # already granted: writing it back could only lose a race
+                binding.members.append(account)
+                break
+        else:
+            policy.bindings.add(role=SECRET_ACCESSOR, members=[account])
+        client.set_iam_policy(request={"resource": name, "policy": policy}, timeout=CALL_TIMEOUT)
+
+    def _bad_member_fix(self, account: str) -> str:
+        email = account.removeprefix("serviceAccount:")
+        if self.reader is not None and self.reader.configured:
+            return (f"TPU_SERVICE_ACCOUNT={email} must name an existing service account: create it (README, \"a "
+                    f"dedicated account\") or fix the name (`gcloud iam service-accounts list --project "
+                    f"{self.project}`)")
+        return ("the project's default Compute Engine service account is created when the Compute Engine API is "
+                f"enabled (`gcloud services enable compute.googleapis.com --project {self.project}`); if it was "
+                "deleted, set TPU_SERVICE_ACCOUNT to a dedicated account (README)")
 
     def _read(self, lease_id: str) -> str | None:
         try:

@@ -7,8 +7,10 @@ that account (infra/tpu.py sends it). The project number comes from Cloud Resour
 (`resourcemanager.projects.get`).
 
 `can_read_secret` answers from the allow policies (the secret's, then the project's): whether a role
-that holds `secretmanager.versions.access` is bound to the account. It cannot see IAM conditions,
-groups or deny policies, and says so when the answer rests on them.
+that holds `secretmanager.versions.access` is bound to the account. It says "cannot tell" (None)
+rather than "no" when the answer could rest on what it cannot see: a group's or a domain's members,
+a custom role's permissions, a grant on the project's folder or organization. Deny policies and
+IAM conditions it cannot see either; a grant it finds is reported as found.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ CALL_TIMEOUT = 15.0
 # Predefined roles that hold secretmanager.versions.access.
 SECRET_READING_ROLES = frozenset({"roles/secretmanager.secretAccessor", "roles/secretmanager.admin", "roles/owner"})
 SECRET_ACCESSOR = "roles/secretmanager.secretAccessor"
+# Members that may stand for the account without naming it: its group, its domain, a principal set.
+INDIRECT_MEMBERS = ("group:", "domain:", "principalSet:", "principal:")
 
 
 class NodeAccountError(Exception):
@@ -55,6 +59,7 @@ class NodeAccount:
     resourcemanager_endpoint: str = ""
     secretmanager_endpoint: str = ""
     _email: str = field(default="", init=False, repr=False)
+    _project_json: dict = field(default_factory=dict, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def email(self) -> str:
@@ -72,6 +77,12 @@ class NodeAccount:
         return "TPU_SERVICE_ACCOUNT" if self.configured else "the project's default Compute Engine service account"
 
     def _project_number(self) -> str:
+        return str(self._project().get("projectNumber", ""))
+
+    def _project(self) -> dict:
+        """Resource Manager's projects.get (the number, the parent), asked once."""
+        if self._project_json:
+            return self._project_json
         from google.auth.transport.requests import AuthorizedSession
 
         base = (self.resourcemanager_endpoint or RESOURCE_MANAGER_ENDPOINT).rstrip("/")
@@ -87,7 +98,8 @@ class NodeAccount:
         if response.status_code != 200:
             raise NodeAccountError(f"Cloud Resource Manager refused project {self.project}'s number (HTTP "
                                    f"{response.status_code}: {_message(response)})", fix)
-        return str(response.json().get("projectNumber", ""))
+        self._project_json = response.json()
+        return self._project_json
 
     def can_read_secret(self, secret_name: str) -> tuple[bool | None, str]:
         """(True/False, how it was found), or (None, why it could not be told) for `projects/P/secrets/S`.
@@ -99,16 +111,34 @@ class NodeAccount:
         """
         account = f"serviceAccount:{self.email()}"
         members = {account, "allUsers", "allAuthenticatedUsers"}
-        secret_roles = _roles_of(self._secret_policy(secret_name), members)
+        secret_policy = self._secret_policy(secret_name)
+        secret_roles = _roles_of(secret_policy, members)
         if secret_roles & SECRET_READING_ROLES:
             return True, f"{sorted(secret_roles & SECRET_READING_ROLES)[0]} on the secret"
         try:
-            project_roles = _roles_of(self._project_policy(), members)
+            project_policy = self._project_policy()
         except NodeAccountError as error:
             return None, (f"no grant on the secret, and the project's policy is not readable ({error.message}): grant "
                           "the bot roles/browser to check it")
+        project_roles = _roles_of(project_policy, members)
         if project_roles & SECRET_READING_ROLES:
             return True, f"{sorted(project_roles & SECRET_READING_ROLES)[0]} on the project"
+        # No grant the bot can see. Whether one it cannot see exists decides between "no" and "cannot tell".
+        for where, policy, roles in (("secret", secret_policy, secret_roles), ("project", project_policy,
+                                                                              project_roles)):
+            if custom := sorted(role for role in roles if _is_custom(role)):
+                return None, (f"no predefined role that reads secrets is bound to it, but the custom role {custom[0]} "
+                              f"is, on the {where}: whether it holds secretmanager.versions.access was not checked")
+            if indirect := _indirect_readers(policy):
+                return None, (f"no role that reads secrets is bound to it by name, but {indirect[0]} holds one on the "
+                              f"{where}, and whether the account is among its members cannot be seen")
+        try:
+            parent = self._project().get("parent") or {}
+        except NodeAccountError as error:
+            return None, f"no grant on the secret or the project, and the project's parent could not be read: {error}"
+        if parent.get("type") in ("folder", "organization"):
+            return None, (f"no grant on the secret or the project; project {self.project} is in {parent['type']} "
+                          f"{parent.get('id', '?')}, where a grant would not show here")
         return False, "no role that reads secrets is bound to it on the secret or on the project"
 
     def _secret_policy(self, secret_name: str) -> dict:
@@ -153,6 +183,17 @@ def _secret_policy(secret_name: str, credentials: Credentials | None, endpoint: 
     finally:
         client.transport.close()
     return json_format.MessageToDict(policy)
+
+
+def _is_custom(role: str) -> bool:
+    return role.startswith(("projects/", "organizations/"))
+
+
+def _indirect_readers(policy: dict) -> list[str]:
+    """`MEMBER (ROLE)` for each group, domain or principal set bound to a role that may read secrets."""
+    return [f"{member} ({b.get('role')})" for b in policy.get("bindings") or []
+            if b.get("role") in SECRET_READING_ROLES or _is_custom(str(b.get("role")))
+            for member in b.get("members") or [] if member.startswith(INDIRECT_MEMBERS)]
 
 
 def _roles_of(policy: dict, members: set[str]) -> set[str]:

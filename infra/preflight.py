@@ -105,7 +105,7 @@ class PreflightConfig:
 
     def fingerprint(self) -> str:
         """What the verdict depends on, including which endpoint set answered (see `endpoint_kind`)."""
-        sandbox = self.mode.is_sandbox
+        sandbox = self.mode.target.emulated_apis
         endpoints = [endpoint_kind(e) for e in (self.tpu_endpoint, self.compute_endpoint, self.quotas_endpoint,
                                                   self.secretmanager_endpoint, self.storage_endpoint)]
         basis = [self.project, self.zone, self.accelerator, self.network_name, self.subnetwork, self.hf_token_secret,
@@ -170,6 +170,7 @@ def run_preflight(config: PreflightConfig, credentials: Credentials | None = Non
     checks.append(result)
     if creds is None:
         for name in ("project", "network", "model firewall", "hf token secret", "tpu quota", "tpu vm account",
+                     "bot permissions",
                      *(name for name, applies, _ in CONDITIONAL_CHECKS if applies(config))):
             # The fix is the credentials' own, printed once above: six copies of it read as six problems.
             checks.append(CheckResult(name, False, "not checked: it needs the credentials above to work"))
@@ -181,9 +182,9 @@ def run_preflight(config: PreflightConfig, credentials: Credentials | None = Non
 
 def check_credentials(config: PreflightConfig, credentials: Credentials | None) -> tuple[Credentials | None, CheckResult]:
     if credentials is not None:
-        kind = "anonymous (sandbox)" if config.mode.is_sandbox else type(credentials).__name__
+        kind = "anonymous (sandbox)" if config.mode.target.anonymous else type(credentials).__name__
         return credentials, CheckResult("credentials", True, f"using {kind} credentials")
-    if config.mode.is_sandbox:
+    if config.mode.target.anonymous:
         return config.mode.credentials(), CheckResult("credentials", True,
                                                       "sandbox: anonymous credentials against the local emulators")
     from infra.gcp_credentials import ADC_FIX as fix
@@ -411,7 +412,9 @@ def check_node_account(config: PreflightConfig, credentials: Credentials) -> Che
     try:
         email = account.email()
     except NodeAccountError as error:
-        return CheckResult(name, False, f"could not tell which account the TPU VMs run as: {error.message}", error.fix)
+        # Cannot tell is not "cannot read": the bot's permissions check names what the bot lacks.
+        return CheckResult(name, True, f"could not tell which account the TPU VMs run as: {error.message}", error.fix,
+                           warning=True)
     secret = config.secret_version.rsplit("/versions/", 1)[0]
     secret_id = secret.rsplit("/", 1)[-1]
     try:
@@ -428,6 +431,45 @@ def check_node_account(config: PreflightConfig, credentials: Credentials) -> Che
                                         f"{secret_id}: {how}; the VM would give up reading it at boot", grant)
     return CheckResult(name, True, f"the TPU VMs run as {email} ({account.described}) and may read {secret_id} "
                                    f"({how})")
+
+
+def check_bot_permissions(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    """What the bot's own account may do on the project, asked of Google (Resource Manager's
+    testIamPermissions) rather than found by trying: its Secret Manager work for each lease's key, and
+    the project's number that names the TPU VM's default account."""
+    from google.auth.transport.requests import AuthorizedSession
+
+    from infra.model_keys import BOT_SECRET_PERMISSIONS
+
+    name = "bot permissions"
+    wanted = (*BOT_SECRET_PERMISSIONS, "resourcemanager.projects.get")
+    base = (config.resourcemanager_endpoint or "https://cloudresourcemanager.googleapis.com").rstrip("/")
+    try:
+        with AuthorizedSession(credentials) as session:
+            response = session.post(f"{base}/v1/projects/{config.project}:testIamPermissions",
+                                    json={"permissions": list(wanted)}, timeout=CALL_TIMEOUT)
+    except (requests.RequestException, auth_exc.GoogleAuthError) as error:
+        return CheckResult(name, True, f"not checked: Cloud Resource Manager did not answer ({error})",
+                           "check the network path to cloudresourcemanager.googleapis.com", warning=True)
+    if response.status_code != 200:
+        return CheckResult(name, True, f"not checked: Cloud Resource Manager answered HTTP {response.status_code} "
+                                       f"({_message(response)})",
+                           "enable the Cloud Resource Manager API (`gcloud services enable "
+                           "cloudresourcemanager.googleapis.com`)", warning=True)
+    held = set(response.json().get("permissions") or [])
+    missing = [permission for permission in wanted if permission not in held]
+    if not missing:
+        return CheckResult(name, True, f"the bot's account holds the {len(BOT_SECRET_PERMISSIONS)} Secret Manager "
+                                       "permissions of the lease's key and resourcemanager.projects.get")
+    roles = []
+    if any(p.startswith("secretmanager.") for p in missing):
+        roles.append("roles/secretmanager.admin (the one predefined role that creates, deletes and sets the IAM "
+                     "policy of secrets), or add them to the bot's custom role")
+    if "resourcemanager.projects.get" in missing:
+        roles.append("roles/tpu.admin (it holds resourcemanager.projects.get)")
+    return CheckResult(name, False, f"the bot's account lacks {', '.join(missing)} on project {config.project}: "
+                                    "`/tpu up` would fail before any TPU",
+                       f"grant the bot's account {' and '.join(roles)} on the project")
 
 
 def check_private_google_access(config: PreflightConfig, credentials: Credentials) -> CheckResult:
@@ -556,7 +598,7 @@ def check_cache_bucket(config: PreflightConfig, credentials: Credentials) -> Che
 
 
 CHECKS: tuple[Callable[[PreflightConfig, Credentials], CheckResult], ...] = (
-    check_project, check_network, check_firewall, check_secret, check_quota, check_node_account,
+    check_project, check_network, check_firewall, check_secret, check_quota, check_node_account, check_bot_permissions,
 )
 # (name, does it apply to these settings, check): run after CHECKS, only where they apply.
 CONDITIONAL_CHECKS: tuple[tuple[str, Callable[[PreflightConfig], bool],

@@ -12,7 +12,9 @@ entries (or `{"entries": [...]}`) merged over the defaults: an entry with the sa
 from __future__ import annotations
 
 import json
+import math
 from datetime import date, datetime, timedelta
+from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
@@ -46,7 +48,7 @@ class PriceEntry(BaseModel):
     accelerator: str = Field(description="TPU generation, e.g. v5e (v5litepod-1 is accepted)")
     region: str = Field(description="GCP region, e.g. us-west4 (a zone is accepted)")
     provisioning_model: ProvisioningModel
-    usd_per_chip_hour: float = Field(ge=0)
+    usd_per_chip_hour: float = Field(ge=0, allow_inf_nan=False)  # JSON's Infinity (or 1e400) is no price
     as_of: date = Field(description="when the source was read")
     source: str = Field(min_length=1, description="where the number comes from")
 
@@ -177,22 +179,46 @@ PriceTableSetting = Annotated[PriceTable, BeforeValidator(merge_over_defaults)]
 # --- money, as people read it ---------------------------------------------------------------
 
 
+UNKNOWN_AMOUNT = "an unknown amount"  # what a sum that is not a number (inf, NaN) is written as
+HUGE_USD = 1e12  # from here on, cents (and a float's last digits) are noise: the figure is written as 1.23e+15
+TINY_USD = 0.000001  # below a millionth of a dollar (a v5e chip's few milliseconds), written "<$0.000001"
+
+
 def money(usd: float) -> str:
     """One way to write an amount everywhere (cards, receipts, budgets, the CLI): cents from ten
     cents up (`$0.60`, `$1,234.00`), tenths of a cent below (`$0.089`, a batch's dollars per million
-    tokens), and below a tenth of a cent its first digits (`$0.0007`: seconds of TPU still read as
-    something, not as $0.00)."""
+    tokens), and below a tenth of a cent its first two digits (`$0.00071`: seconds of TPU still read
+    as something, not as $0.00), never in exponent notation; under a millionth of a dollar `<$0.000001`.
+    What arithmetic on a bad figure can give reads as what it is: -0.0 (and a negative float
+    rounding error under a hundredth of a cent) is `$0.00`, a sum past a trillion dollars
+    `$1.00e+15`, and inf or NaN UNKNOWN_AMOUNT, never `$nan`."""
+    if not math.isfinite(usd):
+        return UNKNOWN_AMOUNT
+    if -TINY_USD < usd <= 0:
+        return "$0.00"
     sign, usd = ("-", -usd) if usd < 0 else ("", usd)
-    if usd >= 0.1 or usd == 0:
+    if usd >= HUGE_USD:
+        return f"{sign}${usd:.2e}"
+    if usd < TINY_USD:
+        return f"<${TINY_USD:f}"
+    if float(f"{usd:.3f}") >= 0.1:  # 0.0999 rounds to ten cents: written in cents, not as $0.100
         return f"{sign}${usd:,.2f}"
-    return f"{sign}${usd:.3f}" if usd >= 0.001 else f"{sign}${usd:.2g}"
+    if float(f"{usd:.2g}") >= 0.001:
+        return f"{sign}${usd:.3f}"
+    return f"{sign}${Decimal(f'{usd:.2g}'):f}"  # two significant digits, written out: $0.00071, not $7.1e-04
 
 
 def hourly(usd_per_hour: float, unit: str = "h") -> str:
-    """A rate: `$0.60/h`, `$0.5779/chip-hour` — cents at least, and no digit of a published price lost."""
-    digits = f"{usd_per_hour:,.4f}".rstrip("0")
+    """A rate: `$0.60/h`, `$0.5779/chip-hour` — cents at least, and no digit of a published price lost.
+    A rate that is not a number is "an unknown rate"; one past a trillion dollars is written as money() does."""
+    if not math.isfinite(usd_per_hour):
+        return "an unknown rate"
+    if abs(usd_per_hour) >= HUGE_USD:
+        return f"{money(usd_per_hour)}/{unit}"
+    sign = "-" if usd_per_hour < 0 and f"{usd_per_hour:.4f}".strip("-0.") else ""
+    digits = f"{abs(usd_per_hour):,.4f}".rstrip("0")
     whole, _, cents = digits.partition(".")
-    return f"${whole}.{cents.ljust(2, '0')}/{unit}"
+    return f"{sign}${whole}.{cents.ljust(2, '0')}/{unit}"
 
 
 # --- cost arithmetic ------------------------------------------------------------------------

@@ -39,18 +39,37 @@ TEMPLATE_PACKAGE = "infra.templates"
 TEMPLATE_NAME = "startup-script.sh"
 SECRET_MANAGER_URL = "https://secretmanager.googleapis.com"
 STORAGE_URL = "https://storage.googleapis.com"
-# A secret refused (403) or missing (404) is tried for 90 s: an IAM grant usually reaches Secret
-# Manager within a minute or two, and the bot grants the lease's key before the VM exists. Any other
-# failure (5xx, no answer) is tried for 5 minutes.
-SECRET_RETRY_SECONDS = 15
-SECRET_DENIED_TRIES = 7
-SECRET_TRIES = 21
-# The image pull: Docker Hub's rate limit is backed off 60, 120, 240 and 480 s (15 minutes in all:
-# its window is an hour, and another node's pull may be what used the address's share); any other
-# failure 15, 30, 45, 60 s.
+# Every call the script makes has a time limit (curl --max-time, `timeout`), every retry a count:
+# METADATA_SECONDS for one metadata-server call (token, email, a guest-attribute write), API_SECONDS
+# for one Secret Manager call (or `docker login`), CACHE_TRANSFER_SECONDS for the compile cache.
+METADATA_SECONDS = 5
+API_SECONDS = 10
+CACHE_TRANSFER_SECONDS = 180  # ~200 MB in the TPU's region (reference/vllm-tpu.md §4): seconds, not minutes
+DOCKER_SECONDS = 60  # one `docker run --detach`/rm/logs/inspect: the daemon answers in seconds, or is stuck
+# Secrets are tried every 30 s. A 403 on the lease's key is tried for 7 minutes: the bot grants the
+# VM's account just before the VM exists, and an IAM grant takes up to about 7 minutes to reach
+# Secret Manager. A 403 on the HF token (the operator's grant, which doctor checks) 2 minutes, a 404
+# (waiting creates nothing) 1 minute, anything else (5xx, no answer) 2.5 minutes.
+SECRET_RETRY_SECONDS = 30
+KEY_DENIED_TRIES = 15
+SECRET_DENIED_TRIES = 5
+SECRET_MISSING_TRIES = 3
+SECRET_TRIES = 6
+# The image pull: Docker Hub's rate limit is backed off 60, 120, 240 and 480 s (15 minutes: its
+# window is an hour, and another node's pull may be what used the address's share); any other
+# failure 15, 30, 45, 60 s. All of it, the pulls themselves included (20-26 GB), within 20 minutes.
 PULL_TRIES = 5
 PULL_RETRY_SECONDS = 15
 PULL_RATE_LIMIT_SECONDS = 60
+PULL_BUDGET_SECONDS = 1200
+# Guest-attribute writes and metadata reads outside the retry loops before vLLM starts: the phases
+# (two writes each: reading-secrets, pulling-image, restoring-cache, failed), restarts, last-error
+# (four times), cache, cache-note, the account's email, the tokens for docker login and the cache.
+FIXED_METADATA_CALLS = 18
+# A cold vLLM start on v5e after those waits: loading and compiling, 857 s measured for 32,768 tokens
+# (reference/vllm-tpu.md §4), 960 s allowed by tpu-inference's CI. The default MODEL_BOOT_TIMEOUT is the
+# worst case of the waits plus this, so a VM that got through every step late still has time to serve.
+COLD_START_SECONDS = 16 * 60
 
 
 class TemplateError(ValueError):
@@ -67,23 +86,36 @@ class _ScriptTemplate(string.Template):
 
 @dataclass(frozen=True)
 class WaitBudget:
-    """How often, and how long apart, the VM tries each step before vLLM (seconds)."""
+    """How long each call before vLLM may take, how often each step is tried and how long apart (seconds)."""
 
+    metadata_seconds: int = METADATA_SECONDS
+    api_seconds: int = API_SECONDS
+    cache_transfer_seconds: int = CACHE_TRANSFER_SECONDS
+    docker_seconds: int = DOCKER_SECONDS
     secret_retry_seconds: int = SECRET_RETRY_SECONDS
+    key_denied_tries: int = KEY_DENIED_TRIES
     secret_denied_tries: int = SECRET_DENIED_TRIES
+    secret_missing_tries: int = SECRET_MISSING_TRIES
     secret_tries: int = SECRET_TRIES
     pull_tries: int = PULL_TRIES
     pull_retry_seconds: int = PULL_RETRY_SECONDS
     pull_rate_limit_seconds: int = PULL_RATE_LIMIT_SECONDS
+    pull_budget_seconds: int = PULL_BUDGET_SECONDS
+
+    def secret_seconds(self, denied_tries: int) -> int:
+        """The longest one secret can take: every try a token and a call, every retry a published line and a pause."""
+        tries = max(denied_tries, self.secret_missing_tries, self.secret_tries)
+        one_try = self.metadata_seconds + self.api_seconds
+        return tries * one_try + (tries - 1) * (self.metadata_seconds + self.secret_retry_seconds)
 
     def pre_vllm_wait_seconds(self) -> int:
-        """The longest the VM can wait before it starts vLLM or gives up: two secrets each retried to
-        the end, then a pull that backs off the longer of its two ways."""
-        secrets = 2 * (max(self.secret_tries, self.secret_denied_tries) - 1) * self.secret_retry_seconds
-        steps = range(1, self.pull_tries)
-        rate_limited = sum(self.pull_rate_limit_seconds * 2 ** (n - 1) for n in steps)
-        other = sum(n * self.pull_retry_seconds for n in steps)
-        return secrets + max(rate_limited, other)
+        """The longest the VM can take before it starts vLLM or gives up: both secrets tried to the end, a
+        `docker login`, the pull's whole budget, the cache's download, `docker rm` and `docker run`, and the
+        metadata calls in between."""
+        return (self.secret_seconds(self.secret_denied_tries) + self.secret_seconds(self.key_denied_tries)
+                + self.api_seconds + self.pull_budget_seconds + self.cache_transfer_seconds
+                + 2 * self.docker_seconds  # the old container's `docker rm`, the new one's `docker run`
+                + FIXED_METADATA_CALLS * self.metadata_seconds)
 
 
 @dataclass(frozen=True)
@@ -150,12 +182,7 @@ def script_values(config: StartupScriptConfig) -> dict[str, str]:
         "MODEL_PORT": shlex.quote(str(vllm.port)),
         "HF_TOKEN_SECRET": shlex.quote(config.secret_version),
         "API_KEY_SECRET": shlex.quote(config.api_key_secret),
-        "SECRET_RETRY_SECONDS": str(int(waits.secret_retry_seconds)),
-        "SECRET_DENIED_TRIES": str(int(waits.secret_denied_tries)),
-        "SECRET_TRIES": str(int(waits.secret_tries)),
-        "PULL_TRIES": str(int(waits.pull_tries)),
-        "PULL_RETRY_SECONDS": str(int(waits.pull_retry_seconds)),
-        "PULL_RATE_LIMIT_SECONDS": str(int(waits.pull_rate_limit_seconds)),
+        **{name.upper(): str(int(getattr(waits, name))) for name in WaitBudget.__dataclass_fields__},
         "VLLM_ARGS": " ".join(shlex.quote(arg) for arg in vllm_flags(vllm)),
         "CACHE_KEY": shlex.quote(compile_cache_key(config)),
         "CACHE_BUCKET": shlex.quote(config.xla_cache_bucket) if config.xla_cache_bucket else "''",

@@ -12,7 +12,8 @@ import pytest
 import redis as redis_sync
 from waiting import wait_until
 
-from agent.actions import REGISTRY
+from agent.actions import REGISTRY, ActionResult
+from agent.actions.workspace_actions import LeaseRows
 from handlers.home_view import MAX_HOME_BLOCKS, home_view
 from infra.sandbox.slack_requests import SlackRequests
 from infra.state import keys
@@ -93,7 +94,7 @@ def test_home_view_stays_within_slacks_block_limit():
              "deadline": 2_000_000_000.0, "cost_so_far": 0.5} for i in range(150)]
     zones = ("z", [{"type": "header", "text": {"type": "plain_text", "text": "Zone scoreboard"}},
                    {"type": "section", "text": {"type": "mrkdwn", "text": "table"}}])
-    view = home_view({"ok": True, "text": "150 TPU leases", "data": {"leases": rows}}, zones, now=1_999_990_000.0)
+    view = home_view(ActionResult.done("150 TPU leases", payload=LeaseRows(rows)), zones, now=1_999_990_000.0)
     assert len(view["blocks"]) == MAX_HOME_BLOCKS
     text = view_text(view)
     shown = text.count("*Channel*")

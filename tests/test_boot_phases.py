@@ -53,7 +53,7 @@ def test_the_card_shows_the_vms_boot_phases_before_ready_and_a_cold_boot(make_st
 
 
 def test_a_crash_looping_vllm_fails_the_lease_in_seconds_with_its_error_line_and_the_image_to_use(make_stack):
-    stack = make_stack(poll_interval="0.2s")  # model_boot_timeout stays 45 minutes
+    stack = make_stack(poll_interval="0.2s")  # model_boot_timeout stays 60 minutes
     stack.node_models.crash_loop = SHARED_KV_ASSERTION  # what vllm-tpu v0.19.0 does with Gemma 4 E2B
     slack = stack.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)

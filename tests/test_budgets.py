@@ -271,13 +271,15 @@ def test_app_home_shows_this_months_spend_per_channel(stack, slack):
 
 
 def test_home_view_with_spend_stays_within_slacks_block_limit():
+    from agent.actions import ActionResult
+    from agent.actions.workspace_actions import LeaseRows
     from handlers.home_view import MAX_HOME_BLOCKS, home_view
 
     rows = [{"lease_id": f"l{i}", "channel": f"C{i:04d}", "holder": "U1", "state": "ACTIVE", "zone": ONE_ZONE,
              "deadline": 2_000_000_000.0, "cost_so_far": 0.5} for i in range(150)]
     table = "\n".join(f"C{i:04d}            1    1.00      0.60        —    0.00         —" for i in range(150))
-    spend = {"ok": True, "text": f"*TPU spend in 2026-12*:\n```{table}```\nIdle hours …", "data": {}}
-    view = home_view({"ok": True, "text": "150 TPU leases", "data": {"leases": rows}}, None, now=1_999_990_000.0,
+    spend = ActionResult.done(f"*TPU spend in 2026-12*:\n```{table}```\nIdle hours …")
+    view = home_view(ActionResult.done("150 TPU leases", payload=LeaseRows(rows)), None, now=1_999_990_000.0,
                      spend=spend)
     assert len(view["blocks"]) == MAX_HOME_BLOCKS
     section = view["blocks"][-1]["text"]["text"]

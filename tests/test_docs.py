@@ -52,7 +52,7 @@ def test_a_new_action_makes_the_committed_doc_stale(tmp_path):
     assert runner.invoke(app, ["docs", "--check", "--root", str(tmp_path)]).exit_code == 0
 
     async def drift_probe(svc, actor, args) -> ActionResult:
-        return ActionResult(True, "")
+        return ActionResult.done("")
 
     action("drift_probe", "A test-only action.", _DriftArgs)(drift_probe)
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 import logging
 
 import pytest
@@ -294,6 +295,104 @@ def test_doctor_names_the_account_the_tpu_vm_runs_as_and_whether_it_reads_the_hf
         "(TPU_SERVICE_ACCOUNT) and may read hf-token (roles/secretmanager.secretAccessor on the project)")
 
 
+def test_doctor_warns_not_fails_when_it_cannot_tell_whether_the_tpu_vms_account_reads_the_hf_token(own_cloud, env):
+    """A grant the bot cannot see may exist: "cannot tell" is a warning with the grant command, never a failure
+    that would stop every `/tpu up` of a working project."""
+    from infra.sandbox.iam import default_compute_account
+
+    node, bot = default_compute_account(123456789012), "serviceAccount:tpubot@tpubot-sandbox.iam.gserviceaccount.com"
+    grant = (f"gcloud secrets add-iam-policy-binding hf-token --project tpubot-sandbox --member serviceAccount:{node} "
+             "--role roles/secretmanager.secretAccessor")
+    seen = (("project", "roles/browser", bot),)  # the bot may read the project's policy: "no grant" is decidable
+
+    def verdict(exit_code: int = 0, **world) -> str:
+        own_cloud(**world)
+        result = doctor()
+        assert result.exit_code == exit_code, result.output
+        line = check_line(result.output, "tpu vm account")
+        assert line.startswith(f"WARN  tpu vm account   the TPU VMs run as {node}") or line.startswith(
+            "WARN  tpu vm account   could not tell"), line
+        return result.output
+
+    # The project sits in a folder (or an organization): a grant there does not show in the project's policy.
+    out = verdict(iam_grants=seen, parent="folders/4242")
+    assert "no grant on the secret or the project; project tpubot-sandbox is in folder 4242, where a grant would " \
+           "not show here" in out and grant in out
+    assert "project tpubot-sandbox is in organization 77" in verdict(iam_grants=seen, parent="organizations/77")
+    # A group holds the role: the account may be a member, which the bot cannot see.
+    out = verdict(iam_grants=(*seen, ("secret:hf-token", "roles/secretmanager.secretAccessor",
+                                      "group:tpu-nodes@example.com")))
+    assert "but group:tpu-nodes@example.com (roles/secretmanager.secretAccessor) holds one on the secret" in out
+    # A custom role is bound to the account: what it holds was not checked.
+    role = "projects/tpubot-sandbox/roles/tpubotNode"
+    out = verdict(iam_grants=(*seen, ("project", role, f"serviceAccount:{node}")),
+                  custom_roles={role: ("secretmanager.versions.access", "logging.logEntries.create")})
+    assert f"but the custom role {role} is, on the project" in out
+    # The project's number cannot be read (the bot lacks resourcemanager.projects.get): which account is unknown.
+    # The bot permissions check is the one that fails, naming the permission.
+    out = verdict(1, denied=("resourcemanager.projects.get",))
+    assert check_line(out, "bot permissions").startswith("FAIL  bot permissions  the bot's account lacks "
+                                                         "resourcemanager.projects.get")
+    assert check_line(out, "tpu vm account").startswith(
+        "WARN  tpu vm account   could not tell which account the TPU VMs run as: Cloud Resource Manager refused "
+        "project tpubot-sandbox's number (HTTP 403")
+    assert "or set TPU_SERVICE_ACCOUNT to the account the TPU VMs run as" in out
+    # Nothing hidden and no grant: still a failure.
+    result = (own_cloud(iam_grants=seen), doctor())[1]
+    assert result.exit_code == 1 and check_line(result.output, "tpu vm account").startswith("FAIL  tpu vm account")
+
+
+KEY_ROLE = "projects/tpubot-sandbox/roles/tpubotKeys"
+
+
+def readme_bot_secret_permissions() -> list[str]:
+    """The permissions of the custom role the README offers the bot instead of roles/secretmanager.admin."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    row = next(line for line in text.splitlines() if line.startswith("| `roles/secretmanager.admin`, or a custom role"))
+    return re.findall(r"`(secretmanager\.[a-zA-Z.]+)`", row.split("|")[1])
+
+
+def test_the_readmes_custom_role_for_the_bot_is_what_the_code_needs():
+    from infra.model_keys import BOT_SECRET_PERMISSIONS
+
+    assert sorted(readme_bot_secret_permissions()) == sorted(BOT_SECRET_PERMISSIONS)
+
+
+def test_doctor_asks_google_which_secret_manager_permissions_the_bot_holds_and_names_the_missing(own_cloud, env):
+    from infra.model_keys import BOT_SECRET_PERMISSIONS
+    from infra.sandbox.iam import BOT_ROLES
+
+    narrowed = tuple(r for r in BOT_ROLES if r != "roles/secretmanager.admin") + (KEY_ROLE,)
+    cloud = own_cloud(bot_roles=narrowed, custom_roles={KEY_ROLE: tuple(readme_bot_secret_permissions())})
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    assert check_line(result.output, "bot permissions") == (
+        f"PASS  bot permissions  the bot's account holds the {len(BOT_SECRET_PERMISSIONS)} Secret Manager permissions "
+        "of the lease's key and resourcemanager.projects.get")
+    assert ("POST", "/v1/projects/tpubot-sandbox:testIamPermissions", "tpubot@tpubot-sandbox.iam.gserviceaccount.com") \
+        in cloud.project_api.requests
+    assert "cloudresourcemanager.projects.testIamPermissions" in cloud.project_api.apis["resourcemanager"].checked
+    assert cloud.project_api.rejected == [] and cloud.project_api.response_problems == []
+    # Asked, not tried: no secret was created or deleted to find out.
+    assert not any(m in ("POST", "DELETE") and "/secrets" in path and "hf-token" not in path
+                   for m, path, _ in cloud.project_api.requests)
+
+    # A custom role that forgot setIamPolicy, and a bot without tpu.admin's resourcemanager.projects.get.
+    own_cloud(bot_roles=narrowed, custom_roles={KEY_ROLE: tuple(p for p in readme_bot_secret_permissions()
+                                                               if p != "secretmanager.secrets.setIamPolicy")},
+              denied=("resourcemanager.projects.get",))
+    result = doctor()
+    assert result.exit_code == 1, result.output
+    assert check_line(result.output, "bot permissions") == (
+        "FAIL  bot permissions  the bot's account lacks secretmanager.secrets.setIamPolicy, "
+        "resourcemanager.projects.get on project tpubot-sandbox: `/tpu up` would fail before any TPU")
+    assert ("grant the bot's account roles/secretmanager.admin (the one predefined role that creates, deletes and sets "
+            "the IAM policy of secrets), or add them to the bot's custom role and roles/tpu.admin (it holds "
+            "resourcemanager.projects.get) on the project") in " ".join(result.output.split())
+
+
 def test_the_xla_cache_bucket_must_exist_in_the_tpus_region(own_cloud, env):
     cloud = own_cloud(buckets={"cache-w4": "US-WEST4", "cache-eu": "EUROPE-WEST4", "cache-us": "US"})
     env.setenv("XLA_CACHE_BUCKET", "gs://no-such-cache")
@@ -396,4 +495,5 @@ def test_without_credentials_the_fix_is_given_once_not_under_every_check(tmp_pat
     assert result.returncode == 1, result.stderr[-2000:]
     assert "FAIL  credentials" in result.stdout
     assert result.stdout.count("gcloud auth application-default login") == 1, result.stdout
-    assert result.stdout.count("not checked: it needs the credentials above to work") == 6  # with issue 40's TPU VM account check
+    # with issue 40's TPU VM account and bot permissions checks
+    assert result.stdout.count("not checked: it needs the credentials above to work") == 7

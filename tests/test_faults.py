@@ -105,6 +105,27 @@ def test_redis_down_answers_within_the_ack_window_and_recovers(own_redis_stack):
         assert client.keys("tpubot:lease:*")
 
 
+def test_every_button_says_the_state_store_is_away_when_redis_is_down(own_redis_stack):
+    """One answer for a click the state store fails, whichever button (handlers/clicks.on_click)."""
+    from agent.lease.oncall import ACK_DEADLINE
+    from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION
+    from handlers.proposal_buttons import PROPOSAL_CONFIRM_ACTION, PROPOSAL_DISMISS_ACTION
+
+    own, stack, slack = own_redis_stack
+    own.stop()
+    buttons = [cards.TEARDOWN_CONFIRM_ACTION, ALERT_TEARDOWN_ACTION, ALERT_ACK_ACTION, PROPOSAL_CONFIRM_ACTION,
+               PROPOSAL_DISMISS_ACTION]
+    for n, action_id in enumerate(buttons, 1):
+        value = f"0123456789|{ACK_DEADLINE}" if action_id.startswith("alert") else "0123456789"
+        started = time.monotonic()
+        assert slack.click(action_id=action_id, value=value, user=ALICE, channel=CHANNEL).status == 200
+        assert time.monotonic() - started < 3.0
+        said = wait_until(lambda n=n: stack.slack.responses[n - 1:] and stack.slack.responses[n - 1], timeout=15,
+                          what=f"the answer to {action_id}")
+        assert "state store is unavailable, so nothing changed" in said["text"], (action_id, said)
+        assert said["response_type"] == "ephemeral" and said["replace_original"] is False
+
+
 def test_a_mention_redis_cannot_take_is_refused_so_slack_retries_it_and_the_retry_is_queued(own_redis_stack):
     own, stack, slack = own_redis_stack
     mention = dict(user=ALICE, channel=CHANNEL, ts="1700000500.000100", event_id="EvDOWN1")

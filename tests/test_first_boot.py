@@ -77,8 +77,8 @@ def test_up_on_defaults_runs_the_real_startup_script_and_its_guest_attributes_dr
     slack.close()
 
 
-def test_a_key_secret_the_nodes_account_may_not_read_fails_within_two_sandbox_minutes_with_the_grant(make_stack):
-    stack = make_stack(poll_interval="0.2s")  # MODEL_BOOT_TIMEOUT stays 45 minutes
+def test_a_key_secret_the_nodes_account_may_not_read_fails_after_seven_sandbox_minutes_with_the_grant(make_stack):
+    stack = make_stack(poll_interval="0.2s")  # MODEL_BOOT_TIMEOUT stays 60 minutes
     iam = stack.cloud.project_api.iam
     # An IAM deny policy on the keys for the VM's account: whatever the bot grants, the VM cannot read them.
     iam.deny(f"serviceAccount:{NODE}", "secretmanager.versions.access", "projects/tpubot-sandbox/secrets/tpubot-model-key-")
@@ -98,9 +98,11 @@ def test_a_key_secret_the_nodes_account_may_not_read_fails_within_two_sandbox_mi
     # The bot had granted it (the deny policy is what refused): the grant is on the key's own policy.
     policy = iam.policy(f"projects/tpubot-sandbox/secrets/tpubot-model-key-{lease_id}")
     assert f"serviceAccount:{NODE}" in policy.bindings["roles/secretmanager.secretAccessor"]
-    # Within two sandbox minutes of ACTIVE: the VM waited 90 of its seconds, and the wall clock agrees.
-    assert vm.slept <= 120
-    assert took * vm.speed <= 120 + 60 * 30, (took, vm.speed)  # + the bot's polls on a loaded machine
+    # Seven sandbox minutes of waiting, not less: the bot grants the key moments before the VM exists, and
+    # an IAM grant can take about 7 minutes to reach Secret Manager, so a shorter wait would fail leases
+    # whose grant was merely late. Not much more either, and the wall clock agrees.
+    assert 7 * 60 <= vm.slept <= 8 * 60
+    assert took * vm.speed <= 8 * 60 + 60 * 30, (took, vm.speed)  # + the bot's polls on a loaded machine
     assert active is not None and not any("READY" in b["text"] for b in card_bodies(stack))
     slack.close()
 
@@ -267,3 +269,118 @@ def test_a_retried_key_creation_restores_the_vms_grant_on_the_existing_secret():
         assert policy.bindings == {"roles/secretmanager.secretAccessor": {f"serviceAccount:{NODE}"}}
         assert "secretmanager.projects.secrets.getIamPolicy" in api.apis["secretmanager"].checked
         assert api.rejected == [] and api.response_problems == []
+
+
+def _sandbox_keys(api, **reader):
+    from infra.deployment_mode import DeploymentMode
+    from infra.model_keys import ModelKeys
+    from infra.node_account import NodeAccount
+
+    creds = DeploymentMode.SANDBOX.credentials()
+    return ModelKeys("tpubot-sandbox", credentials=creds, api_endpoint=api.base_url,
+                     reader=NodeAccount("tpubot-sandbox", credentials=creds, resourcemanager_endpoint=api.base_url,
+                                        secretmanager_endpoint=api.base_url, **reader))
+
+
+def test_a_grant_that_loses_a_race_for_the_keys_policy_is_redone_from_a_fresh_read_keeping_the_other_writers():
+    import asyncio
+
+    from infra.sandbox.world import CloudSandbox
+
+    secret = "projects/tpubot-sandbox/secrets/tpubot-model-key-l1"
+    with CloudSandbox(SandboxWorld()) as cloud:
+        api = cloud.project_api
+        asyncio.run(_sandbox_keys(api).create("l1"))
+        api.iam.forget(secret)  # the grant was lost: the retried job reads, adds, writes back with the etag
+        api.iam.contend(secret, times=2)  # and twice someone else writes the policy in between
+        asyncio.run(_sandbox_keys(api).create("l1"))
+        policy = api.iam.policy(secret)
+        assert policy.bindings["roles/secretmanager.secretAccessor"] == {
+            f"serviceAccount:{NODE}", "user:admin-1@example.com", "user:admin-2@example.com"}  # no write lost
+        sets = [path for method, path, _ in api.requests if path.endswith("tpubot-model-key-l1:setIamPolicy")]
+        assert len(sets) == 1 + 3  # the first create's; then two refused (409) and the third kept
+        assert api.rejected == [] and api.response_problems == []
+
+
+def test_a_keys_policy_that_changes_under_every_write_fails_with_what_to_stop():
+    import asyncio
+
+    import pytest
+    from infra.model_keys import SET_POLICY_TRIES, ModelKeyError
+    from infra.sandbox.world import CloudSandbox
+
+    secret = "projects/tpubot-sandbox/secrets/tpubot-model-key-l1"
+    with CloudSandbox(SandboxWorld()) as cloud:
+        api = cloud.project_api
+        asyncio.run(_sandbox_keys(api).create("l1"))
+        api.iam.forget(secret)
+        api.iam.contend(secret, times=100)
+        with pytest.raises(ModelKeyError) as raised:
+            asyncio.run(_sandbox_keys(api).create("l1"))
+        assert raised.value.message.startswith(
+            f"Secret Manager kept refusing the TPU VM's grant on the model's API key: its policy changed under each "
+            f"of {SET_POLICY_TRIES} read-modify-writes (")
+        assert "There were concurrent policy changes" in raised.value.message
+        assert "something else keeps rewriting the IAM policy of tpubot-model-key-* secrets" in raised.value.fix
+
+
+def test_a_tpu_service_account_that_does_not_exist_fails_the_lease_before_any_tpu_naming_it(redis_url, tmp_path):
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    missing = "tpubot-nodee@tpubot-sandbox.iam.gserviceaccount.com"  # a typo of the README's account
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s",
+                             tpu_service_account=missing)
+    with LocalStack(settings, world=SandboxWorld()) as stack:
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        failed = wait_until(lambda: first_card(stack, "FAILED"))
+        blocks = str(failed["blocks"])
+        assert f"Service account {missing} does not exist." in blocks, blocks
+        assert f"TPU_SERVICE_ACCOUNT={missing} must name an existing service account" in blocks
+        assert "Secret Manager API is enabled" not in blocks  # not the generic fix of a failed call
+        assert stack.tpu_sandbox.create_attempts == []
+        slack.close()
+
+
+def test_the_default_account_missing_names_the_compute_engine_api():
+    import asyncio
+
+    import pytest
+    from infra.model_keys import ModelKeyError
+    from infra.sandbox.world import CloudSandbox
+
+    with CloudSandbox(SandboxWorld()) as cloud:
+        api = cloud.project_api
+        api.iam.delete_account(NODE)  # a project whose Compute Engine API was never enabled has no such account
+        with pytest.raises(ModelKeyError) as raised:
+            asyncio.run(_sandbox_keys(api).create("l2"))
+        assert f"Service account {NODE} does not exist." in raised.value.message
+        assert "gcloud services enable compute.googleapis.com --project tpubot-sandbox" in raised.value.fix
+
+
+def test_a_bot_with_the_readmes_custom_role_instead_of_secretmanager_admin_brings_a_lease_to_ready(redis_url, tmp_path):
+    """The README's narrower alternative is enough: create, grant, read back, list and delete each key."""
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+    from infra.model_keys import BOT_SECRET_PERMISSIONS
+    from infra.sandbox.iam import BOT_ROLES
+
+    role = "projects/tpubot-sandbox/roles/tpubotKeys"
+    world = SandboxWorld(bot_roles=tuple(r for r in BOT_ROLES if r != "roles/secretmanager.admin") + (role,),
+                         custom_roles={role: BOT_SECRET_PERMISSIONS})
+    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s")
+    with LocalStack(settings, world=world) as stack:
+        slack = stack.signed_requests()
+        slack.slash("up", user="UALICE", channel=CHANNEL)
+        ready = wait_until(lambda: first_card(stack, "READY") or first_card(stack, "FAILED"))
+        assert "READY" in ready["text"], str(ready["blocks"])
+        api = stack.cloud.project_api
+        lease_id = stack.tpu_sandbox.queued_resources()[0]["labels"]["tpubot-lease"]
+        assert f"tpubot-model-key-{lease_id}" in api.secrets
+        slack.slash("down", user="UALICE", channel=CHANNEL)
+        slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user="UALICE", channel=CHANNEL,
+                    label="Tear down")
+        wait_until(lambda: first_card(stack, "released"))
+        wait_until(lambda: f"tpubot-model-key-{lease_id}" not in api.secrets, what="the key's secret deleted")
+        slack.close()

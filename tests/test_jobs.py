@@ -201,6 +201,45 @@ async def test_a_job_whose_start_record_redis_missed_is_recorded_by_the_next_bea
         await worker.close()
 
 
+async def test_a_try_that_ended_leaves_no_owner_record_to_mislead_the_sweep(pool, tmp_path, monkeypatch):
+    # A lease job retried (its lock busy or lost, a 503) runs its next try on another worker. Had the
+    # first try's record stayed, a sweep after that worker's death would find it on the next try's
+    # in-progress mark in the moment before the new runner's own record (or a beat later, if Redis
+    # missed it), and release a job a live worker runs for a second worker to start beside it.
+    from arq.constants import in_progress_key_prefix
+
+    from bot.orphaned_jobs import JobOwnership
+    from bot.settings import Settings
+    from bot.worker import build_worker
+    from infra.state import keys
+
+    monkeypatch.chdir(tmp_path)  # no stray tpu.env
+    settings = Settings.load(tmp_path / "none.env", redis_url="redis://127.0.0.1:1/0")
+    first = build_worker(settings, redis_url="redis://127.0.0.1:1/0", handle_signals=False)  # its hooks only
+    ctx = {"redis": pool, "job_id": "job:retried"}
+    queue = JobQueue(pool, queue_name=QUEUE)
+    assert await queue.enqueue(GREET, Greeting(), job_id="job:retried")
+    live = JobOwnership(QUEUE, owner_ttl_seconds=320)
+    await live.beat(pool)
+
+    assert first.on_job_start is not None and first.after_job_end is not None  # the hooks arq runs
+    await first.on_job_start(ctx)
+    first_id = (await pool.get(keys.job_owner("job:retried"))).decode()
+    await first.after_job_end(ctx)  # the try ended with a Retry: re-queued
+    assert not await pool.exists(keys.job_owner("job:retried"))
+
+    # The first worker stops (its liveness key goes at once); the second starts the next try.
+    await pool.delete(keys.worker_alive(first_id))
+    await pool.psetex(in_progress_key_prefix + "job:retried", 310_000, b"1")  # arq's mark, before on_job_start
+    assert (await live.beat(pool)).jobs == []
+    assert await pool.exists(in_progress_key_prefix + "job:retried")
+
+    # A record another worker wrote since is not the ending worker's to drop.
+    await pool.set(keys.job_owner("job:retried"), live.worker_id)
+    await first.after_job_end(ctx)
+    assert await pool.get(keys.job_owner("job:retried")) == live.worker_id.encode()
+
+
 async def test_only_a_dead_workers_channel_locks_are_released_by_the_heartbeat(pool):
     # A SIGKILLed worker's channel lock would hold its released job off for LOCK_TTL (60 s); the
     # heartbeat frees the locks whose token names a worker whose liveness key has expired, and

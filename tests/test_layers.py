@@ -323,6 +323,132 @@ class App(AsyncApp):
     ], found
 
 
+# --- the mode chooses adapters (issue 45) ---------------------------------------------------
+# Only the module that turns the mode into a DeploymentTarget tells the modes apart; everything
+# else asks the target. The sandbox's emulators are bot/'s business, never agent/'s or handlers/'.
+MODE_CHOOSERS = {"infra.deployment_mode"}
+MODE_MEMBERS = {"SANDBOX", "CLOUD"}
+
+
+def mode_branches(source: str) -> list[str]:
+    """Reads of `is_sandbox`, and comparisons with a DeploymentMode member (the same branch)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr == "is_sandbox" \
+                or isinstance(node, ast.Name) and node.id == "is_sandbox" \
+                or isinstance(node, ast.FunctionDef) and node.name == "is_sandbox":
+            found.append(f"line {node.lineno}: is_sandbox")
+        elif isinstance(node, ast.Compare):
+            found += [f"line {node.lineno}: DeploymentMode.{side.attr}" for side in (node.left, *node.comparators)
+                      if isinstance(side, ast.Attribute) and side.attr in MODE_MEMBERS
+                      and isinstance(side.value, ast.Name) and side.value.id == "DeploymentMode"]
+    return found
+
+
+def sandbox_imports(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{source} → {target}" for source, targets in graph.items() for target in targets
+                  if source.split(".")[0] in ("agent", "handlers") and target.startswith("infra.sandbox"))
+
+
+def test_no_mode_branch_outside_the_module_that_chooses_adapters():
+    found = {name: branches for name, path in all_modules().items()
+             if name not in MODE_CHOOSERS and (branches := mode_branches(path.read_text()))}
+    assert found == {}, f"ask settings.mode.target instead: {found}"
+
+
+def test_agent_and_handlers_import_nothing_of_the_sandbox():
+    assert sandbox_imports(import_graph()) == []
+
+
+def test_the_mode_checks_see_planted_violations(tmp_path):
+    planted = '''
+from infra.deployment_mode import DeploymentMode
+
+def poll(settings):
+    if settings.mode.is_sandbox:
+        return 0.1
+    return 0.5 if settings.mode is DeploymentMode.CLOUD else 1.0
+'''
+    assert mode_branches(planted) == ["line 5: is_sandbox", "line 7: DeploymentMode.CLOUD"]
+    assert mode_branches("delay = settings.mode.target.job_poll_delay\nmode = DeploymentMode.CLOUD  # a default\n") == []
+    known = {"handlers.a": tmp_path / "a.py", "infra.sandbox.world": tmp_path / "world.py"}
+    known["handlers.a"].write_text("def f():\n    from infra.sandbox import world\n")
+    known["infra.sandbox.world"].write_text("")
+    graph = {name: imported_modules(path, name, known) for name, path in known.items()}
+    assert sandbox_imports(graph) == ["handlers.a → infra.sandbox.world"]
+
+
+# --- action results ------------------------------------------------------------------------------
+# A caller decides by a result's `status` and the type of its `payload`; `data` is what a model reads,
+# so only the model's and MCP's edges touch it, and they pass it on whole. A module that runs actions
+# (it imports agent.actions) reads no `….data[…]` or `….data.get(…)` anywhere else.
+
+RESULT_DATA_EDGES = {"agent.llm.loop", "bot.mcp_server"}
+
+
+def result_data_reads(path: Path, name: str, known: dict[str, Path]) -> list[str]:
+    if name.startswith("agent.actions") or not any(t.startswith("agent.actions") for t in imported_modules(path, name, known)):
+        return []
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Subscript):
+            read = node.value
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get":
+            read = node.func.value
+        else:
+            continue
+        if isinstance(read, ast.Attribute) and read.attr == "data":
+            found.append(f"{name} line {node.lineno}")
+    return found
+
+
+def test_no_caller_reads_an_action_results_data_by_key_outside_the_model_and_mcp_edges():
+    known = all_modules()
+    found = [read for name, path in known.items() if name not in RESULT_DATA_EDGES
+             for read in result_data_reads(path, name, known)]
+    assert found == [], f"read the result's typed payload instead of its data: {found}"
+
+
+def test_the_result_data_check_sees_a_planted_read(tmp_path):
+    known = {"handlers.planted": tmp_path / "planted.py", "handlers.elsewhere": tmp_path / "elsewhere.py",
+             "agent.actions": tmp_path / "actions.py"}
+    known["agent.actions"].write_text("")
+    known["handlers.planted"].write_text(
+        "from agent.actions import run_action\n"
+        "async def f(svc, actor):\n"
+        "    result = await run_action('zones', svc, actor, {})\n"
+        "    zones = result.data['zones']\n"
+        "    return zones, result.data.get('order', []), result.data\n")
+    # Not an action result: a module that runs no action may read a Slack response's `data`.
+    known["handlers.elsewhere"].write_text("def g(error):\n    return error.response.data.get('error')\n")
+    assert result_data_reads(known["handlers.planted"], "handlers.planted", known) == [
+        "handlers.planted line 4", "handlers.planted line 5"]
+    assert result_data_reads(known["handlers.elsewhere"], "handlers.elsewhere", known) == []
+
+
+def named_action_calls(source: str) -> list[int]:
+    """Lines calling run_action with an action's name written out as a string: a caller inside the bot
+    passes the action's function (a misspelt one fails at import); only names that arrive as values
+    (a model's tool call, MCP, a `/tpu` subcommand) are looked up."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Call)
+            and getattr(node.func, "id", getattr(node.func, "attr", None)) == "run_action"
+            and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str)]
+
+
+def test_no_caller_names_an_action_by_a_string_literal():
+    found = {name: lines for name, path in all_modules().items() if (lines := named_action_calls(path.read_text()))}
+    assert found == {}, f"pass the action's function to run_action: {found}"
+
+
+def test_the_named_action_check_sees_a_planted_literal():
+    planted = ("async def f(svc, actor, name):\n"
+               "    await run_action('zones', svc, actor, {})\n"
+               "    await registry.run_action(\"teardown\", svc, actor, {})\n"
+               "    await run_action(zone_actions.zones, svc, actor, {})\n"
+               "    await run_action(name, svc, actor, {})\n")
+    assert named_action_calls(planted) == [2, 3]
+
+
 # --- arq's ctx -----------------------------------------------------------------------------------
 # arq hands every job and hook an untyped dict; one typed accessor reads it (bot/arq_worker_adapter.py's
 # worker_context), so a misspelt key is a type error rather than a KeyError in the middle of a job.

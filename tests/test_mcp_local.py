@@ -24,7 +24,7 @@ from waiting import wait_for
 from bot.mcp_server import McpSession, actor_from, call_tool
 from bot.settings import Settings
 from bot.wiring import build_services
-from infra.local_files import LocalFiles
+from infra.local_files import LocalFiles, NoLocalFiles
 from infra.slack_files import MAX_LOG_FILE_BYTES
 
 TPUBOT = Path(sys.executable).with_name("tpubot")
@@ -226,9 +226,9 @@ async def test_text_and_path_together_or_empty_are_refused(tree, redis_url):
 
 
 async def test_without_local_files_a_path_is_refused(tree, redis_url):
-    # A Slack process has no Services.local_files: the bot never reads its own disk for a user.
+    # A Slack process has no local files (NoLocalFiles): the bot never reads its own disk for a user.
     async with session_in(tree, redis_url) as session:
-        session.services.local_files = None
+        session.services.local_files = NoLocalFiles()
         result, text = await summarize(session, path="logs/app.log")
         assert result.is_error and "does not read files from its own disk" in text
 

@@ -176,3 +176,42 @@ def test_one_way_to_write_money():
     assert [money(v) for v in (0, 0.6, 1234.5, 0.0886, 0.0007, -0.5)] == \
         ["$0.00", "$0.60", "$1,234.50", "$0.089", "$0.0007", "-$0.50"]
     assert (hourly(0.6), hourly(0.6, "chip-hour"), hourly(0.5779)) == ("$0.60/h", "$0.60/chip-hour", "$0.5779/h")
+
+
+@pytest.mark.parametrize("usd, written", [
+    (-0.0, "$0.00"),  # not "$-0.00"
+    (-1e-9, "$0.00"),  # a subtraction's rounding error below zero
+    (0.0999, "$0.10"), (0.0995, "$0.10"), (0.0994, "$0.099"),  # ten cents in cents, never "$0.100"
+    (0.00071, "$0.00071"), (0.0001, "$0.0001"),  # first digits, written out
+    (5e-05, "$0.00005"), (1e-9, "<$0.000001"),  # never "$5e-05"
+    (0.123456789, "$0.12"), (-0.004, "-$0.004"),
+    (999_999_999_999.99, "$999,999,999,999.99"), (1e30, "$1.00e+30"), (-1e13, "-$1.00e+13"),  # no float digits
+    (float("nan"), "an unknown amount"), (float("inf"), "an unknown amount"), (float("-inf"), "an unknown amount"),
+])
+def test_money_at_its_edges_reads_as_what_it_is(usd, written):
+    from infra.prices import money
+
+    assert money(usd) == written
+
+
+def test_a_rate_at_its_edges_reads_as_what_it_is():
+    from infra.prices import hourly
+
+    assert [hourly(v) for v in (-0.0, 0.123456789, float("nan"), float("inf"), 1e20, -0.5)] == \
+        ["$0.00/h", "$0.1235/h", "an unknown rate", "an unknown rate", "$1.00e+20/h", "-$0.50/h"]
+
+
+@pytest.mark.parametrize("price", ["Infinity", "1e400", "NaN"])
+def test_a_price_that_is_not_a_finite_number_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, price):
+    # Python's json reads all three; as a rate, each made every cost "$inf" or "$nan".
+    monkeypatch.setenv("PRICES", '[{"accelerator":"v5e","region":"us-west4","provisioning_model":"spot",'
+                       f'"usd_per_chip_hour":{price},"as_of":"2026-12-01","source":"x"}}]')
+    with pytest.raises(ValidationError, match="usd_per_chip_hour"):
+        Settings.load(tmp_path / "missing.env")
+
+
+@pytest.mark.parametrize("budget", ["inf", "1e400", "nan", "-1"])
+def test_a_budget_that_is_not_a_finite_amount_is_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, budget):
+    monkeypatch.setenv("BUDGET_WORKSPACE_MONTHLY", budget)
+    with pytest.raises(ValidationError, match="BUDGET_WORKSPACE_MONTHLY must be 0 or more USD; write it like 200"):
+        Settings.load(tmp_path / "missing.env")

@@ -16,9 +16,9 @@ from handlers.notifier import SlackLeaseObserver
 from infra.state.leases import Lease, LeaseState
 from infra.tpu import TpuService
 
-# The only fields a process may leave None, and why: two backends a sandbox may lack (settings,
-# not processes), the disk only `tpubot mcp` reads for a user, and one agent run's logs.
-MAY_BE_NONE = {"cloud_logs", "model_keys", "local_files", "material"}
+# The only field a process may leave None, and why: one agent run's logs. A backend a process or
+# a sandbox lacks is a null object (NoCloudLogging, NoModelKeys, NoLocalFiles, as NoGroups below).
+MAY_BE_NONE = {"material"}
 
 
 def optional_fields(cls: type) -> set[str]:
@@ -73,3 +73,54 @@ def test_a_process_without_slack_changes_leases_without_cards_and_admits_no_grou
             await redis.aclose()
 
     asyncio.run(run())
+
+
+def test_a_sandbox_without_logging_or_secret_manager_emulators_gets_null_backends_that_say_so(redis_url):
+    from datetime import datetime, timedelta, timezone
+
+    from agent.actions import run_action
+    from agent.actions.log_actions import read_alert_logs
+    from agent.context import Actor
+    from infra.cloud_logging import NoCloudLogging
+    from infra.local_files import NoLocalFiles
+    from infra.model_keys import NoModelKeys
+
+    async def run() -> None:
+        services, redis, pool = await build_services(Settings(_env_file=None), redis_url=redis_url)
+        try:
+            assert isinstance(services.cloud_logs, NoCloudLogging) and isinstance(services.model_keys, NoModelKeys)
+            assert isinstance(services.local_files, NoLocalFiles)
+            await services.model_keys.create("L-1")  # endpoints run without a key: nothing to make
+            assert await services.model_keys.key("L-1") is None and await services.model_keys.keyed_leases() == []
+            actor = Actor(user_id="U", team="T", channel="C")
+            now = datetime.now(timezone.utc)
+            logs = await read_alert_logs(services, actor, resource_type="tpu_worker", resource_labels={"node_id": "n"},
+                                         window=(now - timedelta(hours=1), now))
+            assert logs.lines == () and logs.problem == "Cloud Logging is not configured for this bot (set GCP_PROJECT)."
+            refused = await run_action("summarize_logs", services, actor, {"path": "app.log"})
+            assert not refused.ok and "does not read files from its own disk" in refused.text
+        finally:
+            await pool.aclose()
+            await redis.aclose()
+
+    asyncio.run(run())
+
+
+def test_the_model_and_mcp_are_offered_only_the_tools_this_deployment_wires(redis_url):
+    from agent.llm.prompt import model_tools
+    from bot.mcp_server import mcp_tools
+    from infra.cloud_logging import CloudLoggingConfig
+
+    async def build() -> Services:
+        services, redis, pool = await build_services(Settings(_env_file=None), redis_url=redis_url)
+        await pool.aclose()
+        await redis.aclose()
+        return services
+
+    services = asyncio.run(build())  # a sandbox without a Logging emulator
+    offered = {tool["function"]["name"] for tool in model_tools(services)}
+    assert "query_cloud_logs" not in offered and {"summarize_logs", "status"} <= offered
+    assert "query_cloud_logs" not in {tool.name for tool in mcp_tools(services)}
+    wired = dataclasses.replace(services, cloud_logs=CloudLoggingConfig(project="p", api_endpoint="http://127.0.0.1:9"))
+    assert "query_cloud_logs" in {tool["function"]["name"] for tool in model_tools(wired)}
+    assert "query_cloud_logs" in {tool.name for tool in mcp_tools(wired)}

@@ -303,7 +303,7 @@ def test_a_timed_out_click_or_command_is_never_told_nothing_changed():
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
-    from handlers.slash import STATE_STORE_DOWN, STATE_STORE_SLOW, state_store_notice
+    from handlers.late_answers import STATE_STORE_DOWN, STATE_STORE_SLOW, state_store_notice
 
     assert state_store_notice(RedisTimeoutError("Timeout reading from socket")) == STATE_STORE_SLOW
     assert "nothing changed" not in STATE_STORE_SLOW and "may or may not" in STATE_STORE_SLOW

@@ -59,6 +59,10 @@ def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):
         ({"VLLM_IMAGE": "vllm/vllm-tpu:v0.21.0"}, "Gemma 4 E2B has 20"),
         ({"VLLM_IMAGE": "localhost:5000/vllm-tpu:v0.22.1@sha256:" + "b" * 64}, "predates the rewrite in vLLM 0.24.0"),
         ({"VLLM_MAX_NUM_BATCHED_TOKENS": "279"}, "(one image, 280 tokens)"),
+        # vLLM's SchedulerConfig refuses max_num_batched_tokens < max_num_seqs at start (after the VM booted).
+        ({"VLLM_MAX_NUM_SEQS": "8192"}, "VLLM_MAX_NUM_SEQS=8192 is more than VLLM_MAX_NUM_BATCHED_TOKENS=4096 (one "
+                                        "step schedules at most one token per sequence), so vLLM would refuse to "
+                                        "start; use VLLM_MAX_NUM_SEQS=32 or raise VLLM_MAX_NUM_BATCHED_TOKENS"),
         # tpu-inference 0.32.0 embeds images only: audio or video on a TPU is refused with the reason.
         ({"VLLM_LIMIT_MM_PER_PROMPT": '{"image":4,"audio":1}'},
          'allows audio, which vLLM on a TPU cannot embed: tpu-inference 0.32.0 skips Gemma 4\'s audio tower weights'),
@@ -67,7 +71,7 @@ def test_environment_wins_over_tpu_env(tmp_path, monkeypatch):
         ({"TPU_SERVICE_ACCOUNT": "tpubot-node"}, "TPU_SERVICE_ACCOUNT=tpubot-node is not a service account's email; "
                                                  "write it like tpubot-node@my-project.iam.gserviceaccount.com"),
         ({"MODEL_BOOT_TIMEOUT": "20m"}, "MODEL_BOOT_TIMEOUT=20m is not longer than what the TPU VM may wait before it "
-                                        "starts vLLM (25m"),
+                                        "starts vLLM (43m"),
         ({"VLLM_GPU_MEMORY_UTILIZATION": "0.93"}, "use VLLM_GPU_MEMORY_UTILIZATION=0.92"),
         ({"VLLM_GPU_MEMORY_UTILIZATION": "1.5"}, "is not a fraction of the chip's memory"),
         ({"MODEL_SOURCE_RANGES": "203.0.113.7,office"}, "'office' is not an address range; write it like 203.0.113.7/32"),

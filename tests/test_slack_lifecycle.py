@@ -124,6 +124,31 @@ def test_a_usage_error_shows_broadcast_and_mention_tokens_inert(stack, slack, te
     assert redis_keys(stack) == []
 
 
+def slack_encoded(typed: str) -> str:
+    """What Slack sends for characters a person typed (its formatting reference: & < > as entities)."""
+    return typed.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+@pytest.mark.parametrize("typed", ["us<west&4", "a&b>c", "&lt;", "<!here>", "x&amp;y"])
+def test_echoed_text_as_slack_sends_it_shows_as_typed_never_escaped_twice(stack, slack, typed):
+    """Slack escapes what a person types before it reaches us; escaping it again showed them `&amp;lt;`
+    (rendered `&lt;`) for the `<` they typed."""
+    reply = slack.slash(f"up {slack_encoded(typed)}", user=ALICE, channel=CHANNEL).json()
+    assert f"`{slack_encoded(typed)}` is neither a zone" in reply["text"], reply["text"]
+    assert redis_keys(stack) == []
+
+
+def test_escaping_is_idempotent_and_leaves_nothing_slack_renders():
+    from infra.mrkdwn import escape, in_code
+
+    for text in ("a < b & c", "<!here> AT&T", "&lt;!channel&gt;", "&amp;lt;", "a &gt b &", "`<@U0EVE>`"):
+        once = escape(text)
+        assert escape(once) == once and in_code(in_code(text)) == in_code(text)
+        assert "<" not in once and ">" not in once and "&amp;amp;" not in once
+    assert escape("a &lt; b &amp; c") == "a &lt; b &amp; c"  # as Slack sent it: shown as typed
+    assert escape("AT&T <!here>") == "AT&amp;T &lt;!here&gt;"
+
+
 def test_a_command_that_says_payload_is_answered_and_still_needs_a_signature(stack, slack):
     assert "takes no arguments, but got `payload`" in slack.slash("help payload", user=ALICE, channel=CHANNEL).text
     body = slack.slash_body("up payload", user=ALICE, channel=CHANNEL)

@@ -216,14 +216,31 @@ def test_a_secret_the_vm_may_not_read_is_retried_then_given_up_with_its_name_and
         assert error.startswith(f"reading secret projects/{PROJECT}/secrets/hf-token/versions/latest as "
                                 f"{world.node_account}: HTTP 403 PERMISSION_DENIED: Permission "
                                 "'secretmanager.versions.access' denied"), error
-        assert error.endswith("(gave up after 7 tries)")
+        assert error.endswith("(gave up after 5 tries)")
         # While it retried, each try said so: the HTTP status, the try and the wait.
         retries = [v for name, v in vm.metadata.writes if name == "tpubot/last-error" and "(try " in v]
-        assert len(retries) == 6 and retries[0].endswith("(try 1 of 7; again in 15s)")
+        assert len(retries) == 4 and retries[0].endswith("(try 1 of 5; again in 30s)")
         assert phases(vm) == ["reading-secrets", "failed"]
-        assert vm.slept == 6 * 15  # 90 VM seconds: the bounded wait for a grant to reach Secret Manager
+        assert vm.slept == 4 * 30  # 2 VM minutes for the operator's grant (which doctor checks beforehand)
         wait_until(lambda: vm.exit_code is not None, what="the script to exit")
         assert vm.exit_code == 1 and vm.docker.calls == []  # nothing was pulled for a boot that cannot start
+
+
+def test_a_key_the_vm_may_not_read_yet_is_waited_for_seven_minutes_a_missing_one_one_minute():
+    """The bot grants the VM's account the lease's key just before the VM exists; IAM takes up to ~7 minutes."""
+    world = SandboxWorld(secrets={"hf-token": TOKEN, KEY_SECRET_ID: API_KEY})
+    world.iam_grants = tuple(g for g in world.readme_grants() if g[0] != f"secret:{KEY_SECRET_ID}")
+    with VmWorld(world) as vms:
+        vm = vms.boot()
+        wait_for_phase(vm, "failed")
+        assert f"secrets/{KEY_SECRET_ID}/versions/latest as {world.node_account}: HTTP 403" in attribute(vm, "last-error")
+        assert vm.slept == 14 * 30 >= 7 * 60
+        # A 404 needs an account that may read the name (Google answers 403 "or it may not exist" otherwise).
+        vms.project_api.iam.grant(f"projects/{PROJECT}", "roles/secretmanager.secretAccessor", world.node_account)
+        missing = vms.boot(vms.config(api_key_secret=f"projects/{PROJECT}/secrets/tpubot-model-key-gone/versions/latest"))
+        wait_for_phase(missing, "failed")
+        assert "HTTP 404" in attribute(missing, "last-error") and "(gave up after 3 tries)" in attribute(missing, "last-error")
+        assert missing.slept == 2 * 30  # waiting does not create a secret
 
 
 def test_the_vm_publishes_each_boot_phase_and_a_crash_with_its_error_line_never_a_key():
@@ -341,3 +358,114 @@ def test_a_pull_that_cannot_succeed_fails_at_once_with_dockers_line(fault, line)
             assert "the registry has no image vllm/vllm-tpu:v0.32.0" in reason and "VLLM_IMAGE=" in fix
         else:
             assert "disk filled up" in reason and error.endswith("no space left on device")
+
+
+MIRROR = "us-west4-docker.pkg.dev/my-proj/vllm/vllm-tpu:v0.32.0"
+
+
+def test_no_token_of_the_vms_reaches_a_bash_x_trace_with_the_cache_and_a_mirrored_image():
+    """`bash -x` prints assignments and builtins' arguments: the metadata-server token must be in none."""
+    world = SandboxWorld(secrets={"hf-token": TOKEN, KEY_SECRET_ID: API_KEY}, buckets={"acme-vllm-cache": "US-WEST4"})
+    with VmWorld(world) as vms:
+        vm = vms.boot(vms.config(xla_cache_bucket="acme-vllm-cache", vllm={"image": MIRROR}), trace=True)
+        wait_for_phase(vm, "serving")
+        wait_until(lambda: (attribute(vm, "cache-note") or "").startswith("saved to"), what="the cache's save")
+        assert len(vm.metadata.tokens) >= 5  # two secrets, docker login, the cache's restore and save
+        watch_log = (vm.state_dir / "logs" / "watch.log").read_text()
+        assert "set +x" in vm.log() and any(argv[0] == "login" for argv in vm.docker.calls)
+        for token in vm.metadata.tokens:
+            for text in (vm.log(), watch_log, *(" ".join(argv) for argv in vm.docker.calls)):
+                assert token not in text
+
+
+def test_an_artifact_registry_image_is_pulled_after_a_docker_login_with_the_vms_token():
+    with VmWorld() as vms:
+        vm = vms.boot(vms.config(vllm={"image": MIRROR}))
+        wait_for_phase(vm, "serving")
+        login = next(argv for argv in vm.docker.calls if argv[0] == "login")
+        assert login == ["login", "-u", "oauth2accesstoken", "--password-stdin", "https://us-west4-docker.pkg.dev"]
+        assert ("us-west4-docker.pkg.dev", "my-proj/vllm/vllm-tpu:v0.32.0", 200) in vms.cloud.registry.pulls
+
+
+def test_an_artifact_registry_image_the_vms_account_may_not_read_fails_naming_the_reader_role():
+    from infra.vllm_startup_errors import failed_boot_explanation
+
+    world = SandboxWorld(secrets={"hf-token": TOKEN, KEY_SECRET_ID: API_KEY})
+    world.iam_grants = tuple(g for g in world.readme_grants() if g[1] != "roles/editor")
+    with VmWorld(world) as vms:
+        vm = vms.boot(vms.config(vllm={"image": MIRROR}))
+        wait_for_phase(vm, "failed")
+        error = attribute(vm, "last-error")
+        assert "denied: Permission \"artifactregistry.repositories.downloadArtifacts\" denied on resource " \
+               "\"projects/my-proj/locations/us-west4/repositories/vllm\"" in error, error
+        assert vm.slept == 0
+        _, fix = failed_boot_explanation(error, project=PROJECT, node=vm.name, zone="us-west4-a")
+        assert "roles/artifactregistry.reader" in fix
+
+
+def test_a_cache_that_cannot_be_packed_is_reported_and_the_watcher_goes_on():
+    world = SandboxWorld(secrets={"hf-token": TOKEN, KEY_SECRET_ID: API_KEY}, buckets={"acme-vllm-cache": "US-WEST4"})
+    with VmWorld(world, time_scale=2.0) as vms:
+        vm = vms.boot(vms.config(xla_cache_bucket="acme-vllm-cache"))
+        wait_for_phase(vm, "loading-weights")
+        # The VM's disk fails under the save's `tar` (the restore, before vLLM, did not need it: no object yet).
+        (vm.bin / "tar").unlink()
+        (vm.bin / "tar").write_text("#!/bin/bash\necho 'tar: ./xla_cache: Cannot open: Input/output error' >&2\nexit 2\n")
+        (vm.bin / "tar").chmod(0o755)
+        wait_until(lambda: (attribute(vm, "cache-note") or "").startswith("not saved"), what="the failed save")
+        assert attribute(vm, "cache-note").endswith("failed: tar: ./xla_cache: Cannot open: Input/output error")
+        inspected = sum(argv[0] == "inspect" for argv in vm.docker.calls)
+        # Still watching (under `set -e` the failed command would have ended the watcher, silently).
+        wait_until(lambda: sum(argv[0] == "inspect" for argv in vm.docker.calls) >= inspected + 2,
+                   what="the watcher to look again")
+
+
+def test_a_pull_that_does_not_finish_within_its_budget_fails_saying_so():
+    from infra.startup_script import WaitBudget
+
+    with VmWorld() as vms:
+        vm = vms.boot(vms.config(waits=WaitBudget(pull_budget_seconds=10)))  # the stand-in's pull takes 30 VM s
+        wait_for_phase(vm, "failed")
+        assert attribute(vm, "last-error").startswith("docker pull vllm/vllm-tpu:v0.32.0: not done in 10s")
+
+
+def test_every_wait_before_vllm_is_bounded_and_the_readme_quotes_their_sum(tmp_path, monkeypatch):
+    import math
+    import re
+
+    from agent.policy import Policy
+    from bot.settings import Settings
+    from infra.startup_script import COLD_START_SECONDS, FIXED_METADATA_CALLS, WaitBudget
+
+    script = _default_script(tmp_path, monkeypatch)
+    for line in script.splitlines():
+        if re.search(r"\bcurl\s", line) and not line.lstrip().startswith("#"):
+            assert "--max-time" in line and "--connect-timeout" in line, line
+    assert "timeout \"${left}\" docker pull" in script and "timeout \"${API_SECONDS}\" docker login" in script
+    # Every docker command the script runs (not the words in a message) runs under `timeout`.
+    commands = re.findall(r"(?:^|\$\(|\|)\s*((?:timeout \S+ )?docker \w+)", script, re.MULTILINE)
+    assert {c.split("docker ")[1] for c in commands} >= {"pull", "login", "run", "rm", "logs", "inspect"}, commands
+    assert all(c.startswith("timeout ") for c in commands), commands
+    value = {name: int(number) for name, number in re.findall(r"^readonly ([A-Z_]+)=(\d+)\b", script, re.MULTILINE)}
+
+    def secret(denied: int) -> int:
+        tries = max(denied, value["SECRET_MISSING_TRIES"], value["SECRET_TRIES"])
+        return (tries * (value["METADATA_SECONDS"] + value["API_SECONDS"])
+                + (tries - 1) * (value["METADATA_SECONDS"] + value["SECRET_RETRY_SECONDS"]))
+
+    total = (secret(value["SECRET_DENIED_TRIES"]) + secret(value["KEY_DENIED_TRIES"]) + value["API_SECONDS"]
+             + value["PULL_BUDGET_SECONDS"] + value["CACHE_TRANSFER_SECONDS"] + 2 * value["DOCKER_SECONDS"]
+             + FIXED_METADATA_CALLS * value["METADATA_SECONDS"])
+    assert total == WaitBudget().pre_vllm_wait_seconds() and value["PULL_BUDGET_SECONDS"] == 20 * 60
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    quoted = re.search(r"every wait before vLLM is bounded: at\s+most (\d+) minutes in all", readme)
+    assert quoted and int(quoted[1]) == math.ceil(total / 60), (quoted and quoted[0], total)
+    boot_timeout = re.search(r"inside `MODEL_BOOT_TIMEOUT` \((\d+) minutes: those (\d+) and a cold start of "
+                             r"vLLM,\s+(\d+);", readme)
+    assert boot_timeout, "the README says what MODEL_BOOT_TIMEOUT's default is made of"
+    # The default outlasts the worst case of the waits by a whole cold start: a VM that got through
+    # every step at its last try still compiles and serves before the bot gives up on it.
+    default = Settings.model_fields["model_boot_timeout"].default.total_seconds()
+    assert int(boot_timeout[1]) * 60 == default >= total + COLD_START_SECONDS
+    assert (int(boot_timeout[2]), int(boot_timeout[3])) == (math.ceil(total / 60), COLD_START_SECONDS // 60)
+    assert Policy().model_boot_timeout.total_seconds() == default

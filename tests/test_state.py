@@ -233,3 +233,77 @@ async def test_a_lock_release_rides_out_a_short_redis_blip(redis_url):
         await admin.execute_command("CLIENT", "UNPAUSE")
         await client.aclose()
         await admin.aclose()
+
+
+# --- lease writes fenced by the channel lock (the extend-then-act window) -------------------------
+
+
+async def test_a_stale_holders_lease_write_is_refused_and_the_live_holders_goes_through(redis):
+    """A holder that stalled past its TTL after its last extension (the lapse timer has not had its
+    turn yet, so nothing stopped the work) writes nothing once another worker holds the channel."""
+    store = LeaseStore(redis)
+    stale_locks, live_locks = ChannelLocks(redis, ttl_ms=60_000), ChannelLocks(redis, ttl_ms=60_000)
+    lease = (await store.claim(team="T1", channel="FENCE1", holder="U1", zone="z", run_seconds=60)).lease
+    before = await redis.hgetall(lease.key)
+    side_effects = []
+    took_over = asyncio.Event()
+    stale_may_write = asyncio.Event()
+
+    async def live_holder():
+        await took_over.wait()
+        async with live_locks.hold("T1", "FENCE1"):
+            ready = await store.update(lease, state=LeaseState.READY, detail="by the live holder")
+            side_effects.append(("live", ready.state if ready else None))
+            stale_may_write.set()  # the stale one wakes up and would set the lease back
+            await wait_for(lambda: len(side_effects) > 1, timeout=5, what="the stale holder's try")
+
+    live = asyncio.create_task(live_holder())
+    with pytest.raises(LockLost, match="a write of the lease was refused"):
+        async with stale_locks.hold("T1", "FENCE1") as lock:
+            await lock.extend()  # the last extension before the act
+            assert await stale_locks.force_unlock("T1", "FENCE1")  # as if its TTL ran out during a stall
+            took_over.set()
+            await stale_may_write.wait()
+            try:
+                await store.update(lease, state=LeaseState.CREATING, detail="by the stale holder")
+            finally:
+                side_effects.append(("stale", "tried"))
+            side_effects.append(("stale", "went on after a refused write"))
+    await live
+    assert side_effects == [("live", LeaseState.READY), ("stale", "tried")]
+    stored = await store.get("T1", "FENCE1")
+    assert (stored.state, stored.detail) == (LeaseState.READY, "by the live holder")
+    assert before[b"state"] == b"PENDING"
+
+
+async def test_a_stale_holders_release_is_refused_and_releases_nothing(redis):
+    store = LeaseStore(redis)
+    locks = ChannelLocks(redis, ttl_ms=60_000)
+    lease = (await store.claim(team="T1", channel="FENCE2", holder="U1", zone="z", run_seconds=60)).lease
+    with pytest.raises(LockLost):
+        async with locks.hold("T1", "FENCE2"):
+            assert await locks.force_unlock("T1", "FENCE2")
+            other = await ChannelLocks(redis).acquire("T1", "FENCE2")
+            assert other
+            await store.release(lease, reason="by the stale holder")
+    assert (await store.get("T1", "FENCE2")).lease_id == lease.lease_id
+    assert await store.unfinished_release(lease.lease_id) is None
+    assert await store.last_release("T1", "FENCE2") is None
+    assert await locks.holder_token("T1", "FENCE2") == other  # the new holder's lock is untouched
+
+
+async def test_lease_writes_carry_only_their_own_channels_lock(redis):
+    """Work that holds one channel's lock writes another channel's lease as before (fenced on the lease
+    id only), and a holder whose lock is still its own writes and releases its lease."""
+    store = LeaseStore(redis)
+    locks = ChannelLocks(redis, ttl_ms=60_000)
+    mine = (await store.claim(team="T1", channel="FENCE3", holder="U1", zone="z", run_seconds=60)).lease
+    other = (await store.claim(team="T1", channel="FENCE4", holder="U1", zone="z", run_seconds=60)).lease
+    await ChannelLocks(redis).acquire("T1", "FENCE4")  # someone else's lock on the other channel
+    async with locks.hold("T1", "FENCE3"):
+        assert (await store.update(other, detail="not under its lock")).detail == "not under its lock"
+        assert (await store.update(mine, state=LeaseState.FAILED)).state == LeaseState.FAILED
+        assert await store.release(mine, reason="done") is not None
+    assert await store.get("T1", "FENCE3") is None
+    # Outside any hold (the web process: a confirm click), the write is fenced on the lease id only.
+    assert (await store.update(other, state=LeaseState.TEARING_DOWN)).state == LeaseState.TEARING_DOWN

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from agent.actions import run_action
-from agent.actions.lease_actions import DM_CHANNEL
+from agent.actions import ActionStatus, run_action
+from agent.actions.lease_actions import DM_CHANNEL, Requested
 from agent.actions.registry import Declined
 from agent.actions.spend_actions import SPEND_CHART_JOB
 from agent.context import Actor, Services
@@ -50,11 +50,11 @@ def unit(redis_url: str) -> Callable[..., Any]:
 def test_up_holds_the_channel_and_queues_one_provision_job(unit):
     async def body(services: Services, queued: QueuedJobs) -> None:
         first = await run_action("provision", services, ALICE, {"hours": 2})
-        assert first.ok and first.lease is not None and first.lease.holder == ALICE.user_id
+        assert first.ok and isinstance(first.payload, Requested) and first.payload.lease.holder == ALICE.user_id
         again = await run_action("provision", services, BOB, {})
         assert not again.ok and "already held by <@U0ALICE>" in again.text
         jobs = await queued.of(PROVISION_JOB)
-        assert [job.args for job in jobs] == [ProvisionJob(team="T1", channel="C1", lease_id=first.lease.lease_id)]
+        assert [job.args for job in jobs] == [ProvisionJob(team="T1", channel="C1", lease_id=first.payload.lease.lease_id)]
         lease = await services.leases.get("T1", "C1")
         assert lease is not None and lease.state == LeaseState.PENDING and lease.run_seconds == 7200
 
@@ -64,10 +64,10 @@ def test_up_holds_the_channel_and_queues_one_provision_job(unit):
 def test_up_in_a_direct_message_or_a_channel_the_bot_left_queues_nothing(unit):
     async def body(services: Services, queued: QueuedJobs) -> None:
         in_dm = await run_action("provision", services, Actor("U0ALICE", "T1", "D1"), {})
-        assert not in_dm.ok and in_dm.text == DM_CHANNEL and in_dm.declined is Declined.NOT_IN_CHANNEL
+        assert not in_dm.ok and in_dm.text == DM_CHANNEL and in_dm.payload is Declined.NOT_IN_CHANNEL
         await services.membership.record("T1", "C2", member=False)
         left = await run_action("provision", services, Actor("U0ALICE", "T1", "C2"), {})
-        assert not left.ok and "/invite @tpubot" in left.text and left.declined is Declined.NOT_IN_CHANNEL
+        assert not left.ok and "/invite @tpubot" in left.text and left.payload is Declined.NOT_IN_CHANNEL
         assert await queued.names() == []
         assert await services.leases.get("T1", "D1") is None and await services.leases.get("T1", "C2") is None
 
@@ -78,7 +78,7 @@ def test_up_over_the_budget_is_refused_with_the_worst_case_and_queues_nothing(un
     async def body(services: Services, queued: QueuedJobs) -> None:
         await services.spend.set_limit("T1", 1.0, channel="C1")
         refused = await run_action("provision", services, ALICE, {"hours": 8})
-        assert not refused.ok and refused.declined is Declined.BUDGET and "$1.00" in refused.text
+        assert not refused.ok and refused.payload is Declined.BUDGET and "$1.00" in refused.text
         assert await queued.names() == [] and await services.leases.get("T1", "C1") is None
 
     unit(body)
@@ -87,7 +87,7 @@ def test_up_over_the_budget_is_refused_with_the_worst_case_and_queues_nothing(un
 def test_a_write_refused_by_the_access_rules_is_audited_and_queues_nothing(unit):
     async def body(services: Services, queued: QueuedJobs) -> None:
         denied = await run_action("provision", services, BOB, {})
-        assert not denied.ok and denied.denied
+        assert not denied.ok and denied.status is ActionStatus.DENIED
         allowed = await run_action("provision", services, ALICE, {})
         assert allowed.ok
         entries = await services.audit.recent(10)
@@ -100,9 +100,9 @@ def test_a_write_refused_by_the_access_rules_is_audited_and_queues_nothing(unit)
 def test_down_queues_the_teardown_only_after_a_confirm(unit):
     async def body(services: Services, queued: QueuedJobs) -> None:
         up = await run_action("provision", services, ALICE, {})
-        assert up.ok and up.lease is not None
+        assert up.ok and isinstance(up.payload, Requested)
         asked = await run_action("teardown", services, ALICE, {})
-        assert asked.ok and asked.needs_confirmation and await queued.of(TEARDOWN_JOB) == []
+        assert asked.status is ActionStatus.NEEDS_CONFIRMATION and await queued.of(TEARDOWN_JOB) == []
         lease = await services.leases.get("T1", "C1")
         assert lease is not None
         from agent.actions.lease_actions import confirm_teardown

@@ -10,6 +10,7 @@ from agent.actions.registry import (  # noqa: F401
     Action,
     ActionKind,
     ActionResult,
+    ActionStatus,
     REGISTRY,
     get_action,
     run_action,

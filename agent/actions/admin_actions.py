@@ -27,13 +27,13 @@ async def audit(svc: Services, actor: Actor, args: AuditArgs) -> ActionResult:
         f"{datetime.fromtimestamp(e.at, tz=timezone.utc):%m-%d %H:%M:%S} <@{e.actor}> {e.action} "
         f"in <#{e.channel}> → {e.outcome}" for e in entries
     ]
-    return ActionResult(True, "\n".join(lines) or "The audit trail is empty.",
-                        {"entries": [e.__dict__ for e in entries]})
+    return ActionResult.done("\n".join(lines) or "The audit trail is empty.",
+                             {"entries": [e.__dict__ for e in entries]})
 
 
 @action("force_unlock", "Release this channel's operation lock if a crashed job left it held (admins only).",
         UnlockArgs, kind=ActionKind.ADMIN)
 async def force_unlock(svc: Services, actor: Actor, args: UnlockArgs) -> ActionResult:
     released = await svc.locks.force_unlock(actor.team, actor.channel)
-    return ActionResult(True, "Released this channel's operation lock." if released
-                        else "This channel's operation lock was not held; nothing changed.")
+    return ActionResult.done("Released this channel's operation lock." if released
+                             else "This channel's operation lock was not held; nothing changed.")

@@ -20,6 +20,11 @@ class BenchJob:
 
 
 BENCH_JOB = JobSpec("bench_endpoint", BenchJob)
+
+
+@dataclass(frozen=True)
+class BenchRequest:  # bench's payload: whether a benchmark was queued (the `/tpu bench` reply's icon)
+    queued: bool
 NOT_READY = "No READY model in this channel — `/tpu up` first, then `/tpu bench` once the card says READY."
 
 
@@ -34,14 +39,14 @@ def bench_job_id(lease_id: str) -> str:
 async def bench(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     lease = await svc.leases.get(actor.team, actor.channel)
     if lease is None or lease.state != LeaseState.READY or not lease.endpoint:
-        return ActionResult(False, NOT_READY, {"queued": False}, lease)
+        return ActionResult.refused(NOT_READY, {"queued": False}, BenchRequest(False))
     queued = await svc.jobs.enqueue(BENCH_JOB, BenchJob(team=actor.team, channel=actor.channel,
                                                         lease_id=lease.lease_id, user_id=actor.user_id),
                                     job_id=bench_job_id(lease.lease_id))
     data = {"queued": queued, "lease_id": lease.lease_id, "endpoint": lease.endpoint}
     if not queued:
-        return ActionResult(False, f"A benchmark of lease `{lease.lease_id}` is already running or ran in the last "
-                                   "hour; its chart is in the TPU's thread.", data, lease)
-    return ActionResult(True, f"Benchmarking `{lease.endpoint}` (lease `{lease.lease_id}`): a small sweep, about a "
-                              "minute. The chart and table will be posted in the TPU's thread, and `/tpu cost` will "
-                              "show $ per million output tokens.", data, lease)
+        return ActionResult.refused(f"A benchmark of lease `{lease.lease_id}` is already running or ran in the last "
+                                    "hour; its chart is in the TPU's thread.", data, BenchRequest(False))
+    return ActionResult.done(f"Benchmarking `{lease.endpoint}` (lease `{lease.lease_id}`): a small sweep, about a "
+                             "minute. The chart and table will be posted in the TPU's thread, and `/tpu cost` will "
+                             "show $ per million output tokens.", data, BenchRequest(True))

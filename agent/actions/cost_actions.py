@@ -73,4 +73,4 @@ async def estimate_cost(svc: Services, actor: Actor, args: CostArgs) -> ActionRe
     lines.append(f"*Capacity* ({plan.profile.accelerator_type}, {plan.model.name}): {plan.kv_pool_gib:.1f} GiB of KV cache = "
                  f"{plan.kv_pool_tokens:,} tokens, {plan.max_concurrent_requests} requests at once at "
                  f"{plan.context_tokens:,} tokens of context.")
-    return ActionResult(True, "\n".join(lines), data, lease)
+    return ActionResult.done("\n".join(lines), data)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -11,11 +12,34 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from agent.lease import lifecycle
 from agent.lease.alerts import span
-from agent.actions.registry import ActionKind, ActionResult, Declined, action
+from agent.actions.registry import ActionKind, ActionResult, ActionStatus, Declined, action
 from agent.context import Actor, Policy, Services
 from infra.durations import check_lease_length
 from infra.mrkdwn import in_code
 from infra.state.conversations import Membership
+from infra.state.leases import Lease
+
+
+# The payloads a lease action's caller decides by (the `/tpu up` reply, the confirm card).
+@dataclass(frozen=True)
+class Requested:  # provision created this lease; under a budget it searches only `priced_zones_only`
+    lease: Lease
+    priced_zones_only: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class AlreadyHeld:  # provision found the channel's TPU held: nothing new was created
+    lease: Lease
+
+
+@dataclass(frozen=True)
+class ChannelLease:  # status: the channel's lease, None when it holds none
+    lease: Lease | None
+
+
+@dataclass(frozen=True)
+class TeardownOf:  # teardown: the lease to confirm tearing down; None when refused (`text` says why)
+    lease: Lease | None
 
 
 class ProvisionArgs(BaseModel):
@@ -78,15 +102,15 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
         return already_held(held)
     unpostable = await cannot_post_reason(svc, actor)
     if unpostable:
-        return ActionResult(False, unpostable, {"not_in_channel": True}, declined=Declined.NOT_IN_CHANNEL)
+        return ActionResult.refused(unpostable, {"not_in_channel": True}, Declined.NOT_IN_CHANNEL)
     # Both reads only matter for a new lease, and neither waits for the other.
     blocked, zone = await asyncio.gather(preflight_blockers(svc, args.zone), lifecycle.starting_zone(svc, args.zone))
     if blocked:
         fixes = "\n".join(f"• {check.name}: {check.detail}. Fix: {check.fix}" for check in blocked)
-        return ActionResult(False, "The last `tpubot doctor` run found problems that would make `/tpu up` fail, so "
-                                   f"nothing was requested:\n{fixes}\nFix them, run `tpubot doctor` again, then "
-                                   "`/tpu up`.", {"preflight_failed": [check.name for check in blocked]},
-                            declined=Declined.PREFLIGHT_FAILED)
+        return ActionResult.refused("The last `tpubot doctor` run found problems that would make `/tpu up` fail, so "
+                                    f"nothing was requested:\n{fixes}\nFix them, run `tpubot doctor` again, then "
+                                    "`/tpu up`.", {"preflight_failed": [check.name for check in blocked]},
+                                    Declined.PREFLIGHT_FAILED)
     outcome = await lifecycle.request_provision(svc, actor, zone=zone, zone_explicit=args.zone is not None,
                                                 hours=args.hours)
     if outcome.refusal is not None:
@@ -97,17 +121,17 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
         return already_held(lease)
     where = lease.zone if args.zone else f"{lease.zone} (searching the other configured zones if it refuses)"
     data = lease_summary(lease)
-    priced_only: list[str] = []
+    priced_only: tuple[str, ...] = ()
     if not args.zone:
         from agent.lease import budget
 
         searched = await budget.searchable_zones(svc, actor.team, actor.channel)
         if len(searched) < len(svc.policy.zones):
             data["priced_zones_only"] = searched
-            priced_only = searched
+            priced_only = tuple(searched)
             where = f"{lease.zone} ({PRICED_ZONES_ONLY.format(zones=', '.join(searched))})"
-    return ActionResult(True, f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
-                              f"(lease {lease.lease_id}).", data, lease, priced_zones_only=priced_only)
+    return ActionResult.done(f"Requested a {svc.policy.accelerator_type} flex-start TPU in {where} "
+                             f"(lease {lease.lease_id}).", data, Requested(lease, priced_only))
 
 
 PRICED_ZONES_ONLY = ("under a budget only zones with a price are searched: {zones}; add prices to PRICES in tpu.env "
@@ -121,7 +145,7 @@ async def budget_refused(svc: Services, actor: Actor, refusal: Any, args: Provis
     searched = None if args.zone else await budget.searchable_zones(svc, actor.team, actor.channel)
     rate = budget.worst_case_rate(svc, zone, args.zone is not None, searched)
     text, data = budget.refusal_text(svc, refusal, rate=rate, hours=hours, zone=args.zone)
-    return ActionResult(False, text, data, declined=Declined.BUDGET)
+    return ActionResult.refused(text, data, Declined.BUDGET)
 
 
 DM_CHANNEL = ("A TPU belongs to a channel, and this conversation is not one I can post its status card in. "
@@ -140,9 +164,10 @@ async def cannot_post_reason(svc: Services, actor: Actor) -> str:
     return ""
 
 
-def already_held(lease: Any) -> ActionResult:
-    return ActionResult(False, f"This channel's TPU is already held by <@{lease.holder}> (lease {lease.lease_id}, "
-                               f"{lease.state.label}); nothing new was created.", lease_summary(lease), lease)
+def already_held(lease: Lease) -> ActionResult:
+    return ActionResult.refused(f"This channel's TPU is already held by <@{lease.holder}> (lease {lease.lease_id}, "
+                                f"{lease.state.label}); nothing new was created.", lease_summary(lease),
+                                AlreadyHeld(lease))
 
 
 async def preflight_blockers(svc: Services, zone: str | None) -> list:
@@ -158,9 +183,9 @@ async def preflight_blockers(svc: Services, zone: str | None) -> list:
 async def teardown(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     outcome = await lifecycle.request_teardown(svc, actor)
     if not outcome.ok or outcome.lease is None:
-        return ActionResult(False, outcome.message, lease=outcome.lease)
-    return ActionResult(True, f"Confirm to tear down {outcome.lease.qr_id}.", lease_summary(outcome.lease),
-                        outcome.lease, needs_confirmation=True)
+        return ActionResult.refused(outcome.message, payload=TeardownOf(None))
+    return ActionResult(ActionStatus.NEEDS_CONFIRMATION, f"Confirm to tear down {outcome.lease.qr_id}.",
+                        lease_summary(outcome.lease), TeardownOf(outcome.lease))
 
 
 # A teardown card's confirm click (a person's, never a model's): the check the `teardown` action
@@ -175,16 +200,17 @@ async def status(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     if lease is None:
         ended = await svc.leases.last_release(actor.team, actor.channel)
         if ended is None:
-            return ActionResult(True, "This channel holds no TPU.", {"lease": None})
+            return ActionResult.done("This channel holds no TPU.", {"lease": None}, ChannelLease(None))
         # How the last one ended answers "what happened to our TPU?": an expiry, a teardown, or a
         # suspension before the deadline (agent/lease/expiry.py says which).
-        return ActionResult(True, f"This channel holds no TPU. Its last one (lease {ended.lease.lease_id} in "
-                                  f"{ended.lease.zone}) ended {_ago(ended.at)}: {ended.reason}.",
-                            {"lease": None, "last_release": {"lease_id": ended.lease.lease_id,
-                                                             "zone": ended.lease.zone, "reason": ended.reason,
-                                                             "released_at": ended.at, "by": ended.by}})
-    return ActionResult(True, f"TPU {lease.state.label} in {lease.zone} (lease {lease.lease_id}).",
-                        {"lease": lease_summary(lease)}, lease)
+        return ActionResult.done(f"This channel holds no TPU. Its last one (lease {ended.lease.lease_id} in "
+                                 f"{ended.lease.zone}) ended {_ago(ended.at)}: {ended.reason}.",
+                                 {"lease": None, "last_release": {"lease_id": ended.lease.lease_id,
+                                                                  "zone": ended.lease.zone, "reason": ended.reason,
+                                                                  "released_at": ended.at, "by": ended.by}},
+                                 ChannelLease(None))
+    return ActionResult.done(f"TPU {lease.state.label} in {lease.zone} (lease {lease.lease_id}).",
+                             {"lease": lease_summary(lease)}, ChannelLease(lease))
 
 
 def _ago(epoch: float) -> str:

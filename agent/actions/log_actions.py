@@ -34,7 +34,7 @@ from agent.actions.registry import ActionResult, action
 from agent.context import Actor, LogMaterial, Services
 from agent.digest import LineSpool, lines_from_chunks, lines_from_entries
 from agent.digest.runbook_links import digest_with_runbooks
-from infra.cloud_logging import TPU_WORKER_RESOURCE, CloudLogsQuery, cloud_logs_query
+from infra.cloud_logging import TPU_WORKER_RESOURCE, CloudLoggingAbsent, CloudLogsQuery, cloud_logs_query
 from infra.local_files import LocalFileError
 from infra.runbooks.index import RunbookIndex
 from infra.runbooks.library import RunbookLibrary
@@ -76,6 +76,11 @@ class QueryCloudLogsArgs(BaseModel):
                                                 "project's logs (admins only, audited)")
 
 
+@dataclass(frozen=True)
+class LogDigest:  # a digest's payload: the line numbers worth citing (the mention's answer cites them)
+    cited_lines: tuple[int, ...]
+
+
 def lines_worth_citing(digest) -> list[int]:
     """Line numbers worth citing: the first exemplar of the highest-ranked shown templates."""
     ranked = sorted(digest.templates, key=lambda t: (-t.severity, t.first_line))
@@ -93,7 +98,7 @@ def digest_result(lines: Iterable[str], budget: int, *, source: str,
     text = digest.render()
     if links:
         text += "\n\nRunbooks whose symptoms match these lines:\n" + links_text
-    return ActionResult(True, text, data, cited_lines=cited)
+    return ActionResult.done(text, data, LogDigest(tuple(cited)))
 
 
 @dataclass(frozen=True)
@@ -115,9 +120,6 @@ def log_input(svc: Services, args: SummarizeLogsArgs, spool: LineSpool) -> LogIn
         lines = tuple(svc.redactor.lines(args.text.splitlines()))
         return LogInput(lines, len(lines), "", "the pasted text")
     if args.path is not None:
-        if svc.local_files is None:
-            return ("This bot does not read files from its own disk; attach the file to your message "
-                    "(or run `tpubot mcp` on your machine to read local files).")
         try:
             with svc.local_files.open_log(args.path) as file:
                 spool.extend(svc.redactor.stream(lines_from_chunks(file.chunks)))
@@ -153,7 +155,7 @@ async def summarize_logs(svc: Services, actor: Actor, args: SummarizeLogsArgs) -
     with LineSpool() as spool:
         found = await asyncio.to_thread(log_input, svc, args, spool)  # reading must not stall the loop
         if isinstance(found, str):
-            return ActionResult(False, found)
+            return ActionResult.refused(found)
         return await asyncio.to_thread(summarize_found, found, args, svc.runbooks)
 
 
@@ -162,8 +164,8 @@ def summarize_found(found: LogInput, args: SummarizeLogsArgs, runbooks: RunbookL
     if args.contains:
         needle = args.contains.lower()
         if not any(needle in line.lower() for line in found.lines):
-            return ActionResult(False, f"No line contains {args.contains!r} in the {found.count} lines of "
-                                       f"{found.where}.")
+            return ActionResult.refused(f"No line contains {args.contains!r} in the {found.count} lines of "
+                                        f"{found.where}.")
         # Keep the numbering of the original lines: non-matching lines become blank.
         lines = (line if needle in line.lower() else "" for line in found.lines)
     result = digest_result(lines, args.max_tokens, source=found.line_map or found.where, runbooks=runbooks.index())
@@ -208,29 +210,30 @@ async def log_scope(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> Lo
 
 
 @action("query_cloud_logs", "Read recent entries from Cloud Logging for this channel's own TPU (by severity, "
-        "time window, text) and digest them with line numbers (L12) to cite.", QueryCloudLogsArgs)
+        "time window, text) and digest them with line numbers (L12) to cite.", QueryCloudLogsArgs,
+        wired=lambda svc: svc.cloud_logs.wired)
 async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> ActionResult:
-    if svc.cloud_logs is None:
-        return ActionResult(False, "Cloud Logging is not configured for this bot (set GCP_PROJECT).")
     scope = await log_scope(svc, actor, args)
     if isinstance(scope, str):
-        return ActionResult(False, scope)
+        return ActionResult.refused(scope)
 
     spool = LineSpool()  # closed when the call ends, also on a timeout: the reading thread then stops
     try:
         try:
             query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, scope, spool),
                                            QUERY_TIMEOUT_SECONDS)
+        except CloudLoggingAbsent as error:
+            return ActionResult.refused(str(error))
         except TooManyRequests:
-            return ActionResult(False, "Cloud Logging is rate-limiting reads right now; try again in a minute.")
+            return ActionResult.refused("Cloud Logging is rate-limiting reads right now; try again in a minute.")
         except asyncio.TimeoutError:
-            return ActionResult(False, f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
+            return ActionResult.refused(f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
         except (GoogleAPICallError, ValueError) as error:
             log.warning("query_cloud_logs failed: %s", type(error).__name__)
-            return ActionResult(False, f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
+            return ActionResult.refused(f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
         if not spool:
-            return ActionResult(True, f"No {args.min_severity}+ entries from {scope.describe} in the last "
-                                      f"{args.hours:g}h (filter: {query.filter}).", {"entries": 0})
+            return ActionResult.done(f"No {args.min_severity}+ entries from {scope.describe} in the last "
+                                     f"{args.hours:g}h (filter: {query.filter}).", {"entries": 0})
         # Entries arrive newest first; the digest reads them oldest first.
         index = await asyncio.to_thread(svc.runbooks.index)
         out = await asyncio.to_thread(digest_result, reversed(spool), DEFAULT_DIGEST_TOKENS, source="Cloud Logging",
@@ -272,8 +275,6 @@ async def read_alert_logs(svc: Services, actor: Actor, *, resource_type: str, re
     """query_cloud_logs for an alert: its window, and the resource it names (a TPU node, a VM) —
     the routes an operator configured decided that this channel sees that resource's logs — or,
     when it names none, the channel's own TPU, exactly as the action scopes it."""
-    if svc.cloud_logs is None:
-        return AlertLogs((), "", "Cloud Logging is not configured for this bot (set GCP_PROJECT).")
     if resource_type:
         shown = " ".join(f"{k}={v}" for k, v in sorted(resource_labels.items()))
         scope: LogScope | str = LogScope(resource_type, dict(resource_labels),
@@ -287,6 +288,8 @@ async def read_alert_logs(svc: Services, actor: Actor, *, resource_type: str, re
         try:
             query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, scope, spool, window),
                                            QUERY_TIMEOUT_SECONDS)
+        except CloudLoggingAbsent as error:
+            return AlertLogs((), "", str(error))
         except TooManyRequests:
             return AlertLogs((), "", "Cloud Logging is rate-limiting reads right now.")
         except asyncio.TimeoutError:

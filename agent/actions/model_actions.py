@@ -14,7 +14,7 @@ import openai
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.actions.lease_actions import NoArgs
-from agent.actions.registry import ActionResult, action
+from agent.actions.registry import ActionResult, ActionStatus, action
 from agent.context import Actor, Services
 from agent.actions.model_endpoint import ModelEndpoint, endpoint_label, openai_client, resolve_endpoint
 from agent.redact import redact
@@ -27,8 +27,6 @@ NO_ENDPOINT = ("No model to ask: this channel has no READY TPU (and no GEMMA_BAS
                "(`/tpu up`) first, then try again once `status` says READY.")
 MAX_PROMPT_CHARS = 8000
 MAX_IMAGE_ARGS = 16  # paths accepted at all; the endpoint's --limit-mm-per-prompt decides how many are read
-NO_LOCAL_FILES = ("`images` are files on this machine, read only by `tpubot mcp` (and `tpubot shell`'s "
-                  "`!attach`); in Slack, attach the screenshots to a mention instead.")
 
 
 class AskModelArgs(BaseModel):
@@ -57,10 +55,8 @@ def endpoint_data(endpoint: ModelEndpoint) -> dict:
 async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionResult:
     endpoint = await resolve_endpoint(svc, actor, include_degraded=True)
     if endpoint is None:
-        return ActionResult(False, NO_ENDPOINT, {"endpoint": None})
+        return ActionResult.refused(NO_ENDPOINT, {"endpoint": None})
     config = svc.model
-    if args.images and svc.local_files is None:
-        return ActionResult(False, NO_LOCAL_FILES, {"endpoint": endpoint.base_url})
     images, lines = await asyncio.to_thread(read_images, svc, args.images, config.max_images)
     content: str | list = redact(args.prompt)
     if images:
@@ -74,22 +70,20 @@ async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionRe
         lines.insert(0, f"Read {len(images)} image{'s' * (len(images) != 1)}: "
                         f"{', '.join(image.describe() for image in images)}.")
     if not answer.ok:
-        return ActionResult(False, f"The model at {endpoint.base_url} ({endpoint.source}) did not answer: "
-                                   f"{answer.error}", {**data, "error": answer.error})
+        return ActionResult.refused(f"The model at {endpoint.base_url} ({endpoint.source}) did not answer: "
+                                    f"{answer.error}", {**data, "error": answer.error})
     text = redact(answer.text) or "(the model returned no text)"
     cut = " (cut at max_tokens)" if answer.finish_reason == "length" else ""
     via = endpoint_label(endpoint, answer.system_fingerprint)
     text = "\n".join([*lines, text]) if lines else text
-    return ActionResult(True, f"{text}\n\n— {answer.model} via {via}: {timing_line(answer)}{cut}",
-                        {**data, "answer": text, "finish_reason": answer.finish_reason, **answer.timings()})
+    return ActionResult.done(f"{text}\n\n— {answer.model} via {via}: {timing_line(answer)}{cut}",
+                             {**data, "answer": text, "finish_reason": answer.finish_reason, **answer.timings()})
 
 
 def read_images(svc: Services, paths: list[str], limit: int) -> tuple[list[PreparedImage], list[str]]:
     """The images at `paths` (at most `limit`), and a line for each that was not read and why."""
     images: list[PreparedImage] = []
     lines: list[str] = []
-    if svc.local_files is None:
-        return images, lines
     for path in paths:
         if len(images) >= limit:
             lines.append(f"Not read: {path}: the model takes at most {limit} image{'s' * (limit != 1)} per "
@@ -107,7 +101,7 @@ def read_images(svc: Services, paths: list[str], limit: int) -> tuple[list[Prepa
 async def model_health(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
     endpoint = await resolve_endpoint(svc, actor, include_degraded=True)
     if endpoint is None:
-        return ActionResult(False, NO_ENDPOINT, {"endpoint": None})
+        return ActionResult.refused(NO_ENDPOINT, {"endpoint": None})
     config = svc.model
     async with openai_client(endpoint, config) as client:
         models, version, gauges = await asyncio.gather(served_models(client), read_version(endpoint.base_url),
@@ -126,7 +120,7 @@ async def model_health(svc: Services, actor: Actor, args: NoArgs) -> ActionResul
     lines.append(f"*One-token round trip:* {probe.e2el_ms:.0f} ms (TTFT {probe.ttft_ms:.0f} ms)" if probe.ok
                  else f"*One-token round trip failed:* {probe.error}")
     ok = probe.ok and isinstance(models, list)
-    return ActionResult(ok, "\n".join(lines), data)
+    return ActionResult(ActionStatus.done_if(ok), "\n".join(lines), data)
 
 
 async def served_models(client: openai.AsyncOpenAI) -> list[str] | str:

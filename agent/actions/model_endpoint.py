@@ -70,8 +70,6 @@ async def degraded_reason_here(svc: Services, actor: Actor) -> str | None:
 
 async def _lease_key(svc: Services, lease_id: str) -> str:
     """The lease's per-lease vLLM key (issue 15), or "" where endpoints run without one."""
-    if svc.model_keys is None:
-        return ""
     try:
         return await svc.model_keys.key(lease_id) or ""
     except ModelKeyError:
@@ -90,14 +88,14 @@ def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:
 SANDBOX_FINGERPRINT_SUFFIX = "-sandbox"  # infra/sandbox/vllm labels every response so
 
 
-def is_sandbox(fingerprint: str | None) -> bool:
+def from_sandbox_model(fingerprint: str | None) -> bool:
     return fingerprint is not None and fingerprint.endswith(SANDBOX_FINGERPRINT_SUFFIX)
 
 
 def endpoint_label(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
     """Where an answer came from, said to people: the sandbox model says it is one whoever set
     the URL (the local stack sets GEMMA_BASE_URL for itself), else the endpoint's source."""
-    if not is_sandbox(fingerprint):
+    if not from_sandbox_model(fingerprint):
         return endpoint.source
     if endpoint.source == "GEMMA_BASE_URL":
         return "the sandbox model (a heuristic stand-in, not Gemma)"
@@ -107,7 +105,7 @@ def endpoint_label(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
 def answered_by(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
     """Who answered, for the footer of a mention's answer."""
     label = endpoint_label(endpoint, fingerprint)
-    return label if is_sandbox(fingerprint) else f"the model ({label})"
+    return label if from_sandbox_model(fingerprint) else f"the model ({label})"
 
 
 # The secret values one agent run must never show: the deployment's own (`Services.redactor`)
@@ -121,8 +119,6 @@ def answered_by(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
 
 async def run_redactor(svc: Services) -> Redactor:
     """`svc.redactor` that also knows every live lease's model key (read now; cached per process)."""
-    if svc.model_keys is None:
-        return svc.redactor
     keys = []
     for lease in await svc.leases.all():
         try:

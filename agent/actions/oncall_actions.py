@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent.lease import oncall
-from agent.actions.registry import ActionKind, ActionResult, action
+from agent.actions.registry import ActionKind, ActionResult, ActionStatus, action
 from agent.context import Actor, Services
 
 
@@ -41,4 +41,4 @@ async def set_oncall(svc: Services, actor: Actor, args: OnCallArgs) -> ActionRes
         outcome = await oncall.show_oncall(svc, actor)
     else:
         outcome = await oncall.set_oncall(svc, actor, args.mentions, clear=args.clear)
-    return ActionResult(outcome.ok, outcome.text, {"oncall": list(outcome.mentions), "default": outcome.default})
+    return ActionResult(ActionStatus.done_if(outcome.ok), outcome.text, {"oncall": list(outcome.mentions), "default": outcome.default})

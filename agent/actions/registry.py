@@ -20,7 +20,6 @@ from pydantic import BaseModel, ValidationError
 from agent import access
 from agent.access import ActionKind
 from agent.context import Actor, Services
-from infra.state.leases import Lease
 
 
 class Declined(StrEnum):
@@ -31,20 +30,44 @@ class Declined(StrEnum):
     NOT_IN_CHANNEL = "not_in_channel"  # the bot cannot post the channel's status card
 
 
+class ActionStatus(StrEnum):
+    """What one action call came to. The value is the outcome the audit trail and
+    `tpubot_actions_total` record, so a result, its audit entry and its metric never disagree."""
+
+    DONE = "ok"
+    NEEDS_CONFIRMATION = "needs_confirmation"  # nothing done yet: the caller shows a confirm step first
+    REFUSED = "refused"  # the action ran and did nothing (a held lease, no endpoint); `text` says why
+    DENIED = "denied"  # access control refused the actor; `text` says who may
+    FAILED = "error"  # the action raised: audited, and the exception goes on to the caller
+
+    @classmethod
+    def done_if(cls, ok: bool) -> ActionStatus:
+        return cls.DONE if ok else cls.REFUSED
+
+
 @dataclass
 class ActionResult:
-    ok: bool
+    status: ActionStatus
     text: str  # a plain summary for people and for the model
     # What a model reads beside `text`, as is: the mention agent's tool result, MCP's structured content.
-    # Slack views may show it (the zones card, the Home tab), but no caller branches on its keys: what a
-    # caller decides by is a typed field below, so the model's view can change without moving a decision.
+    # No caller outside those two edges reads its keys: what a caller decides by is the typed `payload`,
+    # so the model's view can change without moving a decision.
     data: dict = field(default_factory=dict)
-    lease: Lease | None = None
-    needs_confirmation: bool = False  # the caller must show a confirm card before acting
-    denied: bool = False  # access control refused the actor; `text` says who may
-    declined: Declined | None = None  # set when not ok for a reason a caller shows apart
-    priced_zones_only: list[str] = field(default_factory=list)  # provision under a budget: the zones it may search
-    cited_lines: list[int] = field(default_factory=list)  # a log digest's lines worth citing
+    # The typed object a caller decides by, one class per meaning (a `Declined` reason, the lease a
+    # teardown asks to confirm, a zone board); callers match on its type, never on the action's name.
+    payload: object = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status is ActionStatus.DONE
+
+    @classmethod
+    def done(cls, text: str, data: dict | None = None, payload: object = None) -> ActionResult:
+        return cls(ActionStatus.DONE, text, data or {}, payload)
+
+    @classmethod
+    def refused(cls, text: str, data: dict | None = None, payload: object = None) -> ActionResult:
+        return cls(ActionStatus.REFUSED, text, data or {}, payload)
 
 
 ActionFn = Callable[[Services, Actor, Any], Awaitable[ActionResult]]
@@ -61,6 +84,9 @@ class Action:
     # For a WRITE action some calls of which only read (`oncall` without arguments shows the list):
     # True for those calls, so a confirm step (MCP's `confirm: true`) is asked only for the others.
     reads_only: Callable[[Any], bool] | None = None  # called with the action's own `args` model
+    # Whether this deployment has the backend the action reads (Cloud Logging may be absent): one
+    # that is not wired is offered to no model or MCP client (`wired_actions`).
+    wired: Callable[[Services], bool] = lambda svc: True
 
     @property
     def read_only(self) -> bool:
@@ -139,15 +165,20 @@ REGISTRY: dict[str, Action] = {}
 
 
 def action(name: str, description: str, args: type[BaseModel], *, kind: ActionKind = ActionKind.READ,
-           destructive: bool = False,
-           reads_only: Callable[[Any], bool] | None = None) -> Callable[[ActionFn], ActionFn]:
+           destructive: bool = False, reads_only: Callable[[Any], bool] | None = None,
+           wired: Callable[[Services], bool] = lambda svc: True) -> Callable[[ActionFn], ActionFn]:
     def register(fn: ActionFn) -> ActionFn:
         if name in REGISTRY:
             raise ValueError(f"action {name} declared twice")
-        REGISTRY[name] = Action(name, description, args, fn, kind, destructive, reads_only)
+        REGISTRY[name] = Action(name, description, args, fn, kind, destructive, reads_only, wired)
         return fn
 
     return register
+
+
+def wired_actions(svc: Services) -> list[Action]:
+    """The actions whose backends this deployment has: what the model and MCP clients are offered."""
+    return [a for a in REGISTRY.values() if a.wired(svc)]
 
 
 def get_action(name: str) -> Action | None:
@@ -159,27 +190,30 @@ def validate_args(action_: Action, raw: dict, svc: Services) -> BaseModel:
     return action_.args.model_validate(raw, context={"policy": svc.policy})
 
 
-async def run_action(name: str, svc: Services, actor: Actor, raw_args: dict | BaseModel) -> ActionResult:
-    """The one entry to every action: access check, argument validation, run, audit."""
-    action_ = REGISTRY[name]
+async def run_action(which: str | ActionFn, svc: Services, actor: Actor, raw_args: dict | BaseModel) -> ActionResult:
+    """The one entry to every action: access check, argument validation, run, audit. `which` is the
+    action's function (`lease_actions.teardown`), or its name where a name arrives (a model's tool call,
+    MCP, a `/tpu` subcommand): a caller inside the bot names no action by a string it could misspell."""
+    action_ = REGISTRY[which] if isinstance(which, str) else next(a for a in REGISTRY.values() if a.run is which)
+    name = action_.name
     decision = await access.check(svc.access, svc.directory, actor, action_.kind, name)
     if not decision.allowed:
-        await _audit(svc, actor, name, "denied", decision.message)
-        return ActionResult(False, decision.message, denied=True)
+        await _audit(svc, actor, name, ActionStatus.DENIED, decision.message)
+        return ActionResult(ActionStatus.DENIED, decision.message)
     args = raw_args if isinstance(raw_args, BaseModel) else validate_args(action_, raw_args, svc)
     try:
         result = await action_.run(svc, actor, args)
     except Exception as error:
-        await _audit(svc, actor, name, "error", type(error).__name__)
+        await _audit(svc, actor, name, ActionStatus.FAILED, type(error).__name__)
         raise
-    await _audit(svc, actor, name, "ok" if result.ok else "refused", result.text)
+    await _audit(svc, actor, name, result.status, result.text)
     return result
 
 
-async def _audit(svc: Services, actor: Actor, name: str, outcome: str, detail: str) -> None:
-    svc.metrics.actions.labels(name, outcome).inc()
+async def _audit(svc: Services, actor: Actor, name: str, outcome: ActionStatus, detail: str) -> None:
+    svc.metrics.actions.labels(name, outcome.value).inc()
     await svc.audit.record(actor=actor.user_id, action=name, team=actor.team, channel=actor.channel,
-                                outcome=outcome, detail=detail)
+                           outcome=outcome.value, detail=detail)
 
 
 def tool_declarations(names: list[str] | None = None) -> list[dict]:

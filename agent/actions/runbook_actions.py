@@ -8,6 +8,7 @@ logs, the thread and the answer too.
 from __future__ import annotations
 
 import asyncio
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -18,6 +19,12 @@ from agent.digest import estimate_tokens
 from infra.mrkdwn import escape
 
 DEFAULT_RESULT_TOKENS = 900
+
+
+@dataclass(frozen=True)
+class RunbookHits:  # search_runbooks' payload: the query and the sections shown (the runbook card)
+    query: str
+    results: list[dict]
 
 
 class SearchRunbooksArgs(BaseModel):
@@ -36,8 +43,9 @@ async def search_runbooks(svc: Services, actor: Actor, args: SearchRunbooksArgs)
     index = await asyncio.to_thread(svc.runbooks.index)  # may stat a folder or fetch a URL
     hits = index.search(args.query, limit=args.max_results)
     if not hits:
-        return ActionResult(True, f"No runbook section matches “{escape(args.query)}”. `/tpu runbook` with other words "
-                                  "(an error message works best) may find one.", {"query": args.query, "results": []})
+        return ActionResult.done(f"No runbook section matches “{escape(args.query)}”. `/tpu runbook` "
+                                 "with other words (an error message works best) may find one.",
+                                 {"query": args.query, "results": []}, RunbookHits(args.query, []))
     parts: list[str] = []
     shown: list[dict] = []
     budget = args.max_tokens
@@ -55,7 +63,8 @@ async def search_runbooks(svc: Services, actor: Actor, args: SearchRunbooksArgs)
     if more:
         parts.append(f"({more} more matching {'section' if more == 1 else 'sections'} left out to fit "
                      f"{budget} tokens)")
-    return ActionResult(True, "\n\n".join(parts), {"query": args.query, "results": shown})
+    return ActionResult.done("\n\n".join(parts), {"query": args.query, "results": shown},
+                             RunbookHits(args.query, shown))
 
 
 def _cut(text: str, budget: int) -> str:

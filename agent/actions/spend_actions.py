@@ -136,7 +136,7 @@ async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionRe
              *_set_channel_lines(await svc.spend.channel_limits(actor.team), channel),
              "Admins change them with `/tpu budget set 200` (the workspace) or `/tpu budget set 50 #channel`, and "
              "`/tpu budget clear [#channel]`."]
-    return ActionResult(True, "\n".join(lines), data)
+    return ActionResult.done("\n".join(lines), data)
 
 
 @action("set_budget", "Set or clear a monthly spend budget in USD, for the workspace or one channel (admins only).",
@@ -152,13 +152,13 @@ async def set_budget(svc: Services, actor: Actor, args: SetBudgetArgs) -> Action
                  else "no limit applies")
         text = (f"{whose} admin-set monthly budget is cleared; {after}." if removed
                 else f"{whose} monthly budget was not set by an admin; nothing changed ({after}).")
-        return ActionResult(True, text, {"channel": channel, "cleared": removed, "budget_usd": now_in_force})
+        return ActionResult.done(text, {"channel": channel, "cleared": removed, "budget_usd": now_in_force})
     assert args.usd is not None, "SetBudgetArgs holds usd unless clear"
     await svc.spend.set_limit(actor.team, args.usd, channel=channel)
     month = month_of(time.time())
     text = (f"{whose} monthly budget is now {budget.money(args.usd)} (from {month}, UTC months). `/tpu up` is "
             "refused when its worst case would go over it.")
-    return ActionResult(True, text, {"channel": channel, "budget_usd": args.usd, "month": month})
+    return ActionResult.done(text, {"channel": channel, "budget_usd": args.usd, "month": month})
 
 
 def spend_table(report: budget.MonthSpend, names: dict[str, str] | None = None) -> str:
@@ -189,7 +189,7 @@ async def spend(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
     month = args.month or month_of(time.time())
     report = await budget.month_spend(svc, actor.team, month)
     if not report.channels:
-        return ActionResult(True, f"No TPU spend in {month} in this workspace.", report.as_dict())
+        return ActionResult.done(f"No TPU spend in {month} in this workspace.", report.as_dict(), report)
     running = sum(row.running for row in report.channels)
     idle = sum(row.idle_seconds for row in report.channels) / 3600
     # A code block shows `<#C…>` as typed, so the table names channels itself.
@@ -198,7 +198,7 @@ async def spend(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
             f"{f', {running} still running' if running else ''}):\n```{spend_table(report, names)}```\n"
             f"Idle hours are the model READY with no traffic: {idle:.2f} h this month, the waste to cut. "
             "`/tpu spend chart` posts this as a bar chart.")
-    return ActionResult(True, text, report.as_dict())
+    return ActionResult.done(text, report.as_dict(), report)
 
 
 # Read: it changes no TPU and no budget; it only posts a chart of figures the reader may see anyway.
@@ -212,7 +212,7 @@ async def spend_chart(svc: Services, actor: Actor, args: SpendArgs) -> ActionRes
                                                                    month=month, user_id=actor.user_id),
                                     job_id=job_id)
     if not queued:
-        return ActionResult(False, f"A {month} spend chart for this channel was just queued; it will appear here.",
-                            {"queued": False, "month": month})
-    return ActionResult(True, f"Drawing the {month} spend chart; it will be posted in this channel.",
-                        {"queued": True, "month": month})
+        return ActionResult.refused(f"A {month} spend chart for this channel was just queued; it will appear here.",
+                                    {"queued": False, "month": month})
+    return ActionResult.done(f"Drawing the {month} spend chart; it will be posted in this channel.",
+                             {"queued": True, "month": month})

@@ -7,6 +7,7 @@ settings' price table), so the Home tab, `/tpu cost` and the receipt never disag
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 
 from pydantic import BaseModel, ConfigDict
 
@@ -15,6 +16,11 @@ from agent.actions.registry import ActionKind, ActionResult, action
 from agent.context import Actor, Services
 from infra import prices
 from infra.state.leases import Lease
+
+
+@dataclass(frozen=True)
+class LeaseRows:  # leases' payload: one row per lease, oldest first (the Home tab's list)
+    rows: list[dict]
 
 
 class LeasesArgs(BaseModel):
@@ -43,4 +49,4 @@ async def leases(svc: Services, actor: Actor, args: LeasesArgs) -> ActionResult:
     text = (f"{len(rows)} TPU lease{'s' * (len(rows) != 1)} in this workspace"
             + (f", {prices.money(sum(costs))} spent so far." if costs else ".") if rows
             else "No channel in this workspace holds a TPU. `/tpu up` in a channel starts one.")
-    return ActionResult(True, text, {"leases": rows, "at": now})
+    return ActionResult.done(text, {"leases": rows, "at": now}, LeaseRows(rows))

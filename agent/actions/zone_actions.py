@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from pydantic import BaseModel, ConfigDict
 
 from agent.actions.registry import ActionKind, ActionResult, action
@@ -10,6 +12,12 @@ from agent.context import Actor, Services
 
 class ZonesArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class ZoneBoard:  # zones' payload: the rows in search order, and the zones a `/tpu up` would try
+    zones: list[dict]
+    order: list[str]
 
 
 def zone_rows(rows, order) -> list[dict]:
@@ -44,4 +52,5 @@ async def zones(svc: Services, actor: Actor, args: ZonesArgs) -> ActionResult:
     first = order.order[0] if order.order else None
     text = (f"{len(data)} configured zones, {len(tried)} with a record; a /tpu up without a zone tries "
             + (f"{first} first." if first else "no zone right now (all skipped or not offering the type)."))
-    return ActionResult(True, text, {"zones": data, "order": list(order.order)})
+    board = ZoneBoard(data, list(order.order))
+    return ActionResult.done(text, {"zones": board.zones, "order": board.order}, board)

@@ -4,7 +4,8 @@ This module is the request side (`request_provision`, `request_teardown`, `confi
 which runs in the web process inside Slack's 3-second ack window: it only touches Redis and
 enqueues jobs, plus the helpers the job modules share. The jobs live in `provisioning`,
 `watching` and `teardown`; each re-reads the lease before acting and is safe to run twice:
-job ids are deterministic and every write is fenced by the lease id.
+job ids are deterministic and every write is fenced by the lease id, and inside the channel
+lock's `hold` by the lock's token too (infra/state/leases.py).
 """
 
 from __future__ import annotations

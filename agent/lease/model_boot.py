@@ -62,13 +62,12 @@ class ModelBootHook:
 
     async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
         # A pending boot job sees the lease gone and stops by itself; the endpoint's key goes with the lease.
-        if svc.model_keys is not None:
-            from infra.model_keys import ModelKeyError
+        from infra.model_keys import ModelKeyError
 
-            try:
-                await svc.model_keys.destroy(lease.lease_id)
-            except ModelKeyError as error:  # the reconciler's sweep deletes it later
-                log.warning("model key of lease %s not deleted: %s", lease.lease_id, error.message)
+        try:
+            await svc.model_keys.destroy(lease.lease_id)
+        except ModelKeyError as error:  # the reconciler's sweep deletes it later
+            log.warning("model key of lease %s not deleted: %s", lease.lease_id, error.message)
 
 
 async def boot_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
@@ -212,8 +211,6 @@ def degraded_reason(lease: Lease) -> str:
 
 async def lease_api_key(svc: Services, lease: Lease) -> str | None:
     """The key vLLM on this lease's VM expects (None: no key store, or the lease has no key)."""
-    if svc.model_keys is None:
-        return None
     from infra.model_keys import ModelKeyError
 
     try:

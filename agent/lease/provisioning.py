@@ -68,15 +68,14 @@ async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOu
         return JobOutcome.failed(error.kind.value)
     if existing is not None:
         return await _created(svc, lease, SearchOutcome(status=SearchStatus.CREATED, zone=lease.zone, qr=existing))
-    if svc.model_keys is not None:
-        # The VM reads the key at boot, so it must exist before the create; a retried job keeps it.
-        from infra.model_keys import ModelKeyError
+    # The VM reads the key at boot, so it must exist before the create; a retried job keeps it.
+    from infra.model_keys import ModelKeyError
 
-        try:
-            await svc.model_keys.create(lease.lease_id)
-        except ModelKeyError as error:
-            await fail_lease(svc, lease, f"{error.message} Fix: {error.fix}")
-            return JobOutcome.failed("model key")
+    try:
+        await svc.model_keys.create(lease.lease_id)
+    except ModelKeyError as error:
+        await fail_lease(svc, lease, f"{error.message} Fix: {error.fix}")
+        return JobOutcome.failed("model key")
 
     board = svc.scoreboard
     if lease.zone_explicit:

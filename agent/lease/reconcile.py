@@ -228,8 +228,6 @@ async def _release_if_gone(svc: "WorkerServices", report: ReconcileReport, lease
 
 
 async def _sweep_model_keys(svc: "WorkerServices", report: ReconcileReport, seen_leases: set[str], now: float) -> None:
-    if svc.model_keys is None:
-        return
     from infra.model_keys import ModelKeyError
 
     try:

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from agent.llm import intents, modelless
 from agent.llm import proposals as proposal_rules
 from agent.actions import Action, get_action, run_action
+from agent.actions.log_actions import LogDigest
 from agent.actions.registry import first_error, validate_args
 from agent.llm.completion_repair import NormalizedTurn, StreamAccumulator, ToolCallRequest, normalize_choice
 from agent.context import Actor, Services
@@ -91,7 +92,7 @@ class AgentLoop:
         self.svc, self.actor, self.mention, self.endpoint, self.sink = svc, actor, mention, endpoint, sink
         self.config: ModelConfig = svc.model
         self.client = openai_client(endpoint, self.config)
-        self.tools = model_tools()
+        self.tools = model_tools(svc)
         self.shown: list[str] = []  # visible text of finished steps
         self.proposals: list[proposal_rules.Proposal] = []
         self.tools_run: list[str] = []
@@ -235,8 +236,8 @@ class AgentLoop:
             log.exception("action %s failed in the agent loop", action.name)
             return f"Error: `{action.name}` failed inside the bot; say so to the person."
         self.tools_run.append(action.name)
-        if action.name in LOG_TOOLS and result.cited_lines:
-            self.cited = list(result.cited_lines)
+        if isinstance(result.payload, LogDigest) and result.payload.cited_lines:
+            self.cited = list(result.payload.cited_lines)
         return self._result_text(action, result)
 
     def _arguments(self, action: Action, call: ToolCallRequest) -> BaseModel:

@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable, Sequence
 
 from agent.actions import REGISTRY, ActionKind
+from agent.actions.registry import wired_actions
+from agent.context import Services
 from agent.digest import build_digest, estimate_tokens
 from agent.digest.runbook_links import render_links, runbook_links
 from agent.llm.material import MentionInput
@@ -61,10 +63,10 @@ def data_block(label: str, text: str) -> str:
 NOT_MODEL_TOOLS = frozenset({"ask_model"})
 
 
-def model_tools() -> list[dict]:
-    """Every READ and WRITE action in the registry (new actions appear on their own); ADMIN
-    actions are for people only."""
-    return [a.model_tool_declaration() for a in REGISTRY.values()
+def model_tools(svc: Services | None = None) -> list[dict]:
+    """Every READ and WRITE action that `svc` wires (new actions appear on their own; None: every
+    one declared, the set the conformance cases are written for); ADMIN actions are for people only."""
+    return [a.model_tool_declaration() for a in (REGISTRY.values() if svc is None else wired_actions(svc))
             if a.kind in (ActionKind.READ, ActionKind.WRITE) and a.name not in NOT_MODEL_TOOLS]
 
 

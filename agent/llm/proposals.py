@@ -98,7 +98,7 @@ async def confirm(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOu
     result = await run_action(proposal.action, svc, clicker, proposal.args)
     if result.ok:
         await svc.proposals.take(proposal.id)
-    return ProposalOutcome(result.ok, result.text, result.lease)
+    return ProposalOutcome(result.ok, result.text)
 
 
 async def _confirm_teardown(svc: Services, clicker: Actor, proposal: Proposal) -> ProposalOutcome:

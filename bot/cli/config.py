@@ -16,12 +16,12 @@ def show_config(as_json: bool = typer.Option(False, "--json", help=json_option_h
     rows = describe_sources(settings)
     env_file = env_file_path()
     if as_json:
-        print_json({"sandbox": settings.mode.is_sandbox, "project": settings.project, "env_file": str(env_file),
+        print_json({"sandbox": settings.mode.target.emulated_apis, "project": settings.project, "env_file": str(env_file),
                     "env_file_exists": env_file.exists(),
                     "settings": [{"variable": name, "value": setting_json(name.lower(), getattr(settings, name.lower())),
                                   "source": source} for name, _, source in rows]})
         return
-    report = Report(title=f"tpubot settings ({'sandbox' if settings.mode.is_sandbox else 'GCP project ' + settings.project})",
+    report = Report(title=f"tpubot settings ({settings.mode.target.label_for(settings.project)})",
                     columns=["variable", "value", "source"])
     for name, value, source in rows:
         report.add_row(name, value, source)

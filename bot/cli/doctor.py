@@ -50,7 +50,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
     endpoints = ("tpu_api_endpoint", "compute_api_endpoint", "quotas_api_endpoint", "secretmanager_api_endpoint",
                  "storage_api_endpoint")
     with SandboxEmulators() as emulators:
-        if settings.mode.is_sandbox and not all(getattr(settings, name) for name in endpoints):
+        if any(settings.mode.target.api_endpoint(getattr(settings, name)) is None for name in endpoints):
             # A sandbox run never asks the real Google APIs (anonymously, they would only fail with
             # misleading fixes): the endpoints that are set are checked as given, the rest locally.
             emulators.start_cloud(project=settings.project)
@@ -59,7 +59,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
             out.write("GCP_PROJECT is unset: checking against the local sandbox emulators"
                       + (f" ({', '.join(k.upper() for k in local)} started here).\n" if len(local) < len(endpoints)
                          else ".\n"))
-        where = "sandbox" if settings.mode.is_sandbox else f"project {settings.project}"
+        where = settings.mode.target.label_for(settings.project)
         report = run_preflight(preflight_config_from(settings), extra=[
             CheckResult("settings", True, f"valid ({where}, zone {settings.tpu_zone}, {settings.tpu_accelerator_type})"),
         ])

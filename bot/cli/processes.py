@@ -40,7 +40,7 @@ def load_process_settings() -> Settings:
 
 
 def require_credentials(settings: Settings) -> None:
-    if settings.mode.is_sandbox:
+    if settings.mode.target.anonymous:
         return  # the emulators are called anonymously
     from bot.settings import SettingError
     from infra.gcp_credentials import missing_credentials
@@ -99,7 +99,7 @@ def _require(settings: Settings, *names: str) -> None:
 def _require_cloud(settings: Settings) -> None:
     """With no GCP_PROJECT the bot drives the sandbox project, whose TPU API only the local
     emulator serves: a worker not pointed at one would call Google's API for it."""
-    if settings.mode.is_sandbox and not settings.tpu_api_endpoint:
+    if settings.mode.target.api_endpoint(settings.tpu_api_endpoint) is None:
         from bot.settings import SettingError
 
         raise SettingError("GCP_PROJECT is not set and TPU_API_ENDPOINT names no sandbox, so this worker has no cloud "

@@ -16,6 +16,8 @@ what the real `docker` prints for the commands the startup script uses.
   compile cache in the mounted `/root/.cache/vllm`, where it leaves one) and then serves the
   sandbox vLLM on the VM's address, with the API key from `--api-key` or the container's
   VLLM_API_KEY, answering as the image's release.
+- `login -u USER --password-stdin https://HOST`: checks the credentials with the registry (its
+  `/v2/`) and keeps them for that host's pulls (Basic auth, as dockerd sends them), `Login Succeeded`.
 - `inspect --format '{{.RestartCount}} {{.State.Running}} {{.State.StartedAt}}'`, `logs [--tail N]
   [--since T]`, `rm -f`.
 
@@ -53,8 +55,10 @@ CLI_SCRIPT = r"""#!/bin/bash
 # docker, as the sandbox TPU VM has it: the command goes to this VM's Docker daemon stand-in
 # (DOCKER_HOST, infra/sandbox/docker.py), which answers with what the real CLI prints: stdout as the
 # body, the exit code and stderr (base64) in headers. Few processes: the startup script's watcher
-# calls it every few seconds.
-{ printf '%s\0' "$#" "$@"; env -0; } | curl -sS -i --max-time 600 --data-binary @- \
+# calls it every few seconds. `--password-stdin` reads stdin, sent after the environment.
+stdin=()
+if [[ " $* " == *" --password-stdin "* ]]; then stdin=("DOCKER_CLI_STDIN=$(cat)"); fi
+{ printf '%s\0' "$#" "$@"; env -0; if ((${#stdin[@]})); then printf '%s\0' "${stdin[@]}"; fi; } | curl -sS -i --max-time 600 --data-binary @- \
     "http://${DOCKER_HOST#tcp://}/cli" 2>/dev/null | {
   code=1 err="" answered=0
   while IFS= read -r line; do
@@ -133,6 +137,7 @@ class DockerDaemon:
         self.images: set[str] = set()
         self.containers: dict[str, Container] = {}
         self.calls: list[list[str]] = []  # every CLI argv, in order
+        self.logins: dict[str, str] = {}  # registry host -> the Basic credentials `docker login` kept
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._http = ServerThread((host, 0), _handler_for(self), "docker-daemon")
@@ -163,7 +168,7 @@ class DockerDaemon:
             return Result(0, "Usage:  docker [OPTIONS] COMMAND\n")
         command, args = argv[0], argv[1:]
         handlers: dict[str, Callable[[list[str], dict[str, str]], Result]] = {
-            "pull": self._pull, "run": self._run, "inspect": self._inspect, "logs": self._logs, "rm": self._rm,
+            "pull": self._pull, "login": self._login, "run": self._run, "inspect": self._inspect, "logs": self._logs, "rm": self._rm,
         }
         if command not in handlers:
             return Result(1, "", f"docker: '{command}' is not a docker command.\nSee 'docker --help'\n")
@@ -174,17 +179,51 @@ class DockerDaemon:
             return Result(1, "", '"docker pull" requires exactly 1 argument.\n')
         return self.pull(args[0])
 
+    def _login(self, args: list[str], env: dict[str, str]) -> Result:
+        import base64
+
+        user, server, rest = "", "", list(args)
+        while rest:
+            arg = rest.pop(0)
+            if arg in ("-u", "--username") and rest:
+                user = rest.pop(0)
+            elif arg == "--password-stdin":
+                continue
+            elif arg.startswith("-"):
+                return Result(125, "", f"unknown flag: {arg}\nSee 'docker login --help'.\n")
+            else:
+                server = arg
+        password = env.get("DOCKER_CLI_STDIN", "").rstrip("\n")
+        if not password:
+            return Result(1, "", "Error: Cannot perform an interactive login from a non TTY device\n")
+        host = server.removeprefix("https://").removeprefix("http://").rstrip("/")
+        credentials = "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+        response = requests.get(f"{self.registry_url}/v2/", headers={"Host": host, "Authorization": credentials},
+                                timeout=30)
+        if response.status_code != 200:
+            return Result(1, "", f"Error response from daemon: Get \"https://{host}/v2/\": unauthorized: "
+                                 "authentication failed\n")
+        with self._lock:
+            self.logins[host] = credentials
+        return Result(0, "Login Succeeded\n", "WARNING! Your password will be stored unencrypted in "
+                                               "/root/.docker/config.json.\n")
+
     def pull(self, image: str) -> Result:
         host, repository, reference = split_reference(image)
+        headers = {"Host": host, "Accept": "application/vnd.docker.distribution.manifest.v2+json"}
+        if host in self.logins:
+            headers["Authorization"] = self.logins[host]
         try:
-            response = requests.get(f"{self.registry_url}/v2/{repository}/manifests/{reference}",
-                                    headers={"Host": host, "Accept": "application/vnd.docker.distribution.manifest.v2+json"},
+            response = requests.get(f"{self.registry_url}/v2/{repository}/manifests/{reference}", headers=headers,
                                     timeout=30)
         except requests.RequestException as error:
             return Result(1, "", f"Error response from daemon: Get \"https://{host}/v2/\": {error}\n")
         errors = (response.json().get("errors") or [{}]) if response.status_code != 200 else []
         if response.status_code == 429:
             return Result(1, "", f"Error response from daemon: toomanyrequests: {errors[0].get('message', '')}\n")
+        if response.status_code in (401, 403):
+            return Result(1, "", f"Error response from daemon: Head \"https://{host}/v2/{repository}/manifests/"
+                                 f"{reference}\": denied: {errors[0].get('message', '')}\n")
         if response.status_code == 404:
             return Result(1, "", f"Error response from daemon: manifest for {image} not found: manifest unknown: "
                                  "manifest unknown\n")

@@ -16,7 +16,8 @@ One HTTP server, the wire formats of the real services, for the real clients onl
   (`/upload/storage/v1/b/B/o?uploadType=media&name=N`); the bucket's IAM policy (`b/B/iam`, GET and
   PUT). What the startup script keeps vLLM's compile cache in.
 - Cloud Resource Manager v1: `projects/P` (get: the project's number, what names the default
-  Compute Engine account), `projects/P:getIamPolicy` and `:setIamPolicy`.
+  Compute Engine account, and its folder or organization), `projects/P:getIamPolicy`,
+  `:setIamPolicy` and `:testIamPermissions` (what the caller holds of the permissions it names).
 - Secret Manager v1 (`secretmanager_v1.SecretManagerServiceClient(transport="rest")` and curl):
   `projects/P/secrets` (list, paged, with `labels.KEY=VALUE` / `name:TEXT` filters),
   `projects/P/secrets/S` (get, create with `?secretId=`, delete), `…:addVersion` and
@@ -60,7 +61,7 @@ _COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<rest>.*)
 _BUCKET = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)(?P<iam>/iam)?$")
 _OBJECTS = re.compile(r"^/storage/v1/b/(?P<bucket>[^/]+)/o(?:/(?P<object>[^/]+))?$")
 _UPLOAD = re.compile(r"^/upload(?P<path>/storage/v1/b/(?P<bucket>[^/]+)/o)$")
-_PROJECT = re.compile(r"^/v1/projects/(?P<project>[^/:]+)(?::(?P<verb>getIamPolicy|setIamPolicy))?$")
+_PROJECT = re.compile(r"^/v1/projects/(?P<project>[^/:]+)(?::(?P<verb>getIamPolicy|setIamPolicy|testIamPermissions))?$")
 _QUOTAS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/locations/global/services/(?P<service>[^/]+)"
                      r"/quotaInfos(?:/(?P<quota>[^/]+))?$")
 _SECRET = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets/(?P<secret>[^/:]+)"
@@ -86,6 +87,7 @@ class GcpProjectSandbox:
         project_number: int = 123456789012,
         iam: Iam | None = None,  # who may do what; None: the bot with the README's roles, nobody else
         private_google_access: bool = True,  # every subnetwork's privateIpGoogleAccess
+        parent: str = "",  # "folders/ID" or "organizations/ID": where grants the project inherits live
         host: str = "127.0.0.1",
         port: int = 0,
     ) -> None:
@@ -101,6 +103,7 @@ class GcpProjectSandbox:
         self.routers = [dict(router) for router in routers]
         self.buckets = dict(buckets or {})
         self.private_google_access = private_google_access
+        self.parent = parent
         self.objects: dict[str, dict[str, bytes]] = {bucket: {} for bucket in self.buckets}  # bucket -> name -> bytes
         self.iam = iam or Iam(project, project_number, denied=denied)
         self.apis: dict[str, DiscoveryApi | None] = {
@@ -337,7 +340,7 @@ class GcpProjectSandbox:
         try:
             return 200, self.iam.set_policy(resource, body.get("policy") or {}).to_json()
         except PolicyError as error:
-            return _google_error(error.code, error.message)
+            return _google_error(error.code, error.message, error.status)
 
     def _project(self, method: str, project: str, verb: str | None, principal: str, body: dict) -> tuple[int, dict]:
         """Resource Manager v1: projects.get, :getIamPolicy, :setIamPolicy."""
@@ -349,10 +352,22 @@ class GcpProjectSandbox:
                 return _google_error(405, f"Method {method} is not supported on projects/{project}.")
             if denied := self._deny("resourcemanager.projects.get", f"projects/{self.project}", principal):
                 return denied
-            return 200, {"projectNumber": str(self.project_number), "projectId": self.project,
-                         "lifecycleState": "ACTIVE", "name": self.project, "createTime": SEEDED_CREATE_TIME}
+            body = {"projectNumber": str(self.project_number), "projectId": self.project,
+                    "lifecycleState": "ACTIVE", "name": self.project, "createTime": SEEDED_CREATE_TIME}
+            if self.parent:
+                kind, _, parent_id = self.parent.partition("/")
+                body["parent"] = {"type": kind.removesuffix("s"), "id": parent_id}
+            return 200, body
         if method != "POST":
             return _google_error(405, f"Method {method} is not supported on :{verb}.")
+        if verb == "testIamPermissions":
+            # Anyone may ask; the answer is the subset of the asked permissions the caller holds on the
+            # project (an empty subset is an empty message: no `permissions` at all). No wildcards.
+            asked = [str(p) for p in body.get("permissions") or []]
+            if bad := next((p for p in asked if "*" in p or p.count(".") < 2), None):
+                return _google_error(400, f"Permission {bad} is not valid for this resource.")
+            held = [p for p in asked if self.iam.allows(principal, p, f"projects/{self.project}")]
+            return 200, {"permissions": held} if held else {}
         if denied := self._deny(f"resourcemanager.projects.{verb}", f"projects/{self.project}", principal):
             return denied
         if verb == "getIamPolicy":
@@ -360,7 +375,7 @@ class GcpProjectSandbox:
         try:
             return 200, self.iam.set_policy(self.iam.project_resource, body.get("policy") or {}).to_json()
         except PolicyError as error:
-            return _google_error(error.code, error.message)
+            return _google_error(error.code, error.message, error.status)
 
     def _compute(self, project: str, rest: str, query: dict, principal: str) -> tuple[int, dict]:
         if rest == "global/firewalls":
@@ -648,8 +663,9 @@ def _quotas_api() -> DiscoveryApi | None:
     ])
 
 
-def _google_error(code: int, message: str) -> tuple[int, dict]:
-    return code, {"error": {"code": code, "message": message, "status": _STATUS.get(code, "UNKNOWN")}}
+def _google_error(code: int, message: str, status: str = "") -> tuple[int, dict]:
+    """Google's error body; `status` where one HTTP code has several (409: ALREADY_EXISTS or ABORTED)."""
+    return code, {"error": {"code": code, "message": message, "status": status or _STATUS.get(code, "UNKNOWN")}}
 
 
 def _compute_error(code: int, message: str, reason: str) -> tuple[int, dict]:

@@ -12,13 +12,20 @@ for the emulators that check it (Secret Manager, Cloud Storage, Resource Manager
   per resource; a permission is allowed when a role holding it is bound to the principal (or to
   `allUsers`/`allAuthenticatedUsers`) on either;
 - roles are the predefined roles the README names, with the permissions Google documents for them
-  that these emulators check (ROLE_PERMISSIONS; `roles/editor` does not hold
+  that these emulators check, and any custom role a test defines (`define_role`) (ROLE_PERMISSIONS; `roles/editor` does not hold
   `secretmanager.versions.access`, which is why the default Compute Engine account cannot read a
   secret until someone grants it).
 
 Deny policies are emulated as far as `deny(member, permission, resource_prefix)` says: a denial
 beats every grant, as Google's deny policies do. Not emulated: IAM conditions, groups and their
 members, propagation delay.
+
+Service accounts exist when the world says so: the bot's, the project's default Compute Engine
+account, any account a grant names, and any `add_account` adds. A setIamPolicy that names another
+`serviceAccount:` member is Google's 400 `Service account EMAIL does not exist.`; one whose etag is
+not the current policy's is Google's 409 ABORTED. `contend(prefix, n)` makes the next n etag'd
+setIamPolicy calls on matching resources lose a race to another writer (who adds a binding of its
+own, a new one each time), as two administrators editing one policy do.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ BOT = "bot"  # the principal of a request without a token
 ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "roles/owner": frozenset({"*"}),
     # Editor holds most permissions, not the payload of a secret (secretmanager.versions.access).
-    "roles/editor": frozenset({"storage.*", "logging.logEntries.create", "compute.*", "tpu.*",
+    "roles/editor": frozenset({"storage.*", "artifactregistry.*", "logging.logEntries.create", "compute.*", "tpu.*",
                                "resourcemanager.projects.get", "secretmanager.secrets.get",
                                "secretmanager.secrets.list", "secretmanager.secrets.create",
                                "secretmanager.secrets.delete", "secretmanager.versions.add"}),
@@ -62,6 +69,7 @@ ROLE_PERMISSIONS: dict[str, frozenset[str]] = {
     "roles/compute.networkViewer": frozenset({"compute.networks.get", "compute.subnetworks.get",
                                               "compute.firewalls.list", "compute.routers.list",
                                               "compute.routers.get"}),
+    "roles/artifactregistry.reader": frozenset({"artifactregistry.repositories.downloadArtifacts"}),
     "roles/iam.serviceAccountUser": frozenset({"iam.serviceAccounts.actAs"}),
 }
 # The README's roles for the bot's own account (on the project).
@@ -131,7 +139,7 @@ class Iam:
 
     def __init__(self, project: str, project_number: int, *, bot_account: str = "",
                  project_bindings: Mapping[str, Iterable[str]] | None = None,
-                 denied: Iterable[str] = ()) -> None:
+                 denied: Iterable[str] = (), bot_roles: Iterable[str] = BOT_ROLES) -> None:
         self.project = project
         self.project_number = project_number
         self.bot_account = bot_account or f"tpubot@{project}.iam.gserviceaccount.com"
@@ -141,9 +149,15 @@ class Iam:
         self._denials: list[tuple[str, str, str]] = []  # (member, permission, resource prefix)
         bindings = {role: set(members) for role, members in (project_bindings or {}).items()}
         if project_bindings is None:
-            for role in BOT_ROLES:
+            for role in bot_roles:
                 bindings.setdefault(role, set()).add(member(self.bot_account))
         self._policies: dict[str, Policy] = {self.project_resource: Policy(bindings)}
+        self._accounts = {self.bot_account, default_compute_account(project_number)}
+        self._accounts.update(who.removeprefix("serviceAccount:") for members in bindings.values() for who in members
+                              if who.startswith("serviceAccount:"))
+        self._contention: dict[str, int] = {}  # resource prefix -> setIamPolicy calls still to lose a race
+        self._rival_writes = 0
+        self._roles: dict[str, frozenset[str]] = dict(ROLE_PERMISSIONS)  # predefined, and the project's custom ones
 
     @property
     def project_resource(self) -> str:
@@ -170,6 +184,34 @@ class Iam:
     def email(self, principal: str) -> str:
         return self.bot_account if principal == BOT else principal
 
+    def define_role(self, name: str, permissions: Iterable[str]) -> None:
+        """A custom role (`projects/P/roles/NAME`), as `gcloud iam roles create --permissions` makes one."""
+        if not name.startswith((f"projects/{self.project}/roles/", "organizations/")):
+            raise ValueError(f"a custom role is named projects/{self.project}/roles/NAME, not {name}")
+        with self._lock:
+            self._roles[name] = frozenset(permissions)
+
+    def add_account(self, email: str) -> None:
+        """A service account now exists (`gcloud iam service-accounts create`)."""
+        with self._lock:
+            self._accounts.add(email)
+
+    def delete_account(self, email: str) -> None:
+        """The account is gone (deleted; or, for the default Compute Engine account, the Compute Engine API was
+        never enabled). Bindings that name it stay, as Google's do until it is purged."""
+        with self._lock:
+            self._accounts.discard(email)
+
+    def account_exists(self, email: str) -> bool:
+        with self._lock:
+            return email in self._accounts
+
+    def contend(self, resource_prefix: str, times: int = 1) -> None:
+        """The next `times` setIamPolicy calls that carry an etag, on resources starting with the prefix,
+        find that another writer changed the policy since it was read."""
+        with self._lock:
+            self._contention[resource_prefix] = times
+
     # --- what ------------------------------------------------------------------------------
     def deny(self, who: str, permission: str, resource_prefix: str = "") -> None:
         """A deny rule: `who` (a member, e.g. `serviceAccount:X`) may not do `permission` on resources
@@ -187,7 +229,8 @@ class Iam:
                 return False
             policies = [self._policies.get(self.project_resource), self._policies.get(resource)]
             roles = set().union(*(p.roles_of(principals) for p in policies if p is not None))
-        return any(granted(permission, ROLE_PERMISSIONS.get(role, ())) for role in roles)
+            held = [self._roles.get(role, frozenset()) for role in roles]
+        return any(granted(permission, permissions) for permissions in held)
 
     def policy(self, resource: str) -> Policy:
         with self._lock:
@@ -197,7 +240,7 @@ class Iam:
     def set_policy(self, resource: str, body: Mapping) -> Policy:
         """setIamPolicy: the whole policy is replaced; an etag that is not the current one is refused."""
         new = Policy.from_json(body)
-        unknown = sorted(role for role in new.bindings if role not in ROLE_PERMISSIONS)
+        unknown = sorted(role for role in new.bindings if role not in self._roles)
         if unknown:
             raise PolicyError(400, "INVALID_ARGUMENT", f"Role {unknown[0]} is not supported for this resource.")
         for role, members in new.bindings.items():
@@ -207,6 +250,18 @@ class Iam:
                                       f"Invalid member type in binding {{role: {role}, member: {who}}}.")
         with self._lock:
             current = self._policies.get(resource) or Policy()
+            for role, members in new.bindings.items():
+                for who in sorted(members - current.bindings.get(role, set())):
+                    email = who.removeprefix("serviceAccount:")
+                    if who.startswith("serviceAccount:") and email not in self._accounts:
+                        raise PolicyError(400, "INVALID_ARGUMENT", f"Service account {email} does not exist.")
+            prefix = next((p for p, n in self._contention.items() if n > 0 and resource.startswith(p)), None)
+            if body.get("etag") and prefix is not None:
+                self._contention[prefix] -= 1
+                self._rival_writes += 1
+                current.bindings.setdefault("roles/secretmanager.secretAccessor", set()).add(
+                    f"user:admin-{self._rival_writes}@example.com")
+                self._policies[resource] = current
             if body.get("etag") and body["etag"] != current.etag():
                 raise PolicyError(409, "ABORTED", "There were concurrent policy changes. Please retry the whole "
                                                   "read-modify-write with exponential backoff.")
@@ -216,6 +271,8 @@ class Iam:
     def grant(self, resource: str, role: str, *principals: str) -> None:
         """Add a binding directly (how the sandbox world is set up; the APIs use set_policy)."""
         with self._lock:
+            self._accounts.update(p.removeprefix("serviceAccount:") for p in principals
+                                  if p.startswith("serviceAccount:") or ("@" in p and ":" not in p))
             policy = self._policies.setdefault(resource, Policy())
             policy.bindings.setdefault(role, set()).update(member(p) if p not in ("allUsers",
                                                                                   "allAuthenticatedUsers") else p

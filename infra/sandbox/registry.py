@@ -11,7 +11,11 @@ It speaks the Registry HTTP API v2 for what `docker pull` asks first, the manife
 - 429 `TOOMANYREQUESTS` "You have reached your unauthenticated pull rate limit.
   https://www.docker.com/increase-rate-limit" from Docker Hub once `pulls_left` is spent (every
   sandbox node pulls through one address, as every node behind one Cloud NAT does);
-- 404 `MANIFEST_UNKNOWN` for a reference in `missing`.
+- 404 `MANIFEST_UNKNOWN` for a reference in `missing`;
+- from Artifact Registry (`REGION-docker.pkg.dev/PROJECT/REPO/…`), with the project's IAM given:
+  403 `DENIED` "Unauthenticated request. …" without credentials (the daemon's `docker login` as
+  `oauth2accesstoken` with a metadata-server token sends them as Basic auth), and "Permission
+  'artifactregistry.repositories.downloadArtifacts' denied on resource …" for a principal without it.
 
 Every other reference exists (its digest is a hash of the reference): the sandbox does not know
 Docker Hub's tags, and an image tpubot's settings accept is taken to be there.
@@ -24,8 +28,10 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler
 from typing import Any
+import base64
 
 from infra.sandbox.http_server import ServerThread, reply
+from infra.sandbox.iam import Iam
 from infra.vllm_images import DOCKER_HUB as DOCKER_HUB_NAME
 from infra.vllm_images import image_registry
 
@@ -54,7 +60,8 @@ def digest_of(image: str) -> str:
 
 
 class RegistryStandIn:
-    def __init__(self, host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, iam: Iam | None = None) -> None:
+        self.iam = iam  # Artifact Registry's access checks; None: every registry is public
         self.pulls_left: int | None = None  # Docker Hub manifests left in the window; None: no limit reached
         self.missing: set[str] = set()  # references (`repo:tag`) that do not exist
         self.pulls: list[tuple[str, str, int]] = []  # (registry host, repository:reference, status)
@@ -72,10 +79,35 @@ class RegistryStandIn:
     def url(self) -> str:
         return self._http.root
 
-    def manifest(self, host: str, repository: str, reference: str) -> tuple[int, dict[str, str], dict]:
+    def refusal(self, host: str, repository: str, authorization: str) -> str | None:
+        """Artifact Registry's message when it refuses these credentials this repository, else None."""
+        if self.iam is None or not host.endswith("-docker.pkg.dev"):
+            return None
+        project, repo = (repository.split("/") + ["", ""])[:2]
+        resource = f"projects/{project}/locations/{host.removesuffix('-docker.pkg.dev')}/repositories/{repo}"
+        permission = "artifactregistry.repositories.downloadArtifacts"
+        scheme, _, encoded = authorization.partition(" ")
+        try:
+            _, _, password = base64.b64decode(encoded).decode().partition(":") if scheme.lower() == "basic" else ("", "", "")
+        except ValueError:
+            password = ""
+        principal = self.iam.principal(f"Bearer {password}") if password else None
+        if principal is None:
+            return (f'Unauthenticated request. Unauthenticated requests do not have permission "{permission}" on '
+                    f'resource "{resource}" (or it may not exist)')
+        if not self.iam.allows(principal, permission, resource):
+            return f'Permission "{permission}" denied on resource "{resource}" (or it may not exist)'
+        return None
+
+    def manifest(self, host: str, repository: str, reference: str,
+                 authorization: str = "") -> tuple[int, dict[str, str], dict]:
         """(status, headers, body) of a manifest GET."""
         key = f"{repository}:{reference}"
         headers: dict[str, str] = {"Docker-Distribution-Api-Version": "registry/2.0"}
+        if (refused := self.refusal(host, repository, authorization)) is not None:
+            with self._lock:
+                self.pulls.append((host, key, 403))
+            return 403, headers, {"errors": [{"code": "DENIED", "message": refused}]}
         with self._lock:
             if host == DOCKER_HUB and self.pulls_left is not None:
                 headers["ratelimit-limit"] = f"100;w={RATE_LIMIT_WINDOW}"
@@ -110,11 +142,17 @@ def _handler_for(registry: RegistryStandIn) -> type[BaseHTTPRequestHandler]:
             host = (self.headers.get("Host") or DOCKER_HUB).split(":")[0]
             path = self.path.split("?", 1)[0]
             body: dict
+            authorization = self.headers.get("Authorization") or ""
             if path in ("/v2", "/v2/"):
                 status, headers, body = 200, {"Docker-Distribution-Api-Version": "registry/2.0"}, {}
+                if host.endswith("-docker.pkg.dev") and registry.iam is not None and authorization:
+                    scheme, _, encoded = authorization.partition(" ")
+                    password = base64.b64decode(encoded).decode().partition(":")[2] if scheme.lower() == "basic" else ""
+                    if not password or registry.iam.principal(f"Bearer {password}") is None:
+                        status, body = 401, {"errors": [{"code": "UNAUTHORIZED", "message": "authentication failed"}]}
             elif "/manifests/" in path and path.startswith("/v2/"):
                 repository, _, reference = path.removeprefix("/v2/").partition("/manifests/")
-                status, headers, body = registry.manifest(host, repository, reference)
+                status, headers, body = registry.manifest(host, repository, reference, authorization)
             else:
                 status, headers, body = 404, {}, {"errors": [{"code": "NAME_UNKNOWN",
                                                               "message": "repository name not known to registry"}]}

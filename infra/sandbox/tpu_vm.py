@@ -9,7 +9,8 @@ script finds the metadata server through GCE_METADATA_HOST and Docker through DO
 the standard variables); everything else it reaches is in the script.
 
 The VM's PATH holds only `VM_TOOLS` (coreutils, curl, python3, tar, …: what the TPU VM's Ubuntu
-image ships) and the stand-ins for `docker`, `hostname` (the node's address) and `sleep`. No Cloud
+image ships) and the stand-ins for `docker`, `hostname` (the node's address), `sleep` and `timeout`
+(both on the VM's clock). No Cloud
 SDK: a script that needs `gcloud` fails here as it would on the VM.
 
 Time on the VM runs `VM_SECONDS_PER_SECOND / time_scale` times faster than wall time: `sleep 60`
@@ -48,6 +49,14 @@ printf '%s\\n' "$seconds" >> "$VM_SLEEP_LOG"
 ms=$(( ${seconds%%.*} * VM_MS_PER_SECOND ))
 printf -v real '%d.%03d' $((ms / 1000)) $((ms % 1000))
 exec REAL_SLEEP "$real"
+"""
+TIMEOUT_SCRIPT = """#!/bin/bash
+# timeout on the sandbox VM's clock, as sleep: DURATION is VM seconds.
+seconds=${1%s}
+shift
+ms=$(( ${seconds%%.*} * VM_MS_PER_SECOND ))
+printf -v real '%d.%03d' $((ms / 1000)) $((ms % 1000))
+exec REAL_TIMEOUT "$real" "$@"
 """
 HOSTNAME_SCRIPT = """#!/bin/bash
 # hostname as the sandbox TPU VM answers it: -I is the node's address (its VPC IP on a real VM).
@@ -93,10 +102,12 @@ class SandboxVm:
         (self.root / "root").mkdir()
         for tool in VM_TOOLS:
             found = shutil.which(tool, path="/usr/local/bin:/usr/bin:/bin")
-            if found and tool not in ("sleep", "hostname", "docker", "gcloud"):
+            if found and tool not in ("sleep", "timeout", "hostname", "docker", "gcloud"):
                 (self.bin / tool).symlink_to(found)
         real_sleep = shutil.which("sleep", path="/usr/bin:/bin") or "/bin/sleep"
+        real_timeout = shutil.which("timeout", path="/usr/bin:/bin") or "/usr/bin/timeout"
         stand_ins = {"docker": CLI_SCRIPT, "sleep": SLEEP_SCRIPT.replace("REAL_SLEEP", real_sleep),
+                     "timeout": TIMEOUT_SCRIPT.replace("REAL_TIMEOUT", real_timeout),
                      "hostname": HOSTNAME_SCRIPT.replace("ADDRESS", self.address).replace("NAME", self.name)}
         for name, text in stand_ins.items():
             (self.bin / name).write_text(text)

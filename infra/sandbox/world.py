@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from infra.sandbox.gcp_project_api import PREEMPTIBLE_QUOTA_IDS, GcpProjectSandbox
-from infra.sandbox.iam import Iam, default_compute_account
+from infra.sandbox.iam import BOT_ROLES, Iam, default_compute_account
 from infra.sandbox.registry import RegistryStandIn
 from infra.sandbox.tpu_api import DEFAULT_ZONES, TpuSandbox, ZoneBehaviour
 
@@ -58,6 +58,10 @@ class SandboxWorld:
     # The org policy compute.disableGuestAttributesAccess: every VM's guest-attribute writes are refused.
     guest_attributes_disabled: bool = False
     private_google_access: bool = True  # on every subnetwork, as the README asks for internal nodes
+    parent: str = ""  # the project's folder or organization ("folders/123", "organizations/456"); "": none
+    # Custom roles of the project (`projects/P/roles/NAME` -> permissions), for iam_grants to bind.
+    custom_roles: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    bot_roles: tuple[str, ...] = BOT_ROLES  # the bot's account's roles on the project (README)
 
     @property
     def node_account(self) -> str:
@@ -71,7 +75,9 @@ class SandboxWorld:
                 *(("bucket:" + name, "roles/storage.objectUser", node) for name in self.buckets))
 
     def iam(self, project: str) -> Iam:
-        iam = Iam(project, self.project_number, denied=self.denied)
+        iam = Iam(project, self.project_number, denied=self.denied, bot_roles=self.bot_roles)
+        for role, permissions in self.custom_roles.items():
+            iam.define_role(role, permissions)
         for resource, role, who in self.readme_grants() if self.iam_grants is None else self.iam_grants:
             kind, _, name = resource.partition(":")
             target = {"project": f"projects/{project}", "secret": f"projects/{project}/secrets/{name}",
@@ -110,10 +116,10 @@ class CloudSandbox:
         self.project_api = GcpProjectSandbox(
             self.project, networks=w.networks, subnetworks=w.subnetworks, quotas=w.quotas(), secrets_=w.secrets,
             firewalls=w.firewalls, routers=w.routers, buckets=w.buckets, project_number=w.project_number,
-            iam=w.iam(self.project), private_google_access=w.private_google_access,
+            iam=w.iam(self.project), private_google_access=w.private_google_access, parent=w.parent,
         )
         self.project_api.start()
-        self.registry = RegistryStandIn().start()
+        self.registry = RegistryStandIn(iam=self.project_api.iam).start()
         return self
 
     def stop(self) -> None:

@@ -3,7 +3,10 @@
 A lease is a Redis hash per (team, channel). Claiming is one Lua script, so any number of
 concurrent `/tpu up` from any number of replicas create exactly one lease. Every later write
 names the lease id it expects (a fenced write): a worker still holding an old lease's job
-cannot touch the channel's new lease.
+cannot touch the channel's new lease. A write from work that holds the channel's lock
+(`ChannelLocks.hold`) also names the lock's token, checked in the same script: a worker that lost
+the lock (it stalled past the TTL, another took the channel over) writes nothing and its work stops
+with `LockLost`, however long it stalled after its last extension (infra/state/locks.py).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any, Awaitable, TypedDict, Unpack, cast, get_type_hints
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.locks import held_lock
 from infra.state.replies import as_text
 
 log = logging.getLogger(__name__)
@@ -259,12 +263,15 @@ redis.call('SADD', KEYS[3], KEYS[1])
 return {1, redis.call('HGETALL', KEYS[1])}
 """
 
-# Write fields only if the stored lease is still the one the caller means.
+# Write fields only if the stored lease is still the one the caller means and, for work under the
+# channel's lock (ARGV[2] its token, '' for none), only while the lock is still that work's: -1 then.
 _UPDATE = """
 if redis.call('HGET', KEYS[1], 'lease_id') ~= ARGV[1] then return 0 end
-for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+if ARGV[2] ~= '' and redis.call('GET', KEYS[2]) ~= ARGV[2] then return -1 end
+for i = 3, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
 return 1
 """
+LOCK_REFUSED = -1  # what the update and release scripts return when the lock is no longer the caller's
 
 # Releasing deletes the lease and, in the same step, leaves a note of the release that stays
 # until everyone who must hear of it (the channel's card, the hooks) has: a crash between the
@@ -272,6 +279,7 @@ return 1
 # stays as the channel's last release (how it ended, for `/tpu status`) for as long as a note may.
 _RELEASE = """
 if redis.call('HGET', KEYS[1], 'lease_id') ~= ARGV[1] then return 0 end
+if ARGV[7] ~= '' and redis.call('GET', KEYS[6]) ~= ARGV[7] then return -1 end
 local lease = redis.call('HGETALL', KEYS[1])
 redis.call('DEL', KEYS[1])
 redis.call('SREM', KEYS[2], KEYS[1])
@@ -364,23 +372,33 @@ class LeaseStore:
 
     async def update(self, lease: Lease, **changes: Unpack[LeaseChanges]) -> Lease | None:
         """Fenced write of `changes`; returns the updated lease, or None if it was replaced or released.
-        A field that is not a lease's, or a value of the wrong type, is a TypeError and writes nothing."""
+        A field that is not a lease's, or a value of the wrong type, is a TypeError and writes nothing;
+        so is a write from work whose channel lock another holder took over, with `LockLost`."""
         if "state" in changes and changes["state"] != lease.state:
             changes.setdefault("state_since", time.time())
-        args = [lease.lease_id, *encoded_changes(dict(changes))]
-        ok = await self._update(keys=[lease.key], args=args)
-        if not ok:
+        flat = encoded_changes(dict(changes))
+        lock = held_lock(lease.team, lease.channel)
+        done = await self._update(keys=[lease.key, keys.lock(lease.team, lease.channel)],
+                                  args=[lease.lease_id, lock.token if lock else "", *flat])
+        if done == LOCK_REFUSED and lock is not None:
+            raise lock.write_refused()
+        if not done:
             return None
         return await self.get_by_id(lease.team, lease.channel, lease.lease_id)
 
     async def release(self, lease: Lease, *, reason: str = "", by: str = "", tell_channel: bool = True) -> Release | None:
-        """Fenced release; returns the note to finish it from, or None if it was not this caller's to release."""
+        """Fenced release; returns the note to finish it from, or None if it was not this caller's to release.
+        From work whose channel lock another holder took over: `LockLost`, nothing released."""
         release = Release(lease, reason, by, time.time(), tell_channel)
+        lock = held_lock(lease.team, lease.channel)
         released = await self._release(
             keys=[lease.key, keys.lease_index(), keys.release_note(lease.lease_id), keys.release_notes(),
-                  keys.last_release(lease.team, lease.channel)],
-            args=[lease.lease_id, reason, by, repr(release.at), "1" if tell_channel else "0", RELEASE_NOTE_TTL_SECONDS],
+                  keys.last_release(lease.team, lease.channel), keys.lock(lease.team, lease.channel)],
+            args=[lease.lease_id, reason, by, repr(release.at), "1" if tell_channel else "0", RELEASE_NOTE_TTL_SECONDS,
+                  lock.token if lock else ""],
         )
+        if released == LOCK_REFUSED and lock is not None:
+            raise lock.write_refused()
         return release if released else None
 
     async def last_release(self, team: str, channel: str) -> Release | None:

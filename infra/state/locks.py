@@ -14,6 +14,15 @@ the TTL passed since the last one that succeeded (a stall: the process cannot kn
 meanwhile) — the work is cancelled at its next await and `hold` raises `LockLost`. Work that is
 about to act (a create, a release) also calls `HeldLock.extend()`, which asks Redis, so it never
 acts on a lock it no longer has.
+
+An extension still leaves a window: the process can stall between it and the act, past the TTL,
+while another worker takes the channel over. So the lease's own writes close it: `hold` makes its
+lock the current one for its channel in the work's context (`held_lock`), and every update or
+release of that channel's lease from inside the work carries the lock's token and is refused in
+the same Redis script, with nothing written, once the lock holds another token
+(infra/state/leases.py). The work stops there with `LockLost`. Being implicit, it also covers writes
+made deep inside the work (the status card's ts, written by the notifier), which an argument passed
+by hand would miss.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import asyncio
 import logging
 import secrets
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from collections.abc import AsyncIterator
 
 from redis.exceptions import RedisError
@@ -67,6 +77,18 @@ class LockLost(Exception):
     """The lock this work ran under expired or was taken over; the work was stopped."""
 
 
+# The locks `hold` holds in this task (and the tasks it starts), innermost last.
+_HELD: ContextVar[tuple["HeldLock", ...]] = ContextVar("tpubot_held_locks", default=())
+
+
+def held_lock(team: str, channel: str) -> "HeldLock | None":
+    """The lock `ChannelLocks.hold` holds on this channel for the running work, or None outside it."""
+    for held in reversed(_HELD.get()):
+        if held.team == team and held.channel == channel:
+            return held
+    return None
+
+
 class HeldLock:
     """A lock held by `ChannelLocks.hold`: kept extended, and its work cancelled once it is lost."""
 
@@ -95,6 +117,12 @@ class HeldLock:
             self._lost("another holder has it, or it expired")
             raise LockLost(f"{self.where}: {self.lost_because}")
         self._valid_until(asked + self._ttl)
+
+    def write_refused(self) -> LockLost:
+        """A fenced write found the channel's lock holding another token: the lock is lost, and the
+        error to raise (`hold` turns it into its own `LockLost`, the work stopped)."""
+        self._lost("another holder has it, or it expired (a write of the lease was refused)")
+        return LockLost(f"{self.where}: {self.lost_because}")
 
     def _valid_until(self, when: float) -> None:
         """The lock lapses at `when` (loop time) unless extended before: the work is stopped then."""
@@ -194,6 +222,7 @@ class ChannelLocks:
             raise RuntimeError("ChannelLocks.hold runs inside a task")
         held = HeldLock(self, team, channel, token, ttl, work)
         keeper = asyncio.create_task(held._keep(), name=f"lock-keeper {team}/{channel}")
+        current = _HELD.set((*_HELD.get(), held))
         try:
             yield held
         except (asyncio.CancelledError, LockLost) as stopped:
@@ -201,6 +230,7 @@ class ChannelLocks:
                 raise LockLost(f"{held.where}: {held.lost_because}") from stopped
             raise  # a cancel from outside (shutdown, job timeout) stays one
         finally:
+            _HELD.reset(current)
             held._stop()
             keeper.cancel()
             await self._release_soon(team, channel, token)

@@ -30,15 +30,24 @@ readonly CONTAINER=tpubot-vllm
 readonly STATE_DIR=${TPUBOT_STATE_DIR:-/var/lib/tpubot}
 VLLM_ARGS=(@@VLLM_ARGS)
 
-# How long each step before vLLM may wait, in tries and seconds between them. Together they stay
-# well inside the bot's MODEL_BOOT_TIMEOUT (infra/startup_script.py adds them up), so a VM that
-# cannot start vLLM says why long before the bot would give up on it.
+# How long each step before vLLM may wait: every call has a time limit, every retry a count and a
+# pause. Together they stay inside the bot's MODEL_BOOT_TIMEOUT (infra/startup_script.py adds them
+# up, and the README quotes the sum), so a VM that cannot start vLLM says why before the bot gives up.
+readonly METADATA_SECONDS=@@METADATA_SECONDS  # one metadata-server call (link-local: it answers in ms)
+readonly API_SECONDS=@@API_SECONDS  # one Secret Manager call
+readonly CACHE_TRANSFER_SECONDS=@@CACHE_TRANSFER_SECONDS  # the compile cache's download (or upload)
+readonly DOCKER_SECONDS=@@DOCKER_SECONDS  # one docker run/rm/logs/inspect: a daemon that hangs must not hang us
 readonly SECRET_RETRY_SECONDS=@@SECRET_RETRY_SECONDS
-readonly SECRET_DENIED_TRIES=@@SECRET_DENIED_TRIES  # 403/404: someone must grant or create it
+# 403 on the lease's key: the bot granted it moments before the VM existed, and an IAM grant takes up
+# to about 7 minutes to reach Secret Manager; 403 on the HF token: the operator's grant, checked by doctor.
+readonly KEY_DENIED_TRIES=@@KEY_DENIED_TRIES
+readonly SECRET_DENIED_TRIES=@@SECRET_DENIED_TRIES
+readonly SECRET_MISSING_TRIES=@@SECRET_MISSING_TRIES  # 404: waiting does not create a secret
 readonly SECRET_TRIES=@@SECRET_TRIES  # anything else: the service or the network may come back
 readonly PULL_TRIES=@@PULL_TRIES
 readonly PULL_RETRY_SECONDS=@@PULL_RETRY_SECONDS
 readonly PULL_RATE_LIMIT_SECONDS=@@PULL_RATE_LIMIT_SECONDS  # doubled at each rate-limited try
+readonly PULL_BUDGET_SECONDS=@@PULL_BUDGET_SECONDS  # the whole pull: every try and every pause
 
 readonly GUEST_ATTRIBUTES_URL="${METADATA_URL}/instance/guest-attributes/@@BOOT_NAMESPACE"
 readonly KEY_PHASE=@@KEY_PHASE KEY_PHASE_SINCE=@@KEY_PHASE_SINCE KEY_LAST_ERROR=@@KEY_LAST_ERROR
@@ -69,7 +78,7 @@ one_line() { tr -s '[:space:]' ' ' | sed -E 's/^ //; s/ $//' | cut -c "1-${LAST_
 # the bot then says it hears nothing from this VM.
 publish() {
   local status
-  status=$(curl -sS --max-time 5 -o /dev/null -w '%{http_code}' -X PUT -H 'Metadata-Flavor: Google' \
+  status=$(curl -sS --connect-timeout 2 --max-time "${METADATA_SECONDS}" -o /dev/null -w '%{http_code}' -X PUT -H 'Metadata-Flavor: Google' \
     --data-binary "$2" "${GUEST_ATTRIBUTES_URL}/$1" 2>/dev/null) || status=000
   if [[ ${status} != 200 ]]; then
     log "could not publish guest attribute $1 (HTTP ${status}): is the org policy compute.disableGuestAttributesAccess on?"
@@ -99,10 +108,14 @@ fail() {
   exit 1
 }
 
-# The account this VM runs as (its metadata), for error lines: a grant names it.
+# The account this VM runs as (its metadata), for error lines: a grant names it. Asked once.
+ACCOUNT=""
 service_account() {
-  curl -sSf --max-time 10 -H 'Metadata-Flavor: Google' "${METADATA_URL}/instance/service-accounts/default/email" \
-    2>/dev/null || echo "this VM's service account"
+  if [[ -z ${ACCOUNT} ]]; then
+    ACCOUNT=$(curl -sSf --connect-timeout 2 --max-time "${METADATA_SECONDS}" -H 'Metadata-Flavor: Google' \
+              "${METADATA_URL}/instance/service-accounts/default/email" 2>/dev/null) || ACCOUNT=""
+  fi
+  echo "${ACCOUNT:-"this VM's service account"}"
 }
 
 # json_string JSON NAME: the value of the first `"NAME": "…"` in JSON (Google's answers are flat
@@ -116,20 +129,32 @@ json_string() {
   fi
 }
 
-# google_call METHOD URL [curl args…]: one call with this VM's own token (from the metadata server).
-# Prints the response body then, on a line of its own, the HTTP status (000: no answer). The token
-# goes in through stdin, never argv.
+# access_token: this VM's OAuth token, from the metadata server ("" when it gives none). Whoever
+# holds it in a variable turns tracing off first (`local -; set +x`): `bash -x` prints assignments
+# and builtins' arguments, and the serial console and the journal keep what it prints.
+access_token() {
+  local -
+  set +x
+  json_string "$(curl -sSf --connect-timeout 2 --max-time "${METADATA_SECONDS}" -H 'Metadata-Flavor: Google' \
+      "${METADATA_URL}/instance/service-accounts/default/token" 2>/dev/null || true)" access_token
+}
+
+# google_call METHOD URL [curl args…]: one call with this VM's own token, at most API_SECONDS (a
+# later --max-time among the curl args wins). Prints the response body then, on a line of its own,
+# the HTTP status (000: no answer). The token goes to curl through stdin, never argv nor a trace.
 google_call() {
+  local -
+  set +x
   local method=$1 url=$2 token=""
   shift 2
-  token=$(json_string "$(curl -sSf --max-time 10 -H 'Metadata-Flavor: Google' \
-        "${METADATA_URL}/instance/service-accounts/default/token" 2>/dev/null || true)" access_token)
+  token=$(access_token)
   if [[ -z ${token} ]]; then
     printf '{"error": {"message": "the metadata server gave no access token"}}\n000'
     return
   fi
   printf 'Authorization: Bearer %s\n' "${token}" \
-    | curl -sS --max-time 60 -X "${method}" -H @- -w '\n%{http_code}' "$@" "${url}" 2>/dev/null \
+    | curl -sS --connect-timeout 5 --max-time "${API_SECONDS}" -X "${method}" -H @- -w '\n%{http_code}' "$@" \
+        "${url}" 2>/dev/null \
     || printf '\n000'
 }
 
@@ -146,14 +171,14 @@ google_error() {
   fi
 }
 
-# fetch_secret VAR NAME: reads the secret's latest version into the environment variable VAR, or
-# fails the boot. A 403 or 404 waits SECRET_DENIED_TRIES tries (a grant takes a minute or two to
-# reach Secret Manager), anything else SECRET_TRIES. Tracing is off inside (and restored after): a
-# secret must never reach the serial console or the startup-script log, even under `bash -x`.
+# fetch_secret VAR NAME DENIED_TRIES: reads the secret's latest version into the environment
+# variable VAR, or fails the boot. A 403 is tried DENIED_TRIES times (a grant takes minutes to reach
+# Secret Manager), a 404 SECRET_MISSING_TRIES, anything else SECRET_TRIES. Tracing is off inside
+# (restored on return): a secret must never reach the serial console or the log, even under `bash -x`.
 fetch_secret() {
-  local var=$1 name=$2 tracing=0
-  case $- in *x*) tracing=1 ;; esac
+  local -
   set +x
+  local var=$1 name=$2 denied_tries=$3
   local try tries response status body secret why
   for ((try = 1; ; try++)); do
     response=$(google_call GET "${SECRET_MANAGER_URL}/v1/${name}:access")
@@ -163,7 +188,6 @@ fetch_secret() {
       printf -v "${var}" '%s' "${secret}"
       export "${var?}"
       secret="" body=""
-      if ((tracing)); then set -x; fi
       return 0
     fi
     if [[ ${status} == 200 ]]; then
@@ -172,10 +196,12 @@ fetch_secret() {
       why="reading secret ${name} as $(service_account): $(google_error "${status}" "${body}")"
     fi
     body=""
-    tries=${SECRET_TRIES}
-    if [[ ${status} == 403 || ${status} == 404 ]]; then tries=${SECRET_DENIED_TRIES}; fi
+    case ${status} in
+      403) tries=${denied_tries} ;;
+      404) tries=${SECRET_MISSING_TRIES} ;;
+      *) tries=${SECRET_TRIES} ;;
+    esac
     if ((try >= tries)); then
-      if ((tracing)); then set -x; fi
       fail "${why} (gave up after ${try} tries)"
     fi
     retrying "${why} (try ${try} of ${tries}; again in ${SECRET_RETRY_SECONDS}s)"
@@ -183,14 +209,43 @@ fetch_secret() {
   done
 }
 
-# pull_image: `docker pull`, retried. Docker Hub's rate limit (toomanyrequests: 10 anonymous pulls
-# an hour per address, and every node behind one Cloud NAT shares its address) backs off for
+# registry_login: an Artifact Registry image (HOST is REGION-docker.pkg.dev) is private unless its
+# repository says otherwise, and the Docker daemon sends no Google credentials of its own: log it in
+# as Google documents for an access token (user oauth2accesstoken, the token on stdin, never argv).
+registry_login() {
+  local -
+  set +x
+  local host=${VLLM_IMAGE%%/*} token output
+  [[ ${host} == *-docker.pkg.dev ]] || return 0
+  token=$(access_token)
+  if [[ -z ${token} ]]; then
+    fail "docker login ${host}: the metadata server gave no access token for $(service_account)"
+  fi
+  if ! output=$(printf '%s' "${token}" | timeout "${API_SECONDS}" docker login -u oauth2accesstoken \
+        --password-stdin "https://${host}" 2>&1); then
+    fail "docker login ${host} as $(service_account): $(tail -n 1 <<<"${output}")"
+  fi
+}
+
+# pull_image: `docker pull`, retried, all of it within PULL_BUDGET_SECONDS of this VM's clock (each
+# try runs under `timeout` for what is left). Docker Hub's rate limit (toomanyrequests: 10 anonymous
+# pulls an hour per address, and every node behind one Cloud NAT shares its address) backs off for
 # minutes; an image that does not exist, a refused registry or a full disk fail at once.
 pull_image() {
-  local try output line wait=${PULL_RATE_LIMIT_SECONDS}
+  local try output line left code wait=${PULL_RATE_LIMIT_SECONDS} deadline=$((SECONDS + PULL_BUDGET_SECONDS))
+  registry_login
   for ((try = 1; ; try++)); do
-    if output=$(docker pull "${VLLM_IMAGE}" 2>&1); then
+    left=$((deadline - SECONDS))
+    if ((left <= 0)); then  # `timeout 0` would not time out at all
+      fail "docker pull ${VLLM_IMAGE}: not done in ${PULL_BUDGET_SECONDS}s (gave up after $((try - 1)) tries)"
+    fi
+    code=0
+    output=$(timeout "${left}" docker pull "${VLLM_IMAGE}" 2>&1) || code=$?
+    if ((code == 0)); then
       return 0
+    fi
+    if ((code == 124)); then
+      fail "docker pull ${VLLM_IMAGE}: not done in ${PULL_BUDGET_SECONDS}s (try ${try}): is the registry reachable, and fast enough for an image of 20-26 GB?"
     fi
     line=$(grep -E '(Error|error|denied|unauthorized|toomanyrequests|no space left)' <<<"${output}" | tail -n 1 || true)
     line=${line:-$(tail -n 1 <<<"${output}")}
@@ -201,14 +256,16 @@ pull_image() {
     if ((try >= PULL_TRIES)); then
       fail "docker pull ${VLLM_IMAGE}: ${line} (gave up after ${try} tries)"
     fi
+    local pause=$((try * PULL_RETRY_SECONDS))
     if [[ ${line} == *toomanyrequests* ]]; then
-      retrying "docker pull ${VLLM_IMAGE}: ${line} (try ${try} of ${PULL_TRIES}; again in ${wait}s)"
-      sleep "${wait}"
+      pause=${wait}
       wait=$((wait * 2))
-    else
-      retrying "docker pull ${VLLM_IMAGE}: ${line} (try ${try} of ${PULL_TRIES}; again in $((try * PULL_RETRY_SECONDS))s)"
-      sleep $((try * PULL_RETRY_SECONDS))
     fi
+    if ((SECONDS + pause >= deadline)); then
+      fail "docker pull ${VLLM_IMAGE}: ${line} (gave up after ${try} tries: another would pass the pull's ${PULL_BUDGET_SECONDS}s)"
+    fi
+    retrying "docker pull ${VLLM_IMAGE}: ${line} (try ${try} of ${PULL_TRIES}; again in ${pause}s)"
+    sleep "${pause}"
   done
 }
 
@@ -217,7 +274,7 @@ pull_image() {
 # a secret into an attribute anyone who can read the node can read.
 last_error_line() {
   local lines line
-  lines=$(docker logs --tail 200 "${CONTAINER}" 2>&1 || true)
+  lines=$(timeout "${DOCKER_SECONDS}" docker logs --tail 200 "${CONTAINER}" 2>&1 || true)
   # A Python traceback ends with its exception line ("AssertionError: …"), which is the one to show.
   line=$(grep -E '(Error|Exception|error:|FAILED|Aborted|Killed)' <<<"${lines}" | tail -n 1 || true)
   if [[ -z "${line}" ]]; then
@@ -245,7 +302,7 @@ restore_cache() {
   set_phase "${PHASE_RESTORING_CACHE}"
   archive=$(mktemp "${STATE_DIR}/cache.XXXXXX")
   status=$(google_call GET "${STORAGE_URL}/storage/v1/b/${CACHE_BUCKET}/o/${CACHE_OBJECT//\//%2F}?alt=media" \
-           -o "${archive}" | tail -n 1)
+           -o "${archive}" --max-time "${CACHE_TRANSFER_SECONDS}" | tail -n 1)
   if [[ ${status} == 200 ]] && tar -xf "${archive}" -C "${CACHE_DIR}"; then
     rm -f "${archive}"
     publish "${KEY_CACHE_NOTE}" "restored from ${where}"
@@ -265,20 +322,30 @@ restore_cache() {
   esac
 }
 
-# Save the cache once, after the first READY of a boot that did not restore it.
+# Save the cache once, after the first READY of a boot that did not restore it. It runs in the
+# watcher, where `set -e` would end the watching at the first failed command: every step is checked
+# instead, and a failure is published as the cache note (and returned), never fatal.
 save_cache() {
-  local archive status body where="gs://${CACHE_BUCKET}/${CACHE_OBJECT}"
-  archive=$(mktemp "${STATE_DIR}/cache.XXXXXX")
-  tar -cf "${archive}" -C "${CACHE_DIR}" .
+  local archive="" status body error where="gs://${CACHE_BUCKET}/${CACHE_OBJECT}"
+  if ! archive=$(mktemp "${STATE_DIR}/cache.XXXXXX" 2>&1) || ! error=$(tar -cf "${archive}" -C "${CACHE_DIR}" . 2>&1); then
+    [[ -f ${archive} ]] && rm -f "${archive}"
+    publish "${KEY_CACHE_NOTE}" "$(one_line <<<"not saved to ${where}: packing ${CACHE_DIR} failed: ${error:-${archive}}")"
+    return 1
+  fi
   body=$(google_call POST "${STORAGE_URL}/upload/storage/v1/b/${CACHE_BUCKET}/o?uploadType=media&name=${CACHE_OBJECT}" \
-         -H 'Content-Type: application/x-tar' --data-binary "@${archive}")
+         -H 'Content-Type: application/x-tar' --data-binary "@${archive}" --max-time "${CACHE_TRANSFER_SECONDS}")
   rm -f "${archive}"
   status=${body##*$'\n'} body=${body%$'\n'*}
   if [[ ${status} == 200 ]]; then
     publish "${KEY_CACHE_NOTE}" "saved to ${where} for the next lease"
-  else
-    publish "${KEY_CACHE_NOTE}" "$(one_line <<<"not saved to ${where} as $(service_account) (HTTP ${status}): grant it roles/storage.objectUser on gs://${CACHE_BUCKET}")"
+    return 0
   fi
+  if [[ ${status} == 403 ]]; then
+    publish "${KEY_CACHE_NOTE}" "$(one_line <<<"not saved to ${where} as $(service_account) (HTTP 403): grant it roles/storage.objectUser on gs://${CACHE_BUCKET}")"
+  else
+    publish "${KEY_CACHE_NOTE}" "$(one_line <<<"not saved to ${where} ($(google_error "${status}" "${body}"))")"
+  fi
+  return 1
 }
 
 # The phase of the container's current run, from its log since it (re)started and /health.
@@ -289,7 +356,7 @@ save_cache() {
 # a wording it no longer prints only leaves the phase earlier, never wrong about a crash or READY.
 run_phase() {
   local started=$1 address=$2 phase=$3 lines
-  if curl -sf --max-time 3 -o /dev/null "http://${address}:${MODEL_PORT}/health"; then
+  if curl -sf --connect-timeout 2 --max-time 3 -o /dev/null "http://${address}:${MODEL_PORT}/health"; then
     echo "${PHASE_SERVING}"
     return
   fi
@@ -297,7 +364,7 @@ run_phase() {
     echo "${PHASE_COMPILING}"  # a run that compiles goes on compiling until it serves (or exits)
     return
   fi
-  lines=$(docker logs --since "${started}" "${CONTAINER}" 2>&1 || true)
+  lines=$(timeout "${DOCKER_SECONDS}" docker logs --since "${started}" "${CONTAINER}" 2>&1 || true)
   if grep -qiE '(precompil|compiling|compilation (finished|took|done))' <<<"${lines}"; then
     echo "${PHASE_COMPILING}"
   else
@@ -310,8 +377,17 @@ run_phase() {
 # Once a run serves, only an exit changes anything: only `docker inspect` is asked, six times less often.
 watch_vllm() {
   local cache=$1 address=$2 phase=${PHASE_LOADING_WEIGHTS} exits=0 seen_exits=0 state restarts running started now
-  local saved=0
-  while state=$(docker inspect --format '{{.RestartCount}} {{.State.Running}} {{.State.StartedAt}}' "${CONTAINER}" 2>/dev/null); do
+  local saved=0 code
+  while :; do
+    code=0
+    state=$(timeout "${DOCKER_SECONDS}" docker inspect --format '{{.RestartCount}} {{.State.Running}} {{.State.StartedAt}}' \
+            "${CONTAINER}" 2>/dev/null) || code=$?
+    if ((code == 124)); then  # a slow daemon is not a container that is gone: ask again
+      log "docker inspect ${CONTAINER}: no answer in ${DOCKER_SECONDS}s; asking again"
+      sleep "${WATCH_INTERVAL_SECONDS}"
+      continue
+    fi
+    ((code == 0)) || break
     read -r restarts running started <<<"${state}"
     exits=${restarts}
     if [[ ${running} != true ]]; then
@@ -331,7 +407,7 @@ watch_vllm() {
       fi
       if [[ ${phase} == "${PHASE_SERVING}" && ${cache} == "${CACHE_COLD}" && ${saved} == 0 ]]; then
         saved=1
-        save_cache
+        save_cache || log "the compile cache was not saved (the cache note says why); watching on"
       fi
     fi
     if [[ ${phase} == "${PHASE_SERVING}" ]]; then
@@ -349,8 +425,9 @@ main() {
   set_phase "${PHASE_READING_SECRETS}"
   publish "${KEY_RESTARTS}" 0
   publish "${KEY_LAST_ERROR}" ""
-  fetch_secret HF_TOKEN "${HF_TOKEN_SECRET}"
-  fetch_secret VLLM_API_KEY "${API_KEY_SECRET}"
+  service_account >/dev/null  # asked once, here: error lines name it
+  fetch_secret HF_TOKEN "${HF_TOKEN_SECRET}" "${SECRET_DENIED_TRIES}"
+  fetch_secret VLLM_API_KEY "${API_KEY_SECRET}" "${KEY_DENIED_TRIES}"
   publish "${KEY_LAST_ERROR}" ""
   set_phase "${PHASE_PULLING_IMAGE}"
   pull_image
@@ -358,10 +435,10 @@ main() {
   local cache address output
   cache=$(restore_cache)
   publish "${KEY_CACHE}" "${cache}"
-  docker rm -f "${CONTAINER}" >/dev/null 2>&1 || true
+  timeout "${DOCKER_SECONDS}" docker rm -f "${CONTAINER}" >/dev/null 2>&1 || true
   # `-e HF_TOKEN -e VLLM_API_KEY` copy the variables from this environment into the container's:
   # vLLM takes its API key from VLLM_API_KEY when no key flag is given, so the key is in no argv.
-  if ! output=$(docker run --detach --name "${CONTAINER}" --restart unless-stopped \
+  if ! output=$(timeout "${DOCKER_SECONDS}" docker run --detach --name "${CONTAINER}" --restart unless-stopped \
       --privileged --network host --shm-size 16g \
       -v "${STATE_DIR}/hf-cache:/root/.cache/huggingface" \
       -v "${CACHE_DIR}:/root/.cache/vllm" \
@@ -371,7 +448,11 @@ main() {
     fail "docker run ${VLLM_IMAGE}: $(tail -n 1 <<<"${output}")"
   fi
   unset HF_TOKEN VLLM_API_KEY
-  read -r address _ < <(hostname -I)
+  # The address vLLM answers on: the VM's first (VPC) address, as `hostname -I` lists them; loopback
+  # when it lists none (vLLM listens on every address with --network host).
+  address=$(hostname -I 2>/dev/null || true)
+  address=${address%% *}
+  address=${address:-127.0.0.1}
   log "vLLM is starting in container ${CONTAINER}: http://${address}:${MODEL_PORT}/v1"
   set_phase "${PHASE_LOADING_WEIGHTS}"
   # The watcher outlives this script (google-startup-scripts.service stops only its main process,
