@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
 from arq.worker import Worker
 from slack_sdk.web.async_client import AsyncWebClient
@@ -80,6 +81,11 @@ def keep_worker_context(ctx: dict, context: WorkerContext) -> None:
 
 def worker_context(ctx: dict) -> WorkerContext:
     return dataclasses.replace(ctx[CONTEXT_KEY], job_id=ctx.get("job_id", ""), job_try=ctx.get("job_try", 1))
+
+
+def arq_job(ctx: dict) -> tuple[ArqRedis, str]:
+    """arq's own entries in a job's ctx, for the hooks around the job: arq's pool and the job's id."""
+    return ctx["redis"], ctx["job_id"]
 
 
 class OutageTolerantWorker(Worker):

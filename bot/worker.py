@@ -20,7 +20,7 @@ from agent.lease.lifecycle import PROVISION_JOB, TEARDOWN_JOB, WATCH_JOB, LeaseJ
 from agent.lease.model_boot import BOOT_JOB
 from bot import alert_jobs, incident_jobs
 from bot.logging_setup import job_context
-from bot.arq_worker_adapter import OutageTolerantWorker, WorkerContext, keep_worker_context, worker_context
+from bot.arq_worker_adapter import OutageTolerantWorker, WorkerContext, arq_job, keep_worker_context, worker_context
 from bot.orphaned_jobs import HEARTBEAT_SECONDS, JobOwnership
 from bot.redis_outage import REDIS_AWAY, is_redis_away
 from bot.settings import Settings
@@ -189,10 +189,10 @@ class Heartbeat:
         self.task = asyncio.create_task(self.ownership.run(self.pool, self.running), name="tpubot-worker-heartbeat")
 
     async def job_started(self, ctx: dict) -> None:
-        await self.ownership.job_started(self.pool, worker_context(ctx).job_id)
+        await self.ownership.job_started(*arq_job(ctx))
 
     async def job_ended(self, ctx: dict) -> None:
-        await self.ownership.job_ended(self.pool, worker_context(ctx).job_id)
+        await self.ownership.job_ended(*arq_job(ctx))
 
     async def stop(self) -> None:
         if self.task is None:  # on_startup never ran: the worker never started
