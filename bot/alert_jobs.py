@@ -6,6 +6,7 @@ bot/worker.py registers `JOBS` and `cron_jobs(settings)`; the bodies live in age
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from arq import Retry, cron
 from arq.cron import CronJob
@@ -14,37 +15,37 @@ from agent.lease import expiry, idle, lifecycle, reconcile
 from agent.lease.expiry import TIMER_JOB, TimerJob
 from agent.lease.idle import IDLE_JOB
 from agent.lease.lifecycle import LeaseJob
+from bot.arq_worker_adapter import WorkerContext, worker_context
 from bot.settings import Settings
 from infra.jobs import BoundJob, JobOutcome, cron_body
 
 
-async def fire_timer(ctx: dict, job: TimerJob) -> JobOutcome:
+async def fire_timer(context: WorkerContext, job: TimerJob) -> JobOutcome:
     try:
-        return await expiry.fire_timer(ctx["services"], job.team, job.channel, job.lease_id, job.kind, job.deadline,
-                                       job.due)
+        return await expiry.fire_timer(context.services, job)
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(ctx["services"], job.team, job.channel,
-                                                           ctx["job_try"])) from None
+        raise Retry(defer=await lifecycle.lock_retry_delay(context.services, job.team, job.channel,
+                                                           context.job_try)) from None
 
 
-async def check_idle(ctx: dict, job: LeaseJob) -> JobOutcome:
-    return await idle.check_idle(ctx["services"], job.team, job.channel, job.lease_id)
+async def check_idle(context: WorkerContext, job: LeaseJob) -> JobOutcome:
+    return await idle.check_idle(context.services, job)
 
 
 async def reconcile_gcp(ctx: dict) -> JobOutcome:
     """One reconcile pass (at worker start and every RECONCILE_INTERVAL)."""
-    return (await reconcile.reconcile(ctx["services"])).outcome()
+    return (await reconcile.reconcile(worker_context(ctx).services)).outcome()
 
 
 async def budget_alerts(ctx: dict) -> JobOutcome:
     """Running leases accrue cost: post the 80 % / 100 % budget alerts they cross (issue 21)."""
     from agent.lease import budget
 
-    posted = await budget.check_running_alerts(ctx["services"])
+    posted = await budget.check_running_alerts(worker_context(ctx).services)
     return JobOutcome.ok(f"posted {len(posted)}")
 
 
-JOBS: list[BoundJob] = [TIMER_JOB.bind(fire_timer), IDLE_JOB.bind(check_idle)]
+JOBS: list[BoundJob[WorkerContext, Any]] = [TIMER_JOB.bind(fire_timer), IDLE_JOB.bind(check_idle)]
 
 
 def cron_schedule(interval: timedelta) -> dict:

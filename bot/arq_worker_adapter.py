@@ -20,6 +20,9 @@ what arq 0.28 gives no hook for is here:
   rest (their clean-up left to the garbage collector on a stopped loop), and needs Redis to delete
   its health key; here every cancelled job gets a bounded drain and Redis may be away.
 
+arq hands every job and hook an untyped `ctx` dict; `worker_context(ctx)` is the one place that
+reads it (tests/test_layers.py holds that), so a misspelt key is a type error, not a KeyError mid-job.
+
 Jobs themselves turn a Redis error into arq's Retry (bot/worker.py); a worker that dies mid-job
 has its job run again by another within seconds (bot/orphaned_jobs.py).
 
@@ -33,15 +36,21 @@ a pool passed as `redis_pool`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, Optional
 
+from arq.connections import ArqRedis
 from arq.constants import in_progress_key_prefix
 from arq.worker import Worker
+from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.context import WorkerServices
 from bot.redis_outage import Reconnecting, is_redis_away, wait_for_redis
+from infra.state.incidents import IncidentStore
 
 log = logging.getLogger("tpubot.worker")
 
@@ -50,6 +59,33 @@ ARQ_VERSION = "0.28.0"
 # How long a stopping worker waits for its cancelled jobs' clean-up (a lock release, the job's
 # bookkeeping) before it leaves them: well inside a supervisor's stop timeout.
 SHUTDOWN_DRAIN_SECONDS = 4.0
+CONTEXT_KEY = "tpubot"  # our one entry in arq's ctx
+
+
+@dataclass(frozen=True)
+class WorkerContext:
+    """What a job runs with: the parts the worker made at start-up, and the running job's id and
+    try (arq's, per job; a cron body's try is always 1)."""
+
+    services: WorkerServices
+    slack: AsyncWebClient
+    incidents: IncidentStore
+    job_id: str = ""
+    job_try: int = 1
+
+
+def keep_worker_context(ctx: dict, context: WorkerContext) -> None:
+    """Called once, from on_startup: arq copies `ctx` into every job's."""
+    ctx[CONTEXT_KEY] = context
+
+
+def worker_context(ctx: dict) -> WorkerContext:
+    return dataclasses.replace(ctx[CONTEXT_KEY], job_id=ctx.get("job_id", ""), job_try=ctx.get("job_try", 1))
+
+
+def arq_job(ctx: dict) -> tuple[ArqRedis, str]:
+    """arq's own entries in a job's ctx, for the hooks around the job: arq's pool and the job's id."""
+    return ctx["redis"], ctx["job_id"]
 
 
 class OutageTolerantWorker(Worker):

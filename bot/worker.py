@@ -20,7 +20,7 @@ from agent.lease.lifecycle import PROVISION_JOB, TEARDOWN_JOB, WATCH_JOB, LeaseJ
 from agent.lease.model_boot import BOOT_JOB
 from bot import alert_jobs, incident_jobs
 from bot.logging_setup import job_context
-from bot.arq_worker_adapter import OutageTolerantWorker
+from bot.arq_worker_adapter import OutageTolerantWorker, WorkerContext, arq_job, keep_worker_context, worker_context
 from bot.orphaned_jobs import HEARTBEAT_SECONDS, JobOwnership
 from bot.redis_outage import REDIS_AWAY, is_redis_away
 from bot.settings import Settings
@@ -29,6 +29,7 @@ from handlers import ask_job, bench_job, mention_job, spend_chart_job
 from handlers.ask_job import ASK_JOB, AskJob
 from handlers.mention_job import ANSWER_JOB, MentionJob
 from infra.jobs import BoundJob, JobOutcome
+from infra.state.incidents import IncidentStore
 from infra.state.locks import LockLost
 from infra.transient import is_transient
 
@@ -36,7 +37,7 @@ log = logging.getLogger(__name__)
 
 # A job that meets a transient error (Redis away, a cloud call its client calls retryable) is tried
 # again later, doubling from this to TRANSIENT_RETRY_CAP_SECONDS (arq counts each try): an outage of
-# seconds costs seconds, and the job's tries (max_tries) last minutes of a longer one, not 40 s.
+# seconds costs seconds, and the job's tries (its JobSpec's max_tries) last minutes of a longer one, not 40 s.
 REDIS_AWAY_RETRY_SECONDS = 2
 TRANSIENT_RETRY_CAP_SECONDS = 60
 # A job stopped because it lost its channel lock is tried again this much later: by then the
@@ -58,10 +59,11 @@ def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
     name = job.spec.name if isinstance(job, BoundJob) else job.__name__
 
     async def run(ctx: dict, *args: Any, **kwargs: Any) -> Any:
-        metrics = ctx["services"].metrics
+        context = worker_context(ctx)
+        metrics = context.services.metrics
         try:
-            with job_context(ctx.get("job_id", "-"), kwargs.get("lease_id", "-")):
-                result = await job(ctx, *args, **kwargs)
+            with job_context(context.job_id or "-", kwargs.get("lease_id", "-")):
+                result = await job(context, *args, **kwargs)
         except Retry:
             metrics.jobs.labels(name, "retry").inc()
             raise
@@ -73,7 +75,7 @@ def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
             if not is_transient(error):
                 metrics.jobs.labels(name, "error").inc()
                 raise
-            delay = transient_retry_delay(ctx.get("job_try", 1))
+            delay = transient_retry_delay(context.job_try)
             what = "a Redis outage" if is_redis_away(error) else "a transient error"
             log.warning("%s met %s (%s); retrying in %ss", name, what, error, delay)
             metrics.jobs.labels(name, "retry").inc()
@@ -85,22 +87,22 @@ def counted(job: Callable[..., Awaitable[Any]]) -> WorkerCoroutine:
     return run
 
 
-def registered(job: BoundJob) -> Function:
-    """A declared job as arq registers it: under its spec's name, counted."""
-    return func(counted(job), name=job.spec.name)
+def registered(job: BoundJob[WorkerContext, Any]) -> Function:
+    """A declared job as arq registers it: under its spec's name, with its timeout and tries, counted."""
+    return func(counted(job), name=job.spec.name, timeout=job.spec.timeout, max_tries=job.spec.max_tries)
 
 
-async def ending_the_lease_on_error(ctx: dict, job: LeaseJob | ProvisionJob | WatchJob, name: str,
+async def ending_the_lease_on_error(context: WorkerContext, job: LeaseJob | ProvisionJob | WatchJob, name: str,
                                     run: Awaitable[JobOutcome]) -> JobOutcome:
     """Run a lease job; if it raises, its lease ends with the error on its card (agent/lease/job_failures.py)
     rather than staying where it was. A busy channel, a lost lock and a transient error (Redis away, a
     503 that outlasted the client's own retries) are retried instead: they say nothing about the lease,
     and ending it would delete a TPU that runs fine."""
-    svc = ctx["services"]
+    svc = context.services
     try:
         return await run
     except lifecycle.LockBusy:
-        raise Retry(defer=await lifecycle.lock_retry_delay(svc, job.team, job.channel, ctx["job_try"])) from None
+        raise Retry(defer=await lifecycle.lock_retry_delay(svc, job.team, job.channel, context.job_try)) from None
     except Exception as error:
         if is_transient(error) or isinstance(error, LockLost):
             raise  # retried by `counted`: the lease is not failed (a lost lock: it is another worker's now)
@@ -109,26 +111,23 @@ async def ending_the_lease_on_error(ctx: dict, job: LeaseJob | ProvisionJob | Wa
         return await job_failures.lease_job_failed(svc, lease, name, error)
 
 
-async def provision_lease(ctx: dict, job: ProvisionJob) -> JobOutcome:
-    return await ending_the_lease_on_error(ctx, job, "provision", provisioning.provision_job(
-        ctx["services"], job.team, job.channel, job.lease_id, job.search_round))
+async def provision_lease(context: WorkerContext, job: ProvisionJob) -> JobOutcome:
+    return await ending_the_lease_on_error(context, job, "provision", provisioning.provision_job(context.services, job))
 
 
-async def watch_lease(ctx: dict, job: WatchJob) -> JobOutcome:
-    return await ending_the_lease_on_error(ctx, job, "watch", watching.watch_job(
-        ctx["services"], job.team, job.channel, job.lease_id, job.seq))
+async def watch_lease(context: WorkerContext, job: WatchJob) -> JobOutcome:
+    return await ending_the_lease_on_error(context, job, "watch", watching.watch_job(context.services, job))
 
 
-async def teardown_lease(ctx: dict, job: LeaseJob) -> JobOutcome:
-    return await ending_the_lease_on_error(ctx, job, "teardown", teardown.teardown_job(
-        ctx["services"], job.team, job.channel, job.lease_id))
+async def teardown_lease(context: WorkerContext, job: LeaseJob) -> JobOutcome:
+    return await ending_the_lease_on_error(context, job, "teardown", teardown.teardown_job(context.services, job))
 
 
-async def resume_leases(ctx: dict) -> int:
+async def resume_leases(context: WorkerContext) -> int:
     """Re-enqueue work a crash may have left between a lease write and its job, end a lease whose
     job failed without returning (a timeout, no tries left), and finish releases a crash left
     between the release and telling the channel."""
-    svc = ctx["services"]
+    svc = context.services
     resumed = 0
     for lease in await svc.leases.all():
         if await job_failures.fail_if_its_job_failed(svc, lease):
@@ -141,42 +140,35 @@ async def resume_leases(ctx: dict) -> int:
     return resumed
 
 
-async def boot_model(ctx: dict, job: WatchJob) -> JobOutcome:
+async def boot_model(context: WorkerContext, job: WatchJob) -> JobOutcome:
     """After ACTIVE: wait for vLLM, then measure TTFT/TPOT (agent/lease/model_boot.py)."""
     from agent.lease import model_boot
 
-    return await ending_the_lease_on_error(ctx, job, "boot", model_boot.boot_job(
-        ctx["services"], job.team, job.channel, job.lease_id, job.seq))
+    return await ending_the_lease_on_error(context, job, "boot", model_boot.boot_job(context.services, job))
 
 
-async def bench_endpoint(ctx: dict, job: BenchJob) -> JobOutcome:
+async def bench_endpoint(context: WorkerContext, job: BenchJob) -> JobOutcome:
     """`/tpu bench`: a small sweep, the chart and table in the card thread (handlers/bench_job.py)."""
-    return await bench_job.bench_endpoint(ctx["services"], ctx["slack"], team=job.team, channel=job.channel,
-                                          lease_id=job.lease_id, user_id=job.user_id)
+    return await bench_job.bench_endpoint(context.services, context.slack, job)
 
 
-async def post_spend_chart(ctx: dict, job: SpendChartJob) -> JobOutcome:
+async def post_spend_chart(context: WorkerContext, job: SpendChartJob) -> JobOutcome:
     """`/tpu spend chart`: the month's spend per channel as a PNG in the channel (handlers/spend_chart_job.py)."""
-    return await spend_chart_job.post_spend_chart(ctx["services"], ctx["slack"], team=job.team, channel=job.channel,
-                                                  month=job.month, user_id=job.user_id)
+    return await spend_chart_job.post_spend_chart(context.services, context.slack, job)
 
 
-async def answer_mention(ctx: dict, job: MentionJob) -> JobOutcome:
+async def answer_mention(context: WorkerContext, job: MentionJob) -> JobOutcome:
     """One @-mention: the agent's answer in the thread (handlers/mention_job.py)."""
-    return await mention_job.answer_mention(
-        ctx["services"], ctx["slack"], team=job.team, channel=job.channel, ts=job.ts, thread_ts=job.thread_ts,
-        user=job.user, text=job.text, files=job.files, bot_user_id=job.bot_user_id, notes=job.notes,
-        status_ts=job.status_ts)
+    return await mention_job.answer_mention(context.services, context.slack, job)
 
 
-async def answer_ask(ctx: dict, job: AskJob) -> JobOutcome:
+async def answer_ask(context: WorkerContext, job: AskJob) -> JobOutcome:
     """`/tpu ask …`: the model's answer, back through the command's response_url (handlers/ask_job.py)."""
-    return await ask_job.answer_ask(ctx["services"], team=job.team, channel=job.channel, user_id=job.user_id,
-                                    prompt=job.prompt, response_url=job.response_url, max_tokens=job.max_tokens)
+    return await ask_job.answer_ask(context.services, job)
 
 
 # Every job the worker runs, each bound to its declaration (tests/test_jobs.py: none missing, none extra).
-JOBS: list[BoundJob] = [
+JOBS: list[BoundJob[WorkerContext, Any]] = [
     ANSWER_JOB.bind(answer_mention), ASK_JOB.bind(answer_ask), PROVISION_JOB.bind(provision_lease),
     WATCH_JOB.bind(watch_lease), TEARDOWN_JOB.bind(teardown_lease), BOOT_JOB.bind(boot_model),
     BENCH_JOB.bind(bench_endpoint), SPEND_CHART_JOB.bind(post_spend_chart), *alert_jobs.JOBS, *incident_jobs.JOBS,
@@ -189,25 +181,27 @@ class Heartbeat:
     beating from start-up to shutdown, and each job recorded as this worker's as it starts."""
 
     ownership: JobOwnership
+    pool: ArqRedis  # the worker's (arq's) pool
     running: Callable[[], list[str]]  # the ids of the jobs the worker runs now (arq's job_tasks)
     task: asyncio.Task | None = None
 
-    def start(self, pool: ArqRedis) -> None:
-        self.task = asyncio.create_task(self.ownership.run(pool, self.running), name="tpubot-worker-heartbeat")
+    def start(self) -> None:
+        self.task = asyncio.create_task(self.ownership.run(self.pool, self.running), name="tpubot-worker-heartbeat")
 
     async def job_started(self, ctx: dict) -> None:
-        await self.ownership.job_started(ctx["redis"], ctx["job_id"])
+        await self.ownership.job_started(*arq_job(ctx))
 
     async def job_ended(self, ctx: dict) -> None:
-        await self.ownership.job_ended(ctx["redis"], ctx["job_id"])
+        await self.ownership.job_ended(*arq_job(ctx))
 
-    async def stop(self, pool: ArqRedis) -> None:
-        if self.task is not None:
-            self.task.cancel()
-            # Bounded: a stopping worker must never wait on its heartbeat.
-            await asyncio.wait([self.task], timeout=HEARTBEAT_SECONDS)
+    async def stop(self) -> None:
+        if self.task is None:  # on_startup never ran: the worker never started
+            return
+        self.task.cancel()
+        # Bounded: a stopping worker must never wait on its heartbeat.
+        await asyncio.wait([self.task], timeout=HEARTBEAT_SECONDS)
         try:
-            await self.ownership.stopped(pool)
+            await self.ownership.stopped(self.pool)
         except REDIS_AWAY as error:
             log.warning("worker stopping while Redis is unreachable (%s); its liveness key expires by itself", error)
 
@@ -215,30 +209,29 @@ class Heartbeat:
 def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
                  handle_signals: bool = True) -> OutageTolerantWorker:
     heartbeat: Heartbeat  # made beside the worker (below), before any hook runs
+    opened: list[Callable[[], Awaitable[Any]]] = []  # closed by on_shutdown: none if start-up did not get there
 
     async def on_startup(ctx: dict) -> None:
-        heartbeat.start(ctx["redis"])
+        heartbeat.start()
         session = slack_http_session()
         slack = slack_client_from(settings, session=session)
         svc, redis, pool = await build_worker_services(
             settings, redis_url=redis_url, slack_client=slack, lock_owner=heartbeat.ownership.worker_id
         )
-        ctx.update(services=svc, state_redis=redis, state_pool=pool, slack=slack, slack_session=session)
+        opened.extend([pool.aclose, redis.aclose, session.close])
+        context = WorkerContext(services=svc, slack=slack, incidents=IncidentStore(redis))
+        keep_worker_context(ctx, context)
         if settings.worker_metrics_port:
             start_http_server(settings.worker_metrics_port, registry=svc.metrics.registry)
         try:
-            await resume_leases(ctx)
+            await resume_leases(context)
         except REDIS_AWAY as error:  # the resume_leases cron does it within a minute
             log.warning("resuming leases at start-up met a Redis outage (%s); the minute cron will", error)
 
     async def on_shutdown(ctx: dict) -> None:
-        if "redis" in ctx:  # arq sets it just before on_startup: absent, the worker never started
-            await heartbeat.stop(ctx["redis"])
-        if "state_pool" in ctx:
-            await ctx["state_pool"].aclose()
-            await ctx["state_redis"].aclose()
-        if "slack_session" in ctx:
-            await ctx["slack_session"].close()
+        await heartbeat.stop()
+        for close in opened:
+            await close()
 
     job_timeout = int(settings.job_timeout.total_seconds())
     kwargs: dict[str, Any] = dict(
@@ -251,7 +244,6 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
         on_job_start=lambda ctx: heartbeat.job_started(ctx),
         after_job_end=lambda ctx: heartbeat.job_ended(ctx),  # after arq re-queued or finished it
         job_timeout=job_timeout,
-        max_tries=20,
         max_jobs=20,
         poll_delay=settings.mode.target.job_poll_delay,
         burst=burst,
@@ -262,5 +254,6 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
                                   **kwargs)
     # The hooks above run only once the worker does; an owner record lasts as long as arq's in-progress key.
     heartbeat = Heartbeat(JobOwnership(queue_name=JOB_QUEUE, owner_ttl_seconds=int(worker.in_progress_timeout_s) + 1),
+                          pool=worker.pool,
                           running=lambda: [job_id for job_id, task in worker.job_tasks.items() if not task.done()])
     return worker

@@ -34,12 +34,11 @@ def ask_job_id(team: str, channel: str, trigger_id: str) -> str:
     return f"ask:{team}:{channel}:{trigger_id}"
 
 
-async def answer_ask(svc: Services, *, team: str, channel: str, user_id: str, prompt: str,
-                     response_url: str, max_tokens: int = 256) -> JobOutcome:
-    actor = Actor(user_id=user_id, team=team, channel=channel)
-    result = await run_action(model_actions.ask_model, svc, actor, {"prompt": prompt, "max_tokens": max_tokens})
+async def answer_ask(svc: Services, job: AskJob) -> JobOutcome:
+    actor = Actor(user_id=job.user_id, team=job.team, channel=job.channel)
+    result = await run_action(model_actions.ask_model, svc, actor, {"prompt": job.prompt, "max_tokens": job.max_tokens})
     icon = {ActionStatus.DONE: ":robot_face:", ActionStatus.DENIED: ":no_entry:"}.get(result.status, ":warning:")
-    response = await AsyncWebhookClient(response_url).send(
+    response = await AsyncWebhookClient(job.response_url).send(
         text=f"{icon} {result.text}", response_type="ephemeral", replace_original=False)
     if response.status_code != 200:
         log.warning("posting the /tpu ask answer failed: HTTP %s", response.status_code)

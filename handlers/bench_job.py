@@ -12,6 +12,7 @@ from typing import Any
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.actions.bench_actions import BenchJob
 from agent.context import Services
 from infra.bench import EndpointNotAnswering, SweepConfig, SweepResult, run_sweep
 from infra.bench_report import best_cells, write_plots
@@ -36,13 +37,12 @@ def sweep_config(endpoint: str, model: str, api_key: str | None = None) -> Sweep
                        request_timeout_s=REQUEST_TIMEOUT_S, connect_timeout_s=CONNECT_TIMEOUT_S)
 
 
-async def bench_endpoint(svc: Services, client: AsyncWebClient, *, team: str, channel: str, lease_id: str,
-                         user_id: str = "") -> JobOutcome:
-    lease = await svc.leases.get(team, channel)
+async def bench_endpoint(svc: Services, client: AsyncWebClient, job: BenchJob) -> JobOutcome:
+    lease = await svc.leases.get(job.team, job.channel)
     # Re-read: the model may have gone away (or the lease been replaced) since the ack.
-    if lease is None or lease.lease_id != lease_id or lease.state != LeaseState.READY or not lease.endpoint:
+    if lease is None or lease.lease_id != job.lease_id or lease.state != LeaseState.READY or not lease.endpoint:
         return JobOutcome.skipped("not-ready", bare=True)
-    where: dict[str, Any] = {"channel": lease.card_channel or channel}
+    where: dict[str, Any] = {"channel": lease.card_channel or job.channel}
     if lease.card_ts:
         where["thread_ts"] = lease.card_ts
     from agent.lease.model_boot import lease_api_key
@@ -60,9 +60,9 @@ async def bench_endpoint(svc: Services, client: AsyncWebClient, *, team: str, ch
     cells = [cell.as_dict() for cell in result.cells]
     if best_cells(cells)[1] is not None:
         # A sweep where everything failed must not replace an earlier good measurement.
-        await svc.alerting.bench.save(team, channel, cells)
-    await _upload_chart(client, result, where, lease_id)
-    await client.chat_postMessage(**where, text=results_text(result, user_id), unfurl_links=False, unfurl_media=False)
+        await svc.alerting.bench.save(job.team, job.channel, cells)
+    await _upload_chart(client, result, where, job.lease_id)
+    await client.chat_postMessage(**where, text=results_text(result, job.user_id), unfurl_links=False, unfurl_media=False)
     return JobOutcome.ok()
 
 

@@ -16,7 +16,7 @@ import logging
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
@@ -94,16 +94,16 @@ async def followup_kind(svc: Services, body: dict, event: dict, bot_user_id: str
     return "answer"
 
 
-async def answer_followup(svc: Services, client: AsyncWebClient, *, ack: str = "", **mention: Any) -> JobOutcome:
+async def answer_followup(svc: Services, client: AsyncWebClient, job: FollowupJob) -> JobOutcome:
     """The worker: a member's follow-up answered as a mention (handlers/mention_job.py), or a stop
     or a fix acknowledged (`ack`)."""
-    if not await is_member(client, mention["channel"], mention["user"]):
+    if not await is_member(client, job.channel, job.user):
         return JobOutcome.skipped("not-a-member", bare=True)
-    if ack in ACK_TEXTS:
-        await client.chat_postMessage(channel=mention["channel"], thread_ts=mention["thread_ts"], text=ACK_TEXTS[ack],
+    if job.ack in ACK_TEXTS:
+        await client.chat_postMessage(channel=job.channel, thread_ts=job.thread_ts, text=ACK_TEXTS[job.ack],
                                       unfurl_links=False, unfurl_media=False)
-        return JobOutcome.ok(ack)
-    return await mention_job.answer_mention(svc, client, **mention)
+        return JobOutcome.ok(job.ack)
+    return await mention_job.answer_mention(svc, client, job)
 
 
 async def is_member(client: AsyncWebClient, channel: str, user: str) -> bool:

@@ -138,14 +138,13 @@ def delivery_time(event: AlertEvent, accepted_at: float) -> float:
     return accepted_at or time.time()
 
 
-async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentStore, *, alert: dict,
-                       channel: str, page: bool, storm_threads: int, storm_window: float, route: str = "",
-                       page_reason: str = "", accepted_at: float = 0.0, job_id: str = "") -> JobOutcome:
+async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentStore, job: AlertJob, *,
+                       job_id: str = "") -> JobOutcome:
     """`job_id`: this job's, so that run again after its worker died it can finish the opening it began."""
-    event = AlertEvent.model_validate(alert)
-    route = route or f"*:{channel}"
-    reason = (page_reason or f"severity {event.severity or 'unset'}") if page else ""
-    at = delivery_time(event, accepted_at)
+    event = AlertEvent.model_validate(job.alert)
+    route = job.route or f"*:{job.channel}"
+    reason = (job.page_reason or f"severity {event.severity or 'unset'}") if job.page else ""
+    at = delivery_time(event, job.accepted_at)
     incident = await store.get(event.source, event.key)
     if incident is None or not incident.ts:  # not opened yet, or being opened (by this job's earlier run?)
         if event.status == "resolved":
@@ -155,19 +154,19 @@ async def handle_alert(svc: Services, client: AsyncWebClient, store: IncidentSto
                 # the resolve is kept for it, so the thread it opens shows it resolved.
                 return JobOutcome.skipped("resolved-unknown", bare=True)
         else:
-            opening = await store.open(event.source, event.key, channel, route=route, severity=event.severity,
-                                       limit=NEVER_FOLD if page else storm_threads, window_seconds=int(storm_window),
-                                       opener=job_id)
+            opening = await store.open(event.source, event.key, job.channel, route=route, severity=event.severity,
+                                       limit=NEVER_FOLD if job.page else job.storm_threads,
+                                       window_seconds=int(job.storm_window), opener=job_id)
             if opening.folded:
-                await svc.jobs.enqueue(FOLD_JOB, FoldJob(window=opening.window, channel=channel,
-                                                         storm_threads=storm_threads, storm_window=storm_window,
-                                                         route=route, severity=event.severity),
+                await svc.jobs.enqueue(FOLD_JOB, FoldJob(window=opening.window, channel=job.channel, route=route,
+                                                         storm_threads=job.storm_threads, storm_window=job.storm_window,
+                                                         severity=event.severity),
                                        job_id=fold_job_id(route, event.severity, opening.window),
                                        defer_by=timedelta(seconds=FOLD_REPORT_SECONDS))
                 return JobOutcome.ok("folded")
             if opening.opened:
                 closing = await _first_state(store, event, at)
-                return await open_incident(svc, client, store, event, channel, reason, closing=closing)
+                return await open_incident(svc, client, store, event, job.channel, reason, closing=closing)
         incident = await store.get(event.source, event.key)
     if incident is None or not incident.ts:
         raise IncidentBusy(event.key)
@@ -319,28 +318,26 @@ async def investigate(svc: Services, client: AsyncWebClient, event: AlertEvent, 
         await reply.fail(f":warning: Something went wrong while investigating ({type(error).__name__}).")
 
 
-async def report_folded(client: AsyncWebClient, store: IncidentStore, *, window: int, channel: str,
-                        storm_threads: int, storm_window: float, route: str = "", severity: str = "",
-                        source: str = "") -> JobOutcome:
+async def report_folded(client: AsyncWebClient, store: IncidentStore, job: FoldJob) -> JobOutcome:
     """Post, or edit, the storm message of the route's window for one severity, with what each source folded."""
-    if source and not route:  # queued before storms were counted per route: its counts are not kept any more
+    if job.source and not job.route:  # queued before storms were counted per route: its counts are not kept any more
         return JobOutcome.skipped("storm counted per source", bare=True)
-    route = route or f"*:{channel}"
-    claimed, posted_channel, ts = await store.claim_storm_message(route, severity, window, channel,
-                                                                  int(storm_window * 2))
+    route = job.route or f"*:{job.channel}"
+    claimed, posted_channel, ts = await store.claim_storm_message(route, job.severity, job.window, job.channel,
+                                                                  int(job.storm_window * 2))
     if not claimed and not ts:
         raise IncidentBusy(f"the storm message of {route}")  # another job is posting it: edit it once it is there
-    count, by_source = await store.folded(route, severity, window)  # read after the claim: the newest count
-    text = storm_text(route, severity, count, by_source, storm_threads, storm_window)
+    count, by_source = await store.folded(route, job.severity, job.window)  # read after the claim: the newest count
+    text = storm_text(route, job.severity, count, by_source, job.storm_threads, job.storm_window)
     if not claimed:
         await client.chat_update(channel=posted_channel, ts=ts, text=text)
         return JobOutcome.ok(f"updated {count}")
     try:
-        response = await client.chat_postMessage(channel=channel, text=text, unfurl_links=False, unfurl_media=False)
+        response = await client.chat_postMessage(channel=job.channel, text=text, unfurl_links=False, unfurl_media=False)
     except BaseException:
-        await store.release_storm_message(route, severity, window, channel)  # a retry of this job posts it
+        await store.release_storm_message(route, job.severity, job.window, job.channel)  # a retry of this job posts it
         raise
-    await store.set_storm_message(route, severity, window, channel, response["ts"])
+    await store.set_storm_message(route, job.severity, job.window, job.channel, response["ts"])
     return JobOutcome.ok(f"posted {count}")
 
 

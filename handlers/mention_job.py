@@ -82,12 +82,9 @@ def job_id(team: str, channel: str, ts: str) -> str:
     return f"mention:{team}:{channel}:{ts}"
 
 
-async def answer_mention(svc: Services, client: AsyncWebClient, *, team: str, channel: str, ts: str,
-                         thread_ts: str, user: str, text: str, files: list[dict], bot_user_id: str,
-                         notes: list[str] | None = None, status_ts: str = "") -> JobOutcome:
-    # status_ts: jobs queued by web processes older than this one carry the status line they posted.
-    reply = ThreadReply(client, channel=channel, thread_ts=thread_ts, team=team, user=user, status_ts=status_ts,
-                        redactor=svc.redactor)
+async def answer_mention(svc: Services, client: AsyncWebClient, job: MentionJob) -> JobOutcome:
+    reply = ThreadReply(client, channel=job.channel, thread_ts=job.thread_ts, team=job.team, user=job.user,
+                        status_ts=job.status_ts, redactor=svc.redactor)
     mention: MentionInput | None = None
     try:
         try:
@@ -96,17 +93,17 @@ async def answer_mention(svc: Services, client: AsyncWebClient, *, team: str, ch
             if slack_error(error) not in UNREACHABLE:
                 raise
             # The mention came from a conversation the bot cannot post in: tell the person directly.
-            await client.chat_postMessage(channel=user, text=cant_answer_text(channel), unfurl_links=False,
+            await client.chat_postMessage(channel=job.user, text=cant_answer_text(job.channel), unfurl_links=False,
                                           unfurl_media=False)
             return JobOutcome.failed("not_in_channel", bare=True)  # told the person directly
-        mention = await gather_input(client, channel=channel, ts=ts, thread_ts=thread_ts, text=text,
-                                     files=files, bot_user_id=bot_user_id, notes=notes or [],
+        mention = await gather_input(client, channel=job.channel, ts=job.ts, thread_ts=job.thread_ts, text=job.text,
+                                     files=job.files, bot_user_id=job.bot_user_id, notes=job.notes or [],
                                      max_images=svc.model.max_images)
         # One redactor for the run, knowing the live lease keys: the prompt, the tool results and
         # every piece of the reply pass through it.
         reply.redactor = await run_redactor(svc)
         svc = dataclasses.replace(svc, redactor=reply.redactor)
-        run = await run_agent(svc, Actor(user_id=user, team=team, channel=channel), mention, reply)
+        run = await run_agent(svc, Actor(user_id=job.user, team=job.team, channel=job.channel), mention, reply)
         read_images = images_read_line(mention)
         if run.used_model and (mention.notes or read_images):
             # What was not read qualifies the answer, so it leads it ("no errors" of a message cut at
@@ -117,12 +114,12 @@ async def answer_mention(svc: Services, client: AsyncWebClient, *, team: str, ch
         # stream or the status line it replaces was posted first).
         for proposal in run.proposals:
             card_text, blocks = proposal_card(proposal)
-            await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=card_text, blocks=blocks,
+            await client.chat_postMessage(channel=job.channel, thread_ts=job.thread_ts, text=card_text, blocks=blocks,
                                           unfurl_links=False, unfurl_media=False)
         await reply.finish(run)
         if mention.has_logs:  # an incident of its own: remembered, and recognised when it comes back
             await recall_and_remember(svc, client, mention.request or "logs pasted in a mention",
-                                      mention.log_lines(), team=team, channel=channel, thread_ts=thread_ts)
+                                      mention.log_lines(), team=job.team, channel=job.channel, thread_ts=job.thread_ts)
         await offer_feedback(svc, client, reply, run, mention)
         return JobOutcome.ok("model" if run.used_model else "no-model")
     except RedisError:

@@ -11,6 +11,7 @@ from pathlib import Path
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.actions.spend_actions import SpendChartJob
 from agent.context import Services
 from agent.lease import budget
 from infra.jobs import JobOutcome
@@ -35,24 +36,24 @@ async def render_chart(report: budget.MonthSpend, directory: Path) -> Path:
                                    directory / f"spend-{report.month}.png")
 
 
-async def post_spend_chart(svc: Services, client: AsyncWebClient, *, team: str, channel: str, month: str,
-                           user_id: str = "") -> JobOutcome:
-    report = await budget.month_spend(svc, team, month)
+async def post_spend_chart(svc: Services, client: AsyncWebClient, job: SpendChartJob) -> JobOutcome:
+    report = await budget.month_spend(svc, job.team, job.month)
     if not report.channels:
-        await client.chat_postMessage(channel=channel, text=f"No TPU spend in {month} in this workspace, so no chart.")
+        await client.chat_postMessage(channel=job.channel,
+                                      text=f"No TPU spend in {job.month} in this workspace, so no chart.")
         return JobOutcome.ok("empty")  # it said so in the channel
     with tempfile.TemporaryDirectory(prefix="tpubot-spend-") as tmp:
         data = (await render_chart(report, Path(tmp))).read_bytes()
-    asked = f" for <@{user_id}>" if user_id else ""
+    asked = f" for <@{job.user_id}>" if job.user_id else ""
     try:
-        await client.files_upload_v2(channel=channel, file=data, filename=f"spend-{month}.png",
-                                     title=f"TPU spend per channel, {month}",
-                                     initial_comment=f"TPU spend in {month}{asked}: {budget.money(report.cost)} in "
+        await client.files_upload_v2(channel=job.channel, file=data, filename=f"spend-{job.month}.png",
+                                     title=f"TPU spend per channel, {job.month}",
+                                     initial_comment=f"TPU spend in {job.month}{asked}: {budget.money(report.cost)} in "
                                                      f"{len(report.channels)} channel"
                                                      f"{'s' * (len(report.channels) != 1)}.")
     except SlackApiError as error:
         log.warning("spend chart upload failed: %s", error.response.get("error"))
-        await client.chat_postMessage(channel=channel, text=f":warning: Could not upload the spend chart "
+        await client.chat_postMessage(channel=job.channel, text=f":warning: Could not upload the spend chart "
                                                             f"({error.response.get('error')}; the app needs files:write).")
         return JobOutcome.failed("upload failed", bare=True)
     return JobOutcome.ok()

@@ -1,10 +1,10 @@
 """The durable job queue (arq on Redis), typed.
 
-A job is declared once, as a `JobSpec`: its name on the queue and its arguments, a frozen
-dataclass. The modules that enqueue it import the spec (`JobQueue.enqueue(spec, args, ...)` takes
-only that spec's argument type); the worker binds a function to it (`spec.bind`) and registers
-what it bound, so a job name is written in one place and a misspelt or mistyped argument is a
-type error, not a job that fails on the worker.
+A job is declared once, as a `JobSpec`: its name on the queue, its arguments (a frozen dataclass),
+how long a try may run and how many tries arq gives it. The modules that enqueue it import the spec
+(`JobQueue.enqueue(spec, args, ...)` takes only that spec's argument type); the worker binds a
+function to it (`spec.bind`) and registers what it bound, so a job name is written in one place and
+a misspelt or mistyped argument is a type error, not a job that fails on the worker.
 
 Jobs carry deterministic ids, so enqueueing the same work twice — a retried request, a second
 replica, a restarted worker — is a no-op (arq refuses a job id whose job or kept result exists).
@@ -35,6 +35,9 @@ from arq.typing import WorkerCoroutine
 from infra.arq_enqueue_adapter import enqueue_behind_markers
 
 QUEUE_NAME = "arq:queue:tpubot"
+# A job's tries unless its spec says otherwise: a busy channel, a transient error, an alert whose
+# thread is being opened each ask arq for another, with a back-off that grows to a minute.
+MAX_TRIES = 20
 
 
 class DataclassArgs(Protocol):
@@ -44,6 +47,7 @@ class DataclassArgs(Protocol):
 
 
 Args = TypeVar("Args", bound=DataclassArgs)
+Ctx = TypeVar("Ctx")  # what the worker hands its jobs (bot/arq_worker_adapter.py's WorkerContext)
 
 
 class Outcome(StrEnum):
@@ -107,10 +111,13 @@ class JobOutcome:
 
 @dataclass(frozen=True)
 class JobSpec(Generic[Args]):
-    """One kind of job: `name` is what arq stores and the worker looks up; `args` its arguments."""
+    """One kind of job: `name` is what arq stores and the worker looks up; `args` its arguments;
+    `timeout` how long one try may run (None: the worker's JOB_TIMEOUT)."""
 
     name: str
     args: type[Args]
+    timeout: timedelta | None = None
+    max_tries: int = MAX_TRIES
 
     def __post_init__(self) -> None:
         params = self.args.__dict__.get("__dataclass_params__")
@@ -126,18 +133,19 @@ class JobSpec(Generic[Args]):
     def from_kwargs(self, kwargs: dict[str, Any]) -> Args:
         return self.args(**kwargs)
 
-    def bind(self, run: Callable[[dict, Args], Awaitable[JobOutcome]]) -> BoundJob[Args]:
+    def bind(self, run: Callable[[Ctx, Args], Awaitable[JobOutcome]]) -> BoundJob[Ctx, Args]:
         return BoundJob(self, run)
 
 
 @dataclass(frozen=True)
-class BoundJob(Generic[Args]):
-    """A spec with the worker function that runs it: what arq calls with the job's keyword arguments."""
+class BoundJob(Generic[Ctx, Args]):
+    """A spec with the worker function that runs it: what the worker calls with its context and the
+    job's keyword arguments."""
 
     spec: JobSpec[Args]
-    run: Callable[[dict, Args], Awaitable[JobOutcome]]
+    run: Callable[[Ctx, Args], Awaitable[JobOutcome]]
 
-    async def __call__(self, ctx: dict, **kwargs: Any) -> str:
+    async def __call__(self, ctx: Ctx, **kwargs: Any) -> str:
         """Run the job; arq gets its outcome as text (`JobOutcome.stored`), never the object.
 
         arq pickles a job's result into Redis (`arq:result:ID`, kept an hour) and whoever reads it

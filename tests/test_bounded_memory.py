@@ -39,7 +39,7 @@ from agent.llm.modelless import summarize
 from agent.llm.prompt import user_message
 from bot.settings import Settings
 from bot.wiring import build_services
-from handlers.mention_job import answer_mention, gather_input
+from handlers.mention_job import MentionJob, answer_mention, gather_input
 from handlers.thread_reply import STATUS_TEXT
 from infra.cloud_logging import CloudLoggingConfig, query_cloud_logs
 from infra.jobs import JobOutcome
@@ -209,9 +209,9 @@ async def test_the_job_closes_the_spools_when_it_ends(slack, services, spool_dir
     client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
     seen = spools_at_each_call(slack, spool_dir)
     with no_file_left_to_the_collector():
-        outcome = await answer_mention(services, client, team=ALICE.team, channel="C0JOB", ts="2.000100",
-                                       thread_ts="2.000100", user=ALICE.user_id, text=MENTION_TEXT, files=[info],
-                                       bot_user_id=BOT_USER)
+        outcome = await answer_mention(services, client, MentionJob(
+            team=ALICE.team, channel="C0JOB", ts="2.000100", thread_ts="2.000100", user=ALICE.user_id,
+            text=MENTION_TEXT, files=[info], bot_user_id=BOT_USER))
     assert outcome == JobOutcome.ok("no-model")
     lines = log.count(b"\n") + 3
     assert slack.channel_messages("C0JOB")[0].text.startswith(
@@ -234,9 +234,9 @@ async def test_a_failing_job_closes_the_spools_too(slack, services, spool_dir):
 
     slack.on_event(break_the_card)
     with no_file_left_to_the_collector():
-        outcome = await answer_mention(services, client, team=ALICE.team, channel="C0FAIL", ts="3.000100",
-                                       thread_ts="3.000100", user=ALICE.user_id, text=MENTION_TEXT, files=[info],
-                                       bot_user_id=BOT_USER)
+        outcome = await answer_mention(services, client, MentionJob(
+            team=ALICE.team, channel="C0FAIL", ts="3.000100", thread_ts="3.000100", user=ALICE.user_id,
+            text=MENTION_TEXT, files=[info], bot_user_id=BOT_USER))
     assert outcome == JobOutcome.failed()
     assert "Something went wrong" in slack.channel_messages("C0FAIL")[0].text
     assert seen[-1] == ("chat.update", 1)  # the failure was reported with the spool still open

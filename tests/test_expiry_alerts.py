@@ -499,6 +499,7 @@ async def test_a_deadline_timer_that_meets_a_busy_channel_lock_is_tried_again(re
 
     from agent.lease.expiry import EXPIRY, TimerJob
     from bot import alert_jobs
+    from bot.arq_worker_adapter import WorkerContext
     from bot.wiring import build_services
 
     monkeypatch.chdir(tmp_path)  # no stray tpu.env
@@ -509,7 +510,7 @@ async def test_a_deadline_timer_that_meets_a_busy_channel_lock_is_tried_again(re
                                             run_seconds=3600)
         assert await services.locks.acquire(TEAM, "C0BUSY") is not None  # another operation holds the channel
         with pytest.raises(Retry) as retry:
-            await alert_jobs.fire_timer({"services": services, "job_try": 1},
+            await alert_jobs.fire_timer(WorkerContext(services=services, slack=None, incidents=None, job_try=1),
                                         TimerJob(team=TEAM, channel="C0BUSY", lease_id=claim.lease.lease_id,
                                                  kind=EXPIRY, deadline=claim.lease.deadline, due=time.time()))
         assert retry.value.defer_score is not None and 0 < retry.value.defer_score <= 60_000

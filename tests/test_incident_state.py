@@ -105,7 +105,7 @@ async def test_two_fold_jobs_at_once_post_one_storm_message(redis_url):
     posting waits for the message (IncidentBusy: the worker retries it) and then edits it."""
     from slack_sdk.web.async_client import AsyncWebClient
 
-    from handlers.incident_job import IncidentBusy, report_folded
+    from handlers.incident_job import FoldJob, IncidentBusy, report_folded
     from infra.sandbox.slack_api import SlackApiSandbox
     from infra.state import keys
     from waiting import wait_for
@@ -125,8 +125,8 @@ async def test_two_fold_jobs_at_once_post_one_storm_message(redis_url):
         window = [await fold(f"s{n}") for n in range(4)][-1]  # one thread, three folded
 
         def job():
-            return report_folded(client, store, window=window, channel="C0STORM", storm_threads=1, storm_window=600,
-                                 route="*:C0STORM", severity="warning")
+            return report_folded(client, store, FoldJob(window=window, channel="C0STORM", storm_threads=1,
+                                                        storm_window=600, route="*:C0STORM", severity="warning"))
 
         held = slack.hold()  # Slack is slow to answer the first job's post
         first = asyncio.create_task(job())

@@ -71,13 +71,15 @@ async def pool(redis_url):
 
 
 async def test_a_bound_job_outcome_is_kept_in_redis_as_its_text(pool, redis_url):
+    from bot.arq_worker_adapter import WorkerContext, keep_worker_context
     from bot.worker import registered
 
     async def check(ctx: dict, job: Gone) -> JobOutcome:
         return JobOutcome.stopped("lease gone")
 
     async def startup(ctx: dict) -> None:
-        ctx["services"] = SimpleNamespace(metrics=Metrics())  # what counted() reads
+        # what counted() reads
+        keep_worker_context(ctx, WorkerContext(services=SimpleNamespace(metrics=Metrics()), slack=None, incidents=None))
 
     queue = JobQueue(pool, queue_name=QUEUE)
     assert await queue.enqueue(GONE, Gone("L-1"), job_id="gone:L-1")

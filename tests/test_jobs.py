@@ -5,6 +5,7 @@ arq's own worker is what runs the jobs."""
 from __future__ import annotations
 
 import ast
+import asyncio
 import time
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -308,6 +309,49 @@ def test_every_declared_job_has_a_worker_function_and_every_worker_function_a_de
     settings = Settings.load(tmp_path / "none.env", redis_url="redis://127.0.0.1:1/0")
     worker = build_worker(settings, redis_url="redis://127.0.0.1:1/0", handle_signals=False)
     assert {name for name in worker.functions if not name.startswith("cron:")} == set(declared)
+    # Each is registered with its spec's timeout and tries, and every spec keeps what all jobs shared
+    # before specs declared them: the worker's JOB_TIMEOUT and 20 tries.
+    for job in JOBS:
+        function = worker.functions[job.spec.name]
+        assert (function.timeout_s, function.max_tries) == (None, 20), job.spec
+    assert worker.job_timeout_s == settings.job_timeout.total_seconds()
+
+
+async def test_a_spec_gives_its_job_its_own_timeout_and_tries_on_arqs_worker(pool, redis_url):
+    from types import SimpleNamespace
+
+    from arq import Retry
+
+    from bot.arq_worker_adapter import WorkerContext, keep_worker_context
+    from bot.worker import registered
+    from infra.metrics import Metrics
+
+    tries: list[int] = []
+
+    async def again(context: WorkerContext, job: Count) -> JobOutcome:
+        tries.append(context.job_try)
+        raise Retry(defer=0)
+
+    async def slow(context: WorkerContext, job: Greeting) -> JobOutcome:
+        await asyncio.sleep(5)
+        return JobOutcome.ok()
+
+    async def startup(ctx: dict) -> None:
+        keep_worker_context(ctx, WorkerContext(services=SimpleNamespace(metrics=Metrics()), slack=None, incidents=None))
+
+    twice, quick = JobSpec("again", Count, max_tries=2), JobSpec("slow", Greeting, timeout=timedelta(seconds=0.3))
+    queue = JobQueue(pool, queue_name=QUEUE)
+    assert await queue.enqueue(twice, Count(), job_id="again") and await queue.enqueue(quick, Greeting(), job_id="slow")
+    worker = Worker(functions=[registered(twice.bind(again)), registered(quick.bind(slow))],
+                    redis_settings=RedisSettings.from_dsn(redis_url), queue_name=QUEUE, burst=True, poll_delay=0.01,
+                    handle_signals=False, on_startup=startup, job_timeout=60, max_tries=20)
+    try:
+        await worker.main()
+    finally:
+        await worker.close()
+    assert tries == [1, 2]  # the spec's two tries, not the worker's twenty
+    assert await queue.failure("again") == "JobExecutionFailed: max 2 retries exceeded"
+    assert await queue.failure("slow") == "it ran past JOB_TIMEOUT"  # the spec's 0.3 s, not the worker's minute
 
 
 def test_a_job_takes_only_its_own_frozen_arguments():

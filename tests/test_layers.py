@@ -447,3 +447,53 @@ def test_the_named_action_check_sees_a_planted_literal():
                "    await run_action(zone_actions.zones, svc, actor, {})\n"
                "    await run_action(name, svc, actor, {})\n")
     assert named_action_calls(planted) == [2, 3]
+
+
+# --- arq's ctx -----------------------------------------------------------------------------------
+# arq hands every job and hook an untyped dict; one typed accessor reads it (bot/arq_worker_adapter.py's
+# worker_context), so a misspelt key is a type error rather than a KeyError in the middle of a job.
+
+CTX_READER = "bot.arq_worker_adapter"
+DICT_METHODS = {name for name in dir(dict) if not name.startswith("_")}  # get, update, …: not MCP's ctx.lifespan_context
+
+
+def ctx_reads(source: str) -> list[str]:
+    """Where `ctx` is read or written by key: `ctx[…]`, `ctx.get(…)` (a dict method), `… in ctx`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and node.value.id == "ctx" \
+                or isinstance(node, ast.Attribute) and node.attr in DICT_METHODS \
+                and isinstance(node.value, ast.Name) and node.value.id == "ctx":
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.Compare) and any(isinstance(op, (ast.In, ast.NotIn)) for op in node.ops) \
+                and any(isinstance(c, ast.Name) and c.id == "ctx" for c in node.comparators):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+    return sorted(found, key=lambda finding: int(finding.split(":")[0].split()[1]))
+
+
+def test_only_the_worker_adapter_reads_arqs_ctx_by_key():
+    found = {name: reads for name, path in all_modules().items()
+             if name != CTX_READER and (reads := ctx_reads(path.read_text()))}
+    assert found == {}, f"read arq's ctx through {CTX_READER}.worker_context, not by key: {found}"
+
+
+def test_the_ctx_check_sees_each_kind_of_read():
+    planted = '''
+async def job(ctx, other):
+    svc = ctx["services"]
+    ctx["slack"] = None
+    try_ = ctx.get("job_try", 1)
+    if "redis" in ctx and "x" not in ctx:
+        pass
+    ctx.update(slack=None)
+    ctx.lifespan_context  # an attribute of another kind of ctx (MCP's): fine
+    return other["services"], worker_context(ctx)  # another dict, and the accessor: fine
+'''
+    assert ctx_reads(planted) == [
+        "line 3: ctx['services']",
+        "line 4: ctx['slack']",
+        "line 5: ctx.get",
+        "line 6: 'redis' in ctx",
+        "line 6: 'x' not in ctx",
+        "line 8: ctx.update",
+    ]

@@ -128,18 +128,17 @@ class ExpiryHook:
 # --- the timer job -------------------------------------------------------------------------
 
 
-async def fire_timer(svc: "WorkerServices", team: str, channel: str, lease_id: str, kind: str, deadline: float,
-                     due: float) -> JobOutcome:
-    lease = await svc.leases.get_by_id(team, channel, lease_id)
+async def fire_timer(svc: "WorkerServices", job: TimerJob) -> JobOutcome:
+    lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None:
         return JobOutcome.skipped("lease gone")
-    if abs(lease.deadline - deadline) > DEADLINE_TOLERANCE:
+    if abs(lease.deadline - job.deadline) > DEADLINE_TOLERANCE:
         return JobOutcome.skipped("deadline moved")
     if lease.state == LeaseState.TEARING_DOWN:
         return JobOutcome.skipped("tearing down")
-    if kind == EXPIRY:
+    if job.kind == EXPIRY:
         return await expire_lease(svc, lease, cause="timer")
-    return await warn(svc, lease, kind, due)
+    return await warn(svc, lease, job.kind, job.due)
 
 
 async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> JobOutcome:

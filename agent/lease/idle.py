@@ -62,8 +62,8 @@ class IdleHook:
         return None  # the next check finds the lease gone and ends the chain
 
 
-async def check_idle(svc: "Services", team: str, channel: str, lease_id: str) -> JobOutcome:
-    lease = await svc.leases.get_by_id(team, channel, lease_id)
+async def check_idle(svc: "Services", job: LeaseJob) -> JobOutcome:
+    lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None:
         return JobOutcome.stopped("lease gone")
     if not lease.state.holds_tpu:
@@ -72,14 +72,14 @@ async def check_idle(svc: "Services", team: str, channel: str, lease_id: str) ->
     now = time.time()
     timeout = max(0.5, min(5.0, alerting.policy.idle_check_interval.total_seconds()))
     reading = await read_usage(lease.endpoint, timeout=timeout)
-    usage = await alerting.usage.record(lease_id, reading, now)
+    usage = await alerting.usage.record(job.lease_id, reading, now)
     idle = usage.idle_seconds(now)
     idle_since = usage.last_used_at if idle is not None else 0.0
     if abs(lease.idle_since - idle_since) > 0.5:
         lease = await svc.leases.update(lease, idle_since=idle_since) or lease
     outcome = "unknown" if idle is None else f"idle {idle:.0f}s"
     if idle is not None and alerting.policy.idle_teardown is not None:
-        acked = any(ack.kind == ACK_IDLE for ack in await alerting.marks.acks(lease_id))
+        acked = any(ack.kind == ACK_IDLE for ack in await alerting.marks.acks(job.lease_id))
         if not acked:
             decided = await _warn_or_tear_down(svc, lease, idle, usage.last_used_at, now)
             if decided == "teardown":

@@ -23,6 +23,7 @@ deterministic id (`boot:{lease}:{n}`), so a retried or duplicated run is a no-op
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from typing import Unpack
@@ -69,8 +70,8 @@ class ModelBootHook:
             log.warning("model key of lease %s not deleted: %s", lease.lease_id, error.message)
 
 
-async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, seq: int) -> JobOutcome:
-    lease = await svc.leases.get_by_id(team, channel, lease_id)
+async def boot_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
+    lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None or lease.state not in BOOTABLE_STATES:
         return JobOutcome.stopped("lease changed")
     node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
@@ -81,7 +82,7 @@ async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, 
         if qr is None or qr.state != QrState.ACTIVE:
             return JobOutcome.stopped(f"the TPU is no longer running ({qr.state if qr else 'deleted'})")
         if node is not None:  # ACTIVE, its node still starting or restarting: look again
-            await _poll_again(svc, team, channel, lease_id, seq)
+            await _poll_again(svc, job)
             return JobOutcome.ok(f"waiting for the node ({node.state})")
     endpoint = _endpoint(svc, node)
     if not endpoint:
@@ -139,13 +140,13 @@ async def boot_job(svc: WorkerServices, team: str, channel: str, lease_id: str, 
                              **(_boot_changes(lease, report) if report is not None else {})}
     if not await _write(svc, lease, **booting):
         return JobOutcome.stopped("lease changed")
-    await _poll_again(svc, team, channel, lease_id, seq)
+    await _poll_again(svc, job)
     return JobOutcome.ok(f"waiting for vLLM ({check.error})")
 
 
-async def _poll_again(svc: WorkerServices, team: str, channel: str, lease_id: str, seq: int) -> None:
-    await svc.jobs.enqueue(BOOT_JOB, WatchJob(team=team, channel=channel, lease_id=lease_id, seq=seq + 1),
-                           job_id=boot_job_id(lease_id, seq + 1), defer_by=svc.policy.boot_poll_interval)
+async def _poll_again(svc: WorkerServices, job: WatchJob) -> None:
+    await svc.jobs.enqueue(BOOT_JOB, dataclasses.replace(job, seq=job.seq + 1),
+                           job_id=boot_job_id(job.lease_id, job.seq + 1), defer_by=svc.policy.boot_poll_interval)
 
 
 def _boot_story(report: BootReport | None, since_active: float, policy: Policy) -> str:

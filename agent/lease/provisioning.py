@@ -38,11 +38,11 @@ def provision_job_id(lease_id: str, search_round: int = 0) -> str:
     return f"provision:{lease_id}" if not search_round else f"provision:{lease_id}:{search_round}"
 
 
-async def provision_job(svc: WorkerServices, team: str, channel: str, lease_id: str, search_round: int = 0) -> JobOutcome:
-    lease = await svc.leases.get_by_id(team, channel, lease_id)
-    if lease is None or lease.state not in WORKING_STATES or lease.search_round != search_round:
+async def provision_job(svc: WorkerServices, job: ProvisionJob) -> JobOutcome:
+    lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
+    if lease is None or lease.state not in WORKING_STATES or lease.search_round != job.search_round:
         return JobOutcome.skipped("lease changed")
-    async with svc.locks.hold(team, channel) as lock:
+    async with svc.locks.hold(job.team, job.channel) as lock:
         if lease.state == LeaseState.PENDING:
             try:
                 lease = await svc.observer.lease_changed(lease)

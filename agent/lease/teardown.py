@@ -15,32 +15,32 @@ import asyncio
 import time
 
 from agent.context import WorkerServices
-from agent.lease.lifecycle import explain, finish_release, notify, release_lease
+from agent.lease.lifecycle import LeaseJob, explain, finish_release, notify, release_lease
 from infra.durations import format_duration
 from infra.jobs import JobOutcome
 from infra.state.leases import Lease
 
 
-async def teardown_job(svc: WorkerServices, team: str, channel: str, lease_id: str) -> JobOutcome:
-    lease = await svc.leases.get_by_id(team, channel, lease_id)
+async def teardown_job(svc: WorkerServices, job: LeaseJob) -> JobOutcome:
+    lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None:
         # Re-run after a crash between the release and telling the channel: finish the telling.
-        interrupted = await svc.leases.unfinished_release(lease_id)
+        interrupted = await svc.leases.unfinished_release(job.lease_id)
         if interrupted is None:
             return JobOutcome.skipped("already released")
         await finish_release(svc, interrupted)
         return JobOutcome.ok("finished an interrupted release")
     # The confirm click left the card to this job (nothing outbound before a Slack ack).
     lease = await notify(svc, lease)
-    async with svc.locks.hold(team, channel) as lock:
+    async with svc.locks.hold(job.team, job.channel) as lock:
         problem = await _delete_qr(svc, lease)
         await lock.extend()  # still ours: a worker that took the job over may have released it already
         reason = "Torn down" if not problem else (
             f"Torn down, but deleting `{lease.qr_id}` was not confirmed ({problem.rstrip('.')}); if it is still "
             "there, the reconciler finds it by its labels and shows it in this channel again")
         await release_lease(svc, lease, reason=reason, by=lease.torn_down_by)
-        await svc.audit.record(actor=lease.torn_down_by or "tpubot", action="teardown", team=team,
-                               channel=channel, outcome="unconfirmed" if problem else "deleted",
+        await svc.audit.record(actor=lease.torn_down_by or "tpubot", action="teardown", team=job.team,
+                               channel=job.channel, outcome="unconfirmed" if problem else "deleted",
                                detail=lease.qr_id)
         return JobOutcome.failed(f"released unconfirmed: {problem[:160]}") if problem else \
             JobOutcome.ok(f"deleted {lease.qr_id}")

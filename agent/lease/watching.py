@@ -14,6 +14,7 @@ from agent.lease.lifecycle import (
     lease_became_active,
     lease_state_for,
     release_lease,
+    WatchJob,
     notify,
     schedule_watch,
 )
@@ -23,11 +24,11 @@ from infra.state.leases import LeaseChanges, LeaseState
 from infra.tpu import QrState
 
 
-async def watch_job(svc: WorkerServices, team: str, channel: str, lease_id: str, seq: int) -> JobOutcome:
+async def watch_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
     """One look at the QR; re-schedules itself, so no job holds a worker for hours."""
     from infra.tpu import TpuError
 
-    lease = await svc.leases.get_by_id(team, channel, lease_id)
+    lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None or lease.state in (LeaseState.TEARING_DOWN, LeaseState.FAILED):
         return JobOutcome.stopped("lease changed")
     try:
