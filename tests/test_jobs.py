@@ -310,10 +310,15 @@ def test_every_declared_job_has_a_worker_function_and_every_worker_function_a_de
     worker = build_worker(settings, redis_url="redis://127.0.0.1:1/0", handle_signals=False)
     assert {name for name in worker.functions if not name.startswith("cron:")} == set(declared)
     # Each is registered with its spec's timeout and tries, and every spec keeps what all jobs shared
-    # before specs declared them: the worker's JOB_TIMEOUT and 20 tries.
+    # before specs declared them (the worker's JOB_TIMEOUT and 20 tries) but the teardown, whose one try
+    # outlasts its own wait for the delete (Policy.teardown_wait, 5 minutes, as long as JOB_TIMEOUT).
+    from agent.lease.lifecycle import TEARDOWN_JOB
+    from agent.policy import Policy
+
     for job in JOBS:
         function = worker.functions[job.spec.name]
-        assert (function.timeout_s, function.max_tries) == (None, 20), job.spec
+        timeout = (Policy.teardown_wait.total_seconds() + 60) if job.spec is TEARDOWN_JOB else None
+        assert (function.timeout_s, function.max_tries) == (timeout, 20), job.spec
     assert worker.job_timeout_s == settings.job_timeout.total_seconds()
 
 

@@ -17,6 +17,7 @@ from datetime import timedelta
 
 from agent import access
 from agent.context import Actor, ChannelUnreachable, Services, WorkerServices
+from agent.policy import Policy
 from infra.jobs import JobSpec
 from infra.state.leases import Lease, LeaseState, Release
 from infra.state.locks import LockNotAcquired
@@ -55,7 +56,9 @@ class WatchJob:
 
 PROVISION_JOB = JobSpec("provision_lease", ProvisionJob)
 WATCH_JOB = JobSpec("watch_lease", WatchJob)
-TEARDOWN_JOB = JobSpec("teardown_lease", LeaseJob)
+# One try outlasts the teardown's own wait for the delete, so a QR that outlives the wait is released with
+# the error on its card; with the worker's JOB_TIMEOUT (5m, the wait's length) the try was cut short instead.
+TEARDOWN_JOB = JobSpec("teardown_lease", LeaseJob, timeout=Policy.teardown_wait + timedelta(minutes=1))
 
 # The channel's operation lock is held (ChannelLocks.hold raised it); the job should be retried shortly.
 LockBusy = LockNotAcquired
