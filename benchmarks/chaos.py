@@ -85,7 +85,7 @@ class Cluster:
                    SLACK_API_URL=self.slack.start(), SLACK_BOT_TOKEN=self.slack.token,
                    SLACK_SIGNING_SECRET=self.secret, POLL_INTERVAL="0.5s", JOB_TIMEOUT="6s", LOCK_TTL="5s",
                    MAX_RUN_DURATION="100s", MIN_RUN_DURATION="1s", VALID_UNTIL_DURATION="100s", ALERT_LEAD_TIMES="85s",
-                   MODEL_BOOT_TIMEOUT="30m", AGENT_USE_MODEL="false", LOG_FORMAT="json")
+                   AGENT_USE_MODEL="false", LOG_FORMAT="json")
         self.env, self.workdir = env, workdir
         self.web_ports = [free_port(), free_port()]
         self.webs = [self._spawn(["serve", "--host", "127.0.0.1", "--port", str(port)], f"web-{i}")
@@ -102,7 +102,19 @@ class Cluster:
         self.workers[index].wait(timeout=10)
         self.workers[index] = self._spawn(["worker"], f"worker-{index}")
 
+    def exited(self) -> list[str]:
+        """Each child that has exited, with the last line it printed (a refused setting says why there)."""
+        said = []
+        for name, proc in [(f"web-{i}", p) for i, p in enumerate(self.webs)] + \
+                          [(f"worker-{i}", p) for i, p in enumerate(self.workers)]:
+            if proc.poll() is not None:
+                lines = (self.workdir / f"{name}.log").read_text(errors="replace").strip().splitlines()
+                said.append(f"{name} exited {proc.returncode}: {lines[-1] if lines else '(nothing printed)'}")
+        return said
+
     def ready(self) -> bool:
+        if self.exited():
+            return True  # nothing to wait for: the caller says why
         try:
             return all(httpx.get(f"http://127.0.0.1:{p}/readyz", timeout=2).status_code == 200 for p in self.web_ports)
         except httpx.HTTPError:
@@ -312,8 +324,8 @@ def main() -> int:
     if True:
         cluster = Cluster(logs, args.time_scale)
         try:
-            if not wait(cluster.ready, 120):
-                print("the web processes did not become ready", file=sys.stderr)
+            if not wait(cluster.ready, 120) or cluster.exited():
+                print("the web processes did not become ready", *cluster.exited(), sep="\n  ", file=sys.stderr)
                 return 1
             stop_channels, stop_chaos, stop_sampling = threading.Event(), threading.Event(), threading.Event()
             channels = [Channel(n, cluster, figures, stop_channels) for n in range(args.channels)]
