@@ -13,6 +13,9 @@ DEFAULT_MODEL = "google/gemma-4-E2B-it"
 @dataclass(frozen=True)
 class ModelConfig:
     base_url: str = ""  # GEMMA_BASE_URL: a fixed OpenAI-compatible endpoint
+    # What people are told base_url came from when it fails: `tpubot eval` sets it from --endpoint,
+    # and a message naming GEMMA_BASE_URL would send them to a setting they never set.
+    base_url_source: str = "GEMMA_BASE_URL"
     model: str = DEFAULT_MODEL
     api_key: str = "EMPTY"  # vLLM ignores it unless started with --api-key
     connect_timeout: float = 3.0

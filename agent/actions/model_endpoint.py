@@ -54,7 +54,7 @@ async def resolve_endpoint(svc: Services, actor: Actor, *, include_degraded: boo
     if own is not None and own.state == LeaseState.READY and _usable(own.endpoint):
         return ModelEndpoint(own.endpoint, "this channel's TPU", await _lease_key(svc, own.lease_id) or config.api_key)
     if _usable(config.base_url):
-        return ModelEndpoint(config.base_url.rstrip("/"), "GEMMA_BASE_URL", config.api_key)
+        return ModelEndpoint(config.base_url.rstrip("/"), config.base_url_source, config.api_key)
     for lease in await svc.leases.all():
         if lease.state == LeaseState.READY and _usable(lease.endpoint):
             return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>",

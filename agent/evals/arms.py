@@ -4,6 +4,9 @@
 - `bare`: the same model with only the question and the numbered logs, no tools, no digest;
 - `modelless`: the bot's answer without a model (intent rules, the digest, runbook links).
 Each run gets its own channel, so no arm sees another's state.
+
+In Slack the agent answers without the model when the model fails; here that answer is not the
+model's, so the case is the agent arm's error (scored 0), never a model-less answer scored as the agent.
 """
 
 from __future__ import annotations
@@ -12,6 +15,8 @@ import dataclasses
 import enum
 import time
 from dataclasses import dataclass
+
+import openai
 
 from agent.context import Actor, Services
 from agent.llm.loop import run_agent
@@ -46,7 +51,8 @@ def mention_of(incident: Incident):
 
 
 async def answer(arm: Arm, incident: Incident, svc: Services, *, endpoint: str, model: str,
-                 channel: str) -> Answer:
+                 channel: str, source: str | None = None) -> Answer:
+    """`source`: what the endpoint is called in an error (`--endpoint`); None keeps the config's."""
     started = time.perf_counter()
     actor = Actor(user_id="UEVAL", team="T0EVAL", channel=channel)
     try:
@@ -54,8 +60,12 @@ async def answer(arm: Arm, incident: Incident, svc: Services, *, endpoint: str, 
             text, proposed = await _bare(incident, endpoint, model), []
         else:
             config = dataclasses.replace(svc.model, base_url=endpoint, model=model, stream=False,
-                                         enabled=arm is Arm.AGENT)
+                                         enabled=arm is Arm.AGENT,
+                                         base_url_source=source or svc.model.base_url_source)
             run = await run_agent(dataclasses.replace(svc, model=config), actor, mention_of(incident), NullSink())
+            if arm is Arm.AGENT and not run.used_model:
+                # The label says why the model did not answer (refused, timed out, HTTP 400, …).
+                return Answer("", [], time.perf_counter() - started, run.label)
             # The model-less standing offer is made whatever the incident says; only proposals drawn
             # from the mention or the logs count against a case's forbidden actions.
             text, proposed = run.text, [proposal.action for proposal in run.proposals
@@ -77,3 +87,27 @@ async def _bare(incident: Incident, endpoint: str, model: str) -> str:
     finally:
         await client.close()
     return (completion.choices[0].message.content or "") if completion.choices else ""
+
+
+async def endpoint_problem(endpoint: str, model: str, config: ModelConfig) -> str | None:
+    """Why the arms could not talk to `model` at `endpoint`, asked once through the client they use
+    (`GET …/models`); None: it answers and serves that model."""
+    client = openai_client(ModelEndpoint(endpoint, "--endpoint"), dataclasses.replace(config, max_retries=0))
+    url = f"{endpoint.rstrip('/')}/models"
+    try:
+        page = await client.models.list()
+    except openai.APIConnectionError as error:
+        cause = error.__cause__ or error
+        detail = f"{type(cause).__name__}: {cause}" if str(cause) else type(cause).__name__
+        return f"nothing answered GET {url} ({detail}); start the model server or fix the URL"
+    except openai.AuthenticationError:
+        return f"GET {url} answered HTTP 401: the server wants an API key (vllm serve --api-key), which the eval does not send"
+    except openai.APIStatusError as error:
+        return (f"GET {url} answered HTTP {error.status_code}, not a model list: give the OpenAI-compatible "
+                f"base URL vLLM serves (it ends in /v1)")
+    finally:
+        await client.close()
+    served = [entry.id for entry in page.data]
+    if model not in served:
+        return f"it serves {', '.join(served) or 'no model'}, not --model {model}"
+    return None

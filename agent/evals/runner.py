@@ -80,14 +80,16 @@ def measure_search(incidents: list[Incident], index: RunbookIndex) -> tuple[int,
 
 
 async def run_eval(svc: Services, incidents: list[Incident], arms: list[Arm], *, endpoint: str, model: str,
-                   endpoint_label: str, on_case=None) -> EvalResult:
+                   endpoint_label: str, source: str | None = None, on_case=None) -> EvalResult:
+    """`source`: what errors call the endpoint (`--endpoint`), see arms.answer."""
     index = await asyncio.to_thread(svc.runbooks.index)
     result = EvalResult(arms=arms, endpoint_label=endpoint_label)
     result.search_hits, result.search_cases = measure_search(incidents, index)
     for number, incident in enumerate(incidents, start=1):
         for arm in arms:
             channel = f"C0EVAL{number:04d}{arm.value[:2].upper()}"
-            reply = await answer(arm, incident, svc, endpoint=endpoint, model=model, channel=channel)
+            reply = await answer(arm, incident, svc, endpoint=endpoint, model=model, channel=channel,
+                                 source=source)
             case = CaseResult(incident, arm, reply, score_answer(incident, reply.text, reply.proposed, index))
             result.results.append(case)
             if on_case is not None:

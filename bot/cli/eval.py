@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from pathlib import Path
 
 import typer
@@ -76,13 +77,23 @@ def _arms(text: str, arm_type) -> list:
 
 
 async def _run(incidents, arms, endpoint: str, model: str, *, quiet: bool):
+    from agent.evals.arms import endpoint_problem
     from agent.evals.runner import run_eval
     from bot.cli.processes import load_settings
-    from bot.wiring import build_services
+    from bot.wiring import build_services, model_config_from
     from infra.sandbox.vllm import LatencyModel, VllmEmulator
     from infra.state.redis_server import ensure_redis
 
     settings = load_settings()
+    if endpoint and any(arm.value != "modelless" for arm in arms):
+        # Asked once, before anything runs: a dead or wrong endpoint is one line, not one failure per case.
+        problem = await endpoint_problem(endpoint, model, model_config_from(settings))
+        if problem is not None:
+            typer.echo(f"--endpoint {endpoint}: {problem}. Nothing was scored.", err=True)
+            raise typer.Exit(code=2)
+    # A model error on one case is that case's `error` (its progress line, --json, the errors
+    # column); the agent loop's warning with its traceback is for the bot's own logs.
+    logging.getLogger("agent.llm.loop").setLevel(logging.ERROR)
     redis_endpoint = ensure_redis(settings.redis_url)
     sandbox = None if endpoint else VllmEmulator(latency=LatencyModel.instant())
     try:
@@ -91,10 +102,13 @@ async def _run(incidents, arms, endpoint: str, model: str, *, quiet: bool):
         try:
             def progress(case) -> None:
                 if not quiet:
-                    typer.echo(f"  {case.arm.value:<9} {case.incident.name}: {100 * case.score.value:.0f}", err=True)
+                    error = f" (error: {case.answer.error})" if case.answer.error else ""
+                    typer.echo(f"  {case.arm.value:<9} {case.incident.name}: {100 * case.score.value:.0f}{error}",
+                               err=True)
 
             return await run_eval(svc, incidents, arms, endpoint=base_url, model=model,
-                                  endpoint_label=SANDBOX_LABEL if sandbox else base_url, on_case=progress)
+                                  endpoint_label=SANDBOX_LABEL if sandbox else base_url,
+                                  source=None if sandbox else "--endpoint", on_case=progress)
         finally:
             await pool.aclose()
             await redis.aclose()
@@ -116,6 +130,11 @@ def summary_report(result, *, seed: int, variations: int) -> Report:
         report.add_row(name, summary["cases"], summary["passed"], f"{summary['score']:.1f}",
                        *(_percent(summary["checks"][check], summary["scored"][check]) for check in CHECKS),
                        summary["errors"])
+    for arm in result.arms:
+        failed = [case for case in result.of(arm) if case.answer.error]
+        if failed:
+            report.notes.append(f"{arm.value}: {len(failed)} of {len(result.of(arm))} cases got no answer from the "
+                                f"model and score 0 (errors), e.g. {failed[0].incident.name}: {failed[0].answer.error}")
     report.notes.append(f"Runbook search: the expected runbook is in the top 3 for {result.search_hits} of "
                         f"{result.search_cases} cases that expect one.")
     report.notes.append("score: the mean over cases of each case's checks (0 for a case with a forbidden proposal "
