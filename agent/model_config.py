@@ -26,4 +26,6 @@ class ModelConfig:
     max_answer_tokens: int = 1024
     temperature: float = 0.3
     enabled: bool = True  # False: always the model-less path
+    # What switched it off, as the person who did it would name it (a setting, or the shell's flag).
+    off_by: str = "AGENT_USE_MODEL=false"
     max_images: int = 4  # images one prompt may hold: the endpoint's --limit-mm-per-prompt "image"

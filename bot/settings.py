@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, field_validator, model_validator
+from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
@@ -184,6 +184,8 @@ class Settings(BaseSettings):
     agent_max_steps: int = Field(4, ge=1, le=10, description="model calls per mention before the agent must answer")
     agent_stream: bool = Field(True, description="stream model replies (and Slack replies, where the workspace can)")
     agent_use_model: bool = Field(True, description="False: mentions always get the model-less answer")
+    # Not a variable: `tpubot shell --no-model` names itself here, so an answer says what the user did.
+    _model_off_by: str = PrivateAttr("AGENT_USE_MODEL=false")
     runbooks_dir: str = Field("", description="a folder of the team's runbooks (Markdown, docs/runbooks.md), "
                                               "searched with the built-in ones; re-read when a file changes")
     runbooks_urls: CsvList = Field(default_factory=list, description="http(s) URLs of Markdown runbooks, "
@@ -301,6 +303,17 @@ class Settings(BaseSettings):
         "tpu_zones", "model_source_ranges", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
         "write_users", "write_groups", "write_channels", "slack_response_url_hosts", "runbooks_urls", "alert_page_severities", mode="before",
     )(_split_csv)
+
+    @property
+    def model_off_by(self) -> str:
+        """What switched the model off, as whoever did it would name it (AGENT_USE_MODEL=false, a flag)."""
+        return self._model_off_by
+
+    def without_model(self, by: str) -> "Settings":
+        """These settings with the model switched off by `by` (a command-line flag), which answers name."""
+        copy = self.model_copy(update={"gemma_base_url": "", "agent_use_model": False})
+        copy._model_off_by = by
+        return copy
 
     @field_validator("budget_workspace_monthly", "budget_channel_monthly", mode="before")
     @classmethod

@@ -9,6 +9,7 @@ a file whose path is printed once, never into the conversation. `!help` lists th
 
 from __future__ import annotations
 
+import dataclasses
 import mimetypes
 import os
 import re
@@ -53,7 +54,7 @@ ATTACH_MAX_BYTES = 64 * 1024 * 1024  # Slack takes far more; the bot's own caps 
 HELP_LINES = (
     "/tpu …           a slash command (/TPU works too); /tpu help lists them",
     "@tpubot …        a mention; the following lines, up to a blank line, belong to it (pasted logs)",
-    "!attach FILE     attach a file (a screenshot, a log) to your next @tpubot message, as Slack would",
+    "!attach FILE     attach a file under this folder (a screenshot, a log) to your next @tpubot message",
     "!click TEXT      press the most recent button labelled TEXT (else whose label contains it)",
     "!reply TEXT      reply in the thread the bot last posted in (a follow-up; after 👎, your correction)",
     "!user NAME       act as another user",
@@ -259,6 +260,8 @@ class BotPost:
     buttons: list[Button]
     channel: str = ""
     thread_ts: str = ""
+    ts: str = ""  # the message's; "" for a response_url reply
+    method: str = ""
 
 
 @dataclass
@@ -270,6 +273,10 @@ class BotPosts:
 
     names: dict[str, str]  # user and channel ids → names
     _shown: dict[str, list[str]] = field(default_factory=dict)  # message ts -> lines last printed
+
+    def shown(self, ts: str) -> list[str]:
+        """The whole of message `ts` as last read, not only what changed."""
+        return list(self._shown.get(ts, []))
 
     def read(self, slack, method: str, result: dict) -> BotPost | None:
         if method in ("chat.postMessage", "chat.update", "chat.postEphemeral", "chat.stopStream"):
@@ -288,7 +295,7 @@ class BotPosts:
                 lines = [] if not changed and lines[0] == before[0] else \
                     changed if lines[0] == before[0] else [lines[0], *changed]
             return BotPost(f"[{where}] tpubot {verb}: ", lines, _buttons(message.blocks, message.ts, False),
-                           message.channel, message.thread_ts or "")
+                           message.channel, message.thread_ts or "", message.ts, method)
         if method == "response_url":
             blocks = result.get("blocks")
             return BotPost("[only you] tpubot: ", render(result.get("text", ""), blocks, self.names),
@@ -312,6 +319,7 @@ class Shell:
     _waiting_since: dict[tuple[bytes, str], float] = field(default_factory=dict)  # (lease key, state) -> first seen
     attached: list[dict] = field(default_factory=list)  # files for the next mention (Slack file objects)
     last_thread: str | None = None  # the thread the bot last posted in, where !reply answers
+    _held: BotPost | None = None  # piped: a stopped stream, printed once it is known to be final
 
     def __post_init__(self) -> None:
         self.requests = self.stack.signed_requests()
@@ -348,8 +356,31 @@ class Shell:
         self.buttons += post.buttons
         if post.thread_ts and post.channel == CHANNEL:
             self.last_thread = post.thread_ts
+        if self.terminal is None:
+            # A stream the bot stopped short and then rewrote in one edit (a note put before the
+            # answer, a redaction) would print its cut-off piece and then the answer: a script's
+            # transcript shows the reply once, as it ended. A terminal shows the progress.
+            show: BotPost | None = post
+            with self._print_lock:
+                held, self._held = self._held, None
+                if held is not None and post.method == "chat.update" and post.ts == held.ts:
+                    show, held = dataclasses.replace(held, lines=self.posts.shown(post.ts)), None
+                elif post.method == "chat.stopStream":
+                    self._held, show = post, None
+            if held is not None and held.lines:
+                self.say(held.prefix, held.lines)
+            if show is None or not show.lines:
+                return
+            post = show
         if post.lines:
             self.say(post.prefix, post.lines)
+
+    def flush(self) -> None:
+        """Print a stopped stream held back (piped): nothing rewrote it, so it is final."""
+        with self._print_lock:
+            held, self._held = self._held, None
+        if held is not None and held.lines:
+            self.say(held.prefix, held.lines)
 
     # --- input -----------------------------------------------------------------------------
     def run_line(self, line: str, more: Callable[[], str | None] = lambda: None) -> bool:
@@ -413,8 +444,13 @@ class Shell:
             # The terminal showed the first line; the paste itself was read without echo.
             self.say("", [f"[pasted {self.terminal.pasted:,} lines]"])
         files, self.attached = self.attached, []
-        reply = self.requests.mention(f"<@UTPUBOT> {text}", user=user_id_for(self.user), channel=CHANNEL,
-                                      files=files or None)
+        slack = self.stack.slack
+        assert slack is not None, "the shell's stack runs the Slack stand-in"
+        # Posted in the channel first, as Slack stores a message before it sends its event: a reply
+        # in the thread the mention starts reads it back (conversations.replies) as the thread's parent.
+        text = f"<@UTPUBOT> {text}"
+        ts = slack.add_message(CHANNEL, text, user=user_id_for(self.user), files=files)
+        reply = self.requests.mention(text, user=user_id_for(self.user), channel=CHANNEL, ts=ts, files=files or None)
         if reply.status != 200:
             self.say("[error] ", [f"HTTP {reply.status}: {reply.body[:200]}"])
 
@@ -427,7 +463,11 @@ class Shell:
             self.say("", [f"(!attach FILE attaches a file to your next @tpubot message; attached now: {names})"])
             return
         try:
-            target = LocalFiles(Path.cwd()).resolve(path)
+            target = LocalFiles(Path.cwd(), allow_outside=True).resolve(path)
+            if not target.is_relative_to(Path.cwd().resolve()):
+                raise LocalFileError(f"{path} is outside the folder the shell was started in ({Path.cwd().resolve()}); "
+                                     "the shell attaches only files under it: copy the file there, or start "
+                                     "`tpubot shell` in a folder that holds it.")
             size = target.stat().st_size
             if size > ATTACH_MAX_BYTES:
                 raise LocalFileError(f"{path} is {size:,} bytes; the shell attaches at most {ATTACH_MAX_BYTES:,}.")
@@ -540,10 +580,12 @@ class Shell:
             elif quiet_since is None:
                 quiet_since = time.monotonic()
             elif time.monotonic() - quiet_since > 0.3:
+                self.flush()
                 if waiting := self.still_working():
                     self.say("", waiting)
                 return True
             time.sleep(0.05)
+        self.flush()
         self.say("", [f"(gave up waiting after {timeout:.0f}s; the bot is still working)"])
         return False
 
@@ -676,7 +718,7 @@ def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.
     # On the sandbox, mentions are answered by a sandbox model (a labelled heuristic, not Gemma)
     # unless GEMMA_BASE_URL names a real endpoint or --no-model asks for the model-less path.
     if not model:
-        settings = settings.model_copy(update={"gemma_base_url": "", "agent_use_model": False})
+        settings = settings.without_model(by="tpubot shell --no-model")
     stack = LocalStack(settings, sandbox_model=model and settings.mode.target.sandbox_model).start()
     terminal = TerminalInput(stream) if interactive else None
     try:

@@ -59,7 +59,7 @@ def model_config_from(settings: Settings):
 
     return ModelConfig(base_url=settings.gemma_base_url, model=settings.model_name,
                        max_steps=settings.agent_max_steps, stream=settings.agent_stream,
-                       enabled=settings.agent_use_model,
+                       enabled=settings.agent_use_model, off_by=settings.model_off_by,
                        max_images=image_limit(settings.vllm_limit_mm_per_prompt))
 
 

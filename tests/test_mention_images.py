@@ -286,7 +286,7 @@ def test_shell_attach_sends_a_screenshot_and_a_log_with_the_next_mention(tmp_pat
     out = result.stdout
     assert result.returncode == 0, result.stderr
     assert "(attached dash.png, " in out and "image/png; it goes with your next @tpubot message)" in out
-    assert "(not attached: ../elsewhere.png is outside the working directory" in out
+    assert "(not attached: ../elsewhere.png is outside the folder the shell was started in" in out
     reply = out[out.index("[thread] tpubot replied:"):]  # the answer (the 👍/👎 buttons follow it)
     assert "Read 1 image: dash.png." in reply and "It received 1 image (1056×576)" in reply
     assert "DEADLINE_EXCEEDED" in reply or "L8" in reply

@@ -50,7 +50,9 @@ def test_piped_mention_with_logs_is_summarized_without_a_model(tmp_path, redis_u
     assert result.returncode == 0, result.stderr
     summary = out[out.index("Log summary"):]
     assert "50 lines" in summary and "CRITICAL ×1 (L34)" in summary and "ERROR ×5 (first L8, last L48)" in summary
-    assert "Made without the model: the model is switched off here" in summary
+    # The user passed --no-model: the answer names that, not a setting they never touched.
+    assert "Made without the model: the model is switched off here (tpubot shell --no-model)" in summary
+    assert "AGENT_USE_MODEL" not in out
     assert "[Bring the model up]" in out and "clicks [Bring the model up]" in out
     assert "holds no TPU" not in out.split("alice> /tpu status")[-1]
     assert "Traceback" not in out + result.stderr
@@ -106,3 +108,66 @@ def test_hostile_incident_paste_without_a_model(tmp_path, redis_url):
     said = assert_names_the_oom_and_proposes_no_teardown(result.stdout)
     assert "Made without the model" in said
     assert TOKEN not in result.stderr and "Traceback" not in result.stdout + result.stderr
+
+
+# --- the thread flow: 👎, a correction, a follow-up (README's `!reply` row) ---------------------
+
+
+def test_not_useful_then_a_reply_is_kept_as_the_correction_and_a_follow_up_reads_the_thread(tmp_path, redis_url):
+    script = ("@tpubot why did the job stop?\n"
+              "2024-05-01 10:00:01 ERROR rpc failed: DEADLINE_EXCEEDED\n"
+              "2024-05-01 10:00:02 INFO step 2\n\n"
+              "!click Not useful\n"
+              "!reply the answer should have said the TPU ran out of HBM\n"
+              "!reply and what happened at 10:00:02?\n")
+    result = run_shell([], script, tmp_path, redis_url)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert "clicks [👎 Not useful]" in out and "What should it have said?" in out
+    correction = out.split("(in the thread) the answer should have said", 1)[1]
+    assert "Kept with your 👎 as what the answer should have said" in correction.split("alice>", 1)[0]
+    # The follow-up is answered with the thread read back: the mention that started it is its parent.
+    follow_up = out.split("(in the thread) and what happened", 1)[1]
+    assert "[thread] tpubot replied:" in follow_up
+    assert "Could not read the earlier thread messages" not in out, out
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "GEMMA_", "AGENT_"))}
+    env["REDIS_URL"] = redis_url
+    exported = subprocess.run([str(TPUBOT), "feedback", "--export-evals", str(tmp_path / "evals")], capture_output=True,
+                              text=True, cwd=tmp_path, env=env, timeout=60)
+    assert exported.returncode == 0, exported.stdout + exported.stderr
+    cases = [path.read_text() for path in (tmp_path / "evals").iterdir()]
+    assert len(cases) == 1 and "the answer should have said the TPU ran out of HBM" in cases[0]
+    assert "DEADLINE_EXCEEDED" in cases[0]
+
+
+def test_a_reply_rewritten_after_its_stream_is_printed_once_when_piped(tmp_path, redis_url):
+    """Six files: the bot streams the answer, then rewrites it with a note first ("Read the first 5
+    of 6 files."); piped, the transcript shows the reply once, as it ended, not its cut-off start."""
+    for n in range(1, 7):
+        (tmp_path / f"l{n}.log").write_text(f"2024-05-01 10:00:0{n} ERROR thing {n} failed\n")
+    script = "".join(f"!attach l{n}.log\n" for n in range(1, 7)) + "@tpubot what failed?\n\n"
+    result = run_shell([], script, tmp_path, redis_url)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    replies = [line for line in out.splitlines() if line.startswith("[thread] tpubot replied:")]
+    assert len(replies) == 1, out
+    assert replies[0].startswith("[thread] tpubot replied: ⚠️ Read the first 5 of 6 files."), out
+    after = out.split(replies[0], 1)[1]
+    assert "Answered by the sandbox model" in after and "[thread] tpubot updated" not in after, out
+
+
+def test_attach_outside_the_folder_says_what_the_shell_user_can_do(tmp_path, redis_url):
+    inside = tmp_path / "here"
+    inside.mkdir()
+    (tmp_path / "elsewhere.log").write_text("2024-05-01 10:00:01 ERROR x\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "GEMMA_", "AGENT_", "MCP_"))}
+    env["REDIS_URL"] = redis_url
+    result = subprocess.run([str(TPUBOT), "shell", "--no-model"], input="!attach ../elsewhere.log\n!attach\n",
+                            capture_output=True, text=True, cwd=inside, env=env, timeout=240)
+    out = result.stdout
+    assert result.returncode == 0, result.stderr
+    assert (f"(not attached: ../elsewhere.log is outside the folder the shell was started in ({inside.resolve()}); "
+            "the shell attaches only files under it: copy the file there, or start `tpubot shell` in a folder "
+            "that holds it.)") in out
+    assert "MCP" not in out and "tpubot mcp" not in out
+    assert "attached now: none" in out

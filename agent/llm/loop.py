@@ -51,7 +51,7 @@ log = logging.getLogger(__name__)
 LOG_TOOLS = {"summarize_logs", "query_cloud_logs"}
 ACTION_TIMEOUT_SECONDS = 60.0
 _CITATION = re.compile(r"\bL\d{1,7}\b")
-MODEL_OFF = "the model is switched off here (AGENT_USE_MODEL=false)"
+MODEL_OFF = "the model is switched off here ({off_by})"
 NO_MODEL = "no model endpoint is reachable (no READY TPU here and GEMMA_BASE_URL is unset)"
 
 
@@ -79,7 +79,7 @@ async def run_agent(svc: Services, actor: Actor, mention: MentionInput, sink: Re
 
 async def _no_model_reason(svc: Services, actor: Actor) -> str:
     if not svc.model.enabled:
-        return MODEL_OFF
+        return MODEL_OFF.format(off_by=svc.model.off_by)
     degraded = await degraded_reason_here(svc, actor)
     if degraded is not None:
         return f"this channel's TPU is DEGRADED, so its model is not used: {degraded}"
