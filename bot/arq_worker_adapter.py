@@ -95,9 +95,11 @@ class OutageTolerantWorker(Worker):
         self._startup_wait = startup_wait
         self._redis = Reconnecting("worker", log)
         self.stopping = False
+        self._reached_redis = False
 
     async def main(self) -> None:
         await wait_for_redis(self.pool.ping, self._redis_url, log, what="worker start-up", timeout=self._startup_wait)
+        self._reached_redis = True
         await super().main()
 
     async def _poll_iteration(self) -> None:
@@ -175,7 +177,9 @@ class OutageTolerantWorker(Worker):
             return
         await _drain([*self.tasks.values(), *self.job_tasks.values()])
         try:
-            await self.pool.delete(self.health_check_key)
+            # A worker that never reached Redis wrote no health key, and its start-up error is the one line.
+            if self._reached_redis:
+                await self.pool.delete(self.health_check_key)
         except Exception as error:
             if not is_redis_away(error):
                 raise

@@ -35,6 +35,7 @@ class Reconnecting:
 
     what: str
     log: logging.Logger
+    announce: bool = True  # False: the first failure is not logged (the caller reports the outage itself)
     failures: int = 0
     away_since: float = 0.0
     _backoff: EqualJitterBackoff = field(
@@ -47,8 +48,9 @@ class Reconnecting:
     def failed(self, error: BaseException) -> float:
         if not self.failures:
             self.away_since = time.monotonic()
-            self.log.warning("%s: Redis is unreachable (%s: %s); retrying with backoff", self.what,
-                             type(error).__name__, error)
+            if self.announce:
+                    self.log.warning("%s: Redis is unreachable (%s: %s); retrying with backoff", self.what,
+                                 type(error).__name__, error)
         self.failures += 1
         return self._backoff.compute(self.failures)
 
@@ -78,8 +80,10 @@ class RedisUnreachable(Exception):
 
 async def wait_for_redis(ping, url: str, log: logging.Logger, *, what: str,
                          timeout: float = STARTUP_WAIT_SECONDS) -> None:
-    """Call `ping()` until Redis answers; raise RedisUnreachable after `timeout` seconds."""
-    state = Reconnecting(what, log)
+    """Call `ping()` until Redis answers; raise RedisUnreachable after `timeout` seconds. The wait
+    itself logs nothing: a Redis that never answers is one line at the end (bot/cli/errors.py), and
+    one that answers late is logged as back after so long."""
+    state = Reconnecting(what, log, announce=False)
     deadline = time.monotonic() + timeout
     while True:
         try:

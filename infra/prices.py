@@ -2,7 +2,7 @@
 
 Every rate lives in `DEFAULT_PRICE_ENTRIES` (dated, with its source) or in a deployment's
 `PRICES=` override in `tpu.env`; no other module holds a rate. An override is a JSON list of
-entries (or `{"entries": [...]}`) merged over the defaults: an entry with the same
+entries (or `{"entries": [...]}`; any other shape is refused) merged over the defaults: an entry with the same
 (accelerator, region, provisioning model) replaces the default, a new key is added.
 
     PRICES=[{"accelerator":"v5e","region":"us-west4","provisioning_model":"spot",
@@ -159,15 +159,45 @@ def default_price_table() -> PriceTable:
     return PriceTable()
 
 
+SHAPE = f"write it as a JSON list of entries, like PRICES='[{ENTRY_EXAMPLE}]'"
+
+
+def _shape_error(what: str) -> ValueError:
+    # Starts with the variable's name: bot/cli/errors.py then prints the message as it is, on one line.
+    return ValueError(f"PRICES {what}; {SHAPE}")
+
+
+def _described(value: Any) -> str:
+    return json.dumps(value)[:80] if isinstance(value, (int, float, str, bool, type(None))) else type(value).__name__
+
+
 def merge_over_defaults(value: Any) -> Any:
-    """Before-validator for the `prices` setting: JSON text, a list of entries or
-    `{"entries": [...]}` -> the default table with those entries merged over it."""
+    """Before-validator for the `prices` setting: JSON text, a list of entries, `{"entries": [...]}`
+    or one entry -> the default table with those entries merged over it. Any other shape is refused:
+    a value that was read but ignored left the default rates in force while `tpubot config` said PRICES
+    came from the environment."""
     if isinstance(value, PriceTable):
         return value
     if isinstance(value, (str, bytes)):
-        value = json.loads(value) if str(value).strip() else []
+        text = value.decode() if isinstance(value, bytes) else value
+        value = json.loads(text) if text.strip() else []
     if isinstance(value, dict):
-        value = value.get("entries", [value] if "usd_per_chip_hour" in value else [])
+        fields = set(PriceEntry.model_fields)
+        if set(value) == {"entries"}:
+            value = value["entries"]
+            if not isinstance(value, (list, tuple)):
+                raise _shape_error(f'has "entries": {_described(value)}, not a list of entries')
+        elif set(value) & fields:
+            value = [value]  # one entry: its own fields say what is wrong with it, if anything
+        else:
+            keys = ", ".join(sorted(map(str, value))) or "none"
+            raise _shape_error(f"is a JSON object with keys {keys[:120]}, neither an entry nor "
+                               '{"entries": [...]}')
+    if not isinstance(value, (list, tuple)):
+        raise _shape_error(f"is {_described(value)}, not a list of entries")
+    for number, entry in enumerate(value, start=1):
+        if not isinstance(entry, (dict, PriceEntry)):
+            raise _shape_error(f"entry {number} is {_described(entry)}, not a JSON object")
     overrides = [entry if isinstance(entry, PriceEntry) else PriceEntry.model_validate(entry) for entry in value]
     return default_price_table().merged(overrides)
 

@@ -205,3 +205,46 @@ def test_the_boots_own_probes_are_not_counted_as_served_traffic(make_stack):
     first = wait_until(lambda: (state := usage()).metrics_at and state, what="the first metrics reading")
     assert (first.requests, first.output_tokens) == (0, 0), first  # three probes ran: none is traffic
     assert len(stack.node_models.emulator_for(zone, node_id).requests) == 3
+
+
+def test_the_receipt_counts_what_was_served_after_the_last_idle_check(make_stack):
+    """Issue 44 walk: a 12 s lease with a `/tpu ask` and a 16-request `/tpu bench` got a receipt of
+    "Served 0 requests and 0 output tokens": the receipt is written after the delete, when the
+    endpoint is gone, so it had only the idle clock's first reading (the boot's probes, excluded).
+    The teardown reads the counters once more before it deletes."""
+    from handlers import cards
+
+    stack = make_stack(poll_interval="0.2s", idle_check_interval="1h")
+    slack = stack.signed_requests()
+    slack.slash("up", user="UALICE", channel=CHANNEL)
+    wait_until(lambda: any("READY" in b["text"] for b in card_bodies(stack)))
+    (zone, node_id), base_url = next(iter(stack.node_models.running().items()))
+    emulator = stack.node_models.emulator_for(zone, node_id)
+    probes = len(emulator.requests)
+    # The idle clock's first reading, taken as the model serves, is the last one before the teardown.
+    status = wait_until(lambda: (card := json.dumps(slack.slash("status", user="UALICE", channel=CHANNEL).json()))
+                        and "no metrics yet" not in card and card, timeout=30)
+    assert status
+    headers = {"Authorization": f"Bearer {emulator.api_key}"} if emulator.api_key else {}
+    tokens = 0
+    for n in range(4):
+        answer = httpx.post(f"{base_url}/chat/completions", headers=headers, timeout=30, json={
+            "model": stack.settings.model_name, "max_tokens": 8,
+            "messages": [{"role": "user", "content": f"say {n}"}]})
+        assert answer.status_code == 200, answer.text
+        tokens += answer.json()["usage"]["completion_tokens"]
+    assert tokens > 0
+    lease_id = stack.tpu_sandbox.queued_resources()[0]["labels"]["tpubot-lease"]
+    slack.slash("down", user="UALICE", channel=CHANNEL)
+    slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user="UALICE", channel=CHANNEL,
+                label="Tear down")
+    receipt = wait_until(lambda: next((c.body["text"] for c in stack.slack.calls_to("chat.postMessage")
+                                       if c.body.get("text", "").startswith(":receipt:")), None), what="the receipt")
+    assert len(emulator.requests) == probes + 4
+    assert f"Served 4 requests and {tokens:,} output tokens: $" in receipt, receipt
+    # `/tpu spend` settles from the same totals: its $/M out column has a figure, not a dash.
+    spend = wait_until(lambda: (text := slack.slash("spend", user="UALICE", channel=CHANNEL).text)
+                       and re.search(r"#c0model\s+1\s", text) and text, what="the lease settled in /tpu spend")
+    row = re.search(r"#c0model\s+1\s+\S+\s+\S+\s+(\S+)", spend)
+    assert row and re.fullmatch(r"\d+\.\d{3}", row.group(1)), spend
+    slack.close()

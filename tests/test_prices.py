@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import math
 from datetime import date, datetime, timedelta, timezone
@@ -122,6 +123,24 @@ def test_defaults_without_override_and_bad_override_rejected(tmp_path: Path, mon
     monkeypatch.setenv("PRICES", '[{"accelerator":"v5e","region":"us-west4","provisioning_model":"spot",'
                        '"usd_per_chip_hour":0.5}]')  # undated, unsourced
     with pytest.raises(ValidationError, match="as_of"):
+        Settings.load(tmp_path / "missing.env")
+
+
+@pytest.mark.parametrize("shape", ["list", "entries", "one entry"])
+def test_every_accepted_prices_shape_is_used(shape: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    entry = {"accelerator": "v5e", "region": "us-west4", "provisioning_model": "flex-start",
+             "usd_per_chip_hour": 9.9, "as_of": "2026-12-01", "source": "our billing export"}
+    value = {"list": [entry], "entries": {"entries": [entry]}, "one entry": entry}[shape]
+    monkeypatch.setenv("PRICES", json.dumps(value))
+    assert Settings.load(tmp_path / "missing.env").prices.get("v5e", "us-west4", "flex-start").usd_per_chip_hour == 9.9
+
+
+@pytest.mark.parametrize("value", ['{"foo": 1}', '{"v5e/us-west4/flex-start": {"usd_per_chip_hour": 9.9}}',
+                                   '"0.6"', '{"entries": 3}', "[[1]]", '{"entries": [], "extra": 1}'])
+def test_a_prices_value_of_another_shape_is_refused_not_ignored(value: str, tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PRICES", value)
+    with pytest.raises(ValidationError, match="PRICES .*write it as a JSON list of entries"):
         Settings.load(tmp_path / "missing.env")
 
 

@@ -86,6 +86,14 @@ CASES = [
       "use VLLM_MAX_NUM_BATCHED_TOKENS=4096"]),
     (["config"], {"VLLM_GPU_MEMORY_UTILIZATION": "0.95"},
      ["VLLM_GPU_MEMORY_UTILIZATION=0.95", "RuntimeProgramAllocationFailure", "use VLLM_GPU_MEMORY_UTILIZATION=0.92"]),
+    # PRICES in a shape it does not have was read and ignored: the defaults billed, `config` said "environment".
+    (["cost"], {"PRICES": '{"foo": 1}'}, ["PRICES is a JSON object with keys foo, neither an entry nor",
+                                         "write it as a JSON list of entries, like PRICES='[{\"accelerator\""]),
+    (["cost", "--json"], {"PRICES": '{"v5e/us-west4/flex-start": {"usd_per_chip_hour": 9.9}}'},
+     ["PRICES is a JSON object with keys v5e/us-west4/flex-start", "a JSON list of entries"]),
+    (["config"], {"PRICES": "5"}, ["PRICES is 5, not a list of entries", "a JSON list of entries"]),
+    (["config"], {"PRICES": '{"entries": {"v5e": 1}}'}, ['PRICES has "entries": dict, not a list of entries']),
+    (["config"], {"PRICES": '["v5e", 0.6]'}, ['PRICES entry 1 is "v5e", not a JSON object']),
     (["config"], {"XLA_CACHE_BUCKET": "gs://My Cache/xla"},
      ["XLA_CACHE_BUCKET=gs://My Cache/xla is not a Cloud Storage bucket name", "gs://"]),
 ]
@@ -109,6 +117,9 @@ def test_a_misconfiguration_is_one_line_naming_the_variable_and_the_fix(args, en
     assert len(ours) == 1, result.stderr
     for fragment in fragments:
         assert fragment in ours[0]
+    if "cannot reach Redis" in ours[0]:
+        # Nothing else either: the wait for Redis logged a JSON warning first (the worker two).
+        assert result.stderr.strip().splitlines() == ours, result.stderr
     for secret in SLACK.values():
         assert secret not in result.stderr + result.stdout
 

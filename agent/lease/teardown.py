@@ -16,9 +16,11 @@ import time
 
 from agent.context import WorkerServices
 from agent.lease.lifecycle import LeaseJob, explain, finish_release, notify, release_lease
+from agent.lease.receipts import LIVE_READ_TIMEOUT
 from infra.durations import format_duration
 from infra.jobs import JobOutcome
 from infra.state.leases import Lease
+from infra.vllm_metrics import read_usage
 
 
 async def teardown_job(svc: WorkerServices, job: LeaseJob) -> JobOutcome:
@@ -33,6 +35,7 @@ async def teardown_job(svc: WorkerServices, job: LeaseJob) -> JobOutcome:
     # The confirm click left the card to this job (nothing outbound before a Slack ack).
     lease = await notify(svc, lease)
     async with svc.locks.hold(job.team, job.channel) as lock:
+        await _last_usage_reading(svc, lease)
         problem = await _delete_qr(svc, lease)
         await lock.extend()  # still ours: a worker that took the job over may have released it already
         reason = "Torn down" if not problem else (
@@ -44,6 +47,17 @@ async def teardown_job(svc: WorkerServices, job: LeaseJob) -> JobOutcome:
                                detail=lease.qr_id)
         return JobOutcome.failed(f"released unconfirmed: {problem[:160]}") if problem else \
             JobOutcome.ok(f"deleted {lease.qr_id}")
+
+
+async def _last_usage_reading(svc: WorkerServices, lease: Lease) -> None:
+    """Fold in vLLM's counters while the VM still answers: the receipt is written after the delete,
+    when the endpoint is gone, so without this everything served since the last idle check (all of
+    it, on a lease shorter than one check interval) was missing from the receipt and `/tpu spend`."""
+    if not lease.endpoint:
+        return
+    reading = await read_usage(lease.endpoint, timeout=LIVE_READ_TIMEOUT)
+    if reading is not None:  # unreadable: the receipt keeps the last good reading, as before
+        await svc.alerting.usage.record(lease.lease_id, reading, time.time())
 
 
 async def _delete_qr(svc: WorkerServices, lease: Lease) -> str:
