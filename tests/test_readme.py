@@ -92,7 +92,8 @@ def shown_commands() -> list[list[str]]:
     code = re.findall(r"```.*?```", text, re.S) + re.findall(r"`([^`\n]+)`", text)
     found = []
     for snippet in code:
-        for match in re.finditer(r"(?:^|[\s/'\"])tpubot((?: +[a-z-][\w.-]*)+)", snippet):
+        # An argument runs to the next space, so a URL's placeholder stays in it (`http://IP:8000/v1`).
+        for match in re.finditer(r"(?:^|[\s/'\"])tpubot((?: +[a-z-][^\s`'\"]*)+)", snippet):
             found.append(match.group(1).split())
     return found
 
