@@ -133,6 +133,7 @@ class CheckResult:
     detail: str
     fix: str = ""
     warning: bool = False  # passed, but not as it should be (doctor prints WARN and the fix)
+    skipped: bool = False  # not run, because a check it needs failed: not ok, yet not a failure of its own
 
 
 @dataclass
@@ -147,7 +148,7 @@ class PreflightReport:
 
     @property
     def failures(self) -> list[CheckResult]:
-        return [check for check in self.checks if not check.ok]
+        return [check for check in self.checks if not check.ok and not check.skipped]
 
     def to_json(self) -> str:
         return json.dumps({"checks": [asdict(c) for c in self.checks], "fingerprint": self.fingerprint,
@@ -173,7 +174,7 @@ def run_preflight(config: PreflightConfig, credentials: Credentials | None = Non
                      "bot permissions",
                      *(name for name, applies, _ in CONDITIONAL_CHECKS if applies(config))):
             # The fix is the credentials' own, printed once above: six copies of it read as six problems.
-            checks.append(CheckResult(name, False, "not checked: it needs the credentials above to work"))
+            checks.append(CheckResult(name, False, "not checked: it needs the credentials above to work", skipped=True))
     else:
         checks += [check(config, creds) for check in CHECKS]
         checks += [check(config, creds) for _, applies, check in CONDITIONAL_CHECKS if applies(config)]

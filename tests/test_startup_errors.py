@@ -43,6 +43,9 @@ CASES = [
      ["cannot reach Redis at REDIS_URL="]),
     # Nothing configured: not a call to Google's TPU API for the sandbox project (serve and socket refuse too).
     (["worker"], {}, ["GCP_PROJECT is not set", "set GCP_PROJECT to your project id", "tpubot dev"]),
+    # Slack's credentials missing: said as every other start-up problem (it once had no `tpubot:` prefix).
+    (["serve"], {}, ["SLACK_SIGNING_SECRET, SLACK_BOT_TOKEN must be set (in tpu.env or the environment)"]),
+    (["socket"], {}, ["SLACK_APP_TOKEN, SLACK_BOT_TOKEN must be set (in tpu.env or the environment)"]),
     (["config"], {"TPU_LABELS": "notjson"}, ["TPU_LABELS is not valid JSON", "TPU_LABELS='{"]),
     (["zones"], {"TPU_LABELS": "notjson"}, ["TPU_LABELS is not valid JSON"]),
     (["serve"], {**SLACK, "REDIS_URL": "http://localhost:6379"}, ["REDIS_URL=http://localhost:6379", "redis://"]),

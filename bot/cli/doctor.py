@@ -71,20 +71,25 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
     _cache(settings, report, out)
     failures = len(report.failures)
     warned = sum(1 for check in report.checks if check.ok and check.warning)
+    skipped = sum(1 for check in report.checks if check.skipped)
     verdict = f"{counted(failures, 'check')} failed" if failures else "all checks passed"
-    out.write(f"\n{verdict}{f', {warned} with a warning' if warned else ''}\n")
+    out.write(f"\n{verdict}{f', {skipped} not checked' if skipped else ''}"
+              f"{f', {warned} with a warning' if warned else ''}\n")
     raise typer.Exit(code=0 if report.ok else 1)
 
 
 def _document(checks) -> dict:
     return {"ok": all(check.ok for check in checks),
-            "checks": [{"name": c.name, "ok": c.ok, "warning": c.warning, "detail": c.detail, "fix": c.fix}
+            "checks": [{"name": c.name, "ok": c.ok, "warning": c.warning, "skipped": c.skipped, "detail": c.detail,
+                        "fix": c.fix}
                        for c in checks]}
 
 
 def _line(out, check) -> None:
     verdict = "PASS"
-    if not check.ok:
+    if check.skipped:
+        verdict = "SKIP"
+    elif not check.ok:
         verdict = "FAIL"
     elif check.warning:
         verdict = "WARN"

@@ -92,8 +92,10 @@ def sigterm_exits_cleanly(*also: signal.Signals) -> Iterator[None]:
 def _require(settings: Settings, *names: str) -> None:
     missing = [name.upper() for name in names if not getattr(settings, name).get_secret_value()]
     if missing:
-        typer.echo(f"{', '.join(missing)} must be set (in tpu.env or the environment) for this process.", err=True)
-        raise typer.Exit(code=2)
+        from bot.settings import SettingError
+
+        # Said as every other start-up problem is (bot/cli/errors.py): one `tpubot:` line, exit 2.
+        raise SettingError(f"{', '.join(missing)} must be set (in tpu.env or the environment) for this process")
 
 
 def _require_cloud(settings: Settings) -> None:
