@@ -181,6 +181,8 @@ class Settings(BaseSettings):
                                           "card says its startup script is not reporting")
     preflight_ttl: timedelta = Field(timedelta(hours=6), description="how long a `tpubot doctor` result is trusted")
     gemma_base_url: str = Field("", description="a fixed OpenAI-compatible endpoint for the agent")
+    gemma_api_key: SecretStr = Field(SecretStr(""), description="the key of GEMMA_BASE_URL (and of `tpubot eval "
+                                     "--endpoint`) when its server was started with --api-key / VLLM_API_KEY")
     agent_max_steps: int = Field(4, ge=1, le=10, description="model calls per mention before the agent must answer")
     agent_stream: bool = Field(True, description="stream model replies (and Slack replies, where the workspace can)")
     agent_use_model: bool = Field(True, description="False: mentions always get the model-less answer")

@@ -58,6 +58,7 @@ def model_config_from(settings: Settings):
     from infra.vllm_flags import image_limit
 
     return ModelConfig(base_url=settings.gemma_base_url, model=settings.model_name,
+                       api_key=settings.gemma_api_key.get_secret_value() or ModelConfig.api_key,
                        max_steps=settings.agent_max_steps, stream=settings.agent_stream,
                        enabled=settings.agent_use_model, off_by=settings.model_off_by,
                        max_images=image_limit(settings.vllm_limit_mm_per_prompt))

@@ -139,3 +139,29 @@ def test_cases_the_model_fails_are_errors_scored_0_not_model_less_answers(tmp_pa
     assert any(line.strip().startswith("agent     disk-errors: 0 (error: ") for line in lines)
     said = " ".join(table.stdout.split())
     assert "agent: 2 of 3 cases got no answer from the model and score 0 (errors)" in said
+
+
+def test_an_endpoint_behind_an_api_key_is_evaluated_with_gemma_api_key_and_refused_without(tmp_path):
+    """The README's gate runs against a lease's own vLLM, which answers 401 without the lease's key
+    (`vllm serve` with VLLM_API_KEY): GEMMA_API_KEY is what the eval sends, and never prints."""
+    import os
+    import subprocess
+
+    from test_eval import TPUBOT
+
+    cases = _cases(tmp_path)
+    key = "k3y-of-the-lease-" + "7" * 20
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "GEMMA_"))}
+    with VllmEmulator(latency=LatencyModel.instant(), api_key=key) as model:
+        def run(**extra: str) -> subprocess.CompletedProcess:
+            return subprocess.run([str(TPUBOT), "eval", "--endpoint", model.base_url, "--cases", str(cases),
+                                   "--only-cases", "--arms", "agent,bare", "--json"], capture_output=True, text=True,
+                                  cwd=tmp_path, env={**env, **extra}, timeout=600)
+
+        without = run()
+        keyed = run(GEMMA_API_KEY=key)
+    assert without.returncode == 2 and "401" in without.stderr and without.stderr.count("\n") == 1, without.stderr
+    assert keyed.returncode == 0, keyed.stderr
+    arms = {arm["arm"]: arm for arm in json.loads(keyed.stdout)["arms"]}
+    assert arms["agent"]["errors"] == 0 and arms["bare"]["errors"] == 0, arms
+    assert key not in keyed.stdout + keyed.stderr + without.stderr

@@ -57,7 +57,7 @@ async def answer(arm: Arm, incident: Incident, svc: Services, *, endpoint: str, 
     actor = Actor(user_id="UEVAL", team="T0EVAL", channel=channel)
     try:
         if arm is Arm.BARE:
-            text, proposed = await _bare(incident, endpoint, model), []
+            text, proposed = await _bare(incident, dataclasses.replace(svc.model, base_url=endpoint, model=model)), []
         else:
             config = dataclasses.replace(svc.model, base_url=endpoint, model=model, stream=False,
                                          enabled=arm is Arm.AGENT,
@@ -75,8 +75,9 @@ async def answer(arm: Arm, incident: Incident, svc: Services, *, endpoint: str, 
     return Answer(text, proposed, time.perf_counter() - started)
 
 
-async def _bare(incident: Incident, endpoint: str, model: str) -> str:
-    config = ModelConfig(base_url=endpoint, model=model)
+async def _bare(incident: Incident, config: ModelConfig) -> str:
+    """The model alone, asked through the deployment's model settings (its key: GEMMA_API_KEY)."""
+    endpoint, model = config.base_url, config.model
     client = openai_client(ModelEndpoint(endpoint, "eval"), config)
     numbered = "\n".join(f"L{number}: {line}" for number, line in enumerate(incident.logs, start=1))
     try:
