@@ -23,6 +23,7 @@ from infra.sandbox.world import SandboxWorld
 from infra.startup_script import (
     StartupScriptConfig,
     TemplateError,
+    WaitBudget,
     compile_cache_key,
     load_template,
     render_startup_script,
@@ -361,13 +362,16 @@ def test_a_pull_that_cannot_succeed_fails_at_once_with_dockers_line(fault, line)
 
 
 MIRROR = "us-west4-docker.pkg.dev/my-proj/vllm/vllm-tpu:v0.32.0"
+# `docker login` runs under `timeout API_SECONDS` on the sandbox VM's clock: 10 VM seconds are 167 ms, less
+# than a loaded machine took to start the `docker` stand-in (CI saw the login killed, its output empty).
+LOGIN_ROOM = {"waits": WaitBudget(api_seconds=600)}
 
 
 def test_no_token_of_the_vms_reaches_a_bash_x_trace_with_the_cache_and_a_mirrored_image():
     """`bash -x` prints assignments and builtins' arguments: the metadata-server token must be in none."""
     world = SandboxWorld(secrets={"hf-token": TOKEN, KEY_SECRET_ID: API_KEY}, buckets={"acme-vllm-cache": "US-WEST4"})
     with VmWorld(world) as vms:
-        vm = vms.boot(vms.config(xla_cache_bucket="acme-vllm-cache", vllm={"image": MIRROR}), trace=True)
+        vm = vms.boot(vms.config(xla_cache_bucket="acme-vllm-cache", vllm={"image": MIRROR}, **LOGIN_ROOM), trace=True)
         wait_for_phase(vm, "serving")
         wait_until(lambda: (attribute(vm, "cache-note") or "").startswith("saved to"), what="the cache's save")
         assert len(vm.metadata.tokens) >= 5  # two secrets, docker login, the cache's restore and save
@@ -380,7 +384,7 @@ def test_no_token_of_the_vms_reaches_a_bash_x_trace_with_the_cache_and_a_mirrore
 
 def test_an_artifact_registry_image_is_pulled_after_a_docker_login_with_the_vms_token():
     with VmWorld() as vms:
-        vm = vms.boot(vms.config(vllm={"image": MIRROR}))
+        vm = vms.boot(vms.config(vllm={"image": MIRROR}, **LOGIN_ROOM))
         wait_for_phase(vm, "serving")
         login = next(argv for argv in vm.docker.calls if argv[0] == "login")
         assert login == ["login", "-u", "oauth2accesstoken", "--password-stdin", "https://us-west4-docker.pkg.dev"]
@@ -393,7 +397,7 @@ def test_an_artifact_registry_image_the_vms_account_may_not_read_fails_naming_th
     world = SandboxWorld(secrets={"hf-token": TOKEN, KEY_SECRET_ID: API_KEY})
     world.iam_grants = tuple(g for g in world.readme_grants() if g[1] != "roles/editor")
     with VmWorld(world) as vms:
-        vm = vms.boot(vms.config(vllm={"image": MIRROR}))
+        vm = vms.boot(vms.config(vllm={"image": MIRROR}, **LOGIN_ROOM))
         wait_for_phase(vm, "failed")
         error = attribute(vm, "last-error")
         assert "denied: Permission \"artifactregistry.repositories.downloadArtifacts\" denied on resource " \
