@@ -350,6 +350,10 @@ class GcpProjectSandbox:
         with self._lock:
             if secret not in self.secrets:
                 return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
+        return self._policy(verb, resource, body)
+
+    def _policy(self, verb: str, resource: str, body: dict) -> tuple[int, dict]:
+        """getIamPolicy or setIamPolicy on a resource, once the caller may."""
         if verb == "getIamPolicy":
             return 200, self.iam.policy(resource).to_json()
         try:
@@ -384,12 +388,7 @@ class GcpProjectSandbox:
             return _google_error(404, "Unknown service account")
         if verb is None:
             return 200, self._account_json(email)
-        if verb == "getIamPolicy":
-            return 200, self.iam.policy(resource).to_json()
-        try:
-            return 200, self.iam.set_policy(resource, body.get("policy") or {}).to_json()
-        except PolicyError as error:
-            return _google_error(error.code, error.message, error.status)
+        return self._policy(verb, resource, body)
 
     def _create_account(self, body: dict, principal: str) -> tuple[int, dict]:
         if denied := self._deny("iam.serviceAccounts.create", f"projects/{self.project}", principal):
