@@ -74,6 +74,15 @@ def _add_binding(policy: dict, member: str, role: str) -> dict:
     return policy
 
 
+def _bind(base: str, read: str, options: dict[str, str]) -> None:
+    """`add-iam-policy-binding` as gcloud does it: read the resource's policy (GET or POST :getIamPolicy, as
+    its API has it), add the member to the role, write it back with its etag."""
+    policy = _ok(requests.request(read.upper(), f"{base}:getIamPolicy", json={} if read == "post" else None,
+                                  headers=_headers(), timeout=10))
+    _ok(requests.post(f"{base}:setIamPolicy", json={"policy": _add_binding(policy, options["member"], options["role"])},
+                      headers=_headers(), timeout=10))
+
+
 def main(argv: list[str]) -> int:
     positional, options = _options(argv)
     command = " ".join(positional[:2])
@@ -89,18 +98,12 @@ def main(argv: list[str]) -> int:
         return 0
     if command == "projects add-iam-policy-binding":
         base = f"{_endpoint('cloudresourcemanager')}/v1/projects/{positional[2]}"
-        policy = _ok(requests.post(f"{base}:getIamPolicy", json={}, headers=_headers(), timeout=10))
-        _ok(requests.post(f"{base}:setIamPolicy", json={"policy": _add_binding(policy, options["member"],
-                                                                                options["role"])},
-                          headers=_headers(), timeout=10))
+        _bind(base, "post", options)
         print(f"Updated IAM policy for project [{positional[2]}].")
         return 0
     if command == "secrets add-iam-policy-binding":
         base = f"{_endpoint('secretmanager')}/v1/projects/{options['project']}/secrets/{positional[2]}"
-        policy = _ok(requests.get(f"{base}:getIamPolicy", headers=_headers(), timeout=10))
-        _ok(requests.post(f"{base}:setIamPolicy", json={"policy": _add_binding(policy, options["member"],
-                                                                                options["role"])},
-                          headers=_headers(), timeout=10))
+        _bind(base, "get", options)
         print(f"Updated IAM policy for secret [{positional[2]}].")
         return 0
     if command == "secrets create":
@@ -127,10 +130,7 @@ def main(argv: list[str]) -> int:
         return 0 if account.get("email") else 1
     if positional[:3] == ["iam", "service-accounts", "add-iam-policy-binding"]:
         base = f"{_endpoint('iam')}/v1/projects/{options.get('project') or '-'}/serviceAccounts/{positional[3]}"
-        policy = _ok(requests.post(f"{base}:getIamPolicy", headers=_headers(), timeout=10))
-        _ok(requests.post(f"{base}:setIamPolicy", json={"policy": _add_binding(policy, options["member"],
-                                                                                options["role"])},
-                          headers=_headers(), timeout=10))
+        _bind(base, "post", options)
         print(f"Updated IAM policy for serviceAccount [{positional[3]}].")
         return 0
     sys.stderr.write(f"gcloud stand-in: not a command the README uses: gcloud {' '.join(argv)}\n")
