@@ -13,8 +13,9 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from bot.settings import FLEX_START_MAX, Settings, check_accelerator, chip_count
+from bot.settings import Settings, check_accelerator, chip_count
 from infra import capacity, prices
+from infra.durations import FLEX_START_LONGEST
 from infra.bench import EndpointNotAnswering, SweepConfig, run_sweep_with_progress
 from bot.cli.output import Report, json_option_help, print_json, print_report
 from infra.bench_report import best_cells, failure_lines, load_cells, results_table, write_json, write_plots
@@ -206,7 +207,7 @@ def _check_hours(hours: Optional[float], provisioning: str) -> None:
         return
     if not hours > 0:
         raise typer.BadParameter(f"--hours must be above 0 (a lease length, like 4); got {hours:g}")
-    limit = FLEX_START_MAX.total_seconds() / 3600
+    limit = FLEX_START_LONGEST.total_seconds() / 3600
     if provisioning == "flex-start" and hours > limit:
         raise typer.BadParameter(f"--hours {hours:g} exceeds flex-start's limit of {limit:g} h (7 days); "
                                  f"use at most {limit:g}")
