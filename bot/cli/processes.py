@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from bot.settings import SECRET_FIELDS, Settings
+from bot.settings import SECRET_FIELDS, SettingError, Settings
 
 log = logging.getLogger("tpubot.process")
 
@@ -42,7 +42,6 @@ def load_process_settings() -> Settings:
 def require_credentials(settings: Settings) -> None:
     if settings.mode.target.anonymous:
         return  # the emulators are called anonymously
-    from bot.settings import SettingError
     from infra.gcp_credentials import missing_credentials
 
     problem = missing_credentials(settings.gcp_project)
@@ -56,8 +55,6 @@ def port_option(value: int | None, settings: Settings, setting: str = "port") ->
         return getattr(settings, setting)
     lowest = 0 if setting == "worker_metrics_port" else 1
     if not lowest <= value <= 65535:
-        from bot.settings import SettingError
-
         option = "--metrics-port" if setting == "worker_metrics_port" else "--port"
         raise SettingError(f"{option} {value} is not a TCP port; use {lowest}-65535, or leave {option} out to use "
                            f"{setting.upper()}={getattr(settings, setting)}")
@@ -92,8 +89,6 @@ def sigterm_exits_cleanly(*also: signal.Signals) -> Iterator[None]:
 def _require(settings: Settings, *names: str) -> None:
     missing = [name.upper() for name in names if not getattr(settings, name).get_secret_value()]
     if missing:
-        from bot.settings import SettingError
-
         # Said as every other start-up problem is (bot/cli/errors.py): one `tpubot:` line, exit 2.
         raise SettingError(f"{', '.join(missing)} must be set (in tpu.env or the environment) for this process")
 
@@ -102,8 +97,6 @@ def _require_cloud(settings: Settings) -> None:
     """With no GCP_PROJECT the bot drives the sandbox project, whose TPU API only the local
     emulator serves: a worker not pointed at one would call Google's API for it."""
     if settings.mode.target.api_endpoint(settings.tpu_api_endpoint) is None:
-        from bot.settings import SettingError
-
         raise SettingError("GCP_PROJECT is not set and TPU_API_ENDPOINT names no sandbox, so this worker has no cloud "
                            "to drive: set GCP_PROJECT to your project id, or run `tpubot dev` (serve + worker on "
                            "the local sandboxes)")
