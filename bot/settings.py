@@ -301,6 +301,10 @@ class Settings(BaseSettings):
         """What switched the model off, as whoever did it would name it (AGENT_USE_MODEL=false, a flag)."""
         return self._model_off_by
 
+    def secret_values(self) -> list[str]:
+        """The values of every SecretStr setting (SECRET_FIELDS), for redaction."""
+        return [getattr(self, name).get_secret_value() for name in SECRET_FIELDS]
+
     def without_model(self, by: str) -> "Settings":
         """These settings with the model switched off by `by` (a command-line flag), which answers name."""
         copy = self.model_copy(update={"gemma_base_url": "", "agent_use_model": False})

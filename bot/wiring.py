@@ -23,7 +23,7 @@ from agent.access import AccessPolicy, ActionKind, ClassRule, GroupDirectory
 from agent.context import LeaseObserver, NoGroups, Policy, Services, SilentObserver, WorkerServices
 from agent.redact import Redactor
 from bot import alert_wiring
-from bot.settings import SECRET_FIELDS, Settings
+from bot.settings import Settings
 from handlers.directory import SlackGroupDirectory
 from handlers.notifier import SlackLeaseObserver
 from infra.metrics import Metrics
@@ -67,7 +67,7 @@ def model_config_from(settings: Settings):
 def redactor_from(settings: Settings) -> Redactor:
     """Redaction that also knows the deployment's own secret values (every SecretStr setting: the
     Slack bot and app tokens, the signing secret), which have no shape a pattern could find."""
-    return Redactor(getattr(settings, name).get_secret_value() for name in SECRET_FIELDS)
+    return Redactor(settings.secret_values())
 
 
 def cloud_logging_config_from(settings: Settings):

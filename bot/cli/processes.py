@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from bot.settings import SECRET_FIELDS, SettingError, Settings
+from bot.settings import SettingError, Settings
 
 log = logging.getLogger("tpubot.process")
 
@@ -65,11 +65,7 @@ def start_logging(settings: Settings, level: int = logging.INFO) -> None:
     """The one logging setup (bot/logging_setup.py), with this deployment's secrets redacted."""
     from bot.logging_setup import configure_logging
 
-    configure_logging(level, log_format=settings.log_format, secrets=secret_values(settings))
-
-
-def secret_values(settings: Settings) -> list[str]:
-    return [getattr(settings, name).get_secret_value() for name in SECRET_FIELDS]
+    configure_logging(level, log_format=settings.log_format, secrets=settings.secret_values())
 
 
 @contextlib.contextmanager
@@ -239,7 +235,7 @@ def shell(
     log_path = shell_log_path()
     # A file the user named is theirs to keep; the shell's own goes at exit unless it holds an error.
     ours = not os.environ.get(LOG_VARIABLE)
-    log_to_file(log_path, logging.WARNING, secrets=secret_values(settings))
+    log_to_file(log_path, logging.WARNING, secrets=settings.secret_values())
     try:
         # A closed terminal (SIGHUP) or a kill (SIGTERM) stops the stack, the embedded valkey with it.
         with sigterm_exits_cleanly(signal.SIGHUP):
