@@ -25,16 +25,12 @@ def register(app: typer.Typer) -> None:
     app.command("shell", help="A terminal stand-in for Slack; runs everything in one process.")(shell)
 
 
-def load_settings() -> Settings:
-    """A setting problem propagates to bot/cli/errors.py, which says it in one line (exit 2)."""
-    return Settings.load()
-
-
 def load_process_settings() -> Settings:
     """The settings of a long-running process (serve, worker, socket, shell, dev, mcp): with a GCP
     project, also the check that there are credentials to call it with, so a process without them
-    stops at start with one line (exit 2) instead of failing at its first cloud call."""
-    settings = load_settings()
+    stops at start with one line (exit 2) instead of failing at its first cloud call. A setting problem
+    propagates to bot/cli/errors.py, which says it in one line (exit 2) as well."""
+    settings = Settings.load()
     require_credentials(settings)
     return settings
 
@@ -153,7 +149,7 @@ def worker(
 ) -> None:
     from bot.worker import build_worker
 
-    settings = load_settings()
+    settings = Settings.load()
     settings = settings.model_copy(update={"worker_metrics_port": port_option(metrics_port, settings,
                                                                               "worker_metrics_port")})
     _require_cloud(settings)
