@@ -41,6 +41,7 @@ from agent.actions.lease_actions import TeardownOf, lease_summary
 from agent.actions.registry import first_error, validate_args, wired_actions
 from agent.actions.model_endpoint import run_redactor
 from agent.context import Actor, Services
+from bot.cli.assemble import package_version
 from bot.settings import Settings
 from infra.local_files import LocalFiles
 from infra.state.leases import Lease
@@ -297,7 +298,7 @@ def build_server(settings: Settings, *, redis_url: str, mode: str = "") -> Serve
         return await read_resource(ctx.lifespan_context, str(params.uri))
 
     instructions = f"{INSTRUCTIONS} This server is in {mode}." if mode else INSTRUCTIONS
-    return Server(SERVER_NAME, version=_version(), instructions=instructions, lifespan=lifespan,
+    return Server(SERVER_NAME, version=package_version(uninstalled="0"), instructions=instructions, lifespan=lifespan,
                   on_list_tools=on_list_tools, on_call_tool=on_call_tool,
                   on_list_resources=on_list_resources, on_read_resource=on_read_resource)
 
@@ -323,12 +324,3 @@ async def serve_stdio(settings: Settings) -> None:
             await server.run(read_stream, write_stream, server.create_initialization_options())
         finally:
             await anyio.to_thread.run_sync(stack.stop)
-
-
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("tpubot")
-    except PackageNotFoundError:
-        return "0"

@@ -17,7 +17,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, PrivateAttr, SecretStr, field_validator, model_validator
+from pydantic import BeforeValidator, Field, PrivateAttr, SecretStr, field_validator, model_validator
+from dotenv import dotenv_values
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from typing_extensions import Annotated
 
@@ -44,8 +45,6 @@ ENV_FILE_VAR = "TPUBOT_ENV_FILE"
 DEFAULT_ENV_FILE = "tpu.env"
 ENV_FILE_ENCODING = "utf-8-sig"  # UTF-8, with or without the byte-order mark some editors write
 
-FLEX_START_MAX = FLEX_START_LONGEST
-
 # accelerator family -> (runtime versions that boot it, GCE machine type, chips per host)
 ACCELERATOR_FAMILIES: dict[str, dict[str, Any]] = {
     "v5litepod": {
@@ -60,8 +59,6 @@ ACCELERATOR_FAMILIES: dict[str, dict[str, Any]] = {
     },
 }
 WRONG_ACCELERATOR_SPELLINGS = {"v5e-1": "v5litepod-1", "v5e-4": "v5litepod-4", "v5e-8": "v5litepod-8"}
-
-# One parser for durations (settings and `/tpu up`): infra/durations.py.
 
 
 def env_file_path() -> Path:
@@ -83,24 +80,22 @@ ID_LIST_FIELDS = {
     "read_users": "users", "read_groups": "groups", "read_channels": "channels",
     "write_users": "users", "write_groups": "groups", "write_channels": "channels",
 }
-URL_SCHEMES = {
-    "redis_url": ("redis", "rediss", "unix"),
-    "slack_api_url": ("http", "https"), "gemma_base_url": ("http", "https"),
-    "tpu_api_endpoint": ("http", "https"), "logging_api_endpoint": ("http", "https"),
-    "compute_api_endpoint": ("http", "https"), "quotas_api_endpoint": ("http", "https"),
-    "secretmanager_api_endpoint": ("http", "https"), "storage_api_endpoint": ("http", "https"),
-    "resourcemanager_api_endpoint": ("http", "https"),
-}
-
-
-CsvList = Annotated[list[str], NoDecode]
-DurationList = Annotated[list[timedelta], NoDecode]
+URL_SCHEMES = {"redis_url": ("redis", "rediss", "unix"), **dict.fromkeys((
+    "slack_api_url", "gemma_base_url", "tpu_api_endpoint", "logging_api_endpoint", "compute_api_endpoint",
+    "quotas_api_endpoint", "secretmanager_api_endpoint", "storage_api_endpoint", "resourcemanager_api_endpoint",
+), ("http", "https"))}
 
 
 def _split_csv(value: Any) -> Any:
     if isinstance(value, str):
         return [item.strip() for item in value.split(",") if item.strip()]
     return value
+
+
+CsvList = Annotated[list[str], NoDecode, BeforeValidator(_split_csv)]
+DurationList = Annotated[list[timedelta], NoDecode]
+# One parser for durations (settings and `/tpu up`): infra/durations.py.
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 class Settings(BaseSettings):
@@ -127,9 +122,9 @@ class Settings(BaseSettings):
     tpu_runtime_version: str = Field("v2-alpha-tpuv5-lite", description="TPU VM runtime (software) version")
     tpu_machine_type: str = Field("ct5lp-hightpu-1t", description="GCE machine type of the TPU host")
     tensor_parallel_size: int = Field(1, description="vLLM --tensor-parallel-size")
-    max_run_duration: timedelta = Field(timedelta(hours=4), description="flex-start maxRunDuration (lease length)")
-    min_run_duration: timedelta = Field(SHORTEST_LEASE, description="the shortest lease `/tpu up` accepts (at least 1s)")
-    valid_until_duration: timedelta = Field(timedelta(hours=4), description="how long a request may queue")
+    max_run_duration: Duration = Field(timedelta(hours=4), description="flex-start maxRunDuration (lease length)")
+    min_run_duration: Duration = Field(SHORTEST_LEASE, description="the shortest lease `/tpu up` accepts (at least 1s)")
+    valid_until_duration: Duration = Field(timedelta(hours=4), description="how long a request may queue")
     network: str = Field("default", description="VPC network of the TPU VM")
     subnetwork: str = Field("", description="subnetwork (empty: the network's default)")
     tpu_labels: dict[str, str] = Field(default_factory=dict, description="extra labels on every QR, JSON")
@@ -173,13 +168,13 @@ class Settings(BaseSettings):
         None, description="vLLM --gpu-memory-utilization (at most 0.92 on v5e); empty: vLLM's own default")
     xla_cache_bucket: str = Field("", description="Cloud Storage bucket (gs://name or name) the TPU VM restores "
                                                   "vLLM's compile cache from and saves it to; empty: no bucket")
-    model_boot_timeout: timedelta = Field(
+    model_boot_timeout: Duration = Field(
         timedelta(minutes=60), description="how long after ACTIVE vLLM may take to answer before the lease FAILS"
     )
-    model_boot_silence: timedelta = Field(
+    model_boot_silence: Duration = Field(
         timedelta(minutes=3), description="how long after ACTIVE the TPU VM may publish no boot phase before the "
                                           "card says its startup script is not reporting")
-    preflight_ttl: timedelta = Field(timedelta(hours=6), description="how long a `tpubot doctor` result is trusted")
+    preflight_ttl: Duration = Field(timedelta(hours=6), description="how long a `tpubot doctor` result is trusted")
     gemma_base_url: str = Field("", description="a fixed OpenAI-compatible endpoint for the agent")
     gemma_api_key: SecretStr = Field(SecretStr(""), description="the key of GEMMA_BASE_URL (and of `tpubot eval "
                                      "--endpoint`) when its server was started with --api-key / VLLM_API_KEY")
@@ -226,13 +221,13 @@ class Settings(BaseSettings):
     redis_url: str = Field("", description="Redis URL; empty starts an embedded server")
     port: int = Field(3000, description="HTTP port of `tpubot serve`")
     worker_metrics_port: int = Field(0, description="port for the worker's Prometheus /metrics (0: off)")
-    redis_startup_wait: timedelta = Field(
+    redis_startup_wait: Duration = Field(
         timedelta(seconds=30), description="how long a starting worker or web process waits for Redis before exiting "
                                           "with one line")
     log_format: str = Field("auto", description="log lines: json, text, or auto (JSON unless stderr is a terminal)")
-    poll_interval: timedelta = Field(timedelta(seconds=10), description="how often a QR is polled")
-    lock_ttl: timedelta = Field(timedelta(seconds=60), description="operation lock TTL")
-    job_timeout: timedelta = Field(timedelta(minutes=5), description="worker job timeout")
+    poll_interval: Duration = Field(timedelta(seconds=10), description="how often a QR is polled")
+    lock_ttl: Duration = Field(timedelta(seconds=60), description="operation lock TTL")
+    job_timeout: Duration = Field(timedelta(minutes=5), description="worker job timeout")
     sandbox_time_scale: float = Field(
         1.0, description="sandbox only: multiply emulated cloud timings (lower is faster)"
     )
@@ -246,14 +241,14 @@ class Settings(BaseSettings):
         default_factory=lambda: [timedelta(minutes=30), timedelta(minutes=5)],
         description="warnings this long before the cloud deadline (comma-separated, e.g. 30m,5m)",
     )
-    alert_late_after: timedelta = Field(
+    alert_late_after: Duration = Field(
         timedelta(minutes=1), description="an alert posted this long after its time is marked late"
     )
     idle_teardown_minutes: float = Field(
         0.0, ge=0, description="tear down a model nobody used for this many minutes (0: never)"
     )
-    idle_check_interval: timedelta = Field(timedelta(minutes=1), description="how often vLLM's /metrics is read")
-    reconcile_interval: timedelta = Field(
+    idle_check_interval: Duration = Field(timedelta(minutes=1), description="how often vLLM's /metrics is read")
+    reconcile_interval: Duration = Field(
         timedelta(minutes=5), description="how often the worker repairs Redis from the labelled QRs in GCP"
     )
     alert_admin_channel: str = Field("", description="channel for admin alerts (empty: a DM to each of ADMINS)")
@@ -283,33 +278,32 @@ class Settings(BaseSettings):
         64 * 1024 * 1024, ge=1024 * 1024, description="largest Alertmanager group read (about 60,000 alerts of "
         "kube-prometheus' size; 1,200 are 1.15 MB); a larger one gets a 507, which Alertmanager retries and reports "
         "as failing, never a 4xx it would drop: set max_alerts on its receiver")
-    alert_read_timeout: timedelta = Field(
+    alert_read_timeout: Duration = Field(
         timedelta(seconds=60), description="how long an alert webhook's body may take to arrive; a slower one gets "
         "a 503 for its sender to retry")
-    alertmanager_group_interval: timedelta = Field(
+    alertmanager_group_interval: Duration = Field(
         timedelta(minutes=5), description="the group_interval of the Alertmanager routes that notify tpubot (the "
         "smallest, if they differ): an identical body within it is a retry, answered 200; after it, the group "
         "still firing, counted in its thread")
     alert_storm_threads: int = Field(5, ge=1, description="new incident threads one ALERT_ROUTES rule may open for "
                                      "one severity per ALERT_STORM_WINDOW; the rest are counted in one storm message "
                                      "(an alert that pages is never folded)")
-    alert_storm_window: timedelta = Field(timedelta(minutes=10), description="the window ALERT_STORM_THREADS counts in")
-    followup_max_age: timedelta = Field(timedelta(hours=24), description="a plain reply in a thread the bot started "
+    alert_storm_window: Duration = Field(timedelta(minutes=10), description="the window ALERT_STORM_THREADS counts in")
+    followup_max_age: Duration = Field(timedelta(hours=24), description="a plain reply in a thread the bot started "
                                         "or answered is answered without a mention for this long (0s: never)")
     alert_page_severities: CsvList = Field(
         default_factory=lambda: ["critical", "page", "high", "p1"],
         description="alert severities (PagerDuty: urgency or priority) that page the channel's on-call; they rank "
                     "above all others when a group's alerts differ (the first listed highest)")
 
-    _split = field_validator(
-        "tpu_zones", "model_source_ranges", "admins", "admin_groups", "admin_channels", "read_users", "read_groups", "read_channels",
-        "write_users", "write_groups", "write_channels", "slack_response_url_hosts", "runbooks_urls", "alert_page_severities", mode="before",
-    )(_split_csv)
-
     @property
     def model_off_by(self) -> str:
         """What switched the model off, as whoever did it would name it (AGENT_USE_MODEL=false, a flag)."""
         return self._model_off_by
+
+    def secret_values(self) -> list[str]:
+        """The values of every SecretStr setting (SECRET_FIELDS), for redaction."""
+        return [getattr(self, name).get_secret_value() for name in SECRET_FIELDS]
 
     def without_model(self, by: str) -> "Settings":
         """These settings with the model switched off by `by` (a command-line flag), which answers name."""
@@ -343,14 +337,13 @@ class Settings(BaseSettings):
             raise ValueError(f"ALERT_ROUTES: {error}; write it like {EXAMPLE}") from None
         return value
 
-    @field_validator("alertmanager_group_interval", mode="before")
+    @field_validator("alertmanager_group_interval")
     @classmethod
-    def _group_interval(cls, value: Any) -> timedelta:
-        interval = parse_duration(value)
-        if interval.total_seconds() < 1:
+    def _group_interval(cls, value: timedelta) -> timedelta:
+        if value.total_seconds() < 1:
             raise ValueError("ALERTMANAGER_GROUP_INTERVAL must be at least 1s; write it like the route's "
                              "group_interval, e.g. 5m")
-        return interval
+        return value
 
     @field_validator("alert_page_severities")
     @classmethod
@@ -517,17 +510,6 @@ class Settings(BaseSettings):
                              "default Compute Engine service account")
         return value
 
-    @field_validator("model_boot_timeout", "model_boot_silence", "preflight_ttl", mode="before")
-    @classmethod
-    def _other_durations(cls, value: Any) -> timedelta:
-        return parse_duration(value)
-
-    @field_validator("alert_late_after", "idle_check_interval", "reconcile_interval", "alert_storm_window",
-                     "followup_max_age", "alert_read_timeout", mode="before")
-    @classmethod
-    def _alert_durations(cls, value: Any) -> timedelta:
-        return parse_duration(value)
-
     @field_validator("alert_lead_times", mode="before")
     @classmethod
     def _lead_times(cls, value: Any) -> list[timedelta]:
@@ -544,12 +526,6 @@ class Settings(BaseSettings):
             raise ValueError(f"{info.field_name.upper()} must be longer than 0; write it like 1m")
         return value
 
-    @field_validator("max_run_duration", "min_run_duration", "valid_until_duration", "poll_interval", "lock_ttl",
-                     "job_timeout", "redis_startup_wait", mode="before")
-    @classmethod
-    def _duration(cls, value: Any) -> timedelta:
-        return parse_duration(value)
-
     @field_validator("tpu_accelerator_type")
     @classmethod
     def _accelerator(cls, value: str) -> str:
@@ -561,7 +537,7 @@ class Settings(BaseSettings):
         name = info.field_name.upper()
         if value.total_seconds() < 1:
             raise ValueError(f"{name} must be at least 1s; write it like 4h")
-        if value > FLEX_START_MAX:
+        if value > FLEX_START_LONGEST:
             raise ValueError(f"{name}={format_duration(value)} exceeds flex-start's limit of 7 days; use at most 7d")
         return value
 
@@ -809,15 +785,9 @@ def setting_json(name: str, value: Any) -> Any:
     return dump(mode="json") if callable(dump) else str(value)
 
 
-def _read_env_file(path: Path) -> dict[str, str]:
+def _read_env_file(path: Path) -> set[str]:
+    """The variables the file sets, read by the parser pydantic-settings reads it with."""
     if not path.exists():
-        return {}
-    values = {}
-    for line in path.read_text(encoding=ENV_FILE_ENCODING).splitlines():
-        line = line.strip()
-        if not line or line.startswith("#") or "=" not in line:
-            continue
-        key, _, value = line.partition("=")
-        values[key.strip().removeprefix("export ").strip().lower()] = value.strip()
-    return values
+        return set()
+    return {key.lower() for key, value in dotenv_values(path, encoding=ENV_FILE_ENCODING).items() if value is not None}
 

@@ -23,7 +23,7 @@ from agent.access import AccessPolicy, ActionKind, ClassRule, GroupDirectory
 from agent.context import LeaseObserver, NoGroups, Policy, Services, SilentObserver, WorkerServices
 from agent.redact import Redactor
 from bot import alert_wiring
-from bot.settings import SECRET_FIELDS, Settings
+from bot.settings import Settings
 from handlers.directory import SlackGroupDirectory
 from handlers.notifier import SlackLeaseObserver
 from infra.metrics import Metrics
@@ -67,7 +67,7 @@ def model_config_from(settings: Settings):
 def redactor_from(settings: Settings) -> Redactor:
     """Redaction that also knows the deployment's own secret values (every SecretStr setting: the
     Slack bot and app tokens, the signing secret), which have no shape a pattern could find."""
-    return Redactor(getattr(settings, name).get_secret_value() for name in SECRET_FIELDS)
+    return Redactor(settings.secret_values())
 
 
 def cloud_logging_config_from(settings: Settings):
@@ -174,15 +174,12 @@ def preflight_config_from(settings: Settings):
         compute_endpoint=settings.compute_api_endpoint, quotas_endpoint=settings.quotas_api_endpoint,
         secretmanager_endpoint=settings.secretmanager_api_endpoint,
         model_port=settings.model_port, network_tag=settings.model_network_tag,
-        model_source_ranges=tuple(model_source_ranges_of(settings)),
+        model_source_ranges=tuple(settings.model_source_ranges
+                                  or settings.mode.target.default_model_source_ranges),
         endpoint_address=settings.endpoint_address, vllm_image=settings.vllm_image,
         xla_cache_bucket=settings.xla_cache_bucket, storage_endpoint=settings.storage_api_endpoint,
         resourcemanager_endpoint=settings.resourcemanager_api_endpoint, tpu_service_account=settings.tpu_service_account,
     )
-
-
-def model_source_ranges_of(settings: Settings) -> list[str]:
-    return list(settings.model_source_ranges or settings.mode.target.default_model_source_ranges)
 
 
 def tpu_config_from(settings: Settings):
@@ -265,14 +262,11 @@ def redis_client(redis_url: str, *, socket_timeout: float = REDIS_TIMEOUT_SECOND
 def job_pool(redis_url: str, *, socket_timeout: float = REDIS_TIMEOUT_SECONDS) -> ArqRedis:
     """arq's Redis client for the job queue. No connection at construction: a web process starts
     (and answers "state store unavailable") while Redis is down, and recovers when it returns."""
-    return ArqRedis(_pool(redis_url, socket_timeout), default_queue_name=JOB_QUEUE)
+    return ArqRedis(_pool(redis_url, socket_timeout), default_queue_name=QUEUE_NAME)
 
 
 async def arq_pool(redis_url: str, *, socket_timeout: float = REDIS_TIMEOUT_SECONDS) -> ArqRedis:
     return job_pool(redis_url, socket_timeout=socket_timeout)
-
-
-JOB_QUEUE = QUEUE_NAME
 
 
 async def build_services(
@@ -326,7 +320,7 @@ def _services(settings: Settings, redis: Redis, pool: ArqRedis, slack_client: As
         locks=ChannelLocks(redis, ttl_ms=int(settings.lock_ttl.total_seconds() * 1000), owner=lock_owner),
         audit=AuditLog(redis),
         dedupe=Dedupe(redis),
-        jobs=JobQueue(pool, queue_name=JOB_QUEUE),
+        jobs=JobQueue(pool, queue_name=QUEUE_NAME),
         policy=policy_from(settings),
         observer=observer,
         alerting=alerting,

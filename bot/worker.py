@@ -24,11 +24,11 @@ from bot.arq_worker_adapter import OutageTolerantWorker, WorkerContext, arq_job,
 from bot.orphaned_jobs import HEARTBEAT_SECONDS, JobOwnership
 from bot.redis_outage import REDIS_AWAY, is_redis_away
 from bot.settings import Settings
-from bot.wiring import JOB_QUEUE, build_worker_services, job_pool, slack_client_from, slack_http_session
+from bot.wiring import build_worker_services, job_pool, slack_client_from, slack_http_session
 from handlers import ask_job, bench_job, mention_job, spend_chart_job
 from handlers.ask_job import ASK_JOB, AskJob
 from handlers.mention_job import ANSWER_JOB, MentionJob
-from infra.jobs import BoundJob, JobOutcome
+from infra.jobs import QUEUE_NAME, BoundJob, JobOutcome
 from infra.state.incidents import IncidentStore
 from infra.state.locks import LockLost
 from infra.transient import is_transient
@@ -238,7 +238,7 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
         functions=[registered(job) for job in JOBS],
         cron_jobs=[cron(counted(resume_leases), second={0}, run_at_startup=False), *alert_jobs.cron_jobs(settings)],
         redis_pool=job_pool(redis_url),
-        queue_name=JOB_QUEUE,
+        queue_name=QUEUE_NAME,
         on_startup=on_startup,
         on_shutdown=on_shutdown,
         on_job_start=lambda ctx: heartbeat.job_started(ctx),
@@ -253,7 +253,7 @@ def build_worker(settings: Settings, *, redis_url: str, burst: bool = False,
     worker = OutageTolerantWorker(redis_url=redis_url, startup_wait=settings.redis_startup_wait.total_seconds(),
                                   **kwargs)
     # The hooks above run only once the worker does; an owner record lasts as long as arq's in-progress key.
-    heartbeat = Heartbeat(JobOwnership(queue_name=JOB_QUEUE, owner_ttl_seconds=int(worker.in_progress_timeout_s) + 1),
+    heartbeat = Heartbeat(JobOwnership(queue_name=QUEUE_NAME, owner_ttl_seconds=int(worker.in_progress_timeout_s) + 1),
                           pool=worker.pool,
                           running=lambda: [job_id for job_id, task in worker.job_tasks.items() if not task.done()])
     return worker

@@ -193,7 +193,7 @@ async def stream_chat_completion(
             async with client.stream("POST", url, json=payload) as response:
                 if response.status_code != 200:
                     body = (await response.aread()).decode("utf-8", "replace")
-                    recorder.outcome.error = f"HTTP {response.status_code}: {_error_message(body)}"
+                    recorder.outcome.error = f"HTTP {response.status_code}: {error_message(body)}"
                     return recorder.outcome
                 async for line in response.aiter_lines():
                     arrived_at = time.perf_counter()
@@ -207,7 +207,8 @@ async def stream_chat_completion(
     return recorder.finish()
 
 
-def _error_message(body: str) -> str:
+def error_message(body: str) -> str:
+    """An OpenAI-style error body's message (vLLM's `{"error": {"message": …}}`), else the body's start."""
     try:
         return str(json.loads(body)["error"]["message"])[:300]
     except (ValueError, KeyError, TypeError):
@@ -390,7 +391,7 @@ async def probe_endpoint(client: httpx.AsyncClient, config: SweepConfig) -> None
     try:
         response = await client.post(url, json=payload, timeout=config.connect_timeout_s + 60)
         if response.status_code != 200:
-            reason = f"HTTP {response.status_code}: {_error_message(response.text)}"
+            reason = f"HTTP {response.status_code}: {error_message(response.text)}"
         else:
             response.json()["choices"]
             return

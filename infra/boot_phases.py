@@ -63,11 +63,6 @@ LAST_ERROR_MAX_CHARS = 400  # a guest attribute value is small; the card shows o
 SINCE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"  # what `date -u +%Y-%m-%dT%H:%M:%SZ` prints on the VM
 
 
-def attribute_path(key: str) -> str:
-    """The metadata-server path (after `computeMetadata/v1/`) the VM writes `key` to."""
-    return f"instance/guest-attributes/{NAMESPACE}/{key}"
-
-
 @dataclass(frozen=True)
 class BootReport:
     """The VM's own account of its boot, as read back from its guest attributes."""

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import httpx
 
-from infra.bench import StreamRecorder, chat_completions_url
+from infra.bench import StreamRecorder, chat_completions_url, error_message
 
 PROBE_PROMPT = "Reply with one short sentence confirming you are online."
 PROBE_MAX_TOKENS = 32
@@ -104,7 +104,7 @@ async def probe_chat(base_url: str, model: str, *, timeout: float = 60.0,
                     if response.status_code != 200:
                         body = (await response.aread()).decode("utf-8", "replace")
                         return ChatProbe(False, error=f"HTTP {response.status_code} from /v1/chat/completions: "
-                                                      f"{_error_text(body)}")
+                                                      f"{error_message(body)}")
                     async for line in response.aiter_lines():
                         arrived = time.perf_counter()
                         if not line.startswith("data:"):
@@ -149,10 +149,3 @@ def _collect(data: str, text: list[str], meta: dict[str, str]) -> None:
         content = (choice.get("delta") or {}).get("content")
         if content:
             text.append(content)
-
-
-def _error_text(body: str) -> str:
-    try:
-        return str(json.loads(body)["error"]["message"])[:300]
-    except (ValueError, KeyError, TypeError):
-        return body[:300]

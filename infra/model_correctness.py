@@ -22,8 +22,8 @@ from typing import Any
 
 import httpx
 
-from infra.bench import chat_completions_url
-from infra.endpoint_probe import _error_text, auth_headers
+from infra.bench import chat_completions_url, error_message
+from infra.endpoint_probe import auth_headers
 
 KNOWN_QUESTION = "What is 17 + 25? Answer with the number only."
 KNOWN_ANSWER = "42"
@@ -111,7 +111,7 @@ async def _complete(base_url: str, body: dict[str, Any], *, api_key: str | None,
         return CheckFailure(f"{type(error).__name__}: {error}" if str(error) else type(error).__name__,
                             "read `sudo docker logs tpubot-vllm` on the VM")
     if response.status_code != 200:
-        return CheckFailure(f"HTTP {response.status_code} from /v1/chat/completions: {_error_text(response.text)}",
+        return CheckFailure(f"HTTP {response.status_code} from /v1/chat/completions: {error_message(response.text)}",
                             "read `sudo docker logs tpubot-vllm` on the VM")
     try:
         reply = response.json()

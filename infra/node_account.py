@@ -22,6 +22,7 @@ import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.auth.credentials import Credentials
+from google.auth.transport.requests import AuthorizedSession
 
 RESOURCE_MANAGER_ENDPOINT = "https://cloudresourcemanager.googleapis.com"
 CALL_TIMEOUT = 15.0
@@ -83,8 +84,6 @@ class NodeAccount:
         """Resource Manager's projects.get (the number, the parent), asked once."""
         if self._project_json:
             return self._project_json
-        from google.auth.transport.requests import AuthorizedSession
-
         base = (self.resourcemanager_endpoint or RESOURCE_MANAGER_ENDPOINT).rstrip("/")
         fix = ("grant the bot's account roles/tpu.admin (it holds resourcemanager.projects.get) and enable the Cloud "
                "Resource Manager API (`gcloud services enable cloudresourcemanager.googleapis.com`), or set "
@@ -145,8 +144,6 @@ class NodeAccount:
         return _secret_policy(secret_name, self.credentials, self.secretmanager_endpoint)
 
     def _project_policy(self) -> dict:
-        from google.auth.transport.requests import AuthorizedSession
-
         base = (self.resourcemanager_endpoint or RESOURCE_MANAGER_ENDPOINT).rstrip("/")
         try:
             with AuthorizedSession(self.credentials) as session:

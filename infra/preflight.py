@@ -50,6 +50,7 @@ import requests
 from google.api_core import exceptions as gexc
 from google.auth import exceptions as auth_exc
 from google.auth.credentials import Credentials
+from google.auth.transport.requests import AuthorizedSession
 from redis.asyncio import Redis
 
 from infra.deployment_mode import DeploymentMode
@@ -239,8 +240,6 @@ def _connection_reason(error: Exception) -> str:
 
 
 def check_network(config: PreflightConfig, credentials: Credentials) -> CheckResult:
-    from google.auth.transport.requests import AuthorizedSession
-
     base = (config.compute_endpoint or COMPUTE_ENDPOINT).rstrip("/")
     network = config.network_name
     unset = "" if config.network else " (NETWORK is unset: the project's default network)"
@@ -438,8 +437,6 @@ def check_bot_permissions(config: PreflightConfig, credentials: Credentials) -> 
     """What the bot's own account may do on the project, asked of Google (Resource Manager's
     testIamPermissions) rather than found by trying: its Secret Manager work for each lease's key, and
     the project's number that names the TPU VM's default account."""
-    from google.auth.transport.requests import AuthorizedSession
-
     from infra.model_keys import BOT_SECRET_PERMISSIONS
 
     name = "bot permissions"
@@ -475,8 +472,6 @@ def check_bot_permissions(config: PreflightConfig, credentials: Credentials) -> 
 
 def check_private_google_access(config: PreflightConfig, credentials: Credentials) -> CheckResult:
     """ENDPOINT_ADDRESS=internal: a node without an external IP reaches Google's APIs only through PGA."""
-    from google.auth.transport.requests import AuthorizedSession
-
     name, region = "private google access", region_of(config.zone)
     subnet = config.subnetwork or config.network_name  # an auto-mode network's subnetwork is named after it
     base = (config.compute_endpoint or COMPUTE_ENDPOINT).rstrip("/")
@@ -562,8 +557,6 @@ def _nat_covers(nat: dict, config: PreflightConfig) -> bool:
 
 def check_cache_bucket(config: PreflightConfig, credentials: Credentials) -> CheckResult:
     """XLA_CACHE_BUCKET: does it exist, and does it keep its data in the TPU's region?"""
-    from google.auth.transport.requests import AuthorizedSession
-
     from infra.gcs_location import Placement, placement
 
     name, region = "xla cache bucket", region_of(config.zone)
@@ -615,11 +608,7 @@ def _get(session, url: str) -> tuple[int, str]:
         response = session.get(url, timeout=CALL_TIMEOUT)
     except requests.RequestException as error:
         return 0, str(error)
-    try:
-        message = response.json().get("error", {}).get("message", "")
-    except ValueError:
-        message = response.text[:200]
-    return response.status_code, message
+    return response.status_code, _message(response)
 
 
 def _message(response) -> str:
@@ -629,11 +618,8 @@ def _message(response) -> str:
         return response.text[:200]
 
 
-
 def _compute_list(credentials, url: str, name: str, refused: str, refused_fix: str) -> list[dict] | CheckResult:
     """Every item of a paged Compute list, or the check's failure that says why it could not be read."""
-    from google.auth.transport.requests import AuthorizedSession
-
     items: list[dict] = []
     with AuthorizedSession(credentials) as session:
         token = ""
@@ -653,6 +639,7 @@ def _compute_list(credentials, url: str, name: str, refused: str, refused_fix: s
             token = page.get("nextPageToken", "")
             if not token:
                 return items
+
 
 def _access_failure(name: str, status: int, message: str, fix: str) -> CheckResult:
     what = f"HTTP {status}" if status else "no answer"

@@ -23,14 +23,13 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Awaitable, Callable, Iterable, Literal, cast
-# cast(Awaitable[...]): redis-py's asyncio client carries the sync client's `Awaitable[X] | X` types
+from typing import Callable, Iterable, Literal
 
 from redis.asyncio import Redis
 
 from infra.state import keys
 from infra.state.replies import as_text
-from infra.tpu_errors import ErrorScope, TpuError, TpuErrorKind, region_of
+from infra.tpu_errors import ErrorScope, TpuError, region_of
 
 ACCEPTED = "accepted"  # the create went through: the QR exists (queued or provisioning)
 ACTIVE = "active"  # a QR in this zone reached ACTIVE (carries the time it took)
@@ -203,17 +202,6 @@ class ZoneScoreboard:
         values = await self._redis.mget([self._offers_key(z) for z in zones])
         return {z: None if v is None else as_text(v) == "1" for z, v in zip(zones, values)}
 
-    async def history(self, zone: str) -> list[Attempt]:
-        return [Attempt.from_json(raw) for raw in await cast(Awaitable[list], self._redis.lrange(self._attempts_key(zone), 0, -1))]
-
-    async def skip_for(self, zone: str) -> Skip | None:
-        """The later of the zone's and its region's skips, if either is still running."""
-        raws = await self._redis.mget([self._skip_key("zone", zone), self._skip_key("region", region_of(zone))])
-        now = self._clock()
-        skips = [Skip(**json.loads(raw)) for raw in raws if raw is not None]
-        live = [s for s in skips if s.until > now]
-        return max(live, key=lambda s: s.until) if live else None
-
     async def rows(self, zones: Iterable[str]) -> list[ZoneRow]:
         zones = list(dict.fromkeys(zones))
         # One command for every zone: `/tpu up` orders zones inside Slack's 3-second ack window,
@@ -280,11 +268,3 @@ class ZoneScoreboard:
 def error_signature(message: str) -> str:
     """An error text with its zone names, ids and numbers blanked, so one cause reads the same everywhere."""
     return _VOLATILE.sub("#", message.lower()).strip()
-
-
-
-
-__all__ = [
-    "ACCEPTED", "ACTIVE", "Attempt", "Skip", "TpuErrorKind", "ZoneOrder", "ZoneRow", "ZoneScoreboard",
-    "error_signature",
-]

@@ -17,7 +17,7 @@ Where Google is comes from one place: the metadata server's host from GCE_METADA
 deployment's settings, Google's by default. The sandbox's TPU VM (infra/sandbox/tpu_vm.py) runs these
 very bytes against its emulators that way, with no branch for it in the script.
 
-Every wait before vLLM is bounded by the constants below, and `pre_vllm_wait_seconds` adds them up:
+Every wait before vLLM is bounded by `WaitBudget`'s defaults, and `pre_vllm_wait_seconds` adds them up:
 MODEL_BOOT_TIMEOUT must leave room for them, so a VM that cannot start says why (phase `failed`)
 before the bot's own timeout.
 """
@@ -39,29 +39,6 @@ TEMPLATE_PACKAGE = "infra.templates"
 TEMPLATE_NAME = "startup-script.sh"
 SECRET_MANAGER_URL = "https://secretmanager.googleapis.com"
 STORAGE_URL = "https://storage.googleapis.com"
-# Every call the script makes has a time limit (curl --max-time, `timeout`), every retry a count:
-# METADATA_SECONDS for one metadata-server call (token, email, a guest-attribute write), API_SECONDS
-# for one Secret Manager call (or `docker login`), CACHE_TRANSFER_SECONDS for the compile cache.
-METADATA_SECONDS = 5
-API_SECONDS = 10
-CACHE_TRANSFER_SECONDS = 180  # ~200 MB in the TPU's region (reference/vllm-tpu.md §4): seconds, not minutes
-DOCKER_SECONDS = 60  # one `docker run --detach`/rm/logs/inspect: the daemon answers in seconds, or is stuck
-# Secrets are tried every 30 s. A 403 on the lease's key is tried for 7 minutes: the bot grants the
-# VM's account just before the VM exists, and an IAM grant takes up to about 7 minutes to reach
-# Secret Manager. A 403 on the HF token (the operator's grant, which doctor checks) 2 minutes, a 404
-# (waiting creates nothing) 1 minute, anything else (5xx, no answer) 2.5 minutes.
-SECRET_RETRY_SECONDS = 30
-KEY_DENIED_TRIES = 15
-SECRET_DENIED_TRIES = 5
-SECRET_MISSING_TRIES = 3
-SECRET_TRIES = 6
-# The image pull: Docker Hub's rate limit is backed off 60, 120, 240 and 480 s (15 minutes: its
-# window is an hour, and another node's pull may be what used the address's share); any other
-# failure 15, 30, 45, 60 s. All of it, the pulls themselves included (20-26 GB), within 20 minutes.
-PULL_TRIES = 5
-PULL_RETRY_SECONDS = 15
-PULL_RATE_LIMIT_SECONDS = 60
-PULL_BUDGET_SECONDS = 1200
 # Guest-attribute writes and metadata reads outside the retry loops before vLLM starts: the phases
 # (two writes each: reading-secrets, pulling-image, restoring-cache, failed), restarts, last-error
 # (four times), cache, cache-note, the account's email, the tokens for docker login and the cache.
@@ -86,21 +63,31 @@ class _ScriptTemplate(string.Template):
 
 @dataclass(frozen=True)
 class WaitBudget:
-    """How long each call before vLLM may take, how often each step is tried and how long apart (seconds)."""
+    """How long each call before vLLM may take, how often each step is tried and how long apart (seconds).
 
-    metadata_seconds: int = METADATA_SECONDS
-    api_seconds: int = API_SECONDS
-    cache_transfer_seconds: int = CACHE_TRANSFER_SECONDS
-    docker_seconds: int = DOCKER_SECONDS
-    secret_retry_seconds: int = SECRET_RETRY_SECONDS
-    key_denied_tries: int = KEY_DENIED_TRIES
-    secret_denied_tries: int = SECRET_DENIED_TRIES
-    secret_missing_tries: int = SECRET_MISSING_TRIES
-    secret_tries: int = SECRET_TRIES
-    pull_tries: int = PULL_TRIES
-    pull_retry_seconds: int = PULL_RETRY_SECONDS
-    pull_rate_limit_seconds: int = PULL_RATE_LIMIT_SECONDS
-    pull_budget_seconds: int = PULL_BUDGET_SECONDS
+    Every call the script makes has a time limit (curl --max-time, `timeout`), every retry a count."""
+
+    metadata_seconds: int = 5  # one metadata-server call (token, email, a guest-attribute write)
+    api_seconds: int = 10  # one Secret Manager call (or `docker login`)
+    # The compile cache: ~200 MB in the TPU's region (reference/vllm-tpu.md §4): seconds, not minutes.
+    cache_transfer_seconds: int = 180
+    docker_seconds: int = 60  # one `docker run --detach`/rm/logs/inspect: the daemon answers in seconds, or is stuck
+    # Secrets are tried every 30 s. A 403 on the lease's key is tried for 7 minutes: the bot grants the
+    # VM's account just before the VM exists, and an IAM grant takes up to about 7 minutes to reach
+    # Secret Manager. A 403 on the HF token (the operator's grant, which doctor checks) 2 minutes, a 404
+    # (waiting creates nothing) 1 minute, anything else (5xx, no answer) 2.5 minutes.
+    secret_retry_seconds: int = 30
+    key_denied_tries: int = 15
+    secret_denied_tries: int = 5
+    secret_missing_tries: int = 3
+    secret_tries: int = 6
+    # The image pull: Docker Hub's rate limit is backed off 60, 120, 240 and 480 s (15 minutes: its
+    # window is an hour, and another node's pull may be what used the address's share); any other
+    # failure 15, 30, 45, 60 s. All of it, the pulls themselves included (20-26 GB), within 20 minutes.
+    pull_tries: int = 5
+    pull_retry_seconds: int = 15
+    pull_rate_limit_seconds: int = 60
+    pull_budget_seconds: int = 1200
 
     def secret_seconds(self, denied_tries: int) -> int:
         """The longest one secret can take: every try a token and a call, every retry a published line and a pause."""

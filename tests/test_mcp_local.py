@@ -276,7 +276,7 @@ def test_the_mention_agent_may_call_model_health_but_not_ask_itself():
 
 
 def test_engine_gauges_from_current_and_older_vllm_metrics():
-    from infra.vllm_health import parse_gauges, version_from_fingerprint
+    from infra.vllm_metrics import parse_gauges, version_from_fingerprint
 
     current = parse_gauges('vllm:num_requests_running{engine="0"} 2.0\nvllm:num_requests_waiting{engine="0"} 1.0\n'
                            'vllm:kv_cache_usage_perc{engine="0"} 0.25\n')

@@ -21,7 +21,7 @@ from agent.redact import redact
 from infra.images import PreparedImage, image_content_parts
 from infra.local_files import LocalFileError
 from infra.model_query import TimedAnswer, ask_timed
-from infra.vllm_health import EngineGauges, read_gauges, read_version, version_from_fingerprint
+from infra.vllm_metrics import EngineGauges, read_gauges, read_version, version_from_fingerprint
 
 NO_ENDPOINT = ("No model to ask: this channel has no READY TPU (and no GEMMA_BASE_URL is set). `provision` "
                "(`/tpu up`) first, then try again once `status` says READY.")

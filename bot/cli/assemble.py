@@ -51,11 +51,11 @@ class PlainCommand(TyperCommand):
                 param.__class__ = _UntypedArgument  # typer built it; only its help line changes
 
 
-def package_version() -> str:
+def package_version(uninstalled: str = "unknown") -> str:
     try:
         return version("tpubot")
     except PackageNotFoundError:  # running from a checkout that was never installed
-        return "unknown"
+        return uninstalled
 
 
 def _show_version(value: bool) -> None:

@@ -13,8 +13,9 @@ import typer
 from pydantic import ValidationError
 from rich.console import Console
 
-from bot.settings import FLEX_START_MAX, Settings, check_accelerator, chip_count
+from bot.settings import SettingError, Settings, check_accelerator, chip_count
 from infra import capacity, prices
+from infra.durations import FLEX_START_LONGEST
 from infra.bench import EndpointNotAnswering, SweepConfig, run_sweep_with_progress
 from bot.cli.output import Report, json_option_help, print_json, print_report
 from infra.bench_report import best_cells, failure_lines, load_cells, results_table, write_json, write_plots
@@ -34,10 +35,6 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
     if not values or min(values) <= 0:
         raise typer.BadParameter(f"{option} takes positive integers, like 1,4,16,64")
     return values
-
-
-def _settings(console: Console) -> Settings:
-    return Settings.load()  # a bad setting: one line from bot/cli/errors.py
 
 
 # --- capacity -------------------------------------------------------------------------------------
@@ -128,8 +125,7 @@ def show_cost(
     as_json: bool = typer.Option(False, "--json", help=json_option_help("cost")),
 ) -> None:
     # Without --started/--hours, --channel/--team read the channel's lease from the bot's Redis.
-    console = Console(stderr=True)
-    settings = _settings(console)
+    settings = Settings.load()  # a bad setting: one line from bot/cli/errors.py
     if channel or team:
         if started or hours is not None:
             raise typer.BadParameter("give either --channel/--team (a live lease) or --started/--hours, not both")
@@ -137,7 +133,7 @@ def show_cost(
             raise typer.BadParameter("--channel and --team go together (a lease is keyed by team and channel)")
         _check_slack_id(channel, "--channel", ("C", "G"), "C012ABCDEF")
         _check_slack_id(team, "--team", ("T", "E"), "T012ABCDEF")
-        _show_channel_cost(console, settings, team=team, channel=channel, as_json=as_json)
+        _show_channel_cost(settings, team=team, channel=channel, as_json=as_json)
         return
     if provisioning not in prices.PROVISIONING_MODELS:
         raise typer.BadParameter(f"--provisioning must be one of {', '.join(prices.PROVISIONING_MODELS)}")
@@ -206,7 +202,7 @@ def _check_hours(hours: Optional[float], provisioning: str) -> None:
         return
     if not hours > 0:
         raise typer.BadParameter(f"--hours must be above 0 (a lease length, like 4); got {hours:g}")
-    limit = FLEX_START_MAX.total_seconds() / 3600
+    limit = FLEX_START_LONGEST.total_seconds() / 3600
     if provisioning == "flex-start" and hours > limit:
         raise typer.BadParameter(f"--hours {hours:g} exceeds flex-start's limit of {limit:g} h (7 days); "
                                  f"use at most {limit:g}")
@@ -250,14 +246,13 @@ def _check_slack_id(value: str, option: str, prefixes: tuple[str, ...], example:
                                  "(a channel's details in Slack show it)")
 
 
-def _show_channel_cost(console: Console, settings: Settings, *, team: str, channel: str, as_json: bool = False) -> None:
+def _show_channel_cost(settings: Settings, *, team: str, channel: str, as_json: bool = False) -> None:
     """What `/tpu cost` says in that channel: the same action, so one source for the math."""
     import asyncio
 
     from redis.exceptions import RedisError
 
     from bot.redis_outage import RedisUnreachable
-    from bot.settings import SettingError
 
     if not settings.redis_url:
         raise SettingError("REDIS_URL is not set, and a channel's lease lives in the bot's Redis: set REDIS_URL to "
@@ -290,8 +285,6 @@ async def _channel_cost_text(settings: Settings, team: str, channel: str) -> str
     finally:
         await pool.aclose()
         await redis.aclose()
-
-
 
 
 # --- bench ----------------------------------------------------------------------------------------

@@ -79,12 +79,12 @@ def _arms(text: str, arm_type) -> list:
 async def _run(incidents, arms, endpoint: str, model: str, *, quiet: bool):
     from agent.evals.arms import endpoint_problem
     from agent.evals.runner import run_eval
-    from bot.cli.processes import load_settings
+    from bot.settings import Settings
     from bot.wiring import build_services, model_config_from
     from infra.sandbox.vllm import LatencyModel, VllmEmulator
     from infra.state.redis_server import ensure_redis
 
-    settings = load_settings()
+    settings = Settings.load()
     if endpoint and any(arm.value != "modelless" for arm in arms):
         # Asked once, before anything runs: a dead or wrong endpoint is one line, not one failure per case.
         problem = await endpoint_problem(endpoint, model, model_config_from(settings))

@@ -26,11 +26,11 @@ def feedback(
                                              help="write each answer rated 👎 with a correction replied in its "
                                                   "thread as an incident file for `tpubot eval --cases DIR`"),
 ) -> None:
-    from bot.cli.processes import load_settings
+    from bot.settings import Settings
     from bot.wiring import redis_client
     from infra.state.feedback import FeedbackReport, FeedbackStore
 
-    settings = load_settings()
+    settings = Settings.load()
     if not settings.redis_url:
         typer.echo("REDIS_URL must be set: ratings are read from the shared Redis the web and worker processes use.",
                    err=True)

@@ -40,6 +40,15 @@ class Report:
     def add_row(self, *values: Any) -> None:
         self.rows.append([str(v) for v in values])
 
+    def widths(self) -> list[int]:
+        """Each column as wide as its widest value, or its name."""
+        return [max([len(name)] + [len(row[i]) for row in self.rows]) for i, name in enumerate(self.columns)]
+
+    def line(self, values: Sequence[str], widths: Sequence[int]) -> str:
+        """One row in columns of `widths`, numbers right-aligned."""
+        return GAP.join(value.rjust(w) if name in self.right_aligned else value.ljust(w)
+                        for value, w, name in zip(values, widths, self.columns)).rstrip()
+
 
 def width_of(out: TextIO) -> int:
     return shutil.get_terminal_size((80, 24)).columns
@@ -71,20 +80,14 @@ def print_report(report: Report, out: TextIO | None = None, *, width: int | None
 
 def boxed_width(report: Report) -> int:
     """The box table's width: each column plus a space either side and a border between."""
-    widths = [max([len(name)] + [len(row[i]) for row in report.rows]) for i, name in enumerate(report.columns)]
+    widths = report.widths()
     return sum(widths) + 3 * len(widths) + 1
 
 
 def aligned_lines(report: Report) -> list[str]:
     """Header, a dashed rule and the rows, each column as wide as its widest value."""
-    widths = [max([len(name)] + [len(row[i]) for row in report.rows]) for i, name in enumerate(report.columns)]
-
-    def line(values: Sequence[str]) -> str:
-        cells = [value.rjust(w) if name in report.right_aligned else value.ljust(w)
-                 for value, w, name in zip(values, widths, report.columns)]
-        return GAP.join(cells).rstrip()
-
-    return [line(report.columns), line(["-" * w for w in widths])] + [line(row) for row in report.rows]
+    widths = report.widths()
+    return [report.line(row, widths) for row in (report.columns, ["-" * w for w in widths], *report.rows)]
 
 
 MIN_WRAPPED_WIDTH = 16
@@ -96,7 +99,7 @@ def wrapped_lines(report: Report, width: int) -> list[str] | None:
     fit without breaking a word (then the caller falls back to records)."""
     if not report.rows:
         return None
-    widths = [max([len(name)] + [len(row[i]) for row in report.rows]) for i, name in enumerate(report.columns)]
+    widths = report.widths()
     wide = widths.index(max(widths))
     room = width - sum(w for i, w in enumerate(widths) if i != wide) - len(GAP) * (len(widths) - 1)
     cells = [[_chunked(value, room) if i == wide else [value] for i, value in enumerate(row)] for row in report.rows]
@@ -104,15 +107,10 @@ def wrapped_lines(report: Report, width: int) -> list[str] | None:
             len(line) > room for row in cells for line in row[wide]):
         return None
     widths[wide] = max([len(report.columns[wide])] + [len(line) for row in cells for line in row[wide]])
-
-    def line(values: Sequence[str]) -> str:
-        return GAP.join(value.rjust(w) if name in report.right_aligned else value.ljust(w)
-                        for value, w, name in zip(values, widths, report.columns)).rstrip()
-
-    lines = [line(report.columns), line(["-" * w for w in widths])]
+    lines = [report.line(report.columns, widths), report.line(["-" * w for w in widths], widths)]
     for row in cells:
         for n in range(max(len(cell) for cell in row)):
-            lines.append(line([cell[n] if n < len(cell) else "" for cell in row]))
+            lines.append(report.line([cell[n] if n < len(cell) else "" for cell in row], widths))
     return lines
 
 
@@ -123,7 +121,7 @@ def split_lines(report: Report, width: int) -> list[str] | None:
     """The columns in groups that fit the width, each group printed with the key columns."""
     if len(report.rows) < SPLIT_MIN_ROWS or len(report.columns) <= report.key_columns:
         return None
-    widths = [max([len(name)] + [len(row[i]) for row in report.rows]) for i, name in enumerate(report.columns)]
+    widths = report.widths()
     keys = list(range(report.key_columns))
     room = width - sum(widths[i] + len(GAP) for i in keys)
     groups: list[list[int]] = [[]]

@@ -13,7 +13,7 @@ from typing import Optional
 
 import typer
 
-from bot.settings import SECRET_FIELDS, Settings
+from bot.settings import SettingError, Settings
 
 log = logging.getLogger("tpubot.process")
 
@@ -25,16 +25,12 @@ def register(app: typer.Typer) -> None:
     app.command("shell", help="A terminal stand-in for Slack; runs everything in one process.")(shell)
 
 
-def load_settings() -> Settings:
-    """A setting problem propagates to bot/cli/errors.py, which says it in one line (exit 2)."""
-    return Settings.load()
-
-
 def load_process_settings() -> Settings:
     """The settings of a long-running process (serve, worker, socket, shell, dev, mcp): with a GCP
     project, also the check that there are credentials to call it with, so a process without them
-    stops at start with one line (exit 2) instead of failing at its first cloud call."""
-    settings = load_settings()
+    stops at start with one line (exit 2) instead of failing at its first cloud call. A setting problem
+    propagates to bot/cli/errors.py, which says it in one line (exit 2) as well."""
+    settings = Settings.load()
     require_credentials(settings)
     return settings
 
@@ -42,7 +38,6 @@ def load_process_settings() -> Settings:
 def require_credentials(settings: Settings) -> None:
     if settings.mode.target.anonymous:
         return  # the emulators are called anonymously
-    from bot.settings import SettingError
     from infra.gcp_credentials import missing_credentials
 
     problem = missing_credentials(settings.gcp_project)
@@ -56,8 +51,6 @@ def port_option(value: int | None, settings: Settings, setting: str = "port") ->
         return getattr(settings, setting)
     lowest = 0 if setting == "worker_metrics_port" else 1
     if not lowest <= value <= 65535:
-        from bot.settings import SettingError
-
         option = "--metrics-port" if setting == "worker_metrics_port" else "--port"
         raise SettingError(f"{option} {value} is not a TCP port; use {lowest}-65535, or leave {option} out to use "
                            f"{setting.upper()}={getattr(settings, setting)}")
@@ -68,11 +61,7 @@ def start_logging(settings: Settings, level: int = logging.INFO) -> None:
     """The one logging setup (bot/logging_setup.py), with this deployment's secrets redacted."""
     from bot.logging_setup import configure_logging
 
-    configure_logging(level, log_format=settings.log_format, secrets=secret_values(settings))
-
-
-def secret_values(settings: Settings) -> list[str]:
-    return [getattr(settings, name).get_secret_value() for name in SECRET_FIELDS]
+    configure_logging(level, log_format=settings.log_format, secrets=settings.secret_values())
 
 
 @contextlib.contextmanager
@@ -92,8 +81,6 @@ def sigterm_exits_cleanly(*also: signal.Signals) -> Iterator[None]:
 def _require(settings: Settings, *names: str) -> None:
     missing = [name.upper() for name in names if not getattr(settings, name).get_secret_value()]
     if missing:
-        from bot.settings import SettingError
-
         # Said as every other start-up problem is (bot/cli/errors.py): one `tpubot:` line, exit 2.
         raise SettingError(f"{', '.join(missing)} must be set (in tpu.env or the environment) for this process")
 
@@ -102,8 +89,6 @@ def _require_cloud(settings: Settings) -> None:
     """With no GCP_PROJECT the bot drives the sandbox project, whose TPU API only the local
     emulator serves: a worker not pointed at one would call Google's API for it."""
     if settings.mode.target.api_endpoint(settings.tpu_api_endpoint) is None:
-        from bot.settings import SettingError
-
         raise SettingError("GCP_PROJECT is not set and TPU_API_ENDPOINT names no sandbox, so this worker has no cloud "
                            "to drive: set GCP_PROJECT to your project id, or run `tpubot dev` (serve + worker on "
                            "the local sandboxes)")
@@ -164,7 +149,7 @@ def worker(
 ) -> None:
     from bot.worker import build_worker
 
-    settings = load_settings()
+    settings = Settings.load()
     settings = settings.model_copy(update={"worker_metrics_port": port_option(metrics_port, settings,
                                                                               "worker_metrics_port")})
     _require_cloud(settings)
@@ -246,7 +231,7 @@ def shell(
     log_path = shell_log_path()
     # A file the user named is theirs to keep; the shell's own goes at exit unless it holds an error.
     ours = not os.environ.get(LOG_VARIABLE)
-    log_to_file(log_path, logging.WARNING, secrets=secret_values(settings))
+    log_to_file(log_path, logging.WARNING, secrets=settings.secret_values())
     try:
         # A closed terminal (SIGHUP) or a kill (SIGTERM) stops the stack, the embedded valkey with it.
         with sigterm_exits_cleanly(signal.SIGHUP):

@@ -16,10 +16,10 @@ def register(app: typer.Typer) -> None:
 
 def reconcile_once(as_json: bool = typer.Option(False, "--json", help=json_option_help("reconcile"))) -> None:
     from agent.lease.reconcile import reconcile
-    from bot.cli.processes import load_settings
+    from bot.settings import Settings
     from bot.wiring import build_worker_services, slack_client_from
 
-    settings = load_settings()
+    settings = Settings.load()
     if not settings.redis_url:
         typer.echo("REDIS_URL must be set: the pass repairs the shared Redis the web and worker processes use.", err=True)
         raise typer.Exit(code=2)

@@ -22,7 +22,7 @@ def spend(
 ) -> None:
     from agent.actions.spend_actions import MONTH_RE, spend_table
     from agent.lease import budget
-    from bot.cli.processes import load_settings
+    from bot.settings import Settings
     from bot.wiring import build_services
     from infra.state import keys
     from infra.state.spend import month_of
@@ -31,7 +31,7 @@ def spend(
     if not MONTH_RE.match(month):
         typer.echo(f"`{month}` is not a month; write it as YYYY-MM, like {month_of(time.time())}.", err=True)
         raise typer.Exit(code=2)
-    settings = load_settings()
+    settings = Settings.load()
     if not settings.redis_url:
         typer.echo("REDIS_URL must be set: spend is read from the shared Redis the web and worker processes use.",
                    err=True)

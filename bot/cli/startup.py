@@ -13,7 +13,7 @@ import sys
 
 import typer
 
-from bot.cli.processes import load_settings
+from bot.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
@@ -30,7 +30,7 @@ def render(lease: str = typer.Option("", "--lease", help="a lease id: print exac
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,60}", lease_id):
         raise typer.BadParameter(f"{lease!r} is not a lease id; give one as `/tpu status` shows it, like a88745c7b7",
                                  param_hint="--lease")
-    sys.stdout.write(render_startup_script(startup_script_config_from(load_settings(), lease_id)))
+    sys.stdout.write(render_startup_script(startup_script_config_from(Settings.load(), lease_id)))
     if not lease.strip():
         sys.stderr.write(f"(for the example lease id {EXAMPLE_LEASE_ID}: a lease's own script names its key secret "
                          f"tpubot-model-key-<lease id> instead; --lease ID prints exactly that one)\n")

@@ -8,7 +8,7 @@ import time
 import typer
 
 from bot.cli.output import Report, json_option_help, print_json, print_report
-from bot.cli.processes import load_settings
+from bot.settings import Settings
 
 
 def register(app: typer.Typer) -> None:
@@ -21,7 +21,7 @@ def zones(as_json: bool = typer.Option(False, "--json", help=json_option_help("z
     from handlers.cards import clock, duration
     from infra.scoreboard import ZoneScoreboard
 
-    settings = load_settings()
+    settings = Settings.load()
     if not settings.redis_url:
         typer.echo("REDIS_URL is unset: there is no shared scoreboard to read; showing the configured zones only.",
                    err=True)
