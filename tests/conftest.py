@@ -30,6 +30,39 @@ for _oauth_var in ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET"):
 TEST_DATABASES = range(1, 14)
 
 
+# The tiers (README "Tests"): `-m unit` needs no server; `-m inprocess` calls our code directly on a
+# real Redis and job queue; `-m e2e` goes through the bolt app behind HTTP (a LocalStack) or runs our
+# own processes (a file or test marked e2e). A test's tier is the highest its fixtures or marks give.
+TIERS = ("unit", "inprocess", "e2e")
+FULL_STACK_FIXTURES = {"stack", "make_stack", "slack"}
+
+
+def tier_of(item: pytest.Item) -> str:
+    fixtures = set(getattr(item, "fixturenames", ()))
+    if item.get_closest_marker("e2e") or fixtures & FULL_STACK_FIXTURES or any(f.endswith("_stack") for f in fixtures):
+        return "e2e"
+    return "inprocess" if "redis_url" in fixtures or "redis_server_url" in fixtures else "unit"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for tier in TIERS:
+        config.addinivalue_line("markers", f"{tier}: the {tier} tier (tests/conftest.py, tier_of)")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, and hand out the files of the slower tiers first: xdist's
+    loadfile gives files out in this order, so the long end-to-end files start while the short unit
+    files are left to fill the gaps at the end (the longest-first rule for balancing workers)."""
+    file_rank: dict[str, int] = {}
+    for item in items:
+        tier = tier_of(item)
+        if not item.get_closest_marker(tier):
+            item.add_marker(getattr(pytest.mark, tier))
+        file_rank[item.nodeid.split("::")[0]] = max(file_rank.get(item.nodeid.split("::")[0], 0), TIERS.index(tier))
+    position = {id(item): n for n, item in enumerate(items)}
+    items.sort(key=lambda item: (-file_rank[item.nodeid.split("::")[0]], position[id(item)]))
+
+
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: one worker more than there are cores. Most tests wait on emulated clocks, polls and
     subprocesses: a whole run in one process used 8.2 minutes of CPU in 24.7 (a core a third busy)."""

@@ -43,6 +43,7 @@ def run(*args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.e2e
 def test_capacity_piped_at_80_columns_shows_the_exact_kv_pool(clean_env):
     """The issue's must-show, through the installed script and a real pipe."""
     done = subprocess.run([str(TPUBOT), "capacity"], env={**clean_env, "COLUMNS": "80"}, capture_output=True,
@@ -198,6 +199,7 @@ def test_many_rows_split_into_narrower_tables_that_repeat_the_keys():
     assert out.getvalue().count("15000") == len(headers)
 
 
+@pytest.mark.e2e
 def test_bot_cli_app_is_the_typer_app_whatever_was_imported_first():
     import subprocess
     import sys

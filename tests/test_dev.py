@@ -20,6 +20,9 @@ from waiting import wait_until
 
 from bot.local_stack import free_port
 from infra.sandbox.slack_requests import SlackRequests
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
 
 TPUBOT = Path(sys.executable).with_name("tpubot")
 

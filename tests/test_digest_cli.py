@@ -92,6 +92,8 @@ import pytest  # noqa: E402
 
 from bot.cli.digest import lean_parser, parse_lean  # noqa: E402
 
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
+
 REPO = Path(__file__).resolve().parents[1]
 # Prints, after the command ran, which of the heavy packages it loaded.
 _TPUBOT = ("import atexit, sys\n"

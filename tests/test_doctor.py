@@ -478,6 +478,7 @@ def test_a_closed_tpu_endpoint_is_named_as_unreachable_not_as_a_refusing_project
     assert "tpubot sandbox" in result.output and "1 check failed" in result.output
 
 
+@pytest.mark.e2e
 def test_without_credentials_the_fix_is_given_once_not_under_every_check(tmp_path):
     import subprocess
     import sys

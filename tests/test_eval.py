@@ -275,6 +275,7 @@ def _eval(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
+@pytest.mark.e2e
 def test_tpubot_eval_runs_a_teams_own_cases_against_the_three_arms(tmp_path):
     cases = tmp_path / "cases"
     cases.mkdir()
@@ -299,6 +300,7 @@ def test_tpubot_eval_runs_a_teams_own_cases_against_the_three_arms(tmp_path):
     assert "agent (heuristic)" in table.stdout and "modelless" in table.stdout and "bare" not in table.stdout
 
 
+@pytest.mark.e2e
 def test_bad_eval_options_say_what_to_type_instead(tmp_path):
     wrong_arm = _eval(tmp_path, "--arms", "agent,oracle")
     assert wrong_arm.returncode == 2 and "oracle is not an arm; choose from agent, bare, modelless" in wrong_arm.stderr
@@ -315,6 +317,7 @@ def test_the_incident_shown_in_docs_eval_md_is_a_valid_incident():
     assert incident.runbooks == ("RB:payments#ledger-writer-stuck-on-a-lock",)
 
 
+@pytest.mark.e2e
 def test_tpubot_eval_on_embedded_defaults_scores_the_three_arms_on_the_shipped_set(tmp_path):
     """The README's gate: the model-less arm's figures on the shipped set, and the search's ranking."""
     result = _eval(tmp_path, "--json")
@@ -347,6 +350,7 @@ def test_tpubot_eval_on_embedded_defaults_scores_the_three_arms_on_the_shipped_s
     assert "passed: cases whose every check is 100" in said and "(n: how many" in said
 
 
+@pytest.mark.e2e
 def test_held_back_variations_keep_the_model_less_figures(tmp_path):
     result = _eval(tmp_path, "--arms", "modelless", "--variations", "2", "--seed", "5", "--json")
     assert result.returncode == 0, result.stderr

@@ -12,6 +12,9 @@ from aiohttp import web
 from infra.sandbox.vllm import LatencyModel, VllmEmulator
 from infra.sandbox.vllm.responses import error_body
 from test_eval import INCIDENT, _eval
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
 
 TOO_LONG = "kernel: EXT4-fs error (device sda1): ext4_find_entry"
 DISK_INCIDENT = f'''

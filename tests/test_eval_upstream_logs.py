@@ -13,6 +13,9 @@ import sys
 from pathlib import Path
 
 from agent.evals.cases import load_incidents, shipped_dir
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
 
 ROOT = Path(__file__).resolve().parent.parent
 UPSTREAM = ROOT / "tests" / "fixtures" / "upstream_logs"

@@ -27,6 +27,8 @@ from bot.mcp_server import needs_confirm
 from infra.sandbox.slack_api import SlackApiSandbox
 from infra.sandbox.tpu_api import SandboxTimings, TpuSandbox
 
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
+
 TPUBOT = Path(sys.executable).with_name("tpubot")
 TEAM, CHANNEL = "T0MCP", "C0MCP"
 ME, INTRUDER, ADMIN = "UMCPDEV", "UINTRUDER", "UADMIN"

@@ -3,6 +3,8 @@ sharing a Redis database: what the README's test command does, and what keeps it
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -68,3 +70,38 @@ def test_two_sessions_on_one_server_never_claim_the_same_database(redis_server_u
             release_database(base, number, "session-a")
         release_database(base, theirs, "session-b")
         release_database(base, theirs + 1, "session-b")
+
+
+def test_every_test_is_in_exactly_one_tier_and_the_readme_says_how_to_run_each(request):
+    from conftest import TIERS
+
+    items = request.session.items
+    assert items, "this test runs inside a collected session"
+    for item in items:
+        marked = [tier for tier in TIERS if item.get_closest_marker(tier)]
+        assert len(marked) == 1, f"{item.nodeid} is in tiers {marked}"
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    for tier in TIERS:
+        assert f"`.venv/bin/pytest -q -m {tier}`" in readme
+
+
+def test_a_test_on_the_full_stack_is_end_to_end_and_one_on_redis_alone_is_in_process():
+    def collected(tier: str) -> set[str]:
+        done = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-n", "0", "-m", tier,
+                               "tests/test_slack_lifecycle.py", "tests/test_unit_actions.py"],
+                              cwd=ROOT, capture_output=True, text=True, timeout=120)
+        return {line.split("::")[0] for line in done.stdout.splitlines() if "::" in line}
+
+    assert collected("e2e") == {"tests/test_slack_lifecycle.py"}
+    assert collected("inprocess") == {"tests/test_unit_actions.py"}
+
+
+def test_end_to_end_files_are_handed_out_before_the_others(request):
+    rank_of_file: dict[str, int] = {}
+    for item in request.session.items:  # in the order xdist hands files out
+        rank = next(n for n, t in enumerate(("unit", "inprocess", "e2e")) if item.get_closest_marker(t))
+        name = item.nodeid.split("::")[0]
+        assert name in list(rank_of_file)[-1:] or name not in rank_of_file, f"{name}'s tests are not together"
+        rank_of_file[name] = max(rank_of_file.get(name, 0), rank)
+    ranks = list(rank_of_file.values())
+    assert ranks == sorted(ranks, reverse=True)

@@ -23,6 +23,8 @@ from typer.main import get_command
 from bot.cli import app
 from bot.settings import Settings
 
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
+
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
 INSTALL_PREFIX = "python3 -m venv .venv && .venv/bin/pip install -q -e . && "

@@ -33,6 +33,8 @@ from infra.sandbox.tpu_api import TpuSandbox
 from infra.state import keys
 from infra.state.redis_server import RestartableRedis
 
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
+
 TPUBOT = Path(sys.executable).with_name("tpubot")
 OUTAGE_SECONDS = 5.0
 CHANNEL = "C0FAILOVER"

@@ -20,6 +20,8 @@ from infra.sandbox.slack_api import SlackApiSandbox
 from infra.sandbox.slack_requests import SlackRequests
 from infra.sandbox.tpu_api import TpuSandbox
 
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
+
 TPUBOT = Path(sys.executable).with_name("tpubot")
 CHANNEL = "C0RACE"
 

@@ -6,6 +6,9 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+import pytest
+
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
 
 TPUBOT = Path(sys.executable).with_name("tpubot")
 

@@ -24,7 +24,8 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-JL-Za-z]|\x1b[=>]")  # all but K (erase to 
 LEFT, UP = "\x1b[D", "\x1b[A"
 HELP_TITLE = "tpubot — one flex-start TPU v5e with Gemma per channel"
 
-pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal")
+pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal"),
+              pytest.mark.e2e]  # runs our own processes (conftest tier_of)
 
 
 class Terminal:

@@ -13,6 +13,8 @@ import pytest
 
 from bot.local_stack import free_port
 
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
+
 TPUBOT = Path(sys.executable).with_name("tpubot")
 SLACK = {"SLACK_BOT_TOKEN": "xoxb-startup-errors-0000", "SLACK_SIGNING_SECRET": "startup-errors-secret"}
 

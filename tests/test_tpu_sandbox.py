@@ -252,6 +252,7 @@ def test_timings_scale_and_fast_forward(sandbox: TpuSandbox) -> None:
 AS_FROM_A_TERMINAL = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
 
 
+@pytest.mark.e2e
 def test_sandbox_command_serves_until_interrupted() -> None:
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen([sys.executable, "-c", AS_FROM_A_TERMINAL + "from bot.cli import main; main()", "sandbox",
