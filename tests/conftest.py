@@ -13,10 +13,16 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 import redis
+
+# This checkout's packages, not another one's: an editable install made from a different checkout
+# (a second worktree on one venv) would otherwise answer `import agent`, and the tests would test it.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 # slack-sdk reads proxies itself and ignores NO_PROXY: a CI proxy would capture loopback calls.
 for _proxy_var in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
