@@ -9,10 +9,14 @@ is always read from the queued resource itself, never from an LRO.
 
 Every error leaves this module as an `infra.tpu_errors.TpuError`; transient ones are retried here
 (a few tries, exponential backoff with jitter) before they do.
+
+The Google clients block, so the event loop calls them through `TpuService.aio` (`AsyncTpuService`),
+which runs each call in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import random
 import re
@@ -37,7 +41,7 @@ from infra.boot_phases import BootReport
 from infra.tpu_errors import TpuError, TpuErrorKind, classify_exception, classify_failed_qr, classify_status
 
 __all__ = [
-    "NodeView", "QrSpec", "QueuedResourceView", "RunWindow", "TpuConfig", "TpuError", "TpuErrorKind", "TpuService",
+    "AsyncTpuService", "NodeView", "QrSpec", "QueuedResourceView", "RunWindow", "TpuConfig", "TpuError", "TpuErrorKind", "TpuService",
     "bot_labels", "classify_failed_qr", "flex_start_body", "label_value",
 ]
 
@@ -235,6 +239,7 @@ class TpuService:
             credentials=credentials,
             client_options={"api_endpoint": endpoint} if endpoint else None,
         )
+        self.aio = AsyncTpuService(self)
 
     def close(self) -> None:
         self._session.close()
@@ -431,6 +436,38 @@ class TpuService:
             labels={**self.config.labels, **spec.labels}, node_id=spec.node_id, create_time=None,
             valid_until_time=None,
         )
+
+
+class AsyncTpuService:
+    """`TpuService` for the event loop: each call runs the blocking Google client once, in a worker thread."""
+
+    def __init__(self, sync: TpuService) -> None:
+        self.sync = sync
+
+    async def create_queued_resource(self, spec: QrSpec) -> QueuedResourceView:
+        return await asyncio.to_thread(self.sync.create_queued_resource, spec)
+
+    async def get_queued_resource(self, zone: str, qr_id: str) -> QueuedResourceView | None:
+        return await asyncio.to_thread(self.sync.get_queued_resource, zone, qr_id)
+
+    async def get_run_window(self, zone: str, qr_id: str) -> RunWindow | None:
+        return await asyncio.to_thread(self.sync.get_run_window, zone, qr_id)
+
+    async def list_queued_resources(self, zone: str, label_filter: Mapping[str, str] | None = None
+                                    ) -> list[QueuedResourceView]:
+        return await asyncio.to_thread(self.sync.list_queued_resources, zone, label_filter)
+
+    async def delete_queued_resource(self, zone: str, qr_id: str, *, wait: bool = True) -> None:
+        await asyncio.to_thread(self.sync.delete_queued_resource, zone, qr_id, wait=wait)
+
+    async def get_node(self, zone: str, node_id: str) -> NodeView | None:
+        return await asyncio.to_thread(self.sync.get_node, zone, node_id)
+
+    async def get_boot_report(self, zone: str, node_id: str) -> BootReport | None:
+        return await asyncio.to_thread(self.sync.get_boot_report, zone, node_id)
+
+    async def list_accelerator_types(self, zone: str) -> list[str]:
+        return await asyncio.to_thread(self.sync.list_accelerator_types, zone)
 
 
 # --- conversions -------------------------------------------------------------------------------------

@@ -20,7 +20,6 @@ found by the worker's minute pass (`fail_if_its_job_failed`), so within a minute
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from agent.context import WorkerServices
@@ -85,7 +84,7 @@ async def _delete_quietly(svc: WorkerServices, lease: Lease) -> None:
     from infra.tpu_errors import TpuError
 
     try:
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id, wait=False)
+        await svc.tpu.aio.delete_queued_resource(lease.zone, lease.qr_id, wait=False)
     except TpuError as error:
         log.warning("lease %s: could not delete %s after its job failed: %s", lease.lease_id, lease.qr_id, error)
 

@@ -74,11 +74,11 @@ async def boot_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
     lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None or lease.state not in BOOTABLE_STATES:
         return JobOutcome.stopped("lease changed")
-    node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
+    node = await svc.tpu.aio.get_node(lease.zone, lease.node_id)
     if node is None or node.state != "READY":
         # A suspended or deleted TPU has no node (or no address): not a boot failure. The watcher, or the
         # deadline timer when the watch was lost, reads the queued resource and says what happened.
-        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        qr = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
         if qr is None or qr.state != QrState.ACTIVE:
             return JobOutcome.stopped(f"the TPU is no longer running ({qr.state if qr else 'deleted'})")
         if node is not None:  # ACTIVE, its node still starting or restarting: look again
@@ -232,7 +232,7 @@ async def _boot_report(svc: WorkerServices, lease: Lease) -> BootReport | None:
     from infra.tpu import TpuError
 
     try:
-        return await asyncio.to_thread(svc.tpu.get_boot_report, lease.zone, lease.node_id)
+        return await svc.tpu.aio.get_boot_report(lease.zone, lease.node_id)
     except TpuError as error:
         log.warning("boot phase of lease %s unreadable: %s", lease.lease_id, error)
         return None

@@ -11,7 +11,6 @@ continues in a new job (`provision:{lease}:{round}`) and skips what the scoreboa
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import timedelta
 
@@ -60,7 +59,7 @@ async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOu
 
     # A QR this lease already created (a crash between the create and the state write) is adopted.
     try:
-        existing = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        existing = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     except TpuError as error:
         if not error.retryable:
             raise
@@ -108,7 +107,7 @@ async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOu
             startup_script=svc.startup_script(current),
             max_run_duration=timedelta(seconds=current.run_seconds),
         )
-        return await asyncio.to_thread(svc.tpu.create_queued_resource, spec)
+        return await svc.tpu.aio.create_queued_resource(spec)
 
     async def still_wanted() -> bool:
         fresh = await svc.leases.get_by_id(current.team, current.channel, current.lease_id)

@@ -21,7 +21,6 @@ Passes are serialized across workers by a lock; a pass that finds the lock held 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
@@ -102,7 +101,7 @@ async def _pass(svc: "WorkerServices", now: float) -> ReconcileReport:
     seen_leases: set[str] = set()
     for zone in report.zones:
         try:
-            qrs = await asyncio.to_thread(svc.tpu.list_queued_resources, zone, {"managed-by": MANAGED_BY})
+            qrs = await svc.tpu.aio.list_queued_resources(zone, {"managed-by": MANAGED_BY})
         except TpuError as error:
             log.warning("reconcile: cannot list %s: %s", zone, error)
             report.zones_failed.append(zone)
@@ -140,7 +139,7 @@ async def _repair_from_qr(svc: "WorkerServices", report: ReconcileReport, qr: "Q
         await _ensure_timers(svc, report, lease, now)
         return
     if qr.state.is_terminal:
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, qr.zone, qr.qr_id)
+        await svc.tpu.aio.delete_queued_resource(qr.zone, qr.qr_id)
         report.deleted.append(qr.qr_id)
         if svc.alerting.sink:
             await svc.alerting.sink.post_notice(
@@ -160,7 +159,7 @@ async def _restore(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedRe
     from infra.tpu import TpuError
 
     try:
-        window = await asyncio.to_thread(svc.tpu.get_run_window, qr.zone, qr.qr_id)
+        window = await svc.tpu.aio.get_run_window(qr.zone, qr.qr_id)
     except TpuError:
         window = None
     state = lease_state_for(qr.state)
@@ -174,7 +173,7 @@ async def _restore(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedRe
     endpoint = ""
     if state == LeaseState.ACTIVE and qr.node_id:
         try:
-            node = await asyncio.to_thread(svc.tpu.get_node, qr.zone, qr.node_id)
+            node = await svc.tpu.aio.get_node(qr.zone, qr.node_id)
         except TpuError:
             node = None
         if node and node.external_ip:
@@ -212,7 +211,7 @@ async def _release_if_gone(svc: "WorkerServices", report: ReconcileReport, lease
     from infra.tpu import TpuError
 
     try:  # the list may predate a QR created since; ask for this one before releasing
-        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        qr = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     except TpuError:
         return
     if qr is not None:

@@ -72,9 +72,9 @@ async def _delete_qr(svc: WorkerServices, lease: Lease) -> str:
     while True:
         try:
             if not deleted:
-                await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
+                await svc.tpu.aio.delete_queued_resource(lease.zone, lease.qr_id)
                 deleted = True
-            if await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id) is None:
+            if await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id) is None:
                 return ""
         except TpuError as error:
             if error.kind in (TpuErrorKind.NOT_FOUND, TpuErrorKind.ZONE_NOT_SUPPORTED):

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 from agent.context import WorkerServices
@@ -32,7 +31,7 @@ async def watch_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
     if lease is None or lease.state in (LeaseState.TEARING_DOWN, LeaseState.FAILED):
         return JobOutcome.stopped("lease changed")
     try:
-        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        qr = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     except TpuError as error:
         if not error.retryable:
             raise
@@ -54,7 +53,7 @@ async def watch_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
 
         failure = classify_failed_qr(qr)
         await fail_lease(svc, lease, explain(failure) if failure else f"The queued resource failed: {qr.failure_message}")
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
+        await svc.tpu.aio.delete_queued_resource(lease.zone, lease.qr_id)
         return JobOutcome.failed()
     new_state = lease_state_for(qr.state)
     changes: LeaseChanges = {}
@@ -63,7 +62,7 @@ async def watch_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
     if new_state == LeaseState.ACTIVE and not lease.active_at:
         now = time.time()
         changes["active_at"], changes["deadline"] = now, now + lease.run_seconds
-        node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
+        node = await svc.tpu.aio.get_node(lease.zone, lease.node_id)
         if node and node.external_ip:
             changes["endpoint"] = endpoint_url(node.external_ip, svc.policy.model_port)
     if changes:
