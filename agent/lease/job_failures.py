@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 
 from agent.context import WorkerServices
-from agent.lease.lifecycle import awaited_job_id, explain, fail_lease, notify, release_lease
+from agent.lease.lifecycle import awaited_job_id, change_lease, explain, fail_lease, release_lease
 from agent.redact import redact
 from infra.jobs import JobOutcome, describe_failure
 from infra.state.leases import Lease, LeaseState
@@ -66,9 +66,7 @@ async def lease_job_failed(svc: WorkerServices, lease: Lease | None, job: str,
         await release_lease(svc, lease, reason=f"the teardown stopped on an error ({reason.rstrip('.')})", by=lease.torn_down_by)
         return JobOutcome.failed(f"released after the teardown failed: {reason[:160]}")
     if lease.state.holds_tpu:
-        failed = await svc.leases.update(lease, state=LeaseState.FAILED, detail=reason)
-        if failed is not None:
-            await notify(svc, failed)
+        await change_lease(svc, lease, state=LeaseState.FAILED, detail=reason)
         await svc.audit.record(actor="tpubot", action=job, team=lease.team, channel=lease.channel,
                                outcome="failed", detail=reason)
         return JobOutcome.failed(f"the TPU is kept: {reason[:160]}")

@@ -14,12 +14,13 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Unpack
 
 from agent import access
 from agent.context import Actor, ChannelUnreachable, Services, WorkerServices
 from agent.policy import Policy
 from infra.jobs import JobSpec
-from infra.state.leases import Lease, LeaseState, Release
+from infra.state.leases import Lease, LeaseChanges, LeaseState, Release
 from infra.state.locks import LockNotAcquired
 from infra.state.spend import Refusal
 from infra.tpu import QrState
@@ -196,9 +197,8 @@ def explain(error) -> str:
 
 
 async def fail_lease(svc: Services, lease: Lease, reason: str) -> None:
-    failed = await svc.leases.update(lease, state=LeaseState.FAILED, detail=reason)
+    failed = await change_lease(svc, lease, state=LeaseState.FAILED, detail=reason)
     if failed is not None:
-        await notify(svc, failed)
         # The FAILED card stays as the record; hooks still learn the lease is gone.
         release = await svc.leases.release(failed, reason=reason, tell_channel=False)
         if release is not None:
@@ -242,6 +242,13 @@ async def finish_interrupted_releases(svc: Services, *, now: float | None = None
 async def lease_became_active(svc: WorkerServices, lease: Lease) -> None:
     for hook in svc.hooks:
         await hook.on_active(svc, lease)
+
+
+async def change_lease(svc: Services, lease: Lease, **changes: Unpack[LeaseChanges]) -> Lease | None:
+    """Write `changes` (fenced, and inside `ChannelLocks.hold` with the lock's token: LeaseStore.update),
+    then refresh the status card; None, with no card refresh, if the lease was replaced or released."""
+    updated = await svc.leases.update(lease, **changes)
+    return None if updated is None else await notify(svc, updated)
 
 
 async def notify(svc: Services, lease: Lease) -> Lease:

@@ -30,7 +30,7 @@ from typing import Unpack
 
 from agent.context import Services, WorkerServices
 from agent.lease import idle
-from agent.lease.lifecycle import WatchJob, notify
+from agent.lease.lifecycle import WatchJob, change_lease
 from agent.policy import Policy
 from infra import boot_phases
 from infra.boot_phases import BootReport
@@ -286,11 +286,7 @@ async def _write(svc: Services, lease: Lease, **changes: Unpack[LeaseChanges]) -
     fresh = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
     if fresh is None or fresh.state not in BOOTABLE_STATES:
         return False
-    updated = await svc.leases.update(fresh, **changes)
-    if updated is None:
-        return False
-    await notify(svc, updated)
-    return True
+    return await change_lease(svc, fresh, **changes) is not None
 
 
 def _minutes(seconds: float) -> str:

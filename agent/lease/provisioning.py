@@ -19,10 +19,10 @@ from agent.lease.lifecycle import (
     PROVISION_JOB,
     ProvisionJob,
     abandon_unpostable,
+    change_lease,
     explain,
     fail_lease,
     lease_state_for,
-    notify,
     schedule_watch,
 )
 from agent.lease.zone_search import SearchOutcome, SearchStatus, ZoneSearch, nothing_to_try_message, unavailable_message
@@ -49,8 +49,7 @@ async def provision_job(svc: WorkerServices, job: ProvisionJob) -> JobOutcome:
                 # Before any QR exists: give the channel back rather than run a TPU nobody can see.
                 await abandon_unpostable(svc, lease, error)
                 return JobOutcome.failed(error.reason)
-            lease = await svc.leases.update(lease, state=LeaseState.CREATING) or lease
-            lease = await notify(svc, lease)
+            lease = await change_lease(svc, lease, state=LeaseState.CREATING) or lease
         return await _provision(svc, lease, lock)
 
 
@@ -99,8 +98,7 @@ async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOu
         nonlocal current
         await lock.extend()  # LockLost if another worker took the lease over: no create without the lock
         note = f"Trying {zone} ({n} of {total})…" if total > 1 else f"Requesting a TPU in {zone}…"
-        current = await svc.leases.update(current, zone=zone, detail=note) or current
-        current = await notify(svc, current)
+        current = await change_lease(svc, current, zone=zone, detail=note) or current
         spec = QrSpec(
             qr_id=current.qr_id, node_id=current.node_id, zone=zone,
             labels=bot_labels(current.team, current.channel, current.lease_id, holder=current.holder),
@@ -136,11 +134,10 @@ async def _created(svc: WorkerServices, lease: Lease, outcome: SearchOutcome) ->
     now = time.time()
     valid_until = qr.valid_until_time.timestamp() if qr.valid_until_time else \
         now + svc.policy.valid_until.total_seconds()
-    lease = await svc.leases.update(
-        lease, state=lease_state_for(qr.state), zone=outcome.zone, queued_at=lease.queued_at or now,
+    lease = await change_lease(
+        svc, lease, state=lease_state_for(qr.state), zone=outcome.zone, queued_at=lease.queued_at or now,
         valid_until=valid_until, detail="",
     ) or lease
-    lease = await notify(svc, lease)
     await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
     tries = len(outcome.attempts)
     return JobOutcome.ok(f"created {lease.qr_id} in {lease.zone}" + (f" after {tries} attempts" if tries > 1 else ""))

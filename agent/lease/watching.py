@@ -8,13 +8,13 @@ from agent.context import WorkerServices
 from agent.lease.expiry import expire_lease
 from agent.lease.lifecycle import (
     LockBusy,
+    change_lease,
     explain,
     fail_lease,
     lease_became_active,
     lease_state_for,
     release_lease,
     WatchJob,
-    notify,
     schedule_watch,
 )
 from infra.endpoint_probe import endpoint_url
@@ -66,8 +66,7 @@ async def watch_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
         if node and node.external_ip:
             changes["endpoint"] = endpoint_url(node.external_ip, svc.policy.model_port)
     if changes:
-        lease = await svc.leases.update(lease, **changes) or lease
-        lease = await notify(svc, lease)
+        lease = await change_lease(svc, lease, **changes) or lease
         if "active_at" in changes:
             await lease_became_active(svc, lease)
     if qr.state.is_terminal:
