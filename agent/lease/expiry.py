@@ -28,6 +28,7 @@ from agent.context import Alert
 from agent.lease.lifecycle import release_lease
 from infra.jobs import JobOutcome, JobSpec
 from infra.state.leases import Lease, LeaseState
+from infra.tpu_errors import TpuError
 
 if TYPE_CHECKING:
     from agent.context import Services, WorkerServices
@@ -101,8 +102,6 @@ async def schedule_timers(svc: "Services", lease: Lease, *, now: float | None = 
 
 async def cloud_deadline(svc: "WorkerServices", lease: Lease) -> float | None:
     """The cloud's own termination time for the QR, if the API reports it."""
-    from infra.tpu import TpuError
-
     try:
         window = await svc.tpu.aio.get_run_window(lease.zone, lease.qr_id)
     except TpuError as error:
@@ -207,8 +206,6 @@ async def _qr_state(svc: "WorkerServices", lease: Lease) -> tuple[str, str]:
     watcher never saw (a worker down for hours) is told apart as well as the API allows: it gives
     who suspended a QR, not when. ("", "") when the API cannot be read: the deadline is still the
     deadline."""
-    from infra.tpu import TpuError
-
     try:
         qr = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     except TpuError as error:

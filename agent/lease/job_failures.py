@@ -27,6 +27,7 @@ from agent.lease.lifecycle import awaited_job_id, change_lease, explain, fail_le
 from agent.redact import redact
 from infra.jobs import JobOutcome, describe_failure
 from infra.state.leases import Lease, LeaseState
+from infra.tpu_errors import TpuError
 
 log = logging.getLogger(__name__)
 
@@ -42,8 +43,6 @@ KEPT = ("the TPU is still running (and billing) and this lease keeps it: `/tpu d
 def failure_reason(error: BaseException | str, job: str, lease_id: str, *, again: str = "") -> str:
     """What the card says: a classified cloud error as it explains itself (message, then its fix);
     anything else as what stopped which job, and where the details are."""
-    from infra.tpu_errors import TpuError
-
     if isinstance(error, TpuError):
         return redact(explain(error) + (f" {again[:1].upper()}{again[1:]}." if again else ""))
     what = error if isinstance(error, str) else describe_failure(error)
@@ -79,8 +78,6 @@ async def lease_job_failed(svc: WorkerServices, lease: Lease | None, job: str,
 async def _delete_quietly(svc: WorkerServices, lease: Lease) -> None:
     """Delete whatever QR the lease may have made; an error here changes nothing already said (the
     reconciler finds a QR left behind by its labels)."""
-    from infra.tpu_errors import TpuError
-
     try:
         await svc.tpu.aio.delete_queued_resource(lease.zone, lease.qr_id, wait=False)
     except TpuError as error:

@@ -15,6 +15,7 @@ import time
 from datetime import timedelta
 
 from agent.context import ChannelUnreachable, WorkerServices
+from agent.lease.budget import searchable_zones
 from agent.lease.lifecycle import (
     PROVISION_JOB,
     ProvisionJob,
@@ -23,18 +24,17 @@ from agent.lease.lifecycle import (
     explain,
     fail_lease,
     lease_state_for,
+    provision_job_id,
     schedule_watch,
 )
 from agent.lease.zone_search import SearchOutcome, SearchStatus, ZoneSearch, nothing_to_try_message, unavailable_message
 from infra.jobs import JobOutcome
 from infra.state.leases import Lease, LeaseState
 from infra.state.locks import HeldLock
+from infra.model_keys import ModelKeyError
+from infra.tpu import QrSpec, TpuError, bot_labels
 
 WORKING_STATES = (LeaseState.PENDING, LeaseState.CREATING)
-
-
-def provision_job_id(lease_id: str, search_round: int = 0) -> str:
-    return f"provision:{lease_id}" if not search_round else f"provision:{lease_id}:{search_round}"
 
 
 async def provision_job(svc: WorkerServices, job: ProvisionJob) -> JobOutcome:
@@ -54,8 +54,6 @@ async def provision_job(svc: WorkerServices, job: ProvisionJob) -> JobOutcome:
 
 
 async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOutcome:
-    from infra.tpu import QrSpec, TpuError, bot_labels
-
     # A QR this lease already created (a crash between the create and the state write) is adopted.
     try:
         existing = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
@@ -67,8 +65,6 @@ async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOu
     if existing is not None:
         return await _created(svc, lease, SearchOutcome(status=SearchStatus.CREATED, zone=lease.zone, qr=existing))
     # The VM reads the key at boot, so it must exist before the create; a retried job keeps it.
-    from infra.model_keys import ModelKeyError
-
     try:
         await svc.model_keys.create(lease.lease_id)
     except ModelKeyError as error:
@@ -79,8 +75,6 @@ async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOu
     if lease.zone_explicit:
         zones = [lease.zone]
     else:
-        from agent.lease.budget import searchable_zones
-
         zones = await searchable_zones(svc, lease.team, lease.channel)
     search = ZoneSearch(svc.tpu, board, zones=zones, default_zone=svc.policy.default_zone)
     if lease.zone_explicit:

@@ -26,12 +26,13 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent.lease import expiry, idle
+from agent.lease import budget, expiry, idle
 from agent.lease.lifecycle import lease_state_for, notify, release_lease, resume_job_for
 from infra.endpoint_probe import endpoint_url
 from infra.jobs import JobOutcome
 from infra.state.leases import Lease, LeaseState
-from infra.tpu import QrState
+from infra.model_keys import ModelKeyError
+from infra.tpu import MANAGED_BY, QrState, TpuError
 
 if TYPE_CHECKING:
     from agent.context import WorkerServices
@@ -84,8 +85,6 @@ async def reconcile(svc: "WorkerServices", *, now: float | None = None) -> Recon
         return ReconcileReport(skipped=True)
     try:
         report = await _pass(svc, now or time.time())
-        from agent.lease import budget
-
         report.ledgers = await budget.rebuild(svc)
         return report
     finally:
@@ -93,8 +92,6 @@ async def reconcile(svc: "WorkerServices", *, now: float | None = None) -> Recon
 
 
 async def _pass(svc: "WorkerServices", now: float) -> ReconcileReport:
-    from infra.tpu import MANAGED_BY, TpuError
-
     report = ReconcileReport()
     leases = await svc.leases.all()
     report.zones = sorted(set(svc.policy.zones) | {lease.zone for lease in leases if lease.zone})
@@ -156,8 +153,6 @@ async def _repair_from_qr(svc: "WorkerServices", report: ReconcileReport, qr: "Q
 
 async def _restore(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedResourceView", team: str, channel: str,
                    lease_id: str, now: float) -> None:
-    from infra.tpu import TpuError
-
     try:
         window = await svc.tpu.aio.get_run_window(qr.zone, qr.qr_id)
     except TpuError:
@@ -208,8 +203,6 @@ async def _ensure_timers(svc: "WorkerServices", report: ReconcileReport, lease: 
 
 
 async def _release_if_gone(svc: "WorkerServices", report: ReconcileReport, lease: Lease) -> None:
-    from infra.tpu import TpuError
-
     try:  # the list may predate a QR created since; ask for this one before releasing
         qr = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     except TpuError:
@@ -227,8 +220,6 @@ async def _release_if_gone(svc: "WorkerServices", report: ReconcileReport, lease
 
 
 async def _sweep_model_keys(svc: "WorkerServices", report: ReconcileReport, seen_leases: set[str], now: float) -> None:
-    from infra.model_keys import ModelKeyError
-
     try:
         keyed = await svc.model_keys.keyed_leases()
     except ModelKeyError as error:

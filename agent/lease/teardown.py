@@ -20,6 +20,7 @@ from agent.lease.receipts import LIVE_READ_TIMEOUT
 from infra.durations import format_duration
 from infra.jobs import JobOutcome
 from infra.state.leases import Lease
+from infra.tpu_errors import TpuError, TpuErrorKind
 from infra.vllm_metrics import read_usage
 
 
@@ -65,8 +66,6 @@ async def _delete_qr(svc: WorkerServices, lease: Lease) -> str:
     gone: '' then, else what stood in the way, with its fix. A transient error is raised (the job is
     retried); a lease without a `queued_at` is no proof that nothing was created (a lease the
     reconciler of an older version rebuilt has none), so every teardown asks the API."""
-    from infra.tpu_errors import TpuError, TpuErrorKind
-
     deadline = time.monotonic() + svc.policy.teardown_wait.total_seconds()
     deleted = False
     while True:

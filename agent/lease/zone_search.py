@@ -66,8 +66,8 @@ class SearchOutcome:
 
 
 class ZoneSearch:
-    def __init__(self, tpu: TpuService, scoreboard: ZoneScoreboard, *, zones: tuple[str, ...] | list[str], default_zone: str,
-                 same_error_limit: int = SAME_ERROR_LIMIT) -> None:
+    def __init__(self, tpu: TpuService, scoreboard: ZoneScoreboard, *, zones: tuple[str, ...] | list[str],
+                 default_zone: str, same_error_limit: int = SAME_ERROR_LIMIT) -> None:
         self._tpu = tpu
         self._board = scoreboard
         self.zones = list(dict.fromkeys(zones))
