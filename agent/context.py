@@ -219,7 +219,7 @@ class WorkerServices(Services):
     """The worker's services: all of Services, plus what only the worker touches — the TPU API
     (handlers never call GCP) and the startup script a new TPU VM boots with."""
 
-    tpu: "TpuService"
+    tpu: "TpuService"  # blocking; the event loop awaits `tpu.aio` (infra/tpu.py's AsyncTpuService)
     startup_script: Callable[[Lease], str]  # one lease's script (bot/wiring.py); no secret in it
 
 

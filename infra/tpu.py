@@ -9,10 +9,14 @@ is always read from the queued resource itself, never from an LRO.
 
 Every error leaves this module as an `infra.tpu_errors.TpuError`; transient ones are retried here
 (a few tries, exponential backoff with jitter) before they do.
+
+The Google clients block, so the event loop calls them through `TpuService.aio` (`AsyncTpuService`),
+which runs each call in a worker thread.
 """
 
 from __future__ import annotations
 
+import asyncio
 import enum
 import random
 import re
@@ -37,7 +41,7 @@ from infra.boot_phases import BootReport
 from infra.tpu_errors import TpuError, TpuErrorKind, classify_exception, classify_failed_qr, classify_status
 
 __all__ = [
-    "NodeView", "QrSpec", "QueuedResourceView", "RunWindow", "TpuConfig", "TpuError", "TpuErrorKind", "TpuService",
+    "AsyncTpuService", "NodeView", "QrSpec", "QueuedResourceView", "RunWindow", "TpuConfig", "TpuError", "TpuErrorKind", "TpuService",
     "bot_labels", "classify_failed_qr", "flex_start_body", "label_value",
 ]
 
@@ -235,6 +239,7 @@ class TpuService:
             credentials=credentials,
             client_options={"api_endpoint": endpoint} if endpoint else None,
         )
+        self.aio = AsyncTpuService(self)
 
     def close(self) -> None:
         self._session.close()
@@ -259,11 +264,8 @@ class TpuService:
         def post() -> dict | None:
             response = self._session.post(url, params={"queuedResourceId": spec.qr_id}, json=body,
                                           timeout=self.config.timeout)
-            if response.status_code == 409:
-                return None  # already exists: adopt it (ids are deterministic, so it is ours)
-            if response.status_code >= 400:
-                raise gexc.from_http_response(response)
-            return response.json()
+            # 409, already exists: adopt it (ids are deterministic, so it is ours).
+            return None if response.status_code == 409 else _json(response)
 
         operation = self._with_retries(spec.zone, post)
         if operation is not None:
@@ -277,22 +279,17 @@ class TpuService:
         return view
 
     def get_queued_resource(self, zone: str, qr_id: str) -> QueuedResourceView | None:
-        name = f"{self._parent(zone)}/queuedResources/{qr_id}"
-        resource = self._with_retries(zone, lambda: _none_if_missing(
-            lambda: self._client.get_queued_resource(name=name, retry=None, timeout=self.config.timeout)))
+        resource = self._call_unless_missing(zone, self._client.get_queued_resource,
+                                             name=f"{self._parent(zone)}/queuedResources/{qr_id}")
         return None if resource is None else _queued_resource_view(resource)
 
-    def get_run_window(self, zone: str, qr_id: str) -> "RunWindow | None":
+    def get_run_window(self, zone: str, qr_id: str) -> RunWindow | None:
         """The flex-start run window (v2alpha1 only: the v2 client drops `runDuration`); None if the QR is gone."""
         url = f"{self._base_url}/v2alpha1/{self._parent(zone)}/queuedResources/{qr_id}"
 
         def fetch() -> dict | None:
             response = self._session.get(url, timeout=self.config.timeout)
-            if response.status_code == 404:
-                return None
-            if response.status_code >= 400:
-                raise gexc.from_http_response(response)
-            return response.json()
+            return None if response.status_code == 404 else _json(response)
 
         body = self._with_retries(zone, fetch)
         if body is None:
@@ -327,10 +324,8 @@ class TpuService:
         With `wait`, blocks until the delete LRO is done or `lro_timeout` passes; after a timeout the
         deletion is still under way (the QR shows DELETING) and the call returns normally.
         """
-        name = f"{self._parent(zone)}/queuedResources/{qr_id}"
-        request = tpu_v2.DeleteQueuedResourceRequest(name=name, force=True)
-        operation = self._with_retries(zone, lambda: _none_if_missing(
-            lambda: self._client.delete_queued_resource(request=request, retry=None, timeout=self.config.timeout)))
+        request = tpu_v2.DeleteQueuedResourceRequest(name=f"{self._parent(zone)}/queuedResources/{qr_id}", force=True)
+        operation = self._call_unless_missing(zone, self._client.delete_queued_resource, request=request)
         if operation is None or not wait:
             return
         poll = polling.DEFAULT_POLLING.with_delay(
@@ -349,9 +344,7 @@ class TpuService:
 
     # --- nodes -----------------------------------------------------------------------------------------
     def get_node(self, zone: str, node_id: str) -> NodeView | None:
-        name = f"{self._parent(zone)}/nodes/{node_id}"
-        node = self._with_retries(zone, lambda: _none_if_missing(
-            lambda: self._client.get_node(name=name, retry=None, timeout=self.config.timeout)))
+        node = self._call_unless_missing(zone, self._client.get_node, name=f"{self._parent(zone)}/nodes/{node_id}")
         return None if node is None else _node_view(node)
 
     def get_boot_report(self, zone: str, node_id: str) -> BootReport | None:
@@ -359,8 +352,7 @@ class TpuService:
         None if the node is gone. A node that published nothing yet gives an empty report."""
         request = tpu_v2.GetGuestAttributesRequest(name=f"{self._parent(zone)}/nodes/{node_id}",
                                                    query_path=f"{boot_phases.NAMESPACE}/")
-        response = self._with_retries(zone, lambda: _none_if_missing(
-            lambda: self._client.get_guest_attributes(request=request, retry=None, timeout=self.config.timeout)))
+        response = self._call_unless_missing(zone, self._client.get_guest_attributes, request=request)
         if response is None:
             return None
         values = {item.key: item.value for worker in response.guest_attributes[:1]
@@ -379,6 +371,16 @@ class TpuService:
     # --- internals -------------------------------------------------------------------------------------
     def _parent(self, zone: str) -> str:
         return f"projects/{self.config.project}/locations/{zone}"
+
+    def _call_unless_missing(self, zone: str, method: Callable[..., T], **request: Any) -> T | None:
+        """A typed-client call with this service's retries and timeout; None when the API says NOT_FOUND."""
+        def call() -> T | None:
+            try:
+                return method(**request, retry=None, timeout=self.config.timeout)
+            except gexc.NotFound:
+                return None
+
+        return self._with_retries(zone, call)
 
     def _with_retries(self, zone: str | None, call: Callable[[], T]) -> T:
         """Run `call`; retry transient failures with exponential backoff and jitter; classify the rest."""
@@ -404,20 +406,13 @@ class TpuService:
         deadline = time.monotonic() + self._lro_timeout
         delay = self._lro_poll_interval
         url = f"{self._base_url}/v2alpha1/{operation.get('name', '')}"
-
-        def poll() -> dict:
-            response = self._session.get(url, timeout=self.config.timeout)
-            if response.status_code >= 400:
-                raise gexc.from_http_response(response)
-            return response.json()
-
         while not operation.get("done"):
             remaining = deadline - time.monotonic()
             if remaining <= 0 or not operation.get("name"):
                 return  # accepted but still being validated; the QR's own state tells the rest
             time.sleep(min(delay, remaining))
             delay = min(delay * 1.5, self._lro_poll_interval * 10)
-            operation = self._with_retries(zone, poll)
+            operation = self._with_retries(zone, lambda: _json(self._session.get(url, timeout=self.config.timeout)))
         error = operation.get("error")
         if error:
             classified = classify_status(error.get("code"), error.get("message", ""), zone=zone)
@@ -433,13 +428,45 @@ class TpuService:
         )
 
 
+class AsyncTpuService:
+    """`TpuService` for the event loop: each call runs the blocking Google client once, in a worker thread."""
+
+    def __init__(self, sync: TpuService) -> None:
+        self.sync = sync
+
+    async def create_queued_resource(self, spec: QrSpec) -> QueuedResourceView:
+        return await asyncio.to_thread(self.sync.create_queued_resource, spec)
+
+    async def get_queued_resource(self, zone: str, qr_id: str) -> QueuedResourceView | None:
+        return await asyncio.to_thread(self.sync.get_queued_resource, zone, qr_id)
+
+    async def get_run_window(self, zone: str, qr_id: str) -> RunWindow | None:
+        return await asyncio.to_thread(self.sync.get_run_window, zone, qr_id)
+
+    async def list_queued_resources(self, zone: str, label_filter: Mapping[str, str] | None = None
+                                    ) -> list[QueuedResourceView]:
+        return await asyncio.to_thread(self.sync.list_queued_resources, zone, label_filter)
+
+    async def delete_queued_resource(self, zone: str, qr_id: str, *, wait: bool = True) -> None:
+        await asyncio.to_thread(self.sync.delete_queued_resource, zone, qr_id, wait=wait)
+
+    async def get_node(self, zone: str, node_id: str) -> NodeView | None:
+        return await asyncio.to_thread(self.sync.get_node, zone, node_id)
+
+    async def get_boot_report(self, zone: str, node_id: str) -> BootReport | None:
+        return await asyncio.to_thread(self.sync.get_boot_report, zone, node_id)
+
+    async def list_accelerator_types(self, zone: str) -> list[str]:
+        return await asyncio.to_thread(self.sync.list_accelerator_types, zone)
+
+
 # --- conversions -------------------------------------------------------------------------------------
 
-def _none_if_missing(call: Callable[[], T]) -> T | None:
-    try:
-        return call()
-    except gexc.NotFound:
-        return None
+def _json(response: requests.Response) -> dict:
+    """A v2alpha1 answer's JSON; an HTTP error raised as google.api_core's exception for its status."""
+    if response.status_code >= 400:
+        raise gexc.from_http_response(response)
+    return response.json()
 
 
 def _queued_resource_view(resource: tpu_v2.QueuedResource) -> QueuedResourceView:

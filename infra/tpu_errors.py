@@ -35,7 +35,6 @@ GRPC_NOT_FOUND = 5
 GRPC_ALREADY_EXISTS = 6
 GRPC_PERMISSION_DENIED = 7
 GRPC_RESOURCE_EXHAUSTED = 8
-GRPC_FAILED_PRECONDITION = 9
 GRPC_ABORTED = 10
 GRPC_INTERNAL = 13
 GRPC_UNAVAILABLE = 14
@@ -98,18 +97,12 @@ class TpuErrorKind(str, enum.Enum):
 
 
 _SCOPES = {
-    TpuErrorKind.FLEX_START_UNSUPPORTED: ErrorScope.ZONE,
-    TpuErrorKind.NO_CAPACITY: ErrorScope.ZONE,
+    **dict.fromkeys((TpuErrorKind.FLEX_START_UNSUPPORTED, TpuErrorKind.NO_CAPACITY), ErrorScope.ZONE),
     TpuErrorKind.QUOTA_EXCEEDED: ErrorScope.REGION,
-    TpuErrorKind.NETWORK_NOT_FOUND: ErrorScope.CONFIGURATION,
-    TpuErrorKind.PERMISSION_DENIED: ErrorScope.CONFIGURATION,
-    TpuErrorKind.INVALID_ACCELERATOR: ErrorScope.CONFIGURATION,
-    TpuErrorKind.INVALID_RUNTIME: ErrorScope.CONFIGURATION,
-    TpuErrorKind.ZONE_NOT_SUPPORTED: ErrorScope.CONFIGURATION,
-    TpuErrorKind.RATE_LIMITED: ErrorScope.TRANSIENT,
-    TpuErrorKind.UNAVAILABLE: ErrorScope.TRANSIENT,
-    TpuErrorKind.NOT_FOUND: ErrorScope.RESOURCE,
-    TpuErrorKind.ALREADY_EXISTS: ErrorScope.RESOURCE,
+    **dict.fromkeys((TpuErrorKind.NETWORK_NOT_FOUND, TpuErrorKind.PERMISSION_DENIED, TpuErrorKind.INVALID_ACCELERATOR,
+                     TpuErrorKind.INVALID_RUNTIME, TpuErrorKind.ZONE_NOT_SUPPORTED), ErrorScope.CONFIGURATION),
+    **dict.fromkeys((TpuErrorKind.RATE_LIMITED, TpuErrorKind.UNAVAILABLE), ErrorScope.TRANSIENT),
+    **dict.fromkeys((TpuErrorKind.NOT_FOUND, TpuErrorKind.ALREADY_EXISTS), ErrorScope.RESOURCE),
     TpuErrorKind.UNKNOWN: ErrorScope.UNKNOWN,
 }
 

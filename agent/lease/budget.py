@@ -203,11 +203,6 @@ class ChannelSpend:
     limit: float | None = None
 
     @property
-    def still_held(self) -> float:
-        """What running TPUs may still cost: their reservation less what they have cost so far."""
-        return max(0.0, self.reserved - self.running_cost)
-
-    @property
     def usd_per_million_output_tokens(self) -> float | None:
         return self.cost_with_tokens / self.output_tokens * 1_000_000 if self.output_tokens else None
 

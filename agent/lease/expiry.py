@@ -16,7 +16,6 @@ the receipt say which (`how_it_ended`).
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from agent.context import Alert
 from agent.lease.lifecycle import release_lease
 from infra.jobs import JobOutcome, JobSpec
 from infra.state.leases import Lease, LeaseState
+from infra.tpu_errors import TpuError
 
 if TYPE_CHECKING:
     from agent.context import Services, WorkerServices
@@ -102,10 +102,8 @@ async def schedule_timers(svc: "Services", lease: Lease, *, now: float | None = 
 
 async def cloud_deadline(svc: "WorkerServices", lease: Lease) -> float | None:
     """The cloud's own termination time for the QR, if the API reports it."""
-    from infra.tpu import TpuError
-
     try:
-        window = await asyncio.to_thread(svc.tpu.get_run_window, lease.zone, lease.qr_id)
+        window = await svc.tpu.aio.get_run_window(lease.zone, lease.qr_id)
     except TpuError as error:
         log.warning("run window of %s unavailable: %s", lease.qr_id, error)
         return None
@@ -184,7 +182,7 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
         if not qr_state:
             qr_state, initiator = await _qr_state(svc, current)
         # SUSPENDED and FAILED QRs still hold quota; force-delete (already gone is fine).
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, current.zone, current.qr_id)
+        await svc.tpu.aio.delete_queued_resource(current.zone, current.qr_id)
         await lock.extend()  # the alert and the release only while the lease is still this job's
         now = time.time()
         title, reason, at_deadline = how_it_ended(current, now=now, qr_state=qr_state, initiator=initiator)
@@ -208,10 +206,8 @@ async def _qr_state(svc: "WorkerServices", lease: Lease) -> tuple[str, str]:
     watcher never saw (a worker down for hours) is told apart as well as the API allows: it gives
     who suspended a QR, not when. ("", "") when the API cannot be read: the deadline is still the
     deadline."""
-    from infra.tpu import TpuError
-
     try:
-        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        qr = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     except TpuError as error:
         log.warning("state of %s unavailable at its deadline: %s", lease.qr_id, error)
         return "", ""

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Literal
 from agent.lease import alerts, receipts
 from agent.lease.alerts import ACK_IDLE
 from agent.context import Alert
-from agent.lease.lifecycle import TEARDOWN_JOB, LeaseJob, notify
+from agent.lease.lifecycle import LeaseJob, enqueue_teardown, notify
 from infra.jobs import JobOutcome, JobSpec
 from infra.state.leases import Lease, LeaseState
 from infra.vllm_metrics import read_usage
@@ -40,18 +40,15 @@ async def schedule_check(svc: "Services", lease: Lease, *, after: float | None =
     """Enqueue the next check in the slot after `after`; False if that slot is already queued."""
     interval = svc.alerting.policy.idle_check_interval.total_seconds()
     slot = int((after or time.time()) // interval) + 1
-    return await svc.jobs.enqueue(
-        IDLE_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
-        job_id=idle_job_id(lease.lease_id, slot), defer_until=datetime.fromtimestamp(slot * interval, tz=timezone.utc),
-    )
+    return await svc.jobs.enqueue(IDLE_JOB, LeaseJob.of(lease), job_id=idle_job_id(lease.lease_id, slot),
+                                  defer_until=datetime.fromtimestamp(slot * interval, tz=timezone.utc))
 
 
 async def take_first_reading(svc: "Services", lease: Lease) -> bool:
     """Read the metrics as soon as the model serves, not at the next slot (up to an interval away),
     so the card's idle clock has a figure from the start. Its own job id: at most once a lease;
     the check it runs then joins the chain's next slot like any other."""
-    return await svc.jobs.enqueue(IDLE_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
-                                  job_id=f"idle:{lease.lease_id}:serving")
+    return await svc.jobs.enqueue(IDLE_JOB, LeaseJob.of(lease), job_id=f"idle:{lease.lease_id}:serving")
 
 
 class IdleHook:
@@ -126,8 +123,7 @@ async def tear_down_idle(svc: "Services", lease: Lease, idle: float) -> bool:
     updated = await svc.leases.update(lease, state=LeaseState.TEARING_DOWN, torn_down_by="", detail=note)
     if updated is None:
         return False
-    await svc.jobs.enqueue(TEARDOWN_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
-                           job_id=f"teardown:{lease.lease_id}")
+    await enqueue_teardown(svc, updated)
     alerting = svc.alerting
     await alerts.post_once(alerting, Alert(
         lease=updated, marker="idle-teardown", title=f"Idle TPU in {lease.zone} is being torn down",

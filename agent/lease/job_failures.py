@@ -20,14 +20,14 @@ found by the worker's minute pass (`fail_if_its_job_failed`), so within a minute
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from agent.context import WorkerServices
-from agent.lease.lifecycle import awaited_job_id, explain, fail_lease, notify, release_lease
+from agent.lease.lifecycle import awaited_job_id, change_lease, explain, fail_lease, release_lease
 from agent.redact import redact
 from infra.jobs import JobOutcome, describe_failure
 from infra.state.leases import Lease, LeaseState
+from infra.tpu_errors import TpuError
 
 log = logging.getLogger(__name__)
 
@@ -43,8 +43,6 @@ KEPT = ("the TPU is still running (and billing) and this lease keeps it: `/tpu d
 def failure_reason(error: BaseException | str, job: str, lease_id: str, *, again: str = "") -> str:
     """What the card says: a classified cloud error as it explains itself (message, then its fix);
     anything else as what stopped which job, and where the details are."""
-    from infra.tpu_errors import TpuError
-
     if isinstance(error, TpuError):
         return redact(explain(error) + (f" {again[:1].upper()}{again[1:]}." if again else ""))
     what = error if isinstance(error, str) else describe_failure(error)
@@ -67,9 +65,7 @@ async def lease_job_failed(svc: WorkerServices, lease: Lease | None, job: str,
         await release_lease(svc, lease, reason=f"the teardown stopped on an error ({reason.rstrip('.')})", by=lease.torn_down_by)
         return JobOutcome.failed(f"released after the teardown failed: {reason[:160]}")
     if lease.state.holds_tpu:
-        failed = await svc.leases.update(lease, state=LeaseState.FAILED, detail=reason)
-        if failed is not None:
-            await notify(svc, failed)
+        await change_lease(svc, lease, state=LeaseState.FAILED, detail=reason)
         await svc.audit.record(actor="tpubot", action=job, team=lease.team, channel=lease.channel,
                                outcome="failed", detail=reason)
         return JobOutcome.failed(f"the TPU is kept: {reason[:160]}")
@@ -82,10 +78,8 @@ async def lease_job_failed(svc: WorkerServices, lease: Lease | None, job: str,
 async def _delete_quietly(svc: WorkerServices, lease: Lease) -> None:
     """Delete whatever QR the lease may have made; an error here changes nothing already said (the
     reconciler finds a QR left behind by its labels)."""
-    from infra.tpu_errors import TpuError
-
     try:
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id, wait=False)
+        await svc.tpu.aio.delete_queued_resource(lease.zone, lease.qr_id, wait=False)
     except TpuError as error:
         log.warning("lease %s: could not delete %s after its job failed: %s", lease.lease_id, lease.qr_id, error)
 

@@ -14,12 +14,15 @@ import logging
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Unpack
 
 from agent import access
+from agent.lease import budget
 from agent.context import Actor, ChannelUnreachable, Services, WorkerServices
+from agent.lease.zone_search import first_choice_zone
 from agent.policy import Policy
 from infra.jobs import JobSpec
-from infra.state.leases import Lease, LeaseState, Release
+from infra.state.leases import Lease, LeaseChanges, LeaseState, Release
 from infra.state.locks import LockNotAcquired
 from infra.state.spend import Refusal
 from infra.tpu import QrState
@@ -34,6 +37,10 @@ class LeaseJob:
     team: str
     channel: str
     lease_id: str
+
+    @classmethod
+    def of(cls, lease: Lease) -> LeaseJob:
+        return cls(team=lease.team, channel=lease.channel, lease_id=lease.lease_id)
 
 
 @dataclass(frozen=True)
@@ -59,6 +66,12 @@ WATCH_JOB = JobSpec("watch_lease", WatchJob)
 # One try outlasts the teardown's own wait for the delete, so a QR that outlives the wait is released with
 # the error on its card; with the worker's JOB_TIMEOUT (5m, the wait's length) the try was cut short instead.
 TEARDOWN_JOB = JobSpec("teardown_lease", LeaseJob, timeout=Policy.teardown_wait + timedelta(minutes=1))
+
+
+
+def provision_job_id(lease_id: str, search_round: int = 0) -> str:
+    return f"provision:{lease_id}" + (f":{search_round}" if search_round else "")
+
 
 # The channel's operation lock is held (ChannelLocks.hold raised it); the job should be retried shortly.
 LockBusy = LockNotAcquired
@@ -106,8 +119,6 @@ async def request_provision(svc: Services, actor: Actor, *, zone: str, zone_expl
     atomic step refuses a run whose worst case overruns a budget."""
     # `hours` passed ProvisionArgs' bound check (whole seconds); None is the deployment's default length.
     run_seconds = round(hours * 3600) if hours is not None else int(svc.policy.max_run.total_seconds())
-    from agent.lease import budget
-
     budgeted = await budget.claim(svc, actor, zone=zone, zone_explicit=zone_explicit, run_seconds=run_seconds)
     if budgeted.claim is None:
         return ProvisionOutcome(created=False, lease=None, refusal=budgeted.refusal)
@@ -115,7 +126,7 @@ async def request_provision(svc: Services, actor: Actor, *, zone: str, zone_expl
     if claim.created:
         await svc.jobs.enqueue(
             PROVISION_JOB, ProvisionJob(team=actor.team, channel=actor.channel, lease_id=claim.lease.lease_id),
-            job_id=f"provision:{claim.lease.lease_id}",
+            job_id=provision_job_id(claim.lease.lease_id),
         )
     # The outcome is audited once, by run_action (who, what, where, ok/refused).
     return ProvisionOutcome(created=claim.created, lease=claim.lease)
@@ -125,8 +136,6 @@ async def starting_zone(svc: Services, zone: str | None) -> str:
     """The zone asked for, else the one a zone search would try first: the card starts there."""
     if zone:
         return zone
-    from agent.lease.zone_search import first_choice_zone
-
     return await first_choice_zone(svc)
 
 
@@ -140,9 +149,7 @@ async def request_teardown(svc: Services, actor: Actor) -> TeardownOutcome:
     if lease is None:
         return TeardownOutcome(False, "This channel holds no TPU, so there is nothing to tear down.")
     if not await may_tear_down(svc, lease, actor.user_id):
-        return TeardownOutcome(
-            False, f"Only <@{lease.holder}> (the holder) or an admin can tear down this channel's TPU.", lease
-        )
+        return _not_the_holders(lease)
     if lease.state == LeaseState.TEARING_DOWN:
         return TeardownOutcome(False, "This channel's TPU is already being torn down.", lease)
     return TeardownOutcome(True, "confirm", lease)
@@ -156,25 +163,35 @@ async def confirm_teardown(svc: Services, actor: Actor, lease_id: str) -> Teardo
                                outcome="denied", detail=decision.message)
         return TeardownOutcome(False, decision.message)
     lease = await svc.leases.get_by_id(actor.team, actor.channel, lease_id)
-    if lease is None:
-        return TeardownOutcome(False, "That TPU is already gone; nothing changed.")
-    if not await may_tear_down(svc, lease, actor.user_id):
+    if lease is not None and not await may_tear_down(svc, lease, actor.user_id):
         await svc.audit.record(actor=actor.user_id, action="down", team=actor.team, channel=actor.channel,
                                outcome="denied", detail=lease_id)
-        return TeardownOutcome(
-            False, f"Only <@{lease.holder}> (the holder) or an admin can tear down this channel's TPU.", lease
-        )
-    updated = await svc.leases.update(lease, state=LeaseState.TEARING_DOWN, torn_down_by=actor.user_id)
+        return _not_the_holders(lease)
+    updated = None if lease is None else await svc.leases.update(lease, state=LeaseState.TEARING_DOWN,
+                                                                  torn_down_by=actor.user_id)
     if updated is None:
         return TeardownOutcome(False, "That TPU is already gone; nothing changed.")
-    await svc.jobs.enqueue(
-        TEARDOWN_JOB, LeaseJob(team=actor.team, channel=actor.channel, lease_id=lease_id), job_id=f"teardown:{lease_id}"
-    )
+    await enqueue_teardown(svc, updated)
     await svc.audit.record(actor=actor.user_id, action="down", team=actor.team, channel=actor.channel,
                            outcome="confirmed", detail=lease_id)
     # The card shows TEARING_DOWN from the teardown job's first step: a Slack call here would
     # hold the click's ack (chat.update retries 429s for seconds; Slack's limit is 3 s).
     return TeardownOutcome(True, "Tearing down…", updated)
+
+
+def _not_the_holders(lease: Lease) -> TeardownOutcome:
+    return TeardownOutcome(
+        False, f"Only <@{lease.holder}> (the holder) or an admin can tear down this channel's TPU.", lease)
+
+
+async def enqueue_teardown(svc: Services, lease: Lease) -> None:
+    """The teardown job `/tpu down` and the idle clock both hand a TEARING_DOWN lease to."""
+    spec, job, job_id = _teardown_job(lease)
+    await svc.jobs.enqueue(spec, job, job_id=job_id)
+
+
+def _teardown_job(lease: Lease) -> tuple[JobSpec, LeaseJob, str]:
+    return TEARDOWN_JOB, LeaseJob.of(lease), f"teardown:{lease.lease_id}"
 
 
 # --- helpers ----------------------------------------------------------------------------
@@ -196,20 +213,19 @@ def explain(error) -> str:
 
 
 async def fail_lease(svc: Services, lease: Lease, reason: str) -> None:
-    failed = await svc.leases.update(lease, state=LeaseState.FAILED, detail=reason)
+    failed = await change_lease(svc, lease, state=LeaseState.FAILED, detail=reason)
     if failed is not None:
-        await notify(svc, failed)
         # The FAILED card stays as the record; hooks still learn the lease is gone.
-        release = await svc.leases.release(failed, reason=reason, tell_channel=False)
-        if release is not None:
-            await finish_release(svc, release)
+        await release_lease(svc, failed, reason=reason, tell_channel=False)
     await svc.audit.record(actor="tpubot", action="provision", team=lease.team, channel=lease.channel,
                            outcome="failed", detail=reason)
 
 
-async def release_lease(svc: Services, lease: Lease, *, reason: str, by: str = "") -> bool:
-    """Release (fenced), then tell the channel and every hook; False if someone else already did."""
-    release = await svc.leases.release(lease, reason=reason, by=by)
+async def release_lease(svc: Services, lease: Lease, *, reason: str, by: str = "",
+                        tell_channel: bool = True) -> bool:
+    """Release (fenced), then tell the channel (unless not `tell_channel`) and every hook; False if
+    someone else already did."""
+    release = await svc.leases.release(lease, reason=reason, by=by, tell_channel=tell_channel)
     if release is None:
         return False
     await finish_release(svc, release)
@@ -244,6 +260,13 @@ async def lease_became_active(svc: WorkerServices, lease: Lease) -> None:
         await hook.on_active(svc, lease)
 
 
+async def change_lease(svc: Services, lease: Lease, **changes: Unpack[LeaseChanges]) -> Lease | None:
+    """Write `changes` (fenced, and inside `ChannelLocks.hold` with the lock's token: LeaseStore.update),
+    then refresh the status card; None, with no card refresh, if the lease was replaced or released."""
+    updated = await svc.leases.update(lease, **changes)
+    return None if updated is None else await notify(svc, updated)
+
+
 async def notify(svc: Services, lease: Lease) -> Lease:
     """Refresh the status card. A channel the bot was removed from does not stop the lease: the
     holder was told by DM, and the TPU is still watched, expired and torn down as usual."""
@@ -261,10 +284,7 @@ NOT_IN_CHANNEL = ("I'm not in <#{channel}>, so I can't post the status card of a
 async def abandon_unpostable(svc: Services, lease: Lease, error: ChannelUnreachable) -> None:
     """A lease whose channel cannot be posted to before anything was created: released (the
     channel is free for `/tpu up` after an invite), nothing left behind, the holder told by DM."""
-    release = await svc.leases.release(lease, reason=f"Could not post in the channel ({error.reason})",
-                                       tell_channel=False)
-    if release is not None:
-        await finish_release(svc, release)
+    await release_lease(svc, lease, reason=f"Could not post in the channel ({error.reason})", tell_channel=False)
     await svc.observer.tell_holder(lease, ":warning: Your `/tpu up` did not go ahead: "
                                    + NOT_IN_CHANNEL.format(channel=lease.channel) + " Nothing was created.")
     await svc.audit.record(actor="tpubot", action="provision", team=lease.team, channel=lease.channel,
@@ -286,11 +306,9 @@ def awaited_job(lease: Lease) -> tuple[JobSpec, LeaseJob | ProvisionJob | WatchJ
     if lease.state == LeaseState.PENDING or (lease.state == LeaseState.CREATING and not lease.watch_seq):
         round_ = lease.search_round  # a zone search may be in its nth job run
         return (PROVISION_JOB, ProvisionJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
-                                            search_round=round_),
-                f"provision:{lease.lease_id}" + (f":{round_}" if round_ else ""))
+                                            search_round=round_), provision_job_id(lease.lease_id, round_))
     if lease.state == LeaseState.TEARING_DOWN:
-        return (TEARDOWN_JOB, LeaseJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id),
-                f"teardown:{lease.lease_id}")
+        return _teardown_job(lease)
     if lease.state == LeaseState.FAILED:
         return None
     return (WATCH_JOB, WatchJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id, seq=lease.watch_seq),

@@ -30,7 +30,7 @@ from typing import Unpack
 
 from agent.context import Services, WorkerServices
 from agent.lease import idle
-from agent.lease.lifecycle import WatchJob, notify
+from agent.lease.lifecycle import WatchJob, change_lease
 from agent.policy import Policy
 from infra import boot_phases
 from infra.boot_phases import BootReport
@@ -38,8 +38,10 @@ from infra.jobs import JobOutcome, JobSpec
 from infra.endpoint_probe import endpoint_url, list_models, probe_chat
 from infra.model_correctness import CheckFailure, check_known_answer, check_tool_call
 from infra.state.leases import Lease, LeaseChanges, LeaseState
-from infra.tpu import NodeView, QrState
+from infra.model_keys import ModelKeyError
+from infra.tpu import NodeView, QrState, TpuError
 from infra.vllm_metrics import read_usage
+from infra.vllm_startup_errors import crash_loop_explanation, failed_boot_explanation
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +64,6 @@ class ModelBootHook:
 
     async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
         # A pending boot job sees the lease gone and stops by itself; the endpoint's key goes with the lease.
-        from infra.model_keys import ModelKeyError
-
         try:
             await svc.model_keys.destroy(lease.lease_id)
         except ModelKeyError as error:  # the reconciler's sweep deletes it later
@@ -74,11 +74,11 @@ async def boot_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
     lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None or lease.state not in BOOTABLE_STATES:
         return JobOutcome.stopped("lease changed")
-    node = await asyncio.to_thread(svc.tpu.get_node, lease.zone, lease.node_id)
+    node = await svc.tpu.aio.get_node(lease.zone, lease.node_id)
     if node is None or node.state != "READY":
         # A suspended or deleted TPU has no node (or no address): not a boot failure. The watcher, or the
         # deadline timer when the watch was lost, reads the queued resource and says what happened.
-        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        qr = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
         if qr is None or qr.state != QrState.ACTIVE:
             return JobOutcome.stopped(f"the TPU is no longer running ({qr.state if qr else 'deleted'})")
         if node is not None:  # ACTIVE, its node still starting or restarting: look again
@@ -108,14 +108,10 @@ async def boot_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
         return await _measure(svc, lease, endpoint, api_key)
     report = await _boot_report(svc, lease)
     if report is not None and report.phase == boot_phases.FAILED:
-        from infra.vllm_startup_errors import failed_boot_explanation
-
         reason, fix = failed_boot_explanation(report.last_error, project=svc.policy.project, node=lease.node_id,
                                               zone=lease.zone)
         return await _fail(svc, lease, reason, fix, endpoint=endpoint, extra=_boot_changes(lease, report))
     if report is not None and is_crash_loop(report):
-        from infra.vllm_startup_errors import crash_loop_explanation
-
         reason, fix = crash_loop_explanation(report.last_error, report.restarts, node=lease.node_id, zone=lease.zone)
         return await _fail(svc, lease, reason, fix, endpoint=endpoint, extra=_boot_changes(lease, report))
     if since_active > policy.model_boot_timeout.total_seconds():
@@ -211,8 +207,6 @@ def degraded_reason(lease: Lease) -> str:
 
 async def lease_api_key(svc: Services, lease: Lease) -> str | None:
     """The key vLLM on this lease's VM expects (None: no key store, or the lease has no key)."""
-    from infra.model_keys import ModelKeyError
-
     try:
         return await svc.model_keys.key(lease.lease_id)
     except ModelKeyError as error:
@@ -229,10 +223,8 @@ def is_crash_loop(report: BootReport) -> bool:
 
 async def _boot_report(svc: WorkerServices, lease: Lease) -> BootReport | None:
     """The VM's guest attributes; None when they cannot be read now (the boot goes on without them)."""
-    from infra.tpu import TpuError
-
     try:
-        return await asyncio.to_thread(svc.tpu.get_boot_report, lease.zone, lease.node_id)
+        return await svc.tpu.aio.get_boot_report(lease.zone, lease.node_id)
     except TpuError as error:
         log.warning("boot phase of lease %s unreadable: %s", lease.lease_id, error)
         return None
@@ -286,11 +278,7 @@ async def _write(svc: Services, lease: Lease, **changes: Unpack[LeaseChanges]) -
     fresh = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
     if fresh is None or fresh.state not in BOOTABLE_STATES:
         return False
-    updated = await svc.leases.update(fresh, **changes)
-    if updated is None:
-        return False
-    await notify(svc, updated)
-    return True
+    return await change_lease(svc, fresh, **changes) is not None
 
 
 def _minutes(seconds: float) -> str:

@@ -11,31 +11,30 @@ continues in a new job (`provision:{lease}:{round}`) and skips what the scoreboa
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import timedelta
 
 from agent.context import ChannelUnreachable, WorkerServices
+from agent.lease.budget import searchable_zones
 from agent.lease.lifecycle import (
     PROVISION_JOB,
     ProvisionJob,
     abandon_unpostable,
+    change_lease,
     explain,
     fail_lease,
     lease_state_for,
-    notify,
+    provision_job_id,
     schedule_watch,
 )
 from agent.lease.zone_search import SearchOutcome, SearchStatus, ZoneSearch, nothing_to_try_message, unavailable_message
 from infra.jobs import JobOutcome
 from infra.state.leases import Lease, LeaseState
 from infra.state.locks import HeldLock
+from infra.model_keys import ModelKeyError
+from infra.tpu import QrSpec, TpuError, bot_labels
 
 WORKING_STATES = (LeaseState.PENDING, LeaseState.CREATING)
-
-
-def provision_job_id(lease_id: str, search_round: int = 0) -> str:
-    return f"provision:{lease_id}" if not search_round else f"provision:{lease_id}:{search_round}"
 
 
 async def provision_job(svc: WorkerServices, job: ProvisionJob) -> JobOutcome:
@@ -50,17 +49,14 @@ async def provision_job(svc: WorkerServices, job: ProvisionJob) -> JobOutcome:
                 # Before any QR exists: give the channel back rather than run a TPU nobody can see.
                 await abandon_unpostable(svc, lease, error)
                 return JobOutcome.failed(error.reason)
-            lease = await svc.leases.update(lease, state=LeaseState.CREATING) or lease
-            lease = await notify(svc, lease)
+            lease = await change_lease(svc, lease, state=LeaseState.CREATING) or lease
         return await _provision(svc, lease, lock)
 
 
 async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOutcome:
-    from infra.tpu import QrSpec, TpuError, bot_labels
-
     # A QR this lease already created (a crash between the create and the state write) is adopted.
     try:
-        existing = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        existing = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     except TpuError as error:
         if not error.retryable:
             raise
@@ -69,8 +65,6 @@ async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOu
     if existing is not None:
         return await _created(svc, lease, SearchOutcome(status=SearchStatus.CREATED, zone=lease.zone, qr=existing))
     # The VM reads the key at boot, so it must exist before the create; a retried job keeps it.
-    from infra.model_keys import ModelKeyError
-
     try:
         await svc.model_keys.create(lease.lease_id)
     except ModelKeyError as error:
@@ -81,8 +75,6 @@ async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOu
     if lease.zone_explicit:
         zones = [lease.zone]
     else:
-        from agent.lease.budget import searchable_zones
-
         zones = await searchable_zones(svc, lease.team, lease.channel)
     search = ZoneSearch(svc.tpu, board, zones=zones, default_zone=svc.policy.default_zone)
     if lease.zone_explicit:
@@ -100,15 +92,14 @@ async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOu
         nonlocal current
         await lock.extend()  # LockLost if another worker took the lease over: no create without the lock
         note = f"Trying {zone} ({n} of {total})…" if total > 1 else f"Requesting a TPU in {zone}…"
-        current = await svc.leases.update(current, zone=zone, detail=note) or current
-        current = await notify(svc, current)
+        current = await change_lease(svc, current, zone=zone, detail=note) or current
         spec = QrSpec(
             qr_id=current.qr_id, node_id=current.node_id, zone=zone,
             labels=bot_labels(current.team, current.channel, current.lease_id, holder=current.holder),
             startup_script=svc.startup_script(current),
             max_run_duration=timedelta(seconds=current.run_seconds),
         )
-        return await asyncio.to_thread(svc.tpu.create_queued_resource, spec)
+        return await svc.tpu.aio.create_queued_resource(spec)
 
     async def still_wanted() -> bool:
         fresh = await svc.leases.get_by_id(current.team, current.channel, current.lease_id)
@@ -137,11 +128,10 @@ async def _created(svc: WorkerServices, lease: Lease, outcome: SearchOutcome) ->
     now = time.time()
     valid_until = qr.valid_until_time.timestamp() if qr.valid_until_time else \
         now + svc.policy.valid_until.total_seconds()
-    lease = await svc.leases.update(
-        lease, state=lease_state_for(qr.state), zone=outcome.zone, queued_at=lease.queued_at or now,
+    lease = await change_lease(
+        svc, lease, state=lease_state_for(qr.state), zone=outcome.zone, queued_at=lease.queued_at or now,
         valid_until=valid_until, detail="",
     ) or lease
-    lease = await notify(svc, lease)
     await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
     tries = len(outcome.attempts)
     return JobOutcome.ok(f"created {lease.qr_id} in {lease.zone}" + (f" after {tries} attempts" if tries > 1 else ""))

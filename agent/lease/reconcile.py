@@ -21,18 +21,18 @@ Passes are serialized across workers by a lock; a pass that finds the lock held 
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from agent.lease import expiry, idle
+from agent.lease import budget, expiry, idle
 from agent.lease.lifecycle import lease_state_for, notify, release_lease, resume_job_for
 from infra.endpoint_probe import endpoint_url
 from infra.jobs import JobOutcome
 from infra.state.leases import Lease, LeaseState
-from infra.tpu import QrState
+from infra.model_keys import ModelKeyError
+from infra.tpu import MANAGED_BY, QrState, TpuError
 
 if TYPE_CHECKING:
     from agent.context import WorkerServices
@@ -85,8 +85,6 @@ async def reconcile(svc: "WorkerServices", *, now: float | None = None) -> Recon
         return ReconcileReport(skipped=True)
     try:
         report = await _pass(svc, now or time.time())
-        from agent.lease import budget
-
         report.ledgers = await budget.rebuild(svc)
         return report
     finally:
@@ -94,15 +92,13 @@ async def reconcile(svc: "WorkerServices", *, now: float | None = None) -> Recon
 
 
 async def _pass(svc: "WorkerServices", now: float) -> ReconcileReport:
-    from infra.tpu import MANAGED_BY, TpuError
-
     report = ReconcileReport()
     leases = await svc.leases.all()
     report.zones = sorted(set(svc.policy.zones) | {lease.zone for lease in leases if lease.zone})
     seen_leases: set[str] = set()
     for zone in report.zones:
         try:
-            qrs = await asyncio.to_thread(svc.tpu.list_queued_resources, zone, {"managed-by": MANAGED_BY})
+            qrs = await svc.tpu.aio.list_queued_resources(zone, {"managed-by": MANAGED_BY})
         except TpuError as error:
             log.warning("reconcile: cannot list %s: %s", zone, error)
             report.zones_failed.append(zone)
@@ -140,7 +136,7 @@ async def _repair_from_qr(svc: "WorkerServices", report: ReconcileReport, qr: "Q
         await _ensure_timers(svc, report, lease, now)
         return
     if qr.state.is_terminal:
-        await asyncio.to_thread(svc.tpu.delete_queued_resource, qr.zone, qr.qr_id)
+        await svc.tpu.aio.delete_queued_resource(qr.zone, qr.qr_id)
         report.deleted.append(qr.qr_id)
         if svc.alerting.sink:
             await svc.alerting.sink.post_notice(
@@ -157,10 +153,8 @@ async def _repair_from_qr(svc: "WorkerServices", report: ReconcileReport, qr: "Q
 
 async def _restore(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedResourceView", team: str, channel: str,
                    lease_id: str, now: float) -> None:
-    from infra.tpu import TpuError
-
     try:
-        window = await asyncio.to_thread(svc.tpu.get_run_window, qr.zone, qr.qr_id)
+        window = await svc.tpu.aio.get_run_window(qr.zone, qr.qr_id)
     except TpuError:
         window = None
     state = lease_state_for(qr.state)
@@ -174,7 +168,7 @@ async def _restore(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedRe
     endpoint = ""
     if state == LeaseState.ACTIVE and qr.node_id:
         try:
-            node = await asyncio.to_thread(svc.tpu.get_node, qr.zone, qr.node_id)
+            node = await svc.tpu.aio.get_node(qr.zone, qr.node_id)
         except TpuError:
             node = None
         if node and node.external_ip:
@@ -209,10 +203,8 @@ async def _ensure_timers(svc: "WorkerServices", report: ReconcileReport, lease: 
 
 
 async def _release_if_gone(svc: "WorkerServices", report: ReconcileReport, lease: Lease) -> None:
-    from infra.tpu import TpuError
-
     try:  # the list may predate a QR created since; ask for this one before releasing
-        qr = await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id)
+        qr = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     except TpuError:
         return
     if qr is not None:
@@ -228,8 +220,6 @@ async def _release_if_gone(svc: "WorkerServices", report: ReconcileReport, lease
 
 
 async def _sweep_model_keys(svc: "WorkerServices", report: ReconcileReport, seen_leases: set[str], now: float) -> None:
-    from infra.model_keys import ModelKeyError
-
     try:
         keyed = await svc.model_keys.keyed_leases()
     except ModelKeyError as error:

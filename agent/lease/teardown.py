@@ -20,6 +20,7 @@ from agent.lease.receipts import LIVE_READ_TIMEOUT
 from infra.durations import format_duration
 from infra.jobs import JobOutcome
 from infra.state.leases import Lease
+from infra.tpu_errors import TpuError, TpuErrorKind
 from infra.vllm_metrics import read_usage
 
 
@@ -65,16 +66,14 @@ async def _delete_qr(svc: WorkerServices, lease: Lease) -> str:
     gone: '' then, else what stood in the way, with its fix. A transient error is raised (the job is
     retried); a lease without a `queued_at` is no proof that nothing was created (a lease the
     reconciler of an older version rebuilt has none), so every teardown asks the API."""
-    from infra.tpu_errors import TpuError, TpuErrorKind
-
     deadline = time.monotonic() + svc.policy.teardown_wait.total_seconds()
     deleted = False
     while True:
         try:
             if not deleted:
-                await asyncio.to_thread(svc.tpu.delete_queued_resource, lease.zone, lease.qr_id)
+                await svc.tpu.aio.delete_queued_resource(lease.zone, lease.qr_id)
                 deleted = True
-            if await asyncio.to_thread(svc.tpu.get_queued_resource, lease.zone, lease.qr_id) is None:
+            if await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id) is None:
                 return ""
         except TpuError as error:
             if error.kind in (TpuErrorKind.NOT_FOUND, TpuErrorKind.ZONE_NOT_SUPPORTED):

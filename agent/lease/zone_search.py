@@ -32,7 +32,7 @@ from infra.state.leases import Lease, LeaseState
 from infra.tpu_errors import ErrorScope, TpuError, TpuErrorKind, classify_status, region_of
 
 if TYPE_CHECKING:
-    from infra.tpu import QueuedResourceView
+    from infra.tpu import QueuedResourceView, TpuService
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +66,8 @@ class SearchOutcome:
 
 
 class ZoneSearch:
-    def __init__(self, tpu, scoreboard: ZoneScoreboard, *, zones: tuple[str, ...] | list[str], default_zone: str,
-                 same_error_limit: int = SAME_ERROR_LIMIT) -> None:
+    def __init__(self, tpu: TpuService, scoreboard: ZoneScoreboard, *, zones: tuple[str, ...] | list[str],
+                 default_zone: str, same_error_limit: int = SAME_ERROR_LIMIT) -> None:
         self._tpu = tpu
         self._board = scoreboard
         self.zones = list(dict.fromkeys(zones))
@@ -86,7 +86,7 @@ class ZoneSearch:
         async def look_up(zone: str) -> None:
             async with limit:
                 try:
-                    types = await asyncio.to_thread(self._tpu.list_accelerator_types, zone)
+                    types = await self._tpu.aio.list_accelerator_types(zone)
                 except TpuError as error:
                     # Unknown stays unknown: the zone is still tried, and its create error classified.
                     log.info("accelerator types of %s unavailable: %s", zone, error)

@@ -67,14 +67,7 @@ class OnCallStore:
         self._redis = redis
 
     async def get(self, team: str, channel: str) -> list[str]:
-        raw = await self._redis.get(keys.oncall(team, channel))
-        if not raw:
-            return []
-        try:
-            value = json.loads(raw)
-        except ValueError:
-            return []
-        return [str(item) for item in value] if isinstance(value, list) else []
+        return [str(item) for item in _json_list(await self._redis.get(keys.oncall(team, channel)))]
 
     async def set(self, team: str, channel: str, mentions: list[str]) -> None:
         await self._redis.set(keys.oncall(team, channel), json.dumps(list(mentions)))
@@ -93,11 +86,14 @@ class BenchResults:
         await self._redis.set(keys.bench_result(team, channel), json.dumps(cells), ex=self._ttl)
 
     async def latest(self, team: str, channel: str) -> list[dict[str, Any]]:
-        raw = await self._redis.get(keys.bench_result(team, channel))
-        if not raw:
-            return []
-        try:
-            cells = json.loads(raw)
-        except ValueError:
-            return []
-        return [cell for cell in cells if isinstance(cell, dict)] if isinstance(cells, list) else []
+        return [cell for cell in _json_list(await self._redis.get(keys.bench_result(team, channel)))
+                if isinstance(cell, dict)]
+
+
+def _json_list(raw: bytes | str | None) -> list:
+    """A stored JSON list; [] when nothing is stored, or what is stored is not a JSON list."""
+    try:
+        value = json.loads(raw) if raw else []
+    except ValueError:
+        return []
+    return value if isinstance(value, list) else []

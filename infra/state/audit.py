@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.replies import as_text
 
 
 @dataclass(frozen=True)
@@ -39,7 +40,7 @@ class AuditLog:
         rows = await self._redis.xrevrange(keys.audit_stream(), count=count)
         entries = []
         for _id, fields in rows:
-            f = {k.decode() if isinstance(k, bytes) else k: v.decode() if isinstance(v, bytes) else v for k, v in fields.items()}
+            f = {as_text(k): as_text(v) for k, v in fields.items()}
             entries.append(AuditEntry(at=float(f["at"]), actor=f["actor"], action=f["action"], team=f["team"],
                                       channel=f["channel"], outcome=f["outcome"], detail=f.get("detail", "")))
         return entries

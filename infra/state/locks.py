@@ -39,6 +39,7 @@ from redis.exceptions import RedisError
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.replies import as_text
 
 _RELEASE = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
@@ -198,7 +199,7 @@ class ChannelLocks:
 
     async def holder_token(self, team: str, channel: str) -> str | None:
         value = await self._redis.get(keys.lock(team, channel))
-        return value.decode() if isinstance(value, bytes) else value
+        return None if value is None else as_text(value)
 
     async def remaining_seconds(self, team: str, channel: str) -> float:
         """How long until the current holder's lock expires (0 if free)."""
@@ -258,5 +259,5 @@ async def release_locks_of_dead_owners(redis: Redis, alive_prefix: str, *, scan_
     released = []
     async for key in redis.scan_iter(match=keys.lock_pattern(), count=scan_count):
         if await release(keys=[key], args=[alive_prefix]):
-            released.append(key.decode() if isinstance(key, bytes) else key)
+            released.append(as_text(key))
     return released

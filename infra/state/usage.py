@@ -14,6 +14,7 @@ from typing import Awaitable, cast
 from redis.asyncio import Redis
 
 from infra.state import keys
+from infra.state.replies import as_text
 from infra.vllm_metrics import VllmUsage
 
 _FIELDS = ("requests", "output_tokens", "offset_requests", "offset_tokens", "last_used_at", "metrics_at",
@@ -43,7 +44,7 @@ class UsageStore:
 
     async def get(self, lease_id: str) -> UsageState:
         raw = await cast(Awaitable[dict], self._redis.hgetall(keys.usage(lease_id)))
-        values = {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in raw.items()}
+        values = {as_text(k): float(v) for k, v in raw.items()}
         # Less what the bot's own boot probes used: they are not traffic anybody was served.
         return UsageState(
             requests=max(0.0, values.get("offset_requests", 0.0) + values.get("requests", 0.0)
@@ -68,7 +69,7 @@ class UsageStore:
         """Fold one reading in. One worker runs a lease's check at a time (deterministic job ids)."""
         key = keys.usage(lease_id)
         raw = await cast(Awaitable[dict], self._redis.hgetall(key))
-        old = {(k.decode() if isinstance(k, bytes) else k): float(v) for k, v in raw.items()}
+        old = {as_text(k): float(v) for k, v in raw.items()}
         new = {name: old.get(name, 0.0) for name in _FIELDS}
         if reading is None:
             new["last_used_at"] = now
