@@ -16,6 +16,7 @@ from agent.digest.digest import (
     Exemplar,
     TemplateSummary,
     build_digest,
+    mine,
 )
 from agent.digest.sources import (
     lines_from_bytes,
@@ -45,4 +46,5 @@ __all__ = [
     "lines_from_entries",
     "lines_from_stream",
     "lines_from_text",
+    "mine",
 ]
