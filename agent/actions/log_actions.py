@@ -226,18 +226,10 @@ async def query_cloud_logs(svc: Services, run: RunContext, args: QueryCloudLogsA
 
     spool = LineSpool()  # closed when the call ends, also on a timeout: the reading thread then stops
     try:
-        try:
-            query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, run.redactor, args, scope,
-                                                             spool), QUERY_TIMEOUT_SECONDS)
-        except CloudLoggingAbsent as error:
-            return ActionResult.refused(str(error))
-        except TooManyRequests:
-            return ActionResult.refused("Cloud Logging is rate-limiting reads right now; try again in a minute.")
-        except asyncio.TimeoutError:
-            return ActionResult.refused(f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
-        except (GoogleAPICallError, ValueError) as error:
-            log.warning("query_cloud_logs failed: %s", type(error).__name__)
-            return ActionResult.refused(f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
+        query = await read_cloud_logs(svc, run.redactor, args, scope, spool, None, what="query_cloud_logs",
+                                      retry_hint="; try again in a minute")
+        if isinstance(query, str):
+            return ActionResult.refused(query)
         if not spool:
             return ActionResult.done(f"No {args.min_severity}+ entries from {scope.describe} in the last "
                                      f"{args.hours:g}h (filter: {query.filter}).", {"entries": 0})
@@ -251,6 +243,24 @@ async def query_cloud_logs(svc: Services, run: RunContext, args: QueryCloudLogsA
     out.text = (f"{len(spool)} Cloud Logging entries, {args.min_severity}+ in the last {args.hours:g}h{more}, "
                 f"from {scope.describe}.\n{out.text}")
     return out
+
+
+async def read_cloud_logs(svc: Services, redactor: Redactor, args: QueryCloudLogsArgs, scope: LogScope,
+                          spool: LineSpool, window: tuple[datetime, datetime] | None, *, what: str,
+                          retry_hint: str = "") -> CloudLogsQuery | str:
+    """spool_cloud_logs in a thread, within QUERY_TIMEOUT_SECONDS; a str says why nothing was read."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, redactor, args, scope, spool, window),
+                                      QUERY_TIMEOUT_SECONDS)
+    except CloudLoggingAbsent as error:
+        return str(error)
+    except TooManyRequests:
+        return f"Cloud Logging is rate-limiting reads right now{retry_hint}."
+    except asyncio.TimeoutError:
+        return f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s."
+    except (GoogleAPICallError, ValueError) as error:
+        log.warning("%s failed: %s", what, type(error).__name__)
+        return f"Cloud Logging refused the query: {getattr(error, 'message', error)}"
 
 
 def spool_cloud_logs(svc: Services, redactor: Redactor, args: QueryCloudLogsArgs, scope: LogScope, spool: LineSpool,
@@ -292,18 +302,9 @@ async def read_alert_logs(svc: Services, actor: Actor, *, resource_type: str, re
         return AlertLogs((), "", scope)
     args = QueryCloudLogsArgs(min_severity=min_severity)
     with LineSpool() as spool:
-        try:
-            query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, svc.redactor, args, scope, spool, window),
-                                           QUERY_TIMEOUT_SECONDS)
-        except CloudLoggingAbsent as error:
-            return AlertLogs((), "", str(error))
-        except TooManyRequests:
-            return AlertLogs((), "", "Cloud Logging is rate-limiting reads right now.")
-        except asyncio.TimeoutError:
-            return AlertLogs((), "", f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
-        except (GoogleAPICallError, ValueError) as error:
-            log.warning("reading an alert's logs failed: %s", type(error).__name__)
-            return AlertLogs((), "", f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
+        query = await read_cloud_logs(svc, svc.redactor, args, scope, spool, window, what="reading an alert's logs")
+        if isinstance(query, str):
+            return AlertLogs((), "", query)
         lines = tuple(reversed(spool))  # read newest first; at most max_entries lines
     more = " (newest entries only; the window has more)" if query.truncated else ""
     return AlertLogs(lines, f"{len(lines)} {min_severity}+ Cloud Logging entries{more} from {scope.describe}")

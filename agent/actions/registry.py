@@ -221,11 +221,6 @@ async def _audit(svc: Services, actor: Actor, name: str, outcome: ActionStatus, 
                            outcome=outcome.value, detail=detail)
 
 
-def tool_declarations(names: list[str] | None = None) -> list[dict]:
-    chosen = [REGISTRY[n] for n in names] if names else list(REGISTRY.values())
-    return [a.tool_declaration() for a in chosen]
-
-
 def first_error(error: ValidationError) -> str:
     problem = error.errors()[0]
     where = ".".join(str(p) for p in problem.get("loc", ()) if p != "__root__")

@@ -10,8 +10,9 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
@@ -51,15 +52,13 @@ def _channel_id(value: str | None) -> str | None:
     raise ValueError(f"`{in_code(text[:40])}` is not a channel; give #channel or a channel id like C0123ABCD")
 
 
+ChannelId = Annotated[str | None, AfterValidator(_channel_id)]
+
+
 class ChannelArg(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    channel: str | None = Field(None, description="a channel id (C…) or <#C…> link; omit for this channel")
-
-    @field_validator("channel")
-    @classmethod
-    def _channel(cls, value: str | None) -> str | None:
-        return _channel_id(value)
+    channel: ChannelId = Field(None, description="a channel id (C…) or <#C…> link; omit for this channel")
 
 
 class SetBudgetArgs(BaseModel):
@@ -67,12 +66,7 @@ class SetBudgetArgs(BaseModel):
 
     usd: float | None = Field(None, ge=0, le=1_000_000, description="the monthly budget in USD (0 or more)")
     clear: bool = Field(False, description="true: remove the admin-set budget (the settings' default applies again)")
-    channel: str | None = Field(None, description="a channel id (C…) or <#C…> link; omit for the workspace's budget")
-
-    @field_validator("channel")
-    @classmethod
-    def _channel(cls, value: str | None) -> str | None:
-        return _channel_id(value)
+    channel: ChannelId = Field(None, description="a channel id (C…) or <#C…> link; omit for the workspace's budget")
 
     @model_validator(mode="after")
     def _one_of(self) -> "SetBudgetArgs":
