@@ -112,7 +112,9 @@ class Action:
         return declaration
 
 
-_MOVED_TO_DESCRIPTION = ("default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_BOUNDS = (("minimum", "at least"), ("exclusiveMinimum", "more than"), ("maximum", "at most"),
+           ("exclusiveMaximum", "less than"))
+_MOVED_TO_DESCRIPTION = ("default", *(key for key, _ in _BOUNDS))
 
 
 def plain_parameter(schema: dict) -> dict:
@@ -145,15 +147,7 @@ def plain_parameter(schema: dict) -> dict:
 
 def _limits(schema: dict) -> list[str]:
     notes = []
-    bounds = []
-    if "minimum" in schema:
-        bounds.append(f"at least {schema['minimum']}")
-    if "exclusiveMinimum" in schema:
-        bounds.append(f"more than {schema['exclusiveMinimum']}")
-    if "maximum" in schema:
-        bounds.append(f"at most {schema['maximum']}")
-    if "exclusiveMaximum" in schema:
-        bounds.append(f"less than {schema['exclusiveMaximum']}")
+    bounds = [f"{words} {schema[key]}" for key, words in _BOUNDS if key in schema]
     if bounds:
         notes.append(", ".join(bounds))
     default = schema.get("default")
