@@ -2,7 +2,7 @@
 
 Actor, Policy and ModelConfig are re-exported here as the action context; they live in their
 own modules (agent/actor.py, agent/policy.py, agent/model_config.py), which import nothing of ours.
-The ports that other layers implement (LeaseObserver, LeaseHook, AlertSink, LogMaterial) are
+The ports that other layers implement (LeaseObserver, LeaseHook, AlertSink) are
 declared here too, so the root never imports the rooms that use it.
 
 The composition root (bot/wiring.py) builds these from Settings; nothing here reads the
@@ -11,7 +11,6 @@ environment, so tests and every process wire the same objects explicitly.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Callable, Protocol
 
@@ -116,19 +115,6 @@ class Alerting:
     on_posted: Callable[[Alert], None] | None = None  # e.g. the alerts counter in /metrics
 
 
-class LogMaterial(Protocol):
-    """The logs a mention brought (agent/llm/material.py's MentionInput), as summarize_logs reads them."""
-
-    @property
-    def has_logs(self) -> bool: ...
-
-    def log_lines(self) -> Iterable[str]: ...  # read again from the start on each call
-
-    def log_line_count(self) -> int: ...
-
-    def line_map(self) -> str: ...
-
-
 class SilentObserver:
     """The observer of a process without a Slack client (`tpubot spend`, `tpubot capacity`,
     `tpubot eval`): it has no channel to post in, so a lease's card is left as it is."""
@@ -203,9 +189,6 @@ class Services:
     # Log files on this machine, for summarize_logs' `path`: only `tpubot mcp` reads them (issue 19);
     # a Slack process never reads its own disk for a user.
     local_files: "LocalFiles | NoLocalFiles" = field(default_factory=lambda: _no_local_files())
-    # One agent run's input (a `dataclasses.replace` copy, agent/llm/loop.py): the mention's logs,
-    # for summarize_logs; None outside a run, and in a run whose message brought none.
-    material: LogMaterial | None = None
 
 
 def _no_local_files() -> "NoLocalFiles":
@@ -224,5 +207,5 @@ class WorkerServices(Services):
 
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "ChannelUnreachable", "LeaseHook", "LeaseObserver",
-           "LogMaterial", "ModelConfig", "NoGroups", "Policy", "Services", "SilentObserver",
+           "ModelConfig", "NoGroups", "Policy", "Services", "SilentObserver",
            "WorkerServices"]

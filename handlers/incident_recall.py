@@ -14,7 +14,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import Services
-from agent.digest import build_digest
+from agent.digest import DigestBuilder, mine
 from handlers.cards import escape
 from infra.state.incident_memory import Remembered, signature
 
@@ -23,11 +23,11 @@ log = logging.getLogger(__name__)
 TOP_TEMPLATES = 3  # an incident is remembered, and recognised, by its digest's top templates
 
 
-async def recall_and_remember(svc: Services, client: AsyncWebClient, title: str, lines: Iterable[str],
+async def recall_and_remember(svc: Services, client: AsyncWebClient, title: str, logs: Iterable[str] | DigestBuilder,
                               *, team: str, channel: str, thread_ts: str) -> Remembered | None:
     """Say in the thread when an ended incident had the same top log templates, then keep this one.
-    `lines` may be read lazily (a mention's spooled files): they are digested once, not held."""
-    signatures = await asyncio.to_thread(top_signatures, lines)
+    `logs`: lines, read lazily (a mention's spooled files), digested once, not held; or lines mined already."""
+    signatures = await asyncio.to_thread(top_signatures, logs)
     if not signatures:
         return None
     seen = await svc.memory.recall(team, signatures, exclude=(channel, thread_ts))
@@ -41,10 +41,10 @@ async def recall_and_remember(svc: Services, client: AsyncWebClient, title: str,
     return seen
 
 
-def top_signatures(lines: Iterable[str]) -> list[str]:
+def top_signatures(logs: Iterable[str] | DigestBuilder) -> list[str]:
     """The signatures of the digest's top templates: the most severe, then the most frequent."""
-    digest = build_digest(lines)
-    top = sorted(digest.ranked, key=lambda t: (-t.severity, -t.count, t.template))[:TOP_TEMPLATES]
+    ranked = (logs if isinstance(logs, DigestBuilder) else mine(logs)).summaries()
+    top = sorted(ranked, key=lambda t: (-t.severity, -t.count, t.template))[:TOP_TEMPLATES]
     return [signature(t.template) for t in top]
 
 

@@ -118,8 +118,9 @@ async def answer_mention(svc: Services, client: AsyncWebClient, job: MentionJob)
                                           unfurl_links=False, unfurl_media=False)
         await reply.finish(run)
         if mention.has_logs:  # an incident of its own: remembered, and recognised when it comes back
+            # The answer mined the lines already (the prompt's or the model-less digest): not again.
             await recall_and_remember(svc, client, mention.request or "logs pasted in a mention",
-                                      mention.log_lines(), team=job.team, channel=job.channel, thread_ts=job.thread_ts)
+                                      mention.mined, team=job.team, channel=job.channel, thread_ts=job.thread_ts)
         await offer_feedback(svc, client, reply, run, mention)
         return JobOutcome.ok("model" if run.used_model else "no-model")
     except RedisError:

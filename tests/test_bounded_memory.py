@@ -33,6 +33,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.access import AccessPolicy
 from agent.actions import run_action
+from agent.actions.run_context import RunContext
 from agent.context import Actor
 from agent.digest import build_digest, lines_from_bytes, lines_from_entries
 from agent.llm.modelless import summarize
@@ -152,8 +153,8 @@ async def test_an_8_mib_attachment_is_read_and_digested_in_bounded_memory(slack,
             assert len(open_files_under(spool_dir)) == 1  # the file's lines are on disk, not in the heap
             prompt, _ = user_message(mention, user_id=ALICE.user_id)
             summary, _ = summarize(mention)
-            svc = dataclasses.replace(services, material=mention)
-            filtered = await run_action("summarize_logs", svc, ALICE, {"contains": "quota"})
+            run = RunContext(ALICE, services.redactor, mention)
+            filtered = await run_action("summarize_logs", services, run, {"contains": "quota"})
     print(f"\n{'gzip' if compressed else 'plain'} attachment of {len(log) / MiB:.1f} MiB, {lines:,} lines: "
           f"traced peak {peak() / MiB:.2f} MiB")
     assert open_files_under(spool_dir) == []

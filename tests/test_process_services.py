@@ -16,9 +16,10 @@ from handlers.notifier import SlackLeaseObserver
 from infra.state.leases import Lease, LeaseState
 from infra.tpu import TpuService
 
-# The only field a process may leave None, and why: one agent run's logs. A backend a process or
-# a sandbox lacks is a null object (NoCloudLogging, NoModelKeys, NoLocalFiles, as NoGroups below).
-MAY_BE_NONE = {"material"}
+# No field may be None: one agent run's logs are its RunContext's (agent/actions/run_context.py), not
+# the services'. A backend a process or a sandbox lacks is a null object (NoCloudLogging, NoModelKeys,
+# NoLocalFiles, as NoGroups below).
+MAY_BE_NONE: set[str] = set()
 
 
 def optional_fields(cls: type) -> set[str]:

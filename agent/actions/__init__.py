@@ -14,7 +14,6 @@ from agent.actions.registry import (  # noqa: F401
     REGISTRY,
     get_action,
     run_action,
-    tool_declarations,
 )
 from agent.actions import lease_actions  # noqa: F401,E402  (registers provision/teardown/status)
 from agent.actions import zone_actions  # noqa: F401,E402  (registers zones)

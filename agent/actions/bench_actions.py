@@ -5,8 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from agent.actions.lease_actions import NoArgs
+from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
-from agent.context import Actor, Services
+from agent.context import Services
 from infra.jobs import JobSpec
 from infra.state.leases import LeaseState
 
@@ -36,12 +37,12 @@ def bench_job_id(lease_id: str) -> str:
 @action("bench", "Benchmark this channel's model endpoint (a small concurrency × context sweep) and post the "
         "chart and table in the TPU's thread; it loads the model for about a minute.", NoArgs,
         kind=ActionKind.WRITE, destructive=False)
-async def bench(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
-    lease = await svc.leases.get(actor.team, actor.channel)
+async def bench(svc: Services, run: RunContext, args: NoArgs) -> ActionResult:
+    lease = await svc.leases.get(run.actor.team, run.actor.channel)
     if lease is None or lease.state != LeaseState.READY or not lease.endpoint:
         return ActionResult.refused(NOT_READY, {"queued": False}, BenchRequest(False))
-    queued = await svc.jobs.enqueue(BENCH_JOB, BenchJob(team=actor.team, channel=actor.channel,
-                                                        lease_id=lease.lease_id, user_id=actor.user_id),
+    queued = await svc.jobs.enqueue(BENCH_JOB, BenchJob(team=run.actor.team, channel=run.actor.channel,
+                                                        lease_id=lease.lease_id, user_id=run.actor.user_id),
                                     job_id=bench_job_id(lease.lease_id))
     data = {"queued": queued, "lease_id": lease.lease_id, "endpoint": lease.endpoint}
     if not queued:

@@ -8,8 +8,9 @@ from datetime import timedelta
 from pydantic import BaseModel, ConfigDict
 
 from agent.lease import receipts
+from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
-from agent.context import Actor, Services
+from agent.context import Services
 from infra import capacity, prices
 from infra.bench_report import best_cells
 
@@ -24,9 +25,9 @@ _money = prices.money  # the one way to write an amount (infra/prices.py)
 @action("estimate_cost", "Show what this channel's TPU has cost so far and will cost to its deadline, "
         "the dollars per million output tokens, and how many requests fit in the KV cache.", CostArgs,
         kind=ActionKind.READ)
-async def estimate_cost(svc: Services, actor: Actor, args: CostArgs) -> ActionResult:
+async def estimate_cost(svc: Services, run: RunContext, args: CostArgs) -> ActionResult:
     alerting, policy = svc.alerting, svc.policy
-    lease = await svc.leases.get(actor.team, actor.channel)
+    lease = await svc.leases.get(run.actor.team, run.actor.channel)
     zone = lease.zone if lease else policy.default_zone
     price = receipts.price_for(alerting, policy.accelerator_type, zone)
     data: dict = {"zone": zone, "lease_id": lease.lease_id if lease else None}
@@ -52,7 +53,7 @@ async def estimate_cost(svc: Services, actor: Actor, args: CostArgs) -> ActionRe
             data["cost_full_run"] = total
             state = f"lease `{lease.lease_id}` is {lease.state.label}, not billed yet" if lease else "no TPU in this channel"
             lines.append(f"A {length.total_seconds() / 3600:g} h run costs {_money(total)} ({state}).")
-        single, best = best_cells(await alerting.bench.latest(actor.team, actor.channel))
+        single, best = best_cells(await alerting.bench.latest(run.actor.team, run.actor.channel))
         if single or best:
             for key, label, cell in (("single", "at concurrency 1", single),
                                      ("best", "at the best measured batch", best)):

@@ -12,6 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from agent.lease import lifecycle
 from agent.lease.alerts import span
+from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, ActionStatus, Declined, action
 from agent.context import Actor, Policy, Services
 from infra.durations import check_lease_length
@@ -94,13 +95,13 @@ def lease_summary(lease: Any) -> dict:
 
 @action("provision", "Request this channel's flex-start TPU v5e running Gemma (one per channel).",
         ProvisionArgs, kind=ActionKind.WRITE, destructive=False)
-async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionResult:
+async def provision(svc: Services, run: RunContext, args: ProvisionArgs) -> ActionResult:
     # A held channel is the common case in a burst (everyone types /tpu up at once): one read
     # answers it, before the doctor verdict and the zone choice that only a new lease needs.
-    held = await svc.leases.get(actor.team, actor.channel)
+    held = await svc.leases.get(run.actor.team, run.actor.channel)
     if held is not None:
         return already_held(held)
-    unpostable = await cannot_post_reason(svc, actor)
+    unpostable = await cannot_post_reason(svc, run.actor)
     if unpostable:
         return ActionResult.refused(unpostable, {"not_in_channel": True}, Declined.NOT_IN_CHANNEL)
     # Both reads only matter for a new lease, and neither waits for the other.
@@ -111,10 +112,10 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
                                     f"nothing was requested:\n{fixes}\nFix them, run `tpubot doctor` again, then "
                                     "`/tpu up`.", {"preflight_failed": [check.name for check in blocked]},
                                     Declined.PREFLIGHT_FAILED)
-    outcome = await lifecycle.request_provision(svc, actor, zone=zone, zone_explicit=args.zone is not None,
+    outcome = await lifecycle.request_provision(svc, run.actor, zone=zone, zone_explicit=args.zone is not None,
                                                 hours=args.hours)
     if outcome.refusal is not None:
-        return await budget_refused(svc, actor, outcome.refusal, args, zone)
+        return await budget_refused(svc, run.actor, outcome.refusal, args, zone)
     lease = outcome.lease
     assert lease is not None, "only a budget refusal comes without a lease"
     if not outcome.created:
@@ -125,7 +126,7 @@ async def provision(svc: Services, actor: Actor, args: ProvisionArgs) -> ActionR
     if not args.zone:
         from agent.lease import budget
 
-        searched = await budget.searchable_zones(svc, actor.team, actor.channel)
+        searched = await budget.searchable_zones(svc, run.actor.team, run.actor.channel)
         if len(searched) < len(svc.policy.zones):
             data["priced_zones_only"] = searched
             priced_only = tuple(searched)
@@ -180,8 +181,8 @@ async def preflight_blockers(svc: Services, zone: str | None) -> list:
 
 @action("teardown", "Tear down this channel's TPU; always asks a person to confirm.",
         NoArgs, kind=ActionKind.WRITE, destructive=True)
-async def teardown(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
-    outcome = await lifecycle.request_teardown(svc, actor)
+async def teardown(svc: Services, run: RunContext, args: NoArgs) -> ActionResult:
+    outcome = await lifecycle.request_teardown(svc, run.actor)
     if not outcome.ok or outcome.lease is None:
         return ActionResult.refused(outcome.message, payload=TeardownOf(None))
     return ActionResult(ActionStatus.NEEDS_CONFIRMATION, f"Confirm to tear down {outcome.lease.qr_id}.",
@@ -195,10 +196,10 @@ confirm_teardown = lifecycle.confirm_teardown
 
 
 @action("status", "Show this channel's TPU lease: state, zone, endpoint, deadline.", NoArgs)
-async def status(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
-    lease = await svc.leases.get(actor.team, actor.channel)
+async def status(svc: Services, run: RunContext, args: NoArgs) -> ActionResult:
+    lease = await svc.leases.get(run.actor.team, run.actor.channel)
     if lease is None:
-        ended = await svc.leases.last_release(actor.team, actor.channel)
+        ended = await svc.leases.last_release(run.actor.team, run.actor.channel)
         if ended is None:
             return ActionResult.done("This channel holds no TPU.", {"lease": None}, ChannelLease(None))
         # How the last one ended answers "what happened to our TPU?": an expiry, a teardown, or a

@@ -30,9 +30,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent import access
 from agent.access import ActionKind
+from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionResult, action
-from agent.context import Actor, LogMaterial, Services
-from agent.digest import LineSpool, lines_from_chunks, lines_from_entries
+from agent.actions.run_context import LogMaterial
+from agent.context import Actor, Services
+from agent.redact import Redactor
+from agent.digest import DigestBuilder, LineSpool, lines_from_chunks, lines_from_entries
 from agent.digest.runbook_links import digest_with_runbooks
 from infra.cloud_logging import TPU_WORKER_RESOURCE, CloudLoggingAbsent, CloudLogsQuery, cloud_logs_query
 from infra.local_files import LocalFileError
@@ -88,10 +91,11 @@ def lines_worth_citing(digest) -> list[int]:
     return sorted(dict.fromkeys(lines[:MAX_CITED]))
 
 
-def digest_result(lines: Iterable[str], budget: int, *, source: str,
+def digest_result(logs: Iterable[str] | DigestBuilder, budget: int, *, source: str,
                   runbooks: RunbookIndex | None = None) -> ActionResult:
-    """The digest, and after it the runbook sections its lines match (runbook_links)."""
-    digest, links, links_text = digest_with_runbooks(lines, budget, runbooks)
+    """The digest (of lines, or of lines already mined), and after it the runbook sections its lines
+    match (runbook_links)."""
+    digest, links, links_text = digest_with_runbooks(logs, budget, runbooks)
     cited = lines_worth_citing(digest)
     data = {"source": source, "total_lines": digest.total_lines, "templates": len(digest.ranked),
             "cited_lines": cited, "runbooks": [link.cite for link in links]}
@@ -107,9 +111,10 @@ class LogInput:
     count: int
     line_map: str  # `L1-L50 pasted text; …`, or "" when there is one unnamed source
     where: str  # how a refusal names the input: "the lines that came with this message"
+    material: LogMaterial | None = None  # the run's: its lines are mined once, whatever digests them
 
 
-def log_input(svc: Services, args: SummarizeLogsArgs, spool: LineSpool) -> LogInput | str:
+def log_input(svc: Services, run: RunContext, args: SummarizeLogsArgs, spool: LineSpool) -> LogInput | str:
     """The lines to digest: `text`, `path` (read onto `spool`), or what came with the message; a
     str is the refusal."""
     if args.text is not None and args.path is not None:
@@ -117,23 +122,23 @@ def log_input(svc: Services, args: SummarizeLogsArgs, spool: LineSpool) -> LogIn
     if args.text is not None:
         if not args.text.strip():
             return "`text` is empty: paste the log lines, or give `path` to a log file."
-        lines = tuple(svc.redactor.lines(args.text.splitlines()))
+        lines = tuple(run.redactor.lines(args.text.splitlines()))
         return LogInput(lines, len(lines), "", "the pasted text")
     if args.path is not None:
         try:
             with svc.local_files.open_log(args.path) as file:
-                spool.extend(svc.redactor.stream(lines_from_chunks(file.chunks)))
+                spool.extend(run.redactor.stream(lines_from_chunks(file.chunks)))
         except LocalFileError as error:
             return str(error)
         if not spool:
             return f"{file.name} is empty: nothing to digest."
         return LogInput(spool, len(spool), f"L1-L{len(spool)} file {file.name}", f"file {file.name}")
-    material = svc.material
+    material = run.material
     if material is None or not material.has_logs:
         return ("No logs came with this message: paste them, attach a file, give `text` or `path`, "
                 "or use query_cloud_logs to read Cloud Logging.")
     return LogInput(_MaterialLines(material), material.log_line_count(), material.line_map(),
-                    "the lines that came with this message")
+                    "the lines that came with this message", material)
 
 
 @dataclass(frozen=True)
@@ -149,26 +154,28 @@ class _MaterialLines:
 @action("summarize_logs", "Digest logs — pasted as `text`, a local file `path`, or what was pasted or attached "
         "in this conversation: grouped messages with counts, severities and line numbers (L12) to cite.",
         SummarizeLogsArgs)
-async def summarize_logs(svc: Services, actor: Actor, args: SummarizeLogsArgs) -> ActionResult:
+async def summarize_logs(svc: Services, run: RunContext, args: SummarizeLogsArgs) -> ActionResult:
     # A `path` is read onto this spool; made here so that it is closed however the call ends
     # (a cancelled call included: the reading thread then stops at its next line).
     with LineSpool() as spool:
-        found = await asyncio.to_thread(log_input, svc, args, spool)  # reading must not stall the loop
+        found = await asyncio.to_thread(log_input, svc, run, args, spool)  # reading must not stall the loop
         if isinstance(found, str):
             return ActionResult.refused(found)
         return await asyncio.to_thread(summarize_found, found, args, svc.runbooks)
 
 
 def summarize_found(found: LogInput, args: SummarizeLogsArgs, runbooks: RunbookLibrary) -> ActionResult:
-    lines = found.lines
+    logs: Iterable[str] | DigestBuilder = found.lines
     if args.contains:
         needle = args.contains.lower()
         if not any(needle in line.lower() for line in found.lines):
             return ActionResult.refused(f"No line contains {args.contains!r} in the {found.count} lines of "
                                         f"{found.where}.")
         # Keep the numbering of the original lines: non-matching lines become blank.
-        lines = (line if needle in line.lower() else "" for line in found.lines)
-    result = digest_result(lines, args.max_tokens, source=found.line_map or found.where, runbooks=runbooks.index())
+        logs = (line if needle in line.lower() else "" for line in found.lines)
+    elif found.material is not None:
+        logs = found.material.mined
+    result = digest_result(logs, args.max_tokens, source=found.line_map or found.where, runbooks=runbooks.index())
     if found.line_map:
         result.text = f"Sources: {found.line_map}\n{result.text}"
     return result
@@ -212,25 +219,17 @@ async def log_scope(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> Lo
 @action("query_cloud_logs", "Read recent entries from Cloud Logging for this channel's own TPU (by severity, "
         "time window, text) and digest them with line numbers (L12) to cite.", QueryCloudLogsArgs,
         wired=lambda svc: svc.cloud_logs.wired)
-async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> ActionResult:
-    scope = await log_scope(svc, actor, args)
+async def query_cloud_logs(svc: Services, run: RunContext, args: QueryCloudLogsArgs) -> ActionResult:
+    scope = await log_scope(svc, run.actor, args)
     if isinstance(scope, str):
         return ActionResult.refused(scope)
 
     spool = LineSpool()  # closed when the call ends, also on a timeout: the reading thread then stops
     try:
-        try:
-            query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, scope, spool),
-                                           QUERY_TIMEOUT_SECONDS)
-        except CloudLoggingAbsent as error:
-            return ActionResult.refused(str(error))
-        except TooManyRequests:
-            return ActionResult.refused("Cloud Logging is rate-limiting reads right now; try again in a minute.")
-        except asyncio.TimeoutError:
-            return ActionResult.refused(f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
-        except (GoogleAPICallError, ValueError) as error:
-            log.warning("query_cloud_logs failed: %s", type(error).__name__)
-            return ActionResult.refused(f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
+        query = await read_cloud_logs(svc, run.redactor, args, scope, spool, None, what="query_cloud_logs",
+                                      retry_hint="; try again in a minute")
+        if isinstance(query, str):
+            return ActionResult.refused(query)
         if not spool:
             return ActionResult.done(f"No {args.min_severity}+ entries from {scope.describe} in the last "
                                      f"{args.hours:g}h (filter: {query.filter}).", {"entries": 0})
@@ -246,7 +245,25 @@ async def query_cloud_logs(svc: Services, actor: Actor, args: QueryCloudLogsArgs
     return out
 
 
-def spool_cloud_logs(svc: Services, args: QueryCloudLogsArgs, scope: LogScope, spool: LineSpool,
+async def read_cloud_logs(svc: Services, redactor: Redactor, args: QueryCloudLogsArgs, scope: LogScope,
+                          spool: LineSpool, window: tuple[datetime, datetime] | None, *, what: str,
+                          retry_hint: str = "") -> CloudLogsQuery | str:
+    """spool_cloud_logs in a thread, within QUERY_TIMEOUT_SECONDS; a str says why nothing was read."""
+    try:
+        return await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, redactor, args, scope, spool, window),
+                                      QUERY_TIMEOUT_SECONDS)
+    except CloudLoggingAbsent as error:
+        return str(error)
+    except TooManyRequests:
+        return f"Cloud Logging is rate-limiting reads right now{retry_hint}."
+    except asyncio.TimeoutError:
+        return f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s."
+    except (GoogleAPICallError, ValueError) as error:
+        log.warning("%s failed: %s", what, type(error).__name__)
+        return f"Cloud Logging refused the query: {getattr(error, 'message', error)}"
+
+
+def spool_cloud_logs(svc: Services, redactor: Redactor, args: QueryCloudLogsArgs, scope: LogScope, spool: LineSpool,
                      window: tuple[datetime, datetime] | None = None) -> CloudLogsQuery:
     """Read the entries onto `spool` as they arrive, one line each, newest first (a worker thread).
     `window` ([start, end)) replaces the last `args.hours` (an alert's own window)."""
@@ -257,7 +274,7 @@ def spool_cloud_logs(svc: Services, args: QueryCloudLogsArgs, scope: LogScope, s
         resource_labels=scope.labels, max_entries=args.max_entries, max_retries=2,
     )
     # The run's redactor: a lease key in vLLM's start-up args is replaced as the line is read.
-    spool.extend(svc.redactor(line) for line in lines_from_entries(query.newest_first()))
+    spool.extend(redactor(line) for line in lines_from_entries(query.newest_first()))
     return query
 
 
@@ -285,18 +302,9 @@ async def read_alert_logs(svc: Services, actor: Actor, *, resource_type: str, re
         return AlertLogs((), "", scope)
     args = QueryCloudLogsArgs(min_severity=min_severity)
     with LineSpool() as spool:
-        try:
-            query = await asyncio.wait_for(asyncio.to_thread(spool_cloud_logs, svc, args, scope, spool, window),
-                                           QUERY_TIMEOUT_SECONDS)
-        except CloudLoggingAbsent as error:
-            return AlertLogs((), "", str(error))
-        except TooManyRequests:
-            return AlertLogs((), "", "Cloud Logging is rate-limiting reads right now.")
-        except asyncio.TimeoutError:
-            return AlertLogs((), "", f"Cloud Logging did not answer within {QUERY_TIMEOUT_SECONDS:.0f}s.")
-        except (GoogleAPICallError, ValueError) as error:
-            log.warning("reading an alert's logs failed: %s", type(error).__name__)
-            return AlertLogs((), "", f"Cloud Logging refused the query: {getattr(error, 'message', error)}")
+        query = await read_cloud_logs(svc, svc.redactor, args, scope, spool, window, what="reading an alert's logs")
+        if isinstance(query, str):
+            return AlertLogs((), "", query)
         lines = tuple(reversed(spool))  # read newest first; at most max_entries lines
     more = " (newest entries only; the window has more)" if query.truncated else ""
     return AlertLogs(lines, f"{len(lines)} {min_severity}+ Cloud Logging entries{more} from {scope.describe}")

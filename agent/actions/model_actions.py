@@ -14,8 +14,9 @@ import openai
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.actions.lease_actions import NoArgs
+from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionResult, ActionStatus, action
-from agent.context import Actor, Services
+from agent.context import Services
 from agent.actions.model_endpoint import ModelEndpoint, endpoint_label, openai_client, resolve_endpoint
 from agent.redact import redact
 from infra.images import PreparedImage, image_content_parts
@@ -52,8 +53,8 @@ def endpoint_data(endpoint: ModelEndpoint) -> dict:
 
 @action("ask_model", "Ask this channel's model a question directly and get its answer with timings: time to "
         "first token (TTFT), time per output token (TPOT), tokens/s and token counts.", AskModelArgs)
-async def ask_model(svc: Services, actor: Actor, args: AskModelArgs) -> ActionResult:
-    endpoint = await resolve_endpoint(svc, actor, include_degraded=True)
+async def ask_model(svc: Services, run: RunContext, args: AskModelArgs) -> ActionResult:
+    endpoint = await resolve_endpoint(svc, run.actor, include_degraded=True)
     if endpoint is None:
         return ActionResult.refused(NO_ENDPOINT, {"endpoint": None})
     config = svc.model
@@ -98,8 +99,8 @@ def read_images(svc: Services, paths: list[str], limit: int) -> tuple[list[Prepa
 
 @action("model_health", "Check this channel's model endpoint: model id, vLLM version, KV cache use, running "
         "and waiting requests, and a one-token round trip.", NoArgs)
-async def model_health(svc: Services, actor: Actor, args: NoArgs) -> ActionResult:
-    endpoint = await resolve_endpoint(svc, actor, include_degraded=True)
+async def model_health(svc: Services, run: RunContext, args: NoArgs) -> ActionResult:
+    endpoint = await resolve_endpoint(svc, run.actor, include_degraded=True)
     if endpoint is None:
         return ActionResult.refused(NO_ENDPOINT, {"endpoint": None})
     config = svc.model

@@ -22,7 +22,7 @@ from agent.lease.model_boot import degraded_reason
 from agent.model_config import ModelConfig
 from agent.redact import Redactor
 from infra.model_keys import ModelKeyError
-from infra.state.leases import LeaseState
+from infra.state.leases import Lease, LeaseState
 
 log = logging.getLogger(__name__)
 
@@ -47,18 +47,14 @@ async def resolve_endpoint(svc: Services, actor: Actor, *, include_degraded: boo
         return None
     own = await svc.leases.get(actor.team, actor.channel)
     if own is not None and own.state == LeaseState.DEGRADED and _usable(own.endpoint):
-        if not include_degraded:
-            return None
-        return ModelEndpoint(own.endpoint, "this channel's TPU (DEGRADED)",
-                             await _lease_key(svc, own.lease_id) or config.api_key)
+        return await _lease_endpoint(svc, own, "this channel's TPU (DEGRADED)") if include_degraded else None
     if own is not None and own.state == LeaseState.READY and _usable(own.endpoint):
-        return ModelEndpoint(own.endpoint, "this channel's TPU", await _lease_key(svc, own.lease_id) or config.api_key)
+        return await _lease_endpoint(svc, own, "this channel's TPU")
     if _usable(config.base_url):
         return ModelEndpoint(config.base_url.rstrip("/"), config.base_url_source, config.api_key)
     for lease in await svc.leases.all():
         if lease.state == LeaseState.READY and _usable(lease.endpoint):
-            return ModelEndpoint(lease.endpoint, f"the TPU in <#{lease.channel}>",
-                                 await _lease_key(svc, lease.lease_id) or config.api_key)
+            return await _lease_endpoint(svc, lease, f"the TPU in <#{lease.channel}>")
     return None
 
 
@@ -68,12 +64,13 @@ async def degraded_reason_here(svc: Services, actor: Actor) -> str | None:
     return degraded_reason(own) if own is not None and own.state == LeaseState.DEGRADED else None
 
 
-async def _lease_key(svc: Services, lease_id: str) -> str:
-    """The lease's per-lease vLLM key (issue 15), or "" where endpoints run without one."""
+async def _lease_endpoint(svc: Services, lease: Lease, source: str) -> ModelEndpoint:
+    """The lease's vLLM with its per-lease key (issue 15), or the configured key where endpoints run without one."""
     try:
-        return await svc.model_keys.key(lease_id) or ""
+        key = await svc.model_keys.key(lease.lease_id) or ""
     except ModelKeyError:
-        return ""  # the call then answers 401, which the caller reports as the model being unavailable
+        key = ""  # the call then answers 401, which the caller reports as the model being unavailable
+    return ModelEndpoint(lease.endpoint, source, key or svc.model.api_key)
 
 
 def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from agent.lease import oncall
+from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, ActionStatus, action
-from agent.context import Actor, Services
+from agent.context import Services
 
 
 class OnCallArgs(BaseModel):
@@ -36,9 +37,9 @@ def shows_only(args: OnCallArgs) -> bool:
 # access layer would stop a holder at an ADMIN gate before that rule runs.
 @action("oncall", "Show or set who is paged for this channel's TPU alerts (holder or admin to change).",
         OnCallArgs, kind=ActionKind.WRITE, reads_only=shows_only)
-async def set_oncall(svc: Services, actor: Actor, args: OnCallArgs) -> ActionResult:
+async def set_oncall(svc: Services, run: RunContext, args: OnCallArgs) -> ActionResult:
     if shows_only(args):
-        outcome = await oncall.show_oncall(svc, actor)
+        outcome = await oncall.show_oncall(svc, run.actor)
     else:
-        outcome = await oncall.set_oncall(svc, actor, args.mentions, clear=args.clear)
+        outcome = await oncall.set_oncall(svc, run.actor, args.mentions, clear=args.clear)
     return ActionResult(ActionStatus.done_if(outcome.ok), outcome.text, {"oncall": list(outcome.mentions), "default": outcome.default})

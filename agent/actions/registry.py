@@ -19,6 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from agent import access
 from agent.access import ActionKind
+from agent.actions.run_context import RunContext
 from agent.context import Actor, Services
 
 
@@ -70,7 +71,7 @@ class ActionResult:
         return cls(ActionStatus.REFUSED, text, data or {}, payload)
 
 
-ActionFn = Callable[[Services, Actor, Any], Awaitable[ActionResult]]
+ActionFn = Callable[[Services, RunContext, Any], Awaitable[ActionResult]]
 
 
 @dataclass(frozen=True)
@@ -111,7 +112,9 @@ class Action:
         return declaration
 
 
-_MOVED_TO_DESCRIPTION = ("default", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+_BOUNDS = (("minimum", "at least"), ("exclusiveMinimum", "more than"), ("maximum", "at most"),
+           ("exclusiveMaximum", "less than"))
+_MOVED_TO_DESCRIPTION = ("default", *(key for key, _ in _BOUNDS))
 
 
 def plain_parameter(schema: dict) -> dict:
@@ -144,15 +147,7 @@ def plain_parameter(schema: dict) -> dict:
 
 def _limits(schema: dict) -> list[str]:
     notes = []
-    bounds = []
-    if "minimum" in schema:
-        bounds.append(f"at least {schema['minimum']}")
-    if "exclusiveMinimum" in schema:
-        bounds.append(f"more than {schema['exclusiveMinimum']}")
-    if "maximum" in schema:
-        bounds.append(f"at most {schema['maximum']}")
-    if "exclusiveMaximum" in schema:
-        bounds.append(f"less than {schema['exclusiveMaximum']}")
+    bounds = [f"{words} {schema[key]}" for key, words in _BOUNDS if key in schema]
     if bounds:
         notes.append(", ".join(bounds))
     default = schema.get("default")
@@ -190,11 +185,15 @@ def validate_args(action_: Action, raw: dict, svc: Services) -> BaseModel:
     return action_.args.model_validate(raw, context={"policy": svc.policy})
 
 
-async def run_action(which: str | ActionFn, svc: Services, actor: Actor, raw_args: dict | BaseModel) -> ActionResult:
+async def run_action(which: str | ActionFn, svc: Services, who: Actor | RunContext,
+                     raw_args: dict | BaseModel) -> ActionResult:
     """The one entry to every action: access check, argument validation, run, audit. `which` is the
     action's function (`lease_actions.teardown`), or its name where a name arrives (a model's tool call,
-    MCP, a `/tpu` subcommand): a caller inside the bot names no action by a string it could misspell."""
+    MCP, a `/tpu` subcommand): a caller inside the bot names no action by a string it could misspell.
+    `who`: an agent run's context, or just the actor (no material; the services' redactor)."""
     action_ = REGISTRY[which] if isinstance(which, str) else next(a for a in REGISTRY.values() if a.run is which)
+    run = who if isinstance(who, RunContext) else RunContext(who, svc.redactor)
+    actor = run.actor
     name = action_.name
     decision = await access.check(svc.access, svc.directory, actor, action_.kind, name)
     if not decision.allowed:
@@ -202,7 +201,7 @@ async def run_action(which: str | ActionFn, svc: Services, actor: Actor, raw_arg
         return ActionResult(ActionStatus.DENIED, decision.message)
     args = raw_args if isinstance(raw_args, BaseModel) else validate_args(action_, raw_args, svc)
     try:
-        result = await action_.run(svc, actor, args)
+        result = await action_.run(svc, run, args)
     except Exception as error:
         await _audit(svc, actor, name, ActionStatus.FAILED, type(error).__name__)
         raise
@@ -214,11 +213,6 @@ async def _audit(svc: Services, actor: Actor, name: str, outcome: ActionStatus, 
     svc.metrics.actions.labels(name, outcome.value).inc()
     await svc.audit.record(actor=actor.user_id, action=name, team=actor.team, channel=actor.channel,
                            outcome=outcome.value, detail=detail)
-
-
-def tool_declarations(names: list[str] | None = None) -> list[dict]:
-    chosen = [REGISTRY[n] for n in names] if names else list(REGISTRY.values())
-    return [a.tool_declaration() for a in chosen]
 
 
 def first_error(error: ValidationError) -> str:

@@ -10,11 +10,13 @@ from __future__ import annotations
 import re
 import time
 from dataclasses import dataclass
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
-from agent.context import Actor, Services
+from agent.context import Services
 from agent.lease import budget
 from infra.jobs import JobSpec
 from infra.mrkdwn import in_code
@@ -50,15 +52,13 @@ def _channel_id(value: str | None) -> str | None:
     raise ValueError(f"`{in_code(text[:40])}` is not a channel; give #channel or a channel id like C0123ABCD")
 
 
+ChannelId = Annotated[str | None, AfterValidator(_channel_id)]
+
+
 class ChannelArg(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    channel: str | None = Field(None, description="a channel id (C…) or <#C…> link; omit for this channel")
-
-    @field_validator("channel")
-    @classmethod
-    def _channel(cls, value: str | None) -> str | None:
-        return _channel_id(value)
+    channel: ChannelId = Field(None, description="a channel id (C…) or <#C…> link; omit for this channel")
 
 
 class SetBudgetArgs(BaseModel):
@@ -66,12 +66,7 @@ class SetBudgetArgs(BaseModel):
 
     usd: float | None = Field(None, ge=0, le=1_000_000, description="the monthly budget in USD (0 or more)")
     clear: bool = Field(False, description="true: remove the admin-set budget (the settings' default applies again)")
-    channel: str | None = Field(None, description="a channel id (C…) or <#C…> link; omit for the workspace's budget")
-
-    @field_validator("channel")
-    @classmethod
-    def _channel(cls, value: str | None) -> str | None:
-        return _channel_id(value)
+    channel: ChannelId = Field(None, description="a channel id (C…) or <#C…> link; omit for the workspace's budget")
 
     @model_validator(mode="after")
     def _one_of(self) -> "SetBudgetArgs":
@@ -109,13 +104,13 @@ def _set_channel_lines(limits: dict[str, float], shown: str) -> list[str]:
 
 @action("budget", "Show the monthly spend budgets (USD, calendar month UTC) of this channel and of the workspace, "
         "with what was spent and what running TPUs hold against them.", ChannelArg, kind=ActionKind.READ)
-async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionResult:
-    channel = args.channel or actor.channel
+async def show_budget(svc: Services, run: RunContext, args: ChannelArg) -> ActionResult:
+    channel = args.channel or run.actor.channel
     now = time.time()
     month = month_of(now)
-    limits = await svc.spend.limits(actor.team, channel)
-    ledger = await svc.spend.month(actor.team, month)
-    report = await budget.month_spend(svc, actor.team, month, now)
+    limits = await svc.spend.limits(run.actor.team, channel)
+    ledger = await svc.spend.month(run.actor.team, month)
+    report = await budget.month_spend(svc, run.actor.team, month, now)
     mine = next((row for row in report.channels if row.channel == channel), None)
     ch_spent = mine.cost if mine else 0.0
     ch_reserved = ledger.channel_reserved.get(channel, 0.0)
@@ -133,7 +128,7 @@ async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionRe
              f"far, {budget.money(ch_held)} more held by running TPUs (what they may still cost to their deadlines).",
              f"• Workspace: {_limit_text(limits.workspace, limits.workspace_source)}; {budget.money(report.cost)} spent "
              f"so far, {budget.money(ws_held)} more held by running TPUs.",
-             *_set_channel_lines(await svc.spend.channel_limits(actor.team), channel),
+             *_set_channel_lines(await svc.spend.channel_limits(run.actor.team), channel),
              "Admins change them with `/tpu budget set 200` (the workspace) or `/tpu budget set 50 #channel`, and "
              "`/tpu budget clear [#channel]`."]
     return ActionResult.done("\n".join(lines), data)
@@ -141,12 +136,12 @@ async def show_budget(svc: Services, actor: Actor, args: ChannelArg) -> ActionRe
 
 @action("set_budget", "Set or clear a monthly spend budget in USD, for the workspace or one channel (admins only).",
         SetBudgetArgs, kind=ActionKind.ADMIN)
-async def set_budget(svc: Services, actor: Actor, args: SetBudgetArgs) -> ActionResult:
+async def set_budget(svc: Services, run: RunContext, args: SetBudgetArgs) -> ActionResult:
     channel = args.channel
     whose = "The workspace's" if channel is None else f"<#{channel}>'s"
     if args.clear:
-        removed = await svc.spend.clear_limit(actor.team, channel=channel)
-        limits = await svc.spend.limits(actor.team, channel or "")
+        removed = await svc.spend.clear_limit(run.actor.team, channel=channel)
+        limits = await svc.spend.limits(run.actor.team, channel or "")
         now_in_force = limits.workspace if channel is None else limits.channel
         after = (f"the settings' default of {budget.money(now_in_force)} applies" if now_in_force is not None
                  else "no limit applies")
@@ -154,7 +149,7 @@ async def set_budget(svc: Services, actor: Actor, args: SetBudgetArgs) -> Action
                 else f"{whose} monthly budget was not set by an admin; nothing changed ({after}).")
         return ActionResult.done(text, {"channel": channel, "cleared": removed, "budget_usd": now_in_force})
     assert args.usd is not None, "SetBudgetArgs holds usd unless clear"
-    await svc.spend.set_limit(actor.team, args.usd, channel=channel)
+    await svc.spend.set_limit(run.actor.team, args.usd, channel=channel)
     month = month_of(time.time())
     text = (f"{whose} monthly budget is now {budget.money(args.usd)} (from {month}, UTC months). `/tpu up` is "
             "refused when its worst case would go over it.")
@@ -185,9 +180,9 @@ def spend_table(report: budget.MonthSpend, names: dict[str, str] | None = None) 
 
 @action("spend", "Show a month's TPU spend per channel: leases, TPU hours, dollars, $ per million output tokens "
         "and idle hours (the model READY with no traffic).", SpendArgs, kind=ActionKind.READ)
-async def spend(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
+async def spend(svc: Services, run: RunContext, args: SpendArgs) -> ActionResult:
     month = args.month or month_of(time.time())
-    report = await budget.month_spend(svc, actor.team, month)
+    report = await budget.month_spend(svc, run.actor.team, month)
     if not report.channels:
         return ActionResult.done(f"No TPU spend in {month} in this workspace.", report.as_dict(), report)
     running = sum(row.running for row in report.channels)
@@ -204,12 +199,12 @@ async def spend(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
 # Read: it changes no TPU and no budget; it only posts a chart of figures the reader may see anyway.
 @action("spend_chart", "Post a PNG bar chart of a month's TPU spend per channel in this channel.", SpendArgs,
         kind=ActionKind.READ)
-async def spend_chart(svc: Services, actor: Actor, args: SpendArgs) -> ActionResult:
+async def spend_chart(svc: Services, run: RunContext, args: SpendArgs) -> ActionResult:
     month = args.month or month_of(time.time())
     # One chart per channel, month and minute: a double-click queues nothing new.
-    job_id = f"spend-chart:{actor.team}:{actor.channel}:{month}:{int(time.time() // 60)}"
-    queued = await svc.jobs.enqueue(SPEND_CHART_JOB, SpendChartJob(team=actor.team, channel=actor.channel,
-                                                                   month=month, user_id=actor.user_id),
+    job_id = f"spend-chart:{run.actor.team}:{run.actor.channel}:{month}:{int(time.time() // 60)}"
+    queued = await svc.jobs.enqueue(SPEND_CHART_JOB, SpendChartJob(team=run.actor.team, channel=run.actor.channel,
+                                                                   month=month, user_id=run.actor.user_id),
                                     job_id=job_id)
     if not queued:
         return ActionResult.refused(f"A {month} spend chart for this channel was just queued; it will appear here.",

@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pydantic import BaseModel, ConfigDict
 
 from agent.lease import receipts
+from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
-from agent.context import Actor, Services
+from agent.context import Services
 from infra import prices
 from infra.state.leases import Lease
 
@@ -40,9 +41,9 @@ def lease_row(svc: Services, lease: Lease, now: float) -> dict:
 
 @action("leases", "List every TPU lease in this Slack workspace, one per channel: channel, holder, state, zone, "
                   "deadline and cost so far.", LeasesArgs, kind=ActionKind.READ)
-async def leases(svc: Services, actor: Actor, args: LeasesArgs) -> ActionResult:
+async def leases(svc: Services, run: RunContext, args: LeasesArgs) -> ActionResult:
     now = time.time()
-    mine = sorted((lease for lease in await svc.leases.all() if lease.team == actor.team),
+    mine = sorted((lease for lease in await svc.leases.all() if lease.team == run.actor.team),
                   key=lambda lease: lease.created_at)
     rows = [lease_row(svc, lease, now) for lease in mine]
     costs = [row["cost_so_far"] for row in rows if row["cost_so_far"] is not None]

@@ -16,13 +16,13 @@ from agent.digest.digest import (
     Exemplar,
     TemplateSummary,
     build_digest,
+    mine,
 )
 from agent.digest.sources import (
     lines_from_bytes,
     lines_from_chunks,
     lines_from_entries,
     lines_from_stream,
-    lines_from_text,
 )
 from agent.digest.spool import LineSpool
 from agent.digest.tokens import EstimatedTokens, TokenCounter, VLLMTokenizer, estimate_tokens
@@ -44,5 +44,5 @@ __all__ = [
     "lines_from_chunks",
     "lines_from_entries",
     "lines_from_stream",
-    "lines_from_text",
+    "mine",
 ]

@@ -174,7 +174,7 @@ BLANK = -1  # what `DigestBuilder.add` returns for a blank line: no signature, n
 
 
 class DigestBuilder:
-    """Feed lines with `add`; call `build` once at the end."""
+    """Feed lines with `add`, then `build` at any budget: the templates are summarised once."""
 
     def __init__(self) -> None:
         self.total_lines = 0
@@ -194,6 +194,7 @@ class DigestBuilder:
         # the first and last line whose header carried a time; times are read only at the end
         self._first_timed: str | None = None
         self._last_timed: str | None = None
+        self._ranked: list[TemplateSummary] | None = None
 
     def add(self, line: str) -> int:
         """Take the next line; return its signature id (stable; see `template_ids`), or BLANK for a
@@ -258,7 +259,12 @@ class DigestBuilder:
         return self._miner.templates().cluster_of
 
     def summaries(self) -> list[TemplateSummary]:
-        """Every template, ranked."""
+        """Every template, ranked (the same list on every call)."""
+        if self._ranked is None:
+            self._ranked = self._summarise()
+        return self._ranked
+
+    def _summarise(self) -> list[TemplateSummary]:
         self._shapes.clear()  # the peak of memory is here: make room
         self.first_time = _time_of(self._first_timed)
         self.last_time = _time_of(self._last_timed)
@@ -439,12 +445,17 @@ def _exemplar_line(exemplar: Exemplar) -> str:
     return f"  L{exemplar.line} | {exemplar.text}"
 
 
-def build_digest(
-    lines: Iterable[str], budget_tokens: int = DEFAULT_BUDGET, tokenizer: TokenCounter | None = None
-) -> Digest:
-    """Digest of `lines` (any iterable of str; line numbers count from 1) within `budget_tokens`."""
+def mine(lines: Iterable[str]) -> DigestBuilder:
+    """`lines` (any iterable of str; line numbers count from 1) mined once, to be built at any budget."""
     builder = DigestBuilder()
     add = builder.add
     for line in lines:
         add(line)
-    return builder.build(budget_tokens, tokenizer)
+    return builder
+
+
+def build_digest(
+    lines: Iterable[str], budget_tokens: int = DEFAULT_BUDGET, tokenizer: TokenCounter | None = None
+) -> Digest:
+    """Digest of `lines` within `budget_tokens`."""
+    return mine(lines).build(budget_tokens, tokenizer)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from collections.abc import Callable, Iterable
 
-from agent.digest.digest import Digest, DigestBuilder
+from agent.digest.digest import Digest, DigestBuilder, mine
 from agent.digest.headers import split_header
 from agent.digest.tokens import estimate_tokens
 from infra.runbooks.index import RunbookIndex
@@ -78,14 +78,12 @@ def render_links(links: list[RunbookLink]) -> str:
                        f"{link.section.body()}" for link in links)
 
 
-def digest_with_runbooks(lines: Iterable[str], budget_tokens: int,
+def digest_with_runbooks(logs: Iterable[str] | DigestBuilder, budget_tokens: int,
                          index: RunbookIndex | None) -> tuple[Digest, list[RunbookLink], str]:
     """The digest and its runbook links within `budget_tokens` together: the links' text is taken
-    out of the digest's budget (the logs are mined once, the digest laid out again), so a capped
-    tool result never loses the runbooks at its end."""
-    builder = DigestBuilder()
-    for line in lines:
-        builder.add(line)
+    out of the digest's budget (the logs mined once, or already mined, the digest laid out again),
+    so a capped tool result never loses the runbooks at its end."""
+    builder = logs if isinstance(logs, DigestBuilder) else mine(logs)
     digest = builder.build(budget_tokens)
     links = runbook_links(digest, index)
     # The links get what the digest can spare above its floor; those that do not fit are left out

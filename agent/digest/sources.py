@@ -1,4 +1,4 @@
-"""Turn the digest's inputs into lines: pasted text, downloaded file bytes, a byte stream (file,
+"""Turn the digest's inputs into lines: downloaded file bytes, a byte stream (file,
 stdin, gzip or not), content arriving in chunks (a download), Cloud Logging entries."""
 
 from __future__ import annotations
@@ -11,16 +11,6 @@ from datetime import datetime
 from typing import IO, Any, cast
 
 GZIP_MAGIC = b"\x1f\x8b"
-
-
-def lines_from_text(text: str) -> list[str]:
-    """Lines of a paste; Slack code fences around a paste are dropped."""
-    lines = text.splitlines()
-    if lines and lines[0].strip().startswith("```"):
-        lines = lines[1:]
-    if lines and lines[-1].strip() == "```":
-        lines = lines[:-1]
-    return lines
 
 
 def lines_from_bytes(data: bytes) -> list[str]:

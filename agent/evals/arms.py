@@ -77,16 +77,12 @@ async def answer(arm: Arm, incident: Incident, svc: Services, *, endpoint: str, 
 
 async def _bare(incident: Incident, config: ModelConfig) -> str:
     """The model alone, asked through the deployment's model settings (its key: GEMMA_API_KEY)."""
-    endpoint, model = config.base_url, config.model
-    client = openai_client(ModelEndpoint(endpoint, "eval"), config)
     numbered = "\n".join(f"L{number}: {line}" for number, line in enumerate(incident.logs, start=1))
-    try:
+    async with openai_client(ModelEndpoint(config.base_url, "eval"), config) as client:
         completion = await client.chat.completions.create(
-            model=model, max_tokens=config.max_answer_tokens, temperature=config.temperature,
+            model=config.model, max_tokens=config.max_answer_tokens, temperature=config.temperature,
             messages=[{"role": "system", "content": BARE_SYSTEM},
                       {"role": "user", "content": f"{incident.mention}\n\nLogs:\n{numbered}"}])
-    finally:
-        await client.close()
     return (completion.choices[0].message.content or "") if completion.choices else ""
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import random
 import re
 import tomllib
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
@@ -114,12 +114,6 @@ NOISE = (
 )
 
 
-@dataclass
-class _Variant:
-    lines: list[str] = field(default_factory=list)
-    evidence: list[int] = field(default_factory=list)
-
-
 def variations(incident: Incident, *, seed: int, count: int) -> list[Incident]:
     """`count` variants of `incident`, the same for the same seed."""
     out = []
@@ -132,21 +126,22 @@ def variations(incident: Incident, *, seed: int, count: int) -> list[Incident]:
 def _variant(incident: Incident, rng: random.Random, number: int) -> Incident:
     shift = timedelta(days=rng.randint(1, 400), hours=rng.randint(0, 23), minutes=rng.randint(0, 59))
     evidence = set(incident.evidence_lines)
-    variant = _Variant()
+    lines: list[str] = []
+    moved_evidence: list[int] = []
     leak = planted_secret(rng)
     secret_at = rng.randrange(len(incident.logs) + 1)
     noise_at = set(rng.sample(range(len(incident.logs) + 1), k=min(len(incident.logs) + 1, rng.randint(3, 8))))
     for index in range(len(incident.logs) + 1):
         stamp = _stamp_near(incident.logs, index)
         if index in noise_at:
-            variant.lines.append(_shifted(f"{stamp}{rng.choice(NOISE).format(n=rng.randint(1, 999), ms=rng.randint(1, 900))}", shift))
+            lines.append(_shifted(f"{stamp}{rng.choice(NOISE).format(n=rng.randint(1, 999), ms=rng.randint(1, 900))}", shift))
         if index == secret_at:
-            variant.lines.append(_shifted(f"{stamp}{leak.line}", shift))
+            lines.append(_shifted(f"{stamp}{leak.line}", shift))
         if index < len(incident.logs):
-            variant.lines.append(_shifted(incident.logs[index], shift))
+            lines.append(_shifted(incident.logs[index], shift))
             if index + 1 in evidence:
-                variant.evidence.append(len(variant.lines))
-    return replace(incident, logs=tuple(variant.lines), evidence_lines=tuple(variant.evidence),
+                moved_evidence.append(len(lines))
+    return replace(incident, logs=tuple(lines), evidence_lines=tuple(moved_evidence),
                    secrets=incident.secrets + (leak.secret,), variation=number)
 
 

@@ -39,17 +39,10 @@ def _multiline(lines: list[str]) -> str:
     return '"""\n' + "\n".join(_escaped(line) for line in lines) + '\n"""'
 
 
+# What a TOML basic string escapes: a backslash, a quote, and control characters but tab and newline.
+_ESCAPES = {ord("\\"): "\\\\", ord('"'): '\\"',
+            **{code: f"\\u{code:04x}" for code in [*range(0x20), 0x7F] if chr(code) not in "\t\n"}}
+
+
 def _escaped(text: str) -> str:
-    out = []
-    for char in text:
-        if char == "\\":
-            out.append("\\\\")
-        elif char == '"':
-            out.append('\\"')
-        elif char == "\t" or char == "\n":
-            out.append(char)
-        elif ord(char) < 0x20 or ord(char) == 0x7F:
-            out.append(f"\\u{ord(char):04x}")
-        else:
-            out.append(char)
-    return "".join(out)
+    return text.translate(_ESCAPES)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -265,27 +266,36 @@ class _ArgParser:
         return ",]" + closer
 
     # -- grammar -----------------------------------------------------------------------------
-    def parse_members(self, closer: str | None = None) -> dict[str, Any]:
-        closer = closer or self.top_closer
-        out: dict[str, Any] = {}
+    def _parse_items(self, closer: str, read_item: Callable[[], None]) -> None:
+        """Comma-separated items up to `closer` (consumed) or the end; `read_item` reads one."""
         while True:
             self._skip_ws()
             while self._peek() == ",":
                 self.i += 1
                 self._skip_ws()
             if self.i >= len(self.s):
-                return out
+                return
             if self._peek() == closer:
                 self.i += 1
-                return out
+                return
             start = self.i
-            key = self._parse_key(closer)
-            if key is not None:
-                out[key] = self._parse_value(closer)
+            read_item()
             self._skip_to_separator(closer)
             if self.i == start:  # no progress: give up rather than loop (vLLM does the same, §2.2)
                 self.notes.append(NOTE_UNPARSED_ARGS)
-                return out
+                return
+
+    def parse_members(self, closer: str | None = None) -> dict[str, Any]:
+        end = closer or self.top_closer
+        out: dict[str, Any] = {}
+
+        def member() -> None:
+            key = self._parse_key(end)
+            if key is not None:
+                out[key] = self._parse_value(end)
+
+        self._parse_items(end, member)
+        return out
 
     def _parse_key(self, closer: str) -> str | None:
         if self._peek() in ("{", "["):
@@ -337,22 +347,8 @@ class _ArgParser:
 
     def _parse_array(self) -> list[Any]:
         items: list[Any] = []
-        while True:
-            self._skip_ws()
-            while self._peek() == ",":
-                self.i += 1
-                self._skip_ws()
-            if self.i >= len(self.s):
-                return items
-            if self._peek() == "]":
-                self.i += 1
-                return items
-            start = self.i
-            items.append(self._parse_value("]"))
-            self._skip_to_separator("]")
-            if self.i == start:
-                self.notes.append(NOTE_UNPARSED_ARGS)
-                return items
+        self._parse_items("]", lambda: items.append(self._parse_value("]")))
+        return items
 
     def _read_delimited(self) -> str:
         """`<|"|>…<|"|>`: literal content; unclosed (truncated) takes the rest (§2.2)."""

@@ -14,7 +14,6 @@ sent without tools so the model has to answer. No reachable model → `modelless
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
 import logging
 import re
@@ -27,6 +26,7 @@ from agent.llm import proposals as proposal_rules
 from agent.actions import Action, get_action, run_action
 from agent.actions.log_actions import LogDigest
 from agent.actions.registry import first_error, validate_args
+from agent.actions.run_context import RunContext
 from agent.llm.completion_repair import NormalizedTurn, StreamAccumulator, ToolCallRequest, normalize_choice
 from agent.context import Actor, Services
 from agent.digest import estimate_tokens
@@ -62,11 +62,10 @@ class ModelUnavailable(Exception):
 async def run_agent(svc: Services, actor: Actor, mention: MentionInput, sink: ReplySink) -> AgentRun:
     """`svc.redactor` is the run's (agent/actions/model_endpoint.run_redactor): it scrubs the prompt, every
     tool result before the model sees it, and the answer."""
-    svc = dataclasses.replace(svc, material=mention)
     endpoint = await resolve_endpoint(svc, actor)
     if endpoint is None:
         return await modelless.answer(svc, actor, mention, reason=await _no_model_reason(svc, actor))
-    loop = AgentLoop(svc, actor, mention, endpoint, sink)
+    loop = AgentLoop(svc, RunContext(actor, svc.redactor, mention), mention, endpoint, sink)
     try:
         return await loop.run()
     except ModelUnavailable as error:
@@ -87,9 +86,10 @@ async def _no_model_reason(svc: Services, actor: Actor) -> str:
 
 
 class AgentLoop:
-    def __init__(self, svc: Services, actor: Actor, mention: MentionInput, endpoint: ModelEndpoint,
+    def __init__(self, svc: Services, run: RunContext, mention: MentionInput, endpoint: ModelEndpoint,
                  sink: ReplySink) -> None:
-        self.svc, self.actor, self.mention, self.endpoint, self.sink = svc, actor, mention, endpoint, sink
+        self.svc, self.context, self.mention, self.endpoint, self.sink = svc, run, mention, endpoint, sink
+        self.actor, self.redactor = run.actor, run.redactor
         self.config: ModelConfig = svc.model
         self.client = openai_client(endpoint, self.config)
         self.tools = model_tools(svc)
@@ -108,7 +108,7 @@ class AgentLoop:
     async def run(self) -> AgentRun:
         # Digesting spooled attachments reads them from disk: not on the event loop.
         messages, self.cited = await asyncio.to_thread(build_messages, self.mention, user_id=self.actor.user_id,
-                                                       redactor=self.svc.redactor, runbooks=self.svc.runbooks)
+                                                       redactor=self.redactor, runbooks=self.svc.runbooks)
         steps = 0
         answer: str | None = None
         try:
@@ -142,7 +142,7 @@ class AgentLoop:
         finally:
             await self.client.close()
         # A hostile model can echo a secret it saw (or guessed): its words are redacted too.
-        text = self.svc.redactor(answer or "The model returned no answer.")
+        text = self.redactor(answer or "The model returned no answer.")
         text = self._with_citations(text)
         tools = f"; tools: {', '.join(self.tools_run)}" if self.tools_run else ""
         label = f"Answered by {answered_by(self.endpoint, self.fingerprint)} in {steps} step{'s' * (steps != 1)}{tools}."
@@ -228,7 +228,7 @@ class AgentLoop:
         if not action.read_only:
             return await self._propose(action, args)
         try:
-            result = await asyncio.wait_for(run_action(action.name, self.svc, self.actor, args),
+            result = await asyncio.wait_for(run_action(action.name, self.svc, self.context, args),
                                             ACTION_TIMEOUT_SECONDS)
         except asyncio.TimeoutError:
             return f"Error: `{action.name}` did not finish within {ACTION_TIMEOUT_SECONDS:.0f}s."
@@ -253,7 +253,7 @@ class AgentLoop:
         if result.data and len(text) < 400 and action.name not in LOG_TOOLS:
             text += "\n" + json.dumps(result.data, default=str, separators=(",", ":"))
         # Before the model sees it: also the run's literal secrets (a lease key in a log line).
-        text = cap_tokens(self.svc.redactor(text), TOOL_RESULT_TOKENS)
+        text = cap_tokens(self.redactor(text), TOOL_RESULT_TOKENS)
         # Tool output can carry log text: it is data, fenced like the rest.
         return data_block(f"result of {action.name}", text) if action.name in LOG_TOOLS else defuse(text)
 

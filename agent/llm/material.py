@@ -34,8 +34,9 @@ import itertools
 import re
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
-from agent.digest import LineSpool
+from agent.digest import DigestBuilder, LineSpool, mine
 from agent.digest.severity import LEVEL_WORDS
 from agent.redact import redact, redact_lines, redact_stream
 from infra.images import PreparedImage
@@ -72,6 +73,12 @@ class MentionInput:
 
     def thread_lines(self) -> list[str]:
         return [line for s in self.sources if s.name == "thread" for line in s.lines]
+
+    @cached_property
+    def mined(self) -> DigestBuilder:
+        """The logs, mined on first use and kept for the run: the prompt, the model-less summary,
+        summarize_logs and the incident memory each lay out a digest of them at their own budget."""
+        return mine(self.log_lines())
 
     def line_map(self) -> str:
         """`L1-L50 pasted text; L51-L300 file app.log` so citations can be placed."""

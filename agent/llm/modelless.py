@@ -17,7 +17,6 @@ from agent.llm import proposals as proposal_rules
 from agent.actions import get_action, run_action
 from agent.actions.registry import first_error, validate_args
 from agent.context import Actor, Services
-from agent.digest import build_digest
 from agent.llm.intents import Intent, asked_for, classify, provision_details
 from agent.llm.material import MentionInput, images_unread_line, unread_warnings
 from agent.llm.run import AgentRun
@@ -54,7 +53,7 @@ def summarize(mention: MentionInput, runbooks: RunbookLibrary | None = None) -> 
     title, cause and fix, with the lines that match), then the messages the digest ranks first,
     each cited by the lines it occurs on. Routine messages are counted, not cited: a citation is
     a claim that the line matters."""
-    digest = build_digest(mention.log_lines(), budget_tokens=SUMMARY_TOKENS)
+    digest = mention.mined.build(SUMMARY_TOKENS)
     errors = [t for t in digest.ranked if t.severity >= ERROR]
     first = next((t for t in digest.ranked if t.first_error), None) or min(errors, key=lambda t: t.first_line,
                                                                            default=None)

@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from agent.actions import REGISTRY, ActionKind
 from agent.actions.registry import wired_actions
 from agent.context import Services
-from agent.digest import build_digest, estimate_tokens
+from agent.digest import estimate_tokens
 from agent.digest.runbook_links import render_links, runbook_links
 from agent.llm.material import MentionInput
 from agent.redact import redact
@@ -82,7 +82,7 @@ def user_message(mention: MentionInput, *, user_id: str,
     if mention.has_logs:
         from agent.actions.log_actions import lines_worth_citing
 
-        digest = build_digest(mention.log_lines(), budget_tokens=PROMPT_DIGEST_TOKENS)
+        digest = mention.mined.build(PROMPT_DIGEST_TOKENS)
         cite = lines_worth_citing(digest)
         parts.append(data_block(f"log digest; {mention.line_map()}", digest.render()))
         links = runbook_links(digest, runbooks.index() if runbooks is not None else None)

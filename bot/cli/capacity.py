@@ -272,6 +272,7 @@ def _show_channel_cost(settings: Settings, *, team: str, channel: str, as_json: 
 async def _channel_cost_text(settings: Settings, team: str, channel: str) -> str:
     from agent.actions import get_action
     from agent.actions.cost_actions import CostArgs
+    from agent.actions.run_context import RunContext
     from agent.context import Actor
     from bot.wiring import build_services
 
@@ -280,7 +281,7 @@ async def _channel_cost_text(settings: Settings, team: str, channel: str) -> str
         # The operator already holds the Redis credentials: no Slack access rule applies here.
         estimate_cost = get_action("estimate_cost")
         assert estimate_cost is not None, "agent.actions registers estimate_cost"
-        result = await estimate_cost.run(svc, Actor("tpubot-cli", team, channel), CostArgs())
+        result = await estimate_cost.run(svc, RunContext(Actor("tpubot-cli", team, channel), svc.redactor), CostArgs())
         return result.text
     finally:
         await pool.aclose()
