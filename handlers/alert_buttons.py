@@ -6,31 +6,29 @@ old alert never acts on the channel's newer lease: the lease id in the button mu
 
 from __future__ import annotations
 
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_bolt.async_app import AsyncApp
 
 from agent.lease import oncall
 from agent.actions import lease_actions, run_action
 from agent.context import Services
 from handlers import cards
 from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION, parse_button_value
-from handlers.clicks import clicker, on_click, reply_after_ack
+from handlers.clicks import clicker, on_click
 
 GONE = "That alert's TPU is already gone; nothing changed."
 
 
 def register(app: AsyncApp, svc: Services) -> None:
-    async def handle_alert_teardown(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
-        reply_after_ack(context, **await teardown_from_alert(svc, body))
-        await ack()
+    async def handle_alert_teardown(body: dict) -> dict:
+        return await teardown_from_alert(svc, body)
 
-    async def handle_alert_ack(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
+    async def handle_alert_ack(body: dict) -> dict:
         actor = clicker(body)
         lease_id, kind = parse_button_value(body["actions"][0].get("value", ""))
         outcome = await oncall.acknowledge(svc, actor, lease_id, kind)
         visible = outcome.ok and outcome.changed
-        reply_after_ack(context, text=f":white_check_mark: {outcome.text}" if visible else outcome.text,
-                        replace_original=False, response_type="in_channel" if visible else "ephemeral")
-        await ack()
+        return dict(text=f":white_check_mark: {outcome.text}" if visible else outcome.text,
+                    replace_original=False, response_type="in_channel" if visible else "ephemeral")
 
     on_click(app, ALERT_TEARDOWN_ACTION, handle_alert_teardown)
     on_click(app, ALERT_ACK_ACTION, handle_alert_ack)
