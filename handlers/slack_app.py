@@ -26,8 +26,7 @@ log = logging.getLogger(__name__)
 # Each module exposes register(app, svc); adding a surface is one line here.
 LISTENER_MODULES: tuple[str, ...] = (
     "handlers.slash",
-    "handlers.teardown_buttons",
-    "handlers.alert_buttons",
+    "handlers.alerts",
     "handlers.mentions",
     "handlers.proposal_buttons",
     "handlers.app_home",
