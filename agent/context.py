@@ -100,6 +100,20 @@ class AlertSink(Protocol):
     async def notify_admins(self, text: str) -> None: ...
 
 
+class NoAlerts:
+    """The alert sink of a process without a Slack client: it has no channel to post in, so an
+    alert is claimed (once, as everywhere) and goes nowhere."""
+
+    async def post_alert(self, alert: Alert) -> None:
+        return None
+
+    async def post_notice(self, channel: str, text: str, *, thread_ts: str = "") -> None:
+        return None
+
+    async def notify_admins(self, text: str) -> None:
+        return None
+
+
 @dataclass
 class Alerting:
     """What the alerting modules share; built once per process in bot/wiring.py."""
@@ -110,7 +124,7 @@ class Alerting:
     usage: UsageStore
     bench: BenchResults
     prices: PriceTable
-    sink: AlertSink | None = None
+    sink: AlertSink = field(default_factory=NoAlerts)
     admins: tuple[str, ...] = field(default_factory=tuple)
     on_posted: Callable[[Alert], None] | None = None  # e.g. the alerts counter in /metrics
 
@@ -145,7 +159,7 @@ class Services:
     """What every process that acts for a channel uses (web, worker, `tpubot mcp`, the CLI
     commands), built once in bot/wiring.py. Each field is set in every process; what only the
     worker has is in WorkerServices. A backend this deployment lacks is a null object (NoGroups,
-    SilentObserver, NoCloudLogging, NoModelKeys, NoLocalFiles), never None."""
+    SilentObserver, NoAlerts, NoCloudLogging, NoModelKeys, NoLocalFiles), never None."""
 
     leases: LeaseStore
     locks: ChannelLocks
@@ -207,5 +221,5 @@ class WorkerServices(Services):
 
 
 __all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "ChannelUnreachable", "LeaseHook", "LeaseObserver",
-           "ModelConfig", "NoGroups", "Policy", "Services", "SilentObserver",
+           "ModelConfig", "NoAlerts", "NoGroups", "Policy", "Services", "SilentObserver",
            "WorkerServices"]

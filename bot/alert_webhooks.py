@@ -114,16 +114,9 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
 
     async def _read(request: Request, source: Source, secret: str) -> AlertEvent | Response:
         """The authenticated delivery, or the answer that refuses it."""
-        if source == "pagerduty":
-            try:
-                body = await read_capped_body(request, settings.alert_max_body_bytes)
-            except BodyTooLarge:
-                return JSONResponse({"error": f"request body over {settings.alert_max_body_bytes} bytes"}, status_code=413)
-            if not pagerduty_ok(request, body, secret):
-                return _refused(source)
-            return parse_alert("pagerduty", body)
-        if not token_ok(request, secret, query_names=("token",) if source == "alertmanager" else ("auth_token",),
-                        bearer=source == "alertmanager"):
+        if source != "pagerduty" and not token_ok(
+                request, secret, query_names=("token",) if source == "alertmanager" else ("auth_token",),
+                bearer=source == "alertmanager"):
             return _refused(source)
         if source == "alertmanager":
             return await read_alertmanager(request, order, settings.alertmanager_max_group_bytes)
@@ -131,7 +124,9 @@ def alert_webhook_routes(settings: Settings, state: dict[str, Any]) -> list[Rout
             body = await read_capped_body(request, settings.alert_max_body_bytes)
         except BodyTooLarge:
             return JSONResponse({"error": f"request body over {settings.alert_max_body_bytes} bytes"}, status_code=413)
-        return parse_alert("cloud-monitoring", body)
+        if source == "pagerduty" and not pagerduty_ok(request, body, secret):
+            return _refused(source)
+        return parse_alert(source, body)
 
     def _refused(source: Source) -> Response:
         log.info("refused an alert webhook to %s: bad or missing credentials", PATHS[source])

@@ -10,7 +10,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.lease.alerts import alert_kind
 
-from agent.context import Alerting, LeaseHook
+from agent.context import AlertSink, Alerting, LeaseHook, NoAlerts
 
 from agent.policy import AlertPolicy
 from agent.lease.expiry import ExpiryHook
@@ -36,14 +36,16 @@ def alert_policy_from(settings: Settings) -> AlertPolicy:
 
 def alerting_from(settings: Settings, redis: Redis, slack_client: AsyncWebClient | None,
                   metrics: Metrics | None = None) -> Alerting:
-    sink = None
+    sink: AlertSink = NoAlerts()
     if slack_client is not None:
         sink = SlackAlertSink(slack_client, admins=tuple(settings.admins), admin_channel=settings.alert_admin_channel)
     return Alerting(
         policy=alert_policy_from(settings), marks=AlertMarks(redis), oncall=OnCallStore(redis),
         usage=UsageStore(redis), bench=BenchResults(redis), prices=settings.prices, sink=sink,
         admins=tuple(settings.admins),
-        on_posted=(lambda alert: metrics.alerts.labels(alert_kind(alert)).inc()) if metrics else None,
+        # An alert that went nowhere (NoAlerts) is not counted as posted.
+        on_posted=(lambda alert: metrics.alerts.labels(alert_kind(alert)).inc())
+        if metrics and slack_client is not None else None,
     )
 
 

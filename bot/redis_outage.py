@@ -49,7 +49,7 @@ class Reconnecting:
         if not self.failures:
             self.away_since = time.monotonic()
             if self.announce:
-                    self.log.warning("%s: Redis is unreachable (%s: %s); retrying with backoff", self.what,
+                self.log.warning("%s: Redis is unreachable (%s: %s); retrying with backoff", self.what,
                                  type(error).__name__, error)
         self.failures += 1
         return self._backoff.compute(self.failures)

@@ -47,7 +47,3 @@ class SeverityOrder:
         if priority in self.page_severities:
             return f"priority {event.priority or priority}"
         return ""
-
-    def pages(self, event: AlertEvent) -> bool:
-        """Whether the alert's severity (PagerDuty: urgency or priority) asks for the on-call."""
-        return bool(self.page_reason(event))

@@ -1,8 +1,12 @@
-"""Alerts in Slack: Block Kit for alerts and receipts, and the `AlertSink` that posts them.
+"""Alerts in Slack: Block Kit for alerts and receipts, the `AlertSink` that posts them, and the
+alert's buttons: "Tear down now" (into the usual confirm flow) and "Acknowledge".
 
 An alert goes to the channel (mentioning whoever is on call) with unfurls off, and a one-line
 reference goes into the lease's status-card thread. Text that is not ours is escaped; the
 mention tokens are validated ones (agent/lease/oncall.py), so they stay live and page people.
+
+Anyone can click a button in a channel, so the clicker is checked, and a button from an old
+alert never acts on the channel's newer lease: the lease id in the button must match.
 """
 
 from __future__ import annotations
@@ -11,13 +15,17 @@ import logging
 from datetime import datetime, timezone
 from typing import Any, Awaitable, Callable
 
+from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.lease import receipts
+from agent.actions import lease_actions, run_action
+from agent.lease import oncall, receipts
 from agent.lease.alerts import ACK_IDLE
-from agent.context import Alert, Alerting
+from agent.context import Alert, Alerting, Services
+from handlers import cards
 from handlers.cards import duration, escape
+from handlers.clicks import clicker, on_click
 from infra import prices
 from infra.state.leases import Lease
 
@@ -26,13 +34,11 @@ log = logging.getLogger(__name__)
 ALERT_TEARDOWN_ACTION = "alert_teardown"
 ALERT_ACK_ACTION = "alert_ack"
 LATE_MARK = "late"
+GONE = "That alert's TPU is already gone; nothing changed."
 
 
 def _hhmm(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%H:%M UTC")
-
-
-_money = prices.money  # the one way to write an amount (infra/prices.py)
 
 
 def button_value(lease_id: str, ack_kind: str) -> str:
@@ -58,7 +64,7 @@ def alert_message(alert: Alert) -> tuple[str, list[dict]]:
     if lease.deadline:
         context.append(f"deadline {_hhmm(lease.deadline)}")
     if alert.cost_so_far is not None:
-        context.append(f"cost so far {_money(alert.cost_so_far)}")
+        context.append(f"cost so far {prices.money(alert.cost_so_far)}")
     if mentions:
         context.insert(0, f"on call: {mentions}")
     blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": " · ".join(context)[:3000]}]})
@@ -80,8 +86,8 @@ def receipt_text(receipt: receipts.Receipt) -> str:
     hours = receipt.billed_seconds / 3600
     if receipt.usd_per_chip_hour is not None and receipt.cost is not None:
         lines.append(f"TPU time {duration(receipt.billed_seconds)} ({hours:.2f} h) × "
-                     f"{prices.hourly(receipt.usd_per_chip_hour, 'chip-hour')} × {receipt.chips} chip{'s' if receipt.chips != 1 else ''} = *{_money(receipt.cost)}* "
-                     f"({escape(receipt.price_source)}).")
+                     f"{prices.hourly(receipt.usd_per_chip_hour, 'chip-hour')} × {receipt.chips} "
+                     f"chip{'s' if receipt.chips != 1 else ''} = *{prices.money(receipt.cost)}* ({escape(receipt.price_source)}).")
     else:
         lines.append(f"TPU time {duration(receipt.billed_seconds)}; no price in the table for this TPU, "
                      "so no cost (add it to PRICES in tpu.env).")
@@ -92,7 +98,7 @@ def receipt_text(receipt: receipts.Receipt) -> str:
         usage = (f"Served {requests:,} request{'s' if requests != 1 else ''} and {tokens:,} output "
                  f"token{'s' if tokens != 1 else ''}")
         per_m = receipt.usd_per_million_output_tokens
-        lines.append(usage + (f": {_money(per_m)} per million output tokens." if per_m is not None else "."))
+        lines.append(usage + (f": {prices.money(per_m)} per million output tokens." if per_m is not None else "."))
     for ack in receipt.acks:
         what = "the idle warning" if ack.kind == ACK_IDLE else "the deadline warning"
         lines.append(f"<@{ack.user}> acknowledged {what} at {_hhmm(ack.at)}.")
@@ -144,3 +150,33 @@ class SlackAlertSink:
             log.warning("no ADMINS or ADMIN_CHANNEL to tell: %s", text)
         for target in targets:
             await self._client.chat_postMessage(channel=target, text=text, unfurl_links=False, unfurl_media=False)
+
+
+def register(app: AsyncApp, svc: Services) -> None:
+    async def handle_alert_teardown(body: dict) -> dict:
+        return await teardown_from_alert(svc, body)
+
+    async def handle_alert_ack(body: dict) -> dict:
+        actor = clicker(body)
+        lease_id, kind = parse_button_value(body["actions"][0].get("value", ""))
+        outcome = await oncall.acknowledge(svc, actor, lease_id, kind)
+        visible = outcome.ok and outcome.changed
+        return dict(text=f":white_check_mark: {outcome.text}" if visible else outcome.text,
+                    replace_original=False, response_type="in_channel" if visible else "ephemeral")
+
+    on_click(app, ALERT_TEARDOWN_ACTION, handle_alert_teardown)
+    on_click(app, ALERT_ACK_ACTION, handle_alert_ack)
+
+
+async def teardown_from_alert(svc: Services, body: dict) -> dict:
+    """The reply to "Tear down now": the usual confirm card, if the alert's lease is still the channel's."""
+    actor = clicker(body)
+    lease_id, _kind = parse_button_value(body["actions"][0].get("value", ""))
+    lease = await svc.leases.get(actor.team, actor.channel)
+    if lease is None or lease.lease_id != lease_id:
+        return dict(text=GONE, replace_original=False, response_type="ephemeral")
+    result = await run_action(lease_actions.teardown, svc, actor, {})
+    if isinstance(result.payload, lease_actions.TeardownOf) and result.payload.lease:
+        text, blocks = cards.teardown_confirm_card(result.payload.lease)
+        return dict(text=text, blocks=blocks, replace_original=False, response_type="ephemeral")
+    return dict(text=f":no_entry: {result.text}", replace_original=False, response_type="ephemeral")

@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import tempfile
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -61,24 +63,28 @@ async def bench_endpoint(svc: Services, client: AsyncWebClient, job: BenchJob) -
     if best_cells(cells)[1] is not None:
         # A sweep where everything failed must not replace an earlier good measurement.
         await svc.alerting.bench.save(job.team, job.channel, cells)
-    await _upload_chart(client, result, where, job.lease_id)
+    # A chart Slack refuses is said in the thread; the table still follows.
+    await upload_chart(client, partial(write_plots, result), where, filename=f"bench-{job.lease_id}.png",
+                       what="chart", title=f"tpubot bench, lease {job.lease_id}")
     await client.chat_postMessage(**where, text=results_text(result, job.user_id), unfurl_links=False, unfurl_media=False)
     return JobOutcome.ok()
 
 
-async def _upload_chart(client: AsyncWebClient, result: SweepResult, where: dict, lease_id: str) -> None:
-    with tempfile.TemporaryDirectory(prefix="tpubot-bench-") as tmp:
+async def upload_chart(client: AsyncWebClient, draw: Callable[[Path], Path], where: dict, *, filename: str,
+                       what: str, **upload: Any) -> bool:
+    """Draw a chart into `filename` and upload it `where` (a channel, and a thread_ts or not).
+    False when Slack refuses it, said there with why (most often the files:write scope)."""
+    with tempfile.TemporaryDirectory(prefix="tpubot-chart-") as tmp:
         # matplotlib is synchronous and CPU-bound: keep it off the worker's event loop.
-        path = await asyncio.to_thread(write_plots, result, Path(tmp) / f"bench-{lease_id}.png")
-        data = path.read_bytes()
+        data = (await asyncio.to_thread(draw, Path(tmp) / filename)).read_bytes()
     try:
-        await client.files_upload_v2(channel=where["channel"], thread_ts=where.get("thread_ts"), file=data,
-                                     filename=f"bench-{lease_id}.png", title=f"tpubot bench, lease {lease_id}")
+        await client.files_upload_v2(**where, file=data, filename=filename, **upload)
     except SlackApiError as error:
-        # The table still follows; say why the chart is missing (most often the files:write scope).
-        log.warning("bench chart upload failed: %s", error.response.get("error"))
-        await client.chat_postMessage(**where, text=f":warning: Could not upload the chart "
+        log.warning("%s upload failed: %s", filename, error.response.get("error"))
+        await client.chat_postMessage(**where, text=f":warning: Could not upload the {what} "
                                                     f"({error.response.get('error')}; the app needs files:write).")
+        return False
+    return True
 
 
 def results_text(result: SweepResult, user_id: str = "") -> str:

@@ -52,10 +52,6 @@ BOOT_CACHE_NAMES = {
 }
 
 
-def state_name(state: LeaseState) -> str:
-    return state.label
-
-
 def clock(epoch: float) -> str:
     return datetime.fromtimestamp(epoch, tz=timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
 
@@ -65,8 +61,14 @@ def duration(seconds: float) -> str:
     return format_duration(timedelta(seconds=max(0, int(seconds))), parts=2)
 
 
-def _truncate(text: str, limit: int) -> str:
+def truncate(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def fields_section(fields: list[tuple[str, str]]) -> dict:
+    """A section of (name, value) fields, each within Slack's 2,000 characters a field."""
+    return {"type": "section", "fields": [{"type": "mrkdwn", "text": truncate(f"*{name}*\n{value}", 2000)}
+                                          for name, value in fields]}
 
 
 def lease_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]]:
@@ -102,20 +104,13 @@ def lease_fields(lease: Lease, now: float | None = None) -> list[tuple[str, str]
 def status_card(lease: Lease, now: float | None = None) -> tuple[str, list[dict]]:
     state = lease.state
     badge = STATE_BADGES.get(state, state.value)
-    title = _truncate(f"TPU {lease.zone} · {state_name(state)}", 150)
-    fields = lease_fields(lease, now)
-    blocks: list[dict] = [
-        {"type": "header", "text": {"type": "plain_text", "text": title}},
-        {
-            "type": "section",
-            "fields": [{"type": "mrkdwn", "text": _truncate(f"*{name}*\n{value}", 2000)} for name, value in fields[:10]],
-        },
-    ]
+    title = truncate(f"TPU {lease.zone} · {state.label}", 150)
+    blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": title}},
+                          fields_section(lease_fields(lease, now)[:10])]
     if model := model_fields(lease):
-        blocks.append({"type": "section", "fields": [{"type": "mrkdwn", "text": _truncate(f"*{name}*\n{value}", 2000)}
-                                                     for name, value in model]})
+        blocks.append(fields_section(model))
     if lease.detail:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _truncate(detail_text(lease), 3000)}})
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": truncate(detail_text(lease), 3000)}})
     blocks.append({
         "type": "context",
         "elements": [{"type": "mrkdwn", "text": f"lease `{lease.lease_id}` · `/tpu status` · `/tpu down`"}],
@@ -188,8 +183,8 @@ def released_card(lease: Lease, reason: str, by: str = "") -> tuple[str, list[di
     who = f" by <@{by}>" if by else ""
     text = f"TPU {lease.zone} released: {reason}{who}."
     blocks: list[dict] = [
-        {"type": "header", "text": {"type": "plain_text", "text": _truncate(f"TPU {lease.zone} · RELEASED", 150)}},
-        {"type": "section", "text": {"type": "mrkdwn", "text": _truncate(f"{escape(reason)}{who}.", 3000)}},
+        {"type": "header", "text": {"type": "plain_text", "text": truncate(f"TPU {lease.zone} · RELEASED", 150)}},
+        {"type": "section", "text": {"type": "mrkdwn", "text": truncate(f"{escape(reason)}{who}.", 3000)}},
         {"type": "context", "elements": [{"type": "mrkdwn", "text": f"lease `{lease.lease_id}` · QR `{lease.qr_id}`"}]},
     ]
     return text, blocks
@@ -249,7 +244,7 @@ def zones_card(rows: list[dict], order: list[str], now: float | None = None, lim
     first = order[0] if order else None
     summary = (f"`/tpu up` without a zone tries {first} first ({len(order)} zones in play)." if first
                else "`/tpu up` without a zone has no zone to try right now: every zone is skipped or lacks the type.")
-    table = _truncate("\n".join(lines), 2990)
+    table = truncate("\n".join(lines), 2990)
     blocks: list[dict] = [
         {"type": "header", "text": {"type": "plain_text", "text": "Zone scoreboard"}},
         {"type": "section", "text": {"type": "mrkdwn", "text": f"```{table}```"}},
@@ -260,21 +255,21 @@ def zones_card(rows: list[dict], order: list[str], now: float | None = None, lim
 
 
 def notice(text: str) -> tuple[str, list[dict]]:
-    return text, [{"type": "section", "text": {"type": "mrkdwn", "text": _truncate(text, 3000)}}]
+    return text, [{"type": "section", "text": {"type": "mrkdwn", "text": truncate(text, 3000)}}]
 
 
 def runbook_card(query: str, results: list[dict], summary: str) -> tuple[str, list[dict]]:
     """`/tpu runbook …`: one section per runbook section found, its sources and origin under it."""
-    blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": _truncate(f"Runbooks: {query}", 150)}}]
+    blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": truncate(f"Runbooks: {query}", 150)}}]
     for result in results[:10]:
-        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": _truncate(
+        blocks.append({"type": "section", "text": {"type": "mrkdwn", "text": truncate(
             f"*{result['title']}* `{result['cite']}`\n{result['body']}", 3000)}})
         origin = result["origin"]
         # A team file is named, not its path on the bot's disk.
         where = origin if origin == "built-in" else f"from {origin if '://' in origin else origin.rsplit('/', 1)[-1]}"
         sources = ", ".join(f"<{url}>" if url.startswith("http") else url for url in result["sources"][:4])
-        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": _truncate(
+        blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": truncate(
             f"{where}" + (f" · sources: {sources}" if sources else ""), 2000)}]})
     if not results:
         return notice(summary)
-    return _truncate(summary, 3000), blocks
+    return truncate(summary, 3000), blocks

@@ -3,7 +3,6 @@ the channel can click) and the button's opaque value — and how a click is answ
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
@@ -33,52 +32,39 @@ def clicked_value(body: dict) -> str:
 REPLY = "tpubot_reply"
 
 
-def reply_after_ack(context: AsyncBoltContext, **message: object) -> None:
-    """What `send_reply` posts to the click's response_url once the ack is out (respond()'s kwargs)."""
-    context[REPLY] = message
-
-
 async def send_reply(respond: AsyncRespond, context: AsyncBoltContext) -> None:
     message = context.get(REPLY)
     if message:
         await respond(**message)
 
 
-def on_click(app: AsyncApp, action_id: str, handle: Callable[..., Awaitable[None]]) -> None:
-    """Register `handle` (acks after its durable work) with `send_reply` as its lazy listener.
+def on_click(app: AsyncApp, action_id: str, handle: Callable[[dict], Awaitable[dict]]) -> None:
+    """Register `handle` (the click's body → its reply, respond()'s kwargs), acked after its
+    durable work, with `send_reply` as its lazy listener.
 
     A handler that the state store fails (RedisError) is answered with the state-store notice.
     A click whose work overruns the ack budget (the state store in a failover pause) is acked
     empty while the work goes on; its reply is then posted when the work ends (late_answers)."""
-    late_answers: LateAnswers[bool] = LateAnswers()
-    wanted = set(inspect.signature(handle).parameters)
+    late_answers: LateAnswers[dict] = LateAnswers()
+
+    async def reply_to(body: dict) -> dict:
+        try:
+            return await handle(body)
+        except RedisError as error:  # every click's state lives in Redis: one answer when it fails
+            return dict(text=state_store_notice(error), replace_original=False, response_type="ephemeral")
 
     async def handle_within_ack_budget(ack: AsyncAck, body: dict, context: AsyncBoltContext,
                                        respond: AsyncRespond) -> None:
-        offered = {"ack": ack, "body": body, "context": context, "respond": respond}
-
-        async def work() -> bool:
-            try:
-                await handle(**{name: value for name, value in offered.items() if name in wanted})
-            except RedisError as error:  # every click's state lives in Redis: one answer when it fails
-                reply_after_ack(context, text=state_store_notice(error), replace_original=False,
-                                response_type="ephemeral")
-                await ack()
-            return True
-
-        async def reply_late(_: bool) -> None:
-            message = context.get(REPLY)
-            if message and message is not replied_on_time:
-                await respond(**message)
+        async def reply_late(reply: dict) -> None:
+            await respond(**reply)
 
         async def say_it_failed() -> None:
             await respond(text=LATE_FAILURE, replace_original=False, response_type="ephemeral")
 
-        finished = await late_answers.within_budget(work(), reply_late, say_it_failed)
-        # What the context holds now, bolt's lazy send_reply posts; reply_late posts only what comes after.
-        replied_on_time = context.get(REPLY)
-        if not finished:
-            await ack()
+        reply = await late_answers.within_budget(reply_to(body), reply_late, say_it_failed)
+        if reply is not None:
+            context[REPLY] = reply
+        await ack()
 
     handle_within_ack_budget.__name__ = getattr(handle, "__name__", "handle_click")
     app.action(action_id)(ack=handle_within_ack_budget, lazy=[send_reply])

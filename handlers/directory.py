@@ -10,6 +10,8 @@ from redis.asyncio import Redis
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from handlers.notifier import slack_error
+
 log = logging.getLogger(__name__)
 
 
@@ -28,8 +30,7 @@ class SlackGroupDirectory:
             response = await self._client.usergroups_users_list(usergroup=group_id)
         except SlackApiError as error:
             # A group we cannot read grants nothing (fail closed), and is retried after the TTL.
-            reason = error.response.data.get("error") if isinstance(error.response.data, dict) else error.response.status_code
-            log.warning("usergroups.users.list %s failed: %s", group_id, reason)
+            log.warning("usergroups.users.list %s failed: %s", group_id, slack_error(error))
             return frozenset()
         users: list[str] = list(response.get("users", []))
         await self._redis.set(key, json.dumps(users), ex=self._ttl)
@@ -45,8 +46,7 @@ class SlackGroupDirectory:
         try:
             response = await self._client.conversations_info(channel=channel_id)
         except SlackApiError as error:
-            reason = error.response.data.get("error") if isinstance(error.response.data, dict) else error.response.status_code
-            log.info("conversations.info %s failed: %s", channel_id, reason)
+            log.info("conversations.info %s failed: %s", channel_id, slack_error(error))
             return None
         name = (response.get("channel") or {}).get("name")
         if not name:

@@ -9,16 +9,15 @@ import secrets
 import time
 
 from redis.exceptions import RedisError
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.context import Services
 from agent.llm.material import MentionInput, prompt_digest
 from agent.llm.run import AgentRun
-from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
+from handlers.clicks import clicked_value, clicker, on_click
 from handlers.notifier import slack_error
-from handlers.slash import state_store_notice
 from handlers.thread_reply import ThreadReply, answer_text
 from infra.state.feedback import Answer, Vote
 
@@ -68,23 +67,19 @@ async def offer_feedback(svc: Services, client: AsyncWebClient, reply: ThreadRep
 
 
 def register(app: AsyncApp, svc: Services) -> None:
-    async def record(vote: Vote, ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
-        actor = clicker(body)
-        try:
-            text = await record_vote(svc, clicked_value(body), actor.user_id, vote)
-        except RedisError as error:
-            text = state_store_notice(error)
-        reply_after_ack(context, text=text, replace_original=False, response_type="ephemeral")
-        await ack()
+    async def handle_up(body: dict) -> dict:
+        return await reply_to_vote(svc, body, "up")
 
-    async def handle_up(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
-        await record("up", ack, body, context)
-
-    async def handle_down(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
-        await record("down", ack, body, context)
+    async def handle_down(body: dict) -> dict:
+        return await reply_to_vote(svc, body, "down")
 
     on_click(app, FEEDBACK_UP_ACTION, handle_up)
     on_click(app, FEEDBACK_DOWN_ACTION, handle_down)
+
+
+async def reply_to_vote(svc: Services, body: dict, vote: Vote) -> dict:
+    text = await record_vote(svc, clicked_value(body), clicker(body).user_id, vote)
+    return dict(text=text, replace_original=False, response_type="ephemeral")
 
 
 async def record_vote(svc: Services, answer_id: str, user: str, vote: Vote) -> str:

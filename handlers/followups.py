@@ -67,8 +67,8 @@ async def followup_kind(svc: Services, body: dict, event: dict, bot_user_id: str
     thread_ts, ts = str(event.get("thread_ts") or ""), str(event.get("ts") or "")
     if followups is None or not thread_ts or thread_ts == ts or event.get("subtype") not in REPLY_SUBTYPES:
         return ""
-    if not event.get("user") or event.get("bot_id") or (bot_user_id and f"<@{bot_user_id}" in event.get("text", "")):
-        return ""
+    if bot_user_id and f"<@{bot_user_id}" in event.get("text", ""):
+        return ""  # a mention: app_mention answers it
     try:
         age = (time.time() if now is None else now) - float(thread_ts)
     except ValueError:

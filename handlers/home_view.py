@@ -18,10 +18,6 @@ MAX_HOME_BLOCKS = 100  # Slack's limit for Home tabs and modals (messages: 50)
 FIXED_BLOCKS = 4  # header, summary context, divider, and the "… more" context when the list is cut
 
 
-def cut(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def money(usd: float | None) -> str:
     return "—" if usd is None else prices.money(usd)
 
@@ -39,16 +35,14 @@ def lease_section(row: dict, now: float) -> dict:
         state = cards.STATE_BADGES.get(LeaseState(row["state"]), row["state"])
     except ValueError:
         state = cards.escape(row["state"])
-    fields = [
+    return cards.fields_section([
         ("Channel", f"<#{row['channel']}>"),
         ("Holder", f"<@{row['holder']}>"),
         ("State", state),
         ("Zone", cards.escape(row["zone"])),
         ("Deadline", deadline_text(row, now)),
         ("Cost so far", money(row.get("cost_so_far"))),
-    ]
-    return {"type": "section", "fields": [{"type": "mrkdwn", "text": cut(f"*{name}*\n{value}", 2000)}
-                                          for name, value in fields]}
+    ])
 
 
 def spend_blocks(spend: ActionResult | None) -> list[dict]:
@@ -77,7 +71,7 @@ def home_view(leases: ActionResult, zones: tuple[str, list[dict]] | None, now: f
     blocks: list[dict] = [{"type": "header", "text": {"type": "plain_text", "text": "TPUs in this workspace"}}]
     rows = leases.payload.rows if isinstance(leases.payload, LeaseRows) else []
     summary = cards.escape(leases.text) if leases.ok else f":no_entry: {leases.text}"
-    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": cut(
+    blocks.append({"type": "context", "elements": [{"type": "mrkdwn", "text": cards.truncate(
         f"{summary} Updated {cards.clock(now)}. In a channel: `/tpu up`, `/tpu status`, `/tpu down`, `/tpu help`.",
         3000)}]})
     zone_blocks = zones[1] if zones else [{"type": "context", "elements": [

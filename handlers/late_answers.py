@@ -119,3 +119,14 @@ class LateAnswers(Generic[T]):
             await deliver(result)
         except Exception:  # a late answer that cannot be posted is logged; the work itself is done
             log.exception("could not deliver a late answer")
+
+
+async def within_ack_budget(late: LateAnswers[T], work: Awaitable[T], landed_late: Callable[[T], Awaitable[None]], *,
+                            not_done: str) -> T:
+    """An event listener's durable part, against the ack budget. Past it, RedisTimeoutError: Slack
+    gets a 500 and sends the event again, never an ack it has already given up on; the work goes
+    on, and `landed_late` hears when it ends (the retry then finds it done)."""
+    outcome = await late.within_budget(work, landed_late)
+    if outcome is None:
+        raise RedisTimeoutError(f"{not_done} within the ack budget")
+    return outcome

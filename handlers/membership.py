@@ -6,11 +6,10 @@ from __future__ import annotations
 
 import logging
 
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
 from agent.context import Services
-from handlers.late_answers import LateAnswers
+from handlers.late_answers import LateAnswers, within_ack_budget
 
 log = logging.getLogger(__name__)
 
@@ -20,28 +19,25 @@ def register(app: AsyncApp, svc: Services) -> None:
     # (recording membership twice is harmless), never an ack Slack has already given up on.
     recording: LateAnswers[bool] = LateAnswers()
 
-    async def within_ack_budget(body: dict, event: dict, bot_user_id: str, *, member: bool) -> None:
-        async def recorded() -> bool:
-            await record_bot_membership(svc, body, event, bot_user_id, member=member)
-            return True
+    async def recorded_late(_: bool) -> None:
+        log.info("channel membership recorded after its ack budget; Slack's retry records it again")
 
-        async def finished(_: bool) -> None:
-            log.info("channel membership recorded after its ack budget; Slack's retry records it again")
-
-        if await recording.within_budget(recorded(), finished) is None:
-            raise RedisTimeoutError("channel membership was not recorded within the ack budget")
+    async def record(body: dict, event: dict, bot_user_id: str, *, member: bool) -> None:
+        await within_ack_budget(recording, record_bot_membership(svc, body, event, bot_user_id, member=member),
+                                recorded_late, not_done="channel membership was not recorded")
 
     @app.event("member_joined_channel")
     async def bot_joined(body: dict, event: dict, context: AsyncBoltContext) -> None:
-        await within_ack_budget(body, event, context.bot_user_id or "", member=True)
+        await record(body, event, context.bot_user_id or "", member=True)
 
     @app.event("member_left_channel")
     async def bot_left(body: dict, event: dict, context: AsyncBoltContext) -> None:
-        await within_ack_budget(body, event, context.bot_user_id or "", member=False)
+        await record(body, event, context.bot_user_id or "", member=False)
 
 
-async def record_bot_membership(svc: Services, body: dict, event: dict, bot_user_id: str, *, member: bool) -> None:
+async def record_bot_membership(svc: Services, body: dict, event: dict, bot_user_id: str, *, member: bool) -> bool:
     if not event.get("channel") or event.get("user") != bot_user_id:
-        return  # a person joining or leaving changes nothing for the bot
+        return False  # a person joining or leaving changes nothing for the bot
     team = body.get("team_id") or event.get("team", "")
     await svc.membership.record(team, event["channel"], member=member)
+    return True

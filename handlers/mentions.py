@@ -15,15 +15,16 @@ in the job.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
 from redis.exceptions import RedisError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from slack_bolt.async_app import AsyncApp, AsyncBoltContext
+from slack_bolt import BoltResponse
+from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
 from agent.context import Services
 from agent.redact import redact_lines
 from handlers import followups
-from handlers.late_answers import LateAnswers
+from handlers.late_answers import LateAnswers, within_ack_budget
 from handlers.mention_job import ANSWER_JOB, MentionJob, job_id
 
 log = logging.getLogger(__name__)
@@ -34,11 +35,11 @@ MAX_TEXT = 40_000  # Slack's own message limit; anything longer is not a message
 def register(app: AsyncApp, svc: Services) -> None:
     queueing: LateAnswers[int] = LateAnswers()
 
-    @app.event("app_mention")
+    @app.event("app_mention", middleware=[from_a_person])
     async def handle_app_mention(body: dict, event: dict, context: AsyncBoltContext) -> None:
         await accept_mention(svc, queueing, body, event, context.bot_user_id or "")
 
-    @app.event({"type": "message", "subtype": "file_share"})
+    @app.event({"type": "message", "subtype": "file_share"}, middleware=[from_a_person])
     async def handle_file_share(body: dict, event: dict, context: AsyncBoltContext) -> None:
         bot = context.bot_user_id or ""
         if bot and f"<@{bot}" in event.get("text", ""):
@@ -46,11 +47,20 @@ def register(app: AsyncApp, svc: Services) -> None:
         else:
             await accept_followup(svc, queueing, body, event, bot)
 
-    @app.event("message")
+    @app.event("message", middleware=[from_a_person])
     async def handle_other_messages(body: dict, event: dict, context: AsyncBoltContext) -> None:
         # The message.* subscriptions deliver every message: a reply in a thread the bot follows is
         # answered (handlers/followups.py); the rest are acked and dropped.
         await accept_followup(svc, queueing, body, event, context.bot_user_id or "")
+
+
+async def from_a_person(event: dict, ack: AsyncAck, next_: Callable[[], Awaitable[None]]) -> BoltResponse | None:
+    """Listener middleware: a message of another bot (bolt drops only our own), or of no one, is
+    acked and dropped: no one to answer, and two bots could loop."""
+    if not event.get("user") or event.get("bot_id"):
+        return await ack()
+    await next_()
+    return None
 
 
 async def accept_followup(svc: Services, queueing: LateAnswers[int], body: dict, event: dict,
@@ -71,8 +81,6 @@ async def accept_mention(svc: Services, queueing: LateAnswers[int], body: dict, 
     channel, ts = event.get("channel", ""), event.get("ts", "")
     if not channel or not ts:
         return
-    if not event.get("user") or event.get("bot_id"):
-        return  # another bot (bolt drops only our own): no one to answer, and two bots could loop
     files = [{"id": f.get("id"), "name": f.get("name", ""), "mimetype": f.get("mimetype", "")}
              for f in event.get("files") or [] if f.get("id")]
     raw, notes = read_text(event.get("text") or "")
@@ -86,15 +94,9 @@ async def accept_mention(svc: Services, queueing: LateAnswers[int], body: dict, 
               if followup_ack is None else
               svc.jobs.enqueue_first_delivery(followups.FOLLOWUP_JOB, followups.FollowupJob.of(mention, followup_ack),
                                                    job_id=answer_id, markers=seen, marker_ttl=ttl))
-    try:
-        # Markers and job in one atomic step: a delivery is never marked seen without its job.
-        # The worker posts the status line first thing, so the web process makes no Slack call.
-        outcome = await queueing.within_budget(queued, _queued_late)
-        if outcome is None:
-            raise RedisTimeoutError("the answer was not queued within the ack budget")
-    except RedisError:
-        log.error("state store unavailable; mention %s:%s left for Slack to retry", channel, ts)
-        raise
+    # Markers and job in one atomic step: a delivery is never marked seen without its job.
+    # The worker posts the status line first thing, so the web process makes no Slack call.
+    outcome = await within_ack_budget(queueing, queued, _queued_late, not_done="the answer was not queued")
     if outcome == 0 and follow:
         await follow_thread(svc, team, channel, event.get("thread_ts") or ts)
     if outcome > 0:

@@ -7,13 +7,13 @@ anyone in the channel can click, so whoever asked for the card proves nothing.
 
 from __future__ import annotations
 
-from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
+from slack_bolt.async_app import AsyncApp
 
 from agent.llm import proposals
 from agent.context import Services
 from agent.llm.proposals import Proposal
 from handlers import cards
-from handlers.clicks import clicked_value, clicker, on_click, reply_after_ack
+from handlers.clicks import clicked_value, clicker, on_click
 
 PROPOSAL_CONFIRM_ACTION = "proposal_confirm"
 PROPOSAL_DISMISS_ACTION = "proposal_dismiss"
@@ -52,22 +52,17 @@ def proposal_card(proposal: Proposal) -> tuple[str, list[dict]]:
 
 
 def register(app: AsyncApp, svc: Services) -> None:
-    async def handle_proposal_confirm(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
+    async def handle_proposal_confirm(body: dict) -> dict:
         actor = clicker(body)
         outcome = await proposals.confirm(svc, actor, clicked_value(body))
         if outcome.ok:
-            reply_after_ack(context, replace_original=True,
-                            text=f":white_check_mark: <@{actor.user_id}> confirmed. {outcome.message} "
-                                 "The status card shows progress.")
-        else:
-            reply_after_ack(context, text=f":no_entry: {outcome.message}", replace_original=False,
-                            response_type="ephemeral")
-        await ack()
+            return dict(replace_original=True, text=f":white_check_mark: <@{actor.user_id}> confirmed. "
+                                                    f"{outcome.message} The status card shows progress.")
+        return dict(text=f":no_entry: {outcome.message}", replace_original=False, response_type="ephemeral")
 
-    async def handle_proposal_dismiss(ack: AsyncAck, body: dict, context: AsyncBoltContext) -> None:
+    async def handle_proposal_dismiss(body: dict) -> dict:
         outcome = await proposals.dismiss(svc, clicker(body), clicked_value(body))
-        reply_after_ack(context, text=outcome.message, replace_original=outcome.ok)
-        await ack()
+        return dict(text=outcome.message, replace_original=outcome.ok)
 
     on_click(app, PROPOSAL_CONFIRM_ACTION, handle_proposal_confirm)
     on_click(app, PROPOSAL_DISMISS_ACTION, handle_proposal_dismiss)

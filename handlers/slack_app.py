@@ -26,8 +26,7 @@ log = logging.getLogger(__name__)
 # Each module exposes register(app, svc); adding a surface is one line here.
 LISTENER_MODULES: tuple[str, ...] = (
     "handlers.slash",
-    "handlers.teardown_buttons",
-    "handlers.alert_buttons",
+    "handlers.alerts",
     "handlers.mentions",
     "handlers.proposal_buttons",
     "handlers.app_home",
@@ -89,7 +88,7 @@ def build_bolt_app(svc: Services, *, client: AsyncWebClient, signing_secret: str
 
 async def report_listener_error(error: Exception) -> None:
     """bolt answers a listener that raised with a 500 (Slack retries it). A state store that is
-    away is an outage the listener has already reported in one line, not a bug to trace."""
+    away is an outage, said in this one line for every listener, not a bug to trace."""
     if isinstance(error, RedisError):
         log.warning("listener left the request for Slack to retry: state store unavailable (%s: %s)",
                     type(error).__name__, error)

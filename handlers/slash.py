@@ -1,10 +1,11 @@
-"""`/tpu …`: parse, run the subcommand's action inside the ack window, answer ephemerally."""
+"""`/tpu …`: parse, run the subcommand's action inside the ack window, answer ephemerally; and the
+buttons of `/tpu down`'s confirm card (the clicker is re-checked: anyone can click)."""
 
 from __future__ import annotations
 
 import logging
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 from redis.exceptions import RedisError
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncRespond
 
@@ -14,10 +15,12 @@ from agent.actions.registry import Declined, first_error, validate_args
 from agent.actions.lease_actions import PRICED_ZONES_ONLY, AlreadyHeld, ChannelLease, Requested, TeardownOf
 from agent.actions.runbook_actions import RunbookHits
 from agent.actions.zone_actions import ZoneBoard
+from agent.lease import lifecycle
 from agent.lease.budget import MonthSpend
 from agent.context import Actor, Services
 from handlers import cards
 from handlers.ask_job import ASK_JOB, AskJob, ask_job_id
+from handlers.clicks import clicked_value, clicker, on_click
 from handlers.commands import CommandError, ParsedCommand, help_text, parse
 from handlers.late_answers import LATE_FAILURE, LateAnswers, state_store_notice
 
@@ -42,11 +45,26 @@ def register(app: AsyncApp, svc: Services) -> None:
         text, blocks = answer or cards.notice(STILL_WORKING)
         await ack(text=text, blocks=blocks, response_type="ephemeral")
 
+    async def handle_teardown_confirm(body: dict) -> dict:
+        outcome = await lifecycle.confirm_teardown(svc, clicker(body), clicked_value(body))
+        if outcome.ok and outcome.lease is not None:
+            return dict(replace_original=True,
+                        text=f":wastebasket: Tearing down `{outcome.lease.qr_id}`… the status card shows progress.")
+        return dict(text=f":no_entry: {outcome.message}", replace_original=False, response_type="ephemeral")
+
+    async def handle_teardown_cancel(body: dict) -> dict:
+        return dict(text="Kept the TPU; nothing changed.", replace_original=True)
+
+    on_click(app, cards.TEARDOWN_CONFIRM_ACTION, handle_teardown_confirm)
+    on_click(app, cards.TEARDOWN_CANCEL_ACTION, handle_teardown_cancel)
+
 
 async def answer_command(svc: Services, command: dict) -> tuple[str, list[dict]]:
     actor = Actor(user_id=command["user_id"], team=command.get("team_id", ""), channel=command["channel_id"])
     try:
         parsed = parse(command.get("text", ""))
+        if parsed.action is None:
+            return cards.notice(help_text())
         if parsed.queued:
             return await queue_subcommand(svc, actor, parsed, command)
         return await run_subcommand(svc, actor, parsed)
@@ -57,14 +75,22 @@ async def answer_command(svc: Services, command: dict) -> tuple[str, list[dict]]
         return cards.notice(state_store_notice(error))
 
 
-async def queue_subcommand(svc: Services, actor: Actor, parsed: ParsedCommand,
-                           command: dict) -> tuple[str, list[dict]]:
+def validated_args(svc: Services, parsed: ParsedCommand) -> BaseModel:
     action = get_action(parsed.action or "")
     assert action is not None, "the parser yields registered actions only"
     try:
-        args = validate_args(action, parsed.args, svc)
+        return validate_args(action, parsed.args, svc)
     except ValidationError as error:
-        raise CommandError(f"{first_error(error).capitalize()}. Usage: `{parsed.usage}`") from None
+        problem = first_error(error)
+        # Upper-case the first letter only: str.capitalize() would lower-case ids and formats (YYYY-MM,
+        # C0123). A queued subcommand's (`/tpu ask`) problem has always been said capitalize()d.
+        problem = problem.capitalize() if parsed.queued else f"{problem[:1].upper()}{problem[1:]}"
+        raise CommandError(f"{problem}. Usage: `{parsed.usage}`") from None
+
+
+async def queue_subcommand(svc: Services, actor: Actor, parsed: ParsedCommand,
+                           command: dict) -> tuple[str, list[dict]]:
+    args = validated_args(svc, parsed)
     await svc.jobs.enqueue(ASK_JOB, AskJob(team=actor.team, channel=actor.channel, user_id=actor.user_id,
                                                 response_url=command.get("response_url", ""),
                                                 # `images` are local files (MCP, the shell): a Slack command has none
@@ -75,17 +101,7 @@ async def queue_subcommand(svc: Services, actor: Actor, parsed: ParsedCommand,
 
 
 async def run_subcommand(svc: Services, actor: Actor, parsed: ParsedCommand) -> tuple[str, list[dict]]:
-    if parsed.action is None:
-        return cards.notice(help_text())
-    action = get_action(parsed.action)
-    assert action is not None, "the parser yields registered actions only"
-    try:
-        args = validate_args(action, parsed.args, svc)
-    except ValidationError as error:
-        problem = first_error(error)
-        # Upper-case the first letter only: str.capitalize() would lower-case ids and formats (YYYY-MM, C0123).
-        raise CommandError(f"{problem[:1].upper()}{problem[1:]}. Usage: `{parsed.usage}`") from None
-    result = await run_action(parsed.action, svc, actor, args)
+    result = await run_action(parsed.action or "", svc, actor, validated_args(svc, parsed))
     if result.status is ActionStatus.DENIED:
         return cards.notice(f":no_entry: {result.text}")
     return render_result(svc, result)
@@ -115,7 +131,7 @@ def render_result(svc: Services, result: ActionResult) -> tuple[str, list[dict]]
         case AlreadyHeld(lease):
             return cards.notice(
                 f":lock: This channel's TPU is held by <@{lease.holder}> since {cards.clock(lease.created_at)} "
-                f"(lease `{lease.lease_id}`, {cards.state_name(lease.state)}, {lease.zone}). Nothing new was created. "
+                f"(lease `{lease.lease_id}`, {lease.state.label}, {lease.zone}). Nothing new was created. "
                 "See `/tpu status`; the holder or an admin can release it with `/tpu down`."
             )
         case ChannelLease(lease):

@@ -45,8 +45,6 @@ async def post_once(alerting: Alerting, alert: Alert) -> bool:
     ttl = max(0.0, alert.lease.deadline - time.time()) + MARK_TTL_AFTER_DEADLINE
     if not await alerting.marks.claim(alert.lease.lease_id, alert.marker, ttl_seconds=int(ttl)):
         return False
-    if alerting.sink is None:
-        return True
     try:
         await alerting.sink.post_alert(alert)
     except BaseException:

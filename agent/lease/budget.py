@@ -310,11 +310,10 @@ async def _post_once(alerting, subject: str, kind: str, text: str, *, channels: 
         if not await alerting.marks.claim(subject, marker, ttl_seconds=ALERT_MARK_TTL):
             continue
         try:
-            if alerting.sink is not None:
-                if destination == "admins":
-                    await alerting.sink.notify_admins(text)
-                else:
-                    await alerting.sink.post_notice(destination, text)
+            if destination == "admins":
+                await alerting.sink.notify_admins(text)
+            else:
+                await alerting.sink.post_notice(destination, text)
         except BaseException:
             await alerting.marks.unclaim(subject, marker)
             raise

@@ -138,10 +138,9 @@ async def _repair_from_qr(svc: "WorkerServices", report: ReconcileReport, qr: "Q
     if qr.state.is_terminal:
         await svc.tpu.aio.delete_queued_resource(qr.zone, qr.qr_id)
         report.deleted.append(qr.qr_id)
-        if svc.alerting.sink:
-            await svc.alerting.sink.post_notice(
-                channel, f":broom: Deleted leftover queued resource `{qr.qr_id}` in {qr.zone} ({qr.state}): it ran "
-                         "no TPU any more but still held quota.")
+        await svc.alerting.sink.post_notice(
+            channel, f":broom: Deleted leftover queued resource `{qr.qr_id}` in {qr.zone} ({qr.state}): it ran "
+                     "no TPU any more but still held quota.")
         return
     if lease is not None:
         await _tell_admins(svc, report, qr, f":rotating_light: Channel <#{channel}> holds lease `{lease.lease_id}`, but "
@@ -244,5 +243,4 @@ async def _tell_admins(svc: "WorkerServices", report: ReconcileReport, qr: "Queu
     if not await svc.alerting.marks.claim(qr.qr_id, f"admin-{qr.zone}", ttl_seconds=ADMIN_ALERT_TTL):
         return
     report.admin_alerts.append(qr.qr_id)
-    if svc.alerting.sink is not None:
-        await svc.alerting.sink.notify_admins(text)
+    await svc.alerting.sink.notify_admins(text)
