@@ -53,52 +53,14 @@ def _listening(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) == 0
 
 
-def test_dev_runs_serve_and_worker_on_one_redis_and_stops_them_all(tmp_path):
-    secret = secrets.token_hex(16)
-    env = dev_env(secret)
-    port = free_port()
-    dev = subprocess.Popen([str(TPUBOT), "dev", "--port", str(port)], env=env, cwd=tmp_path,
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    output: list[str] = []
-    reader = threading.Thread(target=lambda: output.extend(dev.stdout), daemon=True)
-    reader.start()
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until(lambda: _ready(url), timeout=120, what="the dev web process ready")
-        summary = "".join(output)
-        assert "tpubot serve" in summary and "tpubot worker" in summary
-        redis_port = int(re.search(r"embedded valkey redis://127\.0\.0\.1:(\d+)", summary).group(1))
-        assert "shared" in summary
-        for part in ("TPU API    sandbox", "Logging    sandbox", "Slack API  sandbox", "model      sandbox"):
-            assert part in summary, summary
-        assert secret not in summary
-
-        slack = SlackRequests(f"{url}/slack/events", secret, response_url_factory=sandbox_hooks(summary))
-        try:
-            assert "Requested a v5litepod-1" in slack.slash("up", user="UALICE", channel="C0DEV").text
-            # Only the worker process provisions: ACTIVE here means it shares the web's Redis.
-            wait_until(lambda: "ACTIVE" in slack.slash("status", user="UALICE", channel="C0DEV").text,
-                       timeout=120, interval=0.5, what="the lease ACTIVE")
-            # What the bot posts to the Slack stand-in is printed, as the shell prints it (issue 44: nothing was).
-            assert "What the bot posts to the Slack stand-in is printed here" in summary
-            shown = wait_until(lambda: "".join(output).count("tpubot updated:") and "".join(output), timeout=30,
-                               what="the card's updates printed")
-            assert "[#C0DEV] tpubot posted: == TPU us-west4-a · REQUESTED ==" in shown
-        finally:
-            slack.close()
-    finally:
-        dev.send_signal(signal.SIGTERM)
-        code = dev.wait(timeout=60)
-    assert code == 0
-    assert not _listening(port), "the web process outlived tpubot dev"
-    assert not _listening(redis_port), "the embedded Redis outlived tpubot dev"
-
-
 def _pid(summary: str, name: str) -> int:
     return int(re.search(rf"^\s+{name}\s+tpubot \w+\s+pid (\d+)", summary, re.MULTILINE).group(1))
 
 
-def test_a_killed_child_of_dev_is_restarted_and_the_stack_still_answers(tmp_path):
+def test_dev_runs_serve_and_worker_on_one_redis_restarts_a_killed_child_and_stops_them_all(tmp_path):
+    """One `tpubot dev` for the whole life: started, it provisions through its first worker; each
+    child killed is restarted and the stack still answers (the restarted worker provisions a second
+    channel); SIGTERM then stops every part. (Two runs of `tpubot dev` proved nothing one does not.)"""
     secret = secrets.token_hex(16)
     env = dev_env(secret)
     port = free_port()
@@ -113,21 +75,38 @@ def test_a_killed_child_of_dev_is_restarted_and_the_stack_still_answers(tmp_path
     try:
         wait_until(lambda: _ready(url), timeout=120, what="the dev web process ready")
         summary = "".join(output)
+        assert "tpubot serve" in summary and "tpubot worker" in summary
+        redis_port = int(re.search(r"embedded valkey redis://127\.0\.0\.1:(\d+)", summary).group(1))
+        assert "shared" in summary
+        for part in ("TPU API    sandbox", "Logging    sandbox", "Slack API  sandbox", "model      sandbox"):
+            assert part in summary, summary
+        assert secret not in summary
+
         slack = SlackRequests(f"{url}/slack/events", secret, response_url_factory=sandbox_hooks(summary))
+        assert "Requested a v5litepod-1" in slack.slash("up", user="UALICE", channel="C0DEV").text
+        # Only the worker process provisions: ACTIVE here means it shares the web's Redis.
+        wait_until(lambda: "ACTIVE" in slack.slash("status", user="UALICE", channel="C0DEV").text,
+                   timeout=120, interval=0.5, what="the lease ACTIVE")
+        # What the bot posts to the Slack stand-in is printed, as the shell prints it (issue 44: nothing was).
+        assert "What the bot posts to the Slack stand-in is printed here" in summary
+        shown = wait_until(lambda: "".join(output).count("tpubot updated:") and "".join(output), timeout=30,
+                           what="the card's updates printed")
+        assert "[#C0DEV] tpubot posted: == TPU us-west4-a · REQUESTED ==" in shown
+
         os.kill(_pid(summary, "worker"), signal.SIGKILL)
         wait_until(lambda: any("tpubot dev: worker restarted" in line for line in errors), timeout=30,
                    what="the worker restarted")
         assert any("tpubot dev: worker exited (-9)" in line and "restarting it in" in line for line in errors)
         # Only a worker provisions: ACTIVE means the restarted one runs jobs.
-        assert "Requested a v5litepod-1" in slack.slash("up", user="UALICE", channel="C0DEV").text
-        wait_until(lambda: "ACTIVE" in slack.slash("status", user="UALICE", channel="C0DEV").text,
+        assert "Requested a v5litepod-1" in slack.slash("up", user="UALICE", channel="C0DEV2").text
+        wait_until(lambda: "ACTIVE" in slack.slash("status", user="UALICE", channel="C0DEV2").text,
                    timeout=120, interval=0.5, what="the lease ACTIVE")
 
         os.kill(_pid(summary, "web"), signal.SIGKILL)
         wait_until(lambda: any("tpubot dev: web restarted" in line for line in errors), timeout=30,
                    what="the web process restarted")
         wait_until(lambda: _ready(url), timeout=120, what="the restarted web process ready")
-        assert "ACTIVE" in slack.slash("status", user="UALICE", channel="C0DEV").text
+        assert "ACTIVE" in slack.slash("status", user="UALICE", channel="C0DEV2").text
         assert dev.poll() is None
     finally:
         if slack is not None:
@@ -136,6 +115,7 @@ def test_a_killed_child_of_dev_is_restarted_and_the_stack_still_answers(tmp_path
         code = dev.wait(timeout=60)
     assert code == 0
     assert not _listening(port), "the web process outlived tpubot dev"
+    assert not _listening(redis_port), "the embedded Redis outlived tpubot dev"
 
 
 def test_a_child_that_dies_as_it_starts_is_given_up_on_with_one_line():

@@ -41,7 +41,8 @@ CASES = [
     (["cost", "--channel", "C0COST", "--team", "T0COST"], {"REDIS_URL": dead_redis()},
      ["cannot reach Redis at REDIS_URL=", "start it"]),
     (["shell"], {"REDIS_URL": dead_redis()}, ["cannot reach Redis at REDIS_URL=", "start it"]),
-    (["worker"], {"REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "1s", "TPU_API_ENDPOINT": "http://127.0.0.1:9"},
+    # REDIS_STARTUP_WAIT 0.5 s: the wait still retries (its backoff starts at 0.2 s) and the line names no wait.
+    (["worker"], {"REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "0.5s", "TPU_API_ENDPOINT": "http://127.0.0.1:9"},
      ["cannot reach Redis at REDIS_URL="]),
     # Nothing configured: not a call to Google's TPU API for the sandbox project (serve and socket refuse too).
     (["worker"], {}, ["GCP_PROJECT is not set", "set GCP_PROJECT to your project id", "tpubot dev"]),
@@ -71,7 +72,7 @@ CASES = [
     (["config"], {"TPU_LABELS": '{"team": "ML Ops"}'}, ["the value 'ML Ops' holds 'M'", "write 'ml-ops'"]),
     (["config"], {"TPU_LABELS": '{"managed-by": "me"}'}, ["the key 'managed-by' is one of the bot's own"]),
     (["config"], {"GCP_PROJECT": "My Project"}, ["GCP_PROJECT=My Project is not a project id", "gcloud projects list"]),
-    (["serve"], {**SLACK, "REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "1s"}, ["cannot reach Redis at REDIS_URL=",
+    (["serve"], {**SLACK, "REDIS_URL": dead_redis(), "REDIS_STARTUP_WAIT": "0.5s"}, ["cannot reach Redis at REDIS_URL=",
                                                                                   "start it"]),
     # A zone typo is refused before it can reach the TPU API (and jam a channel).
     (["config"], {"TPU_ZONE": "us-west4a"}, ["TPU_ZONE=us-west4a is not a zone name", "write us-west4-a"]),
