@@ -60,7 +60,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from infra.gcs_location import DUAL_REGIONS
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: F401  (the ids Google uses)
-from infra.sandbox.http_server import ServerThread
+from infra.sandbox.http_server import LazyServed, handler_class, read_body, reply
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api, proto_api
 from infra.sandbox.iam import BOT, Iam, PolicyError
 
@@ -81,7 +81,9 @@ _ACCOUNTS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/serviceAccounts(?:/(?P
 _ACCOUNT_ID = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])")
 
 
-class GcpProjectSandbox:
+class GcpProjectSandbox(LazyServed):
+    _what = "GCP project sandbox"
+
     def __init__(
         self,
         project: str = "tpubot-sandbox",
@@ -130,32 +132,27 @@ class GcpProjectSandbox:
         # (method, path, caller): every request and who made it (the bot, or a VM's service account)
         self.requests: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
-        self._host, self._port = host, port
-        self._http: ServerThread | None = None
+        self._address = (host, port)
+        self._http = None
 
-    # --- lifecycle --------------------------------------------------------------------------
-    def start(self) -> str:
-        if self._http is None:
-            self._http = ServerThread((self._host, self._port), _handler_for(self), "gcp-project-sandbox").start()
-        return self.base_url
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return handler_class(self._serve_http)
 
-    def stop(self) -> None:
-        if self._http is not None:
-            self._http.stop()
-            self._http = None
-
-    def __enter__(self) -> "GcpProjectSandbox":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        if self._http is None:
-            raise RuntimeError("the GCP project sandbox is not running; call start() first")
-        return self._http.root
+    def _serve_http(self, http: BaseHTTPRequestHandler) -> None:
+        raw = read_body(http)
+        headers = {key.lower(): value for key, value in http.headers.items()}
+        if _UPLOAD.match(urlsplit(http.path).path):
+            status, payload = self.handle(http.command, http.path, headers, raw)
+        else:
+            try:
+                body = json.loads(raw) if raw.strip() else None
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                status, payload = _google_error(400, f"Invalid JSON payload received. {exc}")
+            else:
+                status, payload = self.handle(http.command, http.path, headers, body)
+        media = isinstance(payload, bytes)
+        reply(http, status, payload if media else json.dumps(payload).encode(),
+              "application/octet-stream" if media else "application/json; charset=UTF-8")
 
     @property
     def denied(self) -> set[str]:
@@ -661,41 +658,6 @@ class GcpProjectSandbox:
         data = value.encode()
         return 200, {"name": f"{name}/versions/1",
                      "payload": {"data": base64.b64encode(data).decode(), "dataCrc32c": str(crc32c(data))}}
-
-
-def _handler_for(sandbox: GcpProjectSandbox) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        timeout = 30
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            headers = {key.lower(): value for key, value in self.headers.items()}
-            body: Any
-            if _UPLOAD.match(urlsplit(self.path).path):
-                status, payload = sandbox.handle(self.command, self.path, headers, raw)
-            else:
-                try:
-                    body = json.loads(raw) if raw.strip() else None
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    status, payload = _google_error(400, f"Invalid JSON payload received. {exc}")
-                else:
-                    status, payload = sandbox.handle(self.command, self.path, headers, body)
-            media = isinstance(payload, bytes)
-            data = payload if media else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/octet-stream" if media else "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            pass
-
-    return Handler
 
 
 _STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",

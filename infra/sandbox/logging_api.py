@@ -25,7 +25,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from infra.sandbox.http_server import ServerThread
+from infra.sandbox.http_server import ServerThread, handler_class, read_body, reply
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
 
 SEVERITY_NUMBERS = {
@@ -136,24 +136,8 @@ class LoggingEmulator:
         return self._http.root
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> LoggingEmulator:
-        emulator = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server naming)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b"{}"
-                status, body = emulator.handle(self.path, raw)
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                return
-
-        self._http = ServerThread((host, port), Handler, "logging-emulator").start()
+        handler = handler_class(self._serve_http, ("POST",), timeout=None, protocol="HTTP/1.0")
+        self._http = ServerThread((host, port), handler, "logging-emulator").start()
         return self
 
     def stop(self) -> None:
@@ -168,6 +152,10 @@ class LoggingEmulator:
         self.stop()
 
     # --- the API ---
+    def _serve_http(self, http: BaseHTTPRequestHandler) -> None:
+        status, body = self.handle(http.path, read_body(http))
+        reply(http, status, json.dumps(body).encode(), "application/json; charset=UTF-8")
+
     @property
     def strict(self) -> bool:
         return self.api is not None

@@ -62,7 +62,7 @@ from urllib.parse import parse_qs, urlsplit
 from google.cloud import tpu_v2
 from google.protobuf import json_format
 
-from infra.sandbox.http_server import ServerThread
+from infra.sandbox.http_server import LazyServed, handler_class, read_body, reply
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
 from infra.sandbox.iam import Iam
 
@@ -196,8 +196,10 @@ class _Phase(NamedTuple):
     node_visible: bool
 
 
-class TpuSandbox:
+class TpuSandbox(LazyServed):
     """The emulator and its Python control surface for tests and the bot's in-process mode."""
+
+    _what = "TPU sandbox"
 
     def __init__(
         self,
@@ -238,8 +240,8 @@ class TpuSandbox:
         self._clock_offset = 0.0
         self._node_numbers = itertools.count(2)
         self._injected: list[tuple[int, str, str | None]] = []  # (http status, message, path substring)
-        self._host, self._port = host, port
-        self._http: ServerThread | None = None
+        self._address = (host, port)
+        self._http = None
         # Google's discovery documents for both versions (None without google-api-python-client: lenient).
         self.apis: dict[str, DiscoveryApi | None] = {
             "v2": load_api("tpu.v2", "google.cloud.tpu.v2"),
@@ -254,30 +256,19 @@ class TpuSandbox:
     def strict(self) -> bool:
         return all(api is not None for api in self.apis.values())
 
-    # --- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> str:
-        """Start serving on a background thread; returns the base URL (`http://127.0.0.1:PORT`)."""
-        if self._http is None:
-            self._http = ServerThread((self._host, self._port), _handler_for(self), "tpu-sandbox").start()
-        return self.base_url
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return handler_class(self._serve_http, ("GET", "POST", "DELETE", "PATCH"))
 
-    def stop(self) -> None:
-        if self._http is not None:
-            self._http.stop()
-            self._http = None
-
-    def __enter__(self) -> "TpuSandbox":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        if self._http is None:
-            raise RuntimeError("the TPU sandbox is not running; call start() first")
-        return self._http.root
+    def _serve_http(self, http: BaseHTTPRequestHandler) -> None:
+        raw = read_body(http)
+        try:
+            body = json.loads(raw) if raw.strip() else None
+        except json.JSONDecodeError as exc:
+            status, payload = 400, _ApiError(400, f"Invalid JSON payload received. {exc}").body()
+        else:
+            authorization = http.headers.get("Authorization") or ""
+            status, payload = self.handle(http.command, http.path, body, authorization)
+        reply(http, status, json.dumps(payload, indent=2).encode(), "application/json; charset=UTF-8")
 
     # --- control surface ---------------------------------------------------------------------
     def now(self) -> float:
@@ -836,36 +827,6 @@ class TpuSandbox:
         qr = self._qrs.get((op.zone, op.qr_id))
         if qr is not None and op.verb == "create":
             op.snapshot = self._qr_json(qr, now)
-
-
-def _handler_for(sandbox: TpuSandbox) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: the google clients reuse connections
-        timeout = 30  # an idle keep-alive connection frees its thread after this long
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body = json.loads(raw) if raw.strip() else None
-            except json.JSONDecodeError as exc:
-                status, payload = 400, _ApiError(400, f"Invalid JSON payload received. {exc}").body()
-            else:
-                status, payload = sandbox.handle(self.command, self.path, body,
-                                                 self.headers.get("Authorization") or "")
-            data = json.dumps(payload, indent=2).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_DELETE = do_PATCH = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            pass  # tests record requests in `sandbox.requests`; stderr noise helps nobody
-
-    return Handler
 
 
 # --- helpers -------------------------------------------------------------------------------------
