@@ -62,6 +62,7 @@ from infra.gcs_location import DUAL_REGIONS
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: F401  (the ids Google uses)
 from infra.sandbox.http_server import LazyServed, handler_class, read_body, reply
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api, proto_api
+from infra.sandbox.google_errors import error_body, error_info, legacy_error, resource_info
 from infra.sandbox.iam import BOT, Iam, PolicyError
 
 _COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<rest>.*))?$")
@@ -173,7 +174,7 @@ class GcpProjectSandbox(LazyServed):
         if principal is None:
             return _google_error(401, "Request had invalid authentication credentials. Expected OAuth 2 access token, "
                                       "login cookie or other valid authentication credential. See https://developers."
-                                      "google.com/identity/sign-in/web/devconsole-project.")
+                                      "google.com/identity/sign-in/web/devconsole-project.", "UNAUTHENTICATED")
         upload = _UPLOAD.match(url.path)
         api_name = _api_of(url.path)
         api = self.apis[api_name]
@@ -186,11 +187,9 @@ class GcpProjectSandbox(LazyServed):
             except RequestRejected as rejected:
                 with self._lock:
                     self.rejected.append(rejected)
-                status, payload = 400, rejected.google_error()
                 if api_name in ("compute", "storage"):  # both add their legacy errors[] list
-                    payload["error"]["errors"] = [{"message": rejected.message, "domain": "global",
-                                                   "reason": "invalid"}]
-                return status, payload
+                    return _with_errors((400, rejected.google_error()), "invalid")
+                return 400, rejected.google_error()
         status, payload = self._route(method, url.path, query, principal, body)
         if api is not None and checked is not None and status == 200 and isinstance(payload, dict) \
                 and (query.get("alt") or ["json"])[0] != "media":
@@ -252,9 +251,8 @@ class GcpProjectSandbox(LazyServed):
         service = permission.split(".", 1)[0]
         message = f"Permission '{permission}' denied on resource '//{service}.googleapis.com/{resource}' (or it may " \
                   "not exist)."
-        return 403, {"error": {"code": 403, "message": message, "status": "PERMISSION_DENIED", "details": [
-            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-             "domain": f"{service}.googleapis.com", "metadata": {"permission": permission, "resource": resource}}]}}
+        return 403, error_body(403, message, details=[error_info("IAM_PERMISSION_DENIED", f"{service}.googleapis.com",
+                                                                 permission=permission, resource=resource)])
 
     def _secret_resource(self, secret: str) -> str:
         """The IAM resource of a secret, by project id (a request may name the project by number)."""
@@ -313,7 +311,7 @@ class GcpProjectSandbox(LazyServed):
             return _google_error(400, "Checksum mismatch: the payload's dataCrc32c does not match its data.")
         with self._lock:
             if secret not in self.secrets:
-                return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
+                return self._no_secret(secret)
             self.secrets[secret] = data.decode()
         return 200, {"name": f"projects/{self.project_number}/secrets/{secret}/versions/1",
                      "createTime": "2026-01-01T00:00:00Z", "state": "ENABLED"}
@@ -323,11 +321,14 @@ class GcpProjectSandbox(LazyServed):
             return denied
         with self._lock:
             if self.secrets.pop(secret, "missing") == "missing":
-                return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
+                return self._no_secret(secret)
             self.secret_labels.pop(secret, None)
             self.secret_created.pop(secret, None)
         self.iam.forget(self._secret_resource(secret))
         return 200, {}
+
+    def _no_secret(self, secret: str) -> tuple[int, dict]:
+        return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
 
     def _secret_json(self, secret: str) -> dict:
         body = {"name": f"projects/{self.project_number}/secrets/{secret}", "replication": {"automatic": {}},
@@ -346,7 +347,7 @@ class GcpProjectSandbox(LazyServed):
             return denied
         with self._lock:
             if secret not in self.secrets:
-                return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
+                return self._no_secret(secret)
         return self._policy(verb, resource, body)
 
     def _policy(self, verb: str, resource: str, body: dict) -> tuple[int, dict]:
@@ -377,10 +378,9 @@ class GcpProjectSandbox(LazyServed):
             return _google_error(405, f"Method {method} is not supported on serviceAccounts/{email}.")
         if not self.iam.allows(principal, permission, resource):
             # IAM's own wording: the resource is not named, as it may not exist.
-            return 403, {"error": {"code": 403, "status": "PERMISSION_DENIED", "message": (
-                f"Permission '{permission}' denied on resource (or it may not exist)."), "details": [
-                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-                 "domain": "iam.googleapis.com", "metadata": {"permission": permission}}]}}
+            return 403, error_body(403, f"Permission '{permission}' denied on resource (or it may not exist).",
+                                   details=[error_info("IAM_PERMISSION_DENIED", "iam.googleapis.com",
+                                                       permission=permission)])
         if not self.iam.account_exists(email):
             return _google_error(404, "Unknown service account")
         if verb is None:
@@ -398,9 +398,7 @@ class GcpProjectSandbox(LazyServed):
         with self._lock:
             if self.iam.account_exists(email):
                 message = f"Service account {account_id} already exists within project projects/{self.project}."
-                return 409, {"error": {"code": 409, "message": message, "status": "ALREADY_EXISTS", "details": [
-                    {"@type": "type.googleapis.com/google.rpc.ResourceInfo",
-                     "resourceName": self.iam.account_resource(email)}]}}
+                return 409, error_body(409, message, details=[resource_info(self.iam.account_resource(email))])
             given = body.get("serviceAccount") or {}
             self.account_fields[email] = {k: str(given[k]) for k in ("displayName", "description") if given.get(k)}
             self.iam.add_account(email)
@@ -441,28 +439,21 @@ class GcpProjectSandbox(LazyServed):
             return 200, {"permissions": held} if held else {}
         if denied := self._deny(f"resourcemanager.projects.{verb}", f"projects/{self.project}", principal):
             return denied
-        if verb == "getIamPolicy":
-            return 200, self.iam.policy(self.iam.project_resource).to_json()
-        try:
-            return 200, self.iam.set_policy(self.iam.project_resource, body.get("policy") or {}).to_json()
-        except PolicyError as error:
-            return _google_error(error.code, error.message, error.status)
+        return self._policy(verb, self.iam.project_resource, body)
 
     def _compute(self, project: str, rest: str, query: dict, principal: str) -> tuple[int, dict]:
         if rest == "global/firewalls":
             if denied := self._deny("compute.firewalls.list", f"projects/{project}", principal):
-                denied[1]["error"]["errors"] = [{"message": denied[1]["error"]["message"], "domain": "global",
-                                                 "reason": "forbidden"}]
-                return denied
+                return _with_errors(denied, "forbidden")
         if project != self.project:
-            return _compute_error(404, f"The resource 'projects/{project}' was not found", "notFound")
+            return _legacy_error(404, f"The resource 'projects/{project}' was not found", "notFound")
         if not rest:
             return 200, {"kind": "compute#project", "id": str(self.project_number), "name": project,
                          "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}"}
         if match := re.fullmatch(r"global/networks/([^/]+)", rest):
             name = match[1]
             if name not in self.networks:
-                return _compute_error(404, f"The resource 'projects/{project}/global/networks/{name}' was not found",
+                return _legacy_error(404, f"The resource 'projects/{project}/global/networks/{name}' was not found",
                                       "notFound")
             return 200, {"kind": "compute#network", "name": name, "autoCreateSubnetworks": True,
                          "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{name}"}
@@ -470,7 +461,7 @@ class GcpProjectSandbox(LazyServed):
             region, name = match[1], match[2]
             # An auto-mode network has a subnetwork named after it in every region.
             if name not in self.subnetworks.get(region, set()) and name not in self.networks:
-                return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/subnetworks/{name}' "
+                return _legacy_error(404, f"The resource 'projects/{project}/regions/{region}/subnetworks/{name}' "
                                            "was not found", "notFound")
             network = name if name in self.networks else "default"
             return 200, {"kind": "compute#subnetwork", "name": name, "region": region,
@@ -482,21 +473,19 @@ class GcpProjectSandbox(LazyServed):
             return 200, {"kind": "compute#firewallList", "id": f"projects/{project}/global/firewalls",
                          "items": [self._firewall_json(project, rule) for rule in self.firewalls],
                          "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/firewalls"}
-        return _compute_error(404, f"The resource 'projects/{project}/{rest}' was not found", "notFound")
+        return _legacy_error(404, f"The resource 'projects/{project}/{rest}' was not found", "notFound")
 
     def _routers(self, project: str, region: str, router: str | None, principal: str) -> tuple[int, dict]:
         if denied := self._deny("compute.routers.get" if router else "compute.routers.list", f"projects/{project}",
                                 principal):
-            denied[1]["error"]["errors"] = [{"message": denied[1]["error"]["message"], "domain": "global",
-                                             "reason": "forbidden"}]
-            return denied
+            return _with_errors(denied, "forbidden")
         base = f"https://www.googleapis.com/compute/v1/projects/{project}/regions/{region}/routers"
         found = [self._router_json(project, index, r) for index, r in enumerate(self.routers)
                  if r.get("region") == region]
         if router is not None:
             match = next((r for r in found if r["name"] == router), None)
             if match is None:
-                return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/routers/{router}' "
+                return _legacy_error(404, f"The resource 'projects/{project}/regions/{region}/routers/{router}' "
                                            "was not found", "notFound")
             return 200, match
         body: dict[str, Any] = {"kind": "compute#routerList", "id": f"projects/{project}/regions/{region}/routers",
@@ -520,17 +509,14 @@ class GcpProjectSandbox(LazyServed):
             return None
         message = (f"{self.iam.email(principal)} does not have {permission} access to the Google Cloud Storage "
                    f"{what}. Permission '{permission}' denied on resource (or it may not exist).")
-        return 403, {"error": {"code": 403, "message": message,
-                               "errors": [{"message": message, "domain": "global", "reason": "forbidden"}]}}
+        return _legacy_error(403, message, "forbidden")
 
     def _bucket(self, bucket: str, principal: str) -> tuple[int, dict]:
         if denied := self._storage_denied("storage.buckets.get", bucket, principal, "bucket"):
             return denied
         location = self.buckets.get(bucket)
         if location is None:
-            message = "The specified bucket does not exist."
-            return 404, {"error": {"code": 404, "message": message,
-                                   "errors": [{"message": message, "domain": "global", "reason": "notFound"}]}}
+            return _legacy_error(404, "The specified bucket does not exist.", "notFound")
         kind = _LOCATION_TYPES.get(location.upper(), "region")
         return 200, {"kind": "storage#bucket", "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}",
                      "id": bucket, "name": bucket, "projectNumber": str(self.project_number), "metageneration": "1",
@@ -556,7 +542,7 @@ class GcpProjectSandbox(LazyServed):
         from urllib.parse import unquote
 
         if bucket not in self.buckets:
-            return _storage_error(404, "The specified bucket does not exist.", "notFound")
+            return _legacy_error(404, "The specified bucket does not exist.", "notFound")
         if name is None:
             if denied := self._storage_denied("storage.objects.list", bucket, principal, "bucket"):
                 return denied
@@ -571,19 +557,19 @@ class GcpProjectSandbox(LazyServed):
         with self._lock:
             data = self.objects[bucket].get(name)
         if data is None:
-            return _storage_error(404, f"No such object: {bucket}/{name}", "notFound")
+            return _legacy_error(404, f"No such object: {bucket}/{name}", "notFound")
         return (200, data) if (query.get("alt") or ["json"])[0] == "media" else (200, self._object_json(bucket, name, data))
 
     def _upload(self, bucket: str, query: dict, principal: str, data: bytes) -> tuple[int, dict]:
         """objects.insert, simple media upload: `?uploadType=media&name=NAME`, the bytes as the body."""
         if bucket not in self.buckets:
-            return _storage_error(404, "The specified bucket does not exist.", "notFound")
+            return _legacy_error(404, "The specified bucket does not exist.", "notFound")
         if (query.get("uploadType") or [""])[0] != "media":
-            return _storage_error(400, "Upload requests must include an uploadType URL parameter and a URL path "
+            return _legacy_error(400, "Upload requests must include an uploadType URL parameter and a URL path "
                                        "beginning with /upload/", "invalid")
         name = (query.get("name") or [""])[0]
         if not name:
-            return _storage_error(400, "Required", "required")
+            return _legacy_error(400, "Required", "required")
         if denied := self._storage_denied("storage.objects.create", bucket, principal, "object"):
             return denied
         with self._lock:
@@ -593,7 +579,7 @@ class GcpProjectSandbox(LazyServed):
     def _bucket_iam(self, method: str, bucket: str, principal: str, body: dict) -> tuple[int, dict]:
         """buckets.getIamPolicy (GET b/B/iam) and buckets.setIamPolicy (PUT b/B/iam, the policy as the body)."""
         if bucket not in self.buckets:
-            return _storage_error(404, "The specified bucket does not exist.", "notFound")
+            return _legacy_error(404, "The specified bucket does not exist.", "notFound")
         permission = {"GET": "storage.buckets.getIamPolicy", "PUT": "storage.buckets.setIamPolicy"}.get(method)
         if permission is None:
             return _google_error(405, f"Method {method} is not supported on b/{bucket}/iam.")
@@ -603,7 +589,7 @@ class GcpProjectSandbox(LazyServed):
         try:
             policy = self.iam.policy(resource) if method == "GET" else self.iam.set_policy(resource, body)
         except PolicyError as error:
-            return _storage_error(error.code, error.message, "invalid" if error.code == 400 else "conflict")
+            return _legacy_error(error.code, error.message, "invalid" if error.code == 400 else "conflict")
         return 200, {"kind": "storage#policy", "resourceId": resource, **policy.to_json()}
 
     def _firewall_json(self, project: str, rule: Mapping[str, Any]) -> dict:
@@ -660,10 +646,6 @@ class GcpProjectSandbox(LazyServed):
                      "payload": {"data": base64.b64encode(data).decode(), "dataCrc32c": str(crc32c(data))}}
 
 
-_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-           405: "UNIMPLEMENTED", 409: "ALREADY_EXISTS", 500: "INTERNAL"}
-
-
 # Storage's locationType of the multi- and dual-regions the sandbox knows (infra/gcs_location.py).
 _LOCATION_TYPES = {"US": "multi-region", "EU": "multi-region", "ASIA": "multi-region",
                    **{name: "dual-region" for name in DUAL_REGIONS}}
@@ -679,11 +661,6 @@ def _api_of(path: str) -> str:
     if _ACCOUNTS.match(path):
         return "iam"
     return "quotas" if "/quotaInfos" in path else "secretmanager"
-
-
-def _storage_error(code: int, message: str, reason: str) -> tuple[int, dict]:
-    return code, {"error": {"code": code, "message": message,
-                            "errors": [{"message": message, "domain": "global", "reason": reason}]}}
 
 
 def _quotas_api() -> DiscoveryApi | None:
@@ -702,13 +679,18 @@ def _quotas_api() -> DiscoveryApi | None:
 
 
 def _google_error(code: int, message: str, status: str = "") -> tuple[int, dict]:
-    """Google's error body; `status` where one HTTP code has several (409: ALREADY_EXISTS or ABORTED)."""
-    return code, {"error": {"code": code, "message": message, "status": status or _STATUS.get(code, "UNKNOWN")}}
+    return code, error_body(code, message, status)
 
 
-def _compute_error(code: int, message: str, reason: str) -> tuple[int, dict]:
-    return code, {"error": {"code": code, "message": message,
-                            "errors": [{"message": message, "domain": "global", "reason": reason}]}}
+def _legacy_error(code: int, message: str, reason: str) -> tuple[int, dict]:
+    """Compute Engine's and Cloud Storage's error shape."""
+    return code, legacy_error(code, message, reason)
+
+
+def _with_errors(answer: tuple[int, dict], reason: str) -> tuple[int, dict]:
+    """A Google error with the legacy `errors[]` list Compute Engine and Cloud Storage add to it."""
+    answer[1]["error"]["errors"] = [{"message": answer[1]["error"]["message"], "domain": "global", "reason": reason}]
+    return answer
 
 
 def _crc32c_table() -> list[int]:

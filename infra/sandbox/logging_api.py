@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from infra.sandbox.http_server import ServerThread, handler_class, read_body, reply
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
+from infra.sandbox.google_errors import error_body, error_info
 
 SEVERITY_NUMBERS = {
     "DEFAULT": 0, "DEBUG": 100, "INFO": 200, "NOTICE": 300, "WARNING": 400,
@@ -311,23 +312,11 @@ def _unquote(value: str) -> str:
 
 
 def _error(code: int, message: str, status: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "status": status}}
+    return error_body(code, message, status)
 
 
 def _quota_error() -> dict[str, Any]:
-    body = _error(429, QUOTA_MESSAGE, "RESOURCE_EXHAUSTED")
-    body["error"]["details"] = [
-        {
-            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-            "reason": "RATE_LIMIT_EXCEEDED",
-            "domain": "googleapis.com",
-            "metadata": {
-                "quota_limit": "ReadRequestsPerMinutePerProject",
-                "quota_limit_value": "60",
-                "quota_metric": "logging.googleapis.com/read_requests",
-                "service": "logging.googleapis.com",
-                "consumer": "projects/123456789012",
-            },
-        }
-    ]
-    return body
+    return error_body(429, QUOTA_MESSAGE, "RESOURCE_EXHAUSTED", [error_info(
+        "RATE_LIMIT_EXCEEDED", "googleapis.com", quota_limit="ReadRequestsPerMinutePerProject",
+        quota_limit_value="60", quota_metric="logging.googleapis.com/read_requests",
+        service="logging.googleapis.com", consumer="projects/123456789012")])

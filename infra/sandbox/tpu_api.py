@@ -64,6 +64,7 @@ from google.protobuf import json_format
 
 from infra.sandbox.http_server import LazyServed, handler_class, read_body, reply
 from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
+from infra.sandbox.google_errors import STATUS, error_body, error_info, resource_info
 from infra.sandbox.iam import Iam
 
 
@@ -99,15 +100,6 @@ _PATH_RE = re.compile(
     r"^/(?P<version>v2|v2alpha1)/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
     r"/(?P<collection>queuedResources|nodes|operations|acceleratorTypes)(?:/(?P<id>[^/:]+))?(?::(?P<action>\w+))?$"
 )
-_HTTP_STATUS = {
-    400: "INVALID_ARGUMENT",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ALREADY_EXISTS",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    503: "UNAVAILABLE",
-}
 
 
 @dataclass(frozen=True)
@@ -146,11 +138,10 @@ class _ApiError(Exception):
         self.http_status = http_status
         self.message = message
         self.details = details or []
-        self.status = status or _HTTP_STATUS.get(http_status, "UNKNOWN")
+        self.status = status or STATUS.get(http_status, "UNKNOWN")
 
     def body(self) -> dict:
-        return {"error": {"code": self.http_status, "message": self.message, "status": self.status,
-                          "details": self.details}}
+        return error_body(self.http_status, self.message, self.status, self.details)
 
 
 @dataclass
@@ -553,9 +544,8 @@ class TpuSandbox(LazyServed):
                 self._record(zone, "permission_denied")
             raise _ApiError(403, f"Permission 'tpu.{collection}.{verb}' denied on resource "
                                  f"'//tpu.googleapis.com/projects/{project}/locations/{zone}' (or it may not exist).",
-                            [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-                              "domain": "tpu.googleapis.com",
-                              "metadata": {"permission": f"tpu.{collection}.{verb}"}}])
+                            [error_info("IAM_PERMISSION_DENIED", "tpu.googleapis.com",
+                                        permission=f"tpu.{collection}.{verb}")])
         with self._lock:
             if zone not in self._zones:
                 if method == "POST" and collection == "queuedResources":
@@ -613,9 +603,8 @@ class TpuSandbox(LazyServed):
                 if existing is not None:
                     self._record(zone, "already_exists")
                     raise _ApiError(409, f"Resource '{self._qr_name(zone, qr_id)}' already exists.",
-                                    [{"@type": "type.googleapis.com/google.rpc.ResourceInfo",
-                                      "resourceType": "tpu.googleapis.com/QueuedResource",
-                                      "resourceName": self._qr_name(zone, qr_id)}])
+                                    [resource_info(self._qr_name(zone, qr_id),
+                                                   resourceType="tpu.googleapis.com/QueuedResource")])
             self._validate_node(zone, node)
             self._check_act_as(node, authorization)
             behaviour = self.zones()[zone]
@@ -625,10 +614,9 @@ class TpuSandbox(LazyServed):
                 self._record(zone, "quota_exceeded")
                 raise _ApiError(429, "Quota 'TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI' exhausted. "
                                      f"Limit 0 in region {region}.",
-                                [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "QUOTA_EXCEEDED",
-                                  "domain": "tpu.googleapis.com",
-                                  "metadata": {"quota_limit": "TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI",
-                                               "region": region}}])
+                                [error_info("QUOTA_EXCEEDED", "tpu.googleapis.com",
+                                            quota_limit="TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI",
+                                            region=region)])
         except _ApiError as error:
             if error.http_status not in (409, 429):  # those two recorded themselves above
                 self._record(zone, error.outcome)
@@ -722,8 +710,7 @@ class TpuSandbox(LazyServed):
             return
         raise _ApiError(403, f"Permission 'iam.serviceaccounts.actAs' denied on service account {email} (or it may "
                              "not exist).",
-                        [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-                          "domain": "iam.googleapis.com", "metadata": {"permission": "iam.serviceAccounts.actAs"}}],
+                        [error_info("IAM_PERMISSION_DENIED", "iam.googleapis.com", permission="iam.serviceAccounts.actAs")],
                         outcome="permission_denied")
 
     def _get_qr(self, zone: str, qr_id: str) -> _QueuedResource:
@@ -891,8 +878,7 @@ def _topology(chips: int) -> str:
 
 
 def _not_found(name: str) -> _ApiError:
-    return _ApiError(404, f"Resource '{name}' was not found",
-                     [{"@type": "type.googleapis.com/google.rpc.ResourceInfo", "resourceName": name}])
+    return _ApiError(404, f"Resource '{name}' was not found", [resource_info(name)])
 
 
 def _no_capacity_text(zone: str) -> str:
