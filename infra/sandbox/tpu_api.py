@@ -329,20 +329,20 @@ class TpuSandbox(LazyServed):
 
     def node_metadata(self, zone: str, node_id: str) -> dict[str, str]:
         """The instance metadata a node was created with (what its VM reads, e.g. `startup-script`)."""
-        with self._lock:
-            for qr in self._qrs.values():
-                if qr.zone == zone and qr.node_id == node_id:
-                    return dict((_node_spec(qr.body).get("node") or {}).get("metadata") or {})
-        return {}
+        return dict(self._created_node(zone, node_id).get("metadata") or {})
 
     def node_service_account(self, zone: str, node_id: str) -> str:
         """The email the create request named in `serviceAccount`; "" when it left it empty (the project's
         default Compute Engine account, which the caller knows)."""
+        return str((self._created_node(zone, node_id).get("serviceAccount") or {}).get("email") or "")
+
+    def _created_node(self, zone: str, node_id: str) -> Mapping:
+        """The `node` of the create request that made this node ({} for a node never created)."""
         with self._lock:
             for qr in self._qrs.values():
                 if qr.zone == zone and qr.node_id == node_id:
-                    return str(((_node_spec(qr.body).get("node") or {}).get("serviceAccount") or {}).get("email") or "")
-        return ""
+                    return _node_spec(qr.body).get("node") or {}
+        return {}
 
     def set_guest_attributes(self, zone: str, node_id: str, namespace: str, values: Mapping[str, str]) -> None:
         """What a node's VM PUT to `instance/guest-attributes/NAMESPACE/KEY` (its metadata server calls this)."""
@@ -358,11 +358,8 @@ class TpuSandbox(LazyServed):
         queued_at = qr.created_at + t.creating
         if now < queued_at:
             return _Phase("CREATING", "USER", None, False)
-        if qr.capacity_at is None:
-            provisioning_at = None
-        else:
-            provisioning_at = max(queued_at, qr.capacity_at) + t.waiting
-        if provisioning_at is None or (qr.valid_until is not None and provisioning_at > qr.valid_until):
+        provisioning_at = self._provisioning_at(qr)
+        if provisioning_at is None:
             if qr.valid_until is not None and now >= qr.valid_until:
                 return _Phase("FAILED", "SERVICE", {"error": {"code": 8, "message": _no_capacity_text(qr.zone)}},
                               False)
@@ -378,15 +375,17 @@ class TpuSandbox(LazyServed):
             return _Phase("SUSPENDED", "SERVICE", None, False)
         return _Phase("ACTIVE", "USER", None, True)
 
-    def _active_at(self, qr: _QueuedResource) -> float | None:
-        """When the QR became (or will become) ACTIVE on the emulator clock; None if never."""
-        t = self.timings
+    def _provisioning_at(self, qr: _QueuedResource) -> float | None:
+        """When the QR starts (or will start) PROVISIONING on the emulator clock; None if never."""
         if qr.capacity_at is None:
             return None
-        provisioning_at = max(qr.created_at + t.creating, qr.capacity_at) + t.waiting
-        if qr.valid_until is not None and provisioning_at > qr.valid_until:
-            return None
-        return provisioning_at + t.provisioning
+        provisioning_at = max(qr.created_at + self.timings.creating, qr.capacity_at) + self.timings.waiting
+        return None if qr.valid_until is not None and provisioning_at > qr.valid_until else provisioning_at
+
+    def _active_at(self, qr: _QueuedResource) -> float | None:
+        """When the QR became (or will become) ACTIVE on the emulator clock; None if never."""
+        provisioning_at = self._provisioning_at(qr)
+        return None if provisioning_at is None else provisioning_at + self.timings.provisioning
 
     def _purge(self, now: float) -> None:
         for key, qr in list(self._qrs.items()):
@@ -566,7 +565,7 @@ class TpuSandbox(LazyServed):
         if collection == "acceleratorTypes" and method == "GET":
             return self._accelerator_types(version, project, zone, item, query)
         if collection == "nodes" and method == "POST" and item is not None and action == "getGuestAttributes":
-            return 200, self._guest_attributes_json(zone, self._get_node(zone, item, start_model=False), body or {})
+            return 200, self._guest_attributes_json(zone, self._get_node(zone, item), body or {})
         if collection == "nodes" and method == "GET" and action is None:
             if item is None:
                 return self._list_nodes(version, zone, query, integer_enums)
@@ -634,10 +633,7 @@ class TpuSandbox(LazyServed):
                 self._record(zone, "already_exists")
                 raise _ApiError(409, f"Resource '{self._qr_name(zone, qr_id)}' already exists.")
             # The create LRO ends when validation is over, i.e. when the QR leaves CREATING.
-            op = _Operation(name=f"projects/{self.project}/locations/{zone}/operations/{_operation_id(now)}",
-                            zone=zone, qr_id=qr_id, verb="create", created_at=now,
-                            done_at=now + self.timings.creating)
-            self._operations[op.name] = op
+            op = self._new_operation(zone, qr_id, "create", now, done_at=now + self.timings.creating)
             if behaviour is ZoneBehaviour.REJECT_FLEX_START and model == "FLEX_START":
                 accel = node.get("acceleratorType", "")
                 op.error = {"code": 3, "message": f'FLEX_START provisioning model is not supported for accelerator '
@@ -669,9 +665,7 @@ class TpuSandbox(LazyServed):
             if item not in offered:
                 raise _not_found(f"projects/{project}/locations/{zone}/acceleratorTypes/{item}")
             return 200, view(item)
-        page, token = self._page(offered, query)
-        return 200, {"acceleratorTypes": [view(accel) for accel in page],
-                     **({"nextPageToken": token} if token else {}), "unreachable": []}
+        return self._page("acceleratorTypes", offered, query, view)
 
     def _validate_node(self, zone: str, node: dict) -> None:
         _validate_labels(node.get("labels") or {})
@@ -732,11 +726,9 @@ class TpuSandbox(LazyServed):
     def _list_qrs(self, version: str, zone: str, query: dict, integer_enums: bool) -> tuple[int, dict]:
         with self._lock:
             items = sorted((qr for qr in self._qrs.values() if qr.zone == zone), key=lambda q: q.qr_id)
-        page, token = self._page(items, query)
-        return 200, {"queuedResources": [self._render_qr(version, qr, integer_enums) for qr in page],
-                     **({"nextPageToken": token} if token else {}), "unreachable": []}
+        return self._page("queuedResources", items, query, lambda qr: self._render_qr(version, qr, integer_enums))
 
-    def _get_node(self, zone: str, node_id: str, *, start_model: bool = True) -> _QueuedResource:
+    def _get_node(self, zone: str, node_id: str) -> _QueuedResource:
         with self._lock:
             now = self.now()
             for qr in self._qrs.values():
@@ -744,8 +736,6 @@ class TpuSandbox(LazyServed):
                     break
             else:
                 raise _not_found(f"projects/{self.project}/locations/{zone}/nodes/{node_id}")
-        if start_model:
-            self._ensure_node_ready(qr)
         return qr
 
     def _guest_attributes_json(self, zone: str, qr: _QueuedResource, body: dict) -> dict:
@@ -761,6 +751,7 @@ class TpuSandbox(LazyServed):
         return {"guestAttributes": [{"queryPath": query_path, "queryValue": {"items": items}}]}
 
     def _render_node(self, version: str, qr: _QueuedResource, integer_enums: bool) -> dict:
+        self._ensure_node_ready(qr)  # a node is looked at: its VM boots (once)
         view = self._node_json(qr)
         return _as_v2(view, tpu_v2.Node, integer_enums) if version == "v2" else view
 
@@ -769,13 +760,10 @@ class TpuSandbox(LazyServed):
             now = self.now()
             items = sorted((qr for qr in self._qrs.values() if qr.zone == zone and self._phase(qr, now).node_visible),
                            key=lambda q: q.node_id)
-        page, token = self._page(items, query)
-        for qr in page:
-            self._ensure_node_ready(qr)
-        return 200, {"nodes": [self._render_node(version, qr, integer_enums) for qr in page],
-                     **({"nextPageToken": token} if token else {}), "unreachable": []}
+        return self._page("nodes", items, query, lambda qr: self._render_node(version, qr, integer_enums))
 
-    def _page(self, items: list, query: dict) -> tuple[list, str]:
+    def _page(self, kind: str, items: list, query: dict, view: Callable[[Any], dict]) -> tuple[int, dict]:
+        """One page of a list answer: `kind` holds the views of the page's items."""
         size = int((query.get("pageSize") or ["0"])[0] or 0)
         size = self.max_page_size if size <= 0 else min(size, self.max_page_size)
         token = (query.get("pageToken") or [""])[0]
@@ -784,8 +772,8 @@ class TpuSandbox(LazyServed):
         except ValueError:
             raise _ApiError(400, f"Invalid page token {token!r}.") from None
         end = start + size
-        next_token = base64.urlsafe_b64encode(str(end).encode()).decode() if end < len(items) else ""
-        return items[start:end], next_token
+        next_token = {"nextPageToken": base64.urlsafe_b64encode(str(end).encode()).decode()} if end < len(items) else {}
+        return 200, {kind: [view(item) for item in items[start:end]], **next_token, "unreachable": []}
 
     def _delete(self, version: str, zone: str, qr_id: str, query: dict) -> tuple[int, dict]:
         force = (query.get("force") or ["false"])[0].lower() == "true"
@@ -802,13 +790,17 @@ class TpuSandbox(LazyServed):
                 qr.delete_done_at = now + self.timings.deleting
             assert qr.delete_done_at is not None, "set with deleting_since"
             gone = self._claim_node_gone(qr)
-            op = _Operation(name=f"projects/{self.project}/locations/{zone}/operations/{_operation_id(now)}",
-                            zone=zone, qr_id=qr_id, verb="delete", created_at=now, done_at=qr.delete_done_at)
-            self._operations[op.name] = op
+            op = self._new_operation(zone, qr_id, "delete", now, done_at=qr.delete_done_at)
             payload = self._operation_json(op, version, now)
         if gone and self.on_node_gone is not None:
             self.on_node_gone(zone, qr.node_id)
         return 200, payload
+
+    def _new_operation(self, zone: str, qr_id: str, verb: str, now: float, *, done_at: float) -> _Operation:
+        op = _Operation(name=f"projects/{self.project}/locations/{zone}/operations/{_operation_id(now)}",
+                        zone=zone, qr_id=qr_id, verb=verb, created_at=now, done_at=done_at)
+        self._operations[op.name] = op
+        return op
 
     def _settle_operation(self, op: _Operation, now: float) -> None:
         qr = self._qrs.get((op.zone, op.qr_id))
