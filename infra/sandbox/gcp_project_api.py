@@ -201,24 +201,19 @@ class GcpProjectSandbox(LazyServed):
         return status, payload
 
     def _route(self, method: str, path: str, query: dict, principal: str, body: Any) -> tuple[int, Any]:
+        unsupported = _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
         if match := _COMPUTE.match(path):
-            if method != "GET":
-                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
-            return self._compute(match["project"], match["rest"] or "", query, principal)
+            rest = match["rest"] or ""
+            return self._compute(match["project"], rest, query, principal) if method == "GET" else unsupported
         if match := _UPLOAD.match(path):
-            if method != "POST":
-                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
-            return self._upload(match["bucket"], query, principal, body if isinstance(body, bytes) else b"")
+            data = body if isinstance(body, bytes) else b""
+            return self._upload(match["bucket"], query, principal, data) if method == "POST" else unsupported
         if match := _OBJECTS.match(path):
-            if method != "GET":
-                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
-            return self._object(match["bucket"], match["object"], query, principal)
+            return self._object(match["bucket"], match["object"], query, principal) if method == "GET" else unsupported
         if match := _BUCKET.match(path):
             if match["iam"]:
                 return self._bucket_iam(method, match["bucket"], principal, body or {})
-            if method != "GET":
-                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
-            return self._bucket(match["bucket"], principal)
+            return self._bucket(match["bucket"], principal) if method == "GET" else unsupported
         if match := _QUOTAS.match(path):
             if denied := self._deny("cloudquotas.quotas.get", f"projects/{match['project']}", principal):
                 return denied
@@ -253,6 +248,10 @@ class GcpProjectSandbox(LazyServed):
                   "not exist)."
         return 403, error_body(403, message, details=[error_info("IAM_PERMISSION_DENIED", f"{service}.googleapis.com",
                                                                  permission=permission, resource=resource)])
+
+    def _ours(self, project: str) -> bool:
+        """A request may name the project by id or by number."""
+        return project in (self.project, str(self.project_number))
 
     def _secret_resource(self, secret: str) -> str:
         """The IAM resource of a secret, by project id (a request may name the project by number)."""
@@ -364,7 +363,7 @@ class GcpProjectSandbox(LazyServed):
                           body: dict) -> tuple[int, dict]:
         from urllib.parse import unquote
 
-        if project not in (self.project, str(self.project_number), "-"):
+        if not self._ours(project) and project != "-":
             return _google_error(403, f"Permission 'iam.serviceAccounts.{'create' if account is None else 'get'}' "
                                       f"denied on resource (or it may not exist).")
         if account is None:
@@ -413,7 +412,7 @@ class GcpProjectSandbox(LazyServed):
 
     def _project(self, method: str, project: str, verb: str | None, principal: str, body: dict) -> tuple[int, dict]:
         """Resource Manager v1: projects.get, :getIamPolicy, :setIamPolicy."""
-        if project not in (self.project, str(self.project_number)):
+        if not self._ours(project):
             return 403, {"error": {"code": 403, "message": "The caller does not have permission",
                                    "status": "PERMISSION_DENIED"}}
         if verb is None:
@@ -612,7 +611,7 @@ class GcpProjectSandbox(LazyServed):
         }
 
     def _quotas(self, project: str, service: str, quota_id: str | None, query: dict) -> tuple[int, dict]:
-        if project not in (self.project, str(self.project_number)):
+        if not self._ours(project):
             return _google_error(403, f"Permission 'cloudquotas.quotas.get' denied on resource "
                                       f"'//cloudquotas.googleapis.com/projects/{project}' (or it may not exist).")
         if quota_id is None:
@@ -632,7 +631,7 @@ class GcpProjectSandbox(LazyServed):
             body["error"]["message"] = (f"Permission '{permission}' denied for resource '{resource}' (or it may not "
                                         "exist).")
             return 403, body
-        if project not in (self.project, str(self.project_number)) or secret not in self.secrets:
+        if not self._ours(project) or secret not in self.secrets:
             return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found or has "
                                       "no versions.")
         name = f"projects/{self.project_number}/secrets/{secret}"

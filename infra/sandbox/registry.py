@@ -86,8 +86,7 @@ class RegistryStandIn:
         if path in ("/v2", "/v2/"):
             status, headers, body = 200, {"Docker-Distribution-Api-Version": "registry/2.0"}, {}
             if host.endswith("-docker.pkg.dev") and self.iam is not None and authorization:
-                scheme, _, encoded = authorization.partition(" ")
-                password = base64.b64decode(encoded).decode().partition(":")[2] if scheme.lower() == "basic" else ""
+                password = _basic_password(authorization)
                 if not password or self.iam.principal(f"Bearer {password}") is None:
                     status, body = 401, {"errors": [{"code": "UNAUTHORIZED", "message": "authentication failed"}]}
         elif "/manifests/" in path and path.startswith("/v2/"):
@@ -106,11 +105,7 @@ class RegistryStandIn:
         project, repo = (repository.split("/") + ["", ""])[:2]
         resource = f"projects/{project}/locations/{host.removesuffix('-docker.pkg.dev')}/repositories/{repo}"
         permission = "artifactregistry.repositories.downloadArtifacts"
-        scheme, _, encoded = authorization.partition(" ")
-        try:
-            _, _, password = base64.b64decode(encoded).decode().partition(":") if scheme.lower() == "basic" else ("", "", "")
-        except ValueError:
-            password = ""
+        password = _basic_password(authorization)
         principal = self.iam.principal(f"Bearer {password}") if password else None
         if principal is None:
             return (f'Unauthenticated request. Unauthenticated requests do not have permission "{permission}" on '
@@ -151,3 +146,12 @@ class RegistryStandIn:
         return 200, headers, {"schemaVersion": 2, "mediaType": MANIFEST_TYPE,
                               "config": {"mediaType": "application/vnd.docker.container.image.v1+json",
                                          "size": 14_000, "digest": digest_of(digest)}, "layers": layers}
+
+
+def _basic_password(authorization: str) -> str:
+    """The password of Basic credentials (what `docker login` keeps: a metadata-server token); "" for others."""
+    scheme, _, encoded = authorization.partition(" ")
+    try:
+        return base64.b64decode(encoded).decode().partition(":")[2] if scheme.lower() == "basic" else ""
+    except ValueError:
+        return ""
