@@ -55,13 +55,14 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from infra.gcs_location import DUAL_REGIONS
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: F401  (the ids Google uses)
 from infra.sandbox.http_server import LazyServed, handler_class, read_body, reply
-from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api, proto_api
+from infra.sandbox.discovery import DiscoveryApi, RequestRejected, held_to_schema, load_api, proto_api
 from infra.sandbox.google_errors import error_body, error_info, legacy_error, resource_info
 from infra.sandbox.iam import BOT, Iam, PolicyError
 
@@ -177,28 +178,17 @@ class GcpProjectSandbox(LazyServed):
                                       "google.com/identity/sign-in/web/devconsole-project.", "UNAUTHENTICATED")
         upload = _UPLOAD.match(url.path)
         api_name = _api_of(url.path)
-        api = self.apis[api_name]
-        checked = None
-        if api is not None:
-            try:
-                # A media upload is objects.insert with its bytes as the body: the query is what is checked.
-                checked = api.check_request(method, upload["path"] if upload else url.path, query,
-                                            None if upload else body)
-            except RequestRejected as rejected:
-                with self._lock:
-                    self.rejected.append(rejected)
-                if api_name in ("compute", "storage"):  # both add their legacy errors[] list
-                    return _with_errors((400, rejected.google_error()), "invalid")
-                return 400, rejected.google_error()
-        status, payload = self._route(method, url.path, query, principal, body)
-        if api is not None and checked is not None and status == 200 and isinstance(payload, dict) \
-                and (query.get("alt") or ["json"])[0] != "media":
-            problems = api.check_response(checked, payload)
-            if problems:
-                with self._lock:
-                    self.response_problems.extend(problems)
-                return _google_error(500, "gcp project sandbox bug: " + "; ".join(problems))
-        return status, payload
+
+        def refusal(rejected: RequestRejected) -> dict:
+            if api_name in ("compute", "storage"):  # both add their legacy errors[] list
+                return _with_errors((400, rejected.google_error()), "invalid")[1]
+            return rejected.google_error()
+
+        # A media upload is objects.insert with its bytes as the body: the query is what is checked.
+        request = (method, upload["path"], query, None) if upload else (method, url.path, query, body)
+        answer = partial(self._route, method, url.path, query, principal, body)
+        return held_to_schema(self.apis[api_name], request, answer, self.rejected, self.response_problems,
+                              "gcp project", refusal)
 
     def _route(self, method: str, path: str, query: dict, principal: str, body: Any) -> tuple[int, Any]:
         unsupported = _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")

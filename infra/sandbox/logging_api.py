@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from infra.sandbox.http_server import ServerThread, handler_class, read_body, reply
-from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
+from infra.sandbox.discovery import DiscoveryApi, RequestRejected, held_to_schema, load_api
 from infra.sandbox.google_errors import error_body, error_info
 
 SEVERITY_NUMBERS = {
@@ -169,22 +169,9 @@ class LoggingEmulator:
             request = json.loads(raw or b"{}")
         except ValueError:
             return 400, _error(400, "request body is not JSON", "INVALID_ARGUMENT")
-        method = None
-        if self.api is not None:
-            try:
-                method = self.api.check_request("POST", url.path, parse_qs(url.query, keep_blank_values=True), request)
-            except RequestRejected as rejected:
-                with self._lock:
-                    self.rejected.append(rejected)
-                return 400, rejected.google_error()
-        status, body = self._list(request)
-        if self.api is not None and method is not None and status == 200:
-            problems = self.api.check_response(method, body)
-            if problems:
-                with self._lock:
-                    self.response_problems.extend(problems)
-                return 500, _error(500, "logging sandbox bug: " + "; ".join(problems), "INTERNAL")
-        return status, body
+        query = parse_qs(url.query, keep_blank_values=True)
+        return held_to_schema(self.api, ("POST", url.path, query, request), lambda: self._list(request),
+                              self.rejected, self.response_problems, "logging")
 
     def _list(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._lock:

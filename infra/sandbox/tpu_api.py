@@ -63,7 +63,7 @@ from google.cloud import tpu_v2
 from google.protobuf import json_format
 
 from infra.sandbox.http_server import LazyServed, handler_class, read_body, reply
-from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
+from infra.sandbox.discovery import DiscoveryApi, RequestRejected, held_to_schema, load_api
 from infra.sandbox.google_errors import STATUS, error_body, error_info, resource_info
 from infra.sandbox.iam import Iam
 
@@ -508,26 +508,16 @@ class TpuSandbox(LazyServed):
                 if needle is None or needle in url.path:
                     del self._injected[index]
                     return status, _ApiError(status, message).body()
-        api = self.apis.get(url.path.lstrip("/").split("/", 1)[0])
-        checked = None
-        if api is not None:
+
+        def answer() -> tuple[int, dict]:
             try:
-                checked = api.check_request(method, url.path, query, body)
-            except RequestRejected as rejected:
-                with self._lock:
-                    self.rejected.append(rejected)
-                return 400, rejected.google_error()
-        try:
-            status, payload = self._route(method, url.path, query, body, authorization)
-        except _ApiError as error:
-            return error.http_status, error.body()
-        if api is not None and checked is not None and status == 200:
-            problems = api.check_response(checked, payload)
-            if problems:
-                with self._lock:
-                    self.response_problems.extend(problems)
-                return 500, _ApiError(500, "tpu sandbox bug: " + "; ".join(problems)).body()
-        return status, payload
+                return self._route(method, url.path, query, body, authorization)
+            except _ApiError as error:
+                return error.http_status, error.body()
+
+        api = self.apis.get(url.path.lstrip("/").split("/", 1)[0])
+        return held_to_schema(api, (method, url.path, query, body), answer, self.rejected, self.response_problems,
+                              "tpu")
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any,
                authorization: str = "") -> tuple[int, dict]:
