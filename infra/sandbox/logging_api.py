@@ -164,11 +164,11 @@ class LoggingEmulator:
     def handle(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
         url = urlsplit(path)
         if url.path != "/v2/entries:list":
-            return 404, _error(404, f"unknown path {path}", "NOT_FOUND")
+            return 404, error_body(404, f"unknown path {path}")
         try:
             request = json.loads(raw or b"{}")
         except ValueError:
-            return 400, _error(400, "request body is not JSON", "INVALID_ARGUMENT")
+            return 400, error_body(400, "request body is not JSON")
         query = parse_qs(url.query, keep_blank_values=True)
         return held_to_schema(self.api, ("POST", url.path, query, request), lambda: self._list(request),
                               self.rejected, self.response_problems, "logging")
@@ -184,11 +184,11 @@ class LoggingEmulator:
             entries = list(self.entries)
         page_size = int(request.get("pageSize") or 50)
         if page_size > 1000:
-            return 400, _error(400, "pageSize must be <= 1000", "INVALID_ARGUMENT")
+            return 400, error_body(400, "pageSize must be <= 1000")
         try:
             matcher = compile_filter(request.get("filter") or "")
         except ValueError as exc:
-            return 400, _error(400, f"invalid filter: {exc}", "INVALID_ARGUMENT")
+            return 400, error_body(400, f"invalid filter: {exc}")
         selected = [entry for entry in entries if matcher(entry)]
         order = (request.get("orderBy") or "timestamp asc").lower()
         selected.sort(key=lambda e: parse_timestamp(e["timestamp"]), reverse=order.endswith("desc"))
@@ -296,10 +296,6 @@ def _payload_text(entry: dict[str, Any]) -> str:
 
 def _unquote(value: str) -> str:
     return re.sub(r"\\(.)", r"\1", value)
-
-
-def _error(code: int, message: str, status: str) -> dict[str, Any]:
-    return error_body(code, message, status)
 
 
 def _quota_error() -> dict[str, Any]:

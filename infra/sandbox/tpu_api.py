@@ -86,9 +86,9 @@ DEFAULT_ZONES: dict[str, ZoneBehaviour] = {
     "europe-west4-b": ZoneBehaviour.REJECT_FLEX_START,
 }
 
-ACCELERATOR_TYPES = frozenset(
-    [f"v5litepod-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256)] + [f"v6e-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256)]
-)
+V5E_TYPES = tuple(f"v5litepod-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256))
+V6E_TYPES = tuple(f"v6e-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256))
+ACCELERATOR_TYPES = frozenset(V5E_TYPES + V6E_TYPES)
 RUNTIME_VERSIONS = frozenset({"v2-alpha-tpuv5-lite", "v2-alpha-tpuv6e", "tpu-ubuntu2204-base"})
 
 QR_STATES = list(tpu_v2.QueuedResourceState.State.__members__)
