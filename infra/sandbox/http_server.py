@@ -1,5 +1,6 @@
 """The stdlib HTTP server the sandbox emulators (Slack, TPU, Logging, project APIs) serve on,
-and its life on a background thread (`ServerThread`), the same for each of them.
+its life on a background thread (`ServerThread`), the same for each of them, and the handler
+each answers with (`handler_class`: one method of the emulator, `_serve_http`, for every request).
 
 Two settings differ from `ThreadingHTTPServer`'s defaults, both for a busy machine running many
 stacks: a listen backlog of 128 instead of 5 (a burst of the bot's calls — the TPU emulator
