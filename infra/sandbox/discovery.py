@@ -31,12 +31,14 @@ import json
 import logging
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
 from importlib import resources
 from typing import Any
+
+from infra.sandbox.google_errors import error_body
 
 log = logging.getLogger(__name__)
 # Set to a file path to collect, across processes and test runs, every request the strict check refused.
@@ -235,6 +237,28 @@ class DiscoveryApi:
 
     def _enum_type(self, owner: str, key: str) -> str:
         return f"type.googleapis.com/{self.proto_package}.{owner}.{key[:1].upper()}{key[1:]}"
+
+
+def held_to_schema(api: DiscoveryApi | None, request: tuple[str, str, Mapping[str, list[str]], Any],
+                   answer: Callable[[], tuple[int, Any]], rejected: list[RequestRejected], problems: list[str],
+                   emulator: str, refusal: Callable[[RequestRejected], dict] = RequestRejected.google_error,
+                   ) -> tuple[int, Any]:
+    """One emulated call (method, path, query, body) held to its API's schema: a request the schema
+    refuses is recorded in `rejected` and answered as Google does (`refusal`); else `answer()`, and
+    a 200 answer that breaks the response schema is recorded in `problems` and answered 500."""
+    checked = None
+    if api is not None:
+        try:
+            checked = api.check_request(*request)
+        except RequestRejected as refused:
+            rejected.append(refused)
+            return 400, refusal(refused)
+    status, payload = answer()
+    found = api.check_response(checked, payload) if api and checked and status == 200 else []
+    if found:
+        problems.extend(found)
+        return 500, error_body(500, f"{emulator} sandbox bug: " + "; ".join(found))
+    return status, payload
 
 
 # --- loading ---------------------------------------------------------------------------------

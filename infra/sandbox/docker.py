@@ -26,6 +26,7 @@ Nothing else: an unknown command or `run` option is refused as the real CLI refu
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import secrets
@@ -40,7 +41,7 @@ from typing import Any
 
 import requests
 
-from infra.sandbox.http_server import ServerThread, read_body, reply
+from infra.sandbox.http_server import ServerThread, handler_class, read_body, reply
 from infra.sandbox.registry import split_reference
 from infra.sandbox.vllm_serve_args import ServeArgs, ServeRefused, parse_serve_args
 
@@ -140,7 +141,8 @@ class DockerDaemon:
         self.logins: dict[str, str] = {}  # registry host -> the Basic credentials `docker login` kept
         self._lock = threading.Lock()
         self._stopping = threading.Event()
-        self._http = ServerThread((host, 0), _handler_for(self), "docker-daemon")
+        handler = handler_class(self._serve_http, ("POST",), timeout=600)
+        self._http = ServerThread((host, 0), handler, "docker-daemon")
 
     # --- lifecycle ---------------------------------------------------------------------------
     def start(self) -> DockerDaemon:
@@ -161,6 +163,15 @@ class DockerDaemon:
         return "tcp://" + self._http.root.removeprefix("http://")
 
     # --- the CLI -------------------------------------------------------------------------------
+    def _serve_http(self, http: BaseHTTPRequestHandler) -> None:
+        items = read_body(http).decode("utf-8", "replace").split("\0")
+        count = int(items[0]) if items and items[0].isdigit() else 0
+        env = dict(item.split("=", 1) for item in items[1 + count:] if "=" in item)
+        result = self.cli(items[1:1 + count], env)
+        reply(http, 200, result.stdout.encode(), "text/plain; charset=utf-8",
+              {"X-Docker-Exit": str(result.code),
+               "X-Docker-Stderr": base64.b64encode(result.stderr.encode()).decode()})
+
     def cli(self, argv: list[str], env: dict[str, str]) -> Result:
         with self._lock:
             self.calls.append(list(argv))
@@ -180,8 +191,6 @@ class DockerDaemon:
         return self.pull(args[0])
 
     def _login(self, args: list[str], env: dict[str, str]) -> Result:
-        import base64
-
         user, server, rest = "", "", list(args)
         while rest:
             arg = rest.pop(0)
@@ -463,26 +472,3 @@ def _parse_time(text: str) -> float | None:
         return None
     whole = datetime.strptime(match[1], "%Y-%m-%dT%H:%M:%S").replace(tzinfo=timezone.utc).timestamp()
     return whole + (float("0." + match[2]) if match[2] else 0.0)
-
-
-def _handler_for(daemon: DockerDaemon) -> type[BaseHTTPRequestHandler]:
-    import base64
-
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        timeout = 600
-
-        def do_POST(self) -> None:  # noqa: N802 - stdlib name
-            items = read_body(self).decode("utf-8", "replace").split("\0")
-            count = int(items[0]) if items and items[0].isdigit() else 0
-            argv = items[1:1 + count]
-            env = dict(item.split("=", 1) for item in items[1 + count:] if "=" in item)
-            result = daemon.cli(argv, env)
-            reply(self, 200, result.stdout.encode(), "text/plain; charset=utf-8",
-                  {"X-Docker-Exit": str(result.code),
-                   "X-Docker-Stderr": base64.b64encode(result.stderr.encode()).decode()})
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            pass
-
-    return Handler

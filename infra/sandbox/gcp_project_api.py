@@ -55,13 +55,15 @@ import threading
 from collections.abc import Callable, Iterable, Mapping
 from http.server import BaseHTTPRequestHandler
 from datetime import datetime, timezone
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from infra.gcs_location import DUAL_REGIONS
 from infra.preflight import PREEMPTIBLE_QUOTA_IDS, QUOTA_SERVICE  # noqa: F401  (the ids Google uses)
-from infra.sandbox.http_server import ServerThread
-from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api, proto_api
+from infra.sandbox.http_server import LazyServed, handler_class, read_body, reply
+from infra.sandbox.discovery import DiscoveryApi, RequestRejected, held_to_schema, load_api, proto_api
+from infra.sandbox.google_errors import error_body, error_info, legacy_error, resource_info
 from infra.sandbox.iam import BOT, Iam, PolicyError
 
 _COMPUTE = re.compile(r"^/compute/v1/projects/(?P<project>[^/]+)(?:/(?P<rest>.*))?$")
@@ -81,7 +83,9 @@ _ACCOUNTS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/serviceAccounts(?:/(?P
 _ACCOUNT_ID = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])")
 
 
-class GcpProjectSandbox:
+class GcpProjectSandbox(LazyServed):
+    _what = "GCP project sandbox"
+
     def __init__(
         self,
         project: str = "tpubot-sandbox",
@@ -130,32 +134,27 @@ class GcpProjectSandbox:
         # (method, path, caller): every request and who made it (the bot, or a VM's service account)
         self.requests: list[tuple[str, str, str]] = []
         self._lock = threading.Lock()
-        self._host, self._port = host, port
-        self._http: ServerThread | None = None
+        self._address = (host, port)
+        self._http = None
 
-    # --- lifecycle --------------------------------------------------------------------------
-    def start(self) -> str:
-        if self._http is None:
-            self._http = ServerThread((self._host, self._port), _handler_for(self), "gcp-project-sandbox").start()
-        return self.base_url
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return handler_class(self._serve_http)
 
-    def stop(self) -> None:
-        if self._http is not None:
-            self._http.stop()
-            self._http = None
-
-    def __enter__(self) -> "GcpProjectSandbox":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        if self._http is None:
-            raise RuntimeError("the GCP project sandbox is not running; call start() first")
-        return self._http.root
+    def _serve_http(self, http: BaseHTTPRequestHandler) -> None:
+        raw = read_body(http)
+        headers = {key.lower(): value for key, value in http.headers.items()}
+        if _UPLOAD.match(urlsplit(http.path).path):
+            status, payload = self.handle(http.command, http.path, headers, raw)
+        else:
+            try:
+                body = json.loads(raw) if raw.strip() else None
+            except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+                status, payload = _google_error(400, f"Invalid JSON payload received. {exc}")
+            else:
+                status, payload = self.handle(http.command, http.path, headers, body)
+        media = isinstance(payload, bytes)
+        reply(http, status, payload if media else json.dumps(payload).encode(),
+              "application/octet-stream" if media else "application/json; charset=UTF-8")
 
     @property
     def denied(self) -> set[str]:
@@ -176,53 +175,35 @@ class GcpProjectSandbox:
         if principal is None:
             return _google_error(401, "Request had invalid authentication credentials. Expected OAuth 2 access token, "
                                       "login cookie or other valid authentication credential. See https://developers."
-                                      "google.com/identity/sign-in/web/devconsole-project.")
+                                      "google.com/identity/sign-in/web/devconsole-project.", "UNAUTHENTICATED")
         upload = _UPLOAD.match(url.path)
         api_name = _api_of(url.path)
-        api = self.apis[api_name]
-        checked = None
-        if api is not None:
-            try:
-                # A media upload is objects.insert with its bytes as the body: the query is what is checked.
-                checked = api.check_request(method, upload["path"] if upload else url.path, query,
-                                            None if upload else body)
-            except RequestRejected as rejected:
-                with self._lock:
-                    self.rejected.append(rejected)
-                status, payload = 400, rejected.google_error()
-                if api_name in ("compute", "storage"):  # both add their legacy errors[] list
-                    payload["error"]["errors"] = [{"message": rejected.message, "domain": "global",
-                                                   "reason": "invalid"}]
-                return status, payload
-        status, payload = self._route(method, url.path, query, principal, body)
-        if api is not None and checked is not None and status == 200 and isinstance(payload, dict) \
-                and (query.get("alt") or ["json"])[0] != "media":
-            problems = api.check_response(checked, payload)
-            if problems:
-                with self._lock:
-                    self.response_problems.extend(problems)
-                return _google_error(500, "gcp project sandbox bug: " + "; ".join(problems))
-        return status, payload
+
+        def refusal(rejected: RequestRejected) -> dict:
+            if api_name in ("compute", "storage"):  # both add their legacy errors[] list
+                return _with_errors((400, rejected.google_error()), "invalid")[1]
+            return rejected.google_error()
+
+        # A media upload is objects.insert with its bytes as the body: the query is what is checked.
+        request = (method, upload["path"], query, None) if upload else (method, url.path, query, body)
+        answer = partial(self._route, method, url.path, query, principal, body)
+        return held_to_schema(self.apis[api_name], request, answer, self.rejected, self.response_problems,
+                              "gcp project", refusal)
 
     def _route(self, method: str, path: str, query: dict, principal: str, body: Any) -> tuple[int, Any]:
+        unsupported = _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
         if match := _COMPUTE.match(path):
-            if method != "GET":
-                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
-            return self._compute(match["project"], match["rest"] or "", query, principal)
+            rest = match["rest"] or ""
+            return self._compute(match["project"], rest, query, principal) if method == "GET" else unsupported
         if match := _UPLOAD.match(path):
-            if method != "POST":
-                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
-            return self._upload(match["bucket"], query, principal, body if isinstance(body, bytes) else b"")
+            data = body if isinstance(body, bytes) else b""
+            return self._upload(match["bucket"], query, principal, data) if method == "POST" else unsupported
         if match := _OBJECTS.match(path):
-            if method != "GET":
-                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
-            return self._object(match["bucket"], match["object"], query, principal)
+            return self._object(match["bucket"], match["object"], query, principal) if method == "GET" else unsupported
         if match := _BUCKET.match(path):
             if match["iam"]:
                 return self._bucket_iam(method, match["bucket"], principal, body or {})
-            if method != "GET":
-                return _google_error(405, f"Method {method} is not supported by the sandbox on {path}.")
-            return self._bucket(match["bucket"], principal)
+            return self._bucket(match["bucket"], principal) if method == "GET" else unsupported
         if match := _QUOTAS.match(path):
             if denied := self._deny("cloudquotas.quotas.get", f"projects/{match['project']}", principal):
                 return denied
@@ -255,9 +236,12 @@ class GcpProjectSandbox:
         service = permission.split(".", 1)[0]
         message = f"Permission '{permission}' denied on resource '//{service}.googleapis.com/{resource}' (or it may " \
                   "not exist)."
-        return 403, {"error": {"code": 403, "message": message, "status": "PERMISSION_DENIED", "details": [
-            {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-             "domain": f"{service}.googleapis.com", "metadata": {"permission": permission, "resource": resource}}]}}
+        return 403, error_body(403, message, details=[error_info("IAM_PERMISSION_DENIED", f"{service}.googleapis.com",
+                                                                 permission=permission, resource=resource)])
+
+    def _ours(self, project: str) -> bool:
+        """A request may name the project by id or by number."""
+        return project in (self.project, str(self.project_number))
 
     def _secret_resource(self, secret: str) -> str:
         """The IAM resource of a secret, by project id (a request may name the project by number)."""
@@ -316,7 +300,7 @@ class GcpProjectSandbox:
             return _google_error(400, "Checksum mismatch: the payload's dataCrc32c does not match its data.")
         with self._lock:
             if secret not in self.secrets:
-                return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
+                return self._no_secret(secret)
             self.secrets[secret] = data.decode()
         return 200, {"name": f"projects/{self.project_number}/secrets/{secret}/versions/1",
                      "createTime": "2026-01-01T00:00:00Z", "state": "ENABLED"}
@@ -326,11 +310,14 @@ class GcpProjectSandbox:
             return denied
         with self._lock:
             if self.secrets.pop(secret, "missing") == "missing":
-                return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
+                return self._no_secret(secret)
             self.secret_labels.pop(secret, None)
             self.secret_created.pop(secret, None)
         self.iam.forget(self._secret_resource(secret))
         return 200, {}
+
+    def _no_secret(self, secret: str) -> tuple[int, dict]:
+        return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
 
     def _secret_json(self, secret: str) -> dict:
         body = {"name": f"projects/{self.project_number}/secrets/{secret}", "replication": {"automatic": {}},
@@ -349,7 +336,7 @@ class GcpProjectSandbox:
             return denied
         with self._lock:
             if secret not in self.secrets:
-                return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found.")
+                return self._no_secret(secret)
         return self._policy(verb, resource, body)
 
     def _policy(self, verb: str, resource: str, body: dict) -> tuple[int, dict]:
@@ -366,7 +353,7 @@ class GcpProjectSandbox:
                           body: dict) -> tuple[int, dict]:
         from urllib.parse import unquote
 
-        if project not in (self.project, str(self.project_number), "-"):
+        if not self._ours(project) and project != "-":
             return _google_error(403, f"Permission 'iam.serviceAccounts.{'create' if account is None else 'get'}' "
                                       f"denied on resource (or it may not exist).")
         if account is None:
@@ -380,10 +367,9 @@ class GcpProjectSandbox:
             return _google_error(405, f"Method {method} is not supported on serviceAccounts/{email}.")
         if not self.iam.allows(principal, permission, resource):
             # IAM's own wording: the resource is not named, as it may not exist.
-            return 403, {"error": {"code": 403, "status": "PERMISSION_DENIED", "message": (
-                f"Permission '{permission}' denied on resource (or it may not exist)."), "details": [
-                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-                 "domain": "iam.googleapis.com", "metadata": {"permission": permission}}]}}
+            return 403, error_body(403, f"Permission '{permission}' denied on resource (or it may not exist).",
+                                   details=[error_info("IAM_PERMISSION_DENIED", "iam.googleapis.com",
+                                                       permission=permission)])
         if not self.iam.account_exists(email):
             return _google_error(404, "Unknown service account")
         if verb is None:
@@ -401,9 +387,7 @@ class GcpProjectSandbox:
         with self._lock:
             if self.iam.account_exists(email):
                 message = f"Service account {account_id} already exists within project projects/{self.project}."
-                return 409, {"error": {"code": 409, "message": message, "status": "ALREADY_EXISTS", "details": [
-                    {"@type": "type.googleapis.com/google.rpc.ResourceInfo",
-                     "resourceName": self.iam.account_resource(email)}]}}
+                return 409, error_body(409, message, details=[resource_info(self.iam.account_resource(email))])
             given = body.get("serviceAccount") or {}
             self.account_fields[email] = {k: str(given[k]) for k in ("displayName", "description") if given.get(k)}
             self.iam.add_account(email)
@@ -418,7 +402,7 @@ class GcpProjectSandbox:
 
     def _project(self, method: str, project: str, verb: str | None, principal: str, body: dict) -> tuple[int, dict]:
         """Resource Manager v1: projects.get, :getIamPolicy, :setIamPolicy."""
-        if project not in (self.project, str(self.project_number)):
+        if not self._ours(project):
             return 403, {"error": {"code": 403, "message": "The caller does not have permission",
                                    "status": "PERMISSION_DENIED"}}
         if verb is None:
@@ -444,28 +428,21 @@ class GcpProjectSandbox:
             return 200, {"permissions": held} if held else {}
         if denied := self._deny(f"resourcemanager.projects.{verb}", f"projects/{self.project}", principal):
             return denied
-        if verb == "getIamPolicy":
-            return 200, self.iam.policy(self.iam.project_resource).to_json()
-        try:
-            return 200, self.iam.set_policy(self.iam.project_resource, body.get("policy") or {}).to_json()
-        except PolicyError as error:
-            return _google_error(error.code, error.message, error.status)
+        return self._policy(verb, self.iam.project_resource, body)
 
     def _compute(self, project: str, rest: str, query: dict, principal: str) -> tuple[int, dict]:
         if rest == "global/firewalls":
             if denied := self._deny("compute.firewalls.list", f"projects/{project}", principal):
-                denied[1]["error"]["errors"] = [{"message": denied[1]["error"]["message"], "domain": "global",
-                                                 "reason": "forbidden"}]
-                return denied
+                return _with_errors(denied, "forbidden")
         if project != self.project:
-            return _compute_error(404, f"The resource 'projects/{project}' was not found", "notFound")
+            return _legacy_error(404, f"The resource 'projects/{project}' was not found", "notFound")
         if not rest:
             return 200, {"kind": "compute#project", "id": str(self.project_number), "name": project,
                          "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}"}
         if match := re.fullmatch(r"global/networks/([^/]+)", rest):
             name = match[1]
             if name not in self.networks:
-                return _compute_error(404, f"The resource 'projects/{project}/global/networks/{name}' was not found",
+                return _legacy_error(404, f"The resource 'projects/{project}/global/networks/{name}' was not found",
                                       "notFound")
             return 200, {"kind": "compute#network", "name": name, "autoCreateSubnetworks": True,
                          "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/networks/{name}"}
@@ -473,7 +450,7 @@ class GcpProjectSandbox:
             region, name = match[1], match[2]
             # An auto-mode network has a subnetwork named after it in every region.
             if name not in self.subnetworks.get(region, set()) and name not in self.networks:
-                return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/subnetworks/{name}' "
+                return _legacy_error(404, f"The resource 'projects/{project}/regions/{region}/subnetworks/{name}' "
                                            "was not found", "notFound")
             network = name if name in self.networks else "default"
             return 200, {"kind": "compute#subnetwork", "name": name, "region": region,
@@ -485,21 +462,19 @@ class GcpProjectSandbox:
             return 200, {"kind": "compute#firewallList", "id": f"projects/{project}/global/firewalls",
                          "items": [self._firewall_json(project, rule) for rule in self.firewalls],
                          "selfLink": f"https://www.googleapis.com/compute/v1/projects/{project}/global/firewalls"}
-        return _compute_error(404, f"The resource 'projects/{project}/{rest}' was not found", "notFound")
+        return _legacy_error(404, f"The resource 'projects/{project}/{rest}' was not found", "notFound")
 
     def _routers(self, project: str, region: str, router: str | None, principal: str) -> tuple[int, dict]:
         if denied := self._deny("compute.routers.get" if router else "compute.routers.list", f"projects/{project}",
                                 principal):
-            denied[1]["error"]["errors"] = [{"message": denied[1]["error"]["message"], "domain": "global",
-                                             "reason": "forbidden"}]
-            return denied
+            return _with_errors(denied, "forbidden")
         base = f"https://www.googleapis.com/compute/v1/projects/{project}/regions/{region}/routers"
         found = [self._router_json(project, index, r) for index, r in enumerate(self.routers)
                  if r.get("region") == region]
         if router is not None:
             match = next((r for r in found if r["name"] == router), None)
             if match is None:
-                return _compute_error(404, f"The resource 'projects/{project}/regions/{region}/routers/{router}' "
+                return _legacy_error(404, f"The resource 'projects/{project}/regions/{region}/routers/{router}' "
                                            "was not found", "notFound")
             return 200, match
         body: dict[str, Any] = {"kind": "compute#routerList", "id": f"projects/{project}/regions/{region}/routers",
@@ -523,17 +498,14 @@ class GcpProjectSandbox:
             return None
         message = (f"{self.iam.email(principal)} does not have {permission} access to the Google Cloud Storage "
                    f"{what}. Permission '{permission}' denied on resource (or it may not exist).")
-        return 403, {"error": {"code": 403, "message": message,
-                               "errors": [{"message": message, "domain": "global", "reason": "forbidden"}]}}
+        return _legacy_error(403, message, "forbidden")
 
     def _bucket(self, bucket: str, principal: str) -> tuple[int, dict]:
         if denied := self._storage_denied("storage.buckets.get", bucket, principal, "bucket"):
             return denied
         location = self.buckets.get(bucket)
         if location is None:
-            message = "The specified bucket does not exist."
-            return 404, {"error": {"code": 404, "message": message,
-                                   "errors": [{"message": message, "domain": "global", "reason": "notFound"}]}}
+            return _legacy_error(404, "The specified bucket does not exist.", "notFound")
         kind = _LOCATION_TYPES.get(location.upper(), "region")
         return 200, {"kind": "storage#bucket", "selfLink": f"https://www.googleapis.com/storage/v1/b/{bucket}",
                      "id": bucket, "name": bucket, "projectNumber": str(self.project_number), "metageneration": "1",
@@ -559,7 +531,7 @@ class GcpProjectSandbox:
         from urllib.parse import unquote
 
         if bucket not in self.buckets:
-            return _storage_error(404, "The specified bucket does not exist.", "notFound")
+            return _legacy_error(404, "The specified bucket does not exist.", "notFound")
         if name is None:
             if denied := self._storage_denied("storage.objects.list", bucket, principal, "bucket"):
                 return denied
@@ -574,19 +546,19 @@ class GcpProjectSandbox:
         with self._lock:
             data = self.objects[bucket].get(name)
         if data is None:
-            return _storage_error(404, f"No such object: {bucket}/{name}", "notFound")
+            return _legacy_error(404, f"No such object: {bucket}/{name}", "notFound")
         return (200, data) if (query.get("alt") or ["json"])[0] == "media" else (200, self._object_json(bucket, name, data))
 
     def _upload(self, bucket: str, query: dict, principal: str, data: bytes) -> tuple[int, dict]:
         """objects.insert, simple media upload: `?uploadType=media&name=NAME`, the bytes as the body."""
         if bucket not in self.buckets:
-            return _storage_error(404, "The specified bucket does not exist.", "notFound")
+            return _legacy_error(404, "The specified bucket does not exist.", "notFound")
         if (query.get("uploadType") or [""])[0] != "media":
-            return _storage_error(400, "Upload requests must include an uploadType URL parameter and a URL path "
+            return _legacy_error(400, "Upload requests must include an uploadType URL parameter and a URL path "
                                        "beginning with /upload/", "invalid")
         name = (query.get("name") or [""])[0]
         if not name:
-            return _storage_error(400, "Required", "required")
+            return _legacy_error(400, "Required", "required")
         if denied := self._storage_denied("storage.objects.create", bucket, principal, "object"):
             return denied
         with self._lock:
@@ -596,7 +568,7 @@ class GcpProjectSandbox:
     def _bucket_iam(self, method: str, bucket: str, principal: str, body: dict) -> tuple[int, dict]:
         """buckets.getIamPolicy (GET b/B/iam) and buckets.setIamPolicy (PUT b/B/iam, the policy as the body)."""
         if bucket not in self.buckets:
-            return _storage_error(404, "The specified bucket does not exist.", "notFound")
+            return _legacy_error(404, "The specified bucket does not exist.", "notFound")
         permission = {"GET": "storage.buckets.getIamPolicy", "PUT": "storage.buckets.setIamPolicy"}.get(method)
         if permission is None:
             return _google_error(405, f"Method {method} is not supported on b/{bucket}/iam.")
@@ -606,7 +578,7 @@ class GcpProjectSandbox:
         try:
             policy = self.iam.policy(resource) if method == "GET" else self.iam.set_policy(resource, body)
         except PolicyError as error:
-            return _storage_error(error.code, error.message, "invalid" if error.code == 400 else "conflict")
+            return _legacy_error(error.code, error.message, "invalid" if error.code == 400 else "conflict")
         return 200, {"kind": "storage#policy", "resourceId": resource, **policy.to_json()}
 
     def _firewall_json(self, project: str, rule: Mapping[str, Any]) -> dict:
@@ -629,7 +601,7 @@ class GcpProjectSandbox:
         }
 
     def _quotas(self, project: str, service: str, quota_id: str | None, query: dict) -> tuple[int, dict]:
-        if project not in (self.project, str(self.project_number)):
+        if not self._ours(project):
             return _google_error(403, f"Permission 'cloudquotas.quotas.get' denied on resource "
                                       f"'//cloudquotas.googleapis.com/projects/{project}' (or it may not exist).")
         if quota_id is None:
@@ -649,7 +621,7 @@ class GcpProjectSandbox:
             body["error"]["message"] = (f"Permission '{permission}' denied for resource '{resource}' (or it may not "
                                         "exist).")
             return 403, body
-        if project not in (self.project, str(self.project_number)) or secret not in self.secrets:
+        if not self._ours(project) or secret not in self.secrets:
             return _google_error(404, f"Secret [projects/{self.project_number}/secrets/{secret}] not found or has "
                                       "no versions.")
         name = f"projects/{self.project_number}/secrets/{secret}"
@@ -661,45 +633,6 @@ class GcpProjectSandbox:
         data = value.encode()
         return 200, {"name": f"{name}/versions/1",
                      "payload": {"data": base64.b64encode(data).decode(), "dataCrc32c": str(crc32c(data))}}
-
-
-def _handler_for(sandbox: GcpProjectSandbox) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        timeout = 30
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            headers = {key.lower(): value for key, value in self.headers.items()}
-            body: Any
-            if _UPLOAD.match(urlsplit(self.path).path):
-                status, payload = sandbox.handle(self.command, self.path, headers, raw)
-            else:
-                try:
-                    body = json.loads(raw) if raw.strip() else None
-                except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-                    status, payload = _google_error(400, f"Invalid JSON payload received. {exc}")
-                else:
-                    status, payload = sandbox.handle(self.command, self.path, headers, body)
-            media = isinstance(payload, bytes)
-            data = payload if media else json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/octet-stream" if media else "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_DELETE = do_PATCH = do_PUT = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            pass
-
-    return Handler
-
-
-_STATUS = {400: "INVALID_ARGUMENT", 401: "UNAUTHENTICATED", 403: "PERMISSION_DENIED", 404: "NOT_FOUND",
-           405: "UNIMPLEMENTED", 409: "ALREADY_EXISTS", 500: "INTERNAL"}
 
 
 # Storage's locationType of the multi- and dual-regions the sandbox knows (infra/gcs_location.py).
@@ -719,11 +652,6 @@ def _api_of(path: str) -> str:
     return "quotas" if "/quotaInfos" in path else "secretmanager"
 
 
-def _storage_error(code: int, message: str, reason: str) -> tuple[int, dict]:
-    return code, {"error": {"code": code, "message": message,
-                            "errors": [{"message": message, "domain": "global", "reason": reason}]}}
-
-
 def _quotas_api() -> DiscoveryApi | None:
     """Cloud Quotas v1 get/list QuotaInfo, described by the google-cloud-quotas protos (no discovery doc)."""
     from google.cloud import cloudquotas_v1
@@ -740,13 +668,18 @@ def _quotas_api() -> DiscoveryApi | None:
 
 
 def _google_error(code: int, message: str, status: str = "") -> tuple[int, dict]:
-    """Google's error body; `status` where one HTTP code has several (409: ALREADY_EXISTS or ABORTED)."""
-    return code, {"error": {"code": code, "message": message, "status": status or _STATUS.get(code, "UNKNOWN")}}
+    return code, error_body(code, message, status)
 
 
-def _compute_error(code: int, message: str, reason: str) -> tuple[int, dict]:
-    return code, {"error": {"code": code, "message": message,
-                            "errors": [{"message": message, "domain": "global", "reason": reason}]}}
+def _legacy_error(code: int, message: str, reason: str) -> tuple[int, dict]:
+    """Compute Engine's and Cloud Storage's error shape."""
+    return code, legacy_error(code, message, reason)
+
+
+def _with_errors(answer: tuple[int, dict], reason: str) -> tuple[int, dict]:
+    """A Google error with the legacy `errors[]` list Compute Engine and Cloud Storage add to it."""
+    answer[1]["error"]["errors"] = [{"message": answer[1]["error"]["message"], "domain": "global", "reason": reason}]
+    return answer
 
 
 def _crc32c_table() -> list[int]:

@@ -1,5 +1,6 @@
 """The stdlib HTTP server the sandbox emulators (Slack, TPU, Logging, project APIs) serve on,
-and its life on a background thread (`ServerThread`), the same for each of them.
+its life on a background thread (`ServerThread`), the same for each of them, and the handler
+each answers with (`handler_class`: one method of the emulator, `_serve_http`, for every request).
 
 Two settings differ from `ThreadingHTTPServer`'s defaults, both for a busy machine running many
 stacks: a listen backlog of 128 instead of 5 (a burst of the bot's calls — the TPU emulator
@@ -11,7 +12,9 @@ a stack does not wait half a second per emulator.
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, Self
 
 SHUTDOWN_POLL_SECONDS = 0.05
 
@@ -32,6 +35,23 @@ def reply(handler: BaseHTTPRequestHandler, status: int, data: bytes, content_typ
     handler.send_header("Content-Length", str(len(data)))
     handler.end_headers()
     handler.wfile.write(data)
+
+
+def handler_class(serve: Callable[[BaseHTTPRequestHandler], None],
+                  methods: Iterable[str] = ("GET", "POST", "PUT", "DELETE", "PATCH"), *,
+                  timeout: float | None = 30, protocol: str = "HTTP/1.1") -> type[BaseHTTPRequestHandler]:
+    """A handler that answers `methods` with `serve(handler)` (any other gets the stdlib's 501) and logs
+    nothing: the emulators record their requests; stderr noise helps nobody. HTTP/1.1 keeps connections
+    alive (the google clients reuse them); `timeout` frees an idle one's thread after that long."""
+    def answer(self: BaseHTTPRequestHandler) -> None:
+        serve(self)
+
+    def log_message(self: BaseHTTPRequestHandler, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        pass
+
+    return type("Handler", (BaseHTTPRequestHandler,), {"protocol_version": protocol, "timeout": timeout,
+                                                      "log_message": log_message,
+                                                      **{f"do_{method}": answer for method in methods}})
 
 
 class SandboxHTTPServer(ThreadingHTTPServer):
@@ -79,3 +99,40 @@ class ServerThread:
         self.server.server_close()
         if self._thread is not None:
             self._thread.join(timeout=5)
+
+
+class LazyServed:
+    """`start`, `stop` and `with` for an emulator bound only when started (and bound afresh when started
+    again after a stop); the class says what it serves with (`_handler`) and what it is called."""
+
+    _http: ServerThread | None
+    _address: tuple[str, int]
+    _what: str  # "TPU sandbox": its thread's name, and what an error says is not running
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    def start(self) -> str:
+        """Start serving on a background thread; returns the base URL (`http://127.0.0.1:PORT`)."""
+        if self._http is None:
+            name = self._what.replace(" ", "-").lower()
+            self._http = ServerThread(self._address, self._handler(), name).start()
+        return self.base_url
+
+    def stop(self) -> None:
+        if self._http is not None:
+            self._http.stop()
+            self._http = None
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def base_url(self) -> str:
+        if self._http is None:
+            raise RuntimeError(f"the {self._what} is not running; call start() first")
+        return self._http.root

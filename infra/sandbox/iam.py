@@ -92,9 +92,12 @@ def default_compute_account(project_number: int | str) -> str:
     return f"{project_number}-compute@developer.gserviceaccount.com"
 
 
+PUBLIC = ("allUsers", "allAuthenticatedUsers")  # the members that stand for everyone
+
+
 def member(principal: str) -> str:
     """The policy member for a principal (`serviceAccount:EMAIL`); the bot is its own account's."""
-    return principal if ":" in principal else f"serviceAccount:{principal}"
+    return principal if ":" in principal or principal in PUBLIC else f"serviceAccount:{principal}"
 
 
 def granted(permission: str, held: Iterable[str]) -> bool:
@@ -236,7 +239,7 @@ class Iam:
     def allows(self, principal: str, permission: str, resource: str = "") -> bool:
         if principal == BOT and permission in self.denied:
             return False
-        principals = {member(self.email(principal)), "allUsers", "allAuthenticatedUsers"}
+        principals = {member(self.email(principal)), *PUBLIC}
         with self._lock:
             if any(who in principals and permission == denied and resource.startswith(prefix)
                    for who, denied, prefix in self._denials):
@@ -259,7 +262,7 @@ class Iam:
             raise PolicyError(400, "INVALID_ARGUMENT", f"Role {unknown[0]} is not supported for this resource.")
         for role, members in new.bindings.items():
             for who in members:
-                if who not in ("allUsers", "allAuthenticatedUsers") and ":" not in who:
+                if ":" not in who and who not in PUBLIC:
                     raise PolicyError(400, "INVALID_ARGUMENT",
                                       f"Invalid member type in binding {{role: {role}, member: {who}}}.")
         with self._lock:
@@ -288,9 +291,7 @@ class Iam:
             self._accounts.update(p.removeprefix("serviceAccount:") for p in principals
                                   if p.startswith("serviceAccount:") or ("@" in p and ":" not in p))
             policy = self._policies.setdefault(resource, Policy())
-            policy.bindings.setdefault(role, set()).update(member(p) if p not in ("allUsers",
-                                                                                  "allAuthenticatedUsers") else p
-                                                           for p in principals)
+            policy.bindings.setdefault(role, set()).update(member(p) for p in principals)
 
     def forget(self, resource: str) -> None:
         with self._lock:

@@ -25,8 +25,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from infra.sandbox.http_server import ServerThread
-from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
+from infra.sandbox.http_server import ServerThread, handler_class, read_body, reply
+from infra.sandbox.discovery import DiscoveryApi, RequestRejected, held_to_schema, load_api
+from infra.sandbox.google_errors import error_body, error_info
 
 SEVERITY_NUMBERS = {
     "DEFAULT": 0, "DEBUG": 100, "INFO": 200, "NOTICE": 300, "WARNING": 400,
@@ -136,24 +137,8 @@ class LoggingEmulator:
         return self._http.root
 
     def start(self, host: str = "127.0.0.1", port: int = 0) -> LoggingEmulator:
-        emulator = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 (http.server naming)
-                length = int(self.headers.get("Content-Length") or 0)
-                raw = self.rfile.read(length) if length else b"{}"
-                status, body = emulator.handle(self.path, raw)
-                payload = json.dumps(body).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json; charset=UTF-8")
-                self.send_header("Content-Length", str(len(payload)))
-                self.end_headers()
-                self.wfile.write(payload)
-
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
-                return
-
-        self._http = ServerThread((host, port), Handler, "logging-emulator").start()
+        handler = handler_class(self._serve_http, ("POST",), timeout=None, protocol="HTTP/1.0")
+        self._http = ServerThread((host, port), handler, "logging-emulator").start()
         return self
 
     def stop(self) -> None:
@@ -168,6 +153,10 @@ class LoggingEmulator:
         self.stop()
 
     # --- the API ---
+    def _serve_http(self, http: BaseHTTPRequestHandler) -> None:
+        status, body = self.handle(http.path, read_body(http))
+        reply(http, status, json.dumps(body).encode(), "application/json; charset=UTF-8")
+
     @property
     def strict(self) -> bool:
         return self.api is not None
@@ -175,27 +164,14 @@ class LoggingEmulator:
     def handle(self, path: str, raw: bytes) -> tuple[int, dict[str, Any]]:
         url = urlsplit(path)
         if url.path != "/v2/entries:list":
-            return 404, _error(404, f"unknown path {path}", "NOT_FOUND")
+            return 404, error_body(404, f"unknown path {path}")
         try:
             request = json.loads(raw or b"{}")
         except ValueError:
-            return 400, _error(400, "request body is not JSON", "INVALID_ARGUMENT")
-        method = None
-        if self.api is not None:
-            try:
-                method = self.api.check_request("POST", url.path, parse_qs(url.query, keep_blank_values=True), request)
-            except RequestRejected as rejected:
-                with self._lock:
-                    self.rejected.append(rejected)
-                return 400, rejected.google_error()
-        status, body = self._list(request)
-        if self.api is not None and method is not None and status == 200:
-            problems = self.api.check_response(method, body)
-            if problems:
-                with self._lock:
-                    self.response_problems.extend(problems)
-                return 500, _error(500, "logging sandbox bug: " + "; ".join(problems), "INTERNAL")
-        return status, body
+            return 400, error_body(400, "request body is not JSON")
+        query = parse_qs(url.query, keep_blank_values=True)
+        return held_to_schema(self.api, ("POST", url.path, query, request), lambda: self._list(request),
+                              self.rejected, self.response_problems, "logging")
 
     def _list(self, request: dict[str, Any]) -> tuple[int, dict[str, Any]]:
         with self._lock:
@@ -208,11 +184,11 @@ class LoggingEmulator:
             entries = list(self.entries)
         page_size = int(request.get("pageSize") or 50)
         if page_size > 1000:
-            return 400, _error(400, "pageSize must be <= 1000", "INVALID_ARGUMENT")
+            return 400, error_body(400, "pageSize must be <= 1000")
         try:
             matcher = compile_filter(request.get("filter") or "")
         except ValueError as exc:
-            return 400, _error(400, f"invalid filter: {exc}", "INVALID_ARGUMENT")
+            return 400, error_body(400, f"invalid filter: {exc}")
         selected = [entry for entry in entries if matcher(entry)]
         order = (request.get("orderBy") or "timestamp asc").lower()
         selected.sort(key=lambda e: parse_timestamp(e["timestamp"]), reverse=order.endswith("desc"))
@@ -322,24 +298,8 @@ def _unquote(value: str) -> str:
     return re.sub(r"\\(.)", r"\1", value)
 
 
-def _error(code: int, message: str, status: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message, "status": status}}
-
-
 def _quota_error() -> dict[str, Any]:
-    body = _error(429, QUOTA_MESSAGE, "RESOURCE_EXHAUSTED")
-    body["error"]["details"] = [
-        {
-            "@type": "type.googleapis.com/google.rpc.ErrorInfo",
-            "reason": "RATE_LIMIT_EXCEEDED",
-            "domain": "googleapis.com",
-            "metadata": {
-                "quota_limit": "ReadRequestsPerMinutePerProject",
-                "quota_limit_value": "60",
-                "quota_metric": "logging.googleapis.com/read_requests",
-                "service": "logging.googleapis.com",
-                "consumer": "projects/123456789012",
-            },
-        }
-    ]
-    return body
+    return error_body(429, QUOTA_MESSAGE, "RESOURCE_EXHAUSTED", [error_info(
+        "RATE_LIMIT_EXCEEDED", "googleapis.com", quota_limit="ReadRequestsPerMinutePerProject",
+        quota_limit_value="60", quota_metric="logging.googleapis.com/read_requests",
+        service="logging.googleapis.com", consumer="projects/123456789012")])

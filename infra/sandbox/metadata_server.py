@@ -26,10 +26,9 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from typing import Any
 from urllib.parse import urlsplit
 
-from infra.sandbox.http_server import ServerThread, read_body, reply
+from infra.sandbox.http_server import ServerThread, handler_class, read_body, reply
 from infra.sandbox.iam import Iam
 
 CLOUD_PLATFORM = "https://www.googleapis.com/auth/cloud-platform"
@@ -62,7 +61,8 @@ class MetadataServer:
         self.requests: list[tuple[str, str]] = []  # (method, path)
         self.tokens: list[str] = []
         self._lock = threading.Lock()
-        self._http = ServerThread((host, port), _handler_for(self), "metadata-server")
+        handler = handler_class(self._serve_http, ("GET", "PUT", "POST", "DELETE"))
+        self._http = ServerThread((host, port), handler, "metadata-server")
 
     def start(self) -> MetadataServer:
         self._http.start()
@@ -84,6 +84,11 @@ class MetadataServer:
     def guest_attributes_on(self) -> bool:
         enabled = str(self.identity.attributes.get("enable-guest-attributes", "")).upper() == "TRUE"
         return enabled and self.identity.guest_attributes_allowed
+
+    def _serve_http(self, http: BaseHTTPRequestHandler) -> None:
+        headers = {key.lower(): value for key, value in http.headers.items()}
+        status, content_type, text = self.handle(http.command, http.path, headers, read_body(http))
+        reply(http, status, text.encode(), content_type, {"Metadata-Flavor": "Google"})
 
     def handle(self, method: str, raw_path: str, headers: Mapping[str, str], body: bytes) -> tuple[int, str, str]:
         """(status, content type, body)."""
@@ -141,21 +146,3 @@ class MetadataServer:
             namespace, key = name.split("/", 1)
             self.on_guest_attribute(namespace, key, value)
         return 200, "text/plain", ""
-
-
-def _handler_for(server: MetadataServer) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        timeout = 30
-
-        def _serve(self) -> None:
-            headers = {key.lower(): value for key, value in self.headers.items()}
-            status, content_type, text = server.handle(self.command, self.path, headers, read_body(self))
-            reply(self, status, text.encode(), content_type, {"Metadata-Flavor": "Google"})
-
-        do_GET = do_PUT = do_POST = do_DELETE = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            pass
-
-    return Handler

@@ -27,10 +27,9 @@ import hashlib
 import json
 import threading
 from http.server import BaseHTTPRequestHandler
-from typing import Any
 import base64
 
-from infra.sandbox.http_server import ServerThread, reply
+from infra.sandbox.http_server import ServerThread, handler_class, reply
 from infra.sandbox.iam import Iam
 from infra.vllm_images import DOCKER_HUB as DOCKER_HUB_NAME
 from infra.vllm_images import image_registry
@@ -66,7 +65,7 @@ class RegistryStandIn:
         self.missing: set[str] = set()  # references (`repo:tag`) that do not exist
         self.pulls: list[tuple[str, str, int]] = []  # (registry host, repository:reference, status)
         self._lock = threading.Lock()
-        self._http = ServerThread((host, port), _handler_for(self), "registry-stand-in")
+        self._http = ServerThread((host, port), handler_class(self._serve_http, ("GET",)), "registry-stand-in")
 
     def start(self) -> RegistryStandIn:
         self._http.start()
@@ -79,6 +78,26 @@ class RegistryStandIn:
     def url(self) -> str:
         return self._http.root
 
+    def _serve_http(self, http: BaseHTTPRequestHandler) -> None:
+        host = (http.headers.get("Host") or DOCKER_HUB).split(":")[0]
+        path = http.path.split("?", 1)[0]
+        body: dict
+        authorization = http.headers.get("Authorization") or ""
+        if path in ("/v2", "/v2/"):
+            status, headers, body = 200, {"Docker-Distribution-Api-Version": "registry/2.0"}, {}
+            if host.endswith("-docker.pkg.dev") and self.iam is not None and authorization:
+                password = _basic_password(authorization)
+                if not password or self.iam.principal(f"Bearer {password}") is None:
+                    status, body = 401, {"errors": [{"code": "UNAUTHORIZED", "message": "authentication failed"}]}
+        elif "/manifests/" in path and path.startswith("/v2/"):
+            repository, _, reference = path.removeprefix("/v2/").partition("/manifests/")
+            status, headers, body = self.manifest(host, repository, reference, authorization)
+        else:
+            status, headers, body = 404, {}, {"errors": [{"code": "NAME_UNKNOWN",
+                                                          "message": "repository name not known to registry"}]}
+        content_type = headers.pop("Content-Type", "application/json")
+        reply(http, status, json.dumps(body).encode(), content_type, headers)
+
     def refusal(self, host: str, repository: str, authorization: str) -> str | None:
         """Artifact Registry's message when it refuses these credentials this repository, else None."""
         if self.iam is None or not host.endswith("-docker.pkg.dev"):
@@ -86,11 +105,7 @@ class RegistryStandIn:
         project, repo = (repository.split("/") + ["", ""])[:2]
         resource = f"projects/{project}/locations/{host.removesuffix('-docker.pkg.dev')}/repositories/{repo}"
         permission = "artifactregistry.repositories.downloadArtifacts"
-        scheme, _, encoded = authorization.partition(" ")
-        try:
-            _, _, password = base64.b64decode(encoded).decode().partition(":") if scheme.lower() == "basic" else ("", "", "")
-        except ValueError:
-            password = ""
+        password = _basic_password(authorization)
         principal = self.iam.principal(f"Bearer {password}") if password else None
         if principal is None:
             return (f'Unauthenticated request. Unauthenticated requests do not have permission "{permission}" on '
@@ -133,33 +148,10 @@ class RegistryStandIn:
                                          "size": 14_000, "digest": digest_of(digest)}, "layers": layers}
 
 
-def _handler_for(registry: RegistryStandIn) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        timeout = 30
-
-        def do_GET(self) -> None:  # noqa: N802 - stdlib name
-            host = (self.headers.get("Host") or DOCKER_HUB).split(":")[0]
-            path = self.path.split("?", 1)[0]
-            body: dict
-            authorization = self.headers.get("Authorization") or ""
-            if path in ("/v2", "/v2/"):
-                status, headers, body = 200, {"Docker-Distribution-Api-Version": "registry/2.0"}, {}
-                if host.endswith("-docker.pkg.dev") and registry.iam is not None and authorization:
-                    scheme, _, encoded = authorization.partition(" ")
-                    password = base64.b64decode(encoded).decode().partition(":")[2] if scheme.lower() == "basic" else ""
-                    if not password or registry.iam.principal(f"Bearer {password}") is None:
-                        status, body = 401, {"errors": [{"code": "UNAUTHORIZED", "message": "authentication failed"}]}
-            elif "/manifests/" in path and path.startswith("/v2/"):
-                repository, _, reference = path.removeprefix("/v2/").partition("/manifests/")
-                status, headers, body = registry.manifest(host, repository, reference, authorization)
-            else:
-                status, headers, body = 404, {}, {"errors": [{"code": "NAME_UNKNOWN",
-                                                              "message": "repository name not known to registry"}]}
-            content_type = headers.pop("Content-Type", "application/json")
-            reply(self, status, json.dumps(body).encode(), content_type, headers)
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            pass
-
-    return Handler
+def _basic_password(authorization: str) -> str:
+    """The password of Basic credentials (what `docker login` keeps: a metadata-server token); "" for others."""
+    scheme, _, encoded = authorization.partition(" ")
+    try:
+        return base64.b64decode(encoded).decode().partition(":")[2] if scheme.lower() == "basic" else ""
+    except ValueError:
+        return ""

@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any, Callable
 from urllib.parse import parse_qs, urlparse
 
-from infra.sandbox.http_server import ServerThread
+from infra.sandbox.http_server import ServerThread, handler_class, read_body, reply
 from infra.sandbox import slack_rules
 
 BOT_USER_ID = "UTPUBOT"
@@ -96,8 +96,8 @@ class SlackApiSandbox:
         self._lock = threading.RLock()
         self._changed = threading.Condition(self._lock)
         self._listeners: list[Callable[[str, dict], None]] = []
-        handler = _make_handler(self)
-        self._http = ServerThread((host, port), handler, "slack-sandbox")
+        self._http = ServerThread((host, port), handler_class(self._serve_http, ("GET", "POST"), timeout=None),
+                                  "slack-sandbox")
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> str:
@@ -117,6 +117,31 @@ class SlackApiSandbox:
 
     def response_url(self, name: str = "cmd") -> str:
         return f"{self.root}/hooks/{name}/{next(self._ts)}"
+
+    def _serve_http(self, http: BaseHTTPRequestHandler) -> None:
+        url = urlparse(http.path)
+        raw = read_body(http)
+        body = _form(raw, http.headers.get("content-type", ""))
+        if url.path.startswith("/api/"):
+            # Slack also reads arguments from the query string: slack-sdk sends chat.delete that way, and
+            # the async client sends the methods slack-sdk tags http_verb="GET" as GET with a query.
+            body = {**{k: v[0] for k, v in parse_qs(url.query).items()}, **body}
+            headers = {k.lower(): v for k, v in http.headers.items()}
+            status, result, extra = self.handle(url.path[len("/api/"):], body, headers)
+            reply(http, status, json.dumps(result).encode(), "application/json; charset=utf-8", extra)
+        elif http.command == "POST" and url.path.startswith("/hooks/"):
+            if body.get("blocks") and slack_rules.block_errors(body["blocks"]):
+                return reply(http, 400, b"invalid_blocks", "text/plain")
+            self.handle_response_url(url.path, body)
+            reply(http, 200, b"ok", "text/plain")
+        elif http.command == "POST" and url.path.startswith("/upload/"):
+            status, answer = self.receive_upload(url.path[len("/upload/"):], raw)
+            reply(http, status, answer, "text/plain")
+        elif http.command == "GET" and url.path.startswith("/files-pri/"):
+            status, content_type, content = self.file_bytes(url.path, http.headers.get("authorization"))
+            reply(http, status, content, content_type)
+        else:
+            reply(http, 404, b"not found", "text/plain")
 
     # --- test helpers ----------------------------------------------------------------------
     def inject_error(self, method: str, error: InjectedError, times: int = 1) -> None:
@@ -480,6 +505,16 @@ def _thread_message(message: Message) -> dict:
     return shown
 
 
+def _form(raw: bytes, content_type: str) -> dict:
+    """A request's arguments: its JSON body (`{}` when it is not JSON), or its form fields."""
+    if "json" in content_type:
+        try:
+            return json.loads(raw or b"{}")
+        except ValueError:
+            return {}
+    return {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
+
+
 def _json_field(value: Any) -> Any:
     if isinstance(value, str):
         try:
@@ -495,74 +530,3 @@ def _chunks_text(body: dict) -> str:
         if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
             text += chunk.get("text", "")
     return text
-
-
-def _make_handler(sandbox: SlackApiSandbox) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, *args: Any) -> None:  # keep test output clean
-            pass
-
-        def _body(self) -> tuple[bytes, dict]:
-            length = int(self.headers.get("content-length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            ctype = self.headers.get("content-type", "")
-            if "json" in ctype:
-                try:
-                    return raw, json.loads(raw or b"{}")
-                except ValueError:
-                    return raw, {}
-            return raw, {k: v[0] for k, v in parse_qs(raw.decode("utf-8", "replace")).items()}
-
-        def _send(self, status: int, payload: bytes, ctype: str, headers: dict | None = None) -> None:
-            self.send_response(status)
-            self.send_header("content-type", ctype)
-            self.send_header("content-length", str(len(payload)))
-            for key, value in (headers or {}).items():
-                self.send_header(key, str(value))
-            self.end_headers()
-            try:
-                self.wfile.write(payload)
-            except (BrokenPipeError, ConnectionResetError):
-                pass  # the client hung up (a process shutting down); nothing to answer
-
-        def do_POST(self) -> None:
-            parsed = urlparse(self.path)
-            path = parsed.path
-            raw, body = self._body()
-            if path.startswith("/api/"):
-                # Slack also reads arguments from the query string (slack-sdk sends chat.delete that way).
-                body = {**{k: v[0] for k, v in parse_qs(parsed.query).items()}, **body}
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                status, result, extra = sandbox.handle(path[len("/api/"):], body, headers)
-                self._send(status, json.dumps(result).encode(), "application/json; charset=utf-8", extra)
-            elif path.startswith("/hooks/"):
-                blocks = body.get("blocks")
-                if blocks and slack_rules.block_errors(blocks):
-                    self._send(400, b"invalid_blocks", "text/plain")
-                    return
-                sandbox.handle_response_url(path, body)
-                self._send(200, b"ok", "text/plain")
-            elif path.startswith("/upload/"):
-                status, answer = sandbox.receive_upload(path[len("/upload/"):], raw)
-                self._send(status, answer, "text/plain")
-            else:
-                self._send(404, b"not found", "text/plain")
-
-        def do_GET(self) -> None:
-            parsed = urlparse(self.path)
-            path = parsed.path
-            if path.startswith("/api/"):
-                # The async client sends methods slack-sdk tags http_verb="GET" as GET with a query.
-                headers = {k.lower(): v for k, v in self.headers.items()}
-                body = {k: v[0] for k, v in parse_qs(parsed.query).items()}
-                status, result, extra = sandbox.handle(path[len("/api/"):], body, headers)
-                self._send(status, json.dumps(result).encode(), "application/json; charset=utf-8", extra)
-            elif path.startswith("/files-pri/"):
-                status, ctype, content = sandbox.file_bytes(path, self.headers.get("authorization"))
-                self._send(status, content, ctype)
-            else:
-                self._send(404, b"not found", "text/plain")
-
-    return Handler

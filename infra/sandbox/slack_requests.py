@@ -90,26 +90,24 @@ class SlackRequests:
             event["files"] = files
         if edited_ts:
             event["edited"] = {"user": user, "ts": edited_ts}
+        headers = {}
+        if retry_num:
+            headers = {"x-slack-retry-num": str(retry_num), "x-slack-retry-reason": "http_timeout"}
+        return self._event_callback(event, event_id, bot_user_id, headers)
+
+    def event(self, event: dict, *, event_id: str | None = None, bot_user_id: str = "UTPUBOT") -> SlackReply:
+        """Any Events API event (e.g. `app_home_opened`) in Slack's signed `event_callback` envelope."""
+        return self._event_callback({"event_ts": f"{time.time():.6f}", **event}, event_id, bot_user_id)
+
+    def _event_callback(self, event: dict, event_id: str | None, bot_user_id: str,
+                        headers: dict | None = None) -> SlackReply:
         envelope = {
             "token": "legacy", "team_id": self.team, "api_app_id": "A0TPUBOT", "type": "event_callback",
             "event_id": event_id or f"Ev{secrets.token_hex(5).upper()}", "event_time": int(time.time()),
             "authorizations": [{"team_id": self.team, "user_id": bot_user_id, "is_bot": True}],
             "event": event,
         }
-        headers = {}
-        if retry_num:
-            headers = {"x-slack-retry-num": str(retry_num), "x-slack-retry-reason": "http_timeout"}
         return self.post(json.dumps(envelope), "application/json", extra_headers=headers)
-
-    def event(self, event: dict, *, event_id: str | None = None, bot_user_id: str = "UTPUBOT") -> SlackReply:
-        """Any Events API event (e.g. `app_home_opened`) in Slack's signed `event_callback` envelope."""
-        envelope = {
-            "token": "legacy", "team_id": self.team, "api_app_id": "A0TPUBOT", "type": "event_callback",
-            "event_id": event_id or f"Ev{secrets.token_hex(5).upper()}", "event_time": int(time.time()),
-            "authorizations": [{"team_id": self.team, "user_id": bot_user_id, "is_bot": True}],
-            "event": {"event_ts": f"{time.time():.6f}", **event},
-        }
-        return self.post(json.dumps(envelope), "application/json")
 
     def click(self, *, action_id: str, value: str, user: str, channel: str, message_ts: str = "",
               label: str = "", is_ephemeral: bool = True) -> SlackReply:

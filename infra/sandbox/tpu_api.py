@@ -62,8 +62,9 @@ from urllib.parse import parse_qs, urlsplit
 from google.cloud import tpu_v2
 from google.protobuf import json_format
 
-from infra.sandbox.http_server import ServerThread
-from infra.sandbox.discovery import DiscoveryApi, RequestRejected, load_api
+from infra.sandbox.http_server import LazyServed, handler_class, read_body, reply
+from infra.sandbox.discovery import DiscoveryApi, RequestRejected, held_to_schema, load_api
+from infra.sandbox.google_errors import STATUS, error_body, error_info, resource_info
 from infra.sandbox.iam import Iam
 
 
@@ -85,9 +86,9 @@ DEFAULT_ZONES: dict[str, ZoneBehaviour] = {
     "europe-west4-b": ZoneBehaviour.REJECT_FLEX_START,
 }
 
-ACCELERATOR_TYPES = frozenset(
-    [f"v5litepod-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256)] + [f"v6e-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256)]
-)
+V5E_TYPES = tuple(f"v5litepod-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256))
+V6E_TYPES = tuple(f"v6e-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256))
+ACCELERATOR_TYPES = frozenset(V5E_TYPES + V6E_TYPES)
 RUNTIME_VERSIONS = frozenset({"v2-alpha-tpuv5-lite", "v2-alpha-tpuv6e", "tpu-ubuntu2204-base"})
 
 QR_STATES = list(tpu_v2.QueuedResourceState.State.__members__)
@@ -99,15 +100,6 @@ _PATH_RE = re.compile(
     r"^/(?P<version>v2|v2alpha1)/projects/(?P<project>[^/]+)/locations/(?P<zone>[^/]+)"
     r"/(?P<collection>queuedResources|nodes|operations|acceleratorTypes)(?:/(?P<id>[^/:]+))?(?::(?P<action>\w+))?$"
 )
-_HTTP_STATUS = {
-    400: "INVALID_ARGUMENT",
-    403: "PERMISSION_DENIED",
-    404: "NOT_FOUND",
-    409: "ALREADY_EXISTS",
-    429: "RESOURCE_EXHAUSTED",
-    500: "INTERNAL",
-    503: "UNAVAILABLE",
-}
 
 
 @dataclass(frozen=True)
@@ -146,11 +138,10 @@ class _ApiError(Exception):
         self.http_status = http_status
         self.message = message
         self.details = details or []
-        self.status = status or _HTTP_STATUS.get(http_status, "UNKNOWN")
+        self.status = status or STATUS.get(http_status, "UNKNOWN")
 
     def body(self) -> dict:
-        return {"error": {"code": self.http_status, "message": self.message, "status": self.status,
-                          "details": self.details}}
+        return error_body(self.http_status, self.message, self.status, self.details)
 
 
 @dataclass
@@ -196,8 +187,10 @@ class _Phase(NamedTuple):
     node_visible: bool
 
 
-class TpuSandbox:
+class TpuSandbox(LazyServed):
     """The emulator and its Python control surface for tests and the bot's in-process mode."""
+
+    _what = "TPU sandbox"
 
     def __init__(
         self,
@@ -238,8 +231,8 @@ class TpuSandbox:
         self._clock_offset = 0.0
         self._node_numbers = itertools.count(2)
         self._injected: list[tuple[int, str, str | None]] = []  # (http status, message, path substring)
-        self._host, self._port = host, port
-        self._http: ServerThread | None = None
+        self._address = (host, port)
+        self._http = None
         # Google's discovery documents for both versions (None without google-api-python-client: lenient).
         self.apis: dict[str, DiscoveryApi | None] = {
             "v2": load_api("tpu.v2", "google.cloud.tpu.v2"),
@@ -254,30 +247,19 @@ class TpuSandbox:
     def strict(self) -> bool:
         return all(api is not None for api in self.apis.values())
 
-    # --- lifecycle ---------------------------------------------------------------------------
-    def start(self) -> str:
-        """Start serving on a background thread; returns the base URL (`http://127.0.0.1:PORT`)."""
-        if self._http is None:
-            self._http = ServerThread((self._host, self._port), _handler_for(self), "tpu-sandbox").start()
-        return self.base_url
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        return handler_class(self._serve_http, ("GET", "POST", "DELETE", "PATCH"))
 
-    def stop(self) -> None:
-        if self._http is not None:
-            self._http.stop()
-            self._http = None
-
-    def __enter__(self) -> "TpuSandbox":
-        self.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def base_url(self) -> str:
-        if self._http is None:
-            raise RuntimeError("the TPU sandbox is not running; call start() first")
-        return self._http.root
+    def _serve_http(self, http: BaseHTTPRequestHandler) -> None:
+        raw = read_body(http)
+        try:
+            body = json.loads(raw) if raw.strip() else None
+        except json.JSONDecodeError as exc:
+            status, payload = 400, _ApiError(400, f"Invalid JSON payload received. {exc}").body()
+        else:
+            authorization = http.headers.get("Authorization") or ""
+            status, payload = self.handle(http.command, http.path, body, authorization)
+        reply(http, status, json.dumps(payload, indent=2).encode(), "application/json; charset=UTF-8")
 
     # --- control surface ---------------------------------------------------------------------
     def now(self) -> float:
@@ -347,20 +329,20 @@ class TpuSandbox:
 
     def node_metadata(self, zone: str, node_id: str) -> dict[str, str]:
         """The instance metadata a node was created with (what its VM reads, e.g. `startup-script`)."""
-        with self._lock:
-            for qr in self._qrs.values():
-                if qr.zone == zone and qr.node_id == node_id:
-                    return dict((_node_spec(qr.body).get("node") or {}).get("metadata") or {})
-        return {}
+        return dict(self._created_node(zone, node_id).get("metadata") or {})
 
     def node_service_account(self, zone: str, node_id: str) -> str:
         """The email the create request named in `serviceAccount`; "" when it left it empty (the project's
         default Compute Engine account, which the caller knows)."""
+        return str((self._created_node(zone, node_id).get("serviceAccount") or {}).get("email") or "")
+
+    def _created_node(self, zone: str, node_id: str) -> Mapping:
+        """The `node` of the create request that made this node ({} for a node never created)."""
         with self._lock:
             for qr in self._qrs.values():
                 if qr.zone == zone and qr.node_id == node_id:
-                    return str(((_node_spec(qr.body).get("node") or {}).get("serviceAccount") or {}).get("email") or "")
-        return ""
+                    return _node_spec(qr.body).get("node") or {}
+        return {}
 
     def set_guest_attributes(self, zone: str, node_id: str, namespace: str, values: Mapping[str, str]) -> None:
         """What a node's VM PUT to `instance/guest-attributes/NAMESPACE/KEY` (its metadata server calls this)."""
@@ -376,11 +358,8 @@ class TpuSandbox:
         queued_at = qr.created_at + t.creating
         if now < queued_at:
             return _Phase("CREATING", "USER", None, False)
-        if qr.capacity_at is None:
-            provisioning_at = None
-        else:
-            provisioning_at = max(queued_at, qr.capacity_at) + t.waiting
-        if provisioning_at is None or (qr.valid_until is not None and provisioning_at > qr.valid_until):
+        provisioning_at = self._provisioning_at(qr)
+        if provisioning_at is None:
             if qr.valid_until is not None and now >= qr.valid_until:
                 return _Phase("FAILED", "SERVICE", {"error": {"code": 8, "message": _no_capacity_text(qr.zone)}},
                               False)
@@ -396,15 +375,17 @@ class TpuSandbox:
             return _Phase("SUSPENDED", "SERVICE", None, False)
         return _Phase("ACTIVE", "USER", None, True)
 
-    def _active_at(self, qr: _QueuedResource) -> float | None:
-        """When the QR became (or will become) ACTIVE on the emulator clock; None if never."""
-        t = self.timings
+    def _provisioning_at(self, qr: _QueuedResource) -> float | None:
+        """When the QR starts (or will start) PROVISIONING on the emulator clock; None if never."""
         if qr.capacity_at is None:
             return None
-        provisioning_at = max(qr.created_at + t.creating, qr.capacity_at) + t.waiting
-        if qr.valid_until is not None and provisioning_at > qr.valid_until:
-            return None
-        return provisioning_at + t.provisioning
+        provisioning_at = max(qr.created_at + self.timings.creating, qr.capacity_at) + self.timings.waiting
+        return None if qr.valid_until is not None and provisioning_at > qr.valid_until else provisioning_at
+
+    def _active_at(self, qr: _QueuedResource) -> float | None:
+        """When the QR became (or will become) ACTIVE on the emulator clock; None if never."""
+        provisioning_at = self._provisioning_at(qr)
+        return None if provisioning_at is None else provisioning_at + self.timings.provisioning
 
     def _purge(self, now: float) -> None:
         for key, qr in list(self._qrs.items()):
@@ -527,26 +508,16 @@ class TpuSandbox:
                 if needle is None or needle in url.path:
                     del self._injected[index]
                     return status, _ApiError(status, message).body()
-        api = self.apis.get(url.path.lstrip("/").split("/", 1)[0])
-        checked = None
-        if api is not None:
+
+        def answer() -> tuple[int, dict]:
             try:
-                checked = api.check_request(method, url.path, query, body)
-            except RequestRejected as rejected:
-                with self._lock:
-                    self.rejected.append(rejected)
-                return 400, rejected.google_error()
-        try:
-            status, payload = self._route(method, url.path, query, body, authorization)
-        except _ApiError as error:
-            return error.http_status, error.body()
-        if api is not None and checked is not None and status == 200:
-            problems = api.check_response(checked, payload)
-            if problems:
-                with self._lock:
-                    self.response_problems.extend(problems)
-                return 500, _ApiError(500, "tpu sandbox bug: " + "; ".join(problems)).body()
-        return status, payload
+                return self._route(method, url.path, query, body, authorization)
+            except _ApiError as error:
+                return error.http_status, error.body()
+
+        api = self.apis.get(url.path.lstrip("/").split("/", 1)[0])
+        return held_to_schema(api, (method, url.path, query, body), answer, self.rejected, self.response_problems,
+                              "tpu")
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any,
                authorization: str = "") -> tuple[int, dict]:
@@ -562,9 +533,8 @@ class TpuSandbox:
                 self._record(zone, "permission_denied")
             raise _ApiError(403, f"Permission 'tpu.{collection}.{verb}' denied on resource "
                                  f"'//tpu.googleapis.com/projects/{project}/locations/{zone}' (or it may not exist).",
-                            [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-                              "domain": "tpu.googleapis.com",
-                              "metadata": {"permission": f"tpu.{collection}.{verb}"}}])
+                            [error_info("IAM_PERMISSION_DENIED", "tpu.googleapis.com",
+                                        permission=f"tpu.{collection}.{verb}")])
         with self._lock:
             if zone not in self._zones:
                 if method == "POST" and collection == "queuedResources":
@@ -585,7 +555,7 @@ class TpuSandbox:
         if collection == "acceleratorTypes" and method == "GET":
             return self._accelerator_types(version, project, zone, item, query)
         if collection == "nodes" and method == "POST" and item is not None and action == "getGuestAttributes":
-            return 200, self._guest_attributes_json(zone, self._get_node(zone, item, start_model=False), body or {})
+            return 200, self._guest_attributes_json(zone, self._get_node(zone, item), body or {})
         if collection == "nodes" and method == "GET" and action is None:
             if item is None:
                 return self._list_nodes(version, zone, query, integer_enums)
@@ -622,9 +592,8 @@ class TpuSandbox:
                 if existing is not None:
                     self._record(zone, "already_exists")
                     raise _ApiError(409, f"Resource '{self._qr_name(zone, qr_id)}' already exists.",
-                                    [{"@type": "type.googleapis.com/google.rpc.ResourceInfo",
-                                      "resourceType": "tpu.googleapis.com/QueuedResource",
-                                      "resourceName": self._qr_name(zone, qr_id)}])
+                                    [resource_info(self._qr_name(zone, qr_id),
+                                                   resourceType="tpu.googleapis.com/QueuedResource")])
             self._validate_node(zone, node)
             self._check_act_as(node, authorization)
             behaviour = self.zones()[zone]
@@ -634,10 +603,9 @@ class TpuSandbox:
                 self._record(zone, "quota_exceeded")
                 raise _ApiError(429, "Quota 'TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI' exhausted. "
                                      f"Limit 0 in region {region}.",
-                                [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "QUOTA_EXCEEDED",
-                                  "domain": "tpu.googleapis.com",
-                                  "metadata": {"quota_limit": "TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI",
-                                               "region": region}}])
+                                [error_info("QUOTA_EXCEEDED", "tpu.googleapis.com",
+                                            quota_limit="TPUV5sPreemptibleLitepodPerProjectPerRegionForTPUAPI",
+                                            region=region)])
         except _ApiError as error:
             if error.http_status not in (409, 429):  # those two recorded themselves above
                 self._record(zone, error.outcome)
@@ -655,10 +623,7 @@ class TpuSandbox:
                 self._record(zone, "already_exists")
                 raise _ApiError(409, f"Resource '{self._qr_name(zone, qr_id)}' already exists.")
             # The create LRO ends when validation is over, i.e. when the QR leaves CREATING.
-            op = _Operation(name=f"projects/{self.project}/locations/{zone}/operations/{_operation_id(now)}",
-                            zone=zone, qr_id=qr_id, verb="create", created_at=now,
-                            done_at=now + self.timings.creating)
-            self._operations[op.name] = op
+            op = self._new_operation(zone, qr_id, "create", now, done_at=now + self.timings.creating)
             if behaviour is ZoneBehaviour.REJECT_FLEX_START and model == "FLEX_START":
                 accel = node.get("acceleratorType", "")
                 op.error = {"code": 3, "message": f'FLEX_START provisioning model is not supported for accelerator '
@@ -690,9 +655,7 @@ class TpuSandbox:
             if item not in offered:
                 raise _not_found(f"projects/{project}/locations/{zone}/acceleratorTypes/{item}")
             return 200, view(item)
-        page, token = self._page(offered, query)
-        return 200, {"acceleratorTypes": [view(accel) for accel in page],
-                     **({"nextPageToken": token} if token else {}), "unreachable": []}
+        return self._page("acceleratorTypes", offered, query, view)
 
     def _validate_node(self, zone: str, node: dict) -> None:
         _validate_labels(node.get("labels") or {})
@@ -731,8 +694,7 @@ class TpuSandbox:
             return
         raise _ApiError(403, f"Permission 'iam.serviceaccounts.actAs' denied on service account {email} (or it may "
                              "not exist).",
-                        [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "IAM_PERMISSION_DENIED",
-                          "domain": "iam.googleapis.com", "metadata": {"permission": "iam.serviceAccounts.actAs"}}],
+                        [error_info("IAM_PERMISSION_DENIED", "iam.googleapis.com", permission="iam.serviceAccounts.actAs")],
                         outcome="permission_denied")
 
     def _get_qr(self, zone: str, qr_id: str) -> _QueuedResource:
@@ -754,11 +716,9 @@ class TpuSandbox:
     def _list_qrs(self, version: str, zone: str, query: dict, integer_enums: bool) -> tuple[int, dict]:
         with self._lock:
             items = sorted((qr for qr in self._qrs.values() if qr.zone == zone), key=lambda q: q.qr_id)
-        page, token = self._page(items, query)
-        return 200, {"queuedResources": [self._render_qr(version, qr, integer_enums) for qr in page],
-                     **({"nextPageToken": token} if token else {}), "unreachable": []}
+        return self._page("queuedResources", items, query, lambda qr: self._render_qr(version, qr, integer_enums))
 
-    def _get_node(self, zone: str, node_id: str, *, start_model: bool = True) -> _QueuedResource:
+    def _get_node(self, zone: str, node_id: str) -> _QueuedResource:
         with self._lock:
             now = self.now()
             for qr in self._qrs.values():
@@ -766,8 +726,6 @@ class TpuSandbox:
                     break
             else:
                 raise _not_found(f"projects/{self.project}/locations/{zone}/nodes/{node_id}")
-        if start_model:
-            self._ensure_node_ready(qr)
         return qr
 
     def _guest_attributes_json(self, zone: str, qr: _QueuedResource, body: dict) -> dict:
@@ -783,6 +741,7 @@ class TpuSandbox:
         return {"guestAttributes": [{"queryPath": query_path, "queryValue": {"items": items}}]}
 
     def _render_node(self, version: str, qr: _QueuedResource, integer_enums: bool) -> dict:
+        self._ensure_node_ready(qr)  # a node is looked at: its VM boots (once)
         view = self._node_json(qr)
         return _as_v2(view, tpu_v2.Node, integer_enums) if version == "v2" else view
 
@@ -791,13 +750,10 @@ class TpuSandbox:
             now = self.now()
             items = sorted((qr for qr in self._qrs.values() if qr.zone == zone and self._phase(qr, now).node_visible),
                            key=lambda q: q.node_id)
-        page, token = self._page(items, query)
-        for qr in page:
-            self._ensure_node_ready(qr)
-        return 200, {"nodes": [self._render_node(version, qr, integer_enums) for qr in page],
-                     **({"nextPageToken": token} if token else {}), "unreachable": []}
+        return self._page("nodes", items, query, lambda qr: self._render_node(version, qr, integer_enums))
 
-    def _page(self, items: list, query: dict) -> tuple[list, str]:
+    def _page(self, kind: str, items: list, query: dict, view: Callable[[Any], dict]) -> tuple[int, dict]:
+        """One page of a list answer: `kind` holds the views of the page's items."""
         size = int((query.get("pageSize") or ["0"])[0] or 0)
         size = self.max_page_size if size <= 0 else min(size, self.max_page_size)
         token = (query.get("pageToken") or [""])[0]
@@ -806,8 +762,8 @@ class TpuSandbox:
         except ValueError:
             raise _ApiError(400, f"Invalid page token {token!r}.") from None
         end = start + size
-        next_token = base64.urlsafe_b64encode(str(end).encode()).decode() if end < len(items) else ""
-        return items[start:end], next_token
+        next_token = {"nextPageToken": base64.urlsafe_b64encode(str(end).encode()).decode()} if end < len(items) else {}
+        return 200, {kind: [view(item) for item in items[start:end]], **next_token, "unreachable": []}
 
     def _delete(self, version: str, zone: str, qr_id: str, query: dict) -> tuple[int, dict]:
         force = (query.get("force") or ["false"])[0].lower() == "true"
@@ -824,48 +780,22 @@ class TpuSandbox:
                 qr.delete_done_at = now + self.timings.deleting
             assert qr.delete_done_at is not None, "set with deleting_since"
             gone = self._claim_node_gone(qr)
-            op = _Operation(name=f"projects/{self.project}/locations/{zone}/operations/{_operation_id(now)}",
-                            zone=zone, qr_id=qr_id, verb="delete", created_at=now, done_at=qr.delete_done_at)
-            self._operations[op.name] = op
+            op = self._new_operation(zone, qr_id, "delete", now, done_at=qr.delete_done_at)
             payload = self._operation_json(op, version, now)
         if gone and self.on_node_gone is not None:
             self.on_node_gone(zone, qr.node_id)
         return 200, payload
 
+    def _new_operation(self, zone: str, qr_id: str, verb: str, now: float, *, done_at: float) -> _Operation:
+        op = _Operation(name=f"projects/{self.project}/locations/{zone}/operations/{_operation_id(now)}",
+                        zone=zone, qr_id=qr_id, verb=verb, created_at=now, done_at=done_at)
+        self._operations[op.name] = op
+        return op
+
     def _settle_operation(self, op: _Operation, now: float) -> None:
         qr = self._qrs.get((op.zone, op.qr_id))
         if qr is not None and op.verb == "create":
             op.snapshot = self._qr_json(qr, now)
-
-
-def _handler_for(sandbox: TpuSandbox) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive: the google clients reuse connections
-        timeout = 30  # an idle keep-alive connection frees its thread after this long
-
-        def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                body = json.loads(raw) if raw.strip() else None
-            except json.JSONDecodeError as exc:
-                status, payload = 400, _ApiError(400, f"Invalid JSON payload received. {exc}").body()
-            else:
-                status, payload = sandbox.handle(self.command, self.path, body,
-                                                 self.headers.get("Authorization") or "")
-            data = json.dumps(payload, indent=2).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json; charset=UTF-8")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        do_GET = do_POST = do_DELETE = do_PATCH = _serve
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
-            pass  # tests record requests in `sandbox.requests`; stderr noise helps nobody
-
-    return Handler
 
 
 # --- helpers -------------------------------------------------------------------------------------
@@ -930,8 +860,7 @@ def _topology(chips: int) -> str:
 
 
 def _not_found(name: str) -> _ApiError:
-    return _ApiError(404, f"Resource '{name}' was not found",
-                     [{"@type": "type.googleapis.com/google.rpc.ResourceInfo", "resourceName": name}])
+    return _ApiError(404, f"Resource '{name}' was not found", [resource_info(name)])
 
 
 def _no_capacity_text(zone: str) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 from infra.sandbox.gcp_project_api import PREEMPTIBLE_QUOTA_IDS, GcpProjectSandbox
 from infra.sandbox.iam import BOT_ROLES, Iam, default_compute_account
 from infra.sandbox.registry import RegistryStandIn
-from infra.sandbox.tpu_api import DEFAULT_ZONES, TpuSandbox, ZoneBehaviour
+from infra.sandbox.tpu_api import DEFAULT_ZONES, V5E_TYPES, V6E_TYPES, TpuSandbox, ZoneBehaviour
 
 DEFAULT_QUOTA_CHIPS = 64  # the default preemptible v5e/v6e quota the flex-start docs mention
 
@@ -187,8 +187,6 @@ SEED_V5E_ZONES = (
 )
 SEED_ACCEPTING_ZONE = "us-west4-a"
 SEED_DEFAULT_ZONE = "europe-west4-a"
-_V5E = tuple(f"v5litepod-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256))
-_V6E = tuple(f"v6e-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256))
 
 
 def seed_world() -> SandboxWorld:
@@ -196,6 +194,6 @@ def seed_world() -> SandboxWorld:
     return SandboxWorld(
         zones={z: ZoneBehaviour.ACCEPT if z == SEED_ACCEPTING_ZONE else ZoneBehaviour.REJECT_FLEX_START
                for z in SEED_ZONES},
-        accelerators={z: _V5E + _V6E if z in SEED_V5E_ZONES else _V6E for z in SEED_ZONES},
+        accelerators={z: V5E_TYPES + V6E_TYPES if z in SEED_V5E_ZONES else V6E_TYPES for z in SEED_ZONES},
         quota_chips={z: DEFAULT_QUOTA_CHIPS for z in SEED_ZONES},
     )

@@ -26,7 +26,6 @@ TOOL_CALL_OPEN = "<|tool_call>"
 TOOL_CALL_CLOSE = "<tool_call|>"
 CHANNEL_OPEN = "<|channel>"
 CHANNEL_CLOSE = "<channel|>"
-STR_DELIM = '<|"|>'
 THOUGHT_LABEL = "thought\n"
 
 # Text that must never leak half-typed into content/reasoning while streaming.

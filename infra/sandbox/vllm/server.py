@@ -369,13 +369,14 @@ class VllmEmulator:
     # ---------------------------------------------------------------- engine plumbing
 
     async def _run_sequence(self, prompt_tokens: int, plan: OutputPlan):
-        """Submit to the shared engine; yields (generated, finished) per engine step."""
+        """Submit to the shared engine; yields (generated, finished, text delivered) per engine step."""
         assert self.engine is not None
         seq = Sequence(prompt_len=prompt_tokens, output_len=plan.total_tokens)
         wake = asyncio.Event()
         seq.on_progress = wake.set
         await self.engine.request_overhead()
         self.engine.submit(seq)
+        delivered = 0  # chunks of the plan already yielded
         try:
             while True:
                 await wake.wait()
@@ -383,7 +384,11 @@ class VllmEmulator:
                 while seq.progress:
                     generated, _t = seq.progress.popleft()
                     done = generated >= seq.output_len
-                    yield generated, done
+                    text = ""
+                    while delivered < len(plan.chunks) and plan.ends[delivered] <= generated:
+                        text += plan.chunks[delivered]
+                        delivered += 1
+                    yield generated, done, text
                     if done:
                         return
         finally:
@@ -430,7 +435,7 @@ class VllmEmulator:
         created = int(time.time())
         if body.get("stream"):
             return await self._chat_stream(request, body, model, request_id, created, prompt_tokens, plan, parse_kwargs)
-        async for _generated, _finished in self._run_sequence(prompt_tokens, plan):
+        async for _step in self._run_sequence(prompt_tokens, plan):
             pass
         self._account(prompt_tokens, plan)
         parsed = parse_output(plan.text, **parse_kwargs)
@@ -480,14 +485,9 @@ class VllmEmulator:
         sent = 0  # chunks written after the role chunk, for Turn.reset_after
         if plan.reset_after == 0:
             return _reset(request, resp)
-        delivered = 0  # chunks of the plan already fed to the parser
         reasoning_text = ""
         generated = 0
-        async for generated, finished in self._run_sequence(prompt_tokens, plan):
-            text = ""
-            while delivered < len(plan.chunks) and plan.ends[delivered] <= generated:
-                text += plan.chunks[delivered]
-                delivered += 1
+        async for generated, finished, text in self._run_sequence(prompt_tokens, plan):
             delta = parser.feed(text)
             if finished:
                 delta = _merge_deltas(delta, parser.finish())
@@ -545,12 +545,7 @@ class VllmEmulator:
             opts = body.get("stream_options") or {}
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
             await resp.prepare(request)
-            delivered = 0
-            async for generated, finished in self._run_sequence(prompt_tokens, plan):
-                text = ""
-                while delivered < len(plan.chunks) and plan.ends[delivered] <= generated:
-                    text += plan.chunks[delivered]
-                    delivered += 1
+            async for _generated, finished, text in self._run_sequence(prompt_tokens, plan):
                 chunk = text_completion_chunk(
                     request_id=request_id,
                     created=created,
