@@ -1,4 +1,5 @@
-"""What an action runs with: who asked (Actor), the deployment's policy, and the services it may use.
+"""What an action runs with: who asked (Actor), the deployment's policy, and the services it may use
+(Services, and one read-only view of it per feature: ChannelDeps … AgentDeps).
 
 Actor, Policy and ModelConfig are re-exported here as the action context; they live in their
 own modules (agent/actor.py, agent/policy.py, agent/model_config.py), which import nothing of ours.
@@ -69,10 +70,10 @@ class LeaseObserver(Protocol):
 class LeaseHook(Protocol):
     """Work that follows a lease's milestones (model boot, expiry timers…), one module per concern."""
 
-    async def on_active(self, svc: "WorkerServices", lease: Lease) -> None:
+    async def on_active(self, svc: WorkerLeaseDeps, lease: Lease) -> None:
         """The QR just became ACTIVE (called once per lease, in the worker)."""
 
-    async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
+    async def on_released(self, svc: LeaseDeps, lease: Lease, reason: str) -> None:
         """The lease was released (teardown, expiry, failure, or the QR vanished)."""
 
 
@@ -220,6 +221,101 @@ class WorkerServices(Services):
     startup_script: Callable[[Lease], str]  # one lease's script (bot/wiring.py); no secret in it
 
 
-__all__ = ["Actor", "Alert", "AlertPolicy", "AlertSink", "Alerting", "ChannelUnreachable", "LeaseHook", "LeaseObserver",
-           "ModelConfig", "NoAlerts", "NoGroups", "Policy", "Services", "SilentObserver",
-           "WorkerServices"]
+# --- one view of Services per feature -----------------------------------------------------------
+# A function takes the view of the feature it serves, so reading another feature's backend (or a
+# misspelt one) is a type error. Services satisfies every view structurally (tests/test_layers.py
+# checks each member is one of its fields, of the same type); members are read-only, so no view
+# can swap a backend.
+
+
+class ChannelDeps(Protocol):
+    """A channel's lease, its card, its jobs, the audit log and who may act: the lease actions and requests."""
+
+    @property
+    def leases(self) -> LeaseStore: ...
+    @property
+    def policy(self) -> Policy: ...
+    @property
+    def jobs(self) -> JobQueue: ...
+    @property
+    def audit(self) -> AuditLog: ...
+    @property
+    def observer(self) -> LeaseObserver: ...
+    @property
+    def access(self) -> "AccessPolicy": ...
+    @property
+    def directory(self) -> "GroupDirectory": ...
+
+
+class AlertingDeps(ChannelDeps, Protocol):
+    """Expiry timers, the idle clock and on-call alerts (agent/lease/expiry, idle, oncall)."""
+
+    @property
+    def alerting(self) -> Alerting: ...
+
+
+class SpendDeps(AlertingDeps, Protocol):
+    """Budgets and the spend ledger (agent/lease/budget.py, the spend actions); prices are alerting's."""
+
+    @property
+    def spend(self) -> "SpendLedger": ...
+
+
+class ZoneDeps(Protocol):
+    """Choosing a zone: the scoreboard and the `tpubot doctor` verdict (zone_search, /tpu zones, /tpu up)."""
+
+    @property
+    def policy(self) -> Policy: ...
+    @property
+    def scoreboard(self) -> "ZoneScoreboard": ...
+    @property
+    def preflight(self) -> "PreflightGate": ...
+
+
+class LeaseDeps(SpendDeps, ZoneDeps, Protocol):
+    """A lease's whole life in any process: claim, lock, release and what its hooks do on release."""
+
+    @property
+    def locks(self) -> ChannelLocks: ...
+    @property
+    def hooks(self) -> list[LeaseHook]: ...
+    @property
+    def model_keys(self) -> "ModelKeys | NoModelKeys": ...
+    @property
+    def membership(self) -> "ChannelMembership": ...
+
+
+class WorkerLeaseDeps(LeaseDeps, Protocol):
+    """The worker's jobs on a lease (provisioning, watching, model boot, teardown, expiry, reconcile)."""
+
+    @property
+    def tpu(self) -> "TpuService": ...
+    @property
+    def startup_script(self) -> Callable[[Lease], str]: ...
+
+
+class AgentDeps(ChannelDeps, Protocol):
+    """The mention agent (agent/llm) and the actions that read logs, runbooks and the model for it."""
+
+    @property
+    def metrics(self) -> Metrics: ...
+    @property
+    def model(self) -> ModelConfig: ...
+    @property
+    def proposals(self) -> "ProposalStore": ...
+    @property
+    def redactor(self) -> Redactor: ...
+    @property
+    def runbooks(self) -> RunbookLibrary: ...
+    @property
+    def cloud_logs(self) -> "CloudLoggingConfig | NoCloudLogging": ...
+    @property
+    def model_keys(self) -> "ModelKeys | NoModelKeys": ...
+    @property
+    def local_files(self) -> "LocalFiles | NoLocalFiles": ...
+
+
+__all__ = ["Actor", "AgentDeps", "Alert", "AlertPolicy", "AlertSink", "Alerting", "AlertingDeps",
+           "ChannelDeps", "ChannelUnreachable", "LeaseDeps", "LeaseHook", "LeaseObserver", "ModelConfig",
+           "NoAlerts", "NoGroups", "Policy", "Services", "SilentObserver", "SpendDeps", "WorkerLeaseDeps",
+           "WorkerServices", "ZoneDeps"]

@@ -9,6 +9,7 @@ type-only arrow is still a dependency a reader has to hold in their head.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 import inspect
 import textwrap
@@ -497,3 +498,71 @@ async def job(ctx, other):
         "line 6: 'x' not in ctx",
         "line 8: ctx.update",
     ]
+
+
+# --- views of Services ---------------------------------------------------------------------------
+# A function under these rooms takes the view of Services its feature reads (agent/context.py's
+# `…Deps` protocols), so mypy rejects a read of another feature's backend. Only these take Services
+# itself, because each runs an action picked at run time, which may read any view:
+SERVICES_ROOMS = ("agent.lease", "agent.actions", "agent.llm")
+TAKE_ALL_SERVICES = {
+    "agent.actions.registry.run_action",  # the one entry to every action
+    "agent.llm.loop.run_agent",  # the model's tool calls, through run_action
+    "agent.llm.loop.AgentLoop.__init__",  # keeps them for its tool calls
+    "agent.llm.modelless.answer",  # the read actions its intent rules pick, through _read
+    "agent.llm.modelless._read",
+    "agent.llm.proposals.confirm",  # the confirmed proposal's action
+}
+
+
+def functions_taking_services(source: str, module: str) -> list[str]:
+    found = []
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.ClassDef):
+                visit(child, f"{prefix}{child.name}.")
+            elif isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                arguments = child.args.posonlyargs + child.args.args + child.args.kwonlyargs
+                annotations = [a.annotation for a in arguments if a.annotation is not None]
+                # A quoted annotation ("Services") is read as the expression it spells.
+                annotations = [ast.parse(an.value, mode="eval") if isinstance(an, ast.Constant) else an
+                               for an in annotations]
+                if any(isinstance(n, ast.Name) and n.id in ("Services", "WorkerServices")
+                       for annotation in annotations for n in ast.walk(annotation)):
+                    found.append(f"{prefix}{child.name}")
+                visit(child, f"{prefix}{child.name}.")
+
+    visit(ast.parse(source), f"{module}.")
+    return found
+
+
+def test_functions_take_the_view_of_services_their_feature_reads():
+    found = {name for module, path in all_modules().items() if module.startswith(SERVICES_ROOMS)
+             for name in functions_taking_services(path.read_text(), module)}
+    assert found == TAKE_ALL_SERVICES
+
+
+def test_the_services_check_sees_each_kind_of_annotation():
+    # A callable over Services counts too: its caller must hold Services to call it.
+    planted = ("async def a(svc: Services): ...\n"
+               "def b(x, *, svc: 'WorkerServices | None' = None): ...\n"
+               "class C:\n    def m(self, svc: LeaseDeps, make: Callable[[Services], int]): ...\n"
+               "def d(svc: ChannelDeps): ...\n")
+    assert functions_taking_services(planted, "m") == ["m.a", "m.b", "m.C.m"]
+
+
+def test_each_view_of_services_is_made_of_its_fields():
+    from agent import context
+
+    views = [v for name, v in vars(context).items() if name.endswith("Deps") and isinstance(v, type)]
+    assert context.ChannelDeps in views and context.WorkerLeaseDeps in views  # the name finds them
+    for view in views:
+        whole = context.WorkerServices if context.WorkerLeaseDeps in view.__mro__ else context.Services
+        fields = {f.name: f.type for f in dataclasses.fields(whole)}
+        members = {name: member.fget.__annotations__["return"] for name, member in vars(view).items()
+                   if isinstance(member, property)}
+        assert members and set(members) <= set(fields), f"{view.__name__}: {set(members) - set(fields)}"
+        # Spelt alike: a field whose type changes must change in its views too.
+        assert {name: kind.strip("'\"") for name, kind in members.items()} == \
+            {name: fields[name].strip("'\"") for name in members}, view.__name__

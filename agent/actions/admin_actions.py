@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
-from agent.context import Services
+from agent.context import ChannelDeps, LeaseDeps
 
 
 class AuditArgs(BaseModel):
@@ -22,7 +22,7 @@ class UnlockArgs(BaseModel):
 
 
 @action("audit", "Show the most recent audited actions (admins only).", AuditArgs, kind=ActionKind.ADMIN)
-async def audit(svc: Services, run: RunContext, args: AuditArgs) -> ActionResult:
+async def audit(svc: ChannelDeps, run: RunContext, args: AuditArgs) -> ActionResult:
     entries = await svc.audit.recent(args.count)
     lines = [
         f"{datetime.fromtimestamp(e.at, tz=timezone.utc):%m-%d %H:%M:%S} <@{e.actor}> {e.action} "
@@ -34,7 +34,7 @@ async def audit(svc: Services, run: RunContext, args: AuditArgs) -> ActionResult
 
 @action("force_unlock", "Release this channel's operation lock if a crashed job left it held (admins only).",
         UnlockArgs, kind=ActionKind.ADMIN)
-async def force_unlock(svc: Services, run: RunContext, args: UnlockArgs) -> ActionResult:
+async def force_unlock(svc: LeaseDeps, run: RunContext, args: UnlockArgs) -> ActionResult:
     released = await svc.locks.force_unlock(run.actor.team, run.actor.channel)
     return ActionResult.done("Released this channel's operation lock." if released
                              else "This channel's operation lock was not held; nothing changed.")

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from agent.actions.lease_actions import NoArgs
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
-from agent.context import Services
+from agent.context import ChannelDeps
 from infra.jobs import JobSpec
 from infra.state.leases import LeaseState
 
@@ -37,7 +37,7 @@ def bench_job_id(lease_id: str) -> str:
 @action("bench", "Benchmark this channel's model endpoint (a small concurrency × context sweep) and post the "
         "chart and table in the TPU's thread; it loads the model for about a minute.", NoArgs,
         kind=ActionKind.WRITE, destructive=False)
-async def bench(svc: Services, run: RunContext, args: NoArgs) -> ActionResult:
+async def bench(svc: ChannelDeps, run: RunContext, args: NoArgs) -> ActionResult:
     lease = await svc.leases.get(run.actor.team, run.actor.channel)
     if lease is None or lease.state != LeaseState.READY or not lease.endpoint:
         return ActionResult.refused(NOT_READY, {"queued": False}, BenchRequest(False))

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ConfigDict
 from agent.lease import receipts
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
-from agent.context import Services
+from agent.context import AlertingDeps
 from infra import capacity, prices
 from infra.bench_report import best_cells
 
@@ -25,7 +25,7 @@ _money = prices.money  # the one way to write an amount (infra/prices.py)
 @action("estimate_cost", "Show what this channel's TPU has cost so far and will cost to its deadline, "
         "the dollars per million output tokens, and how many requests fit in the KV cache.", CostArgs,
         kind=ActionKind.READ)
-async def estimate_cost(svc: Services, run: RunContext, args: CostArgs) -> ActionResult:
+async def estimate_cost(svc: AlertingDeps, run: RunContext, args: CostArgs) -> ActionResult:
     alerting, policy = svc.alerting, svc.policy
     lease = await svc.leases.get(run.actor.team, run.actor.channel)
     zone = lease.zone if lease else policy.default_zone

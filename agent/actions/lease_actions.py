@@ -14,7 +14,7 @@ from agent.lease import lifecycle
 from agent.lease.alerts import span
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, ActionStatus, Declined, action
-from agent.context import Actor, Policy, Services
+from agent.context import Actor, ChannelDeps, LeaseDeps, Policy, SpendDeps, ZoneDeps
 from infra.durations import check_lease_length
 from infra.mrkdwn import in_code
 from infra.state.conversations import Membership
@@ -95,7 +95,7 @@ def lease_summary(lease: Any) -> dict:
 
 @action("provision", "Request this channel's flex-start TPU v5e running Gemma (one per channel).",
         ProvisionArgs, kind=ActionKind.WRITE, destructive=False)
-async def provision(svc: Services, run: RunContext, args: ProvisionArgs) -> ActionResult:
+async def provision(svc: LeaseDeps, run: RunContext, args: ProvisionArgs) -> ActionResult:
     # A held channel is the common case in a burst (everyone types /tpu up at once): one read
     # answers it, before the doctor verdict and the zone choice that only a new lease needs.
     held = await svc.leases.get(run.actor.team, run.actor.channel)
@@ -139,7 +139,7 @@ PRICED_ZONES_ONLY = ("under a budget only zones with a price are searched: {zone
                      "to search more")
 
 
-async def budget_refused(svc: Services, actor: Actor, refusal: Any, args: ProvisionArgs, zone: str) -> ActionResult:
+async def budget_refused(svc: SpendDeps, actor: Actor, refusal: Any, args: ProvisionArgs, zone: str) -> ActionResult:
     from agent.lease import budget
 
     hours = args.hours if args.hours is not None else svc.policy.max_run.total_seconds() / 3600
@@ -153,7 +153,7 @@ DM_CHANNEL = ("A TPU belongs to a channel, and this conversation is not one I ca
               "Run `/tpu up` in a channel (after `/invite @tpubot` there). Nothing was requested.")
 
 
-async def cannot_post_reason(svc: Services, actor: Actor) -> str:
+async def cannot_post_reason(svc: LeaseDeps, actor: Actor) -> str:
     """Why the bot could not post this channel's status card ('' if it can, or cannot tell yet).
 
     Only Redis is read (nothing reaches Slack before the command's ack): direct messages are
@@ -171,7 +171,7 @@ def already_held(lease: Lease) -> ActionResult:
                                 AlreadyHeld(lease))
 
 
-async def preflight_blockers(svc: Services, zone: str | None) -> list:
+async def preflight_blockers(svc: ZoneDeps, zone: str | None) -> list:
     """Failed checks of the cached doctor verdict that apply to this request (quota was checked for one zone)."""
     failures = await svc.preflight.failures()
     if zone and zone != svc.policy.default_zone:
@@ -181,7 +181,7 @@ async def preflight_blockers(svc: Services, zone: str | None) -> list:
 
 @action("teardown", "Tear down this channel's TPU; always asks a person to confirm.",
         NoArgs, kind=ActionKind.WRITE, destructive=True)
-async def teardown(svc: Services, run: RunContext, args: NoArgs) -> ActionResult:
+async def teardown(svc: ChannelDeps, run: RunContext, args: NoArgs) -> ActionResult:
     outcome = await lifecycle.request_teardown(svc, run.actor)
     if not outcome.ok or outcome.lease is None:
         return ActionResult.refused(outcome.message, payload=TeardownOf(None))
@@ -196,7 +196,7 @@ confirm_teardown = lifecycle.confirm_teardown
 
 
 @action("status", "Show this channel's TPU lease: state, zone, endpoint, deadline.", NoArgs)
-async def status(svc: Services, run: RunContext, args: NoArgs) -> ActionResult:
+async def status(svc: ChannelDeps, run: RunContext, args: NoArgs) -> ActionResult:
     lease = await svc.leases.get(run.actor.team, run.actor.channel)
     if lease is None:
         ended = await svc.leases.last_release(run.actor.team, run.actor.channel)

@@ -33,7 +33,7 @@ from agent.access import ActionKind
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionResult, action
 from agent.actions.run_context import LogMaterial
-from agent.context import Actor, Services
+from agent.context import Actor, AgentDeps, ChannelDeps
 from agent.redact import Redactor
 from agent.digest import DigestBuilder, LineSpool, lines_from_chunks, lines_from_entries
 from agent.digest.runbook_links import digest_with_runbooks
@@ -114,7 +114,7 @@ class LogInput:
     material: LogMaterial | None = None  # the run's: its lines are mined once, whatever digests them
 
 
-def log_input(svc: Services, run: RunContext, args: SummarizeLogsArgs, spool: LineSpool) -> LogInput | str:
+def log_input(svc: AgentDeps, run: RunContext, args: SummarizeLogsArgs, spool: LineSpool) -> LogInput | str:
     """The lines to digest: `text`, `path` (read onto `spool`), or what came with the message; a
     str is the refusal."""
     if args.text is not None and args.path is not None:
@@ -154,7 +154,7 @@ class _MaterialLines:
 @action("summarize_logs", "Digest logs — pasted as `text`, a local file `path`, or what was pasted or attached "
         "in this conversation: grouped messages with counts, severities and line numbers (L12) to cite.",
         SummarizeLogsArgs)
-async def summarize_logs(svc: Services, run: RunContext, args: SummarizeLogsArgs) -> ActionResult:
+async def summarize_logs(svc: AgentDeps, run: RunContext, args: SummarizeLogsArgs) -> ActionResult:
     # A `path` is read onto this spool; made here so that it is closed however the call ends
     # (a cancelled call included: the reading thread then stops at its next line).
     with LineSpool() as spool:
@@ -193,7 +193,7 @@ class LogScope:
 PROJECT_SCOPE_WHAT = "query_cloud_logs scope=project"
 
 
-async def log_scope(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> LogScope | str:
+async def log_scope(svc: ChannelDeps, actor: Actor, args: QueryCloudLogsArgs) -> LogScope | str:
     """The channel's own TPU, or the project for an admin who asked; a str is the refusal."""
     if args.scope == "project":
         decision = await access.check(svc.access, svc.directory, actor, ActionKind.ADMIN, PROJECT_SCOPE_WHAT)
@@ -219,7 +219,7 @@ async def log_scope(svc: Services, actor: Actor, args: QueryCloudLogsArgs) -> Lo
 @action("query_cloud_logs", "Read recent entries from Cloud Logging for this channel's own TPU (by severity, "
         "time window, text) and digest them with line numbers (L12) to cite.", QueryCloudLogsArgs,
         wired=lambda svc: svc.cloud_logs.wired)
-async def query_cloud_logs(svc: Services, run: RunContext, args: QueryCloudLogsArgs) -> ActionResult:
+async def query_cloud_logs(svc: AgentDeps, run: RunContext, args: QueryCloudLogsArgs) -> ActionResult:
     scope = await log_scope(svc, run.actor, args)
     if isinstance(scope, str):
         return ActionResult.refused(scope)
@@ -245,7 +245,7 @@ async def query_cloud_logs(svc: Services, run: RunContext, args: QueryCloudLogsA
     return out
 
 
-async def read_cloud_logs(svc: Services, redactor: Redactor, args: QueryCloudLogsArgs, scope: LogScope,
+async def read_cloud_logs(svc: AgentDeps, redactor: Redactor, args: QueryCloudLogsArgs, scope: LogScope,
                           spool: LineSpool, window: tuple[datetime, datetime] | None, *, what: str,
                           retry_hint: str = "") -> CloudLogsQuery | str:
     """spool_cloud_logs in a thread, within QUERY_TIMEOUT_SECONDS; a str says why nothing was read."""
@@ -263,7 +263,7 @@ async def read_cloud_logs(svc: Services, redactor: Redactor, args: QueryCloudLog
         return f"Cloud Logging refused the query: {getattr(error, 'message', error)}"
 
 
-def spool_cloud_logs(svc: Services, redactor: Redactor, args: QueryCloudLogsArgs, scope: LogScope, spool: LineSpool,
+def spool_cloud_logs(svc: AgentDeps, redactor: Redactor, args: QueryCloudLogsArgs, scope: LogScope, spool: LineSpool,
                      window: tuple[datetime, datetime] | None = None) -> CloudLogsQuery:
     """Read the entries onto `spool` as they arrive, one line each, newest first (a worker thread).
     `window` ([start, end)) replaces the last `args.hours` (an alert's own window)."""
@@ -287,7 +287,7 @@ class AlertLogs:
     problem: str = ""
 
 
-async def read_alert_logs(svc: Services, actor: Actor, *, resource_type: str, resource_labels: dict[str, str],
+async def read_alert_logs(svc: AgentDeps, actor: Actor, *, resource_type: str, resource_labels: dict[str, str],
                           window: tuple[datetime, datetime], min_severity: Severity = "WARNING") -> AlertLogs:
     """query_cloud_logs for an alert: its window, and the resource it names (a TPU node, a VM) —
     the routes an operator configured decided that this channel sees that resource's logs — or,

@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.actions.lease_actions import NoArgs
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionResult, ActionStatus, action
-from agent.context import Services
+from agent.context import AgentDeps
 from agent.actions.model_endpoint import ModelEndpoint, endpoint_label, openai_client, resolve_endpoint
 from agent.redact import redact
 from infra.images import PreparedImage, image_content_parts
@@ -53,7 +53,7 @@ def endpoint_data(endpoint: ModelEndpoint) -> dict:
 
 @action("ask_model", "Ask this channel's model a question directly and get its answer with timings: time to "
         "first token (TTFT), time per output token (TPOT), tokens/s and token counts.", AskModelArgs)
-async def ask_model(svc: Services, run: RunContext, args: AskModelArgs) -> ActionResult:
+async def ask_model(svc: AgentDeps, run: RunContext, args: AskModelArgs) -> ActionResult:
     endpoint = await resolve_endpoint(svc, run.actor, include_degraded=True)
     if endpoint is None:
         return ActionResult.refused(NO_ENDPOINT, {"endpoint": None})
@@ -81,7 +81,7 @@ async def ask_model(svc: Services, run: RunContext, args: AskModelArgs) -> Actio
                              {**data, "answer": text, "finish_reason": answer.finish_reason, **answer.timings()})
 
 
-def read_images(svc: Services, paths: list[str], limit: int) -> tuple[list[PreparedImage], list[str]]:
+def read_images(svc: AgentDeps, paths: list[str], limit: int) -> tuple[list[PreparedImage], list[str]]:
     """The images at `paths` (at most `limit`), and a line for each that was not read and why."""
     images: list[PreparedImage] = []
     lines: list[str] = []
@@ -99,7 +99,7 @@ def read_images(svc: Services, paths: list[str], limit: int) -> tuple[list[Prepa
 
 @action("model_health", "Check this channel's model endpoint: model id, vLLM version, KV cache use, running "
         "and waiting requests, and a one-token round trip.", NoArgs)
-async def model_health(svc: Services, run: RunContext, args: NoArgs) -> ActionResult:
+async def model_health(svc: AgentDeps, run: RunContext, args: NoArgs) -> ActionResult:
     endpoint = await resolve_endpoint(svc, run.actor, include_degraded=True)
     if endpoint is None:
         return ActionResult.refused(NO_ENDPOINT, {"endpoint": None})

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from openai import AsyncOpenAI, Timeout
 
-from agent.context import Actor, Services
+from agent.context import Actor, AgentDeps, ChannelDeps
 from agent.lease.model_boot import degraded_reason
 from agent.model_config import ModelConfig
 from agent.redact import Redactor
@@ -38,7 +38,7 @@ def _usable(url: str) -> bool:
     return url.startswith(("http://", "https://"))
 
 
-async def resolve_endpoint(svc: Services, actor: Actor, *, include_degraded: bool = False) -> ModelEndpoint | None:
+async def resolve_endpoint(svc: AgentDeps, actor: Actor, *, include_degraded: bool = False) -> ModelEndpoint | None:
     """`include_degraded`: also the channel's own DEGRADED model (asked for by name, to debug it);
     by default a channel whose model failed its correctness checks gets no model at all, so its
     mentions are answered model-less and say why (`degraded_reason_here`), never by a model known to be wrong."""
@@ -58,13 +58,13 @@ async def resolve_endpoint(svc: Services, actor: Actor, *, include_degraded: boo
     return None
 
 
-async def degraded_reason_here(svc: Services, actor: Actor) -> str | None:
+async def degraded_reason_here(svc: ChannelDeps, actor: Actor) -> str | None:
     """What the channel's own DEGRADED lease failed (why its mentions get no model); None: not DEGRADED."""
     own = await svc.leases.get(actor.team, actor.channel)
     return degraded_reason(own) if own is not None and own.state == LeaseState.DEGRADED else None
 
 
-async def _lease_endpoint(svc: Services, lease: Lease, source: str) -> ModelEndpoint:
+async def _lease_endpoint(svc: AgentDeps, lease: Lease, source: str) -> ModelEndpoint:
     """The lease's vLLM with its per-lease key (issue 15), or the configured key where endpoints run without one."""
     try:
         key = await svc.model_keys.key(lease.lease_id) or ""
@@ -114,7 +114,7 @@ def answered_by(endpoint: ModelEndpoint, fingerprint: str | None) -> str:
 # built when the run starts, from the leases that exist then.
 
 
-async def run_redactor(svc: Services) -> Redactor:
+async def run_redactor(svc: AgentDeps) -> Redactor:
     """`svc.redactor` that also knows every live lease's model key (read now; cached per process)."""
     keys = []
     for lease in await svc.leases.all():

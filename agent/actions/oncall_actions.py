@@ -7,7 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from agent.lease import oncall
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, ActionStatus, action
-from agent.context import Services
+from agent.context import AlertingDeps
 
 
 class OnCallArgs(BaseModel):
@@ -37,7 +37,7 @@ def shows_only(args: OnCallArgs) -> bool:
 # access layer would stop a holder at an ADMIN gate before that rule runs.
 @action("oncall", "Show or set who is paged for this channel's TPU alerts (holder or admin to change).",
         OnCallArgs, kind=ActionKind.WRITE, reads_only=shows_only)
-async def set_oncall(svc: Services, run: RunContext, args: OnCallArgs) -> ActionResult:
+async def set_oncall(svc: AlertingDeps, run: RunContext, args: OnCallArgs) -> ActionResult:
     if shows_only(args):
         outcome = await oncall.show_oncall(svc, run.actor)
     else:

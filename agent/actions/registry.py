@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from agent import access
 from agent.access import ActionKind
 from agent.actions.run_context import RunContext
-from agent.context import Actor, Services
+from agent.context import Actor, AgentDeps, ChannelDeps, Services
 
 
 class Declined(StrEnum):
@@ -87,7 +87,7 @@ class Action:
     reads_only: Callable[[Any], bool] | None = None  # called with the action's own `args` model
     # Whether this deployment has the backend the action reads (Cloud Logging may be absent): one
     # that is not wired is offered to no model or MCP client (`wired_actions`).
-    wired: Callable[[Services], bool] = lambda svc: True
+    wired: Callable[[AgentDeps], bool] = lambda svc: True
 
     @property
     def read_only(self) -> bool:
@@ -161,7 +161,7 @@ REGISTRY: dict[str, Action] = {}
 
 def action(name: str, description: str, args: type[BaseModel], *, kind: ActionKind = ActionKind.READ,
            destructive: bool = False, reads_only: Callable[[Any], bool] | None = None,
-           wired: Callable[[Services], bool] = lambda svc: True) -> Callable[[ActionFn], ActionFn]:
+           wired: Callable[[AgentDeps], bool] = lambda svc: True) -> Callable[[ActionFn], ActionFn]:
     def register(fn: ActionFn) -> ActionFn:
         if name in REGISTRY:
             raise ValueError(f"action {name} declared twice")
@@ -171,7 +171,7 @@ def action(name: str, description: str, args: type[BaseModel], *, kind: ActionKi
     return register
 
 
-def wired_actions(svc: Services) -> list[Action]:
+def wired_actions(svc: AgentDeps) -> list[Action]:
     """The actions whose backends this deployment has: what the model and MCP clients are offered."""
     return [a for a in REGISTRY.values() if a.wired(svc)]
 
@@ -180,7 +180,7 @@ def get_action(name: str) -> Action | None:
     return REGISTRY.get(name)
 
 
-def validate_args(action_: Action, raw: dict, svc: Services) -> BaseModel:
+def validate_args(action_: Action, raw: dict, svc: ChannelDeps) -> BaseModel:
     """Raises pydantic.ValidationError; the policy is available to validators as context."""
     return action_.args.model_validate(raw, context={"policy": svc.policy})
 
@@ -209,7 +209,7 @@ async def run_action(which: str | ActionFn, svc: Services, who: Actor | RunConte
     return result
 
 
-async def _audit(svc: Services, actor: Actor, name: str, outcome: ActionStatus, detail: str) -> None:
+async def _audit(svc: AgentDeps, actor: Actor, name: str, outcome: ActionStatus, detail: str) -> None:
     svc.metrics.actions.labels(name, outcome.value).inc()
     await svc.audit.record(actor=actor.user_id, action=name, team=actor.team, channel=actor.channel,
                            outcome=outcome.value, detail=detail)

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from agent.access import ActionKind
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionResult, action
-from agent.context import Services
+from agent.context import AgentDeps
 from agent.digest import estimate_tokens
 from infra.mrkdwn import escape
 
@@ -40,7 +40,7 @@ class SearchRunbooksArgs(BaseModel):
 @action("search_runbooks", "Search the runbooks (TPU, vLLM, Gemma serving, Slack, Redis, and the team's own) "
                            "for an error or symptom; each result is a section cited as RB:<file>#<section> with "
                            "its symptoms, cause and fix.", SearchRunbooksArgs, kind=ActionKind.READ)
-async def search_runbooks(svc: Services, run: RunContext, args: SearchRunbooksArgs) -> ActionResult:
+async def search_runbooks(svc: AgentDeps, run: RunContext, args: SearchRunbooksArgs) -> ActionResult:
     index = await asyncio.to_thread(svc.runbooks.index)  # may stat a folder or fetch a URL
     hits = index.search(args.query, limit=args.max_results)
     if not hits:

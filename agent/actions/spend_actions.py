@@ -16,7 +16,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validat
 
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
-from agent.context import Services
+from agent.context import ChannelDeps, SpendDeps
 from agent.lease import budget
 from infra.jobs import JobSpec
 from infra.mrkdwn import in_code
@@ -104,7 +104,7 @@ def _set_channel_lines(limits: dict[str, float], shown: str) -> list[str]:
 
 @action("budget", "Show the monthly spend budgets (USD, calendar month UTC) of this channel and of the workspace, "
         "with what was spent and what running TPUs hold against them.", ChannelArg, kind=ActionKind.READ)
-async def show_budget(svc: Services, run: RunContext, args: ChannelArg) -> ActionResult:
+async def show_budget(svc: SpendDeps, run: RunContext, args: ChannelArg) -> ActionResult:
     channel = args.channel or run.actor.channel
     now = time.time()
     month = month_of(now)
@@ -136,7 +136,7 @@ async def show_budget(svc: Services, run: RunContext, args: ChannelArg) -> Actio
 
 @action("set_budget", "Set or clear a monthly spend budget in USD, for the workspace or one channel (admins only).",
         SetBudgetArgs, kind=ActionKind.ADMIN)
-async def set_budget(svc: Services, run: RunContext, args: SetBudgetArgs) -> ActionResult:
+async def set_budget(svc: SpendDeps, run: RunContext, args: SetBudgetArgs) -> ActionResult:
     channel = args.channel
     whose = "The workspace's" if channel is None else f"<#{channel}>'s"
     if args.clear:
@@ -180,7 +180,7 @@ def spend_table(report: budget.MonthSpend, names: dict[str, str] | None = None) 
 
 @action("spend", "Show a month's TPU spend per channel: leases, TPU hours, dollars, $ per million output tokens "
         "and idle hours (the model READY with no traffic).", SpendArgs, kind=ActionKind.READ)
-async def spend(svc: Services, run: RunContext, args: SpendArgs) -> ActionResult:
+async def spend(svc: SpendDeps, run: RunContext, args: SpendArgs) -> ActionResult:
     month = args.month or month_of(time.time())
     report = await budget.month_spend(svc, run.actor.team, month)
     if not report.channels:
@@ -199,7 +199,7 @@ async def spend(svc: Services, run: RunContext, args: SpendArgs) -> ActionResult
 # Read: it changes no TPU and no budget; it only posts a chart of figures the reader may see anyway.
 @action("spend_chart", "Post a PNG bar chart of a month's TPU spend per channel in this channel.", SpendArgs,
         kind=ActionKind.READ)
-async def spend_chart(svc: Services, run: RunContext, args: SpendArgs) -> ActionResult:
+async def spend_chart(svc: ChannelDeps, run: RunContext, args: SpendArgs) -> ActionResult:
     month = args.month or month_of(time.time())
     # One chart per channel, month and minute: a double-click queues nothing new.
     job_id = f"spend-chart:{run.actor.team}:{run.actor.channel}:{month}:{int(time.time() // 60)}"

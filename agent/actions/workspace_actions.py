@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict
 from agent.lease import receipts
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
-from agent.context import Services
+from agent.context import AlertingDeps
 from infra import prices
 from infra.state.leases import Lease
 
@@ -28,7 +28,7 @@ class LeasesArgs(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-def lease_row(svc: Services, lease: Lease, now: float) -> dict:
+def lease_row(svc: AlertingDeps, lease: Lease, now: float) -> dict:
     cost = None
     if lease.active_at:
         cost = receipts.cost_so_far(svc.alerting, svc.policy.accelerator_type, lease, now)
@@ -41,7 +41,7 @@ def lease_row(svc: Services, lease: Lease, now: float) -> dict:
 
 @action("leases", "List every TPU lease in this Slack workspace, one per channel: channel, holder, state, zone, "
                   "deadline and cost so far.", LeasesArgs, kind=ActionKind.READ)
-async def leases(svc: Services, run: RunContext, args: LeasesArgs) -> ActionResult:
+async def leases(svc: AlertingDeps, run: RunContext, args: LeasesArgs) -> ActionResult:
     now = time.time()
     mine = sorted((lease for lease in await svc.leases.all() if lease.team == run.actor.team),
                   key=lambda lease: lease.created_at)

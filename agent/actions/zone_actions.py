@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict
 
 from agent.actions.run_context import RunContext
 from agent.actions.registry import ActionKind, ActionResult, action
-from agent.context import Services
+from agent.context import ZoneDeps
 
 
 class ZonesArgs(BaseModel):
@@ -45,7 +45,7 @@ def zone_rows(rows, order) -> list[dict]:
 
 @action("zones", "Show the zone scoreboard: per zone the last outcome, when, median time to ACTIVE and "
                  "skipped-until, in the order /tpu up would try them.", ZonesArgs, kind=ActionKind.READ)
-async def zones(svc: Services, run: RunContext, args: ZonesArgs) -> ActionResult:
+async def zones(svc: ZoneDeps, run: RunContext, args: ZonesArgs) -> ActionResult:
     rows = await svc.scoreboard.rows(svc.policy.zones)
     order = await svc.scoreboard.order(svc.policy.zones, svc.policy.default_zone)
     data = zone_rows(rows, order)

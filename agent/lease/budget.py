@@ -26,7 +26,7 @@ from infra.state.spend import (
 )
 
 if TYPE_CHECKING:
-    from agent.context import Actor, Services
+    from agent.context import Actor, AlertingDeps, SpendDeps
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +38,13 @@ FIT_STEP_HOURS = 0.1  # the hours offered when a request does not fit are rounde
 # --- the worst case and the claim ---------------------------------------------------------------
 
 
-def zone_rate(svc: "Services", zone: str) -> float | None:
+def zone_rate(svc: "AlertingDeps", zone: str) -> float | None:
     """USD per hour of this deployment's slice in `zone` (rate × chips), None without a price."""
     price = receipts.price_for(svc.alerting, svc.policy.accelerator_type, zone)
     return price.usd_per_chip_hour * svc.alerting.policy.chips if price else None
 
 
-async def searchable_zones(svc: "Services", team: str, channel: str) -> list[str]:
+async def searchable_zones(svc: "SpendDeps", team: str, channel: str) -> list[str]:
     """The zones a `/tpu up` without a zone may land in: every configured zone, except that under
     a budget only the zones with a price are searched (the worst case of a zone without one
     cannot be checked, and refusing every plain `/tpu up` over it would make the default zone
@@ -58,7 +58,7 @@ async def searchable_zones(svc: "Services", team: str, channel: str) -> list[str
     return priced or zones
 
 
-def worst_case_rate(svc: "Services", zone: str, zone_explicit: bool,
+def worst_case_rate(svc: "AlertingDeps", zone: str, zone_explicit: bool,
                     searched: list[str] | None = None) -> float | None:
     """The highest hourly rate the lease can be billed at: its zone's, or any searched zone's
     (`searched`, by default every configured zone and the starting one). None when a zone it may
@@ -76,7 +76,7 @@ def worst_case_rate(svc: "Services", zone: str, zone_explicit: bool,
     return max(known)
 
 
-async def lease_worst_case(svc: "Services", lease: Lease) -> float:
+async def lease_worst_case(svc: "SpendDeps", lease: Lease) -> float:
     """A running lease's reservation: its whole run at its zone's rate once the zone is final,
     else at the highest rate of the zones its search may still land in (as its claim reserved)."""
     settled_zone = bool(lease.zone_explicit or lease.active_at or lease.queued_at)
@@ -87,7 +87,7 @@ async def lease_worst_case(svc: "Services", lease: Lease) -> float:
     return (rate or 0.0) * lease.run_seconds / 3600
 
 
-async def claim(svc: "Services", actor: "Actor", *, zone: str, zone_explicit: bool, run_seconds: int) -> BudgetedClaim:
+async def claim(svc: "SpendDeps", actor: "Actor", *, zone: str, zone_explicit: bool, run_seconds: int) -> BudgetedClaim:
     searched = None if zone_explicit else await searchable_zones(svc, actor.team, actor.channel)
     if searched is not None and zone not in searched:
         zone = searched[0]  # the card starts where the search can go
@@ -111,7 +111,7 @@ def hours_that_fit(refusal: Refusal, rate: float) -> float:
     return round(steps * FIT_STEP_HOURS, 1)
 
 
-def refusal_text(svc: "Services", refusal: Refusal, *, rate: float | None, hours: float, zone: str | None,
+def refusal_text(svc: "AlertingDeps", refusal: Refusal, *, rate: float | None, hours: float, zone: str | None,
                  now: float | None = None) -> tuple[str, dict]:
     month = month_of(now or time.time())
     next_month = month_of(month_bounds(month)[1])
@@ -149,7 +149,7 @@ def refusal_text(svc: "Services", refusal: Refusal, *, rate: float | None, hours
 # --- settling a lease's cost -------------------------------------------------------------------
 
 
-async def spend_record(svc: "Services", lease: Lease, now: float) -> SpendRecord:
+async def spend_record(svc: "AlertingDeps", lease: Lease, now: float) -> SpendRecord:
     rate = zone_rate(svc, lease.zone)
     seconds = receipts.billed_seconds(lease, now)
     usage = await svc.alerting.usage.get(lease.lease_id)
@@ -164,7 +164,7 @@ async def spend_record(svc: "Services", lease: Lease, now: float) -> SpendRecord
     )
 
 
-async def settle_lease(svc: "Services", lease: Lease, now: float | None = None) -> bool:
+async def settle_lease(svc: "SpendDeps", lease: Lease, now: float | None = None) -> bool:
     """The released lease's reservation becomes what it cost (once, however often this runs)."""
     now = now or time.time()
     month = month_of(lease.created_at or now)
@@ -175,12 +175,12 @@ class SpendHook:
     """Holds a running lease's worst case against the budgets once its zone is known, settles its
     cost when it is released, then checks the month's budget alerts."""
 
-    async def on_active(self, svc: "Services", lease: Lease) -> None:
+    async def on_active(self, svc: "SpendDeps", lease: Lease) -> None:
         # Claimed while its search could still land in an unpriced zone, it held nothing: now it can.
         await svc.spend.raise_reservation(lease.team, month_of(lease.created_at or time.time()), lease.lease_id,
                                           await lease_worst_case(svc, lease))
 
-    async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
+    async def on_released(self, svc: "SpendDeps", lease: Lease, reason: str) -> None:
         await settle_lease(svc, lease)
         await check_alerts(svc, lease.team, month_of(lease.created_at or time.time()))
 
@@ -230,7 +230,7 @@ class MonthSpend:
                 "channels": [row.as_dict() for row in self.channels], "at": self.at}
 
 
-async def month_spend(svc: "Services", team: str, month: str, now: float | None = None) -> MonthSpend:
+async def month_spend(svc: "SpendDeps", team: str, month: str, now: float | None = None) -> MonthSpend:
     """Per channel: settled leases plus running ones as of now (cost so far, usage so far)."""
     now = now or time.time()
     ledger = await svc.spend.month(team, month)
@@ -269,7 +269,7 @@ async def month_spend(svc: "Services", team: str, month: str, now: float | None 
 # --- alerts at 80 % and 100 % -------------------------------------------------------------------
 
 
-async def check_alerts(svc: "Services", team: str, month: str, now: float | None = None) -> list[str]:
+async def check_alerts(svc: "SpendDeps", team: str, month: str, now: float | None = None) -> list[str]:
     """Post each crossed threshold once per month and destination; returns the markers posted."""
     alerting = svc.alerting
     report = await month_spend(svc, team, month, now)
@@ -321,7 +321,7 @@ async def _post_once(alerting, subject: str, kind: str, text: str, *, channels: 
     return posted
 
 
-async def check_running_alerts(svc: "Services", now: float | None = None) -> list[str]:
+async def check_running_alerts(svc: "SpendDeps", now: float | None = None) -> list[str]:
     """The periodic check: running leases accrue cost, so their months may cross a threshold."""
     months = {(lease.team, month_of(lease.created_at)) for lease in await svc.leases.all() if lease.active_at}
     posted: list[str] = []
@@ -333,7 +333,7 @@ async def check_running_alerts(svc: "Services", now: float | None = None) -> lis
 # --- rebuilding the ledger ----------------------------------------------------------------------
 
 
-async def rebuild(svc: "Services", now: float | None = None) -> list[str]:
+async def rebuild(svc: "SpendDeps", now: float | None = None) -> list[str]:
     """Every month's ledger again from the receipts stream and the leases still running (or still
     being released); returns `team/month` of each month rewritten."""
     now = now or time.time()

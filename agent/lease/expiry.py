@@ -31,7 +31,7 @@ from infra.state.leases import Lease, LeaseState
 from infra.tpu_errors import TpuError
 
 if TYPE_CHECKING:
-    from agent.context import Services, WorkerServices
+    from agent.context import AlertingDeps, WorkerLeaseDeps
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,7 @@ def timer_job_id(lease_id: str, deadline: float, kind: str) -> str:
     return f"timer:{lease_id}:{int(deadline)}:{kind}"
 
 
-def planned_timers(svc: "Services", lease: Lease) -> list[tuple[str, float]]:
+def planned_timers(svc: "AlertingDeps", lease: Lease) -> list[tuple[str, float]]:
     """(kind, when) for every timer this lease should have: warnings after ACTIVE, then expiry."""
     if not lease.deadline:
         return []
@@ -78,7 +78,7 @@ def planned_timers(svc: "Services", lease: Lease) -> list[tuple[str, float]]:
     return timers
 
 
-async def schedule_timers(svc: "Services", lease: Lease, *, now: float | None = None,
+async def schedule_timers(svc: "AlertingDeps", lease: Lease, *, now: float | None = None,
                           skip_past_warnings: bool = True) -> list[str]:
     """Enqueue the lease's timers; returns the ids this call queued (existing ones are no-ops).
 
@@ -100,7 +100,7 @@ async def schedule_timers(svc: "Services", lease: Lease, *, now: float | None = 
     return queued
 
 
-async def cloud_deadline(svc: "WorkerServices", lease: Lease) -> float | None:
+async def cloud_deadline(svc: "WorkerLeaseDeps", lease: Lease) -> float | None:
     """The cloud's own termination time for the QR, if the API reports it."""
     try:
         window = await svc.tpu.aio.get_run_window(lease.zone, lease.qr_id)
@@ -113,20 +113,20 @@ async def cloud_deadline(svc: "WorkerServices", lease: Lease) -> float | None:
 class ExpiryHook:
     """On ACTIVE: align the deadline with the cloud's termination time, then schedule the timers."""
 
-    async def on_active(self, svc: "WorkerServices", lease: Lease) -> None:
+    async def on_active(self, svc: "WorkerLeaseDeps", lease: Lease) -> None:
         termination = await cloud_deadline(svc, lease)
         if termination and abs(termination - lease.deadline) > DEADLINE_TOLERANCE:
             lease = await svc.leases.update(lease, deadline=termination) or lease
         await schedule_timers(svc, lease)
 
-    async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
+    async def on_released(self, svc: "AlertingDeps", lease: Lease, reason: str) -> None:
         return None  # fired timers re-read the lease and find it gone
 
 
 # --- the timer job -------------------------------------------------------------------------
 
 
-async def fire_timer(svc: "WorkerServices", job: TimerJob) -> JobOutcome:
+async def fire_timer(svc: "WorkerLeaseDeps", job: TimerJob) -> JobOutcome:
     lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None:
         return JobOutcome.skipped("lease gone")
@@ -139,7 +139,7 @@ async def fire_timer(svc: "WorkerServices", job: TimerJob) -> JobOutcome:
     return await warn(svc, lease, job.kind, job.due)
 
 
-async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> JobOutcome:
+async def warn(svc: "AlertingDeps", lease: Lease, kind: str, due: float) -> JobOutcome:
     now = time.time()
     alerting = svc.alerting
     if now >= lease.deadline:
@@ -164,7 +164,7 @@ async def warn(svc: "Services", lease: Lease, kind: str, due: float) -> JobOutco
 # --- the one expiry path ------------------------------------------------------------------
 
 
-async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_state: str = "",
+async def expire_lease(svc: "WorkerLeaseDeps", lease: Lease, *, cause: str, qr_state: str = "",
                        initiator: str = "") -> JobOutcome:
     """Delete the leftover QR, post the expiry alert once, release the lease (with its receipt).
 
@@ -201,7 +201,7 @@ async def expire_lease(svc: "WorkerServices", lease: Lease, *, cause: str, qr_st
         return JobOutcome.ok(f"expired {current.qr_id} ({cause})")
 
 
-async def _qr_state(svc: "WorkerServices", lease: Lease) -> tuple[str, str]:
+async def _qr_state(svc: "WorkerLeaseDeps", lease: Lease) -> tuple[str, str]:
     """The QR's state and `stateInitiator` as the deadline timer finds them, so a suspension the
     watcher never saw (a worker down for hours) is told apart as well as the API allows: it gives
     who suspended a QR, not when. ("", "") when the API cannot be read: the deadline is still the

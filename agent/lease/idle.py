@@ -25,7 +25,7 @@ from infra.state.leases import Lease, LeaseState
 from infra.vllm_metrics import read_usage
 
 if TYPE_CHECKING:
-    from agent.context import Services
+    from agent.context import AlertingDeps, ChannelDeps
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ def idle_job_id(lease_id: str, slot: int) -> str:
     return f"idle:{lease_id}:{slot}"
 
 
-async def schedule_check(svc: "Services", lease: Lease, *, after: float | None = None) -> bool:
+async def schedule_check(svc: "AlertingDeps", lease: Lease, *, after: float | None = None) -> bool:
     """Enqueue the next check in the slot after `after`; False if that slot is already queued."""
     interval = svc.alerting.policy.idle_check_interval.total_seconds()
     slot = int((after or time.time()) // interval) + 1
@@ -44,7 +44,7 @@ async def schedule_check(svc: "Services", lease: Lease, *, after: float | None =
                                   defer_until=datetime.fromtimestamp(slot * interval, tz=timezone.utc))
 
 
-async def take_first_reading(svc: "Services", lease: Lease) -> bool:
+async def take_first_reading(svc: "ChannelDeps", lease: Lease) -> bool:
     """Read the metrics as soon as the model serves, not at the next slot (up to an interval away),
     so the card's idle clock has a figure from the start. Its own job id: at most once a lease;
     the check it runs then joins the chain's next slot like any other."""
@@ -52,14 +52,14 @@ async def take_first_reading(svc: "Services", lease: Lease) -> bool:
 
 
 class IdleHook:
-    async def on_active(self, svc: "Services", lease: Lease) -> None:
+    async def on_active(self, svc: "AlertingDeps", lease: Lease) -> None:
         await schedule_check(svc, lease)
 
-    async def on_released(self, svc: "Services", lease: Lease, reason: str) -> None:
+    async def on_released(self, svc: "AlertingDeps", lease: Lease, reason: str) -> None:
         return None  # the next check finds the lease gone and ends the chain
 
 
-async def check_idle(svc: "Services", job: LeaseJob) -> JobOutcome:
+async def check_idle(svc: "AlertingDeps", job: LeaseJob) -> JobOutcome:
     lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None:
         return JobOutcome.stopped("lease gone")
@@ -89,7 +89,7 @@ async def check_idle(svc: "Services", job: LeaseJob) -> JobOutcome:
 IdleDecision = Literal["", "warned", "warned earlier", "teardown"]  # "": not idle long enough to warn
 
 
-async def _warn_or_tear_down(svc: "Services", lease: Lease, idle: float, idle_since: float,
+async def _warn_or_tear_down(svc: "AlertingDeps", lease: Lease, idle: float, idle_since: float,
                              now: float) -> IdleDecision:
     alerting = svc.alerting
     if alerting.policy.idle_teardown is None:  # the caller checks: no idle teardown configured
@@ -117,7 +117,7 @@ async def _warn_or_tear_down(svc: "Services", lease: Lease, idle: float, idle_si
     return "teardown"
 
 
-async def tear_down_idle(svc: "Services", lease: Lease, idle: float) -> bool:
+async def tear_down_idle(svc: "AlertingDeps", lease: Lease, idle: float) -> bool:
     """Hand the lease to the teardown job (the same one `/tpu down` uses)."""
     note = f"Nobody used the model for {alerts.span(idle)}: torn down automatically (IDLE_TEARDOWN_MINUTES)"
     updated = await svc.leases.update(lease, state=LeaseState.TEARING_DOWN, torn_down_by="", detail=note)

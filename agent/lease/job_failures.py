@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 
-from agent.context import WorkerServices
+from agent.context import WorkerLeaseDeps
 from agent.lease.lifecycle import awaited_job_id, change_lease, explain, fail_lease, release_lease
 from agent.redact import redact
 from infra.jobs import JobOutcome, describe_failure
@@ -51,7 +51,7 @@ def failure_reason(error: BaseException | str, job: str, lease_id: str, *, again
                   f"again, the worker's log has the details (its lines name lease_id {lease_id}).")
 
 
-async def lease_job_failed(svc: WorkerServices, lease: Lease | None, job: str,
+async def lease_job_failed(svc: WorkerLeaseDeps, lease: Lease | None, job: str,
                            error: BaseException | str) -> JobOutcome:
     """End `lease` after its `job` failed with `error` (see the module docstring)."""
     kept = lease is not None and lease.state.holds_tpu
@@ -75,7 +75,7 @@ async def lease_job_failed(svc: WorkerServices, lease: Lease | None, job: str,
     return JobOutcome.failed(reason[:200])
 
 
-async def _delete_quietly(svc: WorkerServices, lease: Lease) -> None:
+async def _delete_quietly(svc: WorkerLeaseDeps, lease: Lease) -> None:
     """Delete whatever QR the lease may have made; an error here changes nothing already said (the
     reconciler finds a QR left behind by its labels)."""
     try:
@@ -84,7 +84,7 @@ async def _delete_quietly(svc: WorkerServices, lease: Lease) -> None:
         log.warning("lease %s: could not delete %s after its job failed: %s", lease.lease_id, lease.qr_id, error)
 
 
-async def fail_if_its_job_failed(svc: WorkerServices, lease: Lease) -> bool:
+async def fail_if_its_job_failed(svc: WorkerLeaseDeps, lease: Lease) -> bool:
     """End a lease whose awaited job is over with a failure arq kept (a timeout, no tries left):
     no job of its own will ever move it again. True if it was ended."""
     awaited = awaited_job_id(lease)

@@ -18,7 +18,7 @@ from typing import Unpack
 
 from agent import access
 from agent.lease import budget
-from agent.context import Actor, ChannelUnreachable, Services, WorkerServices
+from agent.context import Actor, ChannelDeps, ChannelUnreachable, LeaseDeps, SpendDeps, WorkerLeaseDeps, ZoneDeps
 from agent.lease.zone_search import first_choice_zone
 from agent.policy import Policy
 from infra.jobs import JobSpec
@@ -81,7 +81,7 @@ LOCK_RETRY_SECONDS = 1.0
 RELEASE_GRACE_SECONDS = 60.0  # a live release tells the channel and the hooks well within this
 
 
-async def lock_retry_delay(svc: Services, team: str, channel: str, attempt: int) -> float:
+async def lock_retry_delay(svc: LeaseDeps, team: str, channel: str, attempt: int) -> float:
     """When a job that found the channel's lock busy (try number `attempt`) should try again.
 
     A live holder lets go within seconds (a teardown finishing as the next `/tpu up`'s
@@ -112,7 +112,7 @@ class TeardownOutcome:
 # --- request side (web process) ---------------------------------------------------------
 
 
-async def request_provision(svc: Services, actor: Actor, *, zone: str, zone_explicit: bool,
+async def request_provision(svc: SpendDeps, actor: Actor, *, zone: str, zone_explicit: bool,
                             hours: float | None) -> ProvisionOutcome:
     """Claim the channel's lease starting in `zone` (starting_zone) and queue its provision job.
     The claim is the atomic arbiter: on a held channel it returns the holder's lease; the same
@@ -132,18 +132,18 @@ async def request_provision(svc: Services, actor: Actor, *, zone: str, zone_expl
     return ProvisionOutcome(created=claim.created, lease=claim.lease)
 
 
-async def starting_zone(svc: Services, zone: str | None) -> str:
+async def starting_zone(svc: ZoneDeps, zone: str | None) -> str:
     """The zone asked for, else the one a zone search would try first: the card starts there."""
     if zone:
         return zone
     return await first_choice_zone(svc)
 
 
-async def may_tear_down(svc: Services, lease: Lease, user_id: str) -> bool:
+async def may_tear_down(svc: ChannelDeps, lease: Lease, user_id: str) -> bool:
     return user_id == lease.holder or await access.is_admin(svc.access, svc.directory, user_id)
 
 
-async def request_teardown(svc: Services, actor: Actor) -> TeardownOutcome:
+async def request_teardown(svc: ChannelDeps, actor: Actor) -> TeardownOutcome:
     """Checks that there is something to tear down and that the actor may; the caller asks to confirm."""
     lease = await svc.leases.get(actor.team, actor.channel)
     if lease is None:
@@ -155,7 +155,7 @@ async def request_teardown(svc: Services, actor: Actor) -> TeardownOutcome:
     return TeardownOutcome(True, "confirm", lease)
 
 
-async def confirm_teardown(svc: Services, actor: Actor, lease_id: str) -> TeardownOutcome:
+async def confirm_teardown(svc: ChannelDeps, actor: Actor, lease_id: str) -> TeardownOutcome:
     # The clicker is checked, not whoever asked for the card: anyone in the channel can click.
     decision = await access.check(svc.access, svc.directory, actor, access.ActionKind.WRITE, "teardown")
     if not decision.allowed:
@@ -184,7 +184,7 @@ def _not_the_holders(lease: Lease) -> TeardownOutcome:
         False, f"Only <@{lease.holder}> (the holder) or an admin can tear down this channel's TPU.", lease)
 
 
-async def enqueue_teardown(svc: Services, lease: Lease) -> None:
+async def enqueue_teardown(svc: ChannelDeps, lease: Lease) -> None:
     """The teardown job `/tpu down` and the idle clock both hand a TEARING_DOWN lease to."""
     spec, job, job_id = _teardown_job(lease)
     await svc.jobs.enqueue(spec, job, job_id=job_id)
@@ -212,7 +212,7 @@ def explain(error) -> str:
     return text
 
 
-async def fail_lease(svc: Services, lease: Lease, reason: str) -> None:
+async def fail_lease(svc: LeaseDeps, lease: Lease, reason: str) -> None:
     failed = await change_lease(svc, lease, state=LeaseState.FAILED, detail=reason)
     if failed is not None:
         # The FAILED card stays as the record; hooks still learn the lease is gone.
@@ -221,7 +221,7 @@ async def fail_lease(svc: Services, lease: Lease, reason: str) -> None:
                            outcome="failed", detail=reason)
 
 
-async def release_lease(svc: Services, lease: Lease, *, reason: str, by: str = "",
+async def release_lease(svc: LeaseDeps, lease: Lease, *, reason: str, by: str = "",
                         tell_channel: bool = True) -> bool:
     """Release (fenced), then tell the channel (unless not `tell_channel`) and every hook; False if
     someone else already did."""
@@ -232,7 +232,7 @@ async def release_lease(svc: Services, lease: Lease, *, reason: str, by: str = "
     return True
 
 
-async def finish_release(svc: Services, release: Release) -> None:
+async def finish_release(svc: LeaseDeps, release: Release) -> None:
     """Tell the channel and every hook of a release, then drop its note (infra/state/leases.py).
 
     Run again after a crash part-way, the card update repeats harmlessly and the hooks clear
@@ -245,7 +245,7 @@ async def finish_release(svc: Services, release: Release) -> None:
     await svc.leases.release_finished(release.lease.lease_id)
 
 
-async def finish_interrupted_releases(svc: Services, *, now: float | None = None) -> int:
+async def finish_interrupted_releases(svc: LeaseDeps, *, now: float | None = None) -> int:
     """Finish releases a crash cut short. Young notes are left alone: their release may still be
     running in a live process, and telling the channel twice is worse than a minute's wait."""
     released_before = (now if now is not None else time.time()) - RELEASE_GRACE_SECONDS
@@ -255,19 +255,19 @@ async def finish_interrupted_releases(svc: Services, *, now: float | None = None
     return len(interrupted)
 
 
-async def lease_became_active(svc: WorkerServices, lease: Lease) -> None:
+async def lease_became_active(svc: WorkerLeaseDeps, lease: Lease) -> None:
     for hook in svc.hooks:
         await hook.on_active(svc, lease)
 
 
-async def change_lease(svc: Services, lease: Lease, **changes: Unpack[LeaseChanges]) -> Lease | None:
+async def change_lease(svc: ChannelDeps, lease: Lease, **changes: Unpack[LeaseChanges]) -> Lease | None:
     """Write `changes` (fenced, and inside `ChannelLocks.hold` with the lock's token: LeaseStore.update),
     then refresh the status card; None, with no card refresh, if the lease was replaced or released."""
     updated = await svc.leases.update(lease, **changes)
     return None if updated is None else await notify(svc, updated)
 
 
-async def notify(svc: Services, lease: Lease) -> Lease:
+async def notify(svc: ChannelDeps, lease: Lease) -> Lease:
     """Refresh the status card. A channel the bot was removed from does not stop the lease: the
     holder was told by DM, and the TPU is still watched, expired and torn down as usual."""
     try:
@@ -281,7 +281,7 @@ NOT_IN_CHANNEL = ("I'm not in <#{channel}>, so I can't post the status card of a
                   "Invite me with `/invite @tpubot` in <#{channel}>, then run `/tpu up` again.")
 
 
-async def abandon_unpostable(svc: Services, lease: Lease, error: ChannelUnreachable) -> None:
+async def abandon_unpostable(svc: LeaseDeps, lease: Lease, error: ChannelUnreachable) -> None:
     """A lease whose channel cannot be posted to before anything was created: released (the
     channel is free for `/tpu up` after an invite), nothing left behind, the holder told by DM."""
     await release_lease(svc, lease, reason=f"Could not post in the channel ({error.reason})", tell_channel=False)
@@ -291,7 +291,7 @@ async def abandon_unpostable(svc: Services, lease: Lease, error: ChannelUnreacha
                            outcome="not_in_channel", detail=lease.lease_id)
 
 
-async def schedule_watch(svc: Services, lease: Lease, *, delay: timedelta) -> None:
+async def schedule_watch(svc: ChannelDeps, lease: Lease, *, delay: timedelta) -> None:
     seq = lease.watch_seq + 1
     if await svc.leases.update(lease, watch_seq=seq) is None:
         return
@@ -320,7 +320,7 @@ def awaited_job_id(lease: Lease) -> str | None:
     return None if awaited is None else awaited[2]
 
 
-async def resume_job_for(svc: Services, lease: Lease) -> bool:
+async def resume_job_for(svc: ChannelDeps, lease: Lease) -> bool:
     """Re-enqueue whatever job a lease is waiting on (after a crash between a write and its enqueue)."""
     awaited = awaited_job(lease)
     if awaited is None:

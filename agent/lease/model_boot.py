@@ -28,7 +28,7 @@ import logging
 import time
 from typing import Unpack
 
-from agent.context import Services, WorkerServices
+from agent.context import AlertingDeps, ChannelDeps, LeaseDeps, WorkerLeaseDeps
 from agent.lease import idle
 from agent.lease.lifecycle import WatchJob, change_lease
 from agent.policy import Policy
@@ -57,12 +57,12 @@ def boot_job_id(lease_id: str, seq: int) -> str:
 class ModelBootHook:
     """Starts the boot/health job when the TPU becomes ACTIVE."""
 
-    async def on_active(self, svc: WorkerServices, lease: Lease) -> None:
+    async def on_active(self, svc: ChannelDeps, lease: Lease) -> None:
         await svc.jobs.enqueue(BOOT_JOB, WatchJob(team=lease.team, channel=lease.channel, lease_id=lease.lease_id,
                                                   seq=0),
                                job_id=boot_job_id(lease.lease_id, 0))
 
-    async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
+    async def on_released(self, svc: LeaseDeps, lease: Lease, reason: str) -> None:
         # A pending boot job sees the lease gone and stops by itself; the endpoint's key goes with the lease.
         try:
             await svc.model_keys.destroy(lease.lease_id)
@@ -70,7 +70,7 @@ class ModelBootHook:
             log.warning("model key of lease %s not deleted: %s", lease.lease_id, error.message)
 
 
-async def boot_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
+async def boot_job(svc: WorkerLeaseDeps, job: WatchJob) -> JobOutcome:
     lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None or lease.state not in BOOTABLE_STATES:
         return JobOutcome.stopped("lease changed")
@@ -140,7 +140,7 @@ async def boot_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
     return JobOutcome.ok(f"waiting for vLLM ({check.error})")
 
 
-async def _poll_again(svc: WorkerServices, job: WatchJob) -> None:
+async def _poll_again(svc: ChannelDeps, job: WatchJob) -> None:
     await svc.jobs.enqueue(BOOT_JOB, dataclasses.replace(job, seq=job.seq + 1),
                            job_id=boot_job_id(job.lease_id, job.seq + 1), defer_by=svc.policy.boot_poll_interval)
 
@@ -156,7 +156,7 @@ def _boot_story(report: BootReport | None, since_active: float, policy: Policy) 
     return f"The VM reads its secrets, pulls the vLLM image and loads {policy.model_name}."
 
 
-async def _measure(svc: WorkerServices, lease: Lease, endpoint: str, api_key: str | None) -> JobOutcome:
+async def _measure(svc: AlertingDeps, lease: Lease, endpoint: str, api_key: str | None) -> JobOutcome:
     probe = await probe_chat(endpoint, svc.policy.model_name, api_key=api_key)
     if not probe.ok:
         return await _fail(svc, lease, f"vLLM at {endpoint} is up, but a test chat completion failed: {probe.error}.",
@@ -205,7 +205,7 @@ def degraded_reason(lease: Lease) -> str:
     return lease.detail.partition(" Fix: ")[0]
 
 
-async def lease_api_key(svc: Services, lease: Lease) -> str | None:
+async def lease_api_key(svc: LeaseDeps, lease: Lease) -> str | None:
     """The key vLLM on this lease's VM expects (None: no key store, or the lease has no key)."""
     try:
         return await svc.model_keys.key(lease.lease_id)
@@ -221,7 +221,7 @@ def is_crash_loop(report: BootReport) -> bool:
     return report.restarts >= CRASH_LOOP_RESTARTS and report.phase not in (boot_phases.COMPILING, boot_phases.SERVING)
 
 
-async def _boot_report(svc: WorkerServices, lease: Lease) -> BootReport | None:
+async def _boot_report(svc: WorkerLeaseDeps, lease: Lease) -> BootReport | None:
     """The VM's guest attributes; None when they cannot be read now (the boot goes on without them)."""
     try:
         return await svc.tpu.aio.get_boot_report(lease.zone, lease.node_id)
@@ -248,20 +248,20 @@ def _boot_changes(lease: Lease, report: BootReport) -> LeaseChanges:
     return changes
 
 
-async def _note_boot(svc: WorkerServices, lease: Lease, report: BootReport | None) -> None:
+async def _note_boot(svc: ChannelDeps, lease: Lease, report: BootReport | None) -> None:
     """Keep the last boot report on the lease without a card update (the READY write that follows shows it)."""
     changes: LeaseChanges = _boot_changes(lease, report) if report is not None else {}
     if changes:
         await svc.leases.update(lease, **changes)
 
 
-def _endpoint(svc: WorkerServices, node: NodeView | None) -> str:
+def _endpoint(svc: ChannelDeps, node: NodeView | None) -> str:
     address = None if node is None else (
         node.internal_ip if svc.policy.endpoint_address == "internal" else node.external_ip)
     return endpoint_url(address, svc.policy.model_port) if address else ""
 
 
-async def _fail(svc: WorkerServices, lease: Lease, reason: str, fix: str, *, endpoint: str = "",
+async def _fail(svc: ChannelDeps, lease: Lease, reason: str, fix: str, *, endpoint: str = "",
                 extra: LeaseChanges | None = None) -> JobOutcome:
     detail = f"{reason} Fix: {fix} The TPU is still running (and billing): `/tpu down` releases it."
     changes: LeaseChanges = {"state": LeaseState.FAILED, "detail": detail, **(extra or {})}
@@ -273,7 +273,7 @@ async def _fail(svc: WorkerServices, lease: Lease, reason: str, fix: str, *, end
     return JobOutcome.failed(reason) if ok else JobOutcome.stopped("lease changed")
 
 
-async def _write(svc: Services, lease: Lease, **changes: Unpack[LeaseChanges]) -> bool:
+async def _write(svc: ChannelDeps, lease: Lease, **changes: Unpack[LeaseChanges]) -> bool:
     # Re-read first: a teardown confirmed meanwhile must not be overwritten by a model state.
     fresh = await svc.leases.get_by_id(lease.team, lease.channel, lease.lease_id)
     if fresh is None or fresh.state not in BOOTABLE_STATES:

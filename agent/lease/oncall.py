@@ -16,7 +16,7 @@ from agent import access
 from agent.lease.alerts import ACK_DEADLINE, ACK_IDLE
 
 if TYPE_CHECKING:
-    from agent.context import Actor, Services
+    from agent.context import Actor, AlertingDeps
 
 MAX_ONCALL = 10
 _SUBTEAM = re.compile(r"^<!subteam\^([A-Z0-9]{1,24})(?:\|[^<>|]{0,80})?>$")
@@ -62,7 +62,7 @@ class OnCallOutcome:
     changed: bool = True  # False: a repeated acknowledgement (nothing new recorded)
 
 
-async def show_oncall(svc: "Services", actor: "Actor") -> OnCallOutcome:
+async def show_oncall(svc: "AlertingDeps", actor: "Actor") -> OnCallOutcome:
     stored = await svc.alerting.oncall.get(actor.team, actor.channel)
     if stored:
         return OnCallOutcome(True, f"On call for this channel: {' '.join(stored)}.", tuple(stored))
@@ -72,7 +72,7 @@ async def show_oncall(svc: "Services", actor: "Actor") -> OnCallOutcome:
                          default=True)
 
 
-async def set_oncall(svc: "Services", actor: "Actor", mentions: list[str], *, clear: bool = False) -> OnCallOutcome:
+async def set_oncall(svc: "AlertingDeps", actor: "Actor", mentions: list[str], *, clear: bool = False) -> OnCallOutcome:
     lease = await svc.leases.get(actor.team, actor.channel)
     holder = bool(lease and lease.holder == actor.user_id)
     if not holder and not await access.is_admin(svc.access, svc.directory, actor.user_id):
@@ -89,7 +89,7 @@ async def set_oncall(svc: "Services", actor: "Actor", mentions: list[str], *, cl
     return OnCallOutcome(True, text, tuple(mentions))
 
 
-async def acknowledge(svc: "Services", actor: "Actor", lease_id: str, kind: str) -> OnCallOutcome:
+async def acknowledge(svc: "AlertingDeps", actor: "Actor", lease_id: str, kind: str) -> OnCallOutcome:
     """Anyone in the channel may acknowledge; only the first acknowledgement is recorded."""
     if kind not in ACK_KINDS:
         return OnCallOutcome(False, "That button is not an alert acknowledgement; nothing changed.", changed=False)

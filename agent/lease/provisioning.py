@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from datetime import timedelta
 
-from agent.context import ChannelUnreachable, WorkerServices
+from agent.context import ChannelDeps, ChannelUnreachable, WorkerLeaseDeps
 from agent.lease.budget import searchable_zones
 from agent.lease.lifecycle import (
     PROVISION_JOB,
@@ -37,7 +37,7 @@ from infra.tpu import QrSpec, TpuError, bot_labels
 WORKING_STATES = (LeaseState.PENDING, LeaseState.CREATING)
 
 
-async def provision_job(svc: WorkerServices, job: ProvisionJob) -> JobOutcome:
+async def provision_job(svc: WorkerLeaseDeps, job: ProvisionJob) -> JobOutcome:
     lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None or lease.state not in WORKING_STATES or lease.search_round != job.search_round:
         return JobOutcome.skipped("lease changed")
@@ -53,7 +53,7 @@ async def provision_job(svc: WorkerServices, job: ProvisionJob) -> JobOutcome:
         return await _provision(svc, lease, lock)
 
 
-async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOutcome:
+async def _provision(svc: WorkerLeaseDeps, lease: Lease, lock: HeldLock) -> JobOutcome:
     # A QR this lease already created (a crash between the create and the state write) is adopted.
     try:
         existing = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
@@ -122,7 +122,7 @@ async def _provision(svc: WorkerServices, lease: Lease, lock: HeldLock) -> JobOu
     return JobOutcome.failed(outcome.status.value)
 
 
-async def _created(svc: WorkerServices, lease: Lease, outcome: SearchOutcome) -> JobOutcome:
+async def _created(svc: ChannelDeps, lease: Lease, outcome: SearchOutcome) -> JobOutcome:
     qr = outcome.qr
     assert qr is not None, "a created outcome carries its QR"
     now = time.time()
@@ -137,7 +137,7 @@ async def _created(svc: WorkerServices, lease: Lease, outcome: SearchOutcome) ->
     return JobOutcome.ok(f"created {lease.qr_id} in {lease.zone}" + (f" after {tries} attempts" if tries > 1 else ""))
 
 
-async def _continue_later(svc: WorkerServices, lease: Lease) -> JobOutcome:
+async def _continue_later(svc: ChannelDeps, lease: Lease) -> JobOutcome:
     next_round = lease.search_round + 1
     updated = await svc.leases.update(lease, search_round=next_round)
     if updated is None:

@@ -35,7 +35,7 @@ from infra.model_keys import ModelKeyError
 from infra.tpu import MANAGED_BY, QrState, TpuError
 
 if TYPE_CHECKING:
-    from agent.context import WorkerServices
+    from agent.context import AlertingDeps, LeaseDeps, WorkerLeaseDeps
     from infra.tpu import QueuedResourceView
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class ReconcileReport:
         return self.outcome().stored()
 
 
-async def reconcile(svc: "WorkerServices", *, now: float | None = None) -> ReconcileReport:
+async def reconcile(svc: "WorkerLeaseDeps", *, now: float | None = None) -> ReconcileReport:
     token = await svc.locks.acquire(*LOCK_SCOPE, ttl_ms=LOCK_TTL_MS)
     if token is None:
         return ReconcileReport(skipped=True)
@@ -91,7 +91,7 @@ async def reconcile(svc: "WorkerServices", *, now: float | None = None) -> Recon
         await svc.locks.release(*LOCK_SCOPE, token)
 
 
-async def _pass(svc: "WorkerServices", now: float) -> ReconcileReport:
+async def _pass(svc: "WorkerLeaseDeps", now: float) -> ReconcileReport:
     report = ReconcileReport()
     leases = await svc.leases.all()
     report.zones = sorted(set(svc.policy.zones) | {lease.zone for lease in leases if lease.zone})
@@ -119,7 +119,7 @@ async def _pass(svc: "WorkerServices", now: float) -> ReconcileReport:
     return report
 
 
-async def _repair_from_qr(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedResourceView", now: float) -> None:
+async def _repair_from_qr(svc: "WorkerLeaseDeps", report: ReconcileReport, qr: "QueuedResourceView", now: float) -> None:
     labels = qr.labels
     team, channel, lease_id = (labels.get(k, "") for k in ("tpubot-team", "tpubot-channel", "tpubot-lease"))
     if qr.state == QrState.DELETING:
@@ -150,7 +150,7 @@ async def _repair_from_qr(svc: "WorkerServices", report: ReconcileReport, qr: "Q
     await _restore(svc, report, qr, team, channel, lease_id, now)
 
 
-async def _restore(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedResourceView", team: str, channel: str,
+async def _restore(svc: "WorkerLeaseDeps", report: ReconcileReport, qr: "QueuedResourceView", team: str, channel: str,
                    lease_id: str, now: float) -> None:
     try:
         window = await svc.tpu.aio.get_run_window(qr.zone, qr.qr_id)
@@ -192,7 +192,7 @@ async def _restore(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedRe
                            detail=qr.qr_id)
 
 
-async def _ensure_timers(svc: "WorkerServices", report: ReconcileReport, lease: Lease, now: float) -> None:
+async def _ensure_timers(svc: "AlertingDeps", report: ReconcileReport, lease: Lease, now: float) -> None:
     if not lease.state.holds_tpu:
         return
     if lease.deadline:
@@ -201,7 +201,7 @@ async def _ensure_timers(svc: "WorkerServices", report: ReconcileReport, lease: 
         report.timers.append(f"idle:{lease.lease_id}")
 
 
-async def _release_if_gone(svc: "WorkerServices", report: ReconcileReport, lease: Lease) -> None:
+async def _release_if_gone(svc: "WorkerLeaseDeps", report: ReconcileReport, lease: Lease) -> None:
     try:  # the list may predate a QR created since; ask for this one before releasing
         qr = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     except TpuError:
@@ -218,7 +218,7 @@ async def _release_if_gone(svc: "WorkerServices", report: ReconcileReport, lease
                                outcome="released", detail=lease.qr_id)
 
 
-async def _sweep_model_keys(svc: "WorkerServices", report: ReconcileReport, seen_leases: set[str], now: float) -> None:
+async def _sweep_model_keys(svc: "LeaseDeps", report: ReconcileReport, seen_leases: set[str], now: float) -> None:
     try:
         keyed = await svc.model_keys.keyed_leases()
     except ModelKeyError as error:
@@ -239,7 +239,7 @@ async def _sweep_model_keys(svc: "WorkerServices", report: ReconcileReport, seen
                                detail=secret.lease_id)
 
 
-async def _tell_admins(svc: "WorkerServices", report: ReconcileReport, qr: "QueuedResourceView", text: str) -> None:
+async def _tell_admins(svc: "AlertingDeps", report: ReconcileReport, qr: "QueuedResourceView", text: str) -> None:
     if not await svc.alerting.marks.claim(qr.qr_id, f"admin-{qr.zone}", ttl_seconds=ADMIN_ALERT_TTL):
         return
     report.admin_alerts.append(qr.qr_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-from agent.context import WorkerServices
+from agent.context import AlertingDeps, WorkerLeaseDeps
 from agent.lease.lifecycle import LeaseJob, explain, finish_release, notify, release_lease
 from agent.lease.receipts import LIVE_READ_TIMEOUT
 from infra.durations import format_duration
@@ -24,7 +24,7 @@ from infra.tpu_errors import TpuError, TpuErrorKind
 from infra.vllm_metrics import read_usage
 
 
-async def teardown_job(svc: WorkerServices, job: LeaseJob) -> JobOutcome:
+async def teardown_job(svc: WorkerLeaseDeps, job: LeaseJob) -> JobOutcome:
     lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None:
         # Re-run after a crash between the release and telling the channel: finish the telling.
@@ -50,7 +50,7 @@ async def teardown_job(svc: WorkerServices, job: LeaseJob) -> JobOutcome:
             JobOutcome.ok(f"deleted {lease.qr_id}")
 
 
-async def _last_usage_reading(svc: WorkerServices, lease: Lease) -> None:
+async def _last_usage_reading(svc: AlertingDeps, lease: Lease) -> None:
     """Fold in vLLM's counters while the VM still answers: the receipt is written after the delete,
     when the endpoint is gone, so without this everything served since the last idle check (all of
     it, on a lease shorter than one check interval) was missing from the receipt and `/tpu spend`."""
@@ -61,7 +61,7 @@ async def _last_usage_reading(svc: WorkerServices, lease: Lease) -> None:
         await svc.alerting.usage.record(lease.lease_id, reading, time.time())
 
 
-async def _delete_qr(svc: WorkerServices, lease: Lease) -> str:
+async def _delete_qr(svc: WorkerLeaseDeps, lease: Lease) -> str:
     """Delete the lease's QR (force=true deletes the node too) and wait until the API says it is
     gone: '' then, else what stood in the way, with its fix. A transient error is raised (the job is
     retried); a lease without a `queued_at` is no proof that nothing was created (a lease the

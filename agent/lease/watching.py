@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from agent.context import WorkerServices
+from agent.context import WorkerLeaseDeps
 from agent.lease.expiry import expire_lease
 from agent.lease.lifecycle import (
     LockBusy,
@@ -23,7 +23,7 @@ from infra.state.leases import Lease, LeaseChanges, LeaseState
 from infra.tpu import QrState, TpuError, classify_failed_qr
 
 
-async def watch_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
+async def watch_job(svc: WorkerLeaseDeps, job: WatchJob) -> JobOutcome:
     """One look at the QR; re-schedules itself, so no job holds a worker for hours."""
     lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
     if lease is None or lease.state in (LeaseState.TEARING_DOWN, LeaseState.FAILED):
@@ -70,7 +70,7 @@ async def watch_job(svc: WorkerServices, job: WatchJob) -> JobOutcome:
     return JobOutcome.ok(f"watching: {qr.state}")
 
 
-async def _expire(svc: WorkerServices, lease: Lease, *, qr_state: str, initiator: str = "") -> JobOutcome:
+async def _expire(svc: WorkerLeaseDeps, lease: Lease, *, qr_state: str, initiator: str = "") -> JobOutcome:
     try:
         return await expire_lease(svc, lease, cause="watcher", qr_state=qr_state, initiator=initiator)
     except LockBusy:

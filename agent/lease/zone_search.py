@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from agent.context import Services
+from agent.context import ZoneDeps
 from infra.plurals import counted
 from infra.scoreboard import Skip, ZoneOrder, ZoneScoreboard
 from infra.state.leases import Lease, LeaseState
@@ -227,13 +227,13 @@ def _until(skip: Skip, now: float) -> str:
 class ZoneOutcomeHook:
     """Feeds the scoreboard from lease milestones: time to ACTIVE, and FAILED before ACTIVE."""
 
-    async def on_active(self, svc: Services, lease: Lease) -> None:
+    async def on_active(self, svc: ZoneDeps, lease: Lease) -> None:
         if not lease.queued_at:
             return
         await svc.scoreboard.record_active(lease.zone, (lease.active_at or time.time()) - lease.queued_at,
                                            lease.lease_id)
 
-    async def on_released(self, svc: Services, lease: Lease, reason: str) -> None:
+    async def on_released(self, svc: ZoneDeps, lease: Lease, reason: str) -> None:
         # An accepted QR that failed before ACTIVE: typically still WAITING_FOR_RESOURCES at valid-until.
         if lease.state != LeaseState.FAILED or not lease.queued_at or lease.active_at:
             return
@@ -241,7 +241,7 @@ class ZoneOutcomeHook:
         await svc.scoreboard.record_error(lease.zone, error, lease.lease_id)
 
 
-async def first_choice_zone(svc: Services) -> str:
+async def first_choice_zone(svc: ZoneDeps) -> str:
     """The zone a search would try first (from the scoreboard as it stands; no cloud calls)."""
     plan = await svc.scoreboard.order(svc.policy.zones, svc.policy.default_zone)
     return plan.order[0] if plan.order else svc.policy.default_zone

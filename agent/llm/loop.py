@@ -28,7 +28,7 @@ from agent.actions.log_actions import LogDigest
 from agent.actions.registry import first_error, validate_args
 from agent.actions.run_context import RunContext
 from agent.llm.completion_repair import NormalizedTurn, StreamAccumulator, ToolCallRequest, normalize_choice
-from agent.context import Actor, Services
+from agent.context import Actor, AgentDeps, Services
 from agent.digest import estimate_tokens
 from agent.llm.material import MentionInput
 from agent.actions.model_endpoint import ModelEndpoint, answered_by, degraded_reason_here, openai_client, resolve_endpoint
@@ -76,7 +76,7 @@ async def run_agent(svc: Services, actor: Actor, mention: MentionInput, sink: Re
         return fallback
 
 
-async def _no_model_reason(svc: Services, actor: Actor) -> str:
+async def _no_model_reason(svc: AgentDeps, actor: Actor) -> str:
     if not svc.model.enabled:
         return MODEL_OFF.format(off_by=svc.model.off_by)
     degraded = await degraded_reason_here(svc, actor)

@@ -16,7 +16,7 @@ from pydantic import ValidationError
 from agent.llm import proposals as proposal_rules
 from agent.actions import get_action, run_action
 from agent.actions.registry import first_error, validate_args
-from agent.context import Actor, Services
+from agent.context import Actor, ChannelDeps, Services
 from agent.llm.intents import Intent, asked_for, classify, provision_details
 from agent.llm.material import MentionInput, images_unread_line, unread_warnings
 from agent.llm.run import AgentRun
@@ -110,7 +110,7 @@ def _levels(templates) -> str:
     return "/".join(names)
 
 
-def _invalid(svc: Services, action_name: str, args: dict) -> str | None:
+def _invalid(svc: ChannelDeps, action_name: str, args: dict) -> str | None:
     """What is wrong with the details the person gave (a zone not configured, too many hours)."""
     action = get_action(action_name)
     if action is None or not args:

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 
 from agent.actions import REGISTRY, ActionKind
 from agent.actions.registry import wired_actions
-from agent.context import Services
+from agent.context import AgentDeps
 from agent.digest import estimate_tokens
 from agent.digest.runbook_links import render_links, runbook_links
 from agent.llm.material import MentionInput
@@ -63,7 +63,7 @@ def data_block(label: str, text: str) -> str:
 NOT_MODEL_TOOLS = frozenset({"ask_model"})
 
 
-def model_tools(svc: Services | None = None) -> list[dict]:
+def model_tools(svc: AgentDeps | None = None) -> list[dict]:
     """Every READ and WRITE action that `svc` wires (new actions appear on their own; None: every
     one declared, the set the conformance cases are written for); ADMIN actions are for people only."""
     return [a.model_tool_declaration() for a in (REGISTRY.values() if svc is None else wired_actions(svc))

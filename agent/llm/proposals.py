@@ -13,7 +13,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from agent.actions import get_action, lease_actions, run_action
-from agent.context import Actor, Services
+from agent.context import Actor, AgentDeps, ChannelDeps, Services
 from infra.state.leases import Lease
 from infra.state.feedback import new_proposal_id
 
@@ -56,7 +56,7 @@ class ProposalOutcome:
     lease: Lease | None = None
 
 
-async def precheck(svc: Services, actor: Actor, action_name: str) -> ProposalCheck:
+async def precheck(svc: ChannelDeps, actor: Actor, action_name: str) -> ProposalCheck:
     """Would a card make sense at all? (No teardown card for a channel without a TPU.)"""
     lease = await svc.leases.get(actor.team, actor.channel)
     if action_name == "teardown":
@@ -69,7 +69,7 @@ async def precheck(svc: Services, actor: Actor, action_name: str) -> ProposalChe
     return ProposalCheck(True, "", lease)
 
 
-async def propose(svc: Services, actor: Actor, action_name: str, args: dict, *, lease: Lease | None = None,
+async def propose(svc: AgentDeps, actor: Actor, action_name: str, args: dict, *, lease: Lease | None = None,
                   label: str = "") -> Proposal:
     proposal = Proposal(id=new_proposal_id(), action=action_name, args=args, team=actor.team,
                         channel=actor.channel, proposed_for=actor.user_id,
@@ -81,7 +81,7 @@ async def propose(svc: Services, actor: Actor, action_name: str, args: dict, *, 
     return proposal
 
 
-async def load(svc: Services, proposal_id: str) -> Proposal | None:
+async def load(svc: AgentDeps, proposal_id: str) -> Proposal | None:
     record = await svc.proposals.get(proposal_id)
     return Proposal(**record) if record else None
 
@@ -101,7 +101,7 @@ async def confirm(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOu
     return ProposalOutcome(result.ok, result.text)
 
 
-async def _confirm_teardown(svc: Services, clicker: Actor, proposal: Proposal) -> ProposalOutcome:
+async def _confirm_teardown(svc: AgentDeps, clicker: Actor, proposal: Proposal) -> ProposalOutcome:
     check = await lease_actions.request_teardown(svc, clicker)  # holder or admin, and a lease to tear down
     if not check.ok or check.lease is None:
         return ProposalOutcome(False, check.message, check.lease)
@@ -115,7 +115,7 @@ async def _confirm_teardown(svc: Services, clicker: Actor, proposal: Proposal) -
     return ProposalOutcome(outcome.ok, outcome.message, outcome.lease)
 
 
-async def dismiss(svc: Services, clicker: Actor, proposal_id: str) -> ProposalOutcome:
+async def dismiss(svc: AgentDeps, clicker: Actor, proposal_id: str) -> ProposalOutcome:
     proposal = await load(svc, proposal_id)
     # Scoped like confirm: a click in another channel (or workspace) must not dismiss this one.
     if proposal is None or (proposal.team, proposal.channel) != (clicker.team, clicker.channel):
