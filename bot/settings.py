@@ -83,6 +83,7 @@ ID_LIST_FIELDS = {
 URL_SCHEMES = {"redis_url": ("redis", "rediss", "unix"), **dict.fromkeys((
     "slack_api_url", "gemma_base_url", "tpu_api_endpoint", "logging_api_endpoint", "compute_api_endpoint",
     "quotas_api_endpoint", "secretmanager_api_endpoint", "storage_api_endpoint", "resourcemanager_api_endpoint",
+    "iam_api_endpoint",
 ), ("http", "https"))}
 
 
@@ -137,6 +138,8 @@ class Settings(BaseSettings):
                                                       "TPU VM's compile cache)")
     resourcemanager_api_endpoint: str = Field("", description="override the Cloud Resource Manager API base URL "
                                                               "(the project's number: the TPU VM's default account)")
+    iam_api_endpoint: str = Field("", description="override the IAM API base URL (doctor: may the bot act as "
+                                                  "TPU_SERVICE_ACCOUNT)")
     tpu_service_account: str = Field("", description="service account the TPU VM runs as (an email), sent with every "
                                                      "create; empty: the project's default Compute Engine account")
     # --- the private model endpoint (issue 15) ----------------------------------------------

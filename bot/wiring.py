@@ -179,6 +179,7 @@ def preflight_config_from(settings: Settings):
         endpoint_address=settings.endpoint_address, vllm_image=settings.vllm_image,
         xla_cache_bucket=settings.xla_cache_bucket, storage_endpoint=settings.storage_api_endpoint,
         resourcemanager_endpoint=settings.resourcemanager_api_endpoint, tpu_service_account=settings.tpu_service_account,
+        iam_endpoint=settings.iam_api_endpoint,
     )
 
 

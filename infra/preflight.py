@@ -14,6 +14,8 @@ Each check calls the real API with the bot's own credentials and returns pass/fa
 - the TPU VM's service account (TPU_SERVICE_ACCOUNT, else the project's default Compute Engine
   account, by the project's number from Resource Manager) can read the HF token secret: a role
   that reads secrets bound to it on the secret or on the project (infra/node_account.py);
+- with TPU_SERVICE_ACCOUNT set: the bot may act as that account (IAM's `testIamPermissions` on it,
+  for `iam.serviceAccounts.actAs`), without which Google refuses to create a TPU that runs as it;
 - with ENDPOINT_ADDRESS=internal (a node without an external IP): the network has a Cloud NAT in the
   zone's region (Compute `routers.list` of that region: a router of the network with a `nats[]`
   entry covering the subnetwork) — the weights come from Hugging Face whatever registry the image
@@ -55,12 +57,14 @@ from redis.asyncio import Redis
 
 from infra.deployment_mode import DeploymentMode
 from infra.state import keys
-from infra.tpu_errors import TpuErrorKind, region_of
+from infra.tpu_errors import TpuErrorKind, act_as_fix, region_of
 from infra.vllm_images import DOCKER_HUB, image_registry
 
 CLOUD_PLATFORM_SCOPE = "https://www.googleapis.com/auth/cloud-platform"
 COMPUTE_ENDPOINT = "https://compute.googleapis.com"
 STORAGE_ENDPOINT = "https://storage.googleapis.com"
+IAM_ENDPOINT = "https://iam.googleapis.com"
+ACT_AS = "iam.serviceAccounts.actAs"
 _ARTIFACT_REGISTRY = re.compile(r"^(?P<location>[a-z0-9-]+)-docker\.pkg\.dev/")
 QUOTA_SERVICE = "tpu.googleapis.com"
 PREEMPTIBLE_QUOTA_IDS = {
@@ -92,6 +96,7 @@ class PreflightConfig:
     storage_endpoint: str = ""
     resourcemanager_endpoint: str = ""
     tpu_service_account: str = ""
+    iam_endpoint: str = ""
 
     @property
     def network_name(self) -> str:
@@ -113,7 +118,7 @@ class PreflightConfig:
                  # The sandbox's rule admits every port, and its model port moves when 8000 is taken.
                  None if sandbox else self.model_port, self.network_tag, sorted(self.model_source_ranges), sandbox, endpoints,
                  self.endpoint_address, self.vllm_image, self.xla_cache_bucket, self.tpu_service_account,
-                 endpoint_kind(self.resourcemanager_endpoint)]
+                 endpoint_kind(self.resourcemanager_endpoint), endpoint_kind(self.iam_endpoint)]
         return hashlib.sha1(json.dumps(basis).encode()).hexdigest()[:16]
 
 
@@ -198,8 +203,13 @@ def check_credentials(config: PreflightConfig, credentials: Credentials | None) 
         creds.refresh(Request())
     except auth_exc.GoogleAuthError as error:
         return None, CheckResult("credentials", False, f"Application Default Credentials do not work: {error}", fix)
-    who = getattr(creds, "service_account_email", None) or getattr(creds, "signer_email", None) or type(creds).__name__
-    return creds, CheckResult("credentials", True, f"Application Default Credentials work ({who})")
+    return creds, CheckResult("credentials", True,
+                              f"Application Default Credentials work ({account_email(creds) or type(creds).__name__})")
+
+
+def account_email(credentials: Credentials) -> str:
+    """The email of the account the credentials act for, where they carry one (a service account's)."""
+    return getattr(credentials, "service_account_email", None) or getattr(credentials, "signer_email", None) or ""
 
 
 def check_project(config: PreflightConfig, credentials: Credentials) -> CheckResult:
@@ -470,6 +480,30 @@ def check_bot_permissions(config: PreflightConfig, credentials: Credentials) -> 
                        f"grant the bot's account {' and '.join(roles)} on the project")
 
 
+def check_act_as(config: PreflightConfig, credentials: Credentials) -> CheckResult:
+    """TPU_SERVICE_ACCOUNT: may the bot act as it? Asked of IAM (testIamPermissions on the account)."""
+    name, email = "tpu vm actAs", config.tpu_service_account
+    base = (config.iam_endpoint or IAM_ENDPOINT).rstrip("/")
+    try:
+        with AuthorizedSession(credentials) as session:
+            response = session.post(f"{base}/v1/projects/-/serviceAccounts/{email}:testIamPermissions",
+                                    json={"permissions": [ACT_AS]}, timeout=CALL_TIMEOUT)
+    except (requests.RequestException, auth_exc.GoogleAuthError) as error:
+        return CheckResult(name, True, f"not checked: IAM did not answer ({error})",
+                           "check the network path to iam.googleapis.com", warning=True)
+    if response.status_code != 200:
+        return CheckResult(name, True, f"not checked: IAM answered HTTP {response.status_code} ({_message(response)})",
+                           "enable the IAM API (`gcloud services enable iam.googleapis.com`)", warning=True)
+    if ACT_AS in (response.json().get("permissions") or []):
+        return CheckResult(name, True, f"the bot's account may act as {email} (TPU_SERVICE_ACCOUNT)")
+    # An account that does not exist is answered with no permissions too (as the sandbox assumes:
+    # infra/sandbox/gcp_project_api.py says what is and is not verified), and a create would be refused alike.
+    bot = account_email(credentials)
+    return CheckResult(name, False, f"the bot's account may not act as {email} (TPU_SERVICE_ACCOUNT: {ACT_AS}), or "
+                                    "no such account exists: Google would refuse every `/tpu up`",
+                       act_as_fix(email, bot) if "@" in bot else act_as_fix(email))
+
+
 def check_private_google_access(config: PreflightConfig, credentials: Credentials) -> CheckResult:
     """ENDPOINT_ADDRESS=internal: a node without an external IP reaches Google's APIs only through PGA."""
     name, region = "private google access", region_of(config.zone)
@@ -600,6 +634,7 @@ CONDITIONAL_CHECKS: tuple[tuple[str, Callable[[PreflightConfig], bool],
     ("internal egress", lambda config: config.endpoint_address == "internal", check_egress),
     ("private google access", lambda config: config.endpoint_address == "internal", check_private_google_access),
     ("xla cache bucket", lambda config: bool(config.xla_cache_bucket.strip()), check_cache_bucket),
+    ("tpu vm actAs", lambda config: bool(config.tpu_service_account), check_act_as),
 )
 
 

@@ -201,6 +201,16 @@ _PERMISSION = re.compile(
 _LOCATION_IN_TEXT = re.compile(r'(?:zone|location)[ "]+(?P<zone>[a-z]+-[a-z]+\d+-[a-z])\b')
 
 
+def act_as_fix(email: str, bot_account: str = "$BOT_SA") -> str:
+    """The README's last grant of "A dedicated account instead": the bot's account may act as `email`."""
+    project = email.partition("@")[2].removesuffix(".iam.gserviceaccount.com")
+    where = f" --project {project}" if "." not in project else ""
+    return (f"let the account the bot runs as ({bot_account}) act as {email}: `gcloud iam service-accounts "
+            f"add-iam-policy-binding {email}{where} --member serviceAccount:{bot_account} --role "
+            "roles/iam.serviceAccountUser` (README, \"A dedicated account instead\"), or leave "
+            "TPU_SERVICE_ACCOUNT empty to run as the default Compute Engine account")
+
+
 def classify_status(code: int | None, message: str, *, zone: str | None = None, reason: str | None = None) -> TpuError:
     """Classify a `google.rpc.Status`-like error (LRO error, failedData.error): `code` is a gRPC code."""
     return _classify(code, message or "", zone=zone, reason=reason or "")
@@ -334,14 +344,8 @@ def _classify(code: int | None, message: str, *, zone: str | None, reason: str) 
         return TpuError(TpuErrorKind.INVALID_RUNTIME, message, zone=zone, setting="TPU_RUNTIME_VERSION", code=code,
                         fix="use TPU_RUNTIME_VERSION=v2-alpha-tpuv5-lite for v5litepod accelerators")
     if match := _ACT_AS.search(message):
-        email = match.group("email").rstrip(".")
-        project = email.partition("@")[2].removesuffix(".iam.gserviceaccount.com")
-        where = f" --project {project}" if "." not in project else ""
         return TpuError(TpuErrorKind.PERMISSION_DENIED, message, zone=zone, setting="TPU_SERVICE_ACCOUNT", code=code,
-                        fix=f"let the account the bot runs as ($BOT_SA) act as {email}: `gcloud iam service-accounts "
-                            f"add-iam-policy-binding {email}{where} --member serviceAccount:$BOT_SA --role "
-                            "roles/iam.serviceAccountUser` (README, \"A dedicated account instead\"), or leave "
-                            "TPU_SERVICE_ACCOUNT empty to run as the default Compute Engine account")
+                        fix=act_as_fix(match.group("email").rstrip(".")))
     if code in (GRPC_PERMISSION_DENIED, GRPC_UNAUTHENTICATED) or _PERMISSION.search(message):
         if code == GRPC_UNAUTHENTICATED:
             return TpuError(TpuErrorKind.PERMISSION_DENIED, message, zone=zone,

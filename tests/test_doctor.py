@@ -500,3 +500,97 @@ def test_without_credentials_the_fix_is_given_once_not_under_every_check(tmp_pat
     assert result.stdout.count("SKIP  ") == result.stdout.count("not checked: it needs the credentials above to work") == 7
     # One problem, said once: the skipped checks are not counted as failures of their own (newcomer walk).
     assert "\n1 check failed, 7 not checked\n" in result.stdout, result.stdout[-400:]
+
+
+# --- TPU_SERVICE_ACCOUNT: may the bot act as it? (Google refuses the create otherwise) -------------------
+
+def test_doctor_passes_the_act_as_check_after_the_readmes_dedicated_block_word_for_word(own_cloud, env, tmp_path):
+    from test_first_boot import DEDICATED, OPERATOR, _run_readme_block
+
+    cloud = own_cloud(iam_grants=(("project", "roles/owner", OPERATOR),))  # hf-token exists, readable by none
+    api = cloud.project_api
+    ran = _run_readme_block(api, tmp_path, "A dedicated account instead", BOT_SA=api.iam.bot_account)
+    assert ran.returncode == 0, ran.stderr
+    env.setenv("TPU_SERVICE_ACCOUNT", ran.stdout.splitlines()[-1].removeprefix("TPU_SERVICE_ACCOUNT="))
+    result = doctor()
+    assert result.exit_code == 0, result.output
+    assert check_line(result.output, "tpu vm actAs") == (
+        f"PASS  tpu vm actAs     the bot's account may act as {DEDICATED} (TPU_SERVICE_ACCOUNT)")
+    assert ("POST", f"/v1/projects/-/serviceAccounts/{DEDICATED}:testIamPermissions", api.iam.bot_account) in \
+        api.requests
+    assert "iam.projects.serviceAccounts.testIamPermissions" in api.apis["iam"].checked
+    assert api.rejected == [] and api.response_problems == []
+
+
+def test_doctor_fails_with_the_readmes_last_grant_when_the_bot_may_not_act_as_the_account(own_cloud, env):
+    from test_first_boot import DEDICATED, _readme_block
+
+    node = f"serviceAccount:{DEDICATED}"
+    own_cloud(iam_grants=(("secret:hf-token", "roles/secretmanager.secretAccessor", node),
+                          ("project", "roles/logging.logWriter", node)))  # the dedicated block but its last grant
+    env.setenv("TPU_SERVICE_ACCOUNT", DEDICATED)
+    result = doctor()
+    assert result.exit_code == 1, result.output
+    assert check_line(result.output, "tpu vm actAs") == (
+        f"FAIL  tpu vm actAs     the bot's account may not act as {DEDICATED} (TPU_SERVICE_ACCOUNT: "
+        "iam.serviceAccounts.actAs), or no such account exists: Google would refuse every `/tpu up`")
+    # The fix is the README's grant, with its $BOT_SA: the sandbox bot's credentials carry no email.
+    block = " ".join(_readme_block("A dedicated account instead").replace("\\\n", " ").replace('"', "").split())
+    grant = block[block.index("gcloud iam service-accounts add-iam-policy-binding"):].split(" echo ")[0]
+    grant = grant.replace("$NODE_SA", DEDICATED).replace("$PROJECT", "tpubot-sandbox")
+    assert grant.endswith("--member serviceAccount:$BOT_SA --role roles/iam.serviceAccountUser"), grant
+    assert grant in " ".join(result.output.split())
+    assert "1 check failed" in result.output
+    # An account nobody created is refused alike.
+    env.setenv("TPU_SERVICE_ACCOUNT", "nobody-here@tpubot-sandbox.iam.gserviceaccount.com")
+    assert check_line(doctor().output, "tpu vm actAs").startswith(
+        "FAIL  tpu vm actAs     the bot's account may not act as nobody-here@tpubot-sandbox.iam.gserviceaccount.com")
+
+
+def test_doctor_warns_not_fails_when_iam_does_not_answer(own_cloud, env):
+    from bot.local_stack import free_port
+
+    own_cloud()
+    env.setenv("TPU_SERVICE_ACCOUNT", "tpubot-node@tpubot-sandbox.iam.gserviceaccount.com")
+    env.setenv("IAM_API_ENDPOINT", f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    result = doctor()
+    line = check_line(result.output, "tpu vm actAs")
+    assert line.startswith("WARN  tpu vm actAs     not checked: IAM did not answer (") and "Connection refused" in line
+    assert "check the network path to iam.googleapis.com" in result.output
+    assert "FAIL  tpu vm actAs" not in result.output
+
+
+def test_the_act_as_grant_names_the_bots_own_account_when_its_credentials_carry_it():
+    """Real google-auth service-account credentials (a key of their own, holding a token the sandbox's IAM minted
+    for the bot's account): the fix names that account instead of $BOT_SA."""
+    from datetime import datetime, timedelta, timezone
+
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from google.oauth2 import service_account
+
+    from infra.preflight import check_act_as
+    from test_first_boot import DEDICATED
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048).private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()).decode()
+    with CloudSandbox(SandboxWorld(iam_grants=())) as cloud:
+        api = cloud.project_api
+        bot = api.iam.bot_account
+        api.iam.add_account(DEDICATED)
+        credentials = service_account.Credentials.from_service_account_info(
+            {"client_email": bot, "private_key": key, "token_uri": f"{api.base_url}/token"})
+        # What a refresh would have fetched; valid for the check, so google-auth never asks the token URI.
+        credentials.token, credentials.expiry = api.iam.mint(bot), (
+            datetime.now(timezone.utc).replace(tzinfo=None) + timedelta(hours=1))  # google-auth's naive UTC
+        config = PreflightConfig(project="tpubot-sandbox", zone="us-west4-a", iam_endpoint=api.base_url,
+                                 tpu_service_account=DEDICATED)
+        refused = check_act_as(config, credentials)
+        api.iam.grant(api.iam.account_resource(DEDICATED), "roles/iam.serviceAccountUser", bot)
+        allowed = check_act_as(config, credentials)
+    assert not refused.ok and (f"gcloud iam service-accounts add-iam-policy-binding {DEDICATED} --project "
+                               f"tpubot-sandbox --member serviceAccount:{bot} --role roles/iam.serviceAccountUser"
+                               ) in refused.fix
+    assert "$BOT_SA" not in refused.fix
+    assert allowed.ok and not allowed.warning
+    assert [caller for _, path, caller in api.requests if path.endswith(":testIamPermissions")] == [bot, bot]

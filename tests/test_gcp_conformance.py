@@ -340,3 +340,35 @@ def test_iam_service_accounts_are_served_as_iam_v1_describes_them(project_api: G
         project_api.apis["iam"].checked)
     assert project_api.response_problems == []
     assert [r.message for r in project_api.rejected] == [unknown_field.json()["error"]["message"]]
+
+
+def test_a_service_accounts_test_iam_permissions_answers_what_the_caller_holds_on_it(
+        project_api: GcpProjectSandbox) -> None:
+    """iam.projects.serviceAccounts.testIamPermissions, what doctor asks before any `/tpu up` with
+    TPU_SERVICE_ACCOUNT: anyone may ask; the answer is the subset of the asked permissions the caller holds on
+    the account (its own policy, or the project's), an empty message when none, and none for an account that
+    does not exist. Each request and response is checked against iam.v1."""
+    email = f"tpubot-node@{PROJECT}.iam.gserviceaccount.com"
+    iam = project_api.iam
+    iam.add_account(email)
+    url = f"{project_api.base_url}/v1/projects/-/serviceAccounts/{email}:testIamPermissions"
+    asked = {"permissions": ["iam.serviceAccounts.actAs", "iam.serviceAccounts.get"]}
+    admin = {"Authorization": f"Bearer {iam.mint('user:admin@example.com')}"}
+    with AuthorizedSession(AnonymousCredentials()) as bot:  # no token: the bot
+        nothing = bot.post(url, json=asked, timeout=5)
+        assert nothing.status_code == 200 and nothing.json() == {}
+        iam.grant(iam.account_resource(email), "roles/iam.serviceAccountUser", iam.bot_account)
+        assert bot.post(url, json=asked, timeout=5).json() == {"permissions": ["iam.serviceAccounts.actAs"]}
+        # A grant on the project counts on its accounts; the project's id names the account as well as `-`.
+        iam.grant(f"projects/{PROJECT}", "roles/iam.serviceAccountAdmin", "user:admin@example.com")
+        by_id = url.replace("/projects/-/", f"/projects/{PROJECT}/")
+        assert bot.post(by_id, json=asked, headers=admin, timeout=5).json() == {
+            "permissions": ["iam.serviceAccounts.get"]}
+        missing = url.replace("tpubot-node@", "nobody-here@")
+        assert bot.post(missing, json=asked, headers=admin, timeout=5).json() == {}
+        wildcard = bot.post(url, json={"permissions": ["iam.serviceAccounts.*"]}, timeout=5)
+        assert wildcard.status_code == 400 and "iam.serviceAccounts.*" in wildcard.json()["error"]["message"]
+        assert_google_400(bot.post(url, json={"permission": ["iam.serviceAccounts.actAs"]}, timeout=5),
+                          "permission", "permission")
+    assert "iam.projects.serviceAccounts.testIamPermissions" in project_api.apis["iam"].checked
+    assert project_api.response_problems == []

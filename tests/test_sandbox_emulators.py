@@ -11,7 +11,7 @@ from bot.settings import Settings
 from infra.sandbox.emulators import SandboxEmulators
 
 CLOUD_SETTINGS = {"tpu_api_endpoint", "compute_api_endpoint", "quotas_api_endpoint", "secretmanager_api_endpoint",
-                  "storage_api_endpoint", "resourcemanager_api_endpoint"}
+                  "storage_api_endpoint", "resourcemanager_api_endpoint", "iam_api_endpoint"}
 
 
 def serving(url: str) -> bool:
@@ -60,7 +60,7 @@ def test_sandbox_help_names_every_emulator_it_starts_and_dev_help_one_port_defau
     from infra.sandbox.world import CloudSandbox, SandboxWorld
 
     words = {"tpu": "TPU", "compute": "Compute", "quotas": "Quotas", "secretmanager": "Secret Manager",
-             "storage": "Storage", "resourcemanager": "Resource Manager"}
+             "storage": "Storage", "resourcemanager": "Resource Manager", "iam": "IAM"}
     with CloudSandbox(SandboxWorld()) as cloud:
         started = [key.removesuffix("_api_endpoint") for key in cloud.endpoint_overrides()]
     help_text = " ".join(CliRunner().invoke(app, ["sandbox", "--help"], env={"COLUMNS": "200"}).output.split())

@@ -20,7 +20,8 @@ from infra.plurals import counted
 
 def register(app: typer.Typer) -> None:
     app.command("doctor", help="Check settings, credentials, project, network, HF token secret and TPU quota "
-                                  "(and Cloud NAT for internal nodes, the XLA cache bucket when set).")(doctor)
+                                  "(and Cloud NAT for internal nodes, the XLA cache bucket and TPU_SERVICE_ACCOUNT "
+                                  "when set).")(doctor)
 
 
 def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("doctor"))) -> None:
@@ -48,7 +49,7 @@ def doctor(as_json: bool = typer.Option(False, "--json", help=json_option_help("
     from infra.sandbox.emulators import SandboxEmulators
 
     endpoints = ("tpu_api_endpoint", "compute_api_endpoint", "quotas_api_endpoint", "secretmanager_api_endpoint",
-                 "storage_api_endpoint")
+                 "storage_api_endpoint", "resourcemanager_api_endpoint", "iam_api_endpoint")
     with SandboxEmulators() as emulators:
         if any(settings.mode.target.api_endpoint(getattr(settings, name)) is None for name in endpoints):
             # A sandbox run never asks the real Google APIs (anonymously, they would only fail with

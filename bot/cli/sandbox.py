@@ -1,7 +1,7 @@
 """`tpubot sandbox`: run the local GCP emulators on their own, until Ctrl-C.
 
 The TPU API and the project-level APIs (Compute, Cloud Quotas, Secret Manager, Cloud Storage,
-Resource Manager) of one `SandboxWorld`; it prints the settings that point the bot (and `tpubot doctor`) at all
+Resource Manager, IAM) of one `SandboxWorld`; it prints the settings that point the bot (and `tpubot doctor`) at all
 of them, so
 nothing half-configured reaches the real Google APIs.
 """
@@ -15,7 +15,7 @@ import typer
 
 def register(app: typer.Typer) -> None:
     app.command("sandbox", help="Run the local GCP emulators (TPU, Compute, Cloud Quotas, Secret Manager, Cloud "
-                                "Storage, Resource Manager) until Ctrl-C.")(
+                                "Storage, Resource Manager, IAM) until Ctrl-C.")(
         run_sandbox)
 
 

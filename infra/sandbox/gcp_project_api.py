@@ -36,6 +36,16 @@ One HTTP server, the wire formats of the real services, for the real clients onl
   `-`), `…:getIamPolicy` and `…:setIamPolicy` (the account's own policy, where
   `roles/iam.serviceAccountUser` lets someone act as it). Permissions: `iam.serviceAccounts.create`
   on the project, `get`/`getIamPolicy`/`setIamPolicy` on the account (or the project).
+  `…:testIamPermissions` (what doctor asks before any `/tpu up`: may the bot `iam.serviceAccounts.actAs`
+  TPU_SERVICE_ACCOUNT?) is iam.v1's `iam.projects.serviceAccounts.testIamPermissions` in the
+  google-api-python-client 2.202.0 wheel (revision 20261023): `POST v1/{+resource}:testIamPermissions`,
+  resource `projects/[^/]+/serviceAccounts/[^/]+`, body `TestIamPermissionsRequest {permissions[]}`, answer
+  `TestIamPermissionsResponse {permissions[]}`, "a subset of … permissions that the caller is allowed"; the
+  sandbox asks no permission of the caller (Resource Manager documents that for its own testIamPermissions;
+  IAM's page names none). Not verified: what IAM answers for an account that does not exist. The
+  sandbox answers an empty set, as iam.v1 documents for its workforce pools' testIamPermissions ("If the
+  pool doesn't exist, this call returns an empty set of permissions. It doesn't return a `NOT_FOUND`
+  error.") and most Google APIs for theirs; the document says nothing of it for service accounts.
 
 Every request is checked against Google's discovery documents (Compute, Secret Manager, Storage, IAM) or the
 google-cloud-quotas protos (Cloud Quotas) by `infra.sandbox.discovery`; an unknown field or
@@ -79,7 +89,7 @@ SEEDED_CREATE_TIME = "2026-01-01T00:00:00Z"
 SEEDED_TIME_MS = "2026-01-01T00:00:00.000Z"
 _SECRETS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/secrets$")
 _ACCOUNTS = re.compile(r"^/v1/projects/(?P<project>[^/]+)/serviceAccounts(?:/(?P<account>[^/:]+)"
-                       r"(?::(?P<verb>getIamPolicy|setIamPolicy))?)?$")
+                       r"(?::(?P<verb>getIamPolicy|setIamPolicy|testIamPermissions))?)?$")
 _ACCOUNT_ID = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])")
 
 
@@ -339,6 +349,16 @@ class GcpProjectSandbox(LazyServed):
                 return self._no_secret(secret)
         return self._policy(verb, resource, body)
 
+    def _held(self, principal: str, resource: str, body: dict, exists: bool = True) -> tuple[int, dict]:
+        """testIamPermissions: anyone may ask; the answer is the subset of the asked permissions the caller
+        holds on `resource` (an empty subset is an empty message: no `permissions` at all), none on a
+        resource that does not exist. No wildcards."""
+        asked = [str(p) for p in body.get("permissions") or []]
+        if bad := next((p for p in asked if "*" in p or p.count(".") < 2), None):
+            return _google_error(400, f"Permission {bad} is not valid for this resource.")
+        held = [p for p in asked if exists and self.iam.allows(principal, p, resource)]
+        return 200, {"permissions": held} if held else {}
+
     def _policy(self, verb: str, resource: str, body: dict) -> tuple[int, dict]:
         """getIamPolicy or setIamPolicy on a resource, once the caller may."""
         if verb == "getIamPolicy":
@@ -362,6 +382,10 @@ class GcpProjectSandbox(LazyServed):
             return self._create_account(body, principal)
         email = unquote(account)
         resource = self.iam.account_resource(email)
+        if verb == "testIamPermissions":
+            if method != "POST":
+                return _google_error(405, f"Method {method} is not supported on :{verb}.")
+            return self._held(principal, resource, body, exists=self.iam.account_exists(email))
         permission = f"iam.serviceAccounts.{verb or 'get'}"
         if (method, verb) not in (("GET", None), ("POST", "getIamPolicy"), ("POST", "setIamPolicy")):
             return _google_error(405, f"Method {method} is not supported on serviceAccounts/{email}.")
@@ -419,13 +443,7 @@ class GcpProjectSandbox(LazyServed):
         if method != "POST":
             return _google_error(405, f"Method {method} is not supported on :{verb}.")
         if verb == "testIamPermissions":
-            # Anyone may ask; the answer is the subset of the asked permissions the caller holds on the
-            # project (an empty subset is an empty message: no `permissions` at all). No wildcards.
-            asked = [str(p) for p in body.get("permissions") or []]
-            if bad := next((p for p in asked if "*" in p or p.count(".") < 2), None):
-                return _google_error(400, f"Permission {bad} is not valid for this resource.")
-            held = [p for p in asked if self.iam.allows(principal, p, f"projects/{self.project}")]
-            return 200, {"permissions": held} if held else {}
+            return self._held(principal, f"projects/{self.project}", body)
         if denied := self._deny(f"resourcemanager.projects.{verb}", f"projects/{self.project}", principal):
             return denied
         return self._policy(verb, self.iam.project_resource, body)

@@ -160,7 +160,7 @@ class CloudSandbox:
         base = self.project_api.base_url
         return {"tpu_api_endpoint": self.tpu.base_url, "compute_api_endpoint": base,
                 "quotas_api_endpoint": base, "secretmanager_api_endpoint": base, "storage_api_endpoint": base,
-                "resourcemanager_api_endpoint": base}
+                "resourcemanager_api_endpoint": base, "iam_api_endpoint": base}
 
     def __enter__(self) -> "CloudSandbox":
         return self.start()
