@@ -24,7 +24,7 @@ import json
 import logging
 import re
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, AsyncIterator, Awaitable, Callable
 
@@ -34,6 +34,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import ValidationError
 from redis.exceptions import RedisError
 
+from agent.actions.run_context import RunContext
 from agent.lease import lifecycle
 from agent.actions import REGISTRY, Action, ActionKind, ActionResult, ActionStatus, get_action, run_action
 from agent.actions import zone_actions
@@ -231,8 +232,8 @@ async def run_tool(session: McpSession, name: str, arguments: dict | None) -> ty
                        "once the person has approved the call. Nothing changed.")
     try:
         # The caller is a model too: what it reads is scrubbed of the live lease keys as well.
-        svc = replace(svc, redactor=await run_redactor(svc))
-        result = await run_action(name, svc, session.actor, args)
+        run = RunContext(session.actor, await run_redactor(svc))
+        result = await run_action(name, svc, run, args)
         # An action that asks to confirm is finished by its confirm step (Slack: the button).
         if result.status is ActionStatus.NEEDS_CONFIRMATION:
             if not (isinstance(result.payload, TeardownOf) and result.payload.lease):
@@ -241,7 +242,7 @@ async def run_tool(session: McpSession, name: str, arguments: dict | None) -> ty
     except RedisError:
         log.exception("state store unavailable during MCP tool %s", name)
         return refusal(STATE_STORE_DOWN)
-    result.text = svc.redactor(result.text)
+    result.text = run.redactor(result.text)
     return tool_result(result)
 
 

@@ -25,7 +25,6 @@ context, never as the request, and every text is redacted and mrkdwn-escaped bef
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import time
 from dataclasses import dataclass
@@ -34,6 +33,7 @@ from datetime import datetime, timedelta, timezone
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.actions.run_context import RunContext
 from agent.actions.log_actions import read_alert_logs
 from agent.actions.model_endpoint import run_redactor
 from agent.context import Actor, Services
@@ -290,19 +290,18 @@ async def investigate(svc: Services, client: AsyncWebClient, event: AlertEvent, 
     await reply.post_status()
     try:
         reply.redactor = await run_redactor(svc)
-        svc = dataclasses.replace(svc, redactor=reply.redactor)
-        actor = Actor(user_id=ALERT_ACTOR, team=team, channel=channel)
-        logs = await read_alert_logs(svc, actor, resource_type=event.resource_type,
+        run_context = RunContext(Actor(user_id=ALERT_ACTOR, team=team, channel=channel), reply.redactor)
+        logs = await read_alert_logs(svc, run_context, resource_type=event.resource_type,
                                      resource_labels=event.resource_labels, window=log_window(event))
-        await recall_and_remember(svc, client, event.title, logs.lines, team=team, channel=channel,
-                                  thread_ts=thread_ts)
+        await recall_and_remember(svc, client, event.title, logs.lines, redactor=reply.redactor, team=team,
+                                  channel=channel, thread_ts=thread_ts)
         builder = MentionBuilder(request=INVESTIGATE_REQUEST)
         builder.add("thread", alert_context(event))
         builder.add("Cloud Logging", list(logs.lines))
         if logs.problem:
             builder.notes.append(f"No logs were read: {logs.problem}")
         with builder.build() as mention:
-            run = await run_agent(svc, actor, mention, reply)
+            run = await run_agent(svc, run_context, mention, reply)
             if run.used_model and mention.notes:
                 run.text = "\n\n".join([*unread_warnings(mention), run.text])
             if logs.describe:

@@ -13,6 +13,7 @@ from datetime import datetime, timezone
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.redact import Redactor
 from agent.context import Services
 from agent.digest import DigestBuilder, mine
 from handlers.cards import escape
@@ -24,7 +25,7 @@ TOP_TEMPLATES = 3  # an incident is remembered, and recognised, by its digest's 
 
 
 async def recall_and_remember(svc: Services, client: AsyncWebClient, title: str, logs: Iterable[str] | DigestBuilder,
-                              *, team: str, channel: str, thread_ts: str) -> Remembered | None:
+                              *, redactor: Redactor, team: str, channel: str, thread_ts: str) -> Remembered | None:
     """Say in the thread when an ended incident had the same top log templates, then keep this one.
     `logs`: lines, read lazily (a mention's spooled files), digested once, not held; or lines mined already."""
     signatures = await asyncio.to_thread(top_signatures, logs)
@@ -34,7 +35,7 @@ async def recall_and_remember(svc: Services, client: AsyncWebClient, title: str,
     await svc.memory.observe(team, channel, thread_ts, signatures, title, time.time())
     if seen is not None:
         try:
-            await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=seen_before_text(svc, seen),
+            await client.chat_postMessage(channel=channel, thread_ts=thread_ts, text=seen_before_text(seen, redactor),
                                           unfurl_links=False, unfurl_media=False)
         except SlackApiError as error:
             log.warning("posting a seen-before note failed: %s", error.response.get("error"))
@@ -48,9 +49,9 @@ def top_signatures(logs: Iterable[str] | DigestBuilder) -> list[str]:
     return [signature(t.template) for t in top]
 
 
-def seen_before_text(svc: Services, seen: Remembered) -> str:
+def seen_before_text(seen: Remembered, redactor: Redactor) -> str:
     when = datetime.fromtimestamp(seen.at, tz=timezone.utc).strftime("%Y-%m-%d")
-    fix = f", {escape(svc.redactor(seen.fixed_by))}" if seen.fixed_by else ""
+    fix = f", {escape(redactor(seen.fixed_by))}" if seen.fixed_by else ""
     link = f"https://slack.com/archives/{seen.channel}/p{seen.thread_ts.replace('.', '')}"
     return (f":brain: Seen before on {when} in <#{seen.channel}>{fix} ({seen.matched} of the top log templates "
             f"match): <{link}|that thread>.")

@@ -14,7 +14,6 @@ endpoint's per-prompt limit; the rest are named as not read and not downloaded."
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import itertools
 from dataclasses import dataclass, field
 import logging
@@ -26,6 +25,7 @@ from slack_sdk import WebClient
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.actions.run_context import RunContext
 from agent.context import Actor, Services
 from agent.digest import LineSpool, estimate_tokens, lines_from_chunks
 from agent.llm.loop import run_agent
@@ -102,8 +102,8 @@ async def answer_mention(svc: Services, client: AsyncWebClient, job: MentionJob)
         # One redactor for the run, knowing the live lease keys: the prompt, the tool results and
         # every piece of the reply pass through it.
         reply.redactor = await run_redactor(svc)
-        svc = dataclasses.replace(svc, redactor=reply.redactor)
-        run = await run_agent(svc, Actor(user_id=job.user, team=job.team, channel=job.channel), mention, reply)
+        actor = Actor(user_id=job.user, team=job.team, channel=job.channel)
+        run = await run_agent(svc, RunContext(actor, reply.redactor), mention, reply)
         read_images = images_read_line(mention)
         if run.used_model and (mention.notes or read_images):
             # What was not read qualifies the answer, so it leads it ("no errors" of a message cut at
@@ -120,7 +120,8 @@ async def answer_mention(svc: Services, client: AsyncWebClient, job: MentionJob)
         if mention.has_logs:  # an incident of its own: remembered, and recognised when it comes back
             # The answer mined the lines already (the prompt's or the model-less digest): not again.
             await recall_and_remember(svc, client, mention.request or "logs pasted in a mention",
-                                      mention.mined, team=job.team, channel=job.channel, thread_ts=job.thread_ts)
+                                      mention.mined, redactor=reply.redactor, team=job.team, channel=job.channel,
+                                      thread_ts=job.thread_ts)
         await offer_feedback(svc, client, reply, run, mention)
         return JobOutcome.ok("model" if run.used_model else "no-model")
     except RedisError:

@@ -8,6 +8,7 @@ import dataclasses
 
 from slack_sdk.web.async_client import AsyncWebClient
 
+from agent.actions.run_context import RunContext
 from agent.context import NoGroups, Services, SilentObserver, WorkerServices
 from bot.settings import Settings
 from bot.wiring import build_services, build_worker_services
@@ -95,8 +96,8 @@ def test_a_sandbox_without_logging_or_secret_manager_emulators_gets_null_backend
             assert await services.model_keys.key("L-1") is None and await services.model_keys.keyed_leases() == []
             actor = Actor(user_id="U", team="T", channel="C")
             now = datetime.now(timezone.utc)
-            logs = await read_alert_logs(services, actor, resource_type="tpu_worker", resource_labels={"node_id": "n"},
-                                         window=(now - timedelta(hours=1), now))
+            logs = await read_alert_logs(services, RunContext(actor, services.redactor), resource_type="tpu_worker",
+                                         resource_labels={"node_id": "n"}, window=(now - timedelta(hours=1), now))
             assert logs.lines == () and logs.problem == "Cloud Logging is not configured for this bot (set GCP_PROJECT)."
             refused = await run_action("summarize_logs", services, actor, {"path": "app.log"})
             assert not refused.ok and "does not read files from its own disk" in refused.text

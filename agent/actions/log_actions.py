@@ -287,7 +287,7 @@ class AlertLogs:
     problem: str = ""
 
 
-async def read_alert_logs(svc: AgentDeps, actor: Actor, *, resource_type: str, resource_labels: dict[str, str],
+async def read_alert_logs(svc: AgentDeps, run: RunContext, *, resource_type: str, resource_labels: dict[str, str],
                           window: tuple[datetime, datetime], min_severity: Severity = "WARNING") -> AlertLogs:
     """query_cloud_logs for an alert: its window, and the resource it names (a TPU node, a VM) —
     the routes an operator configured decided that this channel sees that resource's logs — or,
@@ -297,12 +297,12 @@ async def read_alert_logs(svc: AgentDeps, actor: Actor, *, resource_type: str, r
         scope: LogScope | str = LogScope(resource_type, dict(resource_labels),
                                          f"the alert's resource {resource_type} {shown}".strip())
     else:
-        scope = await log_scope(svc, actor, QueryCloudLogsArgs())
+        scope = await log_scope(svc, run.actor, QueryCloudLogsArgs())
     if isinstance(scope, str):
         return AlertLogs((), "", scope)
     args = QueryCloudLogsArgs(min_severity=min_severity)
     with LineSpool() as spool:
-        query = await read_cloud_logs(svc, svc.redactor, args, scope, spool, window, what="reading an alert's logs")
+        query = await read_cloud_logs(svc, run.redactor, args, scope, spool, window, what="reading an alert's logs")
         if isinstance(query, str):
             return AlertLogs((), "", query)
         lines = tuple(reversed(spool))  # read newest first; at most max_entries lines

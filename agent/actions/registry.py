@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -72,6 +72,9 @@ class ActionResult:
 
 
 ActionFn = Callable[[Services, RunContext, Any], Awaitable[ActionResult]]
+# An action as written: its first parameter is the narrowest view of Services it reads, kept by the
+# decorator so a direct caller sees that view too.
+ActionImpl = TypeVar("ActionImpl", bound=ActionFn)
 
 
 @dataclass(frozen=True)
@@ -161,8 +164,8 @@ REGISTRY: dict[str, Action] = {}
 
 def action(name: str, description: str, args: type[BaseModel], *, kind: ActionKind = ActionKind.READ,
            destructive: bool = False, reads_only: Callable[[Any], bool] | None = None,
-           wired: Callable[[AgentDeps], bool] = lambda svc: True) -> Callable[[ActionFn], ActionFn]:
-    def register(fn: ActionFn) -> ActionFn:
+           wired: Callable[[AgentDeps], bool] = lambda svc: True) -> Callable[[ActionImpl], ActionImpl]:
+    def register(fn: ActionImpl) -> ActionImpl:
         if name in REGISTRY:
             raise ValueError(f"action {name} declared twice")
         REGISTRY[name] = Action(name, description, args, fn, kind, destructive, reads_only, wired)

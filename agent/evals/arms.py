@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 import openai
 
+from agent.actions.run_context import RunContext
 from agent.context import Actor, Services
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionBuilder
@@ -62,7 +63,8 @@ async def answer(arm: Arm, incident: Incident, svc: Services, *, endpoint: str, 
             config = dataclasses.replace(svc.model, base_url=endpoint, model=model, stream=False,
                                          enabled=arm is Arm.AGENT,
                                          base_url_source=source or svc.model.base_url_source)
-            run = await run_agent(dataclasses.replace(svc, model=config), actor, mention_of(incident), NullSink())
+            run = await run_agent(dataclasses.replace(svc, model=config), RunContext(actor, svc.redactor),
+                                  mention_of(incident), NullSink())
             if arm is Arm.AGENT and not run.used_model:
                 # The label says why the model did not answer (refused, timed out, HTTP 400, …).
                 return Answer("", [], time.perf_counter() - started, run.label)

@@ -1,7 +1,7 @@
 """The agent loop: Gemma picks tools through vLLM's gemma4 parser; READ tools run, WRITE tools
 become confirm-card proposals, and the answer comes back with line citations.
 
-    run = await run_agent(svc, actor, mention, sink)
+    run = await run_agent(svc, RunContext(actor, redactor), mention, sink)
 
 One step = one chat completion (`tools`, `tool_choice="auto"`), streamed or not. What the
 parser leaves behind is repaired by `completion_repair` (raw call text in content, reasoning
@@ -14,6 +14,7 @@ sent without tools so the model has to answer. No reachable model → `modelless
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
@@ -59,19 +60,20 @@ class ModelUnavailable(Exception):
     """The endpoint did not answer usably; the message is said to people."""
 
 
-async def run_agent(svc: Services, actor: Actor, mention: MentionInput, sink: ReplySink) -> AgentRun:
-    """`svc.redactor` is the run's (agent/actions/model_endpoint.run_redactor): it scrubs the prompt, every
+async def run_agent(svc: Services, run: RunContext, mention: MentionInput, sink: ReplySink) -> AgentRun:
+    """`run.redactor` is the run's (agent/actions/model_endpoint.run_redactor): it scrubs the prompt, every
     tool result before the model sees it, and the answer."""
-    endpoint = await resolve_endpoint(svc, actor)
+    run = dataclasses.replace(run, material=mention)
+    endpoint = await resolve_endpoint(svc, run.actor)
     if endpoint is None:
-        return await modelless.answer(svc, actor, mention, reason=await _no_model_reason(svc, actor))
-    loop = AgentLoop(svc, RunContext(actor, svc.redactor, mention), mention, endpoint, sink)
+        return await modelless.answer(svc, run, mention, reason=await _no_model_reason(svc, run.actor))
+    loop = AgentLoop(svc, run, mention, endpoint, sink)
     try:
         return await loop.run()
     except ModelUnavailable as error:
         log.warning("model unavailable: %s", error, exc_info=error.__cause__)
         await sink.progress("The model did not answer; answering without it…")
-        fallback = await modelless.answer(svc, actor, mention, reason=str(error))
+        fallback = await modelless.answer(svc, run, mention, reason=str(error))
         fallback.proposals = loop.proposals + fallback.proposals
         return fallback
 

@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from agent.llm import proposals as proposal_rules
 from agent.actions import get_action, run_action
 from agent.actions.registry import first_error, validate_args
-from agent.context import Actor, ChannelDeps, Services
+from agent.actions.run_context import RunContext
+from agent.context import ChannelDeps, Services
 from agent.llm.intents import Intent, asked_for, classify, provision_details
 from agent.llm.material import MentionInput, images_unread_line, unread_warnings
 from agent.llm.run import AgentRun
@@ -122,11 +123,12 @@ def _invalid(svc: ChannelDeps, action_name: str, args: dict) -> str | None:
     return None
 
 
-async def _read(svc: Services, actor: Actor, action_name: str) -> str:
+async def _read(svc: Services, run: RunContext, action_name: str) -> str:
     if get_action(action_name) is None:
         return f"`{action_name}` is not available in this deployment."
     try:
-        return (await run_action(action_name, svc, actor, {})).text
+        # What the intent reads is the deployment's, not the message's logs: no material.
+        return (await run_action(action_name, svc, RunContext(run.actor, run.redactor), {})).text
     except ValidationError:
         return f"`{action_name}` needs details I can't guess without the model; try the slash command."
 
@@ -134,7 +136,8 @@ async def _read(svc: Services, actor: Actor, action_name: str) -> str:
 WRITES = {Intent.UP: "provision", Intent.DOWN: "teardown"}
 
 
-async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: str) -> AgentRun:
+async def answer(svc: Services, run: RunContext, mention: MentionInput, *, reason: str) -> AgentRun:
+    actor = run.actor
     # A write is what the person's own words ask for, not words of the material in their line.
     intents = [intent for intent in classify(mention.request)
                if intent not in WRITES or asked_for(mention.request, WRITES[intent])]
@@ -148,7 +151,7 @@ async def answer(svc: Services, actor: Actor, mention: MentionInput, *, reason: 
         parts.append("No logs came with this message: paste them (in ``` fences) or attach a file.")
     for intent in intents:
         if intent in READ_INTENTS:
-            parts.append(await _read(svc, actor, READ_INTENTS[intent]))
+            parts.append(await _read(svc, run, READ_INTENTS[intent]))
         elif intent in (Intent.UP, Intent.DOWN):
             action_name = "provision" if intent is Intent.UP else "teardown"
             args = provision_details(mention.request) if intent is Intent.UP else {}
