@@ -1,5 +1,5 @@
 """What an action runs with: who asked (Actor), the deployment's policy, and the services it may use
-(Services, and one read-only view of it per feature: ChannelDeps … AgentDeps).
+(Services, and one read-only view of it per feature: ChannelDeps … IncidentDeps).
 
 Actor, Policy and ModelConfig are re-exported here as the action context; they live in their
 own modules (agent/actor.py, agent/policy.py, agent/model_config.py), which import nothing of ours.
@@ -315,7 +315,42 @@ class AgentDeps(ChannelDeps, Protocol):
     def local_files(self) -> "LocalFiles | NoLocalFiles": ...
 
 
+class ThreadDeps(Protocol):
+    """A thread the bot answered in: follow-ups, 👍/👎 and corrections, incident memory, channel membership."""
+
+    @property
+    def followups(self) -> "FollowedThreads": ...
+    @property
+    def feedback(self) -> "FeedbackStore": ...
+    @property
+    def memory(self) -> "IncidentMemory": ...
+    @property
+    def membership(self) -> "ChannelMembership": ...
+    @property
+    def redactor(self) -> Redactor: ...
+    @property
+    def audit(self) -> AuditLog: ...
+
+
+class MentionDeps(ThreadDeps, Protocol):
+    """Taking a mention or a follow-up in (handlers/mentions): first-delivery markers and the answer queue."""
+
+    @property
+    def dedupe(self) -> Dedupe: ...
+    @property
+    def jobs(self) -> JobQueue: ...
+
+
+class IncidentDeps(ThreadDeps, Protocol):
+    """An alert's thread (handlers/incident_job): it pages the channel's on-call, else the lease holder."""
+
+    @property
+    def leases(self) -> LeaseStore: ...
+    @property
+    def alerting(self) -> Alerting: ...
+
+
 __all__ = ["Actor", "AgentDeps", "Alert", "AlertPolicy", "AlertSink", "Alerting", "AlertingDeps",
-           "ChannelDeps", "ChannelUnreachable", "LeaseDeps", "LeaseHook", "LeaseObserver", "ModelConfig",
-           "NoAlerts", "NoGroups", "Policy", "Services", "SilentObserver", "SpendDeps", "WorkerLeaseDeps",
-           "WorkerServices", "ZoneDeps"]
+           "ChannelDeps", "ChannelUnreachable", "IncidentDeps", "LeaseDeps", "LeaseHook", "LeaseObserver",
+           "MentionDeps", "ModelConfig", "NoAlerts", "NoGroups", "Policy", "Services", "SilentObserver",
+           "SpendDeps", "ThreadDeps", "WorkerLeaseDeps", "WorkerServices", "ZoneDeps"]

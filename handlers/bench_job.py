@@ -15,7 +15,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.actions.bench_actions import BenchJob
-from agent.context import Services
+from agent.context import LeaseDeps
 from infra.bench import EndpointNotAnswering, SweepConfig, SweepResult, run_sweep
 from infra.bench_report import best_cells, write_plots
 from infra.jobs import JobOutcome
@@ -39,7 +39,7 @@ def sweep_config(endpoint: str, model: str, api_key: str | None = None) -> Sweep
                        request_timeout_s=REQUEST_TIMEOUT_S, connect_timeout_s=CONNECT_TIMEOUT_S)
 
 
-async def bench_endpoint(svc: Services, client: AsyncWebClient, job: BenchJob) -> JobOutcome:
+async def bench_endpoint(svc: LeaseDeps, client: AsyncWebClient, job: BenchJob) -> JobOutcome:
     lease = await svc.leases.get(job.team, job.channel)
     # Re-read: the model may have gone away (or the lease been replaced) since the ack.
     if lease is None or lease.lease_id != job.lease_id or lease.state != LeaseState.READY or not lease.endpoint:

@@ -13,7 +13,7 @@ from slack_bolt.async_app import AsyncApp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.context import Services
+from agent.context import ThreadDeps
 from agent.llm.material import MentionInput, prompt_digest
 from agent.llm.run import AgentRun
 from handlers.clicks import clicked_value, clicker, on_click
@@ -47,7 +47,7 @@ def feedback_blocks(answer_id: str) -> list[dict]:
     ]}]
 
 
-async def offer_feedback(svc: Services, client: AsyncWebClient, reply: ThreadReply, run: AgentRun,
+async def offer_feedback(svc: ThreadDeps, client: AsyncWebClient, reply: ThreadReply, run: AgentRun,
                          mention: MentionInput) -> None:
     """Keep the finished answer and put the two buttons under it. Best effort: the answer stands
     whether or not its buttons could be offered."""
@@ -66,7 +66,7 @@ async def offer_feedback(svc: Services, client: AsyncWebClient, reply: ThreadRep
         log.warning("could not offer feedback buttons (%s)", detail)
 
 
-def register(app: AsyncApp, svc: Services) -> None:
+def register(app: AsyncApp, svc: ThreadDeps) -> None:
     async def handle_up(body: dict) -> dict:
         return await reply_to_vote(svc, body, "up")
 
@@ -77,12 +77,12 @@ def register(app: AsyncApp, svc: Services) -> None:
     on_click(app, FEEDBACK_DOWN_ACTION, handle_down)
 
 
-async def reply_to_vote(svc: Services, body: dict, vote: Vote) -> dict:
+async def reply_to_vote(svc: ThreadDeps, body: dict, vote: Vote) -> dict:
     text = await record_vote(svc, clicked_value(body), clicker(body).user_id, vote)
     return dict(text=text, replace_original=False, response_type="ephemeral")
 
 
-async def record_vote(svc: Services, answer_id: str, user: str, vote: Vote) -> str:
+async def record_vote(svc: ThreadDeps, answer_id: str, user: str, vote: Vote) -> str:
     answer = await svc.feedback.answer(answer_id)
     if answer is None:
         return "That answer is too old to rate; nothing was recorded."

@@ -21,7 +21,7 @@ from typing import Literal
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from agent.context import Services
+from agent.context import Services, ThreadDeps
 from handlers import mention_job
 from handlers.mention_job import ANSWER_JOB, MentionJob
 from infra.jobs import JobOutcome, JobSpec
@@ -60,7 +60,7 @@ def is_stop(text: str) -> bool:
     return bool(STOP.match(" ".join(re.sub(r"[!.?]+", " ", text.lower()).split())))
 
 
-async def followup_kind(svc: Services, body: dict, event: dict, bot_user_id: str,
+async def followup_kind(svc: ThreadDeps, body: dict, event: dict, bot_user_id: str,
                         now: float | None = None) -> Literal["answer", "stop", "fixed", "correction", ""]:
     """What a `message` event is to the follow-ups: one to answer, a stop, a fix noted, or nothing."""
     followups = svc.followups

@@ -36,7 +36,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from agent.actions.run_context import RunContext
 from agent.actions.log_actions import read_alert_logs
 from agent.actions.model_endpoint import run_redactor
-from agent.context import Actor, Services
+from agent.context import Actor, IncidentDeps, Services, ThreadDeps
 from agent.llm.loop import run_agent
 from agent.llm.material import MentionBuilder, unread_warnings
 from handlers.feedback_buttons import offer_feedback
@@ -196,7 +196,7 @@ async def _first_state(store: IncidentStore, event: AlertEvent, at: float) -> Al
     return closing
 
 
-async def _follow_status(svc: Services, client: AsyncWebClient, event: AlertEvent, record: Incident, *,
+async def _follow_status(svc: ThreadDeps, client: AsyncWebClient, event: AlertEvent, record: Incident, *,
                          status_changed: bool) -> str:
     """Say a resolve (or a fire after one) in the thread; what this delivery was."""
     if status_changed and record.status == "resolved":
@@ -212,7 +212,7 @@ async def _follow_status(svc: Services, client: AsyncWebClient, event: AlertEven
     return event.change
 
 
-async def close_thread(svc: Services, client: AsyncWebClient, event: AlertEvent, record: Incident) -> None:
+async def close_thread(svc: ThreadDeps, client: AsyncWebClient, event: AlertEvent, record: Incident) -> None:
     """The incident resolved: say so in its thread, and let later incidents cite it."""
     team = await team_of(client)
     await svc.memory.end(team, record.channel, record.ts)  # now citable when it comes back
@@ -221,7 +221,7 @@ async def close_thread(svc: Services, client: AsyncWebClient, event: AlertEvent,
                            outcome="resolved", detail=f"{event.source} {event.title}")
 
 
-async def refresh_root(svc: Services, client: AsyncWebClient, store: IncidentStore, source: str, key: str) -> None:
+async def refresh_root(svc: ThreadDeps, client: AsyncWebClient, store: IncidentStore, source: str, key: str) -> None:
     """Edit the thread's first message to the record as it is now, again if it changed meanwhile."""
     for _ in range(RENDER_TRIES):
         record = await store.get(source, key)
@@ -232,7 +232,7 @@ async def refresh_root(svc: Services, client: AsyncWebClient, store: IncidentSto
             return
 
 
-async def page_once(svc: Services, client: AsyncWebClient, store: IncidentStore, record: Incident, reason: str, *,
+async def page_once(svc: IncidentDeps, client: AsyncWebClient, store: IncidentStore, record: Incident, reason: str, *,
                     in_thread: bool) -> bool:
     """Page the channel's on-call for an incident that pages now, unless it paged before, is
     acknowledged (someone has it) or resolved, or nobody is on call. An incident opened by a
@@ -347,7 +347,7 @@ def log_window(event: AlertEvent, now: datetime | None = None) -> tuple[datetime
     return start, end
 
 
-async def oncall_mentions(svc: Services, team: str, channel: str) -> list[str]:
+async def oncall_mentions(svc: IncidentDeps, team: str, channel: str) -> list[str]:
     """The channel's on-call (`/tpu oncall`), else its lease holder; [] when nobody is known."""
     stored = await svc.alerting.oncall.get(team, channel)
     if stored:

@@ -14,7 +14,7 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.redact import Redactor
-from agent.context import Services
+from agent.context import ThreadDeps
 from agent.digest import DigestBuilder, mine
 from handlers.cards import escape
 from infra.state.incident_memory import Remembered, signature
@@ -24,7 +24,7 @@ log = logging.getLogger(__name__)
 TOP_TEMPLATES = 3  # an incident is remembered, and recognised, by its digest's top templates
 
 
-async def recall_and_remember(svc: Services, client: AsyncWebClient, title: str, logs: Iterable[str] | DigestBuilder,
+async def recall_and_remember(svc: ThreadDeps, client: AsyncWebClient, title: str, logs: Iterable[str] | DigestBuilder,
                               *, redactor: Redactor, team: str, channel: str, thread_ts: str) -> Remembered | None:
     """Say in the thread when an ended incident had the same top log templates, then keep this one.
     `logs`: lines, read lazily (a mention's spooled files), digested once, not held; or lines mined already."""

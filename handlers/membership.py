@@ -8,13 +8,13 @@ import logging
 
 from slack_bolt.async_app import AsyncApp, AsyncBoltContext
 
-from agent.context import Services
+from agent.context import ThreadDeps
 from handlers.late_answers import LateAnswers, within_ack_budget
 
 log = logging.getLogger(__name__)
 
 
-def register(app: AsyncApp, svc: Services) -> None:
+def register(app: AsyncApp, svc: ThreadDeps) -> None:
     # The write holds the ack: past Slack's budget the event gets a 500 and Slack sends it again
     # (recording membership twice is harmless), never an ack Slack has already given up on.
     recording: LateAnswers[bool] = LateAnswers()
@@ -35,7 +35,7 @@ def register(app: AsyncApp, svc: Services) -> None:
         await record(body, event, context.bot_user_id or "", member=False)
 
 
-async def record_bot_membership(svc: Services, body: dict, event: dict, bot_user_id: str, *, member: bool) -> bool:
+async def record_bot_membership(svc: ThreadDeps, body: dict, event: dict, bot_user_id: str, *, member: bool) -> bool:
     if not event.get("channel") or event.get("user") != bot_user_id:
         return False  # a person joining or leaving changes nothing for the bot
     team = body.get("team_id") or event.get("team", "")

@@ -21,7 +21,7 @@ from redis.exceptions import RedisError
 from slack_bolt import BoltResponse
 from slack_bolt.async_app import AsyncAck, AsyncApp, AsyncBoltContext
 
-from agent.context import Services
+from agent.context import MentionDeps, ThreadDeps
 from agent.redact import redact_lines
 from handlers import followups
 from handlers.late_answers import LateAnswers, within_ack_budget
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 MAX_TEXT = 40_000  # Slack's own message limit; anything longer is not a message
 
 
-def register(app: AsyncApp, svc: Services) -> None:
+def register(app: AsyncApp, svc: MentionDeps) -> None:
     queueing: LateAnswers[int] = LateAnswers()
 
     @app.event("app_mention", middleware=[from_a_person])
@@ -63,7 +63,7 @@ async def from_a_person(event: dict, ack: AsyncAck, next_: Callable[[], Awaitabl
     return None
 
 
-async def accept_followup(svc: Services, queueing: LateAnswers[int], body: dict, event: dict,
+async def accept_followup(svc: MentionDeps, queueing: LateAnswers[int], body: dict, event: dict,
                           bot_user_id: str) -> None:
     kind = await followups.followup_kind(svc, body, event, bot_user_id)
     if kind:
@@ -71,7 +71,7 @@ async def accept_followup(svc: Services, queueing: LateAnswers[int], body: dict,
                              followup_ack="" if kind == "answer" else kind)
 
 
-async def accept_mention(svc: Services, queueing: LateAnswers[int], body: dict, event: dict,
+async def accept_mention(svc: MentionDeps, queueing: LateAnswers[int], body: dict, event: dict,
                          bot_user_id: str, *, follow: bool = True, followup_ack: str | None = None) -> None:
     """Queue the answer; raises RedisError when it cannot, or not within the ack budget, so Slack
     gets a 500 and retries later. A queueing that overruns the budget goes on: when it lands, the
@@ -105,7 +105,7 @@ async def accept_mention(svc: Services, queueing: LateAnswers[int], body: dict, 
                                     outcome=f"duplicate_{kind}", detail=body.get("event_id", "") if kind == "event" else ts)
 
 
-async def follow_thread(svc: Services, team: str, channel: str, thread_ts: str) -> None:
+async def follow_thread(svc: ThreadDeps, team: str, channel: str, thread_ts: str) -> None:
     """The thread the bot is about to answer in: a plain reply there is a follow-up. The answer is
     queued already, so a state store that fails here costs the follow-ups, not the answer."""
     try:

@@ -17,7 +17,7 @@ from agent.actions.runbook_actions import RunbookHits
 from agent.actions.zone_actions import ZoneBoard
 from agent.lease import lifecycle
 from agent.lease.budget import MonthSpend
-from agent.context import Actor, Services
+from agent.context import Actor, ChannelDeps, Services
 from handlers import cards
 from handlers.ask_job import ASK_JOB, AskJob, ask_job_id
 from handlers.clicks import clicked_value, clicker, on_click
@@ -75,7 +75,7 @@ async def answer_command(svc: Services, command: dict) -> tuple[str, list[dict]]
         return cards.notice(state_store_notice(error))
 
 
-def validated_args(svc: Services, parsed: ParsedCommand) -> BaseModel:
+def validated_args(svc: ChannelDeps, parsed: ParsedCommand) -> BaseModel:
     action = get_action(parsed.action or "")
     assert action is not None, "the parser yields registered actions only"
     try:
@@ -88,7 +88,7 @@ def validated_args(svc: Services, parsed: ParsedCommand) -> BaseModel:
         raise CommandError(f"{problem}. Usage: `{parsed.usage}`") from None
 
 
-async def queue_subcommand(svc: Services, actor: Actor, parsed: ParsedCommand,
+async def queue_subcommand(svc: ChannelDeps, actor: Actor, parsed: ParsedCommand,
                            command: dict) -> tuple[str, list[dict]]:
     args = validated_args(svc, parsed)
     await svc.jobs.enqueue(ASK_JOB, AskJob(team=actor.team, channel=actor.channel, user_id=actor.user_id,
@@ -114,7 +114,7 @@ DECLINED_ICONS = {
 }
 
 
-def render_result(svc: Services, result: ActionResult) -> tuple[str, list[dict]]:
+def render_result(svc: ChannelDeps, result: ActionResult) -> tuple[str, list[dict]]:
     """By the payload's type, never the action's name: a subcommand renamed or added keeps its card."""
     match result.payload:
         case Declined() as reason:

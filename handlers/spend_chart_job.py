@@ -8,7 +8,7 @@ from functools import partial
 from slack_sdk.web.async_client import AsyncWebClient
 
 from agent.actions.spend_actions import SpendChartJob
-from agent.context import Services
+from agent.context import SpendDeps
 from agent.lease import budget
 from handlers.bench_job import upload_chart
 from infra.jobs import JobOutcome
@@ -25,7 +25,7 @@ def chart_bars(report: budget.MonthSpend) -> list[ChartBar]:
     return bars
 
 
-async def post_spend_chart(svc: Services, client: AsyncWebClient, job: SpendChartJob) -> JobOutcome:
+async def post_spend_chart(svc: SpendDeps, client: AsyncWebClient, job: SpendChartJob) -> JobOutcome:
     report = await budget.month_spend(svc, job.team, job.month)
     if not report.channels:
         await client.chat_postMessage(channel=job.channel,

@@ -503,8 +503,9 @@ async def job(ctx, other):
 # --- views of Services ---------------------------------------------------------------------------
 # A function under these rooms takes the view of Services its feature reads (agent/context.py's
 # `…Deps` protocols), so mypy rejects a read of another feature's backend. Only these take Services
-# itself, because each runs an action picked at run time, which may read any view:
-SERVICES_ROOMS = ("agent.lease", "agent.actions", "agent.llm")
+# itself, because each runs an action picked at run time, which may read any view (or, in handlers/,
+# reaches run_action, which takes Services even for an action named by its function, or run_agent):
+SERVICES_ROOMS = ("agent.lease", "agent.actions", "agent.llm", "handlers")
 TAKE_ALL_SERVICES = {
     "agent.actions.registry.run_action",  # the one entry to every action
     "agent.llm.loop.run_agent",  # the model's tool calls, through run_action
@@ -512,6 +513,21 @@ TAKE_ALL_SERVICES = {
     "agent.llm.modelless.answer",  # the read actions its intent rules pick, through _read
     "agent.llm.modelless._read",
     "agent.llm.proposals.confirm",  # the confirmed proposal's action
+    "handlers.slack_app.build_bolt_app",  # hands it to every module's register(app, svc)
+    "handlers.slash.register",  # /tpu's subcommand, named by the user
+    "handlers.slash.answer_command",
+    "handlers.slash.run_subcommand",
+    "handlers.app_home.register",  # the Home tab's leases, zones and spend actions
+    "handlers.app_home.build_home",
+    "handlers.ask_job.answer_ask",  # the ask_model action
+    "handlers.alerts.register",  # an alert's Tear down button: the teardown action
+    "handlers.alerts.teardown_from_alert",
+    "handlers.proposal_buttons.register",  # a confirmed proposal (agent.llm.proposals.confirm)
+    "handlers.mention_job.answer_mention",  # run_agent
+    "handlers.followups.answer_followup",  # a follow-up answered as a mention
+    "handlers.incident_job.investigate",  # run_agent on the alert's logs
+    "handlers.incident_job.open_incident",  # investigates the incident it opens
+    "handlers.incident_job.handle_alert",
 }
 
 
