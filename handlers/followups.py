@@ -65,7 +65,7 @@ async def followup_kind(svc: ThreadDeps, body: dict, event: dict, bot_user_id: s
     """What a `message` event is to the follow-ups: one to answer, a stop, a fix noted, or nothing."""
     followups = svc.followups
     thread_ts, ts = str(event.get("thread_ts") or ""), str(event.get("ts") or "")
-    if followups is None or not thread_ts or thread_ts == ts or event.get("subtype") not in REPLY_SUBTYPES:
+    if not thread_ts or thread_ts == ts or event.get("subtype") not in REPLY_SUBTYPES:
         return ""
     if bot_user_id and f"<@{bot_user_id}" in event.get("text", ""):
         return ""  # a mention: app_mention answers it
