@@ -111,5 +111,7 @@ def test_live_server_paces_tokens_by_the_latency_model():
             if chunk.choices and chunk.choices[0].delta.content:
                 arrivals.append(time.perf_counter())
     assert arrivals[0] - start >= 0.020  # TTFT ≈ 22 ms
-    assert arrivals[-1] - arrivals[0] >= 9 * 0.0078 * 0.95  # ten tokens, one per ~7.8 ms step
+    # ten tokens, one per ~7.8 ms step after the first: counted from the request, since a first chunk
+    # read late (a busy client) shortens the gap between first and last without the server being early
+    assert arrivals[-1] - start >= 0.020 + 9 * 0.0078 * 0.95
     assert statistics.median(b - a for a, b in zip(arrivals, arrivals[1:])) < 0.5
