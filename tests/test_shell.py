@@ -55,6 +55,10 @@ def test_shell_users_and_unknown_buttons(tmp_path, redis_url):
 def test_up_shows_the_boot_phases_before_ready_and_a_second_up_with_a_bucket_boots_warm(tmp_path, redis_url,
                                                                                         monkeypatch):
     monkeypatch.setenv("XLA_CACHE_BUCKET", "tpubot-sandbox-cache")
+    # Each boot phase lasts under a second of sandbox time at the default scale; a card update on a busy
+    # machine could fall before and after one (a CI run missed "compiling"): four times slower, each lasts
+    # several of the watcher's polls.
+    monkeypatch.setenv("SANDBOX_TIME_SCALE", "4")
     result = run_shell("/tpu up\n!wait\n/tpu down\n!click Tear down\n/tpu up\n!wait\n", tmp_path, redis_url)
     out = result.stdout
     assert result.returncode == 0, result.stderr
