@@ -43,7 +43,7 @@ import json
 import re
 import shlex
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import timedelta
 from urllib.parse import urlsplit
@@ -452,19 +452,10 @@ def check_bot_permissions(config: PreflightConfig, credentials: Credentials) -> 
     name = "bot permissions"
     wanted = (*BOT_SECRET_PERMISSIONS, "resourcemanager.projects.get")
     base = (config.resourcemanager_endpoint or "https://cloudresourcemanager.googleapis.com").rstrip("/")
-    try:
-        with AuthorizedSession(credentials) as session:
-            response = session.post(f"{base}/v1/projects/{config.project}:testIamPermissions",
-                                    json={"permissions": list(wanted)}, timeout=CALL_TIMEOUT)
-    except (requests.RequestException, auth_exc.GoogleAuthError) as error:
-        return CheckResult(name, True, f"not checked: Cloud Resource Manager did not answer ({error})",
-                           "check the network path to cloudresourcemanager.googleapis.com", warning=True)
-    if response.status_code != 200:
-        return CheckResult(name, True, f"not checked: Cloud Resource Manager answered HTTP {response.status_code} "
-                                       f"({_message(response)})",
-                           "enable the Cloud Resource Manager API (`gcloud services enable "
-                           "cloudresourcemanager.googleapis.com`)", warning=True)
-    held = set(response.json().get("permissions") or [])
+    held = _held_permissions(name, credentials, f"{base}/v1/projects/{config.project}", wanted,
+                             api="Cloud Resource Manager", service="cloudresourcemanager.googleapis.com")
+    if isinstance(held, CheckResult):
+        return held
     missing = [permission for permission in wanted if permission not in held]
     if not missing:
         return CheckResult(name, True, f"the bot's account holds the {len(BOT_SECRET_PERMISSIONS)} Secret Manager "
@@ -480,21 +471,32 @@ def check_bot_permissions(config: PreflightConfig, credentials: Credentials) -> 
                        f"grant the bot's account {' and '.join(roles)} on the project")
 
 
+def _held_permissions(name: str, credentials: Credentials, resource_url: str, wanted: Sequence[str], *, api: str,
+                      service: str) -> set[str] | CheckResult:
+    """Which of `wanted` the credentials hold on a resource (its API's testIamPermissions), or the
+    warning that says it was not checked and why."""
+    try:
+        with AuthorizedSession(credentials) as session:
+            response = session.post(f"{resource_url}:testIamPermissions", json={"permissions": list(wanted)},
+                                    timeout=CALL_TIMEOUT)
+    except (requests.RequestException, auth_exc.GoogleAuthError) as error:
+        return CheckResult(name, True, f"not checked: {api} did not answer ({error})",
+                           f"check the network path to {service}", warning=True)
+    if response.status_code != 200:
+        return CheckResult(name, True, f"not checked: {api} answered HTTP {response.status_code} ({_message(response)})",
+                           f"enable the {api} API (`gcloud services enable {service}`)", warning=True)
+    return set(response.json().get("permissions") or [])
+
+
 def check_act_as(config: PreflightConfig, credentials: Credentials) -> CheckResult:
     """TPU_SERVICE_ACCOUNT: may the bot act as it? Asked of IAM (testIamPermissions on the account)."""
     name, email = "tpu vm actAs", config.tpu_service_account
     base = (config.iam_endpoint or IAM_ENDPOINT).rstrip("/")
-    try:
-        with AuthorizedSession(credentials) as session:
-            response = session.post(f"{base}/v1/projects/-/serviceAccounts/{email}:testIamPermissions",
-                                    json={"permissions": [ACT_AS]}, timeout=CALL_TIMEOUT)
-    except (requests.RequestException, auth_exc.GoogleAuthError) as error:
-        return CheckResult(name, True, f"not checked: IAM did not answer ({error})",
-                           "check the network path to iam.googleapis.com", warning=True)
-    if response.status_code != 200:
-        return CheckResult(name, True, f"not checked: IAM answered HTTP {response.status_code} ({_message(response)})",
-                           "enable the IAM API (`gcloud services enable iam.googleapis.com`)", warning=True)
-    if ACT_AS in (response.json().get("permissions") or []):
+    held = _held_permissions(name, credentials, f"{base}/v1/projects/-/serviceAccounts/{email}", [ACT_AS],
+                             api="IAM", service="iam.googleapis.com")
+    if isinstance(held, CheckResult):
+        return held
+    if ACT_AS in held:
         return CheckResult(name, True, f"the bot's account may act as {email} (TPU_SERVICE_ACCOUNT)")
     # An account that does not exist is answered with no permissions too (as the sandbox assumes:
     # infra/sandbox/gcp_project_api.py says what is and is not verified), and a create would be refused alike.
