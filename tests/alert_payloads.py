@@ -303,11 +303,14 @@ def answered(slack, channel: str, ts: str):
 
 
 def keyspace_digest(state: redis_sync.Redis) -> str:
-    """Every key and its serialized value, hashed: any write shows as a new digest."""
+    """Every key and its serialized value (DUMP, pipelined), hashed: any write shows as a new digest."""
     keys = sorted(state.keys("*"))
-    digest = hashlib.sha256()
+    pipe = state.pipeline(transaction=False)
     for key in keys:
-        digest.update(key + b"\0" + (state.dump(key) or b"") + b"\0")
+        pipe.dump(key)
+    digest = hashlib.sha256()
+    for key, value in zip(keys, pipe.execute()):
+        digest.update(key + b"\0" + (value or b"") + b"\0")
     return digest.hexdigest()
 
 
