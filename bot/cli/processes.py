@@ -127,11 +127,11 @@ def serve(
                                        show_default=False),
     host: str = typer.Option("0.0.0.0", "--host", help="Address to listen on."),
 ) -> None:
-    from bot.web import run_web_server
-
     settings = load_process_settings()
     port = port_option(port, settings)
     _require(settings, "slack_signing_secret", "slack_bot_token")
+    from bot.web import run_web_server  # after the checks: a bad setting is answered before a second of imports
+
     start_logging(settings)
     endpoint = _redis_url(settings)
     try:
@@ -147,13 +147,13 @@ def worker(
                                                "on this port (default: the WORKER_METRICS_PORT setting).",
                                                show_default=False),
 ) -> None:
-    from bot.worker import build_worker
-
     settings = Settings.load()
     settings = settings.model_copy(update={"worker_metrics_port": port_option(metrics_port, settings,
                                                                               "worker_metrics_port")})
     _require_cloud(settings)
     require_credentials(settings)
+    from bot.worker import build_worker  # after the checks, as in serve
+
     start_logging(settings)
     endpoint = _redis_url(settings)
     try:
@@ -163,11 +163,6 @@ def worker(
 
 
 def socket_mode() -> None:
-    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-
-    from bot.wiring import build_services, slack_client_from, slack_http_session
-    from handlers.slack_app import build_bolt_app
-
     settings = load_process_settings()
     _require(settings, "slack_app_token", "slack_bot_token")
     app_token = settings.slack_app_token.get_secret_value()
@@ -175,6 +170,12 @@ def socket_mode() -> None:
         typer.echo(f"SLACK_APP_TOKEN starts with {app_token.split('-', 1)[0]!r}, but Socket Mode needs an app-level "
                    f"token: {APP_TOKEN_FIX}", err=True)
         raise typer.Exit(code=2)
+    # After the checks, as in serve.
+    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
+
+    from bot.wiring import build_services, slack_client_from, slack_http_session
+    from handlers.slack_app import build_bolt_app
+
     start_logging(settings)
     endpoint = _redis_url(settings)
     wait_for_redis_at_start(settings, endpoint.url, "socket start-up")
@@ -224,10 +225,10 @@ async def socket_tokens_refused(client, app_token: str) -> str:
 def shell(
     no_model: bool = typer.Option(False, "--no-model", help="no sandbox model: mentions get the model-less answer"),
 ) -> None:
-    from bot.logging_setup import log_to_file
+    settings = load_process_settings()
+    from bot.logging_setup import log_to_file  # after the checks, as in serve
     from bot.shell import LOG_VARIABLE, log_worth_keeping, run_shell, shell_log_path
 
-    settings = load_process_settings()
     log_path = shell_log_path()
     # A file the user named is theirs to keep; the shell's own goes at exit unless it holds an error.
     ours = not os.environ.get(LOG_VARIABLE)
