@@ -596,6 +596,13 @@ class TerminalInput:
 
     PASTE_QUIET_S = 0.2  # a paste is over when the terminal sends nothing for this long
     KEYSTROKE_S = 0.03  # a paste's next bytes follow sooner than this; a typist's next key later
+    # xterm's bracketed paste (mode 2004), asked for at the `… ` prompt only: readline would take a
+    # marked paste into its buffer whole. A terminal that has it marks a paste's start and end, so
+    # the paste is told from typing by its marks even when a busy machine or a slow link delivers it
+    # in pieces; one that has not ignores the request, and the pace above decides.
+    BRACKETS_ON, BRACKETS_OFF = "\x1b[?2004h", "\x1b[?2004l"
+    PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
+    PASTE_END_LOST_S = 5.0  # a marked paste whose end mark never comes is taken as it stands after this
 
     def __init__(self, stream: TextIO) -> None:
         import readline  # noqa: F401 — importing it gives input() line editing and history
@@ -624,6 +631,7 @@ class TerminalInput:
         termios.tcsetattr(self.fd, termios.TCSADRAIN, quiet)
 
     def close(self) -> None:
+        self._show(self.BRACKETS_OFF)  # in case the shell is leaving from the `… ` prompt
         self._termios.tcsetattr(self.fd, self._termios.TCSADRAIN, self._saved)
 
     def read(self, prompt: str, typed: str = "") -> str | None:
@@ -679,13 +687,18 @@ class TerminalInput:
             return self.pending.popleft()
         prompt = "… "
         self.prompt, self.waiting, self._raw = prompt, True, True
-        self._show(prompt)
+        self._show(self.BRACKETS_ON + prompt)
         try:
             select.select([self.fd], [], [])
-            burst = os.read(self.fd, 1 << 20).decode("utf-8", "replace")
-            if select.select([self.fd], [], [], self.KEYSTROKE_S)[0]:
-                burst += self._drain()
+            data = os.read(self.fd, 1 << 20)
+            if data.startswith(self.PASTE_START):
+                burst = self._marked_paste(data)
+            else:
+                burst = data.decode("utf-8", "replace")
+                if select.select([self.fd], [], [], self.KEYSTROKE_S)[0]:
+                    burst += self._drain()
         finally:
+            self._show(self.BRACKETS_OFF)
             self.waiting = self._raw = False
         burst = burst.replace("\r\n", "\n").replace("\r", "\n")
         if burst.startswith("\x04"):  # Ctrl-D: the mention ends here
@@ -701,6 +714,16 @@ class TerminalInput:
         self._show("\r\x1b[K")  # the paste is summarized, not drawn
         self._queue_paste(burst)
         return self.pending.popleft()
+
+    def _marked_paste(self, data: bytes) -> str:
+        """A bracketed paste's text, read up to its end mark however slowly it arrives."""
+        while self.PASTE_END not in data and select.select([self.fd], [], [], self.PASTE_END_LOST_S)[0]:
+            more = os.read(self.fd, 1 << 20)
+            if not more:
+                break
+            data += more
+        pasted, _, typed_after = data[len(self.PASTE_START):].partition(self.PASTE_END)
+        return (pasted + typed_after).decode("utf-8", "replace")
 
     def _drain(self) -> str:
         chunks = []

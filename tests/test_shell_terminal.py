@@ -13,6 +13,7 @@ import subprocess
 import sys
 import termios
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from waiting import wait_until
 TPUBOT = Path(sys.executable).with_name("tpubot")
 ANSI = re.compile(r"\x1b\[[0-9;?]*[A-JL-Za-z]|\x1b[=>]")  # all but K (erase to end of line)
 LEFT, UP = "\x1b[D", "\x1b[A"
+KEYSTROKE_GAP = 0.3  # longer than the pause that ends an unmarked paste (bot/shell.py, TerminalInput)
 HELP_TITLE = "tpubot — one flex-start TPU v5e with Gemma per channel"
 
 pytestmark = [pytest.mark.skipif(sys.platform == "win32", reason="needs a POSIX pseudo-terminal"),
@@ -47,6 +49,7 @@ class Terminal:
                                         preexec_fn=_take_the_terminal)
         os.close(slave)
         self._raw = bytearray()
+        self.pasted_marked = False
         self._lock = threading.Lock()
         threading.Thread(target=self._pump, daemon=True).start()
 
@@ -73,6 +76,19 @@ class Terminal:
         while data:  # a big paste is written as fast as the terminal takes it
             written = os.write(self.master, data[:4096])
             data = data[written:]
+
+    def paste(self, text: str, *, pieces: int = 1, gap: float = 0.0) -> None:
+        """Paste as xterm does: between the bracketed-paste marks when the program last asked for them
+        (mode 2004: `ESC[?2004h` on, `ESC[?2004l` off), as it is otherwise; in `pieces` written `gap`
+        seconds apart, as a slow link or a busy machine delivers a long paste."""
+        with self._lock:
+            self.pasted_marked = self._raw.rfind(b"\x1b[?2004h") > self._raw.rfind(b"\x1b[?2004l")
+        data = f"\x1b[200~{text}\x1b[201~" if self.pasted_marked else text
+        size = -(-len(data) // pieces)
+        for start in range(0, len(data), size):
+            if start:
+                time.sleep(gap)  # the input's own pace, not a wait for the shell
+            self.type(data[start:start + size])
 
     def wait_for(self, text: str, count: int = 1, timeout: float = 90) -> str:
         return wait_until(lambda: self.screen.count(text) >= count and self.screen, timeout=timeout,
@@ -222,11 +238,15 @@ def test_a_paste_after_a_typed_mention_line_is_folded_and_lines_wrap_at_80_colum
     term = Terminal(tmp_path, redis_url, columns=80)
     try:
         term.wait_for("alice> ")
-        # The mention line typed and sent on its own; then, at the `… ` prompt, a paste.
+        # The mention line typed and sent on its own; then, at the `… ` prompt, a paste, marked as a
+        # terminal with bracketed paste marks it: told from typing by its marks, however slowly its
+        # pieces arrive on a busy machine.
         term.type("@tpubot why did the job stop?\r")
-        term.wait_for("… ")
+        wait_until(lambda: term.screen.endswith("… "), timeout=30, what="the `… ` prompt")  # the banner has "… " too
         logs = "".join(f"2024-05-01 10:00:{i % 60:02d} INFO worker step {i} marker-{i}\n" for i in range(300))
-        term.type(logs.replace("\n", "\r") + "\r")
+        term.paste(logs.replace("\n", "\r"), pieces=3, gap=KEYSTROKE_GAP)
+        assert term.pasted_marked
+        term.type("\r")
         term.wait_for("[pasted 300 lines]")
         term.wait_for("Made without the model", timeout=120)
         assert len(re.findall(r"marker-\d+", term.screen)) < 50  # not echoed line by line
