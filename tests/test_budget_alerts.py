@@ -12,6 +12,8 @@ import subprocess
 
 import redis as redis_sync
 
+from infra.prices import money
+
 import test_expiry_alerts
 from test_expiry_alerts import ADMIN, ALICE, TEAM, TPUBOT, channel_posts, wait_until, worker_env
 
@@ -94,8 +96,10 @@ def test_ledger_rebuilt_from_receipts_and_running_leases_after_the_state_is_wipe
                         rows.get("CREB2", {}).get("running") == 0 and rows.get("CREB3", {}).get("running") == 1)(
         spend_json(stack, tmp_path, prices=price(360))), timeout=120, interval=1.0, what="two runs settled, one running")
     before = spend_json(stack, tmp_path, prices=price(360))
+    # What the two runs were billed (about $1.80: see the bounds below), as the refusal words it.
+    spent = f"{money(before['CREB1']['usd'] + before['CREB2']['usd'])} spent and $720.00 held"
     refused_before = slack.slash("up 0.0025h", user=ALICE, channel="CREB4").text
-    assert "$1.80 spent and $720.00 held" in refused_before, refused_before
+    assert spent in refused_before, refused_before
     workers.stop()
 
     client = redis_sync.Redis.from_url(stack.redis.url)
@@ -114,10 +118,11 @@ def test_ledger_rebuilt_from_receipts_and_running_leases_after_the_state_is_wipe
     print(json.dumps(after, indent=1))
     assert set(after) == set(before) == {"CREB1", "CREB2", "CREB3"}
     for channel in ("CREB1", "CREB2"):
-        # Rebuilt exactly as it was. Each run is billed from ACTIVE to its end, capped at its 9 s:
-        # an expiry that lands a few ms before the deadline bills a few ms less.
-        assert after[channel]["usd"] == before[channel]["usd"] and 0.85 < after[channel]["usd"] <= 0.90 + 1e-9
+        # Rebuilt exactly as it was. Each run is billed from the ACTIVE the watcher saw to its end,
+        # capped at its 9 s: the cloud's own deadline comes as much earlier as the watcher saw ACTIVE
+        # late (0.6 s on a busy machine: $0.84), an expiry a few ms before the deadline bills a few ms less.
+        assert after[channel]["usd"] == before[channel]["usd"] and 0.70 < after[channel]["usd"] <= 0.90 + 1e-9
         assert after[channel]["leases"] == 1 and after[channel]["running"] == 0
     assert after["CREB3"]["running"] == 1 and after["CREB3"]["reserved_usd"] == before["CREB3"]["reserved_usd"] == 720
     refused_after = slack.slash("up 0.0025h", user=ALICE, channel="CREB4").text
-    assert "$1.80 spent and $720.00 held" in refused_after, refused_after
+    assert spent in refused_after, refused_after
