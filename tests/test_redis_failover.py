@@ -167,10 +167,9 @@ def test_serve_and_worker_ride_out_a_five_second_redis_outage(failover):
         assert procs.slack.token not in line and procs.secret not in line
 
 
-def test_serve_stops_its_embedded_redis_on_sigterm(tmp_path):
+def _serve_on_embedded_redis(tmp_path) -> tuple[subprocess.Popen, int]:
+    """`tpubot serve` without REDIS_URL, ready, and the port of the embedded Redis it started."""
     import re
-    import signal
-    import socket
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "REDIS_", "LOG_"))}
     env.update(TPUBOT_ENV_FILE=os.devnull, SLACK_BOT_TOKEN="xoxb-embedded-" + secrets.token_hex(8),
@@ -180,12 +179,38 @@ def test_serve_stops_its_embedded_redis_on_sigterm(tmp_path):
                            stdout=log.open("wb"), stderr=subprocess.STDOUT)
     try:
         wait_until(lambda: _status(f"http://127.0.0.1:{port}/readyz") == 200, timeout=60)
-        redis_port = int(re.search(r"embedded Redis at redis://127\.0\.0\.1:(\d+)", log.read_text()).group(1))
-    finally:
-        web.send_signal(signal.SIGTERM)
-        assert web.wait(timeout=30) == 0
+        return web, int(re.search(r"embedded Redis at redis://127\.0\.0\.1:(\d+)", log.read_text()).group(1))
+    except BaseException:
+        web.kill()
+        web.wait(timeout=30)
+        raise
+
+
+def _answers(port: int) -> bool:
+    import socket
+
     with socket.socket() as sock:
-        assert sock.connect_ex(("127.0.0.1", redis_port)) != 0, "the embedded Redis outlived `tpubot serve`"
+        return sock.connect_ex(("127.0.0.1", port)) == 0
+
+
+def test_serve_stops_its_embedded_redis_on_sigterm(tmp_path):
+    import signal
+
+    web, redis_port = _serve_on_embedded_redis(tmp_path)
+    web.send_signal(signal.SIGTERM)
+    assert web.wait(timeout=30) == 0
+    assert not _answers(redis_port), "the embedded Redis outlived `tpubot serve`"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the kernel's parent-death signal (prctl) is Linux's")
+def test_an_embedded_redis_stops_when_serve_is_killed(tmp_path):
+    """A SIGKILL runs no `finally` to stop the server, which is in a session of its own (a Ctrl-C
+    must not reach it): the kernel stops it when its parent dies (infra/state/redis_server.py)."""
+    web, redis_port = _serve_on_embedded_redis(tmp_path)
+    assert _answers(redis_port)
+    web.kill()
+    web.wait(timeout=30)
+    wait_until(lambda: not _answers(redis_port), timeout=30, what="the embedded Redis gone with `tpubot serve`")
 
 
 SLACK_ACK_WINDOW_SECONDS = 3.0

@@ -37,11 +37,40 @@ class _OwnSessionPopen(subprocess.Popen):
     """valkey-server in a session (and process group) of its own: a Ctrl-C or hang-up of the
     terminal that started it goes to the terminal's foreground group, the bot, which then stops
     the server itself; in that group the server would die of the SIGINT under a bot that runs on
-    (every command: "The state store is unavailable")."""
+    (every command: "The state store is unavailable"). Out of that group, nothing would stop it
+    when the bot dies without stopping it (a SIGKILL, the OOM killer): on Linux the kernel sends
+    it SIGTERM then."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("start_new_session", True)
+        stop_with_parent = _parent_death_signal()
+        if stop_with_parent is not None:
+            kwargs.setdefault("preexec_fn", stop_with_parent)
         super().__init__(*args, **kwargs)
+
+
+def _parent_death_signal() -> Any:
+    """A preexec_fn that has the kernel SIGTERM the child when this process dies (Linux prctl
+    PR_SET_PDEATHSIG), or None. The kernel sends it when the *thread* that forked exits, so only
+    a child started on the main thread gets it (which lives as long as the process does); the
+    function touches no Python lock, as a child forked from a threaded process must not."""
+    import sys
+    import threading
+
+    if not sys.platform.startswith("linux") or threading.current_thread() is not threading.main_thread():
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    parent = os.getpid()
+    pr_set_pdeathsig = 1  # <linux/prctl.h>
+
+    def stop_with_parent() -> None:
+        prctl(pr_set_pdeathsig, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the parent died before the line above: no signal would come
+            os._exit(1)
+
+    return stop_with_parent
 
 
 class _OwnSessionSubprocess:
