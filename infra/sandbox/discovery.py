@@ -285,19 +285,28 @@ def load_api(name: str, proto_package: str) -> DiscoveryApi | None:
     """The API described by discovery document `name` (e.g. `tpu.v2alpha1`); None without the wheel.
 
     Each call returns a fresh object (its `checked` list belongs to one emulator); the parsed JSON
-    is shared.
+    and the methods are shared.
     """
     document = _document(name)
     if document is None:
         return None
+    return DiscoveryApi(name, document["schemas"], list(_methods(name)), frozenset(document.get("parameters", {})),
+                        proto_package)
+
+
+@lru_cache(maxsize=None)
+def _methods(name: str) -> tuple[Method, ...]:
+    """Once per document: compute's ~800 path patterns, compiled afresh by every emulator start
+    (they overflow `re`'s own cache), were most of a sandbox's start-up."""
+    document = _document(name)
+    assert document is not None, name
     service_path = document.get("servicePath", "")
-    methods = [
+    return tuple(
         Method(id=m["id"], http_method=m["httpMethod"], pattern=_path_pattern(service_path + m.get("flatPath", m["path"])),
                parameters=m.get("parameters", {}), request_ref=(m.get("request") or {}).get("$ref"),
                response_ref=(m.get("response") or {}).get("$ref"))
         for m in _all_methods(document)
-    ]
-    return DiscoveryApi(name, document["schemas"], methods, frozenset(document.get("parameters", {})), proto_package)
+    )
 
 
 def proto_api(name: str, proto_package: str, routes: list[tuple[str, str, str, Any, Any, Mapping[str, dict]]]
