@@ -261,6 +261,7 @@ def test_worker_down_across_the_deadline_posts_one_late_alert_and_deletes_the_qr
     try:
         wait_until(lambda: not left(), timeout=30, what="jobs settled")
     except AssertionError as error:
+        print(workers.logs())  # what the job was doing (seen once, in a full run on a busy machine)
         raise AssertionError(f"{error}; still queued: {left()}") from None  # which job did not finish
     alerts = expiries_in(stack, channel)
     assert len(alerts) == 1
