@@ -296,8 +296,8 @@ def load_api(name: str, proto_package: str) -> DiscoveryApi | None:
 
 @lru_cache(maxsize=None)
 def _methods(name: str) -> tuple[Method, ...]:
-    """Once per document: compute's ~800 path patterns, compiled afresh by every emulator start
-    (they overflow `re`'s own cache), were most of a sandbox's start-up."""
+    """Once per document: the path patterns (compute.v1 alone has 1,025 methods), compiled afresh by
+    every emulator start because they overflow `re`'s own cache, were most of a sandbox's start-up."""
     document = _document(name)
     assert document is not None, name
     service_path = document.get("servicePath", "")

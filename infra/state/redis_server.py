@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, cast
 
@@ -49,7 +50,7 @@ class _OwnSessionPopen(subprocess.Popen):
         super().__init__(*args, **kwargs)
 
 
-def _parent_death_signal() -> Any:
+def _parent_death_signal() -> Callable[[], None] | None:
     """A preexec_fn that has the kernel SIGTERM the child when this process dies (Linux prctl
     PR_SET_PDEATHSIG), or None. The kernel sends it when the *thread* that forked exits, so only
     a child started on the main thread gets it (which lives as long as the process does); the
