@@ -71,9 +71,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: one worker more than there are cores. Most tests wait on emulated clocks, polls and
-    subprocesses, so more workers would be faster (five on two cores: 8m40s against 10m47s for three),
-    but the timing-sensitive tests (a paste told from typing by its pace, a boot phase seen between two
-    card updates) then failed in one run of four."""
+    subprocesses, so more workers would be faster (five on two cores: 8m40s against 10m47s for three;
+    four: 9m38s), but timing-sensitive tests failed under that load (a paste told from typing by its
+    pace, a boot phase between two card updates, a bill that counted a late ACTIVE). Those are
+    load-proof now; this stays at three until more runs at four show it holds."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return min(cores + 1, len(TEST_DATABASES))
 
