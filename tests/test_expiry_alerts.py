@@ -308,6 +308,41 @@ def test_flushall_then_one_reconcile_pass_restores_leases_timers_and_status(harn
     assert document["restored"] == [] and "restored" not in document["summary"], again.stdout
 
 
+def test_tpubot_reconcile_waits_for_a_pass_already_running(harness, tmp_path):
+    """A worker's scheduled pass skips when another holds the lock; `tpubot reconcile` waits for that
+    one to end and says so (an operator asking for a pass now gets one), and past --wait says that
+    nothing was repaired and exits 1."""
+    from agent.lease.reconcile import LOCK_SCOPE
+
+    stack, _, _ = harness(workers=0)
+    env = worker_env(stack, tmp_path)
+    client = redis_sync.Redis.from_url(stack.redis.url, decode_responses=True)
+    lock = keys.lock(*LOCK_SCOPE)
+    client.set(lock, "a-workers-pass")
+    gave_up = subprocess.run([TPUBOT, "reconcile", "--json", "--wait", "0.5"], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=120)
+    assert gave_up.returncode == 1, gave_up.stderr
+    assert json.loads(gave_up.stdout)["skipped"] is True
+    assert "Nothing was repaired" in gave_up.stderr and "--wait 0.5s" in gave_up.stderr, gave_up.stderr
+    assert client.get(lock) == "a-workers-pass"
+
+    said = tmp_path / "reconcile.err"
+    with said.open("w") as stderr:
+        waiting_pass = subprocess.Popen([TPUBOT, "reconcile", "--json"], env=env, cwd=tmp_path,
+                                        stdout=subprocess.PIPE, stderr=stderr, text=True)
+    try:
+        wait_until(lambda: "is running; this one starts when it ends (waiting up to 60s)" in said.read_text(),
+                   timeout=60, what="`tpubot reconcile` waiting for the running pass")
+        client.delete(lock)  # the other pass ends
+        out, _ = waiting_pass.communicate(timeout=120)
+    finally:
+        waiting_pass.kill()
+    assert waiting_pass.returncode == 0, said.read_text()
+    assert json.loads(out)["skipped"] is False
+    assert client.get(lock) is None  # released after its pass
+    client.close()
+
+
 def test_a_restored_lease_is_torn_down_for_real_through_a_503(harness, tmp_path):
     """A lease the reconciler rebuilt holds a real TPU: `/tpu down` deletes it before saying "Torn down",
     through a 503 that outlasts the client's own tries (the teardown job is run again)."""

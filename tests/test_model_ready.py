@@ -126,7 +126,7 @@ def sweep_orphaned_keys_but_not_this_leases(stack, tmp_path, live_secret: str) -
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["keys_deleted"] == ["Lold"] and "keys deleted: Lold" in report["summary"]
+    assert report["keys_deleted"] == ["Lold"] and "keys deleted: Lold" in report["summary"], (report, done.stderr)
     assert "tpubot-model-key-Lold" not in project.secrets
     assert {"tpubot-model-key-Lyoung", "tpubot-model-key-Lforeign", live_secret} <= set(project.secrets)
     assert "k-Lold" not in done.stdout + done.stderr

@@ -16,15 +16,18 @@ and lease labels) in every configured zone and in every zone a lease names, then
 - then every month's spend ledger is rewritten from the receipts stream and the leases now
   known (agent/lease/budget.py), so a lost ledger — or a restored lease's reservation — is back.
 
-Passes are serialized across workers by a lock; a pass that finds the lock held skips.
+Passes are serialized across workers by a lock; the worker's scheduled pass skips when it finds the
+lock held (another worker is doing the same work), while `tpubot reconcile` waits for it: an operator
+asking for a pass now wants one that starts after whatever made them ask.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Callable
 
 from agent.lease import budget, expiry, idle
 from agent.lease.lifecycle import lease_state_for, notify, release_lease, resume_job_for
@@ -42,6 +45,7 @@ log = logging.getLogger(__name__)
 
 LOCK_SCOPE = ("tpubot", "reconciler")
 LOCK_TTL_MS = 5 * 60 * 1000
+LOCK_POLL_SECONDS = 0.25  # how often a pass waiting for the lock asks again
 ADMIN_ALERT_TTL = 86_400
 # Leases the provision or teardown jobs own right now: a missing QR is expected there.
 IN_FLIGHT = {LeaseState.PENDING, LeaseState.CREATING, LeaseState.TEARING_DOWN, LeaseState.FAILED}
@@ -79,8 +83,11 @@ class ReconcileReport:
         return self.outcome().stored()
 
 
-async def reconcile(svc: "WorkerLeaseDeps", *, now: float | None = None) -> ReconcileReport:
-    token = await svc.locks.acquire(*LOCK_SCOPE, ttl_ms=LOCK_TTL_MS)
+async def reconcile(svc: "WorkerLeaseDeps", *, now: float | None = None, wait_for_lock: float = 0.0,
+                    on_wait: Callable[[], object] | None = None) -> ReconcileReport:
+    """One pass; skipped if another holds the lock for longer than `wait_for_lock` seconds
+    (`on_wait` is called once if this one has to wait)."""
+    token = await _acquire_lock(svc, wait_for_lock, on_wait)
     if token is None:
         return ReconcileReport(skipped=True)
     try:
@@ -89,6 +96,20 @@ async def reconcile(svc: "WorkerLeaseDeps", *, now: float | None = None) -> Reco
         return report
     finally:
         await svc.locks.release(*LOCK_SCOPE, token)
+
+
+async def _acquire_lock(svc: "WorkerLeaseDeps", wait_seconds: float,
+                        on_wait: Callable[[], object] | None) -> str | None:
+    give_up = time.monotonic() + wait_seconds
+    waited = False
+    while (token := await svc.locks.acquire(*LOCK_SCOPE, ttl_ms=LOCK_TTL_MS)) is None:
+        if time.monotonic() >= give_up:
+            return None
+        if on_wait is not None and not waited:
+            on_wait()
+        waited = True
+        await asyncio.sleep(LOCK_POLL_SECONDS)
+    return token
 
 
 async def _pass(svc: "WorkerLeaseDeps", now: float) -> ReconcileReport:
