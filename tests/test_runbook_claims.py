@@ -31,6 +31,7 @@ FINE_GRAINED = "RB:vllm-tpu#fine-grained-hugging-face-token-without-gated-access
 READONLY = "RB:redis#failover-writes-reach-a-read-only-replica"
 LOADING = "RB:redis#restarted-redis-still-loading-its-data"
 OOM = "RB:redis#redis-out-of-memory"
+API_DEADLINE = "RB:tpu-quota#google-cloud-api-call-timed-out"
 
 
 def section(cite: str):
@@ -96,6 +97,11 @@ REAL_LINES = [
     ("lease 91ab: qr-c03infer-91ab SUSPENDED, suspended by Google Cloud at 07:02:10 UTC, 6 h 57 min before its "
      "deadline (stateInitiator SERVICE)", EARLY),
     ("lease 91ab reached its deadline 2026-11-04T14:00:00Z (runDuration 28800s)", DEADLINE),
+    # a call past its deadline, as google-api-core raises it (oppia/oppia#22814), and its retry giving up in
+    # the older wording (googleapis/python-datastore#432; retry/retry_base.py now says "Timeout of")
+    ("google.api_core.exceptions.DeadlineExceeded: 504 Deadline Exceeded", API_DEADLINE),
+    ("google.api_core.exceptions.RetryError: Deadline of 60.0s exceeded while calling target function, last "
+     "exception: 504 Deadline Exceeded", API_DEADLINE),
 ]
 
 
@@ -189,3 +195,12 @@ def test_a_name_quoted_in_a_symptoms_description_is_not_a_pattern():
     [only] = parsed.sections
     assert [p.pattern for p in only.patterns] == ["Redis is loading the dataset"]
     assert not only.matches("tpubot-startup: phase: loading-weights")
+
+
+def test_a_call_past_its_deadline_is_not_read_as_the_flex_start_deadline():
+    """`/tpu runbook DEADLINE_EXCEEDED` is a Google API call timing out: its section comes first, not
+    the flex-start run-duration ones that share the word (they still answer "deadline")."""
+    assert searched("DEADLINE_EXCEEDED")[0] == API_DEADLINE
+    assert DEADLINE in searched("deadline")
+    flex_start_end = "lease 91ab reached its deadline 2026-11-04T14:00:00Z (runDuration 28800s)"
+    assert API_DEADLINE not in matching(flex_start_end)
