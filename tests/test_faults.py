@@ -175,6 +175,24 @@ def test_gcp_unavailable_beyond_the_retries_gives_a_clear_message_and_frees_the_
     slack.close()
 
 
+def test_a_create_answered_with_a_timeout_after_it_was_made_is_adopted_not_left_running(stack):
+    """DEADLINE_EXCEEDED "may be returned even if the operation has completed successfully"
+    (google.rpc.Code): the create is made, its answer is a 504, and the client's retries meet 503s.
+    The bot asks for the queued resource before it says nothing was made, and adopts it."""
+    stack.tpu_sandbox.inject_failures(1, http_status=504, path_contains="queuedResources", method="POST",
+                                      applied=True)
+    stack.tpu_sandbox.inject_failures(2, http_status=503, path_contains="queuedResources", method="POST")
+    slack = stack.signed_requests()
+    slack.slash("up", user=ALICE, channel=CHANNEL)
+    wait_until(lambda: any("ACTIVE" in t for t in card_texts(stack.slack)), what="the made QR adopted and ACTIVE")
+    posts = [r for r in stack.tpu_sandbox.requests if r.method == "POST" and r.path.endswith("/queuedResources")]
+    assert len(posts) == 3  # the 504 and the client's two retries: no create after them
+    assert len(stack.tpu_sandbox.queued_resources()) == 1
+    assert not [t for t in card_texts(stack.slack) if "FAILED" in t]
+    assert "ACTIVE" in slack.slash("status", user=ALICE, channel=CHANNEL).text
+    slack.close()
+
+
 def test_slack_429_is_retried_after_retry_after(stack):
     stack.slack.inject_error("chat.postMessage", InjectedError(
         status=429, body={"ok": False, "error": "ratelimited"}, headers={"Retry-After": "0"}))

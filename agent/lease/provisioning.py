@@ -114,6 +114,8 @@ async def _provision(svc: WorkerLeaseDeps, lease: Lease, lock: HeldLock) -> JobO
         return JobOutcome.stopped("lease changed during the search")
     if outcome.status is SearchStatus.TIME_BUDGET:
         return await _continue_later(svc, current)
+    if outcome.status is SearchStatus.UNAVAILABLE:
+        return await _unconfirmed_create(svc, current, outcome)
     if lease.zone_explicit and outcome.status is SearchStatus.EXHAUSTED and outcome.last_error is not None:
         await fail_lease(svc, current, f"{explain(outcome.last_error)} (You asked for {lease.zone}; `/tpu up` "
                                        "without a zone searches the other configured zones.)")
@@ -135,6 +137,18 @@ async def _created(svc: ChannelDeps, lease: Lease, outcome: SearchOutcome) -> Jo
     await schedule_watch(svc, lease, delay=svc.policy.poll_interval)
     tries = len(outcome.attempts)
     return JobOutcome.ok(f"created {lease.qr_id} in {lease.zone}" + (f" after {tries} attempts" if tries > 1 else ""))
+
+
+async def _unconfirmed_create(svc: WorkerLeaseDeps, lease: Lease, outcome: SearchOutcome) -> JobOutcome:
+    """The API kept failing the create past the client's retries. A timeout (504, DEADLINE_EXCEEDED)
+    may come back for a create that was made, so ask for the QR before saying nothing was: one that
+    exists is this lease's (its id comes from the lease) and is adopted, not left running unowned. A
+    question that fails too is a transient error: the job runs again later and asks first."""
+    made = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
+    if made is not None:
+        return await _created(svc, lease, SearchOutcome(status=SearchStatus.CREATED, zone=lease.zone, qr=made))
+    await fail_lease(svc, lease, outcome.message or "The TPU API kept failing after retries.")
+    return JobOutcome.failed(SearchStatus.UNAVAILABLE.value)
 
 
 async def _continue_later(svc: ChannelDeps, lease: Lease) -> JobOutcome:

@@ -8,7 +8,8 @@ from typing import Any
 
 # The canonical status of each HTTP code the emulators answer with (google.rpc.Code's mapping).
 STATUS = {400: "INVALID_ARGUMENT", 403: "PERMISSION_DENIED", 404: "NOT_FOUND", 405: "UNIMPLEMENTED",
-          409: "ALREADY_EXISTS", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE"}
+          409: "ALREADY_EXISTS", 429: "RESOURCE_EXHAUSTED", 500: "INTERNAL", 503: "UNAVAILABLE",
+          504: "DEADLINE_EXCEEDED"}
 
 
 def error_body(code: int, message: str, status: str = "", details: list[dict] | None = None) -> dict:

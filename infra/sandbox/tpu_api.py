@@ -130,6 +130,28 @@ class RecordedRequest(NamedTuple):
     body: Any
 
 
+# What Google answers for each injected status. 504's text is gRPC's own for DEADLINE_EXCEEDED, which
+# "may be returned even if the operation has completed successfully" (google.rpc.Code).
+_INJECTED_MESSAGES = {
+    503: "The service is currently unavailable.",
+    429: "Quota exceeded for quota metric 'Create requests' and limit 'Create requests per minute' of service "
+         "'tpu.googleapis.com'.",
+    504: "Deadline expired before operation could complete.",
+}
+
+
+@dataclass(frozen=True)
+class _InjectedFailure:
+    http_status: int
+    message: str
+    path_contains: str | None
+    method: str | None
+    applied: bool  # the request is carried out, then this error answered instead of its result
+
+    def matches(self, method: str, path: str) -> bool:
+        return (self.path_contains is None or self.path_contains in path) and self.method in (None, method)
+
+
 class _ApiError(Exception):
     def __init__(self, http_status: int, message: str, details: list[dict] | None = None,
                  status: str | None = None, outcome: str = "bad_request") -> None:
@@ -230,7 +252,7 @@ class TpuSandbox(LazyServed):
         self._operations: dict[str, _Operation] = {}
         self._clock_offset = 0.0
         self._node_numbers = itertools.count(2)
-        self._injected: list[tuple[int, str, str | None]] = []  # (http status, message, path substring)
+        self._injected: list[_InjectedFailure] = []
         self._address = (host, port)
         self._http = None
         # Google's discovery documents for both versions (None without google-api-python-client: lenient).
@@ -298,13 +320,12 @@ class TpuSandbox(LazyServed):
             return dict(self._zones)
 
     def inject_failures(self, count: int, http_status: int = 503, message: str | None = None,
-                        path_contains: str | None = None) -> None:
-        """Answer the next `count` matching requests with an error (transient-fault tests)."""
-        text = message or {503: "The service is currently unavailable.", 429: "Quota exceeded for quota "
-                           "metric 'Create requests' and limit 'Create requests per minute' of service "
-                           "'tpu.googleapis.com'."}.get(http_status, "Internal error encountered.")
+                        path_contains: str | None = None, method: str | None = None, applied: bool = False) -> None:
+        """Answer the next `count` matching requests with an error (transient-fault tests); `applied`:
+        carry the request out first, as a DEADLINE_EXCEEDED may be returned for a change that was made."""
+        text = message or _INJECTED_MESSAGES.get(http_status, "Internal error encountered.")
         with self._lock:
-            self._injected.extend([(http_status, text, path_contains)] * count)
+            self._injected.extend([_InjectedFailure(http_status, text, path_contains, method, applied)] * count)
 
     def queued_resources(self) -> list[dict]:
         """Snapshot of every stored QR, for assertions.
@@ -504,10 +525,11 @@ class TpuSandbox(LazyServed):
         query = parse_qs(url.query, keep_blank_values=True)
         with self._lock:
             self.requests.append(RecordedRequest(method, url.path, query, body))
-            for index, (status, message, needle) in enumerate(self._injected):
-                if needle is None or needle in url.path:
-                    del self._injected[index]
-                    return status, _ApiError(status, message).body()
+            injected = next((f for f in self._injected if f.matches(method, url.path)), None)
+            if injected is not None:
+                self._injected.remove(injected)
+                if not injected.applied:
+                    return injected.http_status, _ApiError(injected.http_status, injected.message).body()
 
         def answer() -> tuple[int, dict]:
             try:
@@ -516,8 +538,11 @@ class TpuSandbox(LazyServed):
                 return error.http_status, error.body()
 
         api = self.apis.get(url.path.lstrip("/").split("/", 1)[0])
-        return held_to_schema(api, (method, url.path, query, body), answer, self.rejected, self.response_problems,
-                              "tpu")
+        answered = held_to_schema(api, (method, url.path, query, body), answer, self.rejected,
+                                  self.response_problems, "tpu")
+        if injected is not None:  # applied: the change is made, its answer lost on the way back
+            return injected.http_status, _ApiError(injected.http_status, injected.message).body()
+        return answered
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any,
                authorization: str = "") -> tuple[int, dict]:
