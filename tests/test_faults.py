@@ -193,6 +193,28 @@ def test_a_create_answered_with_a_timeout_after_it_was_made_is_adopted_not_left_
     slack.close()
 
 
+def test_a_later_try_that_cannot_look_for_its_earlier_create_is_retried_not_told_nothing_was_made(stack):
+    """As above, and the look for the made QR fails past the client's retries too: that try and the
+    job's next one cannot tell whether a QR exists, so the job is tried again (the channel is not told
+    "nothing was created" on a guess) until the API answers, and the QR is adopted."""
+    tpu = stack.tpu_sandbox
+    tpu.inject_failures(1, http_status=504, path_contains="queuedResources", method="POST", applied=True)
+    tpu.inject_failures(2, http_status=503, path_contains="queuedResources", method="POST")
+    slack = stack.signed_requests()
+    slack.slash("up", user=ALICE, channel=CHANNEL)
+    # The client waits 0.25 s or more before each retry of the create: time to make the looks fail.
+    wait_until(lambda: any(r.method == "POST" for r in list(tpu.requests)), interval=0.005, what="the create")
+    tpu.inject_failures(6, http_status=503, path_contains="queuedResources/", method="GET")
+    ended = wait_until(lambda: [t for t in card_texts(stack.slack) if "ACTIVE" in t or "FAILED" in t], timeout=90,
+                       what="the lease ACTIVE (or FAILED)")
+    assert "ACTIVE" in ended[-1], ended
+    looks = [r for r in tpu.requests if r.method == "GET" and "/queuedResources/" in r.path]
+    assert len(looks) >= 7  # the first try's own look, its failed three, the next try's failed three, …
+    assert len(tpu.queued_resources()) == 1
+    assert not [t for t in card_texts(stack.slack) if "FAILED" in t or "nothing was created" in t]
+    slack.close()
+
+
 def test_slack_429_is_retried_after_retry_after(stack):
     stack.slack.inject_error("chat.postMessage", InjectedError(
         status=429, body={"ok": False, "error": "ratelimited"}, headers={"Retry-After": "0"}))

@@ -42,7 +42,8 @@ async def provision_job(svc: WorkerLeaseDeps, job: ProvisionJob) -> JobOutcome:
     if lease is None or lease.state not in WORKING_STATES or lease.search_round != job.search_round:
         return JobOutcome.skipped("lease changed")
     async with svc.locks.hold(job.team, job.channel) as lock:
-        if lease.state == LeaseState.PENDING:
+        first_try = lease.state == LeaseState.PENDING  # no try of this lease has sent a create yet
+        if first_try:
             try:
                 lease = await svc.observer.lease_changed(lease)
             except ChannelUnreachable as error:
@@ -50,15 +51,18 @@ async def provision_job(svc: WorkerLeaseDeps, job: ProvisionJob) -> JobOutcome:
                 await abandon_unpostable(svc, lease, error)
                 return JobOutcome.failed(error.reason)
             lease = await change_lease(svc, lease, state=LeaseState.CREATING) or lease
-        return await _provision(svc, lease, lock)
+        return await _provision(svc, lease, lock, first_try=first_try)
 
 
-async def _provision(svc: WorkerLeaseDeps, lease: Lease, lock: HeldLock) -> JobOutcome:
-    # A QR this lease already created (a crash between the create and the state write) is adopted.
+async def _provision(svc: WorkerLeaseDeps, lease: Lease, lock: HeldLock, *, first_try: bool) -> JobOutcome:
+    # A QR an earlier try created (a crash between the create and the state write, a create whose answer
+    # was lost) is adopted. When the look fails past the client's retries, a first try frees the channel
+    # at once (nothing can exist yet); a later one leaves the error to the job's tries (transient), whose
+    # end deletes whatever may exist, rather than tell the channel "nothing was created" on a guess.
     try:
         existing = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     except TpuError as error:
-        if not error.retryable:
+        if not error.retryable or not first_try:
             raise
         await fail_lease(svc, lease, unavailable_message(error))
         return JobOutcome.failed(error.kind.value)
