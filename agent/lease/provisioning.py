@@ -5,8 +5,10 @@ zone search (agent/lease/zone_search.py): best-known zones first, every attempt 
 configuration errors stop the search with the setting to fix.
 
 Idempotent: the QR id is derived from the lease, so a retried job (or a second worker) adopts the
-QR an earlier run created (409) instead of creating another; a search longer than one run's budget
-continues in a new job (`provision:{lease}:{round}`) and skips what the scoreboard now knows.
+QR an earlier run created (409) instead of creating another, and a create the API kept failing (a 504
+may come back for a create that was made) is looked for before the lease is failed; a search longer
+than one run's budget continues in a new job (`provision:{lease}:{round}`) and skips what the
+scoreboard now knows.
 """
 
 from __future__ import annotations
