@@ -180,7 +180,10 @@ def merge_over_defaults(value: Any) -> Any:
         return value
     if isinstance(value, (str, bytes)):
         text = value.decode() if isinstance(value, bytes) else value
-        value = json.loads(text) if text.strip() else []
+        try:
+            value = json.loads(text) if text.strip() else []
+        except json.JSONDecodeError as error:
+            raise _shape_error(f"is not valid JSON ({error})") from None
     if isinstance(value, dict):
         fields = set(PriceEntry.model_fields)
         if set(value) == {"entries"}:

@@ -98,6 +98,9 @@ CASES = [
     (["cost", "--json"], {"PRICES": '{"v5e/us-west4/flex-start": {"usd_per_chip_hour": 9.9}}'},
      ["PRICES is a JSON object with keys v5e/us-west4/flex-start", "a JSON list of entries"]),
     (["config"], {"PRICES": "5"}, ["PRICES is 5, not a list of entries", "a JSON list of entries"]),
+    # null was decoded to None by pydantic-settings and dropped: the defaults, without a word.
+    (["config"], {"PRICES": "null"}, ["PRICES is null, not a list of entries", "a JSON list of entries"]),
+    (["config"], {"PRICES": "v5e=0.6"}, ["PRICES is not valid JSON (Expecting value", "a JSON list of entries"]),
     (["config"], {"PRICES": '{"entries": {"v5e": 1}}'}, ['PRICES has "entries": dict, not a list of entries']),
     (["config"], {"PRICES": '["v5e", 0.6]'}, ['PRICES entry 1 is "v5e", not a JSON object']),
     (["config"], {"XLA_CACHE_BUCKET": "gs://My Cache/xla"},
