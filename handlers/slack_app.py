@@ -86,11 +86,25 @@ def build_bolt_app(svc: Services, *, client: AsyncWebClient, signing_secret: str
     return app
 
 
-async def report_listener_error(error: Exception) -> None:
+async def report_listener_error(error: Exception, body: dict) -> None:
     """bolt answers a listener that raised with a 500 (Slack retries it). A state store that is
-    away is an outage, said in this one line for every listener, not a bug to trace."""
+    away is an outage, said in this one line for every listener, not a bug to trace; the line names
+    the request (never its text), so the message it concerns can be found."""
     if isinstance(error, RedisError):
-        log.warning("listener left the request for Slack to retry: state store unavailable (%s: %s)",
-                    type(error).__name__, error)
+        log.warning("listener left the request for Slack to retry (%s): state store unavailable (%s: %s)",
+                    request_named(body), type(error).__name__, error)
         return
-    log.error("listener failed", exc_info=error)
+    log.error("listener failed (%s)", request_named(body), exc_info=error)
+
+
+def request_named(body: dict) -> str:
+    """Which request: an event's type, channel and ts; a command and its channel; a button and its channel."""
+    if isinstance(event := body.get("event"), dict):
+        return f"{event.get('type', '?')} in {event.get('channel', '?')} at {event.get('ts', '?')}"
+    if "command" in body:
+        return f"{body.get('command')} in {body.get('channel_id', '?')}"
+    actions, channel = body.get("actions"), body.get("channel")
+    if isinstance(actions, list) and actions and isinstance(actions[0], dict):
+        where = channel.get("id", "?") if isinstance(channel, dict) else "?"
+        return f"{actions[0].get('action_id', '?')} in {where}"
+    return str(body.get("type", "a request"))

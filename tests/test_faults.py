@@ -126,7 +126,8 @@ def test_every_button_says_the_state_store_is_away_when_redis_is_down(own_redis_
         assert said["response_type"] == "ephemeral" and said["replace_original"] is False
 
 
-def test_a_mention_redis_cannot_take_is_refused_so_slack_retries_it_and_the_retry_is_queued(own_redis_stack):
+def test_a_mention_redis_cannot_take_is_refused_so_slack_retries_it_and_the_retry_is_queued(own_redis_stack,
+                                                                                               caplog):
     own, stack, slack = own_redis_stack
     mention = dict(user=ALICE, channel=CHANNEL, ts="1700000500.000100", event_id="EvDOWN1")
     own.stop()
@@ -135,6 +136,9 @@ def test_a_mention_redis_cannot_take_is_refused_so_slack_retries_it_and_the_retr
     assert refused.status >= 500, "a 2xx would tell Slack the mention was taken, and it was not"
     assert time.monotonic() - started < 3.0
     assert not stack.slack.calls_to("chat.postMessage")
+    # The operator's line names the message (not its text), so the mention that waits on Slack's retry is found.
+    said = [r.getMessage() for r in caplog.records if "left the request for Slack to retry" in r.getMessage()]
+    assert said and f"app_mention in {CHANNEL} at 1700000500.000100" in said[0] and "is it up" not in said[0], said
 
     restart_and_wait_ready(own, stack)
     retry = slack.mention("<@UTPUBOT> is it up?", retry_num=1, **mention)
