@@ -105,6 +105,7 @@ async def ending_the_lease_on_error(context: WorkerContext, job: LeaseJob | Prov
         raise Retry(defer=await lifecycle.lock_retry_delay(svc, job.team, job.channel, context.job_try)) from None
     except Exception as error:
         if is_transient(error) or isinstance(error, LockLost):
+            await job_failures.say_the_api_is_failing(svc, name, job, error, transient_retry_delay(context.job_try))
             raise  # retried by `counted`: the lease is not failed (a lost lock: it is another worker's now)
         log.error("%s job of lease %s failed", name, job.lease_id, exc_info=error)
         lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)

@@ -219,6 +219,26 @@ def test_a_later_try_that_cannot_look_for_its_earlier_create_is_retried_not_told
     slack.close()
 
 
+def test_a_tpu_api_failing_past_a_try_is_said_on_the_card_and_the_lease_goes_on_after_it(stack):
+    """The creates fail past the client's retries, and so does the look for a made QR: the try is run
+    again later, and meanwhile the card says the TPU API is failing and when the next try runs (not
+    "Requesting a TPU…" through an outage); the next try creates the TPU."""
+    tpu = stack.tpu_sandbox
+    tpu.inject_failures(3, http_status=503, path_contains="queuedResources", method="POST")
+    slack = stack.signed_requests()
+    slack.slash("up", user=ALICE, channel=CHANNEL)
+    wait_until(lambda: any(r.method == "POST" for r in list(tpu.requests)), interval=0.005, what="the create")
+    tpu.inject_failures(3, http_status=503, path_contains="queuedResources/", method="GET")
+    said = wait_until(lambda: [str(c.body.get("blocks")) for c in stack.slack.calls_to("chat.update")
+                               if "The TPU API keeps failing" in str(c.body.get("blocks"))], what="the card's line")
+    assert "The service is currently unavailable." in said[0] and "trying again in 2s" in said[0], said[0]
+    ended = wait_until(lambda: [t for t in card_texts(stack.slack) if "ACTIVE" in t or "FAILED" in t], timeout=60,
+                       what="the lease ACTIVE (or FAILED)")
+    assert "ACTIVE" in ended[-1], ended
+    assert len(tpu.queued_resources()) == 1
+    slack.close()
+
+
 def test_slack_429_is_retried_after_retry_after(stack):
     stack.slack.inject_error("chat.postMessage", InjectedError(
         status=429, body={"ok": False, "error": "ratelimited"}, headers={"Retry-After": "0"}))

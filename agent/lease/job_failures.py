@@ -23,11 +23,21 @@ from __future__ import annotations
 import logging
 
 from agent.context import WorkerLeaseDeps
-from agent.lease.lifecycle import awaited_job_id, change_lease, explain, fail_lease, release_lease
+from agent.lease.lifecycle import (
+    LeaseJob,
+    ProvisionJob,
+    WatchJob,
+    awaited_job_id,
+    change_lease,
+    explain,
+    fail_lease,
+    release_lease,
+)
 from agent.redact import redact
 from infra.jobs import JobOutcome, describe_failure
 from infra.state.leases import Lease, LeaseState
 from infra.tpu_errors import TpuError
+from infra.transient import REDIS_AWAY
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +83,22 @@ async def lease_job_failed(svc: WorkerLeaseDeps, lease: Lease | None, job: str,
     if lease.state != LeaseState.PENDING:  # a PENDING lease never asked GCP for anything
         await _delete_quietly(svc, lease)
     return JobOutcome.failed(reason[:200])
+
+
+async def say_the_api_is_failing(svc: WorkerLeaseDeps, name: str, job: LeaseJob | ProvisionJob | WatchJob,
+                                 error: BaseException, retry_in: int) -> None:
+    """A provision try stopped by the TPU API failing past its client's retries is run again later
+    (transient): its card says so and when, instead of "Requesting a TPU…" through an outage. The
+    next try's own progress replaces the line."""
+    if name != "provision" or not isinstance(error, TpuError):
+        return
+    try:
+        lease = await svc.leases.get_by_id(job.team, job.channel, job.lease_id)
+        if lease is not None and lease.state in (LeaseState.PENDING, LeaseState.CREATING):
+            await change_lease(svc, lease, detail=redact(f"The TPU API keeps failing ({error.message[:200]}); "
+                                                         f"trying again in {retry_in}s."))
+    except REDIS_AWAY as away:  # the try is retried anyway; the card catches up with its next line
+        log.warning("lease %s: could not say on its card that the TPU API is failing (%s)", job.lease_id, away)
 
 
 async def _delete_quietly(svc: WorkerLeaseDeps, lease: Lease) -> None:
