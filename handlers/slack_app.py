@@ -98,13 +98,18 @@ async def report_listener_error(error: Exception, body: dict) -> None:
 
 
 def request_named(body: dict) -> str:
-    """Which request: an event's type, channel and ts; a command and its channel; a button and its channel."""
+    """Which request: an event's type, channel and ts; a command and its channel; a button and its
+    channel. Each part is cut short: a hostile body's fields can be anything."""
     if isinstance(event := body.get("event"), dict):
-        return f"{event.get('type', '?')} in {event.get('channel', '?')} at {event.get('ts', '?')}"
+        return f"{_part(event.get('type'))} in {_part(event.get('channel'))} at {_part(event.get('ts'))}"
     if "command" in body:
-        return f"{body.get('command')} in {body.get('channel_id', '?')}"
+        return f"{_part(body.get('command'))} in {_part(body.get('channel_id'))}"
     actions, channel = body.get("actions"), body.get("channel")
     if isinstance(actions, list) and actions and isinstance(actions[0], dict):
-        where = channel.get("id", "?") if isinstance(channel, dict) else "?"
-        return f"{actions[0].get('action_id', '?')} in {where}"
-    return str(body.get("type", "a request"))
+        where = channel.get("id") if isinstance(channel, dict) else None
+        return f"{_part(actions[0].get('action_id'))} in {_part(where)}"
+    return _part(body.get("type") or "a request")
+
+
+def _part(value: object) -> str:
+    return "?" if value is None else str(value)[:60]
