@@ -15,7 +15,8 @@ import redis as redis_sync
 from infra.prices import money
 
 import test_expiry_alerts
-from test_expiry_alerts import ADMIN, ALICE, TEAM, TPUBOT, channel_posts, wait_until, worker_env
+from test_expiry_alerts import (ADMIN, ALICE, TEAM, TPUBOT, arq_keys, channel_posts, lease_of, qrs_of, wait_until,
+                                worker_env)
 
 # Fixtures shared with test_expiry_alerts, bound here by name (pytest finds a module's fixtures by name)
 harness = test_expiry_alerts.harness
@@ -85,6 +86,25 @@ def test_80_and_100_percent_alerts_exactly_once_with_three_workers(harness):
     assert "$18.00 of $18.00 (100%)" in workspace_100[0]
 
 
+def test_a_run_is_billed_from_the_clouds_active_not_from_when_the_watcher_saw_it(harness):
+    """The cloud ends a flex-start run maxRunDuration after its real ACTIVE (terminationTime); the
+    watcher sees ACTIVE up to a poll later (2 s here). The lease's ACTIVE time, the start of its bill,
+    is the cloud's: terminationTime - maxRunDuration."""
+    from datetime import datetime
+
+    stack, slack, _ = harness(workers=1, poll_interval="2s")
+    assert "Requested" in slack.slash("up 1h", user=ALICE, channel="CBILL").text
+    lease = wait_until(lambda: lease_of(stack, "CBILL").get("active_at") and lease_of(stack, "CBILL"), timeout=60,
+                       what="ACTIVE")
+    wait_until(lambda: arq_keys(stack, f"arq:job:timer:{lease['lease_id']}:*:expiry"), what="the timers, set after")
+    lease = lease_of(stack, "CBILL")
+    run = qrs_of(stack, "CBILL")[0]["resource"]["runDuration"]
+    termination = datetime.fromisoformat(run["terminationTime"].replace("Z", "+00:00")).timestamp()
+    assert float(run["maxRunDuration"].rstrip("s")) == 3600
+    assert abs(float(lease["active_at"]) - (termination - 3600)) < 0.001, (lease["active_at"], termination)
+    assert abs(float(lease["deadline"]) - termination) < 0.001
+
+
 def test_ledger_rebuilt_from_receipts_and_running_leases_after_the_state_is_wiped(harness, tmp_path):
     # $360 an hour ($0.10 a second): two 9-second runs end ($0.90 each), a 2-hour one keeps $720 reserved.
     budgets = dict(budget_workspace_monthly="722", tpu_zones="us-west4-a")
@@ -118,10 +138,9 @@ def test_ledger_rebuilt_from_receipts_and_running_leases_after_the_state_is_wipe
     print(json.dumps(after, indent=1))
     assert set(after) == set(before) == {"CREB1", "CREB2", "CREB3"}
     for channel in ("CREB1", "CREB2"):
-        # Rebuilt exactly as it was. Each run is billed from the ACTIVE the watcher saw to its end,
-        # capped at its 9 s: the cloud's own deadline comes as much earlier as the watcher saw ACTIVE
-        # late (0.6 s on a busy machine: $0.84), an expiry a few ms before the deadline bills a few ms less.
-        assert after[channel]["usd"] == before[channel]["usd"] and 0.70 < after[channel]["usd"] <= 0.90 + 1e-9
+        # Rebuilt exactly as it was. Each run is billed from the cloud's ACTIVE to its end, capped at its
+        # 9 s ($0.90); an expiry a few ms before the deadline bills a few ms less.
+        assert after[channel]["usd"] == before[channel]["usd"] and 0.85 < after[channel]["usd"] <= 0.90 + 1e-9
         assert after[channel]["leases"] == 1 and after[channel]["running"] == 0
     assert after["CREB3"]["running"] == 1 and after["CREB3"]["reserved_usd"] == before["CREB3"]["reserved_usd"] == 720
     refused_after = slack.slash("up 0.0025h", user=ALICE, channel="CREB4").text

@@ -32,6 +32,8 @@ from infra.tpu_errors import TpuError
 
 if TYPE_CHECKING:
     from agent.context import AlertingDeps, WorkerLeaseDeps
+    from infra.state.leases import LeaseChanges
+    from infra.tpu import RunWindow
 
 log = logging.getLogger(__name__)
 
@@ -100,23 +102,39 @@ async def schedule_timers(svc: "AlertingDeps", lease: Lease, *, now: float | Non
     return queued
 
 
-async def cloud_deadline(svc: "WorkerLeaseDeps", lease: Lease) -> float | None:
-    """The cloud's own termination time for the QR, if the API reports it."""
+async def cloud_run_window(svc: "WorkerLeaseDeps", lease: Lease) -> "RunWindow | None":
+    """The QR's run window as the cloud reports it (its termination time once ACTIVE), or None."""
     try:
-        window = await svc.tpu.aio.get_run_window(lease.zone, lease.qr_id)
+        return await svc.tpu.aio.get_run_window(lease.zone, lease.qr_id)
     except TpuError as error:
         log.warning("run window of %s unavailable: %s", lease.qr_id, error)
         return None
-    return window.termination_time if window else None
+
+
+def cloud_times(lease: Lease, window: "RunWindow | None") -> "LeaseChanges":
+    """The deadline and the ACTIVE time by the cloud's own clock where they differ from what the
+    watcher saw. The cloud counts the run from the real ACTIVE (terminationTime = ACTIVE +
+    maxRunDuration); the watcher saw it up to a poll later, and a bill from that was short by as
+    much. An ACTIVE time that would fall after the one seen, or before the lease asked for its TPU,
+    is a clock apart from ours, and the one seen is kept."""
+    changes: LeaseChanges = {}
+    if window is None or not window.termination_time:
+        return changes
+    started = window.termination_time - (window.max_run_seconds or lease.run_seconds)
+    if lease.active_at and (lease.queued_at or lease.created_at) <= started < lease.active_at:
+        changes["active_at"] = started  # with the deadline it implies: a bill is never longer than the run
+        changes["deadline"] = window.termination_time
+    elif abs(window.termination_time - lease.deadline) > DEADLINE_TOLERANCE:
+        changes["deadline"] = window.termination_time
+    return changes
 
 
 class ExpiryHook:
-    """On ACTIVE: align the deadline with the cloud's termination time, then schedule the timers."""
+    """On ACTIVE: align the deadline and the ACTIVE time with the cloud's, then schedule the timers."""
 
     async def on_active(self, svc: "WorkerLeaseDeps", lease: Lease) -> None:
-        termination = await cloud_deadline(svc, lease)
-        if termination and abs(termination - lease.deadline) > DEADLINE_TOLERANCE:
-            lease = await svc.leases.update(lease, deadline=termination) or lease
+        if changes := cloud_times(lease, await cloud_run_window(svc, lease)):
+            lease = await svc.leases.update(lease, **changes) or lease
         await schedule_timers(svc, lease)
 
     async def on_released(self, svc: "AlertingDeps", lease: Lease, reason: str) -> None:
