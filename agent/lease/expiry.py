@@ -115,13 +115,13 @@ def cloud_times(lease: Lease, window: "RunWindow | None") -> "LeaseChanges":
     """The deadline and the ACTIVE time by the cloud's own clock where they differ from what the
     watcher saw. The cloud counts the run from the real ACTIVE (terminationTime = ACTIVE +
     maxRunDuration); the watcher saw it up to a poll later, and a bill from that was short by as
-    much. An ACTIVE time that would fall after the one seen, or before the lease asked for its TPU,
-    is a clock apart from ours, and the one seen is kept."""
+    much. An ACTIVE time that would fall after the one seen, or before the lease was asked for, is a
+    clock apart from ours, and the one seen is kept."""
     changes: LeaseChanges = {}
     if window is None or not window.termination_time:
         return changes
     started = window.termination_time - (window.max_run_seconds or lease.run_seconds)
-    if lease.active_at and (lease.queued_at or lease.created_at) <= started < lease.active_at:
+    if lease.active_at and lease.created_at <= started < lease.active_at:
         changes["active_at"] = started  # with the deadline it implies: a bill is never longer than the run
         changes["deadline"] = window.termination_time
     elif abs(window.termination_time - lease.deadline) > DEADLINE_TOLERANCE:
