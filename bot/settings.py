@@ -234,9 +234,7 @@ class Settings(BaseSettings):
     sandbox_time_scale: float = Field(
         1.0, description="sandbox only: multiply emulated cloud timings (lower is faster)"
     )
-    # NoDecode: the text reaches the price validator as written; decoded by pydantic-settings, `null`
-    # became None, which it drops, so PRICES=null left the defaults in force without a word.
-    prices: Annotated[PriceTableSetting, NoDecode] = Field(
+    prices: PriceTableSetting = Field(
         default_factory=default_price_table,
         description="TPU USD per chip-hour: JSON list of entries merged over the defaults (infra/prices.py)",
     )

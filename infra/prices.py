@@ -18,6 +18,7 @@ from decimal import Decimal
 from typing import Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator
+from pydantic_settings import NoDecode
 from typing_extensions import Annotated
 
 ProvisioningModel = Literal["on-demand", "flex-start", "spot"]
@@ -205,8 +206,10 @@ def merge_over_defaults(value: Any) -> Any:
     return default_price_table().merged(overrides)
 
 
-# The type of `Settings.prices`: whatever tpu.env holds is merged over the defaults.
-PriceTableSetting = Annotated[PriceTable, BeforeValidator(merge_over_defaults)]
+# The type of `Settings.prices`: whatever tpu.env holds is merged over the defaults. NoDecode: the text
+# reaches merge_over_defaults as written, which decodes it; decoded by pydantic-settings, `null` became
+# None, which it drops, so PRICES=null left the defaults in force without a word.
+PriceTableSetting = Annotated[PriceTable, NoDecode, BeforeValidator(merge_over_defaults)]
 
 
 # --- money, as people read it ---------------------------------------------------------------

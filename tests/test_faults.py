@@ -179,13 +179,17 @@ def test_gcp_unavailable_beyond_the_retries_gives_a_clear_message_and_frees_the_
     slack.close()
 
 
+def lose_the_creates_answer(tpu) -> None:
+    """The create is made and answered 504; the client's two retries of it meet 503s."""
+    tpu.inject_failures(1, http_status=504, path_contains="queuedResources", method="POST", applied=True)
+    tpu.inject_failures(2, http_status=503, path_contains="queuedResources", method="POST")
+
+
 def test_a_create_answered_with_a_timeout_after_it_was_made_is_adopted_not_left_running(stack):
     """DEADLINE_EXCEEDED "may be returned even if the operation has completed successfully"
     (google.rpc.Code): the create is made, its answer is a 504, and the client's retries meet 503s.
     The bot asks for the queued resource before it says nothing was made, and adopts it."""
-    stack.tpu_sandbox.inject_failures(1, http_status=504, path_contains="queuedResources", method="POST",
-                                      applied=True)
-    stack.tpu_sandbox.inject_failures(2, http_status=503, path_contains="queuedResources", method="POST")
+    lose_the_creates_answer(stack.tpu_sandbox)
     slack = stack.signed_requests()
     slack.slash("up", user=ALICE, channel=CHANNEL)
     wait_until(lambda: any("ACTIVE" in t for t in card_texts(stack.slack)), what="the made QR adopted and ACTIVE")
@@ -202,8 +206,7 @@ def test_a_later_try_that_cannot_look_for_its_earlier_create_is_retried_not_told
     job's next one cannot tell whether a QR exists, so the job is tried again (the channel is not told
     "nothing was created" on a guess) until the API answers, and the QR is adopted."""
     tpu = stack.tpu_sandbox
-    tpu.inject_failures(1, http_status=504, path_contains="queuedResources", method="POST", applied=True)
-    tpu.inject_failures(2, http_status=503, path_contains="queuedResources", method="POST")
+    lose_the_creates_answer(tpu)
     slack = stack.signed_requests()
     slack.slash("up", user=ALICE, channel=CHANNEL)
     # The client waits 0.25 s or more before each retry of the create: time to make the looks fail.

@@ -34,7 +34,7 @@ from infra.jobs import JobOutcome
 from infra.state.leases import Lease, LeaseState
 from infra.state.locks import HeldLock
 from infra.model_keys import ModelKeyError
-from infra.tpu import QrSpec, TpuError, bot_labels
+from infra.tpu import QrSpec, QueuedResourceView, TpuError, bot_labels
 
 WORKING_STATES = (LeaseState.PENDING, LeaseState.CREATING)
 
@@ -69,7 +69,7 @@ async def _provision(svc: WorkerLeaseDeps, lease: Lease, lock: HeldLock, *, firs
         await fail_lease(svc, lease, unavailable_message(error))
         return JobOutcome.failed(error.kind.value)
     if existing is not None:
-        return await _created(svc, lease, SearchOutcome(status=SearchStatus.CREATED, zone=lease.zone, qr=existing))
+        return await _adopted(svc, lease, existing)
     # The VM reads the key at boot, so it must exist before the create; a retried job keeps it.
     try:
         await svc.model_keys.create(lease.lease_id)
@@ -145,6 +145,11 @@ async def _created(svc: ChannelDeps, lease: Lease, outcome: SearchOutcome) -> Jo
     return JobOutcome.ok(f"created {lease.qr_id} in {lease.zone}" + (f" after {tries} attempts" if tries > 1 else ""))
 
 
+async def _adopted(svc: ChannelDeps, lease: Lease, qr: QueuedResourceView) -> JobOutcome:
+    """A QR of this lease's that an earlier try made, taken on as if this try had."""
+    return await _created(svc, lease, SearchOutcome(status=SearchStatus.CREATED, zone=lease.zone, qr=qr))
+
+
 async def _unconfirmed_create(svc: WorkerLeaseDeps, lease: Lease, outcome: SearchOutcome) -> JobOutcome:
     """The API kept failing the create past the client's retries. A timeout (504, DEADLINE_EXCEEDED)
     may come back for a create that was made, so ask for the QR before saying nothing was: one that
@@ -152,7 +157,7 @@ async def _unconfirmed_create(svc: WorkerLeaseDeps, lease: Lease, outcome: Searc
     question that fails too is a transient error: the job runs again later and asks first."""
     made = await svc.tpu.aio.get_queued_resource(lease.zone, lease.qr_id)
     if made is not None:
-        return await _created(svc, lease, SearchOutcome(status=SearchStatus.CREATED, zone=lease.zone, qr=made))
+        return await _adopted(svc, lease, made)
     await fail_lease(svc, lease, outcome.message or "The TPU API kept failing after retries.")
     return JobOutcome.failed(SearchStatus.UNAVAILABLE.value)
 

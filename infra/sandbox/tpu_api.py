@@ -151,6 +151,9 @@ class _InjectedFailure:
     def matches(self, method: str, path: str) -> bool:
         return (self.path_contains is None or self.path_contains in path) and self.method in (None, method)
 
+    def answer(self) -> tuple[int, dict]:
+        return self.http_status, _ApiError(self.http_status, self.message).body()
+
 
 class _ApiError(Exception):
     def __init__(self, http_status: int, message: str, details: list[dict] | None = None,
@@ -529,7 +532,7 @@ class TpuSandbox(LazyServed):
             if injected is not None:
                 self._injected.remove(injected)
                 if not injected.applied:
-                    return injected.http_status, _ApiError(injected.http_status, injected.message).body()
+                    return injected.answer()
 
         def answer() -> tuple[int, dict]:
             try:
@@ -541,7 +544,7 @@ class TpuSandbox(LazyServed):
         answered = held_to_schema(api, (method, url.path, query, body), answer, self.rejected,
                                   self.response_problems, "tpu")
         if injected is not None:  # applied: the change is made, its answer lost on the way back
-            return injected.http_status, _ApiError(injected.http_status, injected.message).body()
+            return injected.answer()
         return answered
 
     def _route(self, method: str, path: str, query: dict[str, list[str]], body: Any,
