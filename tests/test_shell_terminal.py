@@ -259,7 +259,9 @@ def test_a_paste_after_a_typed_mention_line_is_folded_and_lines_wrap_at_80_colum
         term.type("\r")
         term.wait_for("Made without the model", count=2, timeout=120)
 
-        # Cards at 80 columns: rows fit, broken at spaces (a word is never split across rows).
+        # Cards at 80 columns: rows fit, broken at spaces (a word is never split across rows). Typed at
+        # the idle prompt: keys typed while an answer is being drawn can land on the answer's line.
+        wait_until(lambda: term.screen.endswith("alice> "), timeout=30, what="the idle `alice> ` prompt")
         term.type("/tpu help\r")
         screen = term.wait_for(HELP_TITLE)
         term.wait_for("alice> ", count=4)
