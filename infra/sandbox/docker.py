@@ -302,6 +302,9 @@ class DockerDaemon:
         entrypoint = (options.get("entrypoint") or [""])[-1]
         container = Container(id=secrets.token_hex(32), name=name, image=image, entrypoint=entrypoint, command=command,
                               env=container_env, mounts=mounts, restart=(options.get("restart") or ["no"])[-1])
+        # `docker run -d` answers once the container has started: an inspect right after it must not
+        # read an exit (the startup script would publish a crash with an empty error line).
+        container.started_at, container.running = time.time(), True
         with self._lock:
             self.containers[name] = container
         threading.Thread(target=self._life, args=(container,), name=f"container-{name}", daemon=True).start()
@@ -311,8 +314,6 @@ class DockerDaemon:
         """Run the container; Docker restarts it (unless-stopped / always / on-failure) when it exits."""
         delay = RESTART_DELAY_SECONDS
         while not container.removed.is_set():
-            container.started_at = time.time()
-            container.running = True
             container.exit_code = self._run_once(container)
             container.running = False
             if container.removed.is_set() or container.restart == "no":
@@ -321,6 +322,7 @@ class DockerDaemon:
                 return
             delay = min(delay * 2, 60.0)
             container.restart_count += 1
+            container.started_at, container.running = time.time(), True
 
     def _run_once(self, container: Container) -> int:
         """One run of the container's process; its exit code (0 when it was removed while serving)."""
