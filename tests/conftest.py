@@ -56,6 +56,41 @@ def tier_of(item: pytest.Item) -> str:
     return "inprocess" if "redis_url" in fixtures or "redis_server_url" in fixtures else "unit"
 
 
+# What makes a test end to end is also seen as it happens (Python's audit events), so a test that
+# starts a LocalStack or one of our processes without a fixture or mark that says so fails with the
+# fix: a mis-tiered file is missing from `-m e2e` and is handed to the workers late (a long file
+# left to the end keeps one worker busy while the others idle).
+_OUR_PROGRAM = Path(sys.executable).with_name("tpubot")
+_full_stack_seen: list[str] = []
+
+
+def _is_our_process(argv: object) -> bool:
+    args = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else [str(argv)]
+    if any(Path(a).name == "tpubot" or a == str(_OUR_PROGRAM) for a in args):
+        return True
+    return any(a == "-m" and b.split(".")[0] == "bot" for a, b in zip(args, args[1:]))
+
+
+def _watch_for_full_stacks(event: str, args: tuple) -> None:
+    if event == "subprocess.Popen" and _is_our_process(args[1]):
+        _full_stack_seen.append(f"started our process {' '.join(map(str, args[1]))[:120]!r}")
+    elif event == "socket.bind" and sys._getframe(1).f_code.co_qualname == "_UvicornThread.__init__":
+        _full_stack_seen.append("started a LocalStack's web app")
+
+
+sys.addaudithook(_watch_for_full_stacks)
+
+
+@pytest.fixture(autouse=True)
+def end_to_end_work_is_marked_e2e(request: pytest.FixtureRequest) -> Iterator[None]:
+    _full_stack_seen.clear()
+    yield
+    seen, _ = list(_full_stack_seen), _full_stack_seen.clear()
+    if seen and not request.node.get_closest_marker("e2e"):
+        pytest.fail(f"{request.node.nodeid} {seen[0]} but is not in the e2e tier: mark it (or its file, "
+                    "`pytestmark = pytest.mark.e2e`) e2e", pytrace=False)
+
+
 def pytest_configure(config: pytest.Config) -> None:
     for tier in TIERS:
         config.addinivalue_line("markers", f"{tier}: the {tier} tier (tests/conftest.py, tier_of)")

@@ -505,6 +505,7 @@ def test_without_a_model_intent_rules_propose_teardown_only_when_asked(modelless
     assert [b["text"]["text"] for b in proposal_buttons(stack, "C0N2")] == ["Tear down"]
 
 
+@pytest.mark.e2e
 def test_unreachable_model_falls_back_to_the_rules(redis_url, tmp_path, monkeypatch):
     with make_stack(redis_url, tmp_path, monkeypatch, gemma_base_url="http://127.0.0.1:9/v1") as stack:
         stack.signed_requests().mention("<@UTPUBOT> status?", user=ALICE, channel="C0N3")

@@ -23,6 +23,8 @@ from infra.state import keys
 from infra.state.redis_server import RestartableRedis
 from waiting import wait_until
 
+pytestmark = pytest.mark.e2e  # runs our own processes or a LocalStack (conftest end_to_end_work_is_marked_e2e)
+
 PAGERDUTY_DEADLINE_SECONDS = 5.0
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import subprocess
 
+import pytest
 import redis as redis_sync
 
 from infra.prices import money
@@ -17,6 +18,8 @@ from infra.prices import money
 import test_expiry_alerts
 from test_expiry_alerts import (ADMIN, ALICE, TEAM, TPUBOT, arq_keys, channel_posts, lease_of, qrs_of, wait_until,
                                 worker_env)
+
+pytestmark = pytest.mark.e2e  # runs our own processes or a LocalStack (conftest end_to_end_work_is_marked_e2e)
 
 # Fixtures shared with test_expiry_alerts, bound here by name (pytest finds a module's fixtures by name)
 harness = test_expiry_alerts.harness

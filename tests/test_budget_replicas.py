@@ -19,6 +19,8 @@ from infra.sandbox.slack_requests import SlackRequests
 from infra.state.spend import SpendLedger, month_of
 from test_replicas import replicas  # noqa: F401  (the two-web-process fixture)
 
+pytestmark = pytest.mark.e2e  # runs our own processes or a LocalStack (conftest end_to_end_work_is_marked_e2e)
+
 BUDGET, RUN_USD = 10.0, 2.40
 CHANNELS = [f"C0BURST{i:02d}" for i in range(20)]
 

@@ -64,6 +64,7 @@ def test_doctor_names_a_missing_network_and_zero_quota(env):
     assert "FAIL  tpu quota" in result.output
 
 
+@pytest.mark.e2e
 def test_failed_verdict_is_cached_and_up_explains_it_instead_of_searching(env, redis_url, tmp_path):
     env.setenv("REDIS_URL", redis_url)
     env.setenv("HF_TOKEN_SECRET", "gemma-hf-token")

@@ -199,6 +199,7 @@ def active_with_deadline(stack, channel: str) -> dict | None:
 # --- must show ----------------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_three_workers_twenty_leases_each_alert_exactly_once(harness):
     # Zones with capacity only: this test is about alerts, and a burst of creates spreads over the
     # zones (a zone whose only attempt is still waiting ranks below one never tried), so a lease sent
@@ -237,6 +238,7 @@ def test_three_workers_twenty_leases_each_alert_exactly_once(harness):
     assert not bad, bad[:2]
 
 
+@pytest.mark.e2e
 def test_worker_down_across_the_deadline_posts_one_late_alert_and_deletes_the_qr(harness):
     stack, slack, workers = harness(workers=1, alert_lead_times="3s", alert_late_after="2s")
     channel = "CLATE"
@@ -270,6 +272,7 @@ def test_worker_down_across_the_deadline_posts_one_late_alert_and_deletes_the_qr
     assert "holds no TPU" in slack.slash("status", user=ALICE, channel=channel).text
 
 
+@pytest.mark.e2e
 def test_flushall_then_one_reconcile_pass_restores_leases_timers_and_status(harness, tmp_path):
     stack, slack, workers = harness(workers=1)
     channels = ["CREC1", "CREC2", "CREC3"]
@@ -308,6 +311,7 @@ def test_flushall_then_one_reconcile_pass_restores_leases_timers_and_status(harn
     assert document["restored"] == [] and "restored" not in document["summary"], again.stdout
 
 
+@pytest.mark.e2e
 def test_tpubot_reconcile_waits_for_a_pass_already_running(harness, tmp_path):
     """A worker's scheduled pass skips when another holds the lock; `tpubot reconcile` waits for that
     one to end and says so (an operator asking for a pass now gets one), and past --wait says that
@@ -343,6 +347,7 @@ def test_tpubot_reconcile_waits_for_a_pass_already_running(harness, tmp_path):
     client.close()
 
 
+@pytest.mark.e2e
 def test_a_restored_lease_is_torn_down_for_real_through_a_503(harness, tmp_path):
     """A lease the reconciler rebuilt holds a real TPU: `/tpu down` deletes it before saying "Torn down",
     through a 503 that outlasts the client's own tries (the teardown job is run again)."""
@@ -373,6 +378,7 @@ def test_a_restored_lease_is_torn_down_for_real_through_a_503(harness, tmp_path)
     assert released and "Torn down" in released[-1] and "not confirmed" not in released[-1], released
 
 
+@pytest.mark.e2e
 def test_acknowledged_warning_does_not_repeat(harness):
     stack, slack, workers = harness(workers=1, alert_lead_times="12s,3s", alert_late_after="3s")
     channel = "CACK"
@@ -394,6 +400,7 @@ def test_acknowledged_warning_does_not_repeat(harness):
     assert "<@UBOB> acknowledged the deadline warning" in receipt[0].body["text"]
 
 
+@pytest.mark.e2e
 def test_old_lease_timers_do_nothing_after_down_then_up(harness):
     stack, slack, workers = harness(workers=1, alert_lead_times="3s", alert_late_after="2s")
     channel = "CDOWNUP"
@@ -440,6 +447,7 @@ def node_emulators(stack, channels: list[str]) -> dict[str, VllmEmulator]:
     return found
 
 
+@pytest.mark.e2e
 def test_idle_teardown_fires_on_an_unused_endpoint_but_not_when_metrics_are_unreachable(harness):
     stack, slack, workers = harness(workers=1, alert_lead_times="2s", idle_teardown_minutes="0.25",
                                     idle_check_interval="0.5s")
@@ -493,6 +501,7 @@ def test_idle_teardown_fires_on_an_unused_endpoint_but_not_when_metrics_are_unre
 # --- the slash commands ------------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_oncall_and_cost_commands(harness):
     stack, slack, workers = harness(workers=1)
     channel = "COPS"
@@ -514,6 +523,7 @@ def test_oncall_and_cost_commands(harness):
     assert "No benchmark" in cost
 
 
+@pytest.mark.e2e
 def test_alert_teardown_button_goes_through_confirm_and_checks_the_lease(harness):
     stack, slack, workers = harness(workers=1, alert_lead_times="30s")
     channel = "CBTN"

@@ -29,6 +29,8 @@ from infra.sandbox.slack_requests import SlackRequests
 from infra.sandbox.tpu_api import TpuSandbox
 from infra.state.leases import LeaseStore
 
+pytestmark = pytest.mark.e2e  # runs our own processes or a LocalStack (conftest end_to_end_work_is_marked_e2e)
+
 TPUBOT = Path(sys.executable).with_name("tpubot")
 CHANNEL = "C0FAULT"
 ALICE = "UALICE"

@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 import waiting
 from handlers import cards
 from infra.sandbox.iam import default_compute_account
@@ -170,6 +172,7 @@ def _run_readme_block(api, tmp_path: Path, after: str, **extra_env: str) -> subp
 OPERATOR = "user:operator@example.com"  # the project's owner, who pastes the README's commands
 
 
+@pytest.mark.e2e
 def test_the_readmes_commands_word_for_word_give_a_node_that_reads_both_secrets(redis_url, tmp_path):
     """A project where the TPU VM's account has nothing: the README's block for it is run as pasted
     (PROJECT set, as it says), by a gcloud that calls the sandbox's APIs as the project's owner."""
@@ -201,6 +204,7 @@ def test_the_readmes_commands_word_for_word_give_a_node_that_reads_both_secrets(
 DEDICATED = "tpubot-node@tpubot-sandbox.iam.gserviceaccount.com"  # what the README's dedicated block creates
 
 
+@pytest.mark.e2e
 def test_the_readmes_dedicated_account_block_word_for_word_gives_a_node_that_runs_as_it_and_reads_both_secrets(
         redis_url, tmp_path):
     """The "A dedicated account instead" block, as pasted (PROJECT and BOT_SA set, the HF token created as the
@@ -246,6 +250,7 @@ def test_the_readmes_dedicated_account_block_word_for_word_gives_a_node_that_run
         slack.close()
 
 
+@pytest.mark.e2e
 def test_a_bot_that_may_not_act_as_the_configured_account_fails_the_lease_before_any_tpu_with_the_grant(
         redis_url, tmp_path):
     """The dedicated block without its last grant: Google refuses to create a TPU that runs as an account its
@@ -282,6 +287,7 @@ def test_every_pre_vllm_failure_the_table_knows_is_in_the_readme():
     assert listed == [known.name for known in KNOWN_STARTUP_ERRORS if known.before_vllm]
 
 
+@pytest.mark.e2e
 def test_a_configured_service_account_is_sent_with_the_create_and_the_vm_runs_as_it(redis_url, tmp_path):
     from bot.local_stack import LocalStack
     from bot.settings import Settings
@@ -311,6 +317,7 @@ def test_a_configured_service_account_is_sent_with_the_create_and_the_vm_runs_as
         slack.close()
 
 
+@pytest.mark.e2e
 def test_a_bot_that_may_not_grant_the_vm_its_key_fails_the_lease_before_any_tpu_with_the_role(redis_url, tmp_path):
     from bot.local_stack import LocalStack
     from bot.settings import Settings
@@ -411,6 +418,7 @@ def test_a_keys_policy_that_changes_under_every_write_fails_with_what_to_stop():
         assert "something else keeps rewriting the IAM policy of tpubot-model-key-* secrets" in raised.value.fix
 
 
+@pytest.mark.e2e
 def test_a_tpu_service_account_that_does_not_exist_fails_the_lease_before_any_tpu_naming_it(redis_url, tmp_path):
     from bot.local_stack import LocalStack
     from bot.settings import Settings
@@ -446,6 +454,7 @@ def test_the_default_account_missing_names_the_compute_engine_api():
         assert "gcloud services enable compute.googleapis.com --project tpubot-sandbox" in raised.value.fix
 
 
+@pytest.mark.e2e
 def test_a_bot_with_the_readmes_custom_role_instead_of_secretmanager_admin_brings_a_lease_to_ready(redis_url, tmp_path):
     """The README's narrower alternative is enough: create, grant, read back, list and delete each key."""
     from bot.local_stack import LocalStack

@@ -73,6 +73,7 @@ def log_lines(n: int = 60) -> list[str]:
 # --- the must-show: a TPU to READY and back with nothing but `tpubot mcp` -------------------
 
 
+@pytest.mark.e2e
 async def test_mcp_without_redis_url_takes_a_tpu_to_ready_and_back(tmp_path):
     (tmp_path / "logs").mkdir()
     (tmp_path / "logs" / "train.log.gz").write_bytes(gzip.compress("\n".join(log_lines()).encode()))

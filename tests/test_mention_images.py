@@ -182,6 +182,7 @@ def test_metadata_is_stripped_and_a_photo_stays_jpeg(stack, emu):
     assert not sent.getexif() and "exif" not in sent.info and "icc_profile" not in sent.info
 
 
+@pytest.mark.e2e
 def test_without_a_model_the_answer_says_it_could_not_read_the_images(redis_url, tmp_path, monkeypatch):
     with make_stack(redis_url, tmp_path, monkeypatch) as stack:
         slack = stack.signed_requests()
@@ -270,6 +271,7 @@ async def test_ask_model_over_mcp_shows_images_under_the_working_directory_and_n
 # --- tpubot shell: !attach ----------------------------------------------------------------------
 
 
+@pytest.mark.e2e
 def test_shell_attach_sends_a_screenshot_and_a_log_with_the_next_mention(tmp_path, redis_url):
     import subprocess
     import sys

@@ -105,3 +105,24 @@ def test_end_to_end_files_are_handed_out_before_the_others(request):
         rank_of_file[name] = max(rank_of_file.get(name, 0), rank)
     ranks = list(rank_of_file.values())
     assert ranks == sorted(ranks, reverse=True)
+
+
+@pytest.mark.e2e
+def test_a_local_stack_or_our_process_is_seen_as_end_to_end_work():
+    """conftest's audit hook sees what makes a test end to end, whatever fixtures it uses: a test in a
+    lower tier that does either fails (end_to_end_work_is_marked_e2e)."""
+    import conftest
+    from bot.local_stack import _UvicornThread
+
+    conftest._full_stack_seen.clear()
+    web = _UvicornThread(lambda scope, receive, send: None)
+    web.socket.close()
+    assert conftest._full_stack_seen == ["started a LocalStack's web app"]
+    conftest._full_stack_seen.clear()
+    subprocess.run([str(Path(sys.executable).with_name("tpubot")), "--help"], capture_output=True, timeout=60)
+    assert conftest._full_stack_seen and "started our process" in conftest._full_stack_seen[0]
+    conftest._full_stack_seen.clear()
+    subprocess.run([sys.executable, "-c", "pass"], timeout=60)  # any other process is not ours
+    assert conftest._full_stack_seen == []
+    assert conftest._is_our_process([sys.executable, "-m", "bot.cli", "serve"])
+    assert not conftest._is_our_process([sys.executable, "-m", "pytest", "--collect-only"])

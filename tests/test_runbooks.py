@@ -228,6 +228,7 @@ def _answer(stack, channel: str) -> str:
     return done()
 
 
+@pytest.mark.e2e
 def test_without_a_model_the_answer_names_the_team_runbook_its_logs_match_and_its_fix(redis_url, tmp_path, monkeypatch):
     with _stack(redis_url, tmp_path, monkeypatch) as stack:
         stack.signed_requests().mention(f"<@UTPUBOT> what is wrong here?\n{LOGS}", user=ALICE, channel="C0RB1")
@@ -236,6 +237,7 @@ def test_without_a_model_the_answer_names_the_team_runbook_its_logs_match_and_it
     assert "L12" in text and "Fix: Find the holder" in text
 
 
+@pytest.mark.e2e
 def test_the_sandbox_model_cites_the_runbook_from_its_tool_result(redis_url, tmp_path, monkeypatch):
     with VllmEmulator(latency=LatencyModel.instant()) as emu, \
             _stack(redis_url, tmp_path, monkeypatch, gemma_base_url=emu.base_url) as stack:
@@ -246,6 +248,7 @@ def test_the_sandbox_model_cites_the_runbook_from_its_tool_result(redis_url, tmp
     assert "runbook sections whose symptoms match these logs" in prompts  # the first turn carries it too
 
 
+@pytest.mark.e2e
 def test_tpu_runbook_finds_a_section_added_to_the_team_folder_without_a_restart(redis_url, tmp_path, monkeypatch):
     with _stack(redis_url, tmp_path, monkeypatch) as stack:
         slack = stack.signed_requests()
@@ -278,6 +281,7 @@ def _builtin_stack(redis_url, tmp_path, monkeypatch, **overrides) -> LocalStack:
     ("vllm-startup-shared-kv-old-image", "RB:vllm-tpu#image-too-old-for-gemma-4-e2b-shared-kv-layers"),
     ("vllm-mm-batched-tokens", "RB:vllm-tpu#max-num-batched-tokens-below-a-multimodal-item"),
 ])
+@pytest.mark.e2e
 def test_a_vllm_start_up_failure_is_answered_with_its_built_in_runbook_and_fix(redis_url, tmp_path, monkeypatch,
                                                                               incident_id, cite):
     incident = _shipped(incident_id)

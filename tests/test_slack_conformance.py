@@ -336,6 +336,7 @@ def run_socket(sandbox: SlackApiSandbox, redis_url: str, app_token: str, bot_tok
     return subprocess.run([str(TPUBOT), "socket"], env=env, capture_output=True, text=True, timeout=60)
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("which", ["bot-token-as-app-token", "revoked-app-token", "wrong-bot-token"])
 def test_socket_mode_with_a_refused_token_exits_with_one_line_naming_the_fix(sandbox, redis_url, which):
     app_token, bot_token = {

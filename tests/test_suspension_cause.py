@@ -68,6 +68,7 @@ def test_a_suspension_hours_before_the_deadline_is_named_on_the_card_the_receipt
     assert "Expired at" not in text
 
 
+@pytest.mark.e2e
 def test_the_deadline_timer_reads_who_suspended_a_tpu_the_watcher_never_saw(harness):  # noqa: F811
     """Review of issue 41, item 6: the workers are down, someone in the project suspends the TPU,
     and the watch job is lost; when a worker is back after the deadline only the timer runs. It

@@ -22,6 +22,8 @@ from infra.sandbox.world import (
     seed_world,
 )
 
+pytestmark = pytest.mark.e2e  # runs our own processes or a LocalStack (conftest end_to_end_work_is_marked_e2e)
+
 CHANNEL = "C0ZONES"
 ALICE = "UALICE"
 
