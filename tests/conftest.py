@@ -85,7 +85,8 @@ sys.addaudithook(_watch_for_full_stacks)
 def end_to_end_work_is_marked_e2e(request: pytest.FixtureRequest) -> Iterator[None]:
     _full_stack_seen.clear()
     yield
-    seen, _ = list(_full_stack_seen), _full_stack_seen.clear()
+    seen = list(_full_stack_seen)
+    _full_stack_seen.clear()
     if seen and not request.node.get_closest_marker("e2e"):
         pytest.fail(f"{request.node.nodeid} {seen[0]} but is not in the e2e tier: mark it (or its file, "
                     "`pytestmark = pytest.mark.e2e`) e2e", pytrace=False)
@@ -111,13 +112,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker more than there are cores. Most tests wait on emulated clocks, polls and
-    subprocesses, so more workers would be faster (five on two cores: 8m40s against 10m47s for three;
-    four: 9m38s), but timing-sensitive tests failed under that load (a paste told from typing by its
-    pace, a boot phase between two card updates, a bill that counted a late ACTIVE). Those are
-    load-proof now; this stays at three until more runs at four show it holds."""
+    """`-n auto`: two workers more than there are cores. Most tests wait on emulated clocks, polls and
+    subprocesses, so a core is idle while its worker waits: on two cores four workers take 10m12s to
+    10m34s and the workers end within seconds of each other; three took 11m44s, with a core idle a
+    quarter of the time. (Timing-sensitive tests failed at four once — a paste told from typing by its
+    pace, a boot phase between two card updates, a bill that counted a late ACTIVE — and were made
+    load-proof; four full runs at four workers then passed.)"""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cores + 1, len(TEST_DATABASES))
+    return min(cores + 2, len(TEST_DATABASES))
 
 
 def worker_databases(*, shared: bool, worker: str, count: int) -> list[int]:
