@@ -113,11 +113,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """`-n auto`: two workers more than there are cores. Most tests wait on emulated clocks, polls and
-    subprocesses, so a core is idle while its worker waits: on two cores four workers take 10m12s to
-    10m34s and the workers end within seconds of each other; three took 11m44s, with a core idle a
-    quarter of the time. (Timing-sensitive tests failed at four once — a paste told from typing by its
-    pace, a boot phase between two card updates, a bill that counted a late ACTIVE — and were made
-    load-proof; four full runs at four workers then passed.)"""
+    subprocesses, so a core is idle while its worker waits: on two cores four workers took 10m12s and
+    10m34s (the workers ending within seconds of each other), three 11m44s with a core idle a quarter
+    of the time. Timing-sensitive tests once failed at four (a paste told from typing by its pace, a
+    boot phase between two card updates, a bill that counted a late ACTIVE) and were made load-proof;
+    none failed in the four full runs at four workers since."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return min(cores + 2, len(TEST_DATABASES))
 
