@@ -783,12 +783,24 @@ def run_shell(settings: Settings, stream: TextIO = sys.stdin, out: TextIO = sys.
             stack.stop()
 
 
+_LINE_DROPPED = "\n(Ctrl-C: the line was dropped; !quit or Ctrl-D leaves)\n"
+# What was sent stays sent (the bot finishes it); only this wait is given up.
+_WAIT_GIVEN_UP = "\n(Ctrl-C: stopped waiting; the bot carries on with what it was sent)\n"
+
+
 def _run_terminal(shell: Shell, terminal: TerminalInput) -> int:
+    # A Ctrl-C's notice is written inside the guarded block, before the next prompt: a second Ctrl-C
+    # pressed as the first one's notice shows (a loaded machine, a quick hand) would otherwise arrive
+    # outside any `except` and end the shell.
+    notice = ""
     while True:
         try:
+            if notice:
+                shell.out.write(notice)
+                notice = ""
             line = terminal.read(f"{shell.user}> ")
         except KeyboardInterrupt:
-            shell.out.write("\n(Ctrl-C: the line was dropped; !quit or Ctrl-D leaves)\n")
+            notice = _LINE_DROPPED
             continue
         if line is None:
             shell.out.write("\n")
@@ -798,5 +810,4 @@ def _run_terminal(shell: Shell, terminal: TerminalInput) -> int:
             if not shell.run_line(line, more or (lambda: None)):
                 return 0
         except KeyboardInterrupt:
-            # What was sent stays sent (the bot finishes it); only this wait is given up.
-            shell.out.write("\n(Ctrl-C: stopped waiting; the bot carries on with what it was sent)\n")
+            notice = _WAIT_GIVEN_UP
