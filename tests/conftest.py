@@ -166,19 +166,21 @@ def claim_database(base: str, numbers: Iterator[int], owner: str, *, timeout: fl
     """The next of `numbers` that no other pytest session on this server is using, claimed in database 0.
     Two sessions that share REDIS_URL's server (two checkouts on one machine) would otherwise take the
     same numbers in the same order and flush each other's keys mid-test."""
-    import time
+    from waiting import wait_until
 
     control = redis.Redis.from_url(f"{base}/0")
+
+    def one_free() -> int | None:
+        for _ in TEST_DATABASES:
+            number = next(numbers)
+            if control.set(f"tpubot-tests:claim:{number}", owner, nx=True, ex=CLAIM_SECONDS):
+                return number
+        return None  # every database is another session's: wait for one to finish its test
+
     try:
-        deadline = time.monotonic() + timeout
-        while True:
-            for _ in TEST_DATABASES:
-                number = next(numbers)
-                if control.set(f"tpubot-tests:claim:{number}", owner, nx=True, ex=CLAIM_SECONDS):
-                    return number
-            if time.monotonic() > deadline:
-                pytest.fail(f"every test database of {base} stayed claimed by other pytest sessions for {timeout:.0f}s")
-            time.sleep(0.5)  # every database is another session's: wait for one to finish its test
+        return wait_until(one_free, timeout=timeout, interval=0.5, what="a free test database")
+    except AssertionError:
+        pytest.fail(f"every test database of {base} stayed claimed by other pytest sessions for {timeout:.0f}s")
     finally:
         control.close()
 
