@@ -60,13 +60,13 @@ def tier_of(item: pytest.Item) -> str:
 # starts a LocalStack or one of our processes without a fixture or mark that says so fails with the
 # fix: a mis-tiered file is missing from `-m e2e` and is handed to the workers late (a long file
 # left to the end keeps one worker busy while the others idle).
-_OUR_PROGRAM = Path(sys.executable).with_name("tpubot")
 _full_stack_seen: list[str] = []
 
 
 def _is_our_process(argv: object) -> bool:
+    """`tpubot …` (the venv's script, by any path) or `python -m bot.…`."""
     args = [str(a) for a in argv] if isinstance(argv, (list, tuple)) else [str(argv)]
-    if any(Path(a).name == "tpubot" or a == str(_OUR_PROGRAM) for a in args):
+    if any(Path(a).name == "tpubot" for a in args):
         return True
     return any(a == "-m" and b.split(".")[0] == "bot" for a, b in zip(args, args[1:]))
 
