@@ -12,6 +12,8 @@ import ast
 import dataclasses
 import importlib
 import inspect
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 
@@ -582,3 +584,20 @@ def test_each_view_of_services_is_made_of_its_fields():
         # Spelt alike: a field whose type changes must change in its views too.
         assert {name: kind.strip("'\"") for name, kind in members.items()} == \
             {name: fields[name].strip("'\"") for name in members}, view.__name__
+
+
+def test_the_bots_processes_import_openai_only_to_call_the_model():
+    """`openai`'s API types are about half of a bot process's start-up CPU; the web process, the
+    worker, the shell and the MCP server import it at their first model call (openai_client)."""
+    program = textwrap.dedent("""
+        import sys
+        import bot.cli, bot.mcp_server, bot.shell, bot.web, bot.worker
+        from agent.actions.model_endpoint import ModelEndpoint, openai_client
+        from agent.model_config import ModelConfig
+        print('openai' in sys.modules)
+        openai_client(ModelEndpoint('http://127.0.0.1:9/v1', 'a test'), ModelConfig())
+        print('openai' in sys.modules)
+    """)
+    run = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split() == ["False", "True"]

@@ -9,8 +9,8 @@ TPU first) and talk to it through the same `openai` client, with the key the end
 from __future__ import annotations
 
 import asyncio
+from typing import TYPE_CHECKING
 
-import openai
 from pydantic import BaseModel, ConfigDict, Field
 
 from agent.actions.lease_actions import NoArgs
@@ -23,6 +23,9 @@ from infra.images import PreparedImage, image_content_parts
 from infra.local_files import LocalFileError
 from infra.model_query import TimedAnswer, ask_timed
 from infra.vllm_metrics import EngineGauges, read_gauges, read_version, version_from_fingerprint
+
+if TYPE_CHECKING:
+    import openai
 
 NO_ENDPOINT = ("No model to ask: this channel has no READY TPU (and no GEMMA_BASE_URL is set). `provision` "
                "(`/tpu up`) first, then try again once `status` says READY.")
@@ -126,6 +129,8 @@ async def model_health(svc: AgentDeps, run: RunContext, args: NoArgs) -> ActionR
 
 async def served_models(client: openai.AsyncOpenAI) -> list[str] | str:
     """The model ids `/v1/models` lists, or why it could not be read."""
+    import openai  # at the call, as in openai_client
+
     try:
         page = await client.models.list()
     except openai.APIStatusError as error:

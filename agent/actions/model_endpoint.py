@@ -14,8 +14,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-
-from openai import AsyncOpenAI, Timeout
+from typing import TYPE_CHECKING
 
 from agent.context import Actor, AgentDeps, ChannelDeps
 from agent.lease.model_boot import degraded_reason
@@ -23,6 +22,9 @@ from agent.model_config import ModelConfig
 from agent.redact import Redactor
 from infra.model_keys import ModelKeyError
 from infra.state.leases import Lease, LeaseState
+
+if TYPE_CHECKING:
+    from openai import AsyncOpenAI
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +77,13 @@ async def _lease_endpoint(svc: AgentDeps, lease: Lease, source: str) -> ModelEnd
 
 def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:
     """The one `openai` client every caller of a Gemma endpoint uses: the mention agent, `ask_model`,
-    `model_health`, the eval's arms."""
+    `model_health`, the eval's arms.
+
+    `openai` is imported here, at the first call, and by the modules that catch its errors in the
+    functions that do: importing it costs about half of a bot process's start-up CPU (its API types
+    are hundreds of pydantic models), and a web process, or a worker no one mentions, never calls the model."""
+    from openai import AsyncOpenAI, Timeout
+
     # openai's own Timeout: httpx's before openai 3, httpx2's since (an httpx one is converted per request)
     timeout = Timeout(config.read_timeout, connect=config.connect_timeout)
     return AsyncOpenAI(base_url=endpoint.base_url, api_key=endpoint.api_key or config.api_key, timeout=timeout,

@@ -21,11 +21,12 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-from openai.types.chat import ChatCompletionChunk, ChatCompletionMessage
+from typing import TYPE_CHECKING, Any
 
 from agent.llm import gemma4_syntax
+
+if TYPE_CHECKING:
+    from openai.types.chat import ChatCompletionChunk, ChatCompletionMessage
 
 # Repair labels (stable: used as log fields and metric label values).
 REPAIR_TOOL_CALL_IN_CONTENT = "tool_call_in_content"

@@ -19,7 +19,6 @@ import json
 import logging
 import re
 
-import openai
 from pydantic import BaseModel, ValidationError
 
 from agent.llm import intents, modelless
@@ -153,6 +152,8 @@ class AgentLoop:
 
     # --- one completion --------------------------------------------------------------------
     async def _complete(self, messages: list[dict], *, with_tools: bool) -> NormalizedTurn:
+        import openai  # at the call, as in openai_client: most bot processes never call the model
+
         kwargs: dict = dict(model=self.config.model, messages=messages, max_tokens=self.config.max_answer_tokens,
                             temperature=self.config.temperature)
         if with_tools:
