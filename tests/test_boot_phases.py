@@ -32,7 +32,9 @@ def first_card(stack, word: str) -> dict | None:
 
 
 def test_the_card_shows_the_vms_boot_phases_before_ready_and_a_cold_boot(make_stack):
-    stack = make_stack(poll_interval="0.2s")
+    # A VM clock three times slower than the default: the compile phase lasts 3 s of wall time, so a
+    # loaded machine (the watcher on the VM and the bot's poll each take real time) still sees it.
+    stack = make_stack(poll_interval="0.2s", sandbox_time_scale=3.0)
     slack = stack.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)
     ready = wait_until(lambda: first_card(stack, "READY"))
