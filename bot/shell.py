@@ -799,13 +799,14 @@ def _run_terminal(shell: Shell, terminal: TerminalInput) -> int:
                 shell.out.write(notice)
                 notice = ""
             line = terminal.read(f"{shell.user}> ")
+            # The look for a paste after `@tpubot …` is a wait too: a Ctrl-C in it drops the line.
+            more = terminal.mention_lines() if line and line.split()[:1] and line.split()[0].lower() == "@tpubot" else None
         except KeyboardInterrupt:
             notice = _LINE_DROPPED
             continue
         if line is None:
             shell.out.write("\n")
             return 0
-        more = terminal.mention_lines() if line.split(maxsplit=1)[:1] and line.split()[0].lower() == "@tpubot" else None
         try:
             if not shell.run_line(line, more or (lambda: None)):
                 return 0
