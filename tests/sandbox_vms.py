@@ -78,4 +78,11 @@ def attribute(vm: SandboxVm, key: str) -> str | None:
 
 def wait_for_phase(vm: SandboxVm, phase: str, timeout: float = 60.0) -> None:
     wait_until(lambda: attribute(vm, "phase") == phase, timeout=timeout,
-               what=f"phase {phase} (phases so far: {phases(vm)}; log: {vm.log()[-1500:]})")
+               what=lambda: f"phase {phase} ({script_state(vm)}; phases so far: {phases(vm)}; log: {vm.log()[-1500:]})")
+
+
+def script_state(vm: SandboxVm) -> str:
+    if vm.process is None:
+        return "the startup script was not started"
+    code = vm.exit_code
+    return f"the startup script is running (pid {vm.process.pid})" if code is None else f"the startup script exited {code}"

@@ -11,17 +11,19 @@ T = TypeVar("T")
 
 
 class _Deadline:
-    def __init__(self, timeout: float, what: str) -> None:
+    def __init__(self, timeout: float, what: str | Callable[[], str]) -> None:
         self._end = time.monotonic() + timeout
         self._timeout, self._what = timeout, what
 
     def check(self, value: object) -> None:
         if time.monotonic() >= self._end:
-            raise AssertionError(f"{self._what} not met within {self._timeout}s (last value: {value!r})"[:500])
+            # A callable `what` is read now: what it reports (a log, the state so far) is as of the timeout.
+            what = self._what() if callable(self._what) else self._what
+            raise AssertionError(f"{what} not met within {self._timeout}s (last value: {value!r})"[:2500])
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
-               what: str = "condition") -> T:
+               what: str | Callable[[], str] = "condition") -> T:
     """Poll `predicate` until it returns something truthy, and return that; fail after `timeout`."""
     deadline = _Deadline(timeout, what)
     while not (value := predicate()):
@@ -31,7 +33,7 @@ def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: floa
 
 
 async def wait_for(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
-                   what: str = "condition") -> T:
+                   what: str | Callable[[], str] = "condition") -> T:
     """`wait_until` for async tests: the event loop keeps running while it polls, and
     `predicate` may return an awaitable (a Redis read, say)."""
     deadline = _Deadline(timeout, what)
