@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import redis
 
 from agent.evals.cases import IncidentError, parse_incident, variations
 from agent.evals.scoring import score_answer
@@ -269,19 +270,24 @@ def test_an_incident_file_may_declare_its_own_secrets():
         parse_incident(INCIDENT.replace("[expect]", '[expect]\nsecrets = ["nope-not-there"]'), "x.toml")
 
 
-def _eval(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+def _eval(tmp_path: Path, *args: str, redis_url: str = "") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "GEMMA_"))}
+    if redis_url:
+        env["REDIS_URL"] = redis_url
     return subprocess.run([str(TPUBOT), "eval", *args], capture_output=True, text=True, cwd=tmp_path, env=env,
                           timeout=600)
 
 
 @pytest.mark.e2e
-def test_tpubot_eval_runs_a_teams_own_cases_against_the_three_arms(tmp_path):
+def test_tpubot_eval_runs_a_teams_own_cases_against_the_three_arms(tmp_path, redis_url):
     cases = tmp_path / "cases"
     cases.mkdir()
     (cases / "ledger.toml").write_text(INCIDENT, encoding="utf-8")
-    result = _eval(tmp_path, "--cases", str(cases), "--only-cases", "--variations", "1", "--json")
+    result = _eval(tmp_path, "--cases", str(cases), "--only-cases", "--variations", "1", "--json", redis_url=redis_url)
     assert result.returncode == 0, result.stderr
+    # The deployment's Redis is left alone: the eval's proposals and audit lines went to its own store.
+    with redis.Redis.from_url(redis_url) as deployment:
+        assert deployment.keys("*") == []
     report = json.loads(result.stdout)
     from test_cli_output import documented_keys
 

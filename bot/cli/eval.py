@@ -94,7 +94,9 @@ async def _run(incidents, arms, endpoint: str, model: str, *, quiet: bool):
     # A model error on one case is that case's `error` (its progress line, --json, the errors
     # column); the agent loop's warning with its traceback is for the bot's own logs.
     logging.getLogger("agent.llm.loop").setLevel(logging.ERROR)
-    redis_endpoint = ensure_redis(settings.redis_url)
+    # Its own embedded store, whatever REDIS_URL says: the eval's proposals, dedupe markers and audit
+    # lines (team T0EVAL) are scratch, and the deployment's audit record is for what people did.
+    redis_endpoint = ensure_redis("")
     sandbox = None if endpoint else VllmEmulator(latency=LatencyModel.instant())
     try:
         base_url = await sandbox.start_async() if sandbox is not None else endpoint.rstrip("/")
