@@ -37,9 +37,8 @@ if os.environ.pop("PYTHONDONTWRITEBYTECODE", None) is not None:
 for _oauth_var in ("SLACK_CLIENT_ID", "SLACK_CLIENT_SECRET"):
     os.environ.pop(_oauth_var, None)
 
-# 14 and 15 are left for module-scoped stacks (tests/test_hostile_input.py; --dist loadfile runs a
-# file on one worker).
-TEST_DATABASES = range(1, 14)
+# Database 0 holds the claims (claim_database); a module-scoped stack claims one of these as a test does.
+TEST_DATABASES = range(1, 16)
 
 
 # The tiers (README "Tests"): `-m unit` needs no server; `-m inprocess` calls our code directly on a

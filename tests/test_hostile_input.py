@@ -8,6 +8,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import os
 import random
 import string
 import time
@@ -22,6 +23,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alert_payloads import keyspace_digest
+from conftest import claim_database, release_database
 from bot.local_stack import LocalStack
 from bot.settings import Settings
 from handlers import cards
@@ -38,9 +40,13 @@ PROPERTY = settings(max_examples=CASES, deadline=None, derandomize=True, databas
 
 
 @pytest.fixture(scope="module")
-def hostile_stack(redis_server_url, tmp_path_factory):
+def hostile_stack(redis_server_url, database_numbers, tmp_path_factory):
     base = redis_server_url.rsplit("/", 1)[0] if redis_server_url.count("/") > 2 else redis_server_url
-    url = f"{base}/14"
+    # Claimed for the module, as each test's database is (tests/conftest.py): another pytest session on
+    # this server (another checkout) must not flush it, nor this module flush theirs.
+    owner = f"{os.getpid()}:{os.environ.get('PYTEST_XDIST_WORKER', '')}:hostile"
+    number = claim_database(base, database_numbers, owner)
+    url = f"{base}/{number}"
     redis_sync.Redis.from_url(url).flushdb()
     tmp = tmp_path_factory.mktemp("hostile")
     # No worker: a valid `/tpu up` may claim a lease, but nothing should reach the cloud here.
@@ -52,6 +58,7 @@ def hostile_stack(redis_server_url, tmp_path_factory):
     client.close()
     state.close()
     stack.stop()
+    release_database(base, number, owner)
 
 
 def state_snapshot(state: redis_sync.Redis) -> dict:
