@@ -204,14 +204,15 @@ def test_three_workers_twenty_leases_each_alert_exactly_once(harness):
     # Zones with capacity only: this test is about alerts, and a burst of creates spreads over the
     # zones (a zone whose only attempt is still waiting ranks below one never tried), so a lease sent
     # to the sandbox's no-capacity zone would wait there and never reach its deadline.
-    # Lead times 10 s and 5 s of an 18-second run: with 5 s and 3 s of 9, a loaded machine (20 leases on
-    # three workers) fired both timers late enough that the bot rightly sent one warning for the two.
-    stack, slack, workers = harness(workers=3, alert_lead_times="10s,5s", alert_late_after="3s",
+    # Lead times 20 s and 8 s of a 36-second run: with 10 s and 5 s of 18 (and before that 5 s and 3 s
+    # of 9), a loaded machine (20 leases and their VMs on three workers, four test workers on two cores)
+    # fired the first timer 7 s late, at the second's time, and the bot rightly sent one warning for both.
+    stack, slack, workers = harness(workers=3, alert_lead_times="20s,8s", alert_late_after="3s",
                                     settings={"tpu_zones": "us-west4-a,us-central1-a,us-south1-a",
                                               "tpu_zone": "us-west4-a"})
     channels = [f"CEXP{i:02d}" for i in range(20)]
     for channel in channels:
-        reply = slack.slash("up 0.005h", user=ALICE, channel=channel)  # 18 s of run time
+        reply = slack.slash("up 0.01h", user=ALICE, channel=channel)  # 36 s of run time
         assert "Requested" in reply.text, reply.text
 
     try:
