@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-
 from typing import TYPE_CHECKING
 
 from infra.bench import StreamRecorder

@@ -79,9 +79,9 @@ def openai_client(endpoint: ModelEndpoint, config: ModelConfig) -> AsyncOpenAI:
     """The one `openai` client every caller of a Gemma endpoint uses: the mention agent, `ask_model`,
     `model_health`, the eval's arms.
 
-    `openai` is imported here, at the first call, and by the modules that catch its errors in the
-    functions that do: importing it costs about half of a bot process's start-up CPU (its API types
-    are hundreds of pydantic models), and a web process, or a worker no one mentions, never calls the model."""
+    `openai` is imported here, at the first call (and inside each function that catches its errors):
+    importing it costs about half of a bot process's start-up CPU (its API types are hundreds of
+    pydantic models), and a web process, or a worker no one mentions, never calls the model."""
     from openai import AsyncOpenAI, Timeout
 
     # openai's own Timeout: httpx's before openai 3, httpx2's since (an httpx one is converted per request)
