@@ -47,18 +47,20 @@ def hostile_stack(redis_server_url, database_numbers, tmp_path_factory):
     owner = f"{os.getpid()}:{os.environ.get('PYTEST_XDIST_WORKER', '')}:hostile"
     number = claim_database(base, database_numbers, owner)
     url = f"{base}/{number}"
-    redis_sync.Redis.from_url(url).flushdb()
-    tmp = tmp_path_factory.mktemp("hostile")
-    # No worker: a valid `/tpu up` may claim a lease, but nothing should reach the cloud here.
-    settings_ = Settings.load(tmp / "none.env", redis_url=url, admins="UADMIN")
-    stack = LocalStack(settings_, run_worker=False).start()
-    client = stack.signed_requests()
-    state = redis_sync.Redis.from_url(url)
-    yield stack, client, state
-    client.close()
-    state.close()
-    stack.stop()
-    release_database(base, number, owner)
+    try:
+        redis_sync.Redis.from_url(url).flushdb()
+        tmp = tmp_path_factory.mktemp("hostile")
+        # No worker: a valid `/tpu up` may claim a lease, but nothing should reach the cloud here.
+        settings_ = Settings.load(tmp / "none.env", redis_url=url, admins="UADMIN")
+        stack = LocalStack(settings_, run_worker=False).start()
+        client = stack.signed_requests()
+        state = redis_sync.Redis.from_url(url)
+        yield stack, client, state
+        client.close()
+        state.close()
+        stack.stop()
+    finally:
+        release_database(base, number, owner)
 
 
 def state_snapshot(state: redis_sync.Redis) -> dict:
