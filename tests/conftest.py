@@ -15,6 +15,7 @@ import itertools
 import os
 import sys
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -191,18 +192,28 @@ def release_database(base: str, number: int, owner: str) -> None:
         control.close()
 
 
+@contextmanager
+def claimed_database(redis_server_url: str, numbers: Iterator[int], holder: str = "") -> Iterator[str]:
+    """A URL to a freshly flushed logical database of the shared server, claimed while the block runs
+    (`holder` tells apart two claims of one process: a module's stack and its tests' own)."""
+    base = redis_server_url.rsplit("/", 1)[0] if redis_server_url.count("/") > 2 else redis_server_url
+    owner = f"{os.getpid()}:{os.environ.get('PYTEST_XDIST_WORKER', '')}{':' + holder if holder else ''}"
+    number = claim_database(base, numbers, owner)
+    try:
+        url = f"{base}/{number}"
+        client = redis.Redis.from_url(url)
+        client.flushdb()
+        client.close()
+        yield url
+    finally:
+        release_database(base, number, owner)
+
+
 @pytest.fixture
 def redis_url(redis_server_url: str, database_numbers: Iterator[int]) -> Iterator[str]:
     """A URL to a freshly flushed logical database of the shared server, claimed for this test."""
-    base = redis_server_url.rsplit("/", 1)[0] if redis_server_url.count("/") > 2 else redis_server_url
-    owner = f"{os.getpid()}:{os.environ.get('PYTEST_XDIST_WORKER', '')}"
-    number = claim_database(base, database_numbers, owner)
-    url = f"{base}/{number}"
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    client.close()
-    yield url
-    release_database(base, number, owner)
+    with claimed_database(redis_server_url, database_numbers) as url:
+        yield url
 
 
 @pytest.fixture

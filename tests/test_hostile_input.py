@@ -8,7 +8,6 @@ import contextlib
 import hashlib
 import json
 import logging
-import os
 import random
 import string
 import time
@@ -23,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from alert_payloads import keyspace_digest
-from conftest import claim_database, release_database
+from conftest import claimed_database
 from bot.local_stack import LocalStack
 from bot.settings import Settings
 from handlers import cards
@@ -41,14 +40,9 @@ PROPERTY = settings(max_examples=CASES, deadline=None, derandomize=True, databas
 
 @pytest.fixture(scope="module")
 def hostile_stack(redis_server_url, database_numbers, tmp_path_factory):
-    base = redis_server_url.rsplit("/", 1)[0] if redis_server_url.count("/") > 2 else redis_server_url
-    # Claimed for the module, as each test's database is (tests/conftest.py): another pytest session on
-    # this server (another checkout) must not flush it, nor this module flush theirs.
-    owner = f"{os.getpid()}:{os.environ.get('PYTEST_XDIST_WORKER', '')}:hostile"
-    number = claim_database(base, database_numbers, owner)
-    url = f"{base}/{number}"
-    try:
-        redis_sync.Redis.from_url(url).flushdb()
+    # Claimed for the module, as each test's database is: another pytest session on this server
+    # (another checkout) must not flush it, nor this module flush theirs.
+    with claimed_database(redis_server_url, database_numbers, "hostile") as url:
         tmp = tmp_path_factory.mktemp("hostile")
         # No worker: a valid `/tpu up` may claim a lease, but nothing should reach the cloud here.
         settings_ = Settings.load(tmp / "none.env", redis_url=url, admins="UADMIN")
@@ -59,8 +53,6 @@ def hostile_stack(redis_server_url, database_numbers, tmp_path_factory):
         client.close()
         state.close()
         stack.stop()
-    finally:
-        release_database(base, number, owner)
 
 
 def state_snapshot(state: redis_sync.Redis) -> dict:
