@@ -426,11 +426,25 @@ def test_a_cache_that_cannot_be_packed_is_reported_and_the_watcher_goes_on():
                    what="the watcher to look again")
 
 
+def test_the_vms_timeout_counts_vm_seconds_but_leaves_the_command_time_to_start():
+    """`timeout` on a sandbox VM runs out on the VM's clock (what the script waits for there) but not
+    before the command's own processes, which run at the host's speed, had a couple of seconds."""
+    script = ("#!/bin/bash\n"
+              "timeout 1 python3 -c 'import time; time.sleep(0.3)'; echo \"host-speed command: $?\"\n"
+              "timeout 1 sleep 3600; echo \"an hour on the VM's clock: $?\"\n")
+    with VmWorld() as vms:  # 3 ms of wall time a VM second: `timeout 1` alone would be 3 ms
+        vm = vms.boot(script=script)
+        wait_until(lambda: vm.exit_code is not None, timeout=60, what=lambda: f"the script to end; log: {vm.log()}")
+        assert "host-speed command: 0" in vm.log() and "an hour on the VM's clock: 124" in vm.log(), vm.log()
+
+
 def test_a_pull_that_does_not_finish_within_its_budget_fails_saying_so():
     from infra.startup_script import WaitBudget
 
     with VmWorld() as vms:
-        vm = vms.boot(vms.config(waits=WaitBudget(pull_budget_seconds=10)))  # the stand-in's pull takes 30 VM s
+        # An hour of VM time (11 s of wall time here): longer than the budget and its `timeout`'s wall allowance.
+        vms.models.pull_seconds = 3600
+        vm = vms.boot(vms.config(waits=WaitBudget(pull_budget_seconds=10)))
         wait_for_phase(vm, "failed")
         assert attribute(vm, "last-error").startswith("docker pull vllm/vllm-tpu:v0.32.0: not done in 10s")
 

@@ -8,7 +8,7 @@ what the real `docker` prints for the commands the startup script uses.
   or Artifact Registry answers; its refusals become the daemon's own lines (`Error response from
   daemon: toomanyrequests: …`, `manifest for X not found: manifest unknown: manifest unknown`), and
   a full disk (`disk_full`) `failed to register layer: …: no space left on device`. A pull takes
-  `PULL_SECONDS` of the VM's clock.
+  `pull_seconds` of the VM's clock (`PULL_SECONDS` unless a test slows the link).
 - `run --detach --name N --restart unless-stopped -v H:C -e NAME … --entrypoint vllm IMAGE serve …`:
   a container whose `vllm serve` arguments are parsed by vLLM's own parser as its release recorded
   it (infra/sandbox/vllm_serve_args.py). One it refuses exits at once with vLLM's text and Docker
@@ -135,6 +135,7 @@ class DockerDaemon:
         self.vllm = vllm
         self.release_of = release_of  # image -> the vLLM release whose parser its containers use
         self.disk_full = False
+        self.pull_seconds = PULL_SECONDS  # VM seconds a pull takes: a registry far away or a slow link takes longer
         self.images: set[str] = set()
         self.containers: dict[str, Container] = {}
         self.calls: list[list[str]] = []  # every CLI argv, in order
@@ -242,7 +243,7 @@ class DockerDaemon:
         if image in self.images:
             return Result(0, f"{tag}: Pulling from {repository}\nDigest: {response.headers.get('Docker-Content-Digest')}\n"
                              f"Status: Image is up to date for {image}\n{image}\n")
-        if self.vllm.sleep(PULL_SECONDS, self._stopping):
+        if self.vllm.sleep(self.pull_seconds, self._stopping):
             return Result(1, "", "Error response from daemon: context canceled\n")
         layers = response.json().get("layers") or []
         if self.disk_full:

@@ -13,8 +13,8 @@ the VM and its model.
 
 Faults for tests: `model_fault` (one of `infra.sandbox.vllm.MODEL_FAULTS`) for every model started
 from then on; `crash_loop` (an error line) makes every booting vLLM exit with it after loading, and
-Docker restart it, until the node goes; `disk_full` leaves no room for the image on VMs booted from
-then on. Registry and daemon faults live on the registry
+Docker restart it, until the node goes; `disk_full` leaves no room for the image, and `pull_seconds`
+sets how long its pull takes, on VMs booted from then on. Registry and daemon faults live on the registry
 (`CloudSandbox.registry`) and on each VM's `docker`.
 
 A node's address is reserved (a bound socket, held) when the node is first seen and served on
@@ -33,7 +33,7 @@ import socket
 import threading
 from typing import TYPE_CHECKING
 
-from infra.sandbox.docker import Container, VllmHost
+from infra.sandbox.docker import PULL_SECONDS, Container, VllmHost
 from infra.sandbox.metadata_server import VmIdentity
 from infra.sandbox.tpu_vm import SandboxVm
 from infra.sandbox.vllm import DEFAULT_SERVED_VERSION, LatencyModel, VllmEmulator
@@ -97,6 +97,7 @@ class NodeModels:
         self.latency = latency or LatencyModel()  # v5e defaults: TTFT ≈ 22 ms single stream, TPOT ≈ 7.8 ms
         self.crash_loop: str | None = None  # fault: the error line every booting vLLM exits with
         self.disk_full = False  # fault: the Docker daemon of every VM booted from now on has no room for the image
+        self.pull_seconds = PULL_SECONDS  # fault when longer: VM seconds each of those daemons takes to pull it
         self.boots: list[tuple[str, float]] = []  # (cache, VM seconds) of every model start that served
         self.cloud: CloudSandbox | None = None  # the project the nodes live in (set by `attach`)
         self._lock = threading.Lock()
@@ -147,6 +148,7 @@ class NodeModels:
                 time_scale=self.time_scale,
                 on_guest_attribute=lambda ns, k, v, z=zone, n=node_id: cloud.publish(z, n, ns, k, v))
             vm.docker.disk_full = self.disk_full
+            vm.docker.pull_seconds = self.pull_seconds
             with self._lock:
                 self._held[key] = sock
                 self._vms[key] = vm

@@ -10,7 +10,8 @@ the standard variables); everything else it reaches is in the script.
 
 The VM's PATH holds only `VM_TOOLS` (coreutils, curl, python3, tar, …: what the TPU VM's Ubuntu
 image ships) and the stand-ins for `docker`, `hostname` (the node's address), `sleep` and `timeout`
-(both on the VM's clock). No Cloud
+(both on the VM's clock; `timeout` also allows `TIMEOUT_ALLOWANCE_REAL_SECONDS` of wall time for
+the command's own processes, which run at the host's speed, not the VM's). No Cloud
 SDK: a script that needs `gcloud` fails here as it would on the VM.
 
 Time on the VM runs `VM_SECONDS_PER_SECOND / time_scale` times faster than wall time: `sleep 60`
@@ -36,6 +37,11 @@ VM_SECONDS_PER_SECOND = 60.0  # at SANDBOX_TIME_SCALE=1 a VM minute is a second
 # How often the script's watcher looks, in wall time: often enough that a phase of a second shows,
 # seldom enough that twenty VMs of a test do not keep two cores busy spawning `docker` and `curl`.
 WATCH_INTERVAL_REAL_SECONDS = 0.5
+# Wall time `timeout` adds to a VM-clock budget. The command under it (the `docker` CLI: bash, curl and
+# the daemon stand-in) costs real milliseconds that do not shrink with the VM's clock: `timeout 60`
+# is 180 ms at the tests' clock, which a loaded host has spent before the daemon answered. What the
+# daemon waits on the VM's clock (a pull, a load) still runs out a budget; only the spawning does not.
+TIMEOUT_ALLOWANCE_REAL_SECONDS = 2
 # What the TPU VM image (Ubuntu 22.04) has on its PATH that the startup script may use.
 VM_TOOLS = ("bash", "sh", "cat", "cp", "mv", "rm", "mkdir", "mktemp", "chmod", "ls", "ln", "touch", "date", "env",
             "printf", "echo", "true", "false", "test", "[", "head", "tail", "cut", "tr", "sed", "grep", "awk", "sort",
@@ -51,10 +57,11 @@ printf -v real '%d.%03d' $((ms / 1000)) $((ms % 1000))
 exec REAL_SLEEP "$real"
 """
 TIMEOUT_SCRIPT = """#!/bin/bash
-# timeout on the sandbox VM's clock, as sleep: DURATION is VM seconds.
+# timeout on the sandbox VM's clock, as sleep: DURATION is VM seconds, plus VM_TIMEOUT_ALLOWANCE_MS of
+# wall time for the command's own processes (infra/sandbox/tpu_vm.py).
 seconds=${1%s}
 shift
-ms=$(( ${seconds%%.*} * VM_MS_PER_SECOND ))
+ms=$(( ${seconds%%.*} * VM_MS_PER_SECOND + VM_TIMEOUT_ALLOWANCE_MS ))
 printf -v real '%d.%03d' $((ms / 1000)) $((ms % 1000))
 exec REAL_TIMEOUT "$real" "$@"
 """
@@ -122,6 +129,7 @@ class SandboxVm:
             # Whole VM seconds (the script does integer arithmetic with it), at least one.
             "TPUBOT_WATCH_INTERVAL_SECONDS": str(max(1, round(WATCH_INTERVAL_REAL_SECONDS * self.speed))),
             "VM_MS_PER_SECOND": str(self.ms_per_second),
+            "VM_TIMEOUT_ALLOWANCE_MS": str(TIMEOUT_ALLOWANCE_REAL_SECONDS * 1000),
             "VM_SLEEP_LOG": str(self.root / "slept.log"),
         }
 
