@@ -53,7 +53,10 @@ def parse_button_value(value: str) -> tuple[str, str]:
 def alert_message(alert: Alert) -> tuple[str, list[dict]]:
     lease = alert.lease
     mentions = " ".join(alert.mentions)
-    late = f" ({LATE_MARK} by {duration(alert.late_by)}: the bot was not running then)" if alert.late_by else ""
+    # A late alert's worker was down across its time, or every worker was busy: nothing at send
+    # time tells the two apart, so the words claim neither.
+    late = f" ({LATE_MARK} by {duration(alert.late_by)}: the bot's workers were down or busy at its time)" \
+        if alert.late_by else ""
     icon = ":alarm_clock:" if alert.marker == "expiry" else ":warning:"
     title = escape(alert.title)
     text = f"{icon} {title}{late} {mentions}".strip()

@@ -268,7 +268,7 @@ def test_worker_down_across_the_deadline_posts_one_late_alert_and_deletes_the_qr
         raise AssertionError(f"{error}; still queued: {left()}") from None  # which job did not finish
     alerts = expiries_in(stack, channel)
     assert len(alerts) == 1
-    assert "late by" in alerts[0].body["text"]
+    assert "late by" in alerts[0].body["text"] and "workers were down or busy" in alerts[0].body["text"]
     assert lease_of(stack, channel) == {}
     assert "holds no TPU" in slack.slash("status", user=ALICE, channel=channel).text
 
