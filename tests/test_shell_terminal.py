@@ -232,6 +232,24 @@ def test_ctrl_c_keeps_the_embedded_valkey_and_a_kill_or_hangup_takes_it_along(tm
         term.close()
 
 
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="aims the signal at one thread through /proc")
+def test_a_signal_the_kernel_hands_to_another_of_the_shells_threads_still_ends_it(tmp_path) -> None:
+    """The kernel gives a process's signal to any of its threads that takes it (seen in a loaded run:
+    a shell at its prompt that ignored a SIGHUP until its terminal closed). `kill` with the id of a
+    thread other than the main one hands the signal to that thread."""
+    for sent in (signal.SIGHUP, signal.SIGTERM):
+        term = Terminal(tmp_path, redis_url=None)
+        try:
+            term.wait_for("alice> ")
+            (server,) = valkey_children(term.process.pid)
+            threads = [int(tid) for tid in os.listdir(f"/proc/{term.process.pid}/task")]
+            os.kill(max(tid for tid in threads if tid != term.process.pid), sent)
+            assert term.process.wait(timeout=60) == 0, sent
+            assert not alive(server)
+        finally:
+            term.close()
+
+
 def test_a_paste_after_a_typed_mention_line_is_folded_and_lines_wrap_at_80_columns(tmp_path, redis_url) -> None:
     from rich.cells import cell_len
 

@@ -8,6 +8,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import Iterator
 from typing import Optional
 
@@ -76,6 +77,44 @@ def sigterm_exits_cleanly(*also: signal.Signals) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+# The no-op signal that wakes the main thread out of a blocking call (below); a user's own SIGUSR2 is
+# ignored while it is in use.
+NUDGE = signal.SIGUSR2
+
+
+@contextlib.contextmanager
+def signals_wake_the_main_thread() -> Iterator[None]:
+    """The kernel hands a process's signal to any of its threads, and Python runs the handler in the
+    main thread only once that thread runs Python code again; a main thread blocked in `input()` or a
+    read never does, so a SIGHUP or SIGTERM taken by one of the shell's server threads was not acted
+    on until the next keypress. Here every signal's number also reaches a pipe
+    (`signal.set_wakeup_fd`), and a thread reading it sends the main thread NUDGE, whose EINTR lets
+    the blocked call run the pending handlers."""
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    main = threading.main_thread().ident or 0
+    previous_handler = signal.signal(NUDGE, lambda signum, frame: None)
+    previous_fd = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+
+    def forward() -> None:
+        while data := os.read(read_fd, 64):  # b"" once the write end is closed
+            if any(signum != NUDGE for signum in data):
+                with contextlib.suppress(OSError):  # the main thread is already gone
+                    signal.pthread_kill(main, NUDGE)
+
+    forwarder = threading.Thread(target=forward, name="signal-forwarder", daemon=True)
+    forwarder.start()
+    try:
+        yield
+    finally:
+        signal.set_wakeup_fd(previous_fd)
+        os.close(write_fd)
+        forwarder.join(timeout=5)
+        if not forwarder.is_alive():  # a NUDGE sent after the old handler is back could end the process
+            signal.signal(NUDGE, previous_handler)
+            os.close(read_fd)
 
 
 def _require(settings: Settings, *names: str) -> None:
@@ -235,7 +274,7 @@ def shell(
     log_to_file(log_path, logging.WARNING, secrets=settings.secret_values())
     try:
         # A closed terminal (SIGHUP) or a kill (SIGTERM) stops the stack, the embedded valkey with it.
-        with sigterm_exits_cleanly(signal.SIGHUP):
+        with sigterm_exits_cleanly(signal.SIGHUP), signals_wake_the_main_thread():
             code = run_shell(settings, sys.stdin, sys.stdout, model=not no_model, log_path=str(log_path),
                              log_note="; deleted at exit unless it holds an error" if ours else "")
     finally:
