@@ -112,12 +112,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """`-n auto`: one worker more than there are cores. Four workers on two cores are faster (620-819 s
-    against 797-886 s for three on this machine, whose speed varied by a third within a day), but runs
-    at four keep failing on timing: the latest, test_node_models, because a sandbox VM's `timeout 60
-    docker run` is 180 ms of real time at the tests' VM clock and a loaded host ran out of it."""
+    """`-n auto`: one worker more than twice the cores. Most tests wait on emulated clocks, polls and
+    subprocesses, so on two cores five workers keep both busy (the suite used ~1,000 CPU-seconds): on
+    this machine, whose speed varies by a third within a day, three took 797-886 s, four 648-776 s,
+    five 524-619 s and six 598 s. Runs at four and more used to fail on timing, last on a sandbox VM's
+    `timeout` that gave a loaded host 180 ms to start `docker` (it now allows seconds of wall time,
+    infra/sandbox/tpu_vm.py) and on a shell that missed a signal another thread took (bot/cli/processes.py)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return min(cores + 1, len(TEST_DATABASES))
+    return min(2 * cores + 1, len(TEST_DATABASES))
 
 
 def worker_databases(*, shared: bool, worker: str, count: int) -> list[int]:

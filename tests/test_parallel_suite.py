@@ -25,11 +25,11 @@ def test_the_readme_command_runs_whole_files_on_parallel_workers():
     assert "--no-loadscope-reorder" in addopts  # files in collection order, the long ones spread out
 
 
-def test_auto_starts_one_worker_more_than_there_are_cores(monkeypatch):
+def test_auto_starts_one_worker_more_than_twice_the_cores(monkeypatch):
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1}, raising=False)
-    assert pytest_xdist_auto_num_workers(None) == 3
+    assert pytest_xdist_auto_num_workers(None) == 5
     readme = " ".join((ROOT / "README.md").read_text(encoding="utf-8").split())
-    assert "whole files at a time on one process more than the machine has cores" in readme
+    assert "whole files at a time on one process more than twice the machine's cores" in readme
     monkeypatch.setattr("os.sched_getaffinity", lambda pid: set(range(64)), raising=False)
     assert pytest_xdist_auto_num_workers(None) == len(TEST_DATABASES)  # one database each at most
 
