@@ -18,7 +18,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Iterable, Iterator
 
-_RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
+# (kind, pattern, replacement, the lowercase pieces one of which any match contains: `redact` runs
+# a rule's regex only on text holding one)
+_RULES: tuple[tuple[str, re.Pattern[str], str, tuple[str, ...]], ...] = (
     # PEM private keys (RSA, EC, OPENSSH, ENCRYPTED, plain PKCS#8), possibly cut off at the end.
     (
         "private-key",
@@ -27,10 +29,11 @@ _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
             re.S,
         ),
         "[REDACTED:private-key]",
+        ("private key",),
     ),
     # Slack bot/user/app/refresh tokens and app-level tokens.
-    ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{8,}"), "[REDACTED:slack-token]"),
-    ("slack-app-token", re.compile(r"\bxapp-[A-Za-z0-9-]{8,}"), "[REDACTED:slack-token]"),
+    ("slack-token", re.compile(r"\bxox[abposr]-[A-Za-z0-9-]{8,}"), "[REDACTED:slack-token]", ("xox",)),
+    ("slack-app-token", re.compile(r"\bxapp-[A-Za-z0-9-]{8,}"), "[REDACTED:slack-token]", ("xapp-",)),
     # `Authorization: Bearer …` / `Basic …` headers, and bare `Bearer <token>`.
     (
         "authorization",
@@ -38,19 +41,22 @@ _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         # the backtick that closes a Slack code span around the header.
         re.compile(r"(?i)(\bauthorization\s*[:=]\s*[\"']?(?:bearer|basic|token)\s+)(?!\[REDACTED)[^\s\"'`,;]+"),
         r"\1[REDACTED:token]",
+        ("authorization",),
     ),
-    ("bearer", re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1[REDACTED:token]"),
+    ("bearer", re.compile(r"(?i)(\bbearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1[REDACTED:token]", ("bearer",)),
     # Provider API keys: OpenAI/Anthropic-style sk-…, Google AIza…, Hugging Face hf_…, GitHub, AWS.
-    ("api-key", re.compile(r"\bsk-(?:[A-Za-z0-9_-]{16,})"), "[REDACTED:api-key]"),
-    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"), "[REDACTED:api-key]"),
-    ("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{20,}"), "[REDACTED:api-key]"),
-    ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"), "[REDACTED:api-key]"),
-    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "[REDACTED:api-key]"),
+    ("api-key", re.compile(r"\bsk-(?:[A-Za-z0-9_-]{16,})"), "[REDACTED:api-key]", ("sk-",)),
+    ("google-api-key", re.compile(r"\bAIza[0-9A-Za-z_-]{30,}"), "[REDACTED:api-key]", ("aiza",)),
+    ("hf-token", re.compile(r"\bhf_[A-Za-z0-9]{20,}"), "[REDACTED:api-key]", ("hf_",)),
+    ("github-token", re.compile(r"\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,})"), "[REDACTED:api-key]",
+     ("gh", "github_pat_")),
+    ("aws-access-key", re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b"), "[REDACTED:api-key]", ("akia", "asia")),
     # Passwords inside URLs: scheme://user:password@host
     (
         "url-password",
         re.compile(r"\b([a-zA-Z][a-zA-Z0-9+.-]*://[^\s:/@]+:)[^\s@/]+(@)"),
         r"\1[REDACTED:password]\2",
+        ("://",),
     ),
     # Signed URLs (Cloud Storage V4, S3 presigned, CloudFront, Azure SAS): whoever holds the URL
     # holds the object until it expires, so the signature goes; the rest of the URL stays readable.
@@ -58,10 +64,11 @@ _RULES: tuple[tuple[str, re.Pattern[str], str], ...] = (
         "url-signature",
         re.compile(r"(?i)([?&](?:x-goog-signature|x-amz-signature|signature|sig)=)(?!\[REDACTED)[^&\s\"'`<>]+"),
         r"\1[REDACTED:signature]",
+        ("sig",),
     ),
     # JSON Web Tokens: three base64url segments, the header's `{"` encoded as eyJ (the signature
     # may be empty: alg "none").
-    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), "[REDACTED:jwt]"),
+    ("jwt", re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*"), "[REDACTED:jwt]", ("eyj",)),
 )
 
 # A name before `=` or `:` (env, JSON, YAML, Python repr), its closing quote included; not the
@@ -70,7 +77,7 @@ _ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_.])(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(
 # A command-line flag and its value after a space: `--api-key X`, `--password X`, `--token X`.
 _FLAG = re.compile(r"(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z][A-Za-z0-9-]*)[ \t]+(?!-)")
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
-# A cheap first look (substring tests, no regex), so that most log lines skip the name-by-name scan.
+# A cheap first look (`_ANY_NAME_WORD`), so that most log lines skip the name-by-name scan.
 _NAME_WORDS = ("key", "secret", "token", "pwd", "passw")
 _BARE_END = re.compile(r"[\s\"'`,;&)}\]\\]")
 
@@ -137,12 +144,40 @@ KEY_MARKER = "[REDACTED:private-key]"
 MIN_LITERAL_SECRET = 8
 
 
+# The only letters outside ASCII that re's IGNORECASE matches for an ASCII one (found by trying
+# every code point against each of a-z); `lower()` alone would leave them, or make two of İ.
+_CASE_BLIND_ASCII = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+
+
+def _folded(text: str) -> str:
+    """`text` as a rule's pieces are looked for in it: lowercase, with every letter a case-blind
+    pattern would take for an ASCII one made that letter."""
+    return (text if text.isascii() else text.translate(_CASE_BLIND_ASCII)).lower()
+
+
+# Any rule's piece, or a secret's name word: most log lines hold none of them, and one scan for all
+# costs less than one rule's regex.
+_ANY_PIECE = re.compile("|".join(re.escape(piece) for *_, pieces in _RULES for piece in pieces))
+_ANY_NAME_WORD = re.compile("|".join(_NAME_WORDS))
+
+
+def _redact_shapes(text: str, folded: str) -> str:
+    """The rules' shapes of secrets, each rule's regex run only on text holding one of its pieces."""
+    for _, pattern, replacement, pieces in _RULES:
+        if any(piece in folded for piece in pieces):
+            replaced = pattern.sub(replacement, text)
+            if replaced != text:
+                text, folded = replaced, _folded(replaced)
+    return text
+
+
 def redact(text: str) -> str:
     """Return `text` with secrets replaced by `[REDACTED:<kind>]` markers."""
-    for _, pattern, replacement in _RULES:
-        text = pattern.sub(replacement, text)
-    lowered = text.lower()
-    if not any(word in lowered for word in _NAME_WORDS):
+    folded = _folded(text)
+    if _ANY_PIECE.search(folded):
+        text = _redact_shapes(text, folded)
+        folded = _folded(text)
+    if _ANY_NAME_WORD.search(folded) is None:
         return text
     return _redact_named(_FLAG, _redact_named(_ASSIGNMENT, text))
 

@@ -125,3 +125,49 @@ def test_a_redactor_also_removes_the_literal_values_it_knows():
     assert redactor(text) == "signature base [REDACTED:secret] and the key [REDACTED:secret] in prose"
     assert redactor.lines([text, "plain"]) == [redactor(text), "plain"]
     assert signing in redact(text)  # a shapeless secret: only the redactor that knows it can find it
+
+
+# Each rule's regex runs only on text holding one of the pieces any of its matches contains (a
+# substring test first: most log lines hold none). Written in letters re's IGNORECASE takes for
+# ASCII ones (İ ı for i, ſ for s, K for k), a secret is still found: the look-up text maps them.
+@pytest.mark.parametrize("text, secret", [
+    ("AUTHORıZATION: Bearer zq3f9hklmn0pq", "zq3f9hklmn0pq"),
+    ("AUTHORİZATION: basic zq3f9hklmn0pq", "zq3f9hklmn0pq"),
+    ("https://b.example/o?a=1&ſig=zq3f9hklmn0pq", "zq3f9hklmn0pq"),
+    ("https://b.example/o?SİG=zq3f9hklmn0pq", "zq3f9hklmn0pq"),
+    ("see github_pat_" + "A1" * 16 + " in the runner", "github_pat_A1A1"),
+    ("ghs_" + "B2" * 16 + " expired", "ghs_B2B2"),
+    ("-----BEGIN EC PRIVATE KEY-----MHcCAQEEIB", "MHcCAQEEIB"),
+])
+def test_a_secret_in_letters_regex_folds_to_ascii_is_found(text, secret):
+    assert secret not in redact(text) and "[REDACTED:" in redact(text)
+
+
+def test_the_look_up_never_skips_a_rule_that_would_have_matched():
+    """On text mixing every rule's secrets, case-swapped and with the look-alike letters, `redact`
+    equals each rule's regex run on every text (the redaction before the look-up existed)."""
+    import random
+
+    from agent import redact as module
+
+    def every_rule(text: str) -> str:
+        for _, pattern, replacement, _pieces in module._RULES:
+            text = pattern.sub(replacement, text)
+        lowered = text.lower()
+        if not any(word in lowered for word in module._NAME_WORDS):
+            return text
+        return module._redact_named(module._FLAG, module._redact_named(module._ASSIGNMENT, text))
+
+    parts = ["Authorization: Bearer abcdefghijkl", "authorization=token q1w2e3r4", "BEARER 12345678abc",
+             "xoxb-1234567890-abc", "xapp-1-A0-123456789", "sk-" + "a" * 20, "AIza" + "b" * 35, "hf_" + "c" * 25,
+             "ghp_" + "d" * 31, "github_pat_" + "e" * 31, "AKIAABCDEFGHIJKLMNOP", "ASIA0123456789ABCDEF",
+             "https://u:pw@h/x", "?X-Goog-Signature=abc&x=1", "&sig=abc", "eyJabcd.efgh.ij",
+             "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----", "-----BEGIN PRIVATE KEY-----xyz",
+             "api_key=12345", "password: hunter22", "--token abcdefgh", "İ", "ı", "ſ", "\u212a", " ", "=", ":", "&",
+             "\n", "x", "é", "ß"]
+    rng = random.Random(20261207)
+    for _ in range(20_000):
+        text = "".join(rng.choice(parts) for _ in range(rng.randint(1, 6)))
+        text = "".join(c.swapcase() if rng.random() < 0.3 else c for c in text)
+        text = text.replace("i", rng.choice("iİı")).replace("s", rng.choice("sſ")).replace("k", rng.choice("k\u212a"))
+        assert redact(text) == every_rule(text), text
