@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from concurrent import futures
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import google.auth
 import requests
@@ -34,11 +34,13 @@ from google.api_core.future import polling
 from google.auth import exceptions as auth_exc
 from google.auth.credentials import Credentials
 from google.auth.transport.requests import AuthorizedSession
-from google.cloud import tpu_v2
 
 from infra import boot_phases
 from infra.boot_phases import BootReport
 from infra.tpu_errors import TpuError, TpuErrorKind, classify_exception, classify_failed_qr, classify_status
+
+if TYPE_CHECKING:
+    from google.cloud import tpu_v2
 
 __all__ = [
     "AsyncTpuService", "NodeView", "QrSpec", "QueuedResourceView", "RunWindow", "TpuConfig", "TpuError", "TpuErrorKind", "TpuService",
@@ -234,6 +236,10 @@ class TpuService:
         endpoint = config.api_endpoint.rstrip("/")
         self._base_url = endpoint if "://" in endpoint else f"https://{endpoint}" if endpoint else DEFAULT_ENDPOINT
         self._session = AuthorizedSession(credentials)
+        # Imported here: the web and most commands never call the TPU API, and this client's gRPC and
+        # proto-plus stack was a tenth of a second of every start.
+        from google.cloud import tpu_v2
+
         self._client = tpu_v2.TpuClient(
             transport="rest",
             credentials=credentials,
@@ -324,6 +330,8 @@ class TpuService:
         With `wait`, blocks until the delete LRO is done or `lro_timeout` passes; after a timeout the
         deletion is still under way (the QR shows DELETING) and the call returns normally.
         """
+        from google.cloud import tpu_v2
+
         request = tpu_v2.DeleteQueuedResourceRequest(name=f"{self._parent(zone)}/queuedResources/{qr_id}", force=True)
         operation = self._call_unless_missing(zone, self._client.delete_queued_resource, request=request)
         if operation is None or not wait:
@@ -350,6 +358,8 @@ class TpuService:
     def get_boot_report(self, zone: str, node_id: str) -> BootReport | None:
         """What the node's VM published about its boot (guest attributes in boot_phases.NAMESPACE);
         None if the node is gone. A node that published nothing yet gives an empty report."""
+        from google.cloud import tpu_v2
+
         request = tpu_v2.GetGuestAttributesRequest(name=f"{self._parent(zone)}/nodes/{node_id}",
                                                    query_path=f"{boot_phases.NAMESPACE}/")
         response = self._call_unless_missing(zone, self._client.get_guest_attributes, request=request)
