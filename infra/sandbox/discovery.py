@@ -68,10 +68,15 @@ class RequestRejected(Exception):
 class Method:
     id: str
     http_method: str
-    pattern: re.Pattern
+    path_template: str  # `{variable}` for each part of the path a request fills in
     parameters: Mapping[str, dict]
     request_ref: str | None
     response_ref: str | None
+
+    def matches(self, path: str) -> bool:
+        """Whether `path` (no leading /) is this method's. A variable never holds a `/`, so a path of
+        another depth is not, and most of a large API's patterns are never compiled."""
+        return path.count("/") == self.path_template.count("/") and bool(_path_pattern(self.path_template).match(path))
 
     @property
     def body_field(self) -> str:
@@ -94,7 +99,7 @@ class DiscoveryApi:
     def method_for(self, http_method: str, path: str) -> Method | None:
         path = path.lstrip("/")
         for method in self.methods:
-            if method.http_method == http_method and method.pattern.match(path):
+            if method.http_method == http_method and method.matches(path):
                 return method
         return None
 
@@ -296,13 +301,12 @@ def load_api(name: str, proto_package: str) -> DiscoveryApi | None:
 
 @lru_cache(maxsize=None)
 def _methods(name: str) -> tuple[Method, ...]:
-    """Once per document: the path patterns (compute.v1 alone has 1,025 methods), compiled afresh by
-    every emulator start because they overflow `re`'s own cache, were most of a sandbox's start-up."""
+    """Once per document (compute.v1 alone has 1,025 methods): each emulator start rebuilt them."""
     document = _document(name)
     assert document is not None, name
     service_path = document.get("servicePath", "")
     return tuple(
-        Method(id=m["id"], http_method=m["httpMethod"], pattern=_path_pattern(service_path + m.get("flatPath", m["path"])),
+        Method(id=m["id"], http_method=m["httpMethod"], path_template=(service_path + m.get("flatPath", m["path"])).lstrip("/"),
                parameters=m.get("parameters", {}), request_ref=(m.get("request") or {}).get("$ref"),
                response_ref=(m.get("response") or {}).get("$ref"))
         for m in _all_methods(document)
@@ -324,7 +328,7 @@ def proto_api(name: str, proto_package: str, routes: list[tuple[str, str, str, A
     for method_id, http_method, path, request, response, params in routes:
         request_ref = _add_message_schema(schemas, request.DESCRIPTOR) if request is not None else None
         response_ref = _add_message_schema(schemas, response.DESCRIPTOR)
-        methods.append(Method(method_id, http_method, _path_pattern(path), dict(params), request_ref, response_ref))
+        methods.append(Method(method_id, http_method, path.lstrip("/"), dict(params), request_ref, response_ref))
     # The standard query parameters are the same for every Google API; borrow them from one document.
     standard = _document("tpu.v2")
     assert standard is not None, "strict_available() found the discovery documents"
@@ -378,8 +382,12 @@ def _all_methods(resource: dict):
         yield from _all_methods(child)
 
 
+@lru_cache(maxsize=None)
 def _path_pattern(template: str) -> re.Pattern:
-    parts = re.split(r"(\{[^}]+\})", template.lstrip("/"))
+    """Compiled at a method's first request of its depth, once a process: `re`'s own cache holds
+    512, fewer than one API's methods, and compiling all of compute.v1's was a quarter-second of
+    every sandbox's start."""
+    parts = re.split(r"(\{[^}]+\})", template)
     regex = "".join("[^/:]+" if part.startswith("{") else re.escape(part) for part in parts)
     return re.compile(f"^{regex}$")
 
