@@ -12,6 +12,7 @@ module overrides rather than defining its own `stack`.
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import sys
 from collections.abc import Iterator
@@ -97,18 +98,61 @@ def pytest_configure(config: pytest.Config) -> None:
         config.addinivalue_line("markers", f"{tier}: the {tier} tier (tests/conftest.py, tier_of)")
 
 
+# Seconds each file took in a recorded run (`pytest --record-file-seconds` rewrites it); a file not
+# in it yet is given its tier's: end-to-end files take tens of seconds, unit files about one.
+FILE_SECONDS_PATH = Path(__file__).with_name("file_seconds.json")
+TIER_SECONDS = {"unit": 1.0, "inprocess": 5.0, "e2e": 30.0}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--record-file-seconds", action="store_true",
+                     help=f"write the seconds each file took to {FILE_SECONDS_PATH.name}, the order files are handed out in")
+
+
+def file_seconds() -> dict[str, float]:
+    try:
+        return json.loads(FILE_SECONDS_PATH.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return {}
+
+
+def handout_order(tiers: dict[str, str], recorded: dict[str, float]) -> list[str]:
+    """Files longest first, as xdist's loadfile hands them out (the longest-first rule for balancing
+    workers): a long file that starts last ends last, with the other workers idle; the short files
+    fill the gaps at the end. A file takes its recorded seconds, else its tier's."""
+    return sorted(tiers, key=lambda name: -recorded.get(name, TIER_SECONDS[tiers[name]]))
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Mark each test with its tier, and hand out the files of the slower tiers first: xdist's
-    loadfile gives files out in this order, so the long end-to-end files start while the short unit
-    files are left to fill the gaps at the end (the longest-first rule for balancing workers)."""
-    file_rank: dict[str, int] = {}
+    """Mark each test with its tier (a file's is its highest), and hand the files out longest first."""
+    file_tier: dict[str, str] = {}
     for item in items:
         tier = tier_of(item)
         if not item.get_closest_marker(tier):
             item.add_marker(getattr(pytest.mark, tier))
-        file_rank[item.nodeid.split("::")[0]] = max(file_rank.get(item.nodeid.split("::")[0], 0), TIERS.index(tier))
+        name = item.nodeid.split("::")[0]
+        file_tier[name] = max(file_tier.get(name, tier), tier, key=TIERS.index)
+    rank = {name: n for n, name in enumerate(handout_order(file_tier, file_seconds()))}
     position = {id(item): n for n, item in enumerate(items)}
-    items.sort(key=lambda item: (-file_rank[item.nodeid.split("::")[0]], position[id(item)]))
+    items.sort(key=lambda item: (rank[item.nodeid.split("::")[0]], position[id(item)]))
+
+
+_seconds_run: dict[str, float] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _seconds_run[report.nodeid.split("::")[0]] = _seconds_run.get(report.nodeid.split("::")[0], 0.0) + report.duration
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """`--record-file-seconds`: the seconds of each file's setups, calls and teardowns, written by the
+    process that saw every report (xdist's controller, or the only one), over the files it ran."""
+    if not session.config.getoption("--record-file-seconds") or hasattr(session.config, "workerinput"):
+        return
+    record = {**file_seconds(), **{name: round(seconds, 1) for name, seconds in _seconds_run.items()}}
+    record = {name: seconds for name, seconds in record.items() if (session.config.rootpath / name).is_file()}
+    FILE_SECONDS_PATH.write_text(json.dumps(dict(sorted(record.items(), key=lambda kv: -kv[1])), indent=1) + "\n",
+                                 encoding="utf-8")
 
 
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:

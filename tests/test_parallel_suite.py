@@ -3,6 +3,8 @@ sharing a Redis database: what the README's test command does, and what keeps it
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import tomllib
@@ -10,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import TEST_DATABASES, pytest_xdist_auto_num_workers, worker_databases
+from conftest import (TEST_DATABASES, TIER_SECONDS, TIERS, file_seconds, handout_order,
+                      pytest_xdist_auto_num_workers, worker_databases)
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -98,15 +101,37 @@ def test_a_test_on_the_full_stack_is_end_to_end_and_one_on_redis_alone_is_in_pro
     assert collected("inprocess") == {"tests/test_unit_actions.py"}
 
 
-def test_end_to_end_files_are_handed_out_before_the_others(request):
-    rank_of_file: dict[str, int] = {}
+def test_files_are_handed_out_longest_first(request):
+    """By the seconds each took in the recorded run (tests/file_seconds.json), else by its tier's."""
+    recorded = file_seconds()
+    estimates: dict[str, float] = {}
     for item in request.session.items:  # in the order xdist hands files out
-        rank = next(n for n, t in enumerate(("unit", "inprocess", "e2e")) if item.get_closest_marker(t))
+        tier = next(t for t in reversed(TIERS) if item.get_closest_marker(t))
         name = item.nodeid.split("::")[0]
-        assert name in list(rank_of_file)[-1:] or name not in rank_of_file, f"{name}'s tests are not together"
-        rank_of_file[name] = max(rank_of_file.get(name, 0), rank)
-    ranks = list(rank_of_file.values())
-    assert ranks == sorted(ranks, reverse=True)
+        assert name in list(estimates)[-1:] or name not in estimates, f"{name}'s tests are not together"
+        estimates[name] = recorded.get(name, max(estimates.get(name, 0.0), TIER_SECONDS[tier]))
+    seconds = list(estimates.values())
+    assert seconds == sorted(seconds, reverse=True)
+
+
+def test_a_recorded_file_goes_by_its_seconds_and_a_new_one_by_its_tier():
+    tiers = {"tests/test_slow_unit.py": "unit", "tests/test_new_e2e.py": "e2e", "tests/test_quick_e2e.py": "e2e",
+             "tests/test_new_unit.py": "unit"}
+    recorded = {"tests/test_slow_unit.py": 40.0, "tests/test_quick_e2e.py": 2.0}
+    assert handout_order(tiers, recorded) == ["tests/test_slow_unit.py", "tests/test_new_e2e.py",
+                                              "tests/test_quick_e2e.py", "tests/test_new_unit.py"]
+
+
+def test_record_file_seconds_writes_what_each_file_took(tmp_path):
+    (tmp_path / "conftest.py").write_text((ROOT / "tests" / "conftest.py").read_text(encoding="utf-8"))
+    (tmp_path / "test_a.py").write_text("def test_one():\n    pass\n")
+    (tmp_path / "test_b.py").write_text("import time\n\n\ndef test_two():\n    time.sleep(0.2)  # the file's work\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--record-file-seconds"],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})  # the conftest's helpers
+    assert done.returncode == 0, done.stdout + done.stderr
+    written = json.loads((tmp_path / "file_seconds.json").read_text(encoding="utf-8"))
+    assert list(written) == ["test_b.py", "test_a.py"] and written["test_b.py"] >= 0.2
 
 
 @pytest.mark.e2e
