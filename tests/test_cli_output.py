@@ -229,3 +229,42 @@ def test_narrow_price_blocks_are_titled_by_the_rate(clean_env, columns):
     lines = result.stdout.splitlines()
     assert not any(line.startswith("used:") for line in lines)
     assert any("v5e/us-west4/flex-start" in line for line in lines)
+
+
+# --- one command, one module ---------------------------------------------------------------------------
+
+
+def test_each_command_is_mapped_to_the_module_that_registers_it():
+    """`tpubot <command>` assembles only COMMANDS[command]'s module: the map must say what registers what."""
+    import importlib
+
+    import typer
+
+    from bot.cli.command_map import COMMANDS
+    from bot.cli.assemble import COMMAND_MODULES
+
+    registered: dict[str, str] = {}
+    for module in COMMAND_MODULES:
+        alone = typer.Typer()
+        importlib.import_module(module).register(alone)
+        for name in [c.name or c.callback.__name__ for c in alone.registered_commands] + \
+                [g.name for g in alone.registered_groups]:
+            registered[name] = module
+    assert registered == COMMANDS
+
+
+@pytest.mark.parametrize("command", ["config", "cost", "shell", "sandbox", "render-startup-script", "spend", "eval"])
+def test_a_command_assembled_alone_answers_as_in_the_whole_app(command):
+    from bot.cli.command_map import COMMANDS
+    from bot.cli.assemble import new_app
+
+    alone = CliRunner().invoke(new_app((COMMANDS[command],)), [command, "--help"], env={"COLUMNS": "100"})
+    whole = CliRunner().invoke(app, [command, "--help"], env={"COLUMNS": "100"})
+    assert alone.exit_code == whole.exit_code == 0 and alone.output == whole.output
+
+
+def test_the_command_is_the_first_word_after_the_root_flags():
+    from bot.cli.command_map import command_of
+
+    assert command_of(["--debug", "zones", "--json"]) == "zones"
+    assert command_of(["--version"]) is None and command_of([]) is None

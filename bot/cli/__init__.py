@@ -15,6 +15,8 @@ import importlib
 import sys
 from typing import Any
 
+from bot.cli.command_map import COMMANDS, command_of
+
 # Commands that take their common invocations without typer (see `run_lean` in their module);
 # a `None` from `run_lean` (`--help`, an option it does not take exactly) goes to typer.
 LEAN_COMMANDS: dict[str, str] = {"digest": "bot.cli.digest"}
@@ -48,4 +50,10 @@ def main() -> None:
         return
     from bot.cli import errors
 
-    errors.run(__getattr__("app"))
+    own_module = COMMANDS.get(command_of(sys.argv[1:]) or "")
+    if own_module is None:  # `--help`, `--version`, or a word that is no command: the whole app answers
+        errors.run(__getattr__("app"))
+        return
+    from bot.cli.assemble import new_app
+
+    errors.run(new_app((own_module,)))

@@ -10,24 +10,10 @@ from typing import Optional
 import typer
 from typer.core import TyperArgument, TyperCommand
 
-# One line per command module; a module's `register(app)` adds its commands.
-COMMAND_MODULES: tuple[str, ...] = (
-    "bot.cli.config",
-    "bot.cli.digest",
-    "bot.cli.capacity",
-    "bot.cli.processes",
-    "bot.cli.sandbox",
-    "bot.cli.dev",
-    "bot.cli.doctor",
-    "bot.cli.zones",
-    "bot.cli.startup",
-    "bot.cli.reconcile",
-    "bot.cli.mcp",
-    "bot.cli.docs",
-    "bot.cli.spend",
-    "bot.cli.eval",
-    "bot.cli.feedback",
-)
+from bot.cli.command_map import COMMANDS
+
+# The modules whose `register(app)` add the commands, in the order `tpubot --help` lists them.
+COMMAND_MODULES: tuple[str, ...] = tuple(dict.fromkeys(COMMANDS.values()))
 
 
 class _UntypedArgument(TyperArgument):
