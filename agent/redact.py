@@ -77,7 +77,7 @@ _ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_.])(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(
 # A command-line flag and its value after a space: `--api-key X`, `--password X`, `--token X`.
 _FLAG = re.compile(r"(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z][A-Za-z0-9-]*)[ \t]+(?!-)")
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
-# A cheap first look (`_ANY_NAME_WORD`), so that most log lines skip the name-by-name scan.
+# A cheap first look (`_SECRET_NAME_END`), so that most log lines skip the name-by-name scan.
 _NAME_WORDS = ("key", "secret", "token", "pwd", "passw")
 _BARE_END = re.compile(r"[\s\"'`,;&)}\]\\]")
 
@@ -155,10 +155,12 @@ def _folded(text: str) -> str:
     return (text if text.isascii() else text.translate(_CASE_BLIND_ASCII)).lower()
 
 
-# Any rule's piece, or a secret's name word: most log lines hold none of them, and one scan for all
-# costs less than one rule's regex.
+# Any rule's piece: most log lines hold none, and one scan for them all costs less than one rule's regex.
 _ANY_PIECE = re.compile("|".join(re.escape(piece) for *_, pieces in _RULES for piece in pieces))
-_ANY_NAME_WORD = re.compile("|".join(_NAME_WORDS))
+# Where a secret's name can be, in folded text: `passw` anywhere in it, or its last word (`secret_kind`)
+# ending it, before the `=` or `:` of an assignment or the space after a flag (a name may end in
+# `_ . -`). A word alone is not enough: every vLLM metrics line says `tokens/s`.
+_SECRET_NAME_END = re.compile(r"passw|(?:key|secret|token|pwd)(?:[_.-]*(?:\\?[\"'])?[ \t]*[:=]|-*[ \t])")
 
 
 def _redact_shapes(text: str, folded: str) -> str:
@@ -177,7 +179,7 @@ def redact(text: str) -> str:
     if _ANY_PIECE.search(folded):
         text = _redact_shapes(text, folded)
         folded = _folded(text)
-    if _ANY_NAME_WORD.search(folded) is None:
+    if _SECRET_NAME_END.search(folded) is None:
         return text
     return _redact_named(_FLAG, _redact_named(_ASSIGNMENT, text))
 

@@ -164,7 +164,8 @@ def test_the_look_up_never_skips_a_rule_that_would_have_matched():
              "https://u:pw@h/x", "?X-Goog-Signature=abc&x=1", "&sig=abc", "eyJabcd.efgh.ij",
              "-----BEGIN RSA PRIVATE KEY-----\nabc\n-----END RSA PRIVATE KEY-----", "-----BEGIN PRIVATE KEY-----xyz",
              "api_key=12345", "password: hunter22", "--token abcdefgh", "İ", "ı", "ſ", "\u212a", " ", "=", ":", "&",
-             "\n", "x", "é", "ß"]
+             "\n", "x", "é", "ß", "tokens/s", "api_key_ = v1", "DB_PWD:", "--api-key  v2", "password_file=", "tokenCount=",
+             "KEY2=", '"apiKey": "v3"', '\\"token\\": "v4"', "secret", "key", "-", "_", ".", "'", '"', "\t"]
     rng = random.Random(20261207)
     for _ in range(20_000):
         text = "".join(rng.choice(parts) for _ in range(rng.randint(1, 6)))
