@@ -77,8 +77,6 @@ _ASSIGNMENT = re.compile(r"(?<![A-Za-z0-9_.])(?P<name>[A-Za-z_][A-Za-z0-9_.-]*)(
 # A command-line flag and its value after a space: `--api-key X`, `--password X`, `--token X`.
 _FLAG = re.compile(r"(?<![A-Za-z0-9_-])--(?P<name>[A-Za-z][A-Za-z0-9-]*)[ \t]+(?!-)")
 _WORDS = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")
-# A cheap first look (`_SECRET_NAME_END`), so that most log lines skip the name-by-name scan.
-_NAME_WORDS = ("key", "secret", "token", "pwd", "passw")
 _BARE_END = re.compile(r"[\s\"'`,;&)}\]\\]")
 
 

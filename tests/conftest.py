@@ -141,7 +141,8 @@ _seconds_run: dict[str, float] = {}
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
-    _seconds_run[report.nodeid.split("::")[0]] = _seconds_run.get(report.nodeid.split("::")[0], 0.0) + report.duration
+    name = report.nodeid.split("::")[0]
+    _seconds_run[name] = _seconds_run.get(name, 0.0) + report.duration
 
 
 def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:

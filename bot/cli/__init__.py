@@ -19,7 +19,7 @@ from bot.cli.command_map import COMMANDS, command_of
 
 # Commands that take their common invocations without typer (see `run_lean` in their module);
 # a `None` from `run_lean` (`--help`, an option it does not take exactly) goes to typer.
-LEAN_COMMANDS: dict[str, str] = {"digest": "bot.cli.digest"}
+LEAN_COMMANDS = frozenset({"digest"})
 
 
 def __getattr__(name: str) -> Any:
@@ -40,13 +40,13 @@ def __getattr__(name: str) -> Any:
 def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command in LEAN_COMMANDS:  # reads no settings, so there is no start-up error to shorten
-        module = importlib.import_module(LEAN_COMMANDS[command])
+        module = importlib.import_module(COMMANDS[command])
         code = module.run_lean(sys.argv[2:])
         if code is not None:
             sys.exit(code)
         from bot.cli.assemble import new_app
 
-        new_app((LEAN_COMMANDS[command],))()
+        new_app((COMMANDS[command],))()
         return
     from bot.cli import errors
 
