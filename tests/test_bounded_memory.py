@@ -104,7 +104,7 @@ def traced() -> Iterator[Callable[[], int]]:
 
 
 @pytest.fixture
-def slack() -> Iterator[SlackApiSandbox]:
+def slack_api() -> Iterator[SlackApiSandbox]:
     sandbox = SlackApiSandbox()
     sandbox.start()
     try:
@@ -138,13 +138,13 @@ async def services(redis_url, tmp_path):
 
 @needs_proc
 @pytest.mark.parametrize("compressed", [False, True], ids=["plain", "gzip"])
-async def test_an_8_mib_attachment_is_read_and_digested_in_bounded_memory(slack, services, spool_dir, compressed):
+async def test_an_8_mib_attachment_is_read_and_digested_in_bounded_memory(slack_api, services, spool_dir, compressed):
     log = big_log(8 * MiB)
     lines = log.count(b"\n")
     body = gzip.compress(log) if compressed else log
-    info = slack.add_file("F0BIG", "train.log.gz" if compressed else "train.log", body,
+    info = slack_api.add_file("F0BIG", "train.log.gz" if compressed else "train.log", body,
                           "application/gzip" if compressed else "text/plain")
-    client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+    client = AsyncWebClient(token=slack_api.token, base_url=slack_api.base_url)
 
     with traced() as peak:
         mention = await gather_input(client, channel="C0MEM", ts="1.000100", thread_ts="1.000100",
@@ -171,12 +171,12 @@ async def test_an_8_mib_attachment_is_read_and_digested_in_bounded_memory(slack,
     assert PLANTED_AT + 3 in filtered.data["cited_lines"] and "disk quota exceeded" in filtered.text
 
 
-def test_the_measure_sees_a_whole_download(slack):
+def test_the_measure_sees_a_whole_download(slack_api):
     # The same file, downloaded whole and split into a list (how mentions read files before):
     # the heap holds the file, so the bound above is not an artefact of the instrument.
     log = big_log(8 * MiB)
-    slack.add_file("F0BIG", "train.log", log)
-    client = WebClient(token=slack.token, base_url=slack.base_url)
+    slack_api.add_file("F0BIG", "train.log", log)
+    client = WebClient(token=slack_api.token, base_url=slack_api.base_url)
     with traced() as peak:
         digest = build_digest(lines_from_bytes(download_slack_file(client, "F0BIG").data))
     print(f"\nwhole download and line list of {len(log) / MiB:.1f} MiB: traced peak {peak() / MiB:.2f} MiB")
@@ -196,26 +196,26 @@ def no_file_left_to_the_collector() -> Iterator[None]:
     assert [text for text in unclosed if text.startswith("unclosed file")] == []  # (aiohttp's sockets are not ours)
 
 
-def spools_at_each_call(slack: SlackApiSandbox, spool_dir: Path) -> list[tuple[str, int]]:
+def spools_at_each_call(slack_api: SlackApiSandbox, spool_dir: Path) -> list[tuple[str, int]]:
     """(Web API method, spools open while Slack answered it), for every call from now on."""
     seen: list[tuple[str, int]] = []
-    slack.on_event(lambda method, result: seen.append((method, len(open_files_under(spool_dir)))))
+    slack_api.on_event(lambda method, result: seen.append((method, len(open_files_under(spool_dir)))))
     return seen
 
 
 @needs_proc
-async def test_the_job_closes_the_spools_when_it_ends(slack, services, spool_dir):
+async def test_the_job_closes_the_spools_when_it_ends(slack_api, services, spool_dir):
     log = big_log(200_000)
-    info = slack.add_file("F0LOG", "train.log", log)
-    client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
-    seen = spools_at_each_call(slack, spool_dir)
+    info = slack_api.add_file("F0LOG", "train.log", log)
+    client = AsyncWebClient(token=slack_api.token, base_url=slack_api.base_url)
+    seen = spools_at_each_call(slack_api, spool_dir)
     with no_file_left_to_the_collector():
         outcome = await answer_mention(services, client, MentionJob(
             team=ALICE.team, channel="C0JOB", ts="2.000100", thread_ts="2.000100", user=ALICE.user_id,
             text=MENTION_TEXT, files=[info], bot_user_id=BOT_USER))
     assert outcome == JobOutcome.ok("no-model")
     lines = log.count(b"\n") + 3
-    assert slack.channel_messages("C0JOB")[0].text.startswith(
+    assert slack_api.channel_messages("C0JOB")[0].text.startswith(
         f"*Log summary*: {lines:,} lines, 8 kinds of message, no errors in those (L1-L3 pasted text; L4-L{lines} file train.log)")
     # open until the answer is written (the 👍/👎 buttons are posted after it)…
     assert ("files.info", 1) in seen and ("chat.update", 1) in seen
@@ -223,39 +223,39 @@ async def test_the_job_closes_the_spools_when_it_ends(slack, services, spool_dir
 
 
 @needs_proc
-async def test_a_failing_job_closes_the_spools_too(slack, services, spool_dir):
-    info = slack.add_file("F0LOG", "train.log", big_log(200_000))
-    client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
-    seen = spools_at_each_call(slack, spool_dir)
+async def test_a_failing_job_closes_the_spools_too(slack_api, services, spool_dir):
+    info = slack_api.add_file("F0LOG", "train.log", big_log(200_000))
+    client = AsyncWebClient(token=slack_api.token, base_url=slack_api.base_url)
+    seen = spools_at_each_call(slack_api, spool_dir)
 
     def break_the_card(method: str, result: dict) -> None:
         if method == "chat.postMessage" and result.get("message", {}).get("text") == STATUS_TEXT:
             # the status line is up: the next post (the proposal card) fails
-            slack.inject_error("chat.postMessage", InjectedError(body={"ok": False, "error": "internal_error"}))
+            slack_api.inject_error("chat.postMessage", InjectedError(body={"ok": False, "error": "internal_error"}))
 
-    slack.on_event(break_the_card)
+    slack_api.on_event(break_the_card)
     with no_file_left_to_the_collector():
         outcome = await answer_mention(services, client, MentionJob(
             team=ALICE.team, channel="C0FAIL", ts="3.000100", thread_ts="3.000100", user=ALICE.user_id,
             text=MENTION_TEXT, files=[info], bot_user_id=BOT_USER))
     assert outcome == JobOutcome.failed()
-    assert "Something went wrong" in slack.channel_messages("C0FAIL")[0].text
+    assert "Something went wrong" in slack_api.channel_messages("C0FAIL")[0].text
     assert seen[-1] == ("chat.update", 1)  # the failure was reported with the spool still open
     assert open_files_under(spool_dir) == []
 
 
 @needs_proc
-async def test_a_cancelled_gathering_leaves_no_spool(slack, spool_dir):
-    small = slack.add_file("F0ONE", "one.log", big_log(50_000))
-    second = slack.add_file("F0TWO", "two.log", big_log(50_000))
-    client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+async def test_a_cancelled_gathering_leaves_no_spool(slack_api, spool_dir):
+    small = slack_api.add_file("F0ONE", "one.log", big_log(50_000))
+    second = slack_api.add_file("F0TWO", "two.log", big_log(50_000))
+    client = AsyncWebClient(token=slack_api.token, base_url=slack_api.base_url)
     held: list = []
 
     def hold_after_the_first_file(method: str, result: dict) -> None:
         if method == "files.info" and result.get("file", {}).get("id") == "F0ONE":
-            held.append(slack.hold())  # the second file's files.info waits: a slow Slack
+            held.append(slack_api.hold())  # the second file's files.info waits: a slow Slack
 
-    slack.on_event(hold_after_the_first_file)
+    slack_api.on_event(hold_after_the_first_file)
     task = asyncio.create_task(gather_input(client, channel="C0CAN", ts="4.000100", thread_ts="4.000100",
                                             text=MENTION_TEXT, files=[small, second], bot_user_id=BOT_USER))
     try:
@@ -269,17 +269,17 @@ async def test_a_cancelled_gathering_leaves_no_spool(slack, spool_dir):
     finally:
         held[0].set()
     # The download thread goes on to its closed spool and stops there; nothing reopens.
-    await wait_for(lambda: len(slack.calls_to("files.info")) == 2, timeout=30, what="the held call answered")
+    await wait_for(lambda: len(slack_api.calls_to("files.info")) == 2, timeout=30, what="the held call answered")
     assert open_files_under(spool_dir) == []
 
 
 @needs_proc
-async def test_a_gzip_bomb_is_refused_while_it_streams_and_its_spool_is_dropped(slack, spool_dir):
+async def test_a_gzip_bomb_is_refused_while_it_streams_and_its_spool_is_dropped(slack_api, spool_dir):
     bomb = gzip.compress(b"2026-02-01 10:00:00,000 ERROR again and again\n" * (MAX_LOG_FILE_BYTES // 40))
     assert len(bomb) < MiB
-    files = [slack.add_file("F0BOMB", "bomb.log.gz", bomb, "application/gzip"),
-             slack.add_file("F0OK", "ok.log", "\n".join(PASTE).encode())]
-    client = AsyncWebClient(token=slack.token, base_url=slack.base_url)
+    files = [slack_api.add_file("F0BOMB", "bomb.log.gz", bomb, "application/gzip"),
+             slack_api.add_file("F0OK", "ok.log", "\n".join(PASTE).encode())]
+    client = AsyncWebClient(token=slack_api.token, base_url=slack_api.base_url)
     with traced() as peak:
         mention = await gather_input(client, channel="C0BOMB", ts="5.000100", thread_ts="5.000100",
                                      text="<@UTPUBOT> look", files=files, bot_user_id=BOT_USER)

@@ -107,14 +107,14 @@ class FakeSlack:
 
 
 @pytest.fixture
-def slack() -> Iterator[FakeSlack]:
+def fake_slack() -> Iterator[FakeSlack]:
     with FakeSlack() as fake:
         yield fake
 
 
 @pytest.fixture
-def client(slack: FakeSlack) -> WebClient:
-    return WebClient(token=BOT_TOKEN, base_url=f"{slack.base}/api/")
+def client(fake_slack: FakeSlack) -> WebClient:
+    return WebClient(token=BOT_TOKEN, base_url=f"{fake_slack.base}/api/")
 
 
 LOG = b"".join(
@@ -123,50 +123,50 @@ LOG = b"".join(
 )
 
 
-def test_plain_file_is_downloaded_with_the_bot_token(slack, client):
-    slack.add("F001", "worker.log", LOG)
+def test_plain_file_is_downloaded_with_the_bot_token(fake_slack, client):
+    fake_slack.add("F001", "worker.log", LOG)
     file = download_slack_file(client, "F001")
     assert file.data == LOG and not file.compressed
     assert file.name == "worker.log"
-    assert slack.downloads[0]["Authorization"] == f"Bearer {BOT_TOKEN}"
+    assert fake_slack.downloads[0]["Authorization"] == f"Bearer {BOT_TOKEN}"
     digest = build_digest(lines_from_bytes(file.data))
     assert digest.templates[0].exemplars[0].line == 71
 
 
-def test_gzip_is_recognised_by_magic_bytes(slack, client):
-    slack.add("F002", "worker.log.gz", gzip.compress(LOG), mimetype="application/gzip", filetype="gzip")
+def test_gzip_is_recognised_by_magic_bytes(fake_slack, client):
+    fake_slack.add("F002", "worker.log.gz", gzip.compress(LOG), mimetype="application/gzip", filetype="gzip")
     file = download_slack_file(client, "F002")
     assert file.compressed
     assert file.data == LOG
 
 
-def test_html_sign_in_page_is_an_error_naming_the_scope(slack, client):
-    slack.add("F003", "worker.log", LOG, scoped=False)
+def test_html_sign_in_page_is_an_error_naming_the_scope(fake_slack, client):
+    fake_slack.add("F003", "worker.log", LOG, scoped=False)
     with pytest.raises(SlackFileError, match="files:read"):
         download_slack_file(client, "F003")
 
 
-def test_size_cap_is_checked_before_downloading(slack, client):
-    slack.add("F004", "huge.log", LOG, size=10_000_000_000)
+def test_size_cap_is_checked_before_downloading(fake_slack, client):
+    fake_slack.add("F004", "huge.log", LOG, size=10_000_000_000)
     with pytest.raises(SlackFileError, match="limit"):
         download_slack_file(client, "F004", max_bytes=1_000_000)
-    assert slack.downloads == []  # refused from files.info alone
+    assert fake_slack.downloads == []  # refused from files.info alone
 
 
-def test_size_cap_is_checked_while_streaming_when_files_info_understates(slack, client):
+def test_size_cap_is_checked_while_streaming_when_files_info_understates(fake_slack, client):
     big = LOG * 50
-    slack.add("F005", "big.log", big, size=10, stream=True)  # no Content-Length either
+    fake_slack.add("F005", "big.log", big, size=10, stream=True)  # no Content-Length either
     with pytest.raises(SlackFileError, match="limit"):
         download_slack_file(client, "F005", max_bytes=len(big) // 2)
 
 
-def test_gzip_bomb_is_capped(slack, client):
+def test_gzip_bomb_is_capped(fake_slack, client):
     bomb = gzip.compress(b"A" * 5_000_000)
-    slack.add("F006", "bomb.log.gz", bomb)
+    fake_slack.add("F006", "bomb.log.gz", bomb)
     with pytest.raises(SlackFileError, match="expands"):
         download_slack_file(client, "F006", max_bytes=1_000_000)
 
 
-def test_missing_file_is_a_clear_error(slack, client):
+def test_missing_file_is_a_clear_error(fake_slack, client):
     with pytest.raises(SlackFileError, match="not found"):
         download_slack_file(client, "F404")
