@@ -15,9 +15,10 @@ import itertools
 import json
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -262,25 +263,47 @@ def redis_url(redis_server_url: str, database_numbers: Iterator[int]) -> Iterato
         yield url
 
 
+@contextmanager
+def local_stacks(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
+    """make(run_web=, run_worker=, **settings) starts a LocalStack on this database, the settings over
+    the embedded defaults; every stack it started is stopped at the end."""
+    from bot.local_stack import LocalStack
+    from bot.settings import Settings
+
+    started: list[LocalStack] = []
+
+    def make(*, run_web: bool = True, run_worker: bool = True, **settings: Any) -> LocalStack:
+        stack = LocalStack(Settings.load(tmp_path / "none.env", redis_url=redis_url, **settings),
+                           run_web=run_web, run_worker=run_worker).start()
+        started.append(stack)
+        return stack
+
+    try:
+        yield make
+    finally:
+        for stack in reversed(started):
+            stack.stop()
+
+
 @pytest.fixture
 def make_stack(redis_url: str, tmp_path, monkeypatch):
     """make_stack(**settings) starts a LocalStack on this test's database, the given settings over
     the embedded defaults; every stack it started is stopped when the test ends."""
-    from bot.local_stack import LocalStack
-    from bot.settings import Settings
+    monkeypatch.chdir(tmp_path)  # no stray tpu.env
+    with local_stacks(redis_url, tmp_path) as make:
+        yield make
+
+
+@pytest.fixture
+def make_bot(redis_url: str, tmp_path, monkeypatch):
+    """make_bot(**settings): the in-process tier's bot (tests/in_process_bot.py) on this test's
+    database, the settings over the embedded defaults, on a LocalStack that runs the emulators only
+    (no web app, no worker thread)."""
+    from in_process_bot import InProcessBot
 
     monkeypatch.chdir(tmp_path)  # no stray tpu.env
-    started = []
-
-    def make(*, run_worker: bool = True, **settings):
-        stack = LocalStack(Settings.load(tmp_path / "none.env", redis_url=redis_url, **settings),
-                           run_worker=run_worker).start()
-        started.append(stack)
-        return stack
-
-    yield make
-    for stack in reversed(started):
-        stack.stop()
+    with local_stacks(redis_url, tmp_path) as make:
+        yield lambda **settings: InProcessBot(make(run_web=False, run_worker=False, **settings))
 
 
 @pytest.fixture

@@ -15,24 +15,22 @@ wait_until = functools.partial(waiting.wait_until, timeout=60.0)
 
 
 @pytest.fixture
-def stack_settings():
-    return {"agent_use_model": False}
+def bot(make_bot):
+    return make_bot(agent_use_model=False)
 
 
 def thread_texts(stack) -> str:
     return "\n".join(m.text for m in stack.slack.messages if m.thread_ts)
 
 
-def test_oversized_paste_is_read_up_to_the_cap_and_the_reply_says_so(stack):
-    slack = stack.signed_requests()
+def test_oversized_paste_is_read_up_to_the_cap_and_the_reply_says_so(bot):
     paste = "\n".join(f"2026-11-29T10:00:{i % 60:02d}Z ERROR worker-{i % 7} disk full on /dev/sda{i % 3}"
                       for i in range(1200))
     assert len(paste) > 45_000
-    slack.mention(f"<@UTPUBOT> summarize these logs\n{paste}", user="UALICE", channel=CHANNEL)
-    text = wait_until(lambda: "more than the 40,000 I read" in thread_texts(stack) and thread_texts(stack))
+    bot.mention(f"<@UTPUBOT> summarize these logs\n{paste}", user="UALICE", channel=CHANNEL)
+    text = wait_until(lambda: "more than the 40,000 I read" in thread_texts(bot) and thread_texts(bot))
     assert f"Your message is {len('<@UTPUBOT> summarize these logs') + 1 + len(paste):,} characters" in text
     assert "disk full" in text
-    slack.close()
 
 
 def long_paste_with_one_error(lines: int = 2000, error_at: int = 1235) -> str:
@@ -49,18 +47,16 @@ def answer_of(stack) -> str:
 
 
 @pytest.mark.parametrize("with_model", [False, True], ids=["no-model", "sandbox-model"])
-def test_a_long_paste_is_never_a_clean_bill_of_health(make_stack, with_model):
+def test_a_long_paste_is_never_a_clean_bill_of_health(make_bot, with_model):
     from infra.sandbox.vllm import LatencyModel, VllmEmulator
 
     paste = long_paste_with_one_error()
     assert len(paste) > 40_000 and paste.index("ERROR") > 40_000
     with VllmEmulator(latency=LatencyModel.instant()) as emulator:
         settings = {"gemma_base_url": emulator.base_url} if with_model else {"agent_use_model": False}
-        stack = make_stack(**settings)
-        slack = stack.signed_requests()
-        slack.mention(f"<@UTPUBOT> any errors in these logs?\n{paste}", user="UALICE", channel=CHANNEL)
-        text = wait_until(lambda: answer_of(stack))
-        slack.close()
+        bot = make_bot(**settings)
+        bot.mention(f"<@UTPUBOT> any errors in these logs?\n{paste}", user="UALICE", channel=CHANNEL)
+        text = wait_until(lambda: answer_of(bot))
     # The answer opens with how much was read, and never calls the unread part clean.
     first = text.splitlines()[0]
     assert first.startswith(":warning: Your message is") and "nothing after line" in first, text
@@ -69,13 +65,11 @@ def test_a_long_paste_is_never_a_clean_bill_of_health(make_stack, with_model):
     assert "L1235" not in text
 
 
-def test_oversized_file_is_refused_with_the_limit(stack):
+def test_oversized_file_is_refused_with_the_limit(bot):
     from handlers.mention_job import MAX_FILE_BYTES
 
-    info = stack.slack.add_file("F0BIG", "huge.log", b"x")
+    info = bot.slack.add_file("F0BIG", "huge.log", b"x")
     info["size"] = MAX_FILE_BYTES + 1  # files.info reports the real size before any download
-    slack = stack.signed_requests()
-    slack.mention("<@UTPUBOT> what happened?", user="UALICE", channel=CHANNEL, files=[info])
-    text = wait_until(lambda: "Could not read huge.log" in thread_texts(stack) and thread_texts(stack))
+    bot.mention("<@UTPUBOT> what happened?", user="UALICE", channel=CHANNEL, files=[info])
+    text = wait_until(lambda: "Could not read huge.log" in thread_texts(bot) and thread_texts(bot))
     assert f"the limit is {MAX_FILE_BYTES:,}" in text
-    slack.close()
