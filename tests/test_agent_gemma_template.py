@@ -13,22 +13,29 @@ from infra.sandbox.vllm import DEFAULT_SERVED_VERSION
 from infra.sandbox.vllm.chat_template import render
 from agent.llm.prompt import model_tools
 import test_agent_mentions
-from test_agent_mentions import ALICE, LOGS, Q, answer, tool_messages
+from test_agent_mentions import ALICE, LOGS, Q, answer, tool_messages, unscripted
 
-# Fixtures shared with test_agent_mentions, bound here by name (pytest finds a module's fixtures by name)
-emu, stack = test_agent_mentions.emu, test_agent_mentions.stack
+# The emulator shared with test_agent_mentions, bound here by name (pytest finds a module's fixtures by name)
+emu = test_agent_mentions.emu
+
+
+@pytest.fixture(params=[True, False], ids=["stream", "no-stream"])
+def bot(request, emu, make_bot):
+    yield make_bot(poll_interval="0.2s", admins="UADMIN", gemma_base_url=unscripted(emu).base_url,
+                   agent_stream=request.param)
+    assert emu.pending_turns == 0, "the test left scripted turns unused"
 
 
 def assistant_messages(request: dict) -> list[dict]:
     return [m for m in request["messages"] if m["role"] == "assistant"]
 
 
-def test_item6_a_preamble_with_a_call_stays_in_slack_and_out_of_the_history(stack, emu):
+def test_item6_a_preamble_with_a_call_stays_in_slack_and_out_of_the_history(bot, emu):
     emu.prompt_problems.clear()
     emu.push_turns("Let me read the logs. <|tool_call>call:summarize_logs{}<tool_call|>",
                    "Five RPC timeouts, first at L8.")
-    stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0T6")
-    text = answer(stack, "C0T6").text
+    bot.mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0T6")
+    text = answer(bot, "C0T6").text
     assert "Let me read the logs." in text and "Five RPC timeouts, first at L8." in text
     # The first prompt (system prompt, tools, the person's DATA-fenced paste) asks for a new model
     # turn; the pinned template adds no empty thought channel to it.
@@ -58,11 +65,11 @@ def test_item7_every_parameter_the_agent_declares_shows_its_type():
     assert zone["nullable"] is True and zone["type"] == "string"
 
 
-def test_item8_null_arguments_are_not_echoed_as_python_none(stack, emu):
+def test_item8_null_arguments_are_not_echoed_as_python_none(bot, emu):
     emu.prompt_problems.clear()
     emu.push_turns("<|tool_call>call:summarize_logs{max_tokens:null}<tool_call|>", "Five RPC timeouts from L8.")
-    stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0T8")
-    answer(stack, "C0T8")
+    bot.mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0T8")
+    answer(bot, "C0T8")
     call = assistant_messages(emu.requests[1])[0]["tool_calls"][0]
     assert json.loads(call["function"]["arguments"]) == {}
     assert "None" not in render(emu.requests[1]).text.split("<|tool_call>")[1].split("<tool_call|>")[0]
@@ -70,7 +77,7 @@ def test_item8_null_arguments_are_not_echoed_as_python_none(stack, emu):
 
 
 @pytest.mark.parametrize("served_version", ["0.32.0", "0.33.0"])
-def test_a_call_cut_off_at_max_tokens_is_not_run_and_the_model_is_told(stack, emu, served_version):
+def test_a_call_cut_off_at_max_tokens_is_not_run_and_the_model_is_told(bot, emu, served_version):
     # The model writes a call longer than the agent's max_tokens (1024): the engine stops at the
     # limit. 0.33.0 says finish_reason "length"; 0.32.0 (the TPU image) says "tool_calls" when not
     # streaming, with arguments its parser closed; both report completion_tokens == max_tokens.
@@ -78,8 +85,8 @@ def test_a_call_cut_off_at_max_tokens_is_not_run_and_the_model_is_told(stack, em
     try:
         emu.push_turns(f"<|tool_call>call:summarize_logs{{contains:{Q}" + "DEAD " * 1500 + f"{Q}}}<tool_call|>",
                        "The logs show RPC timeouts from L8.")
-        stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0TL")
-        text = answer(stack, "C0TL").text
+        bot.mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0TL")
+        text = answer(bot, "C0TL").text
     finally:
         emu.served_version = DEFAULT_SERVED_VERSION
     assert emu.requests[0]["max_tokens"] == 1024
@@ -88,12 +95,12 @@ def test_a_call_cut_off_at_max_tokens_is_not_run_and_the_model_is_told(stack, em
     assert "tools: summarize_logs" not in text  # nothing ran
 
 
-def test_the_last_step_is_told_to_answer_inside_the_tool_results_not_in_a_user_turn(stack, emu):
+def test_the_last_step_is_told_to_answer_inside_the_tool_results_not_in_a_user_turn(bot, emu):
     # Three steps of tool calls (AGENT_MAX_STEPS is 4), then the fourth, without tools, answers.
     emu.prompt_problems.clear()
     emu.push_turns(*["<|tool_call>call:summarize_logs{}<tool_call|>"] * 3, "Five RPC timeouts, first at L8.")
-    stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0TS")
-    assert "Five RPC timeouts, first at L8." in answer(stack, "C0TS").text
+    bot.mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel="C0TS")
+    assert "Five RPC timeouts, first at L8." in answer(bot, "C0TS").text
     last = emu.requests[3]
     assert "tools" not in last and last["messages"][-1]["role"] == "tool"
     assert last["messages"][-1]["content"].endswith("answer now from what you have, with no more tool calls.")

@@ -55,11 +55,17 @@ def make_stack(redis_url, tmp_path, monkeypatch, **overrides):
     return LocalStack(settings)
 
 
-@pytest.fixture(params=[True, False], ids=["stream", "no-stream"])
-def stack(request, emu, redis_url, tmp_path, monkeypatch):
+def unscripted(emu: VllmEmulator) -> VllmEmulator:
+    """The module's emulator with no turn left from an earlier test and no request recorded."""
     while emu.script.pop() is not None:
         pass
     emu.requests.clear()
+    return emu
+
+
+@pytest.fixture(params=[True, False], ids=["stream", "no-stream"])
+def stack(request, emu, redis_url, tmp_path, monkeypatch):
+    unscripted(emu)
     with make_stack(redis_url, tmp_path, monkeypatch, gemma_base_url=emu.base_url, agent_stream=request.param) as running:
         yield running
     assert emu.pending_turns == 0, "the test left scripted turns unused"

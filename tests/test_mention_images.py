@@ -1,4 +1,4 @@
-"""Screenshots in a mention, end to end: signed events → bolt → arq job → the files downloaded from
+"""Screenshots in a mention: the listener's queueing → the worker's job → the files downloaded from
 the Slack stand-in with the bot token → checked by content and resized (infra/images.py) → the
 real `openai` client → the sandbox vLLM, which loads the image parts as vLLM does and counts them
 against `--limit-mm-per-prompt`. The answer in the thread names the images read; bad files each
@@ -15,7 +15,7 @@ from PIL import Image, ImageDraw
 
 from infra.images import MAX_IMAGE_BYTES
 from infra.sandbox.vllm import LatencyModel, VllmEmulator
-from test_agent_mentions import ALICE, LOGS, answer, make_stack
+from test_agent_mentions import ALICE, LOGS, answer, unscripted
 
 MENTION = "<@UTPUBOT> what's wrong? the dashboard and the logs are attached"
 
@@ -65,22 +65,17 @@ def emu():
 
 
 @pytest.fixture
-def stack(emu, redis_url, tmp_path, monkeypatch):
-    while emu.script.pop() is not None:
-        pass
-    emu.requests.clear()
-    emu.images.clear()
-    with make_stack(redis_url, tmp_path, monkeypatch, gemma_base_url=emu.base_url) as running:
-        yield running
+def bot(emu, make_bot):
+    unscripted(emu).images.clear()
+    return make_bot(poll_interval="0.2s", admins="UADMIN", gemma_base_url=emu.base_url)
 
 
-def test_two_screenshots_and_a_log_reach_the_model_resized_with_the_digest_and_the_answer_names_both(stack, emu):
-    slack = stack.signed_requests()
-    files = [stack.slack.add_file("F0DASH", "dashboard.png", screenshot(1920, 1080), "image/png"),
-             stack.slack.add_file("F0ERR", "errors.png", screenshot(900, 1600), "image/png"),
-             stack.slack.add_file("F0LOG", "incident.log", LOGS.encode())]
-    slack.mention(MENTION, user=ALICE, channel="C0IMG1", files=files)
-    text = answer(stack, "C0IMG1").text
+def test_two_screenshots_and_a_log_reach_the_model_resized_with_the_digest_and_the_answer_names_both(bot, emu):
+    files = [bot.slack.add_file("F0DASH", "dashboard.png", screenshot(1920, 1080), "image/png"),
+             bot.slack.add_file("F0ERR", "errors.png", screenshot(900, 1600), "image/png"),
+             bot.slack.add_file("F0LOG", "incident.log", LOGS.encode())]
+    bot.mention(MENTION, user=ALICE, channel="C0IMG1", files=files)
+    text = answer(bot, "C0IMG1").text
 
     first = emu.requests[0]
     parts = image_parts(first)
@@ -94,33 +89,31 @@ def test_two_screenshots_and_a_log_reach_the_model_resized_with_the_digest_and_t
     # The heuristic says what it received, and that it is no model.
     assert "heuristic stand-in, not Gemma" in text and "It received 2 images (1056×576, 576×1056)" in text
     # base64 never reaches Slack
-    assert not any("base64" in str(c.body) for c in stack.slack.calls)
+    assert not any("base64" in str(c.body) for c in bot.slack.calls)
 
 
-def test_images_earlier_in_the_thread_are_read_newest_first(stack, emu):
-    slack = stack.signed_requests()
-    old = stack.slack.add_file("F0OLD", "yesterday.png", screenshot(640, 480), "image/png")
-    new = stack.slack.add_file("F0NEW", "today.png", screenshot(800, 600), "image/png")
-    root = stack.slack.add_message("C0IMG2", "the dashboard yesterday", user=ALICE, files=[old])
-    stack.slack.add_message("C0IMG2", "and today", user=ALICE, thread_ts=root, files=[new])
-    slack.mention("<@UTPUBOT> what changed?", user=ALICE, channel="C0IMG2", thread_ts=root)
-    text = answer(stack, "C0IMG2").text
+def test_images_earlier_in_the_thread_are_read_newest_first(bot, emu):
+    old = bot.slack.add_file("F0OLD", "yesterday.png", screenshot(640, 480), "image/png")
+    new = bot.slack.add_file("F0NEW", "today.png", screenshot(800, 600), "image/png")
+    root = bot.slack.add_message("C0IMG2", "the dashboard yesterday", user=ALICE, files=[old])
+    bot.slack.add_message("C0IMG2", "and today", user=ALICE, thread_ts=root, files=[new])
+    bot.mention("<@UTPUBOT> what changed?", user=ALICE, channel="C0IMG2", thread_ts=root)
+    text = answer(bot, "C0IMG2").text
     assert [decoded(p).size for p in image_parts(emu.requests[0])] == [(800, 600), (640, 480)]
     assert "Read 2 images: today.png and yesterday.png." in text
 
 
-def test_five_images_against_a_limit_of_four_send_the_first_four_and_name_the_fifth(stack, emu):
-    slack = stack.signed_requests()
-    files = [stack.slack.add_file(f"F0P{i}", f"panel{i}.png", screenshot(300 + i, 200), "image/png")
+def test_five_images_against_a_limit_of_four_send_the_first_four_and_name_the_fifth(bot, emu):
+    files = [bot.slack.add_file(f"F0P{i}", f"panel{i}.png", screenshot(300 + i, 200), "image/png")
              for i in range(1, 6)]
-    slack.mention("<@UTPUBOT> what do these show?", user=ALICE, channel="C0IMG3", files=files)
-    text = answer(stack, "C0IMG3").text
+    bot.mention("<@UTPUBOT> what do these show?", user=ALICE, channel="C0IMG3", files=files)
+    text = answer(bot, "C0IMG3").text
     assert [decoded(p).size for p in image_parts(emu.requests[0])] == [(301, 200), (302, 200), (303, 200), (304, 200)]
     assert "Read 4 images: panel1.png, panel2.png, panel3.png and panel4.png." in text
     assert ("Not read: panel5.png: the model takes at most 4 images per message (--limit-mm-per-prompt), "
             "newest first.") in text
     # The fifth was not even asked for: nothing is downloaded that would not be sent.
-    assert [c.body.get("file") for c in stack.slack.calls_to("files.info")] == ["F0P1", "F0P2", "F0P3", "F0P4"]
+    assert [c.body.get("file") for c in bot.slack.calls_to("files.info")] == ["F0P1", "F0P2", "F0P3", "F0P4"]
 
 
 def bomb(width: int = 20_000, height: int = 20_000) -> bytes:
@@ -155,42 +148,38 @@ BAD_FILES = {
 
 
 @pytest.mark.parametrize("kind", list(BAD_FILES))
-def test_a_bad_image_gets_its_line_and_the_log_and_the_good_image_are_still_read(stack, emu, kind):
+def test_a_bad_image_gets_its_line_and_the_log_and_the_good_image_are_still_read(bot, emu, kind):
     name, make, line = BAD_FILES[kind]
-    slack = stack.signed_requests()
-    files = [stack.slack.add_file("F0BAD", name, make(), "image/gif" if name.endswith(".gif") else "image/png"),
-             stack.slack.add_file("F0GOOD", "good.png", screenshot(1280, 720), "image/png"),
-             stack.slack.add_file("F0LOG", "incident.log", LOGS.encode())]
-    slack.mention(MENTION, user=ALICE, channel="C0BAD", files=files)
-    text = answer(stack, "C0BAD").text
+    files = [bot.slack.add_file("F0BAD", name, make(), "image/gif" if name.endswith(".gif") else "image/png"),
+             bot.slack.add_file("F0GOOD", "good.png", screenshot(1280, 720), "image/png"),
+             bot.slack.add_file("F0LOG", "incident.log", LOGS.encode())]
+    bot.mention(MENTION, user=ALICE, channel="C0BAD", files=files)
+    text = answer(bot, "C0BAD").text
     assert line in text
     assert [decoded(p).size for p in image_parts(emu.requests[0])] == [(1056, 576)]
     assert "L1-L50 file incident.log" in text_of(emu.requests[0])
     assert "Read 1 image: good.png." in text
 
 
-def test_metadata_is_stripped_and_a_photo_stays_jpeg(stack, emu):
-    slack = stack.signed_requests()
+def test_metadata_is_stripped_and_a_photo_stays_jpeg(bot, emu):
     photo = screenshot(4000, 3000, "JPEG", exif=True)
     assert Image.open(io.BytesIO(photo)).getexif()  # the original carries EXIF (maker, GPS)
-    files = [stack.slack.add_file("F0JPG", "phone.jpg", photo, "image/jpeg")]
-    slack.mention("<@UTPUBOT> what is on this screen?", user=ALICE, channel="C0IMG4", files=files)
-    answer(stack, "C0IMG4")
+    files = [bot.slack.add_file("F0JPG", "phone.jpg", photo, "image/jpeg")]
+    bot.mention("<@UTPUBOT> what is on this screen?", user=ALICE, channel="C0IMG4", files=files)
+    answer(bot, "C0IMG4")
     [part] = image_parts(emu.requests[0])
     sent = decoded(part)
     assert sent.format == "JPEG" and sent.size == (912, 672)
     assert not sent.getexif() and "exif" not in sent.info and "icc_profile" not in sent.info
 
 
-@pytest.mark.e2e
-def test_without_a_model_the_answer_says_it_could_not_read_the_images(redis_url, tmp_path, monkeypatch):
-    with make_stack(redis_url, tmp_path, monkeypatch) as stack:
-        slack = stack.signed_requests()
-        files = [stack.slack.add_file("F0A", "a.png", screenshot(200, 100), "image/png"),
-                 stack.slack.add_file("F0B", "b.png", screenshot(100, 200), "image/png"),
-                 stack.slack.add_file("F0LOG", "incident.log", LOGS.encode())]
-        slack.mention(MENTION, user=ALICE, channel="C0IMG5", files=files)
-        text = answer(stack, "C0IMG5").text
+def test_without_a_model_the_answer_says_it_could_not_read_the_images(make_bot):
+    bot = make_bot(poll_interval="0.2s", admins="UADMIN")
+    files = [bot.slack.add_file("F0A", "a.png", screenshot(200, 100), "image/png"),
+             bot.slack.add_file("F0B", "b.png", screenshot(100, 200), "image/png"),
+             bot.slack.add_file("F0LOG", "incident.log", LOGS.encode())]
+    bot.mention(MENTION, user=ALICE, channel="C0IMG5", files=files)
+    text = answer(bot, "C0IMG5").text
     assert "I could not read the 2 images (a.png and b.png): reading images needs the model." in text
     assert "Log summary" in text and "first at L8" in text
 

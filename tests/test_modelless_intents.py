@@ -7,46 +7,42 @@ from __future__ import annotations
 import pytest
 from waiting import wait_until
 
-from test_agent_mentions import ALICE, LOGS, answer, make_stack, proposal_buttons
+from test_agent_mentions import ALICE, LOGS, answer, proposal_buttons
 
 
 @pytest.fixture
-def modelless_stack(redis_url, tmp_path, monkeypatch):
-    with make_stack(redis_url, tmp_path, monkeypatch) as running:
-        yield running
+def bot(make_bot):
+    return make_bot(poll_interval="0.2s", admins="UADMIN")
 
 
 def cards(stack, channel: str) -> list[str]:
     return [m.text for m in stack.slack.channel_messages(channel) if m.blocks and "Proposed" in m.text]
 
 
-def test_teardown_words_with_no_tpu_held_never_propose_a_provision(modelless_stack):
-    modelless_stack.signed_requests().mention("<@UTPUBOT> teardown please", user=ALICE, channel="C0M1")
-    text = answer(modelless_stack, "C0M1").text
+def test_teardown_words_with_no_tpu_held_never_propose_a_provision(bot):
+    bot.mention("<@UTPUBOT> teardown please", user=ALICE, channel="C0M1")
+    text = answer(bot, "C0M1").text
     assert "holds no TPU" in text or "no TPU" in text
-    assert proposal_buttons(modelless_stack, "C0M1") == [] and cards(modelless_stack, "C0M1") == []
+    assert proposal_buttons(bot, "C0M1") == [] and cards(bot, "C0M1") == []
 
 
-def test_zone_and_hours_in_the_request_are_carried_into_the_proposal(modelless_stack):
-    stack = modelless_stack
-    stack.signed_requests().mention("<@UTPUBOT> start a TPU in us-central1-a for 2h", user=ALICE, channel="C0M2")
-    answer(stack, "C0M2")
-    wait_until(lambda: cards(stack, "C0M2"))
-    assert any("Provision a TPU in us-central1-a for 2h" in card for card in cards(stack, "C0M2"))
+def test_zone_and_hours_in_the_request_are_carried_into_the_proposal(bot):
+    bot.mention("<@UTPUBOT> start a TPU in us-central1-a for 2h", user=ALICE, channel="C0M2")
+    answer(bot, "C0M2")
+    wait_until(lambda: cards(bot, "C0M2"))
+    assert any("Provision a TPU in us-central1-a for 2h" in card for card in cards(bot, "C0M2"))
 
 
-def test_a_zone_that_is_not_configured_is_said_and_nothing_is_proposed(modelless_stack):
-    stack = modelless_stack
-    stack.signed_requests().mention("<@UTPUBOT> start a TPU in mars-north1-z for 2h", user=ALICE, channel="C0M3")
-    text = answer(stack, "C0M3").text
+def test_a_zone_that_is_not_configured_is_said_and_nothing_is_proposed(bot):
+    bot.mention("<@UTPUBOT> start a TPU in mars-north1-z for 2h", user=ALICE, channel="C0M3")
+    text = answer(bot, "C0M3").text
     assert "I can't propose that" in text and "mars-north1-z" in text
-    assert not any("mars-north1-z" in card for card in cards(stack, "C0M3"))
+    assert not any("mars-north1-z" in card for card in cards(bot, "C0M3"))
 
 
-def test_a_request_not_understood_gets_the_digest_and_what_i_can_do(modelless_stack):
-    stack = modelless_stack
-    stack.signed_requests().mention(f"<@UTPUBOT> hmm, thoughts?\n{LOGS}", user=ALICE, channel="C0M4")
-    text = answer(stack, "C0M4").text
+def test_a_request_not_understood_gets_the_digest_and_what_i_can_do(bot):
+    bot.mention(f"<@UTPUBOT> hmm, thoughts?\n{LOGS}", user=ALICE, channel="C0M4")
+    text = answer(bot, "C0M4").text
     assert "Log summary" in text and "I can answer without the model only in simple terms" in text
 
 
