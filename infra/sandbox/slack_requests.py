@@ -39,6 +39,16 @@ def sign(secret: str, timestamp: str, body: str) -> str:
     return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
+def slash_command(text: str, *, team: str, user: str, channel: str, response_url: str) -> dict[str, str]:
+    """The fields of a `/tpu {text}` slash command's form, as Slack posts them."""
+    return {
+        "token": "legacy", "team_id": team, "team_domain": "sandbox", "channel_id": channel,
+        "channel_name": channel.lower(), "user_id": user, "user_name": user.lower(), "command": "/tpu",
+        "text": text, "api_app_id": "A0TPUBOT", "is_enterprise_install": "false",
+        "response_url": response_url, "trigger_id": f"{time.time():.3f}.{secrets.token_hex(4)}",
+    }
+
+
 def mention_event(text: str, *, team: str, user: str, channel: str, ts: str | None = None,
                   thread_ts: str | None = None, files: list[dict] | None = None, edited_ts: str | None = None,
                   subtype: str | None = None) -> dict[str, Any]:
@@ -94,12 +104,8 @@ class SlackRequests:
         return SlackReply(response.status_code, response.text)
 
     def slash_body(self, text: str, *, user: str, channel: str) -> str:
-        return urlencode({
-            "token": "legacy", "team_id": self.team, "team_domain": "sandbox", "channel_id": channel,
-            "channel_name": channel.lower(), "user_id": user, "user_name": user.lower(), "command": "/tpu",
-            "text": text, "api_app_id": "A0TPUBOT", "is_enterprise_install": "false",
-            "response_url": self._response_url("commands"), "trigger_id": f"{time.time():.3f}.{secrets.token_hex(4)}",
-        })
+        return urlencode(slash_command(text, team=self.team, user=user, channel=channel,
+                                       response_url=self._response_url("commands")))
 
     def slash(self, text: str, *, user: str, channel: str, **kwargs) -> SlackReply:
         return self.post(self.slash_body(text, user=user, channel=channel), "application/x-www-form-urlencoded", **kwargs)
