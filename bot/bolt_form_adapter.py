@@ -28,8 +28,6 @@ from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
 from slack_sdk.signature import SignatureVerifier
 from starlette.responses import JSONResponse, Response
 
-WRITTEN_AGAINST_SLACK_BOLT = "1.30.0"
-
 
 def form_bolt_misreads(raw: bytes) -> dict[str, str] | None:
     """The fields of a form body (a slash command) that bolt would misread, else None: one that

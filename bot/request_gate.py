@@ -20,17 +20,12 @@ from urllib.parse import urlsplit
 
 from starlette.requests import Request
 
-# Slack's own payloads are well under 100 KB (a message action carries one message); 1 MiB leaves
-# room for the largest and still bounds what one unauthenticated request can make us hold.
-DEFAULT_MAX_BODY_BYTES = 1024 * 1024
 # slack_sdk's SignatureVerifier: a request more than 5 minutes old (or ahead) is a replay.
 MAX_CLOCK_SKEW_SECONDS = 60 * 5
 # "v0=" and 64 hex digits; a Unix time in seconds. Anything else is not Slack's.
 SIGNATURE = re.compile(r"v0=[0-9a-f]{64}")
 TIMESTAMP = re.compile(r"[0-9]{1,12}")
 SIGNED_HEADERS = (b"x-slack-signature", b"x-slack-request-timestamp")
-# Slack's documented response_url hosts (commercial and GovSlack); sandboxes add their own.
-SLACK_RESPONSE_URL_HOSTS = ("hooks.slack.com", "hooks.slack-gov.com")
 
 
 @dataclass(frozen=True)

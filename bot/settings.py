@@ -196,8 +196,11 @@ class Settings(BaseSettings):
     slack_signing_secret: SecretStr = Field(SecretStr(""), description="request signing secret")
     slack_app_token: SecretStr = Field(SecretStr(""), description="xapp- token, Socket Mode only")
     slack_api_url: str = Field("", description="Slack Web API base URL (tests and shell point it locally)")
+    # Slack's own payloads are well under 100 KB (a message action carries one message); 1 MiB leaves
+    # room for the largest and still bounds what one unauthenticated request can make us hold.
     slack_max_body_bytes: int = Field(1024 * 1024, ge=1024, description="largest request body /slack/events reads "
                                       "(Slack's payloads are a few KB); a larger one gets a 413")
+    # Slack's documented response_url hosts (commercial and GovSlack); sandboxes add their own.
     slack_response_url_hosts: CsvList = Field(
         default_factory=lambda: ["hooks.slack.com", "hooks.slack-gov.com"],
         description="hosts (host or host:port) a payload's response_url may name; SLACK_API_URL's host is added")

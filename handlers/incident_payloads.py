@@ -30,7 +30,6 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 Source = Literal["alertmanager", "cloud-monitoring", "pagerduty"]
-SOURCES: tuple[Source, ...] = ("alertmanager", "cloud-monitoring", "pagerduty")
 MAX_TEXT = 2_000  # of a title or summary kept: an alert's text is a headline, not a log
 NAME_CHARS = 200  # of a person, priority or escalation policy named in the thread
 MAX_NAMED = 10  # assignees named in the thread

@@ -39,7 +39,6 @@ LAST_ERROR_KEY = "last-error"
 RESTARTS_KEY = "restarts"
 CACHE_KEY = "cache"
 CACHE_NOTE_KEY = "cache-note"
-KEYS = (PHASE_KEY, PHASE_SINCE_KEY, LAST_ERROR_KEY, RESTARTS_KEY, CACHE_KEY, CACHE_NOTE_KEY)
 
 READING_SECRETS = "reading-secrets"
 PULLING_IMAGE = "pulling-image"

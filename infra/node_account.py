@@ -96,7 +96,7 @@ class NodeAccount:
                                    f"{error}", fix) from error
         if response.status_code != 200:
             raise NodeAccountError(f"Cloud Resource Manager refused project {self.project}'s number (HTTP "
-                                   f"{response.status_code}: {_message(response)})", fix)
+                                   f"{response.status_code}: {error_message(response)})", fix)
         self._project_json = response.json()
         return self._project_json
 
@@ -152,7 +152,7 @@ class NodeAccount:
         except (requests.RequestException, auth_exc.GoogleAuthError) as error:
             raise NodeAccountError(str(error), "check the network path to Cloud Resource Manager") from error
         if response.status_code != 200:
-            raise NodeAccountError(f"HTTP {response.status_code}: {_message(response)}",
+            raise NodeAccountError(f"HTTP {response.status_code}: {error_message(response)}",
                                    "grant the bot's account roles/browser on the project")
         return response.json()
 
@@ -197,7 +197,8 @@ def _roles_of(policy: dict, members: set[str]) -> set[str]:
     return {str(b.get("role")) for b in policy.get("bindings") or [] if members & set(b.get("members") or [])}
 
 
-def _message(response) -> str:
+def error_message(response) -> str:
+    """What a Google REST API's error body says (its `error.message`), else the start of the body."""
     try:
         return str(response.json().get("error", {}).get("message", ""))
     except ValueError:

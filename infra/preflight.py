@@ -56,6 +56,8 @@ from google.auth.transport.requests import AuthorizedSession
 from redis.asyncio import Redis
 
 from infra.deployment_mode import DeploymentMode
+from infra.node_account import error_message
+from infra.startup_script import secret_version
 from infra.state import keys
 from infra.tpu_errors import TpuErrorKind, act_as_fix, region_of
 from infra.vllm_images import DOCKER_HUB, image_registry
@@ -104,10 +106,7 @@ class PreflightConfig:
 
     @property
     def secret_version(self) -> str:
-        secret = self.hf_token_secret.strip().strip("/")
-        if not secret.startswith("projects/"):
-            secret = f"projects/{self.project}/secrets/{secret}"
-        return secret if "/versions/" in secret else f"{secret}/versions/latest"
+        return secret_version(self.project, self.hf_token_secret)
 
     def fingerprint(self) -> str:
         """What the verdict depends on, including which endpoint set answered (see `endpoint_kind`)."""
@@ -483,7 +482,7 @@ def _held_permissions(name: str, credentials: Credentials, resource_url: str, wa
         return CheckResult(name, True, f"not checked: {api} did not answer ({error})",
                            f"check the network path to {service}", warning=True)
     if response.status_code != 200:
-        return CheckResult(name, True, f"not checked: {api} answered HTTP {response.status_code} ({_message(response)})",
+        return CheckResult(name, True, f"not checked: {api} answered HTTP {response.status_code} ({error_message(response)})",
                            f"enable the {api} API (`gcloud services enable {service}`)", warning=True)
     return set(response.json().get("permissions") or [])
 
@@ -520,7 +519,7 @@ def check_private_google_access(config: PreflightConfig, credentials: Credential
         except requests.RequestException as error:
             return _access_failure(name, 0, str(error), "check the network path to the Compute API")
     if response.status_code != 200:
-        return _access_failure(name, response.status_code, _message(response),
+        return _access_failure(name, response.status_code, error_message(response),
                                "grant the bot's account roles/compute.networkViewer, or set SUBNETWORK to the "
                                "TPU's subnetwork")
     if not response.json().get("privateIpGoogleAccess"):
@@ -608,11 +607,11 @@ def check_cache_bucket(config: PreflightConfig, credentials: Credentials) -> Che
     if response.status_code == 404:
         return CheckResult(name, False, f"bucket {bucket} (XLA_CACHE_BUCKET) does not exist", create)
     if response.status_code == 403:
-        return CheckResult(name, False, f"bucket {bucket} is not readable: {_message(response)}",
+        return CheckResult(name, False, f"bucket {bucket} is not readable: {error_message(response)}",
                            f"grant the bot's account roles/storage.bucketViewer on gs://{bucket} (it includes "
                            "storage.buckets.get)")
     if response.status_code != 200:
-        return _access_failure(name, response.status_code, _message(response),
+        return _access_failure(name, response.status_code, error_message(response),
                                "enable the Cloud Storage API (`gcloud services enable storage.googleapis.com`)")
     body = response.json()
     location = str(body.get("location", "")) or "an unknown location"
@@ -645,14 +644,7 @@ def _get(session, url: str) -> tuple[int, str]:
         response = session.get(url, timeout=CALL_TIMEOUT)
     except requests.RequestException as error:
         return 0, str(error)
-    return response.status_code, _message(response)
-
-
-def _message(response) -> str:
-    try:
-        return str(response.json().get("error", {}).get("message", ""))
-    except ValueError:
-        return response.text[:200]
+    return response.status_code, error_message(response)
 
 
 def _compute_list(credentials, url: str, name: str, refused: str, refused_fix: str) -> list[dict] | CheckResult:
@@ -667,9 +659,9 @@ def _compute_list(credentials, url: str, name: str, refused: str, refused_fix: s
             except requests.RequestException as error:
                 return _access_failure(name, 0, str(error), "check the network path to the Compute API")
             if response.status_code == 403:
-                return CheckResult(name, False, f"{refused}: {_message(response)}", refused_fix)
+                return CheckResult(name, False, f"{refused}: {error_message(response)}", refused_fix)
             if response.status_code != 200:
-                return _access_failure(name, response.status_code, _message(response),
+                return _access_failure(name, response.status_code, error_message(response),
                                        "enable the Compute Engine API (`gcloud services enable compute.googleapis.com`)")
             page = response.json()
             items += page.get("items", [])

@@ -120,11 +120,15 @@ class StartupScriptConfig:
 
     @property
     def secret_version(self) -> str:
-        """`projects/P/secrets/S/versions/latest`; a full secret name in the setting is kept as is."""
-        secret = self.hf_token_secret.strip().strip("/")
-        if not secret.startswith("projects/"):
-            secret = f"projects/{self.project}/secrets/{secret}"
-        return secret if "/versions/" in secret else f"{secret}/versions/latest"
+        return secret_version(self.project, self.hf_token_secret)
+
+
+def secret_version(project: str, hf_token_secret: str) -> str:
+    """`projects/P/secrets/S/versions/latest`; a full secret name in the setting is kept as is."""
+    secret = hf_token_secret.strip().strip("/")
+    if not secret.startswith("projects/"):
+        secret = f"projects/{project}/secrets/{secret}"
+    return secret if "/versions/" in secret else f"{secret}/versions/latest"
 
 
 def compile_cache_key(config: StartupScriptConfig) -> str:

@@ -91,8 +91,6 @@ V6E_TYPES = tuple(f"v6e-{n}" for n in (1, 4, 8, 16, 32, 64, 128, 256))
 ACCELERATOR_TYPES = frozenset(V5E_TYPES + V6E_TYPES)
 RUNTIME_VERSIONS = frozenset({"v2-alpha-tpuv5-lite", "v2-alpha-tpuv6e", "tpu-ubuntu2204-base"})
 
-QR_STATES = list(tpu_v2.QueuedResourceState.State.__members__)
-STATE_INITIATORS = list(tpu_v2.QueuedResourceState.StateInitiator.__members__)
 PROVISIONING_MODELS = ["PROVISIONING_MODEL_UNSPECIFIED", "STANDARD", "SPOT", "RESERVATION_BOUND", "FLEX_START"]
 
 _ID_RE = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
