@@ -1,87 +1,117 @@
 """The in-process tier's bot (README "Tests"): our code called directly, with the emulated Slack,
 cloud and model it talks to, and no web server or worker thread of ours.
 
-A mention goes where the web process's listener sends it (`handlers.mentions.accept_mention`), a
-`/tpu` command to `handlers.slash.answer_command`, each as Slack sends it (`infra.sandbox.slack_requests`
-builds them for both tiers). The worker (`bot.worker.build_worker`, the one the Procfile runs) then
-takes what was queued in burst mode: it runs every job to its end and stops. A test reads the
-replies from the same Slack stand-in as on a LocalStack, and `mention()` and `slash()` return only
-once they are all there, so nothing races the test. A job that defers another (a lease's expiry
-timer) keeps a burst worker running: a lease that reaches ACTIVE is the end-to-end tier's.
+A signed request (`signed_requests()`, the same client the end-to-end tests use) goes to the bolt
+app the web process builds (`handlers.slack_app.build_bolt_app`), dispatched in this process rather
+than posted to `/slack/events`: bolt still checks the signature, runs the middleware and routes it
+to our listener, and its ack is the reply. What the listeners queue is run by the worker the
+Procfile runs (`bot.worker.build_worker`), in the test's own thread:
+- `mention()` sends an `app_mention` and then runs the worker in burst mode: every queued job to its
+  end, then it stops, so the answer is in the Slack stand-in when `mention()` returns;
+- `until(predicate)` runs the worker as in production (deferred jobs, retries, timeouts) until the
+  predicate holds, lets the jobs it started finish and stops it. A lease's lifecycle defers jobs
+  for hours (its expiry timer), so a burst would never end there.
 
-What this leaves out is bolt over HTTP (signatures, acks, the routing of event types) and a worker
-that runs beside the web; the end-to-end files keep those (test_agent_mentions, test_hostile_input,
-test_slack_conformance, test_slack_lifecycle)."""
+What this leaves out is our web server (bot/web.py: the request gate before bolt, the HTTP status
+of what it refuses) and a worker that runs beside the web; the end-to-end files keep those
+(test_agent_mentions, test_hostile_input, test_slack_conformance, test_slack_lifecycle)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeVar
+
+from slack_bolt.async_app import AsyncBoltRequest
 
 from bot.local_stack import LocalStack
 from bot.worker import build_worker
 from bot.wiring import build_services, slack_client_from
-from agent.context import Services
-from handlers.late_answers import LateAnswers
-from handlers.mentions import accept_mention
-from handlers.slash import answer_command
-from infra.sandbox.slack_api import BOT_USER_ID, SlackApiSandbox
-from infra.sandbox.slack_requests import event_callback, mention_event, slash_command
+from handlers.slack_app import build_bolt_app
+from infra.sandbox.slack_api import SlackApiSandbox
+from infra.sandbox.slack_requests import SlackReply, SlackRequests
+from waiting import wait_for
 
 T = TypeVar("T")
 
 # A burst worker runs until the queue is empty; a job that keeps re-queuing itself would keep it
 # running, so the test fails with this rather than hangs.
 DRAIN_TIMEOUT = 60.0
+# How long a listener's work after its ack (bolt's lazy listeners, late answers) may take.
+AFTER_ACK_TIMEOUT = 30.0
 
 
 @dataclass
 class InProcessBot:
     stack: LocalStack  # the emulators and the settings pointed at them; no web app, no worker thread
-    team: str = "T0SANDBOX"
+
+    def __getattr__(self, name: str) -> Any:
+        # What a test reads from a LocalStack (its emulators, settings, Redis) reads the same here.
+        return getattr(self.stack, name)
 
     @property
     def slack(self) -> SlackApiSandbox:
         assert self.stack.slack is not None, "the in-process bot records replies in its Slack stand-in"
         return self.stack.slack
 
-    @property
-    def redis_url(self) -> str:
-        assert self.stack.redis is not None
-        return self.stack.redis.url
+    def signed_requests(self, team: str = "T0SANDBOX") -> SlackRequests:
+        """Signed Slack requests, as to a LocalStack, handed to the bolt app in this process."""
+        return SlackRequests("in-process", self.stack.signing_secret, team=team,
+                             response_url_factory=self.slack.response_url,
+                             transport=lambda body, headers: asyncio.run(self._dispatch(body, headers)))
 
-    def mention(self, text: str, *, user: str, channel: str, ts: str | None = None, thread_ts: str | None = None,
-                files: list[dict] | None = None) -> None:
-        """An `app_mention` as the listener takes it, then the worker's answer."""
-        event = mention_event(text, team=self.team, user=user, channel=channel, ts=ts, thread_ts=thread_ts, files=files)
-        asyncio.run(self._accept(event_callback(event, team=self.team, bot_user_id=BOT_USER_ID), event))
-        asyncio.run(self._drain())
-
-    def slash(self, text: str, *, user: str, channel: str) -> str:
-        """`/tpu {text}` as the listener answers it (the ack's text), then the worker's jobs."""
-        command = slash_command(text, team=self.team, user=user, channel=channel,
-                                response_url=self.slack.response_url("commands"))
-        ack, _blocks = asyncio.run(self._listen(lambda svc: answer_command(svc, command)))
-        asyncio.run(self._drain())
-        return ack
-
-    async def _accept(self, body: dict, event: dict) -> None:
-        await self._listen(lambda svc: accept_mention(svc, LateAnswers(), body, event, BOT_USER_ID))
-
-    async def _listen(self, listener: Callable[[Services], Awaitable[T]]) -> T:
-        """A listener's work on the services the web process builds (bot/web.py)."""
-        services, redis, pool = await build_services(self.stack.settings, redis_url=self.redis_url,
-                                                     slack_client=slack_client_from(self.stack.settings))
+    def mention(self, text: str, *, user: str, channel: str, **kwargs: Any) -> SlackReply:
+        """An `app_mention` (SlackRequests.mention's arguments), then the worker's answer."""
+        requests = self.signed_requests()
         try:
-            return await listener(services)
+            reply = requests.mention(text, user=user, channel=channel, **kwargs)
+        finally:
+            requests.close()
+        asyncio.run(self._drain())
+        return reply
+
+    def until(self, predicate: Callable[[], T], timeout: float = 60.0, what: str = "condition") -> T:
+        """Run the worker until `predicate()` is truthy (polled as tests/waiting.py does), and return it."""
+        return asyncio.run(self._work_until(predicate, timeout, what))
+
+    async def _dispatch(self, body: str, headers: dict[str, str]) -> SlackReply:
+        """One request through the bolt app the web process builds (bot/web.py), on its services."""
+        settings = self.stack.settings
+        services, redis, pool = await build_services(settings, redis_url=self.stack.redis.url,
+                                                     slack_client=slack_client_from(settings))
+        try:
+            bolt = build_bolt_app(services, client=slack_client_from(settings),
+                                  signing_secret=settings.slack_signing_secret.get_secret_value())
+            response = await bolt.async_dispatch(AsyncBoltRequest(body=body, headers=headers))
+            # What runs after the ack (lazy listeners, late answers) ends before its services close.
+            after_ack = asyncio.all_tasks() - {asyncio.current_task()}
+            if after_ack:
+                _, running = await asyncio.wait(after_ack, timeout=AFTER_ACK_TIMEOUT)
+                assert not running, f"work after the ack still running after {AFTER_ACK_TIMEOUT} s: {running}"
+            return SlackReply(response.status, response.body)
         finally:
             await pool.aclose()
             await redis.aclose()
 
+    async def _work_until(self, predicate: Callable[[], T], timeout: float, what: str) -> T:
+        worker = build_worker(self.stack.settings, redis_url=self.stack.redis.url, handle_signals=False)
+        running = asyncio.ensure_future(worker.async_run())
+        waiting = asyncio.ensure_future(wait_for(predicate, timeout, what=what))
+        try:
+            await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
+            if not waiting.done():
+                running.result()  # the worker's own error, if it raised one
+                raise AssertionError(f"the worker stopped before {what}")
+            return waiting.result()
+        finally:
+            waiting.cancel()
+            running.cancel()  # it takes no new job; the ones it started run to their end
+            await asyncio.gather(running, *worker.tasks.values(), return_exceptions=True)
+            await worker.close()
+
     async def _drain(self) -> None:
-        worker = build_worker(self.stack.settings, redis_url=self.redis_url, burst=True, handle_signals=False)
+        worker = build_worker(self.stack.settings, redis_url=self.stack.redis.url, burst=True, handle_signals=False)
         try:
             await asyncio.wait_for(worker.async_run(), DRAIN_TIMEOUT)
         finally:

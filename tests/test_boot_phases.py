@@ -1,27 +1,22 @@
 """A boot you can watch (issues 28, 40): the VM's phases on the card before READY, a crash loop FAILED
 in seconds with its error line and fix, and a second lease's boot warm from XLA_CACHE_BUCKET.
 
-Driven through the real stack: signed `/tpu up` into the bolt app, the sandbox TPU VM running the
-real startup script (its guest-attribute writes are the phases), the worker's real TPU client
-reading them back (`nodes.getGuestAttributes`), the Slack stand-in's cards.
+Driven in-process (tests/in_process_bot.py): signed `/tpu up` into the bolt app, the worker, the
+sandbox TPU VM running the real startup script (its guest-attribute writes are the phases), the
+worker's real TPU client reading them back (`nodes.getGuestAttributes`), the Slack stand-in's cards.
 """
 
 from __future__ import annotations
 
-import functools
 import re
 
 import pytest
-import waiting
 
 from handlers import cards
 from infra.vllm_flags import DEFAULT_IMAGE
 from infra.vllm_startup_errors import SHARED_KV_ASSERTION, classify_startup_error, crash_loop_explanation
 
 CHANNEL = "C0BOOT"
-
-wait_until = functools.partial(waiting.wait_until, timeout=60.0)
-
 
 def card_bodies(stack) -> list[dict]:
     return [c.body for c in stack.slack.calls if c.method in ("chat.postMessage", "chat.update")]
@@ -31,14 +26,14 @@ def first_card(stack, word: str) -> dict | None:
     return next((b for b in card_bodies(stack) if word in b["text"]), None)
 
 
-def test_the_card_shows_the_vms_boot_phases_before_ready_and_a_cold_boot(make_stack):
+def test_the_card_shows_the_vms_boot_phases_before_ready_and_a_cold_boot(make_bot):
     # A VM clock three times slower than the default: the compile phase lasts 3 s of wall time, so a
     # loaded machine (the watcher on the VM and the bot's poll each take real time) still sees it.
-    stack = make_stack(poll_interval="0.2s", sandbox_time_scale=3.0)
-    slack = stack.signed_requests()
+    bot = make_bot(poll_interval="0.2s", sandbox_time_scale=3.0)
+    slack = bot.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)
-    ready = wait_until(lambda: first_card(stack, "READY"))
-    bodies = card_bodies(stack)
+    ready = bot.until(lambda: first_card(bot, "READY"))
+    bodies = card_bodies(bot)
     before = [str(b["blocks"]) for b in bodies[: bodies.index(ready)]]
     phases = {name for name in cards.BOOT_PHASE_NAMES.values() if any(f"*Boot phase*\\n{name} for " in b
                                                                      for b in before)}
@@ -47,19 +42,19 @@ def test_the_card_shows_the_vms_boot_phases_before_ready_and_a_cold_boot(make_st
     assert any(cards.BOOT_CACHE_NAMES["off"] + ": XLA_CACHE_BUCKET is not set" in b for b in before)
     assert "*Boot*\\n" + cards.BOOT_CACHE_NAMES["off"] in str(ready["blocks"])
     # What the bot read is what the node published, through getGuestAttributes (checked against Google's document).
-    assert "tpu.projects.locations.nodes.getGuestAttributes" in stack.tpu_sandbox.apis["v2"].checked
-    assert stack.tpu_sandbox.rejected == [] and stack.tpu_sandbox.response_problems == []
+    assert "tpu.projects.locations.nodes.getGuestAttributes" in bot.tpu_sandbox.apis["v2"].checked
+    assert bot.tpu_sandbox.rejected == [] and bot.tpu_sandbox.response_problems == []
     status = slack.slash("status", user="UALICE", channel=CHANNEL).json()
     assert cards.BOOT_CACHE_NAMES["off"] in str(status["blocks"])
     slack.close()
 
 
-def test_a_crash_looping_vllm_fails_the_lease_in_seconds_with_its_error_line_and_the_image_to_use(make_stack):
-    stack = make_stack(poll_interval="0.2s")  # model_boot_timeout stays 60 minutes
-    stack.node_models.crash_loop = SHARED_KV_ASSERTION  # what vllm-tpu v0.19.0 does with Gemma 4 E2B
-    slack = stack.signed_requests()
+def test_a_crash_looping_vllm_fails_the_lease_in_seconds_with_its_error_line_and_the_image_to_use(make_bot):
+    bot = make_bot(poll_interval="0.2s")  # model_boot_timeout stays 60 minutes
+    bot.node_models.crash_loop = SHARED_KV_ASSERTION  # what vllm-tpu v0.19.0 does with Gemma 4 E2B
+    slack = bot.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)
-    failed = wait_until(lambda: first_card(stack, "FAILED"))
+    failed = bot.until(lambda: first_card(bot, "FAILED"))
     blocks = str(failed["blocks"])
     # At least the second crash; a slow poll (a loaded machine) may see a later one first.
     crashes = re.search(r"vLLM crashed (\d+) times at start-up", blocks)
@@ -67,26 +62,26 @@ def test_a_crash_looping_vllm_fails_the_lease_in_seconds_with_its_error_line_and
     assert f"`{SHARED_KV_ASSERTION}`" in blocks  # the VM's own error line
     assert f"*Fix:* set VLLM_IMAGE={DEFAULT_IMAGE}" in blocks
     assert cards.BOOT_PHASE_NAMES["crashed"] in blocks or cards.BOOT_PHASE_NAMES["loading-weights"] in blocks
-    assert not any("READY" in b["text"] for b in card_bodies(stack))
+    assert not any("READY" in b["text"] for b in card_bodies(bot))
     status = slack.slash("status", user="UALICE", channel=CHANNEL).json()
     assert SHARED_KV_ASSERTION in str(status["blocks"])
     slack.close()
 
 
-def test_a_second_lease_after_teardown_boots_warm_from_the_bucket_and_the_card_says_so(make_stack):
-    stack = make_stack(poll_interval="0.2s", xla_cache_bucket="tpubot-sandbox-cache")
-    slack = stack.signed_requests()
+def test_a_second_lease_after_teardown_boots_warm_from_the_bucket_and_the_card_says_so(make_bot):
+    bot = make_bot(poll_interval="0.2s", xla_cache_bucket="tpubot-sandbox-cache")
+    slack = bot.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)
-    first = wait_until(lambda: first_card(stack, "READY"))
+    first = bot.until(lambda: first_card(bot, "READY"))
     assert cards.BOOT_CACHE_NAMES["cold"] in str(first["blocks"])
-    lease_id = stack.tpu_sandbox.queued_resources()[0]["labels"]["tpubot-lease"]
+    lease_id = bot.tpu_sandbox.queued_resources()[0]["labels"]["tpubot-lease"]
     slack.slash("down", user="UALICE", channel=CHANNEL)
     slack.click(action_id=cards.TEARDOWN_CONFIRM_ACTION, value=lease_id, user="UALICE", channel=CHANNEL,
                 label="Tear down")
-    wait_until(lambda: first_card(stack, "released"))
-    seen = len(card_bodies(stack))
+    bot.until(lambda: first_card(bot, "released"))
+    seen = len(card_bodies(bot))
     slack.slash("up", user="UALICE", channel=CHANNEL)
-    second = wait_until(lambda: next((b for b in card_bodies(stack)[seen:] if "READY" in b["text"]), None))
+    second = bot.until(lambda: next((b for b in card_bodies(bot)[seen:] if "READY" in b["text"]), None))
     assert cards.BOOT_CACHE_NAMES["warm"] in str(second["blocks"])
     status = slack.slash("status", user="UALICE", channel=CHANNEL).json()
     assert cards.BOOT_CACHE_NAMES["warm"] in str(status["blocks"])
@@ -94,19 +89,19 @@ def test_a_second_lease_after_teardown_boots_warm_from_the_bucket_and_the_card_s
     from bot.wiring import startup_script_config_from
     from infra.startup_script import compile_cache_key
 
-    key = compile_cache_key(startup_script_config_from(stack.settings))
-    assert stack.cloud.compile_caches == {f"gs://tpubot-sandbox-cache/{key}"}
-    (cold, cold_s), (warm, warm_s) = stack.node_models.boots
+    key = compile_cache_key(startup_script_config_from(bot.settings))
+    assert bot.cloud.compile_caches == {f"gs://tpubot-sandbox-cache/{key}"}
+    (cold, cold_s), (warm, warm_s) = bot.node_models.boots
     assert (cold, warm) == ("cold", "warm") and warm_s < cold_s
     slack.close()
 
 
-def test_no_bucket_means_every_boot_is_cold(make_stack):
-    stack = make_stack(poll_interval="0.2s")
-    slack = stack.signed_requests()
+def test_no_bucket_means_every_boot_is_cold(make_bot):
+    bot = make_bot(poll_interval="0.2s")
+    slack = bot.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)
-    wait_until(lambda: first_card(stack, "READY"))
-    assert stack.cloud.compile_caches == set() and [cache for cache, _ in stack.node_models.boots] == ["cold"]
+    bot.until(lambda: first_card(bot, "READY"))
+    assert bot.cloud.compile_caches == set() and [cache for cache, _ in bot.node_models.boots] == ["cold"]
     slack.close()
 
 

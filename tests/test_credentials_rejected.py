@@ -18,7 +18,6 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
-from waiting import wait_until
 
 from infra.gcp_credentials import missing_credentials
 from infra.sandbox.world import CloudSandbox, SandboxWorld
@@ -74,21 +73,25 @@ def test_the_start_up_check_finds_the_key_without_asking_google(refused_key):
 def test_a_refused_key_fails_the_lease_with_one_line_and_the_fix(refused_key, make_bot):
     with CloudSandbox(SandboxWorld(), project=PROJECT) as cloud:
         bot = make_bot(gcp_project=PROJECT, poll_interval="0.2s", **cloud.endpoint_overrides())
-        assert "Requested" in bot.slash("up", user="UALICE", channel=CHANNEL)
-        failed = wait_until(lambda: [c.body for c in bot.slack.calls
-                                     if c.method == "chat.update" and "FAILED" in c.body.get("text", "")],
-                            timeout=60, what="the card FAILED")
-        reason = next(b["text"]["text"] for b in failed[-1]["blocks"]
-                      if b["type"] == "section" and "Reason" in b.get("text", {}).get("text", ""))
-        # The lease's first call to Google is Secret Manager's (its key exists before the VM boots).
-        assert reason.startswith(":red_circle: *Reason:* Google credentials were rejected: Request had invalid "
-                                 "authentication credentials."), reason  # Google's words, not the URL asked
-        assert "*Fix:* GOOGLE_APPLICATION_CREDENTIALS: refresh the credentials" in reason
-        assert "Traceback" not in reason and "{" not in reason  # not the token endpoint's raw answer
-        assert reason.count("\n") == 1  # the reason on one line, the fix on the next
-        # Secret Manager's REST client signs its own JWT with the key (no token request), and the API
-        # refuses it with a 401; a client that asks the token endpoint gets invalid_grant (the next test).
-        assert cloud.tpu is not None and cloud.tpu.queued_resources() == []
+        requests = bot.signed_requests()
+        try:
+            assert "Requested" in requests.slash("up", user="UALICE", channel=CHANNEL).text
+            failed = bot.until(lambda: [c.body for c in bot.slack.calls
+                                        if c.method == "chat.update" and "FAILED" in c.body.get("text", "")],
+                               timeout=60, what="the card FAILED")
+            reason = next(b["text"]["text"] for b in failed[-1]["blocks"]
+                          if b["type"] == "section" and "Reason" in b.get("text", {}).get("text", ""))
+            # The lease's first call to Google is Secret Manager's (its key exists before the VM boots).
+            assert reason.startswith(":red_circle: *Reason:* Google credentials were rejected: Request had invalid "
+                                     "authentication credentials."), reason  # Google's words, not the URL asked
+            assert "*Fix:* GOOGLE_APPLICATION_CREDENTIALS: refresh the credentials" in reason
+            assert "Traceback" not in reason and "{" not in reason  # not the token endpoint's raw answer
+            assert reason.count("\n") == 1  # the reason on one line, the fix on the next
+            # Secret Manager's REST client signs its own JWT with the key (no token request), and the API
+            # refuses it with a 401; a client that asks the token endpoint gets invalid_grant (the next test).
+            assert cloud.tpu is not None and cloud.tpu.queued_resources() == []
+        finally:
+            requests.close()
 
 
 def test_a_token_endpoint_refusal_is_the_same_one_line(refused_key):
