@@ -302,8 +302,18 @@ def make_bot(redis_url: str, tmp_path, monkeypatch):
     from in_process_bot import InProcessBot
 
     monkeypatch.chdir(tmp_path)  # no stray tpu.env
+    bots: list[InProcessBot] = []
+
+    def make_bot(**settings: Any) -> InProcessBot:
+        bots.append(InProcessBot(make(run_web=False, run_worker=False, **settings)))
+        return bots[-1]
+
     with local_stacks(redis_url, tmp_path) as make:
-        yield lambda **settings: InProcessBot(make(run_web=False, run_worker=False, **settings))
+        try:
+            yield make_bot
+        finally:
+            for bot in reversed(bots):
+                bot.close()
 
 
 @pytest.fixture

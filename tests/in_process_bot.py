@@ -1,50 +1,75 @@
-"""The in-process tier's bot (README "Tests"): our code called directly, with the emulated Slack,
-cloud and model it talks to, and no web server or worker thread of ours.
+"""The in-process tier's bot (README "Tests"): our web side and our worker in the test's own thread,
+with the emulated Slack, cloud and model they talk to, and no web server or thread of ours.
 
 A signed request (`signed_requests()`, the same client the end-to-end tests use) goes to the bolt
-app the web process builds (`handlers.slack_app.build_bolt_app`), dispatched in this process rather
-than posted to `/slack/events`: bolt still checks the signature, runs the middleware and routes it
-to our listener, and its ack is the reply. What the listeners queue is run by the worker the
-Procfile runs (`bot.worker.build_worker`), in the test's own thread:
-- `mention()` sends an `app_mention` and then runs the worker in burst mode: every queued job to its
-  end, then it stops, so the answer is in the Slack stand-in when `mention()` returns;
-- `until(predicate)` runs the worker as in production (deferred jobs, retries, timeouts) until the
-  predicate holds, lets the jobs it started finish and stops it. A lease's lifecycle defers jobs
-  for hours (its expiry timer), so a burst would never end there.
+app the web process builds (`handlers.slack_app.build_bolt_app`, on `build_services`, both made
+once, as `bot/web.py` makes them), dispatched in this process rather than posted to `/slack/events`:
+bolt checks the signature, runs the middleware and routes it to our listener, and its ack is the
+reply, returned once what the listener started after the ack (a lazy listener, a late answer) has
+ended. The worker is the one the Procfile runs (`bot.worker.build_worker`), started at the first
+wait and kept for the bot's life. Everything shares one event loop, which runs only while the test
+waits through the bot, so the worker makes progress exactly then:
+- `until(predicate)` runs it until the predicate holds (polled as tests/waiting.py does);
+- `mention()` sends an `app_mention` and runs it until no job is due or running: the answer is in
+  the Slack stand-in when `mention()` returns (deferred jobs, a lease's timers, wait their time).
 
 What this leaves out is our web server (bot/web.py: the request gate before bolt, the HTTP status
-of what it refuses) and a worker that runs beside the web; the end-to-end files keep those
+of what it refuses) and processes that run side by side; the end-to-end files keep those
 (test_agent_mentions, test_hostile_input, test_slack_conformance, test_slack_lifecycle)."""
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from dataclasses import dataclass
+import contextvars
+import time
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from slack_bolt.async_app import AsyncBoltRequest
+from arq.connections import ArqRedis
+from arq.worker import Worker
+from redis.asyncio import Redis
+from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
 
+from agent.context import Services
 from bot.local_stack import LocalStack
 from bot.worker import build_worker
 from bot.wiring import build_services, slack_client_from
 from handlers.slack_app import build_bolt_app
+from infra.jobs import QUEUE_NAME
 from infra.sandbox.slack_api import SlackApiSandbox
 from infra.sandbox.slack_requests import SlackReply, SlackRequests
 from waiting import wait_for
 
 T = TypeVar("T")
 
-# A burst worker runs until the queue is empty; a job that keeps re-queuing itself would keep it
-# running, so the test fails with this rather than hangs.
-DRAIN_TIMEOUT = 60.0
-# How long a listener's work after its ack (bolt's lazy listeners, late answers) may take.
+# How long what a listener started after its ack, and a mention's jobs, may take.
 AFTER_ACK_TIMEOUT = 30.0
+IDLE_TIMEOUT = 60.0
+# Set while a request is dispatched: a task created then (bolt's lazy listeners, a late answer) is
+# the request's, and inherits it; the worker's tasks are created from the worker's own task.
+_DISPATCHING: contextvars.ContextVar[bool] = contextvars.ContextVar("dispatching", default=False)
+
+
+@dataclass
+class _WebSide:
+    services: Services
+    redis: Redis
+    pool: ArqRedis
+    bolt: AsyncApp
 
 
 @dataclass
 class InProcessBot:
     stack: LocalStack  # the emulators and the settings pointed at them; no web app, no worker thread
+    loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
+    _web: _WebSide | None = None
+    _worker: Worker | None = None
+    _worker_run: asyncio.Future | None = None
+    _after_ack: set[asyncio.Task] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self.loop.set_task_factory(self._task_of)
 
     def __getattr__(self, name: str) -> Any:
         # What a test reads from a LocalStack (its emulators, settings, Redis) reads the same here.
@@ -59,61 +84,89 @@ class InProcessBot:
         """Signed Slack requests, as to a LocalStack, handed to the bolt app in this process."""
         return SlackRequests("in-process", self.stack.signing_secret, team=team,
                              response_url_factory=self.slack.response_url,
-                             transport=lambda body, headers: asyncio.run(self._dispatch(body, headers)))
+                             transport=lambda body, headers: self._run(self._dispatch(body, headers)))
 
     def mention(self, text: str, *, user: str, channel: str, **kwargs: Any) -> SlackReply:
-        """An `app_mention` (SlackRequests.mention's arguments), then the worker's answer."""
+        """An `app_mention` (SlackRequests.mention's arguments), then the worker until it is idle."""
         requests = self.signed_requests()
         try:
             reply = requests.mention(text, user=user, channel=channel, **kwargs)
         finally:
             requests.close()
-        asyncio.run(self._drain())
+        self._run(self._work(self._idle, IDLE_TIMEOUT, "no job due or running"))
         return reply
 
     def until(self, predicate: Callable[[], T], timeout: float = 60.0, what: str = "condition") -> T:
-        """Run the worker until `predicate()` is truthy (polled as tests/waiting.py does), and return it."""
-        return asyncio.run(self._work_until(predicate, timeout, what))
+        """Run the worker until `predicate()` is truthy, and return it."""
+        return self._run(self._work(lambda: wait_for(predicate, timeout, what=what), timeout, what))
 
-    async def _dispatch(self, body: str, headers: dict[str, str]) -> SlackReply:
-        """One request through the bolt app the web process builds (bot/web.py), on its services."""
-        settings = self.stack.settings
-        services, redis, pool = await build_services(settings, redis_url=self.stack.redis.url,
-                                                     slack_client=slack_client_from(settings))
-        try:
+    def close(self) -> None:
+        self._run(self._close())
+        self.loop.close()
+
+    def _run(self, work: Coroutine[Any, Any, T]) -> T:
+        return self.loop.run_until_complete(work)
+
+    def _task_of(self, loop: asyncio.AbstractEventLoop, coro: Coroutine, **kwargs: Any) -> asyncio.Task:
+        task = asyncio.Task(coro, loop=loop, **kwargs)
+        if _DISPATCHING.get():
+            self._after_ack.add(task)
+            task.add_done_callback(self._after_ack.discard)
+        return task
+
+    async def _web_side(self) -> _WebSide:
+        if self._web is None:
+            settings = self.stack.settings
+            services, redis, pool = await build_services(settings, redis_url=self.stack.redis.url,
+                                                         slack_client=slack_client_from(settings))
             bolt = build_bolt_app(services, client=slack_client_from(settings),
                                   signing_secret=settings.slack_signing_secret.get_secret_value())
-            response = await bolt.async_dispatch(AsyncBoltRequest(body=body, headers=headers))
-            # What runs after the ack (lazy listeners, late answers) ends before its services close.
-            after_ack = asyncio.all_tasks() - {asyncio.current_task()}
-            if after_ack:
-                _, running = await asyncio.wait(after_ack, timeout=AFTER_ACK_TIMEOUT)
-                assert not running, f"work after the ack still running after {AFTER_ACK_TIMEOUT} s: {running}"
-            return SlackReply(response.status, response.body)
-        finally:
-            await pool.aclose()
-            await redis.aclose()
+            self._web = _WebSide(services, redis, pool, bolt)
+        return self._web
 
-    async def _work_until(self, predicate: Callable[[], T], timeout: float, what: str) -> T:
-        worker = build_worker(self.stack.settings, redis_url=self.stack.redis.url, handle_signals=False)
-        running = asyncio.ensure_future(worker.async_run())
-        waiting = asyncio.ensure_future(wait_for(predicate, timeout, what=what))
+    async def _dispatch(self, body: str, headers: dict[str, str]) -> SlackReply:
+        web = await self._web_side()
+        token = _DISPATCHING.set(True)
         try:
-            await asyncio.wait({running, waiting}, return_when=asyncio.FIRST_COMPLETED)
-            if not waiting.done():
-                running.result()  # the worker's own error, if it raised one
-                raise AssertionError(f"the worker stopped before {what}")
-            return waiting.result()
+            response = await web.bolt.async_dispatch(AsyncBoltRequest(body=body, headers=headers))
         finally:
+            _DISPATCHING.reset(token)
+        if self._after_ack:
+            _, running = await asyncio.wait(set(self._after_ack), timeout=AFTER_ACK_TIMEOUT)
+            assert not running, f"work after the ack still running after {AFTER_ACK_TIMEOUT} s: {running}"
+        return SlackReply(response.status, response.body)
+
+    async def _work(self, done: Callable[[], Awaitable[T]], timeout: float, what: str) -> T:
+        """Run the worker (started at the first call) until `done()` returns."""
+        if self._worker is None:
+            self._worker = build_worker(self.stack.settings, redis_url=self.stack.redis.url, handle_signals=False)
+            self._worker_run = asyncio.ensure_future(self._worker.async_run())
+        assert self._worker_run is not None
+        waiting = asyncio.ensure_future(asyncio.wait_for(done(), timeout + 1))
+        await asyncio.wait({self._worker_run, waiting}, return_when=asyncio.FIRST_COMPLETED)
+        if not waiting.done():
             waiting.cancel()
-            running.cancel()  # it takes no new job; the ones it started run to their end
-            await asyncio.gather(running, *worker.tasks.values(), return_exceptions=True)
-            await worker.close()
-
-    async def _drain(self) -> None:
-        worker = build_worker(self.stack.settings, redis_url=self.stack.redis.url, burst=True, handle_signals=False)
+            self._worker_run.result()  # the worker's own error, if it raised one
+            raise AssertionError(f"the worker stopped before {what}")
         try:
-            await asyncio.wait_for(worker.async_run(), DRAIN_TIMEOUT)
-        finally:
-            await worker.close()
-        assert not worker.jobs_failed, f"{worker.jobs_failed} job(s) failed; the worker's log says which"
+            return waiting.result()
+        except TimeoutError:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
+
+    async def _idle(self) -> bool:
+        """No job due (arq keeps a running job in the queue until it ends) and none running."""
+        assert self._worker is not None
+        while True:
+            due = await self._worker.pool.zcount(QUEUE_NAME, 0, int(time.time() * 1000))
+            if not due and all(task.done() for task in self._worker.tasks.values()):
+                return True
+            await asyncio.sleep(0.02)
+
+    async def _close(self) -> None:
+        if self._worker is not None and self._worker_run is not None:
+            self._worker_run.cancel()  # it takes no new job; the ones it started run to their end
+            await asyncio.gather(self._worker_run, *self._worker.tasks.values(), return_exceptions=True)
+            await self._worker.close()
+        if self._web is not None:
+            await self._web.pool.aclose()
+            await self._web.redis.aclose()

@@ -12,7 +12,6 @@ from waiting import wait_until
 
 from agent.digest import build_digest
 from agent.digest.runbook_links import runbook_links
-from bot.local_stack import LocalStack
 from bot.settings import Settings
 from infra.runbooks.index import RunbookIndex
 from infra.runbooks.library import RunbookLibrary
@@ -210,13 +209,10 @@ def test_a_bad_runbooks_setting_names_the_variable_and_the_fix(tmp_path):
         Settings.load(tmp_path / "none.env", runbooks_urls="ftp://x/y.md")
 
 
-# --- through the whole bot ----------------------------------------------------------------------
+# --- through the bot (in-process) ----------------------------------------------------------------------
 
-def _stack(redis_url, tmp_path, monkeypatch, **overrides) -> LocalStack:
-    monkeypatch.chdir(tmp_path)
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s",
-                             runbooks_dir=str(team_folder(tmp_path)), **overrides)
-    return LocalStack(settings)
+def _bot(make_bot, tmp_path, **overrides):
+    return make_bot(poll_interval="0.2s", runbooks_dir=str(team_folder(tmp_path)), **overrides)
 
 
 def _answer(stack, channel: str) -> str:
@@ -228,42 +224,38 @@ def _answer(stack, channel: str) -> str:
     return done()
 
 
-@pytest.mark.e2e
-def test_without_a_model_the_answer_names_the_team_runbook_its_logs_match_and_its_fix(redis_url, tmp_path, monkeypatch):
-    with _stack(redis_url, tmp_path, monkeypatch) as stack:
-        stack.signed_requests().mention(f"<@UTPUBOT> what is wrong here?\n{LOGS}", user=ALICE, channel="C0RB1")
-        text = _answer(stack, "C0RB1")
+def test_without_a_model_the_answer_names_the_team_runbook_its_logs_match_and_its_fix(make_bot, tmp_path):
+    bot = _bot(make_bot, tmp_path)
+    bot.mention(f"<@UTPUBOT> what is wrong here?\n{LOGS}", user=ALICE, channel="C0RB1")
+    text = _answer(bot, "C0RB1")
     assert f"This looks like *Ledger writer stuck on a lock*, see {CITE}" in text
     assert "L12" in text and "Fix: Find the holder" in text
 
 
-@pytest.mark.e2e
-def test_the_sandbox_model_cites_the_runbook_from_its_tool_result(redis_url, tmp_path, monkeypatch):
-    with VllmEmulator(latency=LatencyModel.instant()) as emu, \
-            _stack(redis_url, tmp_path, monkeypatch, gemma_base_url=emu.base_url) as stack:
-        stack.signed_requests().mention(f"<@UTPUBOT> summarize these logs\n{LOGS}", user=ALICE, channel="C0RB2")
-        text = _answer(stack, "C0RB2")
+def test_the_sandbox_model_cites_the_runbook_from_its_tool_result(make_bot, tmp_path):
+    with VllmEmulator(latency=LatencyModel.instant()) as emu:
+        bot = _bot(make_bot, tmp_path, gemma_base_url=emu.base_url)
+        bot.mention(f"<@UTPUBOT> summarize these logs\n{LOGS}", user=ALICE, channel="C0RB2")
+        text = _answer(bot, "C0RB2")
         prompts = str([request["messages"] for request in emu.requests])
     assert "heuristic stand-in" in text and f"see {CITE}" in text and "Find the holder" in text
     assert "runbook sections whose symptoms match these logs" in prompts  # the first turn carries it too
 
 
-@pytest.mark.e2e
-def test_tpu_runbook_finds_a_section_added_to_the_team_folder_without_a_restart(redis_url, tmp_path, monkeypatch):
-    with _stack(redis_url, tmp_path, monkeypatch) as stack:
-        slack = stack.signed_requests()
-        reply = slack.slash("runbook advisory lock", user=ALICE, channel="C0RB3").json()
-        assert CITE in str(reply["blocks"]) and "from payments.md" in str(reply["blocks"])
-        (tmp_path / "runbooks" / "search.md").write_text(
-            "# Search\n\n## Index rebuild loops\n**Symptoms**\n- `reindex started again`\n**Cause**\nA bad mapping."
-            "\n**Fix**\n1. Roll back the mapping.\n**Sources**\n- https://example.org/search\n", encoding="utf-8")
-        reply = slack.slash("runbook reindex loops", user=ALICE, channel="C0RB3").json()
-        assert "RB:search#index-rebuild-loops" in str(reply["blocks"]) and "Roll back the mapping" in str(reply["blocks"])
-        empty = slack.slash("runbook", user=ALICE, channel="C0RB3").json()
-        assert "needs words to look for" in empty["text"] and "/tpu runbook RESOURCE_EXHAUSTED" in empty["text"]
+def test_tpu_runbook_finds_a_section_added_to_the_team_folder_without_a_restart(make_bot, tmp_path):
+    slack = _bot(make_bot, tmp_path).signed_requests()
+    reply = slack.slash("runbook advisory lock", user=ALICE, channel="C0RB3").json()
+    assert CITE in str(reply["blocks"]) and "from payments.md" in str(reply["blocks"])
+    (tmp_path / "runbooks" / "search.md").write_text(
+        "# Search\n\n## Index rebuild loops\n**Symptoms**\n- `reindex started again`\n**Cause**\nA bad mapping."
+        "\n**Fix**\n1. Roll back the mapping.\n**Sources**\n- https://example.org/search\n", encoding="utf-8")
+    reply = slack.slash("runbook reindex loops", user=ALICE, channel="C0RB3").json()
+    assert "RB:search#index-rebuild-loops" in str(reply["blocks"]) and "Roll back the mapping" in str(reply["blocks"])
+    empty = slack.slash("runbook", user=ALICE, channel="C0RB3").json()
+    assert "needs words to look for" in empty["text"] and "/tpu runbook RESOURCE_EXHAUSTED" in empty["text"]
 
 
-# --- the built-in runbooks, through the whole bot ---------------------------------------------
+# --- the built-in runbooks, through the bot ---------------------------------------------
 
 def _shipped(incident_id: str):
     from agent.evals.cases import load_incidents, shipped_dir
@@ -271,32 +263,23 @@ def _shipped(incident_id: str):
     return next(i for i in load_incidents([shipped_dir()]) if i.id == incident_id)
 
 
-def _builtin_stack(redis_url, tmp_path, monkeypatch, **overrides) -> LocalStack:
-    monkeypatch.chdir(tmp_path)
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url, poll_interval="0.2s", **overrides)
-    return LocalStack(settings)
-
-
 @pytest.mark.parametrize("incident_id, cite", [
     ("vllm-startup-shared-kv-old-image", "RB:vllm-tpu#image-too-old-for-gemma-4-e2b-shared-kv-layers"),
     ("vllm-mm-batched-tokens", "RB:vllm-tpu#max-num-batched-tokens-below-a-multimodal-item"),
 ])
-@pytest.mark.e2e
-def test_a_vllm_start_up_failure_is_answered_with_its_built_in_runbook_and_fix(redis_url, tmp_path, monkeypatch,
-                                                                              incident_id, cite):
+def test_a_vllm_start_up_failure_is_answered_with_its_built_in_runbook_and_fix(make_bot, incident_id, cite):
     incident = _shipped(incident_id)
     logs = "\n".join(incident.logs)
     section = RunbookLibrary.from_settings().index().by_cite(cite)
     assert section is not None and incident.runbooks[0] == cite
     first_fix_words = " ".join(section.fix.splitlines()[0].lstrip("0123456789.) ").split()[:4])
-    with _builtin_stack(redis_url, tmp_path, monkeypatch) as stack:  # no model: the model-less answer
-        stack.signed_requests().mention(f"<@UTPUBOT> {incident.mention}\n{logs}", user=ALICE, channel="C0RB4")
-        modelless = _answer(stack, "C0RB4")
-    with VllmEmulator(latency=LatencyModel.instant()) as emu, \
-            _builtin_stack(redis_url, tmp_path, monkeypatch, gemma_base_url=emu.base_url) as stack:
-        stack.signed_requests().mention(f"<@UTPUBOT> summarize these logs: {incident.mention}\n{logs}",
-                                        user=ALICE, channel="C0RB5")
-        sandbox = _answer(stack, "C0RB5")
+    bot = make_bot(poll_interval="0.2s")  # no model: the model-less answer
+    bot.mention(f"<@UTPUBOT> {incident.mention}\n{logs}", user=ALICE, channel="C0RB4")
+    modelless = _answer(bot, "C0RB4")
+    with VllmEmulator(latency=LatencyModel.instant()) as emu:
+        bot = make_bot(poll_interval="0.2s", gemma_base_url=emu.base_url)
+        bot.mention(f"<@UTPUBOT> summarize these logs: {incident.mention}\n{logs}", user=ALICE, channel="C0RB5")
+        sandbox = _answer(bot, "C0RB5")
     for text in (modelless, sandbox):
         assert f"see {cite}" in text and f"Fix: {first_fix_words}" in text, text
     assert "heuristic stand-in" in sandbox and "_Made without the model" in modelless
