@@ -8,10 +8,11 @@ bolt checks the signature, runs the middleware and routes it to our listener, an
 reply, returned once what the listener started after the ack (a lazy listener, a late answer) has
 ended. The worker is the one the Procfile runs (`bot.worker.build_worker`), started at the first
 wait and kept for the bot's life. Everything shares one event loop, which runs only while the test
-waits through the bot, so the worker makes progress exactly then:
-- `until(predicate)` runs it until the predicate holds (polled as tests/waiting.py does);
-- `mention()` sends an `app_mention` and runs it until no job is due or running: the answer is in
-  the Slack stand-in when `mention()` returns (deferred jobs, a lease's timers, wait their time).
+waits through the bot, so a test reads the bot's state while it stands still, and the worker makes
+progress exactly when the test waits:
+- `until(predicate)` is tests/waiting.py's `wait_until`, with the loop running between polls;
+- `mention()` sends an `app_mention` and runs the loop until no job is due or running: the answer is
+  in the Slack stand-in when `mention()` returns (deferred jobs, a lease's timers, wait their time).
 
 What this leaves out is our web server (bot/web.py: the request gate before bolt, the HTTP status
 of what it refuses) and processes that run side by side; the end-to-end files keep those
@@ -22,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -39,7 +40,7 @@ from handlers.slack_app import build_bolt_app
 from infra.jobs import QUEUE_NAME
 from infra.sandbox.slack_api import SlackApiSandbox
 from infra.sandbox.slack_requests import SlackReply, SlackRequests
-from waiting import wait_for
+from waiting import wait_until
 
 T = TypeVar("T")
 
@@ -93,12 +94,12 @@ class InProcessBot:
             reply = requests.mention(text, user=user, channel=channel, **kwargs)
         finally:
             requests.close()
-        self._run(self._work(self._idle, IDLE_TIMEOUT, "no job due or running"))
+        self.until(lambda: self._run(self._idle()), timeout=IDLE_TIMEOUT, what="no job due or running")
         return reply
 
     def until(self, predicate: Callable[[], T], timeout: float = 60.0, what: str = "condition") -> T:
-        """Run the worker until `predicate()` is truthy, and return it."""
-        return self._run(self._work(lambda: wait_for(predicate, timeout, what=what), timeout, what))
+        """Poll `predicate` until it is truthy, and return it; the worker runs between polls."""
+        return wait_until(predicate, timeout, what=what, pause=lambda seconds: self._run(self._work(seconds)))
 
     def close(self) -> None:
         self._run(self._close())
@@ -136,31 +137,23 @@ class InProcessBot:
             assert not running, f"work after the ack still running after {AFTER_ACK_TIMEOUT} s: {running}"
         return SlackReply(response.status, response.body)
 
-    async def _work(self, done: Callable[[], Awaitable[T]], timeout: float, what: str) -> T:
-        """Run the worker (started at the first call) until `done()` returns."""
+    async def _work(self, seconds: float) -> None:
+        """Run the worker (started at the first call) for `seconds`."""
         if self._worker is None:
             self._worker = build_worker(self.stack.settings, redis_url=self.stack.redis.url, handle_signals=False)
             self._worker_run = asyncio.ensure_future(self._worker.async_run())
         assert self._worker_run is not None
-        waiting = asyncio.ensure_future(asyncio.wait_for(done(), timeout + 1))
-        await asyncio.wait({self._worker_run, waiting}, return_when=asyncio.FIRST_COMPLETED)
-        if not waiting.done():
-            waiting.cancel()
+        await asyncio.wait({self._worker_run}, timeout=seconds)
+        if self._worker_run.done():
             self._worker_run.result()  # the worker's own error, if it raised one
-            raise AssertionError(f"the worker stopped before {what}")
-        try:
-            return waiting.result()
-        except TimeoutError:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}") from None
+            raise AssertionError("the worker stopped")
 
     async def _idle(self) -> bool:
         """No job due (arq keeps a running job in the queue until it ends) and none running."""
-        assert self._worker is not None
-        while True:
-            due = await self._worker.pool.zcount(QUEUE_NAME, 0, int(time.time() * 1000))
-            if not due and all(task.done() for task in self._worker.tasks.values()):
-                return True
-            await asyncio.sleep(0.02)
+        if self._worker is None:  # not started: the queue is not looked at yet
+            return False
+        due = await self._worker.pool.zcount(QUEUE_NAME, 0, int(time.time() * 1000))
+        return not due and all(task.done() for task in self._worker.tasks.values())
 
     async def _close(self) -> None:
         if self._worker is not None and self._worker_run is not None:

@@ -23,12 +23,13 @@ class _Deadline:
 
 
 def wait_until(predicate: Callable[[], T], timeout: float = 30.0, interval: float = 0.05,
-               what: str | Callable[[], str] = "condition") -> T:
-    """Poll `predicate` until it returns something truthy, and return that; fail after `timeout`."""
+               what: str | Callable[[], str] = "condition", pause: Callable[[float], None] = time.sleep) -> T:
+    """Poll `predicate` until it returns something truthy, and return that; fail after `timeout`.
+    Between polls, `pause(interval)`: a sleep, or the time the work waited on runs in (in_process_bot)."""
     deadline = _Deadline(timeout, what)
     while not (value := predicate()):
         deadline.check(value)
-        time.sleep(interval)
+        pause(interval)
     return value
 
 
