@@ -265,16 +265,17 @@ def redis_url(redis_server_url: str, database_numbers: Iterator[int]) -> Iterato
 
 @contextmanager
 def local_stacks(redis_url: str, tmp_path: Path) -> Iterator[Callable[..., Any]]:
-    """make(run_web=, run_worker=, **settings) starts a LocalStack on this database, the settings over
-    the embedded defaults; every stack it started is stopped at the end."""
+    """make(run_web=, run_worker=, world=, **settings) starts a LocalStack on this database (on the
+    sandbox world given), the settings over the embedded defaults; every one it started is stopped
+    at the end."""
     from bot.local_stack import LocalStack
     from bot.settings import Settings
 
     started: list[LocalStack] = []
 
-    def make(*, run_web: bool = True, run_worker: bool = True, **settings: Any) -> LocalStack:
+    def make(*, run_web: bool = True, run_worker: bool = True, world: Any = None, **settings: Any) -> LocalStack:
         stack = LocalStack(Settings.load(tmp_path / "none.env", redis_url=redis_url, **settings),
-                           run_web=run_web, run_worker=run_worker).start()
+                           run_web=run_web, run_worker=run_worker, world=world).start()
         started.append(stack)
         return stack
 
