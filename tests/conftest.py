@@ -48,12 +48,13 @@ TEST_DATABASES = range(1, 16)
 # real Redis and job queue; `-m e2e` goes through the bolt app behind HTTP (a LocalStack) or runs our
 # own processes (a file or test marked e2e). A test's tier is the highest its fixtures or marks give.
 TIERS = ("unit", "inprocess", "e2e")
-FULL_STACK_FIXTURES = {"stack", "make_stack", "slack"}
 
 
 def tier_of(item: pytest.Item) -> str:
+    # A test's fixture names include every fixture they use in turn: `stack` and `slack` (here, or a
+    # module's own that builds on them) reach make_stack; a module's `slack` on make_bot does not.
     fixtures = set(getattr(item, "fixturenames", ()))
-    if item.get_closest_marker("e2e") or fixtures & FULL_STACK_FIXTURES or any(f.endswith("_stack") for f in fixtures):
+    if item.get_closest_marker("e2e") or "make_stack" in fixtures or any(f.endswith("_stack") for f in fixtures):
         return "e2e"
     return "inprocess" if "redis_url" in fixtures or "redis_server_url" in fixtures else "unit"
 

@@ -2,8 +2,9 @@
 against a real Redis and the real job queue, with QueuedJobs in the worker's place.
 
 What is asserted here is what an action decides and what it leaves for the worker; the Slack
-round trips, the worker running those jobs and the emulated cloud are the end-to-end tests'
-(tests/test_slack_lifecycle.py, tests/test_budgets.py, tests/test_access.py).
+requests, the worker running those jobs and the emulated cloud are the tests' that go through the
+bolt app (tests/test_slack_lifecycle.py and tests/test_budgets.py end to end, tests/test_access.py
+in-process).
 """
 
 from __future__ import annotations
