@@ -1,7 +1,8 @@
 """The App Home tab: a signed `app_home_opened` event → one `views.publish` with the leases.
 
-End to end on the local stack (real bolt app over HTTP, real worker jobs against the TPU
-emulator, real Redis); the rendering's block budget is checked on the pure view function.
+In-process (tests/in_process_bot.py: the real bolt app given signed requests, real worker jobs
+against the TPU emulator, real Redis); the rendering's block budget is checked on the pure view
+function.
 """
 
 from __future__ import annotations
@@ -10,12 +11,10 @@ import json
 
 import pytest
 import redis as redis_sync
-from waiting import wait_until
 
 from agent.actions import REGISTRY, ActionResult
 from agent.actions.workspace_actions import LeaseRows
 from handlers.home_view import MAX_HOME_BLOCKS, home_view
-from infra.sandbox.slack_requests import SlackRequests
 from infra.state import keys
 from infra.state.leases import Lease
 
@@ -24,13 +23,20 @@ OPS, ML = "C0OPS", "C0ML"
 
 
 @pytest.fixture
-def stack_settings():
-    return {"poll_interval": "0.2s", "admins": "UADMIN"}
+def bot(make_bot):
+    return make_bot(poll_interval="0.2s", admins="UADMIN")
 
 
-def published(stack) -> list[dict]:
+@pytest.fixture
+def slack(bot):
+    requests = bot.signed_requests()
+    yield requests
+    requests.close()
+
+
+def published(bot) -> list[dict]:
     views = []
-    for call in stack.slack.calls_to("views.publish"):
+    for call in bot.slack.calls_to("views.publish"):
         view = call.body.get("view")
         views.append({"user_id": call.body.get("user_id"), "view": json.loads(view) if isinstance(view, str) else view})
     return views
@@ -40,22 +46,22 @@ def view_text(view: dict) -> str:
     return json.dumps(view["blocks"])
 
 
-def leases(stack) -> list[Lease]:
-    client = redis_sync.Redis.from_url(stack.redis.url)
+def leases(bot) -> list[Lease]:
+    client = redis_sync.Redis.from_url(bot.redis.url)
     try:
         return [Lease.from_redis(client.hgetall(key)) for key in client.smembers(keys.lease_index())]
     finally:
         client.close()
 
 
-def test_app_home_lists_the_workspace_leases_and_the_scoreboard(stack, slack):
+def test_app_home_lists_the_workspace_leases_and_the_scoreboard(bot, slack):
     assert slack.slash("up", user=ALICE, channel=OPS).status == 200
     assert slack.slash("up us-west4-a 2h", user=BOB, channel=ML).status == 200
-    wait_until(lambda: {lease.channel for lease in leases(stack) if lease.active_at} == {OPS, ML})
+    bot.until(lambda: {lease.channel for lease in leases(bot) if lease.active_at} == {OPS, ML})
 
     reply = slack.event({"type": "app_home_opened", "user": BOB, "channel": "D0BOB", "tab": "home"})
     assert reply.status == 200
-    home = wait_until(lambda: published(stack))[0]
+    home = bot.until(lambda: published(bot))[0]
 
     assert home["user_id"] == BOB
     view = home["view"]
@@ -74,19 +80,19 @@ def test_app_home_lists_the_workspace_leases_and_the_scoreboard(stack, slack):
         assert "UTC" in fields["*Deadline*"]
 
 
-def test_messages_tab_and_other_teams_are_not_shown(stack, slack):
+def test_messages_tab_and_other_teams_are_not_shown(bot, slack):
     slack.slash("up", user=ALICE, channel=OPS)
-    other = SlackRequests(slack.events_url, stack.signing_secret, team="T0OTHER")
+    other = bot.signed_requests(team="T0OTHER")
     try:
         # The Messages tab publishes nothing; a later Home open in another team publishes once.
         other.event({"type": "app_home_opened", "user": BOB, "channel": "D0BOB", "tab": "messages"})
         other.event({"type": "app_home_opened", "user": BOB, "channel": "D0BOB", "tab": "home"})
-        home = wait_until(lambda: published(stack))[0]
+        home = bot.until(lambda: published(bot))[0]
     finally:
         other.close()
     assert f"<#{OPS}>" not in view_text(home["view"])
     assert "No channel in this workspace holds a TPU" in view_text(home["view"])
-    assert len(published(stack)) == 1
+    assert len(published(bot)) == 1
 
 
 def test_home_view_stays_within_slacks_block_limit():
