@@ -97,9 +97,10 @@ class InProcessBot:
         self.until(lambda: self._run(self._idle()), timeout=IDLE_TIMEOUT, what="no job due or running")
         return reply
 
-    def until(self, predicate: Callable[[], T], timeout: float = 60.0, what: str = "condition") -> T:
+    def until(self, predicate: Callable[[], T], timeout: float = 60.0, interval: float = 0.05,
+              what: str = "condition") -> T:
         """Poll `predicate` until it is truthy, and return it; the worker runs between polls."""
-        return wait_until(predicate, timeout, what=what, pause=lambda seconds: self._run(self._work(seconds)))
+        return wait_until(predicate, timeout, interval, what, pause=lambda seconds: self._run(self._work(seconds)))
 
     def close(self) -> None:
         self._run(self._close())
