@@ -2,8 +2,8 @@
 with the hours that fit, admin-only budget changes, `/tpu spend` over a month of leases and its
 chart read back from the PNG Slack received.
 
-The real bolt app behind uvicorn takes signed requests (LocalStack); the claims run the real Lua
-against the test's Redis; the TPU API and Slack's Web API are the project's emulators.
+The real bolt app takes signed requests in-process (tests/in_process_bot.py); the claims run the
+real Lua against the test's Redis; the TPU API and Slack's Web API are the project's emulators.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 import redis as redis_sync
 from redis.asyncio import Redis
-from waiting import wait_until
 
 from handlers.commands import CommandError, parse
 from infra.spend_chart import BUSY_COLOR, HEIGHT_PX, IDLE_COLOR, WIDTH_PX
@@ -34,26 +33,26 @@ ONE_ZONE = "us-west4-a"  # the default price table prices us-west4 ($0.60 per ch
 
 
 @pytest.fixture
-def stack_settings():
-    return {"poll_interval": "0.2s", "admins": ADMIN, "tpu_zones": ONE_ZONE, "budget_channel_monthly": "2"}
+def bot(make_bot):
+    return make_bot(poll_interval="0.2s", admins=ADMIN, tpu_zones=ONE_ZONE, budget_channel_monthly="2")
 
 
 @pytest.fixture
-def slack(stack):  # this file's team, not the shared fixture's default
-    requests = stack.signed_requests(team=TEAM)
+def slack(bot):  # this file's team
+    requests = bot.signed_requests(team=TEAM)
     yield requests
     requests.close()
 
 
-def lease_keys(stack) -> list[str]:
-    client = redis_sync.Redis.from_url(stack.redis.url, decode_responses=True)
+def lease_keys(bot) -> list[str]:
+    client = redis_sync.Redis.from_url(bot.redis.url, decode_responses=True)
     try:
         return sorted(client.smembers(keys.lease_index()))
     finally:
         client.close()
 
 
-def test_up_refused_by_the_channel_budget_offers_the_hours_that_fit(stack, slack):
+def test_up_refused_by_the_channel_budget_offers_the_hours_that_fit(bot, slack):
     # $2 a month for each channel (BUDGET_CHANNEL_MONTHLY); 4 h × $0.60 = $2.40 could overrun it.
     reply = slack.slash("up 4h", user=ALICE, channel="C0ML")
     print(reply.text)
@@ -62,26 +61,26 @@ def test_up_refused_by_the_channel_budget_offers_the_hours_that_fit(stack, slack
     assert "this channel's" in reply.text and "budget is $2.00" in reply.text
     assert "go over by $0.40" in reply.text
     assert "`/tpu up 3.3h` would fit." in reply.text
-    assert lease_keys(stack) == [] and stack.tpu_sandbox.queued_resources() == []  # nothing changed
+    assert lease_keys(bot) == [] and bot.tpu_sandbox.queued_resources() == []  # nothing changed
 
     fitting = slack.slash("up 3.3h", user=ALICE, channel="C0ML")
     assert "Requested a v5litepod-1" in fitting.text, fitting.text
-    assert len(lease_keys(stack)) == 1
+    assert len(lease_keys(bot)) == 1
     budget = slack.slash("budget", user=BOB, channel="C0ML").text
     print(budget)
     assert "$2.00 (default from settings)" in budget and "$1.98 more held by running TPUs" in budget
 
 
-def test_under_a_budget_a_plain_up_searches_only_the_priced_zones(make_stack):
+def test_under_a_budget_a_plain_up_searches_only_the_priced_zones(make_bot):
     # The default zone list: only us-west4-a has a price in the default table.
-    stack = make_stack(poll_interval="0.2s", admins=ADMIN, budget_channel_monthly="20")
-    slack = stack.signed_requests(team=TEAM)
+    bot = make_bot(poll_interval="0.2s", admins=ADMIN, budget_channel_monthly="20")
+    slack = bot.signed_requests(team=TEAM)
     try:
         reply = slack.slash("up 2h", user=ALICE, channel="C0PZ")
         assert "Requested a v5litepod-1" in reply.text, reply.text
         assert "only zones with a price are searched: us-west4-a" in reply.text
-        wait_until(lambda: stack.tpu_sandbox.queued_resources(), timeout=30)
-        assert {qr["name"].split("/")[3] for qr in stack.tpu_sandbox.queued_resources()} == {"us-west4-a"}
+        bot.until(lambda: bot.tpu_sandbox.queued_resources(), timeout=30)
+        assert {qr["name"].split("/")[3] for qr in bot.tpu_sandbox.queued_resources()} == {"us-west4-a"}
         budget = slack.slash("budget", user=BOB, channel="C0PZ").text
         assert "$1.20 more held by running TPUs" in budget, budget  # 2 h at us-west4-a's $0.60/chip-hour, 1 chip
 
@@ -92,9 +91,9 @@ def test_under_a_budget_a_plain_up_searches_only_the_priced_zones(make_stack):
         slack.close()
 
 
-def test_without_a_budget_a_plain_up_may_search_every_zone(make_stack):
-    stack = make_stack(poll_interval="0.2s", admins=ADMIN)
-    slack = stack.signed_requests(team=TEAM)
+def test_without_a_budget_a_plain_up_may_search_every_zone(make_bot):
+    bot = make_bot(poll_interval="0.2s", admins=ADMIN)
+    slack = bot.signed_requests(team=TEAM)
     try:
         reply = slack.slash("up 2h", user=ALICE, channel="C0AZ")
         assert "the best-known other zones are tried." in reply.text and "price" not in reply.text, reply.text
@@ -102,23 +101,23 @@ def test_without_a_budget_a_plain_up_may_search_every_zone(make_stack):
         slack.close()
 
 
-def test_a_tpu_claimed_without_a_budget_holds_its_worst_case_once_it_runs(make_stack):
+def test_a_tpu_claimed_without_a_budget_holds_its_worst_case_once_it_runs(make_bot):
     """Without a budget every zone may be searched, some unpriced, so the claim held nothing: /tpu budget
     said $0.00 held while a TPU ran with its whole run to go. Once ACTIVE its zone's rate is known."""
-    stack = make_stack(poll_interval="0.2s", admins=ADMIN)
-    slack = stack.signed_requests(team=TEAM)
+    bot = make_bot(poll_interval="0.2s", admins=ADMIN)
+    slack = bot.signed_requests(team=TEAM)
     try:
         assert "Requested" in slack.slash("up 1h", user=ALICE, channel="C0HELD").text
-        wait_until(lambda: any(q["state"] == "ACTIVE" for q in stack.tpu_sandbox.queued_resources()), timeout=30)
-        budget = wait_until(lambda: (text := slack.slash("budget", user=BOB, channel="C0HELD").text)
-                            and "$0.60 more held by running TPUs" in text and text, timeout=15,
-                            what="the running TPU's hour at $0.60/h held")
+        bot.until(lambda: any(q["state"] == "ACTIVE" for q in bot.tpu_sandbox.queued_resources()), timeout=30)
+        budget = bot.until(lambda: (text := slack.slash("budget", user=BOB, channel="C0HELD").text)
+                           and "$0.60 more held by running TPUs" in text and text, timeout=15,
+                           what="the running TPU's hour at $0.60/h held")
         assert "Workspace: no limit" in budget and "$0.60 more held by running TPUs." in budget
     finally:
         slack.close()
 
 
-def test_up_refused_by_the_workspace_budget_set_by_an_admin(stack, slack):
+def test_up_refused_by_the_workspace_budget_set_by_an_admin(bot, slack):
     denied = slack.slash("budget set 4", user=ALICE, channel="C0OPS")
     assert ":no_entry:" in denied.text and "admin" in denied.text
     assert "no limit" in slack.slash("budget", user=ALICE, channel="C0OPS").text.split("Workspace:")[1]
@@ -134,7 +133,7 @@ def test_up_refused_by_the_workspace_budget_set_by_an_admin(stack, slack):
     print(refused.text)
     assert "the workspace's" in refused.text and "budget is $4.00 with $0.00 spent and $2.40 held" in refused.text
     assert "go over by $0.20" in refused.text and "`/tpu up us-west4-a 2.6h` would fit." in refused.text
-    assert len(lease_keys(stack)) == 1
+    assert len(lease_keys(bot)) == 1
 
     assert "cleared" in slack.slash("budget clear", user=ADMIN, channel="C0OPS").text
     assert "Requested" in slack.slash("up us-west4-a 3h", user=BOB, channel="C0NEW").text
@@ -148,7 +147,7 @@ def test_bad_budget_and_spend_input_is_refused_with_the_syntax():
             parse(text)
 
 
-def test_bad_month_and_plain_channel_name_change_nothing(stack, slack):
+def test_bad_month_and_plain_channel_name_change_nothing(bot, slack):
     assert "is not a month; write it as YYYY-MM" in slack.slash("spend 2026-13", user=ALICE, channel="C0ML").text
     reply = slack.slash("budget set 5 #ml", user=ADMIN, channel="C0ML").text
     assert "as plain text" in reply and "C0123ABCD" in reply
@@ -180,12 +179,13 @@ def simulated_month(redis_url: str) -> None:
     asyncio.run(write())
 
 
-def test_spend_for_a_month_of_simulated_leases_and_the_chart_read_back(stack, slack, tmp_path):
-    simulated_month(stack.redis.url)
+@pytest.mark.e2e  # runs `tpubot spend`
+def test_spend_for_a_month_of_simulated_leases_and_the_chart_read_back(bot, slack, tmp_path):
+    simulated_month(bot.redis.url)
     # The table is a code block, where Slack shows `<#C0ML>` as typed: it names channels as
     # conversations.info does (the ids were shown before).
     for channel, name in (("C0ML", "ml-training-cluster"), ("C0OPS", "ops"), ("C0EVAL", "eval")):
-        stack.slack.name_channel(channel, name)
+        bot.slack.name_channel(channel, name)
     reply = slack.slash(f"spend {MONTH}", user=BOB, channel="C0ML")
     print(reply.text)
     table = reply.text.split("```")[1].splitlines()
@@ -201,7 +201,7 @@ def test_spend_for_a_month_of_simulated_leases_and_the_chart_read_back(stack, sl
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "BUDGET_"))}
     cli = subprocess.run([TPUBOT, "spend", MONTH, "--json"], capture_output=True, text=True, timeout=60,
-                         cwd=tmp_path, env={**env, "REDIS_URL": stack.redis.url, "TPUBOT_ENV_FILE": os.devnull})
+                         cwd=tmp_path, env={**env, "REDIS_URL": bot.redis.url, "TPUBOT_ENV_FILE": os.devnull})
     assert cli.returncode == 0, cli.stderr
     data = json.loads(cli.stdout)
     (team,) = data["teams"]
@@ -209,8 +209,8 @@ def test_spend_for_a_month_of_simulated_leases_and_the_chart_read_back(stack, sl
     assert {c["channel"]: c["leases"] for c in team["channels"]} == {"C0EVAL": 8, "C0ML": 12, "C0OPS": 10}
 
     assert "Drawing the 2026-11 spend chart" in slack.slash(f"spend chart {MONTH}", user=BOB, channel="C0ML").text
-    wait_until(lambda: stack.slack.calls_to("files.completeUploadExternal"), timeout=60, what="the chart upload")
-    (upload,) = [u for u in stack.slack.uploads.values() if u["filename"] == f"spend-{MONTH}.png"]
+    bot.until(lambda: bot.slack.calls_to("files.completeUploadExternal"), timeout=60, what="the chart upload")
+    (upload,) = [u for u in bot.slack.uploads.values() if u["filename"] == f"spend-{MONTH}.png"]
     assert upload["shared"]["channel_id"] == "C0ML"
     bars = read_bars(upload["data"])
     print("bars (left→right, busy px, idle px):", bars)
@@ -253,12 +253,12 @@ def read_bars(png: bytes) -> list[tuple[int, int]]:
 # --- App Home, settings, idle time ---------------------------------------------------------------
 
 
-def test_app_home_shows_this_months_spend_per_channel(stack, slack):
-    stack.slack.name_channel("C0ML", "ml")
+def test_app_home_shows_this_months_spend_per_channel(bot, slack):
+    bot.slack.name_channel("C0ML", "ml")
     assert "Requested" in slack.slash("up 3h", user=ALICE, channel="C0ML").text
     reply = slack.event({"type": "app_home_opened", "user": BOB, "channel": "D0BOB", "tab": "home"})
     assert reply.status == 200
-    call = wait_until(lambda: stack.slack.calls_to("views.publish"), what="the Home tab")[0]
+    call = bot.until(lambda: bot.slack.calls_to("views.publish"), what="the Home tab")[0]
     view = call.body["view"]
     view = json.loads(view) if isinstance(view, str) else view
     spend_text = [b["text"]["text"] for b in view["blocks"] if b["type"] == "section" and "text" in b
@@ -421,11 +421,11 @@ def test_a_searching_lease_under_a_budget_keeps_its_reservation_through_a_rebuil
 
 
 @pytest.fixture
-def five_cents(make_stack):
+def five_cents(make_bot):
     """$0.05 a month for each channel: a 1 h lease ($0.60) is refused, 5 minutes ($0.05) would fit."""
-    stack = make_stack(poll_interval="0.2s", admins=ADMIN, tpu_zones=ONE_ZONE, budget_channel_monthly="0.05")
-    requests = stack.signed_requests(team=TEAM)
-    yield stack, requests
+    bot = make_bot(poll_interval="0.2s", admins=ADMIN, tpu_zones=ONE_ZONE, budget_channel_monthly="0.05")
+    requests = bot.signed_requests(team=TEAM)
+    yield bot, requests
     requests.close()
 
 
@@ -438,23 +438,23 @@ def five_cents(make_stack):
     ("999999999999h", "longer than the longest lease, 7d"),  # once an OverflowError: a 500
 ])
 def test_a_lease_too_short_or_too_long_is_refused_and_nothing_is_requested(five_cents, written, said):
-    stack, slack = five_cents
+    bot, slack = five_cents
     assert ":money_with_wings:" in slack.slash("up us-west4-a 1h", user=ALICE, channel="C0TINY").text
     reply = slack.slash(f"up us-west4-a {written}", user=ALICE, channel="C0TINY")
     assert reply.status == 200 and said in reply.text, reply.text
     assert "Requested" not in reply.text
-    assert lease_keys(stack) == [] and stack.tpu_sandbox.queued_resources() == []
-    assert stack.tpu_sandbox.create_attempts == []
+    assert lease_keys(bot) == [] and bot.tpu_sandbox.queued_resources() == []
+    assert bot.tpu_sandbox.create_attempts == []
 
 
-def test_the_queued_resource_asks_for_the_run_time_the_budget_priced(make_stack):
-    stack = make_stack(poll_interval="0.2s", tpu_zones=ONE_ZONE, budget_channel_monthly="0.10")
-    slack = stack.signed_requests(team=TEAM)
+def test_the_queued_resource_asks_for_the_run_time_the_budget_priced(make_bot):
+    bot = make_bot(poll_interval="0.2s", tpu_zones=ONE_ZONE, budget_channel_monthly="0.10")
+    slack = bot.signed_requests(team=TEAM)
     try:
         reply = slack.slash("up us-west4-a 10m", user=ALICE, channel="C0TEN")  # $0.10 at $0.60/h
         assert "Requested" in reply.text and "for 10m " in reply.text, reply.text
-        wait_until(lambda: stack.tpu_sandbox.queued_resources(), timeout=30)
-        (qr,) = stack.tpu_sandbox.queued_resources()
+        bot.until(lambda: bot.tpu_sandbox.queued_resources(), timeout=30)
+        (qr,) = bot.tpu_sandbox.queued_resources()
         assert qr["request"]["runDuration"] == {"maxRunDuration": "600s"}
     finally:
         slack.close()
