@@ -34,21 +34,21 @@ def posts(stack, channel: str) -> list[str]:
 @pytest.mark.parametrize("initiator, who", [("SERVICE", "Suspended by Google Cloud"),
                                             ("USER", "Suspended by a user of the project")])
 def test_a_suspension_hours_before_the_deadline_is_named_on_the_card_the_receipt_and_the_answer(
-        make_stack, initiator, who):
-    stack = make_stack(poll_interval="0.2s", agent_use_model=False)
-    stack.tpu_sandbox.timings = SandboxTimings(creating=0.1, waiting=0.3, provisioning=0.3, deleting=0.1)
+        make_bot, initiator, who):
+    bot = make_bot(poll_interval="0.2s", agent_use_model=False)
+    bot.tpu_sandbox.timings = SandboxTimings(creating=0.1, waiting=0.3, provisioning=0.3, deleting=0.1)
     channel = f"C0SUSP{initiator[:2]}"
-    slack = stack.signed_requests(team=TEAM)
+    slack = bot.signed_requests(team=TEAM)
     assert "Requested" in slack.slash("up 8h", user=ALICE, channel=channel).text
-    lease = wait_until(lambda: (found := lease_of(stack, channel)) and found.get("state") == "READY" and found,
-                       what="the lease READY")
+    lease = bot.until(lambda: (found := lease_of(bot, channel)) and found.get("state") == "READY" and found,
+                      what="the lease READY")
     assert float(lease["deadline"]) - time.time() > 7 * 3600  # hours before the run-duration end
 
-    stack.tpu_sandbox.suspend(lease["zone"], lease["qr_id"], initiator)
+    bot.tpu_sandbox.suspend(lease["zone"], lease["qr_id"], initiator)
 
-    wait_until(lambda: lease_of(stack, channel) == {}, what="the lease released")
-    wait_until(lambda: any(text.startswith(":receipt:") for text in posts(stack, channel)), what="the receipt")
-    texts = posts(stack, channel)
+    bot.until(lambda: lease_of(bot, channel) == {}, what="the lease released")
+    bot.until(lambda: any(text.startswith(":receipt:") for text in posts(bot, channel)), what="the receipt")
+    texts = posts(bot, channel)
     card = next(text for text in texts if "released" in text)
     alert = next(text for text in texts if "before its deadline" in text and text.startswith(":alarm_clock:"))
     receipt = next(text for text in texts if text.startswith(":receipt:"))
@@ -60,10 +60,10 @@ def test_a_suspension_hours_before_the_deadline_is_named_on_the_card_the_receipt
     slack.mention("<@UTPUBOT> did our TPU expire? the endpoint is gone", user=ALICE, channel=channel)
 
     def answer():
-        return next((m.text for m in stack.slack.channel_messages(channel)
+        return next((m.text for m in bot.slack.channel_messages(channel)
                      if not m.streaming and "_Made without the model" in m.text), None)
 
-    text = wait_until(answer, what="the model-less answer")
+    text = bot.until(answer, what="the model-less answer")
     assert who in text and "before its deadline" in text and f"stateInitiator {initiator}" in text, text
     assert "Expired at" not in text
 
