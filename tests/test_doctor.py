@@ -11,7 +11,6 @@ import pytest
 from typer.testing import CliRunner
 
 from bot.cli import app
-from bot.local_stack import LocalStack
 from bot.settings import Settings
 
 CHECKS = ("settings", "credentials", "project", "network", "model firewall", "hf token secret", "tpu quota",
@@ -64,20 +63,18 @@ def test_doctor_names_a_missing_network_and_zero_quota(env):
     assert "FAIL  tpu quota" in result.output
 
 
-@pytest.mark.e2e
-def test_failed_verdict_is_cached_and_up_explains_it_instead_of_searching(env, redis_url, tmp_path):
+def test_failed_verdict_is_cached_and_up_explains_it_instead_of_searching(env, redis_url, make_bot):
     env.setenv("REDIS_URL", redis_url)
     env.setenv("HF_TOKEN_SECRET", "gemma-hf-token")
     assert doctor().exit_code == 1
-    settings = Settings.load(tmp_path / "none.env", redis_url=redis_url)
-    with LocalStack(settings) as stack:
-        slack = stack.signed_requests()
-        reply = slack.slash("up", user="UALICE", channel="C0DOC")
-        assert reply.text.startswith(":stop_sign:") and "tpubot doctor" in reply.text and "hf token secret" in reply.text
-        assert "gcloud secrets create gemma-hf-token" in reply.text
-        assert "holds no TPU" in slack.slash("status", user="UALICE", channel="C0DOC").text
-        assert stack.tpu_sandbox.create_attempts == []
-        slack.close()
+    bot = make_bot()
+    slack = bot.signed_requests()
+    reply = slack.slash("up", user="UALICE", channel="C0DOC")
+    assert reply.text.startswith(":stop_sign:") and "tpubot doctor" in reply.text and "hf token secret" in reply.text
+    assert "gcloud secrets create gemma-hf-token" in reply.text
+    assert "holds no TPU" in slack.slash("status", user="UALICE", channel="C0DOC").text
+    assert bot.tpu_sandbox.create_attempts == []
+    slack.close()
 
 
 # --- issue 15: the model firewall, denied permissions, sandbox endpoints, no cross-endpoint verdicts ----
