@@ -1,6 +1,6 @@
 """Budget alerts and the ledger's rebuild with real `tpubot worker` processes (issue 21).
 
-The harness of tests/test_expiry_alerts.py: the web process in-thread, workers as separate
+The harness of tests/test_expiry_alerts.py: the web side in the test's process, workers as separate
 processes configured through the environment, the TPU API and Slack emulated. Prices are set
 high ($3600 or $360 per chip-hour) so seconds-long flex-start runs spend whole dollars.
 """

@@ -1,8 +1,9 @@
 """Expiry timers, on-call alerts, the idle clock and the reconciler, end to end (issue 4).
 
-The web process (real bolt app behind uvicorn) runs in-thread via LocalStack; the workers are
-REAL SEPARATE PROCESSES (`tpubot worker`) configured only through the environment, pointing at
-the test's Redis, TPU API emulator and Slack stand-in. Deadlines and lead times are seconds.
+The web side (the real bolt app given signed requests, tests/in_process_bot.py) runs in the test's
+process beside LocalStack's emulators; the workers are REAL SEPARATE PROCESSES (`tpubot worker`)
+configured only through the environment, pointing at the test's Redis, TPU API emulator and Slack
+stand-in. Deadlines and lead times are seconds.
 Alerts are counted as Web API calls recorded by the Slack stand-in.
 """
 
@@ -28,10 +29,10 @@ from bot.local_stack import LocalStack
 from bot.settings import Settings
 from handlers import cards
 from handlers.alerts import ALERT_ACK_ACTION, ALERT_TEARDOWN_ACTION
-from infra.sandbox.slack_requests import SlackRequests
 from infra.sandbox.tpu_api import SandboxTimings
 from infra.sandbox.vllm import VllmEmulator
 from infra.state import keys
+from in_process_bot import InProcessBot
 
 ALICE, BOB, ADMIN = "UALICE", "UBOB", "UADMIN"
 TEAM = "T0SANDBOX"
@@ -117,12 +118,15 @@ def harness(redis_url, tmp_path, monkeypatch):
         # Leases of seconds, so a deadline comes within the test (the shortest a deployment takes is 10m).
         values = dict(redis_url=redis_url, poll_interval="0.2s", admins=ADMIN, min_run_duration="1s")
         values.update(settings or {})
-        stack = LocalStack(Settings.load(tmp_path / "none.env", **values), run_worker=False)
+        # The web side in this process (tests/in_process_bot.py); the workers are our real processes.
+        stack = LocalStack(Settings.load(tmp_path / "none.env", **values), run_web=False, run_worker=False)
         stack.start()
         # Quick emulated cloud: ACTIVE about a second after the create.
         stack.tpu_sandbox.timings = SandboxTimings(creating=0.1, waiting=0.3, provisioning=0.3, deleting=0.1)
         opened.append(stack)
-        slack = stack.signed_requests(team=TEAM)
+        web = InProcessBot(stack)
+        opened.append(web)
+        slack = web.signed_requests(team=TEAM)
         opened.append(slack)
         pool = Workers(worker_env(stack, tmp_path, **env_extra), tmp_path, tmp_path)
         opened.append(pool)
@@ -132,7 +136,7 @@ def harness(redis_url, tmp_path, monkeypatch):
     yield make
     for item in reversed(opened):
         try:
-            item.stop() if not isinstance(item, SlackRequests) else item.close()
+            item.stop() if isinstance(item, (LocalStack, Workers)) else item.close()
         except Exception:  # teardown must reach every process
             pass
 
