@@ -134,6 +134,17 @@ def test_record_file_seconds_writes_what_each_file_took(tmp_path):
     assert list(written) == ["test_b.py", "test_a.py"] and written["test_b.py"] >= 0.2
 
 
+def test_an_in_process_bot_is_in_process_work(request, make_bot):
+    """make_bot's LocalStack runs the emulators only: no web server is seen, and a test on it is
+    in the in-process tier, as is one whose own `slack` fixture builds on it (test_access)."""
+    import conftest
+
+    bot = make_bot()
+    assert bot.signed_requests().slash("status", user="UALICE", channel="C0TIER").status == 200
+    assert conftest._full_stack_seen == []
+    assert request.node.get_closest_marker("inprocess") and not request.node.get_closest_marker("e2e")
+
+
 @pytest.mark.e2e
 def test_a_local_stack_or_our_process_is_seen_as_end_to_end_work():
     """conftest's audit hook sees what makes a test end to end, whatever fixtures it uses: a test in a
