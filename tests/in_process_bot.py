@@ -158,7 +158,11 @@ class InProcessBot:
 
     async def _close(self) -> None:
         if self._worker is not None and self._worker_run is not None:
-            self._worker_run.cancel()  # it takes no new job; the ones it started run to their end
+            # It takes no new job; the ones it started run to their end. `stopping` first: a
+            # cancellation that a Redis call's own timeout swallows would leave the poll loop
+            # running (bot/arq_worker_adapter.py), as it would for handle_sig without it.
+            self._worker.stopping = True
+            self._worker_run.cancel()
             await asyncio.gather(self._worker_run, *self._worker.tasks.values(), return_exceptions=True)
             await self._worker.close()
         if self._web is not None:
