@@ -1,6 +1,6 @@
-"""Feedback (issue 32) through the real web app and worker: every answer gets 👍/👎 buttons; a
-click keeps the clicker's latest vote with the answer, its model and its input's digest; and
-`tpubot feedback --json` reports the ratio from the same Redis."""
+"""Feedback (issue 32) through the bolt app and the worker, in-process (tests/in_process_bot.py):
+every answer gets 👍/👎 buttons; a click keeps the clicker's latest vote with the answer, its model
+and its input's digest; and `tpubot feedback --json` reports the ratio from the same Redis."""
 
 from __future__ import annotations
 
@@ -24,37 +24,38 @@ def ts_ago(seconds: float) -> str:
     starts, so a fixed ts would turn a reply into an unanswered one as the calendar moves on."""
     return f"{time.time() - seconds:.6f}"
 
-def buttons(slack, thread_ts: str):
-    return wait_until(lambda: next((m for m in slack.channel_messages(CHANNEL)
-                                    if m.thread_ts == thread_ts and m.text == ASK_TEXT), None),
-                      what="the feedback buttons under the answer")
+def buttons(bot, thread_ts: str):
+    return bot.until(lambda: next((m for m in bot.slack.channel_messages(CHANNEL)
+                                   if m.thread_ts == thread_ts and m.text == ASK_TEXT), None),
+                     timeout=30.0, what="the feedback buttons under the answer")
 
 
-def click(stack, action: str, answer_id: str, user: str, message_ts: str) -> str:
-    before = len(stack.slack.responses)
-    reply = stack.signed_requests().click(action_id=action, value=answer_id, user=user, channel=CHANNEL,
-                                          message_ts=message_ts, is_ephemeral=False)
+def click(bot, action: str, answer_id: str, user: str, message_ts: str) -> str:
+    before = len(bot.slack.responses)
+    reply = bot.signed_requests().click(action_id=action, value=answer_id, user=user, channel=CHANNEL,
+                                        message_ts=message_ts, is_ephemeral=False)
     assert reply.status == 200
-    wait_until(lambda: len(stack.slack.responses) > before, what="the click's reply")
-    return str(stack.slack.responses[-1].get("text", ""))
+    # The reply is bolt's lazy listener's, which the in-process dispatch finishes before it returns: no worker.
+    wait_until(lambda: len(bot.slack.responses) > before, what="the click's reply")
+    return str(bot.slack.responses[-1].get("text", ""))
 
 
-def test_votes_on_an_answer_are_kept_with_its_model_and_digest_and_reported(make_stack, monkeypatch):
-    stack = make_stack(agent_use_model=False)
+def test_votes_on_an_answer_are_kept_with_its_model_and_digest_and_reported(make_bot, monkeypatch):
+    bot = make_bot(agent_use_model=False)
     ts = ts_ago(60)
-    assert stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel=CHANNEL,
-                                           ts=ts).status == 200
-    message = buttons(stack.slack, ts)
+    assert bot.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel=CHANNEL,
+                                         ts=ts).status == 200
+    message = buttons(bot, ts)
     elements = message.blocks[0]["elements"]
     assert [e["action_id"] for e in elements] == [FEEDBACK_UP_ACTION, FEEDBACK_DOWN_ACTION]
     answer_id = elements[0]["value"]
 
-    assert click(stack, FEEDBACK_UP_ACTION, answer_id, BOB, message.ts) == "Thanks: recorded :+1:."
-    assert click(stack, FEEDBACK_DOWN_ACTION, answer_id, CAROL, message.ts).startswith("Thanks: recorded :-1:. What should")
-    assert click(stack, FEEDBACK_UP_ACTION, answer_id, BOB, message.ts) == "You already rated this answer :+1:."
-    assert click(stack, FEEDBACK_UP_ACTION, "0123456789abcdef", BOB, message.ts).startswith("That answer is too old")
+    assert click(bot, FEEDBACK_UP_ACTION, answer_id, BOB, message.ts) == "Thanks: recorded :+1:."
+    assert click(bot, FEEDBACK_DOWN_ACTION, answer_id, CAROL, message.ts).startswith("Thanks: recorded :-1:. What should")
+    assert click(bot, FEEDBACK_UP_ACTION, answer_id, BOB, message.ts) == "You already rated this answer :+1:."
+    assert click(bot, FEEDBACK_UP_ACTION, "0123456789abcdef", BOB, message.ts).startswith("That answer is too old")
 
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
+    state = redis_sync.Redis.from_url(bot.settings.redis_url)
     answer = {k.decode(): v.decode() for k, v in state.hgetall(f"tpubot:answer:{answer_id}").items()}
     assert answer["model"] == "model-less" and len(answer["prompt_digest"]) == 16
     assert "Log summary" in answer["text"] and answer["channel"] == CHANNEL
@@ -62,7 +63,7 @@ def test_votes_on_an_answer_are_kept_with_its_model_and_digest_and_reported(make
     assert votes == {BOB: "up", CAROL: "down"}
     state.close()
 
-    monkeypatch.setenv("REDIS_URL", stack.settings.redis_url)
+    monkeypatch.setenv("REDIS_URL", bot.settings.redis_url)
     result = CliRunner().invoke(app, ["feedback", "--json"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
@@ -72,51 +73,51 @@ def test_votes_on_an_answer_are_kept_with_its_model_and_digest_and_reported(make
     assert "model-less: 1 up, 1 down (50% useful)" in text
 
 
-def test_a_mention_whose_logs_match_one_rated_useful_says_it_was_seen_before(make_stack):
+def test_a_mention_whose_logs_match_one_rated_useful_says_it_was_seen_before(make_bot):
     """Memory covers mentions too: an answered mention with logs is kept by its top templates, a 👍
     ends it, and a later mention with the same errors (other times) links to that thread."""
-    stack = make_stack(agent_use_model=False)
+    bot = make_bot(agent_use_model=False)
     first, second = ts_ago(90_100), ts_ago(100)
-    assert stack.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel=CHANNEL,
-                                           ts=first).status == 200
-    message = buttons(stack.slack, first)
+    assert bot.signed_requests().mention(f"<@UTPUBOT> what failed?\n{LOGS}", user=ALICE, channel=CHANNEL,
+                                         ts=first).status == 200
+    message = buttons(bot, first)
     # Not ended yet: another look at the same errors is not pointed at an incident nobody closed.
     early = ts_ago(90_000)
-    assert stack.signed_requests().mention(f"<@UTPUBOT> and now?\n{LOGS}", user=CAROL, channel=CHANNEL,
-                                           ts=early).status == 200
-    buttons(stack.slack, early)
-    assert not [m for m in stack.slack.channel_messages(CHANNEL) if m.thread_ts == early and "Seen before" in m.text]
-    assert click(stack, FEEDBACK_UP_ACTION, message.blocks[0]["elements"][0]["value"], BOB, message.ts) \
+    assert bot.signed_requests().mention(f"<@UTPUBOT> and now?\n{LOGS}", user=CAROL, channel=CHANNEL,
+                                         ts=early).status == 200
+    buttons(bot, early)
+    assert not [m for m in bot.slack.channel_messages(CHANNEL) if m.thread_ts == early and "Seen before" in m.text]
+    assert click(bot, FEEDBACK_UP_ACTION, message.blocks[0]["elements"][0]["value"], BOB, message.ts) \
         == "Thanks: recorded :+1:."
     later = LOGS.replace("2024-05-01", "2024-05-09")
-    assert stack.signed_requests().mention(f"<@UTPUBOT> this again?\n{later}", user=CAROL, channel=CHANNEL,
-                                           ts=second).status == 200
-    seen = wait_until(lambda: next((m for m in stack.slack.channel_messages(CHANNEL)
-                                    if m.thread_ts == second and "Seen before" in m.text), None),
-                      what="the seen-before note in the second thread")
+    assert bot.signed_requests().mention(f"<@UTPUBOT> this again?\n{later}", user=CAROL, channel=CHANNEL,
+                                         ts=second).status == 200
+    seen = bot.until(lambda: next((m for m in bot.slack.channel_messages(CHANNEL)
+                                   if m.thread_ts == second and "Seen before" in m.text), None),
+                     timeout=30.0, what="the seen-before note in the second thread")
     assert f"<#{CHANNEL}>" in seen.text and f"p{first.replace('.', '')}" in seen.text
-    assert not [m for m in stack.slack.channel_messages(CHANNEL) if m.thread_ts == first and "Seen before" in m.text]
+    assert not [m for m in bot.slack.channel_messages(CHANNEL) if m.thread_ts == first and "Seen before" in m.text]
 
 
-def test_a_thumbs_down_with_a_reply_is_exported_as_an_eval_case(make_stack, monkeypatch, tmp_path):
+def test_a_thumbs_down_with_a_reply_is_exported_as_an_eval_case(make_bot, monkeypatch, tmp_path):
     from test_cli_output import documented_keys
     from test_followups import reply_event
 
     from agent.evals.cases import parse_incident
 
-    stack = make_stack(agent_use_model=False)
+    bot = make_bot(agent_use_model=False)
     ts = ts_ago(60)
-    assert stack.signed_requests().mention(f"<@UTPUBOT> why did the rpc fail?\n{LOGS}", user=ALICE, channel=CHANNEL,
-                                           ts=ts).status == 200
-    message = buttons(stack.slack, ts)
-    said = click(stack, FEEDBACK_DOWN_ACTION, message.blocks[0]["elements"][0]["value"], CAROL, message.ts)
+    assert bot.signed_requests().mention(f"<@UTPUBOT> why did the rpc fail?\n{LOGS}", user=ALICE, channel=CHANNEL,
+                                         ts=ts).status == 200
+    message = buttons(bot, ts)
+    said = click(bot, FEEDBACK_DOWN_ACTION, message.blocks[0]["elements"][0]["value"], CAROL, message.ts)
     assert said.startswith("Thanks: recorded :-1:.") and "Reply in this thread" in said
     correction = 'worker 3 was drained for the "kernel" upgrade; DEADLINE_EXCEEDED is expected there'
-    reply_event(stack.signed_requests(), stack.slack, correction, user=CAROL, thread_ts=ts, channel=CHANNEL)
-    wait_until(lambda: any(m.thread_ts == ts and m.text.startswith(":memo: Kept with your :-1:")
-                           for m in stack.slack.channel_messages(CHANNEL)), what="the correction acknowledged")
+    reply_event(bot.signed_requests(), bot.slack, correction, user=CAROL, thread_ts=ts, channel=CHANNEL)
+    bot.until(lambda: any(m.thread_ts == ts and m.text.startswith(":memo: Kept with your :-1:")
+                          for m in bot.slack.channel_messages(CHANNEL)), timeout=30.0, what="the correction acknowledged")
 
-    monkeypatch.setenv("REDIS_URL", stack.settings.redis_url)
+    monkeypatch.setenv("REDIS_URL", bot.settings.redis_url)
     out = tmp_path / "cases"
     result = CliRunner().invoke(app, ["feedback", "--export-evals", str(out), "--json"])
     assert result.exit_code == 0, result.output
@@ -136,12 +137,12 @@ def test_a_thumbs_down_with_a_reply_is_exported_as_an_eval_case(make_stack, monk
     assert again.exit_code == 0 and "Wrote 1 incident file" in again.output
 
 
-def test_a_thumbs_down_on_an_answer_without_logs_asks_for_no_correction(make_stack):
-    stack = make_stack(agent_use_model=False)
+def test_a_thumbs_down_on_an_answer_without_logs_asks_for_no_correction(make_bot):
+    bot = make_bot(agent_use_model=False)
     ts = ts_ago(60)
-    assert stack.signed_requests().mention("<@UTPUBOT> what is the status?", user=ALICE, channel=CHANNEL,
-                                           ts=ts).status == 200
-    message = buttons(stack.slack, ts)
+    assert bot.signed_requests().mention("<@UTPUBOT> what is the status?", user=ALICE, channel=CHANNEL,
+                                         ts=ts).status == 200
+    message = buttons(bot, ts)
     # No logs were kept with it, so no eval case could be made: nothing is asked of the clicker.
-    assert click(stack, FEEDBACK_DOWN_ACTION, message.blocks[0]["elements"][0]["value"], CAROL, message.ts) \
+    assert click(bot, FEEDBACK_DOWN_ACTION, message.blocks[0]["elements"][0]["value"], CAROL, message.ts) \
         == "Thanks: recorded :-1:."

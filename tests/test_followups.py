@@ -1,7 +1,7 @@
-"""Follow-ups (issue 32) through the real web app and worker: a plain reply in a thread the bot
-answered is answered without a mention, with the thread (the earlier answer included) as its
-context; a reply in a thread the bot never joined, by a non-member, after "stop", or in a thread
-older than FOLLOWUP_MAX_AGE is not."""
+"""Follow-ups (issue 32) through the bolt app and the worker, in-process (tests/in_process_bot.py):
+a plain reply in a thread the bot answered is answered without a mention, with the thread (the
+earlier answer included) as its context; a reply in a thread the bot never joined, by a
+non-member, after "stop", or in a thread older than FOLLOWUP_MAX_AGE is not."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ import pytest
 import redis as redis_sync
 
 from infra.sandbox.vllm import LatencyModel, VllmEmulator
-from waiting import wait_until
 
 ALICE, BOB, CAROL = "U0ALICE", "U0BOB", "U0CAROL"
 CHANNEL = "C0FOLLOW"
@@ -26,9 +25,9 @@ def emu():
 
 
 @pytest.fixture
-def stack(make_stack, emu):
+def bot(make_bot, emu):
     emu.requests.clear()
-    running = make_stack(gemma_base_url=emu.base_url, agent_stream=False)
+    running = make_bot(gemma_base_url=emu.base_url, agent_stream=False)
     yield running
     assert emu.pending_turns == 0, "the test left scripted turns unused"
 
@@ -53,67 +52,68 @@ def job_seen(state: redis_sync.Redis, ts: str) -> bool:
     return bool(state.exists(f"arq:job:{job}", f"arq:result:{job}", f"arq:in-progress:{job}"))
 
 
-def ask(stack, emu, text: str = "why did the RPCs time out?") -> str:
+def ask(bot, emu, text: str = "why did the RPCs time out?") -> str:
     """A mention the bot answers; returns its ts (the thread)."""
     emu.push_turns("The RPC to worker 3 hit DEADLINE_EXCEEDED after 8 s.")
-    ts = stack.slack.add_message(CHANNEL, f"<@{BOT}> {text}", user=ALICE)
-    assert stack.signed_requests().mention(f"<@{BOT}> {text}", user=ALICE, channel=CHANNEL, ts=ts).status == 200
-    wait_until(lambda: answers(stack.slack, ts), what="the mention's answer")
+    ts = bot.slack.add_message(CHANNEL, f"<@{BOT}> {text}", user=ALICE)
+    assert bot.signed_requests().mention(f"<@{BOT}> {text}", user=ALICE, channel=CHANNEL, ts=ts).status == 200
+    bot.until(lambda: answers(bot.slack, ts), timeout=30.0, what="the mention's answer")
     return ts
 
 
-def test_a_reply_in_a_thread_the_bot_answered_is_answered_with_the_earlier_answer_in_context(stack, emu):
-    thread_ts = ask(stack, emu)
+def test_a_reply_in_a_thread_the_bot_answered_is_answered_with_the_earlier_answer_in_context(bot, emu):
+    thread_ts = ask(bot, emu)
     emu.push_turns("Raise the RPC deadline to 30 s, then watch worker 3.")
-    reply_event(stack.signed_requests(), stack.slack, "what should we change?", user=BOB, thread_ts=thread_ts)
-    wait_until(lambda: len(answers(stack.slack, thread_ts)) == 2, what="the follow-up's answer")
-    assert "Raise the RPC deadline" in answers(stack.slack, thread_ts)[-1].text
+    reply_event(bot.signed_requests(), bot.slack, "what should we change?", user=BOB, thread_ts=thread_ts)
+    bot.until(lambda: len(answers(bot.slack, thread_ts)) == 2, timeout=30.0, what="the follow-up's answer")
+    assert "Raise the RPC deadline" in answers(bot.slack, thread_ts)[-1].text
     prompt = json.dumps(emu.requests[-1]["messages"])
     assert "what should we change?" in prompt
     assert "The RPC to worker 3 hit DEADLINE_EXCEEDED" in prompt  # the bot's earlier answer, as thread context
 
 
-def test_a_reply_in_a_thread_the_bot_never_joined_is_not_answered(stack, emu):
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
-    root = stack.slack.add_message(CHANNEL, "deploy of v2 is rolling", user=ALICE)
-    ts = reply_event(stack.signed_requests(), stack.slack, "it looks slow, what went wrong?", user=BOB, thread_ts=root)
+def test_a_reply_in_a_thread_the_bot_never_joined_is_not_answered(bot, emu):
+    state = redis_sync.Redis.from_url(bot.settings.redis_url)
+    root = bot.slack.add_message(CHANNEL, "deploy of v2 is rolling", user=ALICE)
+    ts = reply_event(bot.signed_requests(), bot.slack, "it looks slow, what went wrong?", user=BOB, thread_ts=root)
     assert not job_seen(state, ts)  # the web decides before its ack: nothing was queued
-    assert stack.slack.calls_to("chat.postMessage") == []
+    assert bot.slack.calls_to("chat.postMessage") == []
     state.close()
 
 
-def test_stop_ends_the_following_and_later_replies_are_not_answered(stack, emu):
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
-    thread_ts = ask(stack, emu)
-    reply_event(stack.signed_requests(), stack.slack, "Thanks, done!", user=BOB, thread_ts=thread_ts)
-    wait_until(lambda: any("stopped following this thread" in m.text for m in stack.slack.channel_messages(CHANNEL)),
-               what="the stop acknowledged")
-    later = reply_event(stack.signed_requests(), stack.slack, "one more thing?", user=BOB, thread_ts=thread_ts)
+def test_stop_ends_the_following_and_later_replies_are_not_answered(bot, emu):
+    state = redis_sync.Redis.from_url(bot.settings.redis_url)
+    thread_ts = ask(bot, emu)
+    reply_event(bot.signed_requests(), bot.slack, "Thanks, done!", user=BOB, thread_ts=thread_ts)
+    bot.until(lambda: any("stopped following this thread" in m.text for m in bot.slack.channel_messages(CHANNEL)),
+              timeout=30.0, what="the stop acknowledged")
+    later = reply_event(bot.signed_requests(), bot.slack, "one more thing?", user=BOB, thread_ts=thread_ts)
     assert not job_seen(state, later)
-    assert len(answers(stack.slack, thread_ts)) == 1
+    assert len(answers(bot.slack, thread_ts)) == 1
     state.close()
 
 
-def test_a_non_member_reply_is_not_answered(stack, emu):
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
-    thread_ts = ask(stack, emu)
-    stack.slack.members[CHANNEL] = [ALICE, BOT]  # Carol reads the public channel without having joined it
-    ts = reply_event(stack.signed_requests(), stack.slack, "and the cause?", user=CAROL, thread_ts=thread_ts)
-    wait_until(lambda: state.exists(f"arq:result:mention:T0SANDBOX:{CHANNEL}:{ts}"), what="the follow-up job ran")
-    assert stack.slack.calls_to("conversations.members")
-    assert len(answers(stack.slack, thread_ts)) == 1
+def test_a_non_member_reply_is_not_answered(bot, emu):
+    state = redis_sync.Redis.from_url(bot.settings.redis_url)
+    thread_ts = ask(bot, emu)
+    bot.slack.members[CHANNEL] = [ALICE, BOT]  # Carol reads the public channel without having joined it
+    ts = reply_event(bot.signed_requests(), bot.slack, "and the cause?", user=CAROL, thread_ts=thread_ts)
+    bot.until(lambda: state.exists(f"arq:result:mention:T0SANDBOX:{CHANNEL}:{ts}"), timeout=30.0,
+              what="the follow-up job ran")
+    assert bot.slack.calls_to("conversations.members")
+    assert len(answers(bot.slack, thread_ts)) == 1
     state.close()
 
 
-def test_a_reply_in_a_thread_older_than_followup_max_age_is_not_answered(make_stack):
-    stack = make_stack(followup_max_age="1h", agent_use_model=False)
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
+def test_a_reply_in_a_thread_older_than_followup_max_age_is_not_answered(make_bot):
+    bot = make_bot(followup_max_age="1h", agent_use_model=False)
+    state = redis_sync.Redis.from_url(bot.settings.redis_url)
     old = f"{time.time() - 7200:.6f}"  # a thread begun two hours ago, answered now
-    assert stack.signed_requests().mention(f"<@{BOT}> status?", user=ALICE, channel=CHANNEL, ts=old).status == 200
-    wait_until(lambda: any(m.thread_ts == old and "Made without the model" in m.text
-                           for m in stack.slack.channel_messages(CHANNEL)), what="the mention's answer")
+    assert bot.signed_requests().mention(f"<@{BOT}> status?", user=ALICE, channel=CHANNEL, ts=old).status == 200
+    bot.until(lambda: any(m.thread_ts == old and "Made without the model" in m.text
+                          for m in bot.slack.channel_messages(CHANNEL)), timeout=30.0, what="the mention's answer")
     ts = f"{time.time():.6f}"
-    response = stack.signed_requests().event({"type": "message", "user": BOB, "text": "and now?", "ts": ts,
-                                              "thread_ts": old, "channel": CHANNEL, "team": "T0SANDBOX"})
+    response = bot.signed_requests().event({"type": "message", "user": BOB, "text": "and now?", "ts": ts,
+                                            "thread_ts": old, "channel": CHANNEL, "team": "T0SANDBOX"})
     assert response.status == 200 and not job_seen(state, ts)
     state.close()
