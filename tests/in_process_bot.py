@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from arq.connections import ArqRedis
-from arq.worker import Worker
 from redis.asyncio import Redis
 from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
 
 from agent.context import Services
+from bot.arq_worker_adapter import OutageTolerantWorker
 from bot.local_stack import LocalStack
 from bot.worker import build_worker
 from bot.wiring import build_services, slack_client_from
@@ -65,7 +65,7 @@ class InProcessBot:
     stack: LocalStack  # the emulators and the settings pointed at them; no web app, no worker thread
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     _web: _WebSide | None = None
-    _worker: Worker | None = None
+    _worker: OutageTolerantWorker | None = None
     _worker_run: asyncio.Future | None = None
     _after_ack: set[asyncio.Task] = field(default_factory=set)
 
