@@ -23,6 +23,9 @@ from infra.sandbox.slack_api import InjectedError
 from infra.sandbox.vllm import LatencyModel, Turn, VllmEmulator
 from infra.state import keys
 
+# Its stacks are made here (make_stack below, not conftest's fixture), so the tier is said outright.
+pytestmark = pytest.mark.e2e
+
 ALICE, BOB, ADMIN = "UALICE", "UBOB", "UADMIN"  # make_stack lists UADMIN in ADMINS
 Q = '<|"|>'
 DONE_MARKERS = ("_Answered by", "_Made without the model")

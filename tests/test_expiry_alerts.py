@@ -379,7 +379,9 @@ def test_a_restored_lease_is_torn_down_for_real_through_a_503(harness, tmp_path)
     workers.start(1)
     wait_until(lambda: lease_of(stack, channel) == {}, timeout=60, what="the teardown finished")
     assert qrs_of(stack, channel) == [], "released while its TPU was left running"
-    released = [c.body.get("text", "") for c in stack.slack.calls_to("chat.update") if "RELEASED" in str(c.body)]
+    # The lease is released first, then its card says so (agent/lease/lifecycle.py release_lease).
+    released = wait_until(lambda: [c.body.get("text", "") for c in stack.slack.calls_to("chat.update")
+                                   if "RELEASED" in str(c.body)], timeout=30, what="the RELEASED card")
     assert released and "Torn down" in released[-1] and "not confirmed" not in released[-1], released
 
 
