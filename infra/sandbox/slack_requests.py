@@ -41,46 +41,6 @@ def sign(secret: str, timestamp: str, body: str) -> str:
     return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
-def slash_command(text: str, *, team: str, user: str, channel: str, response_url: str) -> dict[str, str]:
-    """The fields of a `/tpu {text}` slash command's form, as Slack posts them."""
-    return {
-        "token": "legacy", "team_id": team, "team_domain": "sandbox", "channel_id": channel,
-        "channel_name": channel.lower(), "user_id": user, "user_name": user.lower(), "command": "/tpu",
-        "text": text, "api_app_id": "A0TPUBOT", "is_enterprise_install": "false",
-        "response_url": response_url, "trigger_id": f"{time.time():.3f}.{secrets.token_hex(4)}",
-    }
-
-
-def mention_event(text: str, *, team: str, user: str, channel: str, ts: str | None = None,
-                  thread_ts: str | None = None, files: list[dict] | None = None, edited_ts: str | None = None,
-                  subtype: str | None = None) -> dict[str, Any]:
-    """An `app_mention` event as Slack sends it, or with `subtype="file_share"` the `message` event it
-    may send instead (slack.md §1.3)."""
-    ts = ts or f"{time.time():.6f}"
-    event: dict[str, Any] = {"type": "message" if subtype else "app_mention", "user": user, "text": text, "ts": ts,
-                             "channel": channel, "event_ts": edited_ts or ts, "team": team}
-    if subtype:
-        event["subtype"] = subtype
-        event["channel_type"] = "channel"
-    if thread_ts:
-        event["thread_ts"] = thread_ts
-    if files:
-        event["files"] = files
-    if edited_ts:
-        event["edited"] = {"user": user, "ts": edited_ts}
-    return event
-
-
-def event_callback(event: dict, *, team: str, event_id: str | None = None, bot_user_id: str = "UTPUBOT") -> dict:
-    """The Events API's `event_callback` envelope around one event."""
-    return {
-        "token": "legacy", "team_id": team, "api_app_id": "A0TPUBOT", "type": "event_callback",
-        "event_id": event_id or f"Ev{secrets.token_hex(5).upper()}", "event_time": int(time.time()),
-        "authorizations": [{"team_id": team, "user_id": bot_user_id, "is_bot": True}],
-        "event": event,
-    }
-
-
 # Where a signed request goes instead of over HTTP: (body, headers) → the reply.
 Transport = Callable[[str, dict[str, str]], SlackReply]
 
@@ -113,8 +73,12 @@ class SlackRequests:
         return SlackReply(response.status_code, response.text)
 
     def slash_body(self, text: str, *, user: str, channel: str) -> str:
-        return urlencode(slash_command(text, team=self.team, user=user, channel=channel,
-                                       response_url=self._response_url("commands")))
+        return urlencode({
+            "token": "legacy", "team_id": self.team, "team_domain": "sandbox", "channel_id": channel,
+            "channel_name": channel.lower(), "user_id": user, "user_name": user.lower(), "command": "/tpu",
+            "text": text, "api_app_id": "A0TPUBOT", "is_enterprise_install": "false",
+            "response_url": self._response_url("commands"), "trigger_id": f"{time.time():.3f}.{secrets.token_hex(4)}",
+        })
 
     def slash(self, text: str, *, user: str, channel: str, **kwargs) -> SlackReply:
         return self.post(self.slash_body(text, user=user, channel=channel), "application/x-www-form-urlencoded", **kwargs)
@@ -123,8 +87,18 @@ class SlackRequests:
                 event_id: str | None = None, files: list[dict] | None = None, retry_num: int | None = None,
                 bot_user_id: str = "UTPUBOT", edited_ts: str | None = None, subtype: str | None = None) -> SlackReply:
         """An `app_mention` event, or with `subtype="file_share"` the `message` event Slack may send instead."""
-        event = mention_event(text, team=self.team, user=user, channel=channel, ts=ts, thread_ts=thread_ts,
-                              files=files, edited_ts=edited_ts, subtype=subtype)
+        ts = ts or f"{time.time():.6f}"
+        event: dict[str, Any] = {"type": "message" if subtype else "app_mention", "user": user, "text": text, "ts": ts,
+                                 "channel": channel, "event_ts": edited_ts or ts, "team": self.team}
+        if subtype:
+            event["subtype"] = subtype
+            event["channel_type"] = "channel"
+        if thread_ts:
+            event["thread_ts"] = thread_ts
+        if files:
+            event["files"] = files
+        if edited_ts:
+            event["edited"] = {"user": user, "ts": edited_ts}
         headers = {}
         if retry_num:
             headers = {"x-slack-retry-num": str(retry_num), "x-slack-retry-reason": "http_timeout"}
@@ -136,7 +110,12 @@ class SlackRequests:
 
     def _event_callback(self, event: dict, event_id: str | None, bot_user_id: str,
                         headers: dict | None = None) -> SlackReply:
-        envelope = event_callback(event, team=self.team, event_id=event_id, bot_user_id=bot_user_id)
+        envelope = {
+            "token": "legacy", "team_id": self.team, "api_app_id": "A0TPUBOT", "type": "event_callback",
+            "event_id": event_id or f"Ev{secrets.token_hex(5).upper()}", "event_time": int(time.time()),
+            "authorizations": [{"team_id": self.team, "user_id": bot_user_id, "is_bot": True}],
+            "event": event,
+        }
         return self.post(json.dumps(envelope), "application/json", extra_headers=headers)
 
     def click(self, *, action_id: str, value: str, user: str, channel: str, message_ts: str = "",
