@@ -45,8 +45,9 @@ TEST_DATABASES = range(1, 16)
 
 
 # The tiers (README "Tests"): `-m unit` needs no server; `-m inprocess` calls our code directly on a
-# real Redis and job queue; `-m e2e` goes through the bolt app behind HTTP (a LocalStack) or runs our
-# own processes (a file or test marked e2e). A test's tier is the highest its fixtures or marks give.
+# real Redis and job queue (make_bot: the bolt app and the worker in the test's process); `-m e2e`
+# goes through the bolt app behind HTTP (a LocalStack's web server) or runs our own processes (a file
+# or test marked e2e). A test's tier is the highest its fixtures or marks give.
 TIERS = ("unit", "inprocess", "e2e")
 
 
