@@ -482,7 +482,8 @@ def _held_permissions(name: str, credentials: Credentials, resource_url: str, wa
         return CheckResult(name, True, f"not checked: {api} did not answer ({error})",
                            f"check the network path to {service}", warning=True)
     if response.status_code != 200:
-        return CheckResult(name, True, f"not checked: {api} answered HTTP {response.status_code} ({error_message(response)})",
+        return CheckResult(name, True,
+                           f"not checked: {api} answered HTTP {response.status_code} ({error_message(response)})",
                            f"enable the {api} API (`gcloud services enable {service}`)", warning=True)
     return set(response.json().get("permissions") or [])
 
