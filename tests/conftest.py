@@ -45,9 +45,9 @@ TEST_DATABASES = range(1, 16)
 
 
 # The tiers (README "Tests"): `-m unit` needs no server; `-m inprocess` calls our code directly on a
-# real Redis and job queue (make_bot: the bolt app and the worker in the test's process); `-m e2e`
-# goes through the bolt app behind HTTP (a LocalStack's web server) or runs our own processes (a file
-# or test marked e2e). A test's tier is the highest its fixtures or marks give.
+# real Redis and job queue (make_bot: the web app and the worker in the test's process, no socket);
+# `-m e2e` goes through the web app behind HTTP (a LocalStack's web server) or runs our own processes
+# (a file or test marked e2e). A test's tier is the highest its fixtures or marks give.
 TIERS = ("unit", "inprocess", "e2e")
 
 
@@ -301,7 +301,7 @@ def make_stack(redis_url: str, tmp_path, monkeypatch):
 def make_bot(redis_url: str, tmp_path, monkeypatch):
     """make_bot(**settings): the in-process tier's bot (tests/in_process_bot.py) on this test's
     database, the settings over the embedded defaults, on a LocalStack that runs the emulators only
-    (no web app, no worker thread)."""
+    (no web server, no worker thread)."""
     from in_process_bot import InProcessBot
 
     monkeypatch.chdir(tmp_path)  # no stray tpu.env

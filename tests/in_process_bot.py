@@ -1,42 +1,42 @@
-"""The in-process tier's bot (README "Tests"): our web side and our worker in the test's own thread,
+"""The in-process tier's bot (README "Tests"): our web app and our worker in the test's own thread,
 with the emulated Slack, cloud and model they talk to, and no web server or thread of ours.
 
-A signed request (`signed_requests()`, the same client the end-to-end tests use) goes to the bolt
-app the web process builds (`handlers.slack_app.build_bolt_app`, on `build_services`, both made
-once, as `bot/web.py` makes them), dispatched in this process rather than posted to `/slack/events`:
-bolt checks the signature, runs the middleware and routes it to our listener, and its ack is the
-reply, returned once what the listener started after the ack (a lazy listener, a late answer) has
-ended. The worker is the one the Procfile runs (`bot.worker.build_worker`), started at the first
-wait and kept for the bot's life. Everything shares one event loop, which runs only while the test
-waits through the bot, so a test reads the bot's state while it stands still, and the worker makes
-progress exactly when the test waits:
+The web side is the app `tpubot serve` runs (`bot.web.create_web_app`, its lifespan entered at the
+first request, as uvicorn enters it), reached over httpx's ASGI transport rather than a socket: a
+signed request (`signed_requests()`, the same client the end-to-end tests use) passes the request
+gate, bolt checks the signature, runs the middleware and routes it to our listener, and the app's
+answer is the reply. An alert sender's, a probe's or a scraper's request goes the same way through
+`http()`. The reply comes back once what the request started after its answer (a lazy listener, a
+late answer) has ended. The worker is the one the Procfile runs (`bot.worker.build_worker`), started
+at the first wait and kept for the bot's life. Everything shares one event loop, which runs only
+while the test waits through the bot, so a test reads the bot's state while it stands still, and the
+worker makes progress exactly when the test waits:
 - `until(predicate)` is tests/waiting.py's `wait_until`, with the loop running between polls;
 - `mention()` sends an `app_mention` and runs the loop until no job is due or running: the answer is
   in the Slack stand-in when `mention()` returns (deferred jobs, a lease's timers, wait their time).
 
-What this leaves out is our web server (bot/web.py: the request gate before bolt, the HTTP status
-of what it refuses) and processes that run side by side; the end-to-end files keep those
-(test_agent_mentions, test_hostile_input, test_slack_conformance, test_slack_lifecycle)."""
+What this leaves out is the socket (uvicorn: a body that stops arriving, a sender that goes away)
+and work that runs side by side (requests at once, a Slack that holds a call, processes killed); the
+end-to-end files keep those (test_alert_senders, test_alert_stall, test_faults, test_hostile_input,
+test_slack_conformance, test_slack_lifecycle)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from arq.connections import ArqRedis
-from redis.asyncio import Redis
-from slack_bolt.async_app import AsyncApp, AsyncBoltRequest
+import httpx
+from starlette.applications import Starlette
 
-from agent.context import Services
 from bot.arq_worker_adapter import OutageTolerantWorker
 from bot.local_stack import LocalStack
+from bot.web import create_web_app
 from bot.worker import build_worker
-from bot.wiring import build_services, slack_client_from
-from handlers.slack_app import build_bolt_app
 from infra.jobs import QUEUE_NAME
 from infra.sandbox.slack_api import SlackApiSandbox
 from infra.sandbox.slack_requests import SlackReply, SlackRequests
@@ -44,30 +44,35 @@ from waiting import wait_until
 
 T = TypeVar("T")
 
-# How long what a listener started after its ack, and a mention's jobs, may take.
-AFTER_ACK_TIMEOUT = 30.0
+# Where the web app answers; no socket is behind it, only the ASGI transport.
+WEB_URL = "http://tpubot.in-process"
+# How long what a request started after its answer, and a mention's jobs, may take.
+AFTER_ANSWER_TIMEOUT = 30.0
 IDLE_TIMEOUT = 60.0
-# Set while a request is dispatched: a task created then (bolt's lazy listeners, a late answer) is
+# Set while the app answers a request: a task created then (bolt's lazy listeners, a late answer) is
 # the request's, and inherits it; the worker's tasks are created from the worker's own task.
-_DISPATCHING: contextvars.ContextVar[bool] = contextvars.ContextVar("dispatching", default=False)
+_ANSWERING: contextvars.ContextVar[bool] = contextvars.ContextVar("answering", default=False)
 
 
-@dataclass
-class _WebSide:
-    services: Services
-    redis: Redis
-    pool: ArqRedis
-    bolt: AsyncApp
+class _LoopTransport(httpx.BaseTransport):
+    """A synchronous httpx transport that answers on the bot's loop."""
+
+    def __init__(self, send: Callable[[httpx.Request], httpx.Response]) -> None:
+        self._send = send
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        return self._send(request)
 
 
 @dataclass
 class InProcessBot:
-    stack: LocalStack  # the emulators and the settings pointed at them; no web app, no worker thread
+    stack: LocalStack  # the emulators and the settings pointed at them; no web server, no worker thread
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
-    _web: _WebSide | None = None
+    _app: Starlette | None = None
+    _app_lifespan: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
     _worker: OutageTolerantWorker | None = None
     _worker_run: asyncio.Future | None = None
-    _after_ack: set[asyncio.Task] = field(default_factory=set)
+    _after_answer: set[asyncio.Task] = field(default_factory=set)
 
     def __post_init__(self) -> None:
         self.loop.set_task_factory(self._task_of)
@@ -81,11 +86,14 @@ class InProcessBot:
         assert self.stack.slack is not None, "the in-process bot records replies in its Slack stand-in"
         return self.stack.slack
 
+    def http(self, timeout: float = 30.0) -> httpx.Client:
+        """An HTTP client for the web app (alert webhooks, /healthz, /readyz, /metrics)."""
+        return httpx.Client(base_url=WEB_URL, timeout=timeout, transport=_LoopTransport(self._answer))
+
     def signed_requests(self, team: str = "T0SANDBOX") -> SlackRequests:
-        """Signed Slack requests, as to a LocalStack, handed to the bolt app in this process."""
-        return SlackRequests("in-process", self.stack.signing_secret, team=team,
-                             response_url_factory=self.slack.response_url,
-                             transport=lambda body, headers: self._run(self._dispatch(body, headers)))
+        """Signed Slack requests to the web app's /slack/events, as to a LocalStack's."""
+        return SlackRequests(f"{WEB_URL}/slack/events", self.stack.signing_secret, team=team,
+                             response_url_factory=self.slack.response_url, http=self.http())
 
     def mention(self, text: str, *, user: str, channel: str, **kwargs: Any) -> SlackReply:
         """An `app_mention` (SlackRequests.mention's arguments), then the worker until it is idle."""
@@ -111,32 +119,29 @@ class InProcessBot:
 
     def _task_of(self, loop: asyncio.AbstractEventLoop, coro: Coroutine, **kwargs: Any) -> asyncio.Task:
         task = asyncio.Task(coro, loop=loop, **kwargs)
-        if _DISPATCHING.get():
-            self._after_ack.add(task)
-            task.add_done_callback(self._after_ack.discard)
+        if _ANSWERING.get():
+            self._after_answer.add(task)
+            task.add_done_callback(self._after_answer.discard)
         return task
 
-    async def _web_side(self) -> _WebSide:
-        if self._web is None:
-            settings = self.stack.settings
-            services, redis, pool = await build_services(settings, redis_url=self.stack.redis.url,
-                                                         slack_client=slack_client_from(settings))
-            bolt = build_bolt_app(services, client=slack_client_from(settings),
-                                  signing_secret=settings.slack_signing_secret.get_secret_value())
-            self._web = _WebSide(services, redis, pool, bolt)
-        return self._web
+    def _answer(self, request: httpx.Request) -> httpx.Response:
+        return self._run(self._answer_async(request))
 
-    async def _dispatch(self, body: str, headers: dict[str, str]) -> SlackReply:
-        web = await self._web_side()
-        token = _DISPATCHING.set(True)
+    async def _answer_async(self, request: httpx.Request) -> httpx.Response:
+        if self._app is None:  # its lifespan is entered once, as uvicorn enters it at start-up
+            app = create_web_app(self.stack.settings, redis_url=self.stack.redis.url)
+            await self._app_lifespan.enter_async_context(app.router.lifespan_context(app))
+            self._app = app
+        token = _ANSWERING.set(True)
         try:
-            response = await web.bolt.async_dispatch(AsyncBoltRequest(body=body, headers=headers))
+            response = await httpx.ASGITransport(app=self._app).handle_async_request(request)
+            content = await response.aread()
         finally:
-            _DISPATCHING.reset(token)
-        if self._after_ack:
-            _, running = await asyncio.wait(set(self._after_ack), timeout=AFTER_ACK_TIMEOUT)
-            assert not running, f"work after the ack still running after {AFTER_ACK_TIMEOUT} s: {running}"
-        return SlackReply(response.status, response.body)
+            _ANSWERING.reset(token)
+        if self._after_answer:
+            _, running = await asyncio.wait(set(self._after_answer), timeout=AFTER_ANSWER_TIMEOUT)
+            assert not running, f"work after the answer still running after {AFTER_ANSWER_TIMEOUT} s: {running}"
+        return httpx.Response(response.status_code, headers=response.headers, content=content, request=request)
 
     async def _work(self, seconds: float) -> None:
         """Run the worker (started at the first call) for `seconds`."""
@@ -165,6 +170,4 @@ class InProcessBot:
             self._worker_run.cancel()
             await asyncio.gather(self._worker_run, *self._worker.tasks.values(), return_exceptions=True)
             await self._worker.close()
-        if self._web is not None:
-            await self._web.pool.aclose()
-            await self._web.redis.aclose()
+        await self._app_lifespan.aclose()  # the app's shutdown: late answers drained, its pools closed

@@ -1,8 +1,8 @@
 """Slack's side of the conversation: signed slash commands, events and button clicks.
 
 Requests are signed exactly as Slack signs them (`v0=` HMAC-SHA256 over `v0:{ts}:{body}`)
-and sent over real HTTP to the bot's `/slack/events`, so the whole verification path runs; a
-`transport` sends them elsewhere (the tests' in-process bot hands them to the bolt app itself).
+and sent over HTTP to the bot's `/slack/events`, so the whole verification path runs (the tests'
+in-process bot passes an `http` client whose transport is the web app itself, with no socket).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import hmac
 import json
 import secrets
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -41,19 +40,14 @@ def sign(secret: str, timestamp: str, body: str) -> str:
     return "v0=" + hmac.new(secret.encode(), base, hashlib.sha256).hexdigest()
 
 
-# Where a signed request goes instead of over HTTP: (body, headers) → the reply.
-Transport = Callable[[str, dict[str, str]], SlackReply]
-
-
 class SlackRequests:
     def __init__(self, events_url: str, signing_secret: str, *, team: str = "T0SANDBOX",
-                 response_url_factory=None, timeout: float = 10.0, transport: Transport | None = None) -> None:
+                 response_url_factory=None, timeout: float = 10.0, http: httpx.Client | None = None) -> None:
         self.events_url = events_url
         self.signing_secret = signing_secret
         self.team = team
         self._response_url = response_url_factory or (lambda name: "http://127.0.0.1:9/hooks/none")
-        self._http = httpx.Client(timeout=timeout)
-        self._transport = transport
+        self._http = http or httpx.Client(timeout=timeout)
 
     def close(self) -> None:
         self._http.close()
@@ -67,8 +61,6 @@ class SlackRequests:
             "x-slack-signature": signature or sign(self.signing_secret, ts, body),
             **(extra_headers or {}),
         }
-        if self._transport is not None:
-            return self._transport(body, headers)
         response = self._http.post(self.events_url, content=body.encode(), headers=headers)
         return SlackReply(response.status_code, response.text)
 
