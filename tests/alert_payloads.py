@@ -335,7 +335,22 @@ def web_only_stack(make_stack):
         yield parts
 
 
+@contextmanager
+def bot_clients(bot) -> Iterator[tuple[object, httpx.Client, redis_sync.Redis]]:
+    """(the in-process bot, an HTTP client to its web app, a client to its Redis), closed after."""
+    with bot.http() as http, redis_sync.Redis.from_url(bot.settings.redis_url) as state:
+        yield bot, http, state
+
+
 @pytest.fixture
-def alert_stack(make_stack):
-    with clients(make_stack(**SENDERS)) as parts:
+def alert_bot(make_bot):
+    """An in-process bot (tests/in_process_bot.py) with every alert source on."""
+    with bot_clients(make_bot(**SENDERS)) as parts:
+        yield parts
+
+
+@pytest.fixture
+def web_only_bot(make_bot):
+    """The in-process web app alone: no worker, so any write to Redis is the request's."""
+    with bot_clients(make_bot(run_worker=False, **SENDERS)) as parts:
         yield parts

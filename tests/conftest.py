@@ -299,7 +299,7 @@ def make_stack(redis_url: str, tmp_path, monkeypatch):
 
 @pytest.fixture
 def make_bot(redis_url: str, tmp_path, monkeypatch):
-    """make_bot(**settings): the in-process tier's bot (tests/in_process_bot.py) on this test's
+    """make_bot(run_worker=, **settings): the in-process tier's bot (tests/in_process_bot.py) on this test's
     database, the settings over the embedded defaults, on a LocalStack that runs the emulators only
     (no web server, no worker thread)."""
     from in_process_bot import InProcessBot
@@ -307,8 +307,8 @@ def make_bot(redis_url: str, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # no stray tpu.env
     bots: list[InProcessBot] = []
 
-    def make_bot(**settings: Any) -> InProcessBot:
-        bots.append(InProcessBot(make(run_web=False, run_worker=False, **settings)))
+    def make_bot(*, run_worker: bool = True, **settings: Any) -> InProcessBot:
+        bots.append(InProcessBot(make(run_web=False, run_worker=False, **settings), runs_worker=run_worker))
         return bots[-1]
 
     with local_stacks(redis_url, tmp_path) as make:

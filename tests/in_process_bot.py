@@ -67,6 +67,7 @@ class _LoopTransport(httpx.BaseTransport):
 @dataclass
 class InProcessBot:
     stack: LocalStack  # the emulators and the settings pointed at them; no web server, no worker thread
+    runs_worker: bool = True  # False: the web app alone, so any write to Redis is a request's
     loop: asyncio.AbstractEventLoop = field(default_factory=asyncio.new_event_loop)
     _app: Starlette | None = None
     _app_lifespan: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack)
@@ -145,6 +146,9 @@ class InProcessBot:
 
     async def _work(self, seconds: float) -> None:
         """Run the worker (started at the first call) for `seconds`."""
+        if not self.runs_worker:
+            await asyncio.sleep(seconds)  # what the web app left running goes on
+            return
         if self._worker is None:
             self._worker = build_worker(self.stack.settings, redis_url=self.stack.redis.url, handle_signals=False)
             self._worker_run = asyncio.ensure_future(self._worker.async_run())

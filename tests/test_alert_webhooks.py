@@ -1,4 +1,5 @@
-"""Alert webhooks (issue 32) through the real web app over HTTP and the real worker: each vendor's
+"""Alert webhooks (issue 32) through the real web app (in process: tests/in_process_bot.py) and the
+real worker: each vendor's
 payload, authenticated as that vendor does it, opens a thread in the routed channel of the
 sandbox Slack with a digest of the sandbox Cloud Logging entries; a repeat edits it; a resolve
 closes it; bad credentials are a 401 that writes nothing; a replay queues nothing; a storm
@@ -13,23 +14,21 @@ import json
 import time
 from datetime import datetime, timezone
 
-import httpx
 import pytest
 import redis as redis_sync
 
-from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PD_SECRET, ROUTES, alert_stack, alertmanager,
+from alert_payloads import (AM_TOKEN, CH_ALL, CH_API, CH_TPU, CM_TOKEN, PD_SECRET, ROUTES, alert_bot, alertmanager,
                             answered, basic, cloud_monitoring, iso, keyspace_digest, pagerduty, pd_signature, roots,
-                            send_am, send_cm, send_pd, thread, web_only_stack)
+                            send_am, send_cm, send_pd, thread, web_only_bot)
 from infra.sandbox.vllm import LatencyModel, VllmEmulator
-from waiting import wait_until
 
-__all__ = ["alert_stack", "web_only_stack"]  # fixtures, shared with tests/test_alert_senders.py
+__all__ = ["alert_bot", "web_only_bot"]  # fixtures
 
 
 @pytest.mark.parametrize("source", ["alertmanager", "cloud-monitoring", "pagerduty"])
-def test_an_alert_opens_a_thread_with_the_log_digest_a_repeat_edits_it_and_a_resolve_closes_it(alert_stack, source):
-    stack, http, _ = alert_stack
-    slack = stack.slack
+def test_an_alert_opens_a_thread_with_the_log_digest_a_repeat_edits_it_and_a_resolve_closes_it(alert_bot, source):
+    bot, http, _ = alert_bot
+    slack = bot.slack
     if source == "alertmanager":
         send, first, repeat, resolve, channel = (send_am, alertmanager(), alertmanager(severity="critical", extra="1"),
                                                  alertmanager(status="resolved"), CH_TPU)
@@ -45,9 +44,9 @@ def test_an_alert_opens_a_thread_with_the_log_digest_a_repeat_edits_it_and_a_res
     response = send(http, first)
     assert response.status_code == 202, response.text
     assert response.json()["channel"] == channel
-    [root] = wait_until(lambda: roots(slack, channel), what="the incident's thread opened")
+    [root] = bot.until(lambda: roots(slack, channel), what="the incident's thread opened")
     assert ":rotating_light: *FIRING*" in root.text and source in root.text
-    answer = wait_until(lambda: answered(slack, channel, root.ts), timeout=60, what="the investigation's answer")
+    answer = bot.until(lambda: answered(slack, channel, root.ts), timeout=60, what="the investigation's answer")
     if source == "pagerduty":
         # A PagerDuty incident names no resource: the channel's own TPU is read, and it holds none.
         assert "No logs were read: This channel holds no TPU" in answer.text
@@ -55,33 +54,33 @@ def test_an_alert_opens_a_thread_with_the_log_digest_a_repeat_edits_it_and_a_res
         # The sandbox Cloud Logging's TPU node was read for the alert's window and digested.
         assert "from the alert's resource tpu_worker node_id=tpubot-v5e zone=us-west4-a" in answer.text
         assert "*Log summary*" in answer.text and "error line" in answer.text
-        query = stack.logging_emulator.requests[-1]["filter"]
+        query = bot.logging_emulator.requests[-1]["filter"]
         assert 'resource.type="tpu_worker"' in query and 'resource.labels.node_id="tpubot-v5e"' in query
     assert any(m.blocks and "Bring the model up" in json.dumps(m.blocks) for m in thread(slack, channel, root.ts))
 
     assert send(http, repeat).status_code == 202
     # Alertmanager and Cloud Monitoring send a firing incident again; PagerDuty reports what changed.
     again = ":arrow_double_up: Escalated" if source == "pagerduty" else f"Still firing: {source} sent it again 1 time"
-    wait_until(lambda: again in roots(slack, channel)[0].text, what="the repeat edited the first message")
+    bot.until(lambda: again in roots(slack, channel)[0].text, what="the repeat edited the first message")
     assert len(roots(slack, channel)) == 1
 
     assert send(http, resolve).status_code == 202
-    wait_until(lambda: roots(slack, channel)[0].text.startswith(":white_check_mark: *RESOLVED*"),
-               what="the resolve edited the first message")
-    wait_until(lambda: any("Resolved at" in m.text for m in thread(slack, channel, root.ts)), what="resolved in the thread")
+    bot.until(lambda: roots(slack, channel)[0].text.startswith(":white_check_mark: *RESOLVED*"),
+              what="the resolve edited the first message")
+    bot.until(lambda: any("Resolved at" in m.text for m in thread(slack, channel, root.ts)), what="resolved in the thread")
     assert len(roots(slack, channel)) == 1
     # Only the routed channel heard of it.
     others = {CH_TPU, CH_API, CH_ALL} - {channel}
     assert all(not slack.channel_messages(other) for other in others)
 
 
-def test_a_critical_alert_pages_the_channels_oncall_and_a_warning_does_not(alert_stack):
-    stack, http, state = alert_stack
-    slack = stack.slack
+def test_a_critical_alert_pages_the_channels_oncall_and_a_warning_does_not(alert_bot):
+    bot, http, state = alert_bot
+    slack = bot.slack
     state.set(f"tpubot:oncall:T0SANDBOX:{CH_TPU}", json.dumps(["<!subteam^S0SRE>"]))
     assert send_am(http, alertmanager()).status_code == 202
     assert send_cm(http, cloud_monitoring(incident_id="0.warn")).status_code == 202
-    wait_until(lambda: len(roots(slack, CH_TPU)) == 2, what="both threads opened")
+    bot.until(lambda: len(roots(slack, CH_TPU)) == 2, what="both threads opened")
     critical = next(m for m in roots(slack, CH_TPU) if "alertmanager" in m.text)
     warning = next(m for m in roots(slack, CH_TPU) if "cloud-monitoring" in m.text)
     assert "Paging <!subteam^S0SRE>" in critical.text
@@ -109,8 +108,8 @@ BAD_AUTH = [
 PAYLOADS = {"alertmanager": alertmanager, "cloud-monitoring": cloud_monitoring, "pagerduty": pagerduty}
 
 
-def test_bad_credentials_are_401_and_write_nothing(web_only_stack, caplog):
-    stack, http, state = web_only_stack
+def test_bad_credentials_are_401_and_write_nothing(web_only_bot, caplog):
+    bot, http, state = web_only_bot
     before = keyspace_digest(state)
     for source, why, headers in BAD_AUTH:
         body = json.dumps(PAYLOADS[source]()).encode()
@@ -122,12 +121,12 @@ def test_bad_credentials_are_401_and_write_nothing(web_only_stack, caplog):
         # A challenge: Cloud Monitoring's basic-auth channel sends its credentials only after one.
         assert response.headers["www-authenticate"].startswith("Basic realm="), (source, why)
     assert keyspace_digest(state) == before
-    assert stack.slack.calls_to("chat.postMessage") == []
+    assert bot.slack.calls_to("chat.postMessage") == []
     assert "TPUHBMOOM" not in caplog.text and "A little bump" not in caplog.text  # no body in the logs
 
 
-def test_malformed_payloads_are_400_naming_the_field_and_write_nothing(web_only_stack):
-    stack, http, state = web_only_stack
+def test_malformed_payloads_are_400_naming_the_field_and_write_nothing(web_only_bot):
+    bot, http, state = web_only_bot
     before = keyspace_digest(state)
     wrong_version = {**alertmanager(), "version": "3"}
     no_alerts = {**alertmanager(), "alerts": []}
@@ -148,9 +147,9 @@ def test_malformed_payloads_are_400_naming_the_field_and_write_nothing(web_only_
     assert keyspace_digest(state) == before
 
 
-def test_a_replayed_delivery_queues_nothing(alert_stack):
-    stack, http, _ = alert_stack
-    slack = stack.slack
+def test_a_replayed_delivery_queues_nothing(alert_bot):
+    bot, http, _ = alert_bot
+    slack = bot.slack
     payload = pagerduty(event_id="replayed-event")
     assert send_pd(http, payload).status_code == 202
     replay = send_pd(http, payload)
@@ -161,16 +160,16 @@ def test_a_replayed_delivery_queues_nothing(alert_stack):
     cm = cloud_monitoring("0.replayed")
     assert send_cm(http, cm).status_code == 202
     assert send_cm(http, cm).json()["duplicate"] is True  # within 10 minutes: Cloud Monitoring's retry
-    wait_until(lambda: len(roots(slack, CH_API)) == 1 and len(roots(slack, CH_TPU)) == 2, what="one thread each")
+    bot.until(lambda: len(roots(slack, CH_API)) == 1 and len(roots(slack, CH_TPU)) == 2, what="one thread each")
     [pd_root] = roots(slack, CH_API)
-    wait_until(lambda: answered(slack, CH_API, pd_root.ts), timeout=60, what="the PagerDuty answer")
+    bot.until(lambda: answered(slack, CH_API, pd_root.ts), timeout=60, what="the PagerDuty answer")
     assert "sent it again" not in roots(slack, CH_API)[0].text
 
 
-def test_a_ping_is_acknowledged_an_unrouted_alert_posts_nothing_and_a_big_body_is_413(make_stack):
-    stack = make_stack(alert_routes=f"team=nobody:{CH_TPU}", pagerduty_webhook_secret=PD_SECRET,
+def test_a_ping_is_acknowledged_an_unrouted_alert_posts_nothing_and_a_big_body_is_413(make_bot):
+    bot = make_bot(alert_routes=f"team=nobody:{CH_TPU}", pagerduty_webhook_secret=PD_SECRET,
                        alert_max_body_bytes=4096)
-    with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+    with bot.http() as http:
         ping = {"event": {"id": "p1", "event_type": "pagey.ping", "resource_type": "pagey", "occurred_at": iso(
             datetime.now(timezone.utc)), "data": {"message": "Hello from your friend Pagey!", "type": "ping"}}}
         assert send_pd(http, ping).status_code == 200
@@ -182,12 +181,12 @@ def test_a_ping_is_acknowledged_an_unrouted_alert_posts_nothing_and_a_big_body_i
         # A source whose secret is unset is off, and says which variable turns it on.
         off = send_am(http, alertmanager())
         assert off.status_code == 404 and "ALERTMANAGER_WEBHOOK_TOKEN" in off.json()["error"]
-    assert stack.slack.calls_to("chat.postMessage") == []
+    assert bot.slack.calls_to("chat.postMessage") == []
 
 
-def test_an_alert_storm_opens_at_most_the_configured_threads_and_counts_the_rest(alert_stack):
-    stack, http, _ = alert_stack
-    slack = stack.slack
+def test_an_alert_storm_opens_at_most_the_configured_threads_and_counts_the_rest(alert_bot):
+    bot, http, _ = alert_bot
+    slack = bot.slack
     storm = 500
     started = time.monotonic()
     for n in range(storm):
@@ -195,8 +194,8 @@ def test_an_alert_storm_opens_at_most_the_configured_threads_and_counts_the_rest
         assert send_cm(http, payload).status_code == 202
     sent_in = time.monotonic() - started
     storm_text = f"{storm - 3:,} more new alerts"
-    wait_until(lambda: any(storm_text in m.text for m in roots(slack, CH_TPU)), timeout=120,
-               what="the storm message counting every folded alert")
+    bot.until(lambda: any(storm_text in m.text for m in roots(slack, CH_TPU)), timeout=120,
+              what="the storm message counting every folded alert")
     settled_in = time.monotonic() - started
     threads = [m for m in roots(slack, CH_TPU) if ":rotating_light:" in m.text]
     storm_messages = [m for m in roots(slack, CH_TPU) if "Alert storm" in m.text]
@@ -205,8 +204,8 @@ def test_an_alert_storm_opens_at_most_the_configured_threads_and_counts_the_rest
           f"{settled_in:.1f}s after the first")
 
 
-def test_every_documented_credential_form_is_accepted(alert_stack):
-    stack, http, _ = alert_stack
+def test_every_documented_credential_form_is_accepted(alert_bot):
+    bot, http, _ = alert_bot
     forms = [
         ("alertmanager", {"authorization": basic(AM_TOKEN)}, {}),
         ("alertmanager", {}, {"token": AM_TOKEN}),
@@ -217,17 +216,17 @@ def test_every_documented_credential_form_is_accepted(alert_stack):
         response = http.post(f"/alerts/{source}", content=json.dumps(payload).encode(), params=params,
                              headers={"content-type": "application/json", **headers})
         assert response.status_code == 202, (source, headers, params, response.text)
-    wait_until(lambda: len(roots(stack.slack, CH_TPU)) == 3, what="a thread per accepted alert")
+    bot.until(lambda: len(roots(bot.slack, CH_TPU)) == 3, what="a thread per accepted alert")
 
 
-def test_with_a_model_the_alert_is_answered_by_it_from_the_logs_and_the_alert(make_stack):
+def test_with_a_model_the_alert_is_answered_by_it_from_the_logs_and_the_alert(make_bot):
     with VllmEmulator(latency=LatencyModel.instant()) as emu:
         emu.push_turns("HBM ran out on the serving TPU; the first error is at L3.")
-        stack = make_stack(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, gemma_base_url=emu.base_url)
-        with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+        bot = make_bot(alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN, gemma_base_url=emu.base_url)
+        with bot.http() as http:
             assert send_am(http, alertmanager()).status_code == 202
-        [root] = wait_until(lambda: roots(stack.slack, CH_TPU), what="the thread opened")
-        answer = wait_until(lambda: next((m for m in thread(stack.slack, CH_TPU, root.ts)
+        [root] = bot.until(lambda: roots(bot.slack, CH_TPU), what="the thread opened")
+        answer = bot.until(lambda: next((m for m in thread(bot.slack, CH_TPU, root.ts)
                                           if "_Answered by" in m.text), None), timeout=60, what="the model's answer")
         assert "HBM ran out on the serving TPU" in answer.text and "Cloud Logging entries" in answer.text
         prompt = json.dumps(emu.requests[0]["messages"])
@@ -238,13 +237,13 @@ def test_with_a_model_the_alert_is_answered_by_it_from_the_logs_and_the_alert(ma
         assert emu.pending_turns == 0
 
 
-def open_and_answer(stack, http, incident_id: str):
+def open_and_answer(bot, http, incident_id: str):
     """A Cloud Monitoring incident on the sandbox TPU node, opened and answered; its first message."""
-    known = {m.ts for m in roots(stack.slack, CH_TPU)}
+    known = {m.ts for m in roots(bot.slack, CH_TPU)}
     assert send_cm(http, cloud_monitoring(incident_id)).status_code == 202
-    root = wait_until(lambda: next((m for m in roots(stack.slack, CH_TPU) if m.ts not in known), None),
-                      what=f"incident {incident_id}'s thread")
-    wait_until(lambda: answered(stack.slack, CH_TPU, root.ts), timeout=60, what=f"incident {incident_id}'s answer")
+    root = bot.until(lambda: next((m for m in roots(bot.slack, CH_TPU) if m.ts not in known), None),
+                     what=f"incident {incident_id}'s thread")
+    bot.until(lambda: answered(bot.slack, CH_TPU, root.ts), timeout=60, what=f"incident {incident_id}'s answer")
     return root
 
 
@@ -252,56 +251,56 @@ def seen_before(slack, root):
     return [m for m in thread(slack, CH_TPU, root.ts) if "Seen before" in m.text]
 
 
-def test_a_second_incident_with_the_same_top_templates_cites_the_resolved_first(alert_stack):
-    stack, http, _ = alert_stack
-    first = open_and_answer(stack, http, "0.first")
-    assert seen_before(stack.slack, first) == []  # nothing had ended before it
-    still_open = open_and_answer(stack, http, "0.overlapping")
-    assert seen_before(stack.slack, still_open) == []  # the first had not ended yet
+def test_a_second_incident_with_the_same_top_templates_cites_the_resolved_first(alert_bot):
+    bot, http, _ = alert_bot
+    first = open_and_answer(bot, http, "0.first")
+    assert seen_before(bot.slack, first) == []  # nothing had ended before it
+    still_open = open_and_answer(bot, http, "0.overlapping")
+    assert seen_before(bot.slack, still_open) == []  # the first had not ended yet
     assert send_cm(http, cloud_monitoring("0.first", state="closed")).status_code == 202
-    wait_until(lambda: any("Resolved at" in m.text for m in thread(stack.slack, CH_TPU, first.ts)), what="resolved")
-    second = open_and_answer(stack, http, "0.second")
-    [note] = wait_until(lambda: seen_before(stack.slack, second), what="the citation of the first incident")
+    bot.until(lambda: any("Resolved at" in m.text for m in thread(bot.slack, CH_TPU, first.ts)), what="resolved")
+    second = open_and_answer(bot, http, "0.second")
+    [note] = bot.until(lambda: seen_before(bot.slack, second), what="the citation of the first incident")
     today = datetime.now(timezone.utc).strftime("%Y-%m-%d")
     assert f"Seen before on {today} in <#{CH_TPU}>" in note.text
     assert f"https://slack.com/archives/{CH_TPU}/p{first.ts.replace('.', '')}" in note.text
     assert "3 of the top log templates match" in note.text
 
 
-def test_a_fix_written_in_the_thread_is_cited_the_next_time(alert_stack):
-    stack, http, _ = alert_stack
-    first = open_and_answer(stack, http, "0.fixed")
+def test_a_fix_written_in_the_thread_is_cited_the_next_time(alert_bot):
+    bot, http, _ = alert_bot
+    first = open_and_answer(bot, http, "0.fixed")
     fix = "Fixed by raising the HBM limit to 16 GiB"
-    ts = stack.slack.add_message(CH_TPU, fix, user="U0ALICE", thread_ts=first.ts)
-    assert stack.signed_requests().event({"type": "message", "user": "U0ALICE", "text": fix, "ts": ts,
+    ts = bot.slack.add_message(CH_TPU, fix, user="U0ALICE", thread_ts=first.ts)
+    assert bot.signed_requests().event({"type": "message", "user": "U0ALICE", "text": fix, "ts": ts,
                                           "thread_ts": first.ts, "channel": CH_TPU, "team": "T0SANDBOX"}).status == 200
-    wait_until(lambda: any("Noted" in m.text for m in thread(stack.slack, CH_TPU, first.ts)), what="the fix noted")
-    second = open_and_answer(stack, http, "0.again")
-    [note] = wait_until(lambda: seen_before(stack.slack, second), what="the citation with its fix")
+    bot.until(lambda: any("Noted" in m.text for m in thread(bot.slack, CH_TPU, first.ts)), what="the fix noted")
+    second = open_and_answer(bot, http, "0.again")
+    [note] = bot.until(lambda: seen_before(bot.slack, second), what="the citation with its fix")
     assert f"<#{CH_TPU}>, Fixed by raising the HBM limit to 16 GiB" in note.text
 
 
-def test_a_useful_answer_ends_the_incident_for_the_next_time(alert_stack):
+def test_a_useful_answer_ends_the_incident_for_the_next_time(alert_bot):
     from handlers.feedback_buttons import ASK_TEXT, FEEDBACK_UP_ACTION
 
-    stack, http, _ = alert_stack
-    first = open_and_answer(stack, http, "0.rated")
-    buttons = wait_until(lambda: next((m for m in thread(stack.slack, CH_TPU, first.ts) if m.text == ASK_TEXT), None),
-                         what="the feedback buttons")
+    bot, http, _ = alert_bot
+    first = open_and_answer(bot, http, "0.rated")
+    buttons = bot.until(lambda: next((m for m in thread(bot.slack, CH_TPU, first.ts) if m.text == ASK_TEXT), None),
+                        what="the feedback buttons")
     answer_id = buttons.blocks[0]["elements"][0]["value"]
-    assert stack.signed_requests().click(action_id=FEEDBACK_UP_ACTION, value=answer_id, user="U0ALICE", channel=CH_TPU,
+    assert bot.signed_requests().click(action_id=FEEDBACK_UP_ACTION, value=answer_id, user="U0ALICE", channel=CH_TPU,
                                          message_ts=buttons.ts, is_ephemeral=False).status == 200
-    second = open_and_answer(stack, http, "0.after-rating")
-    wait_until(lambda: seen_before(stack.slack, second), what="the citation of the rated incident")
+    second = open_and_answer(bot, http, "0.after-rating")
+    bot.until(lambda: seen_before(bot.slack, second), what="the citation of the rated incident")
 
 
-def test_authenticated_hostile_bodies_never_get_a_5xx_and_a_refused_one_writes_nothing(make_stack, caplog):
+def test_authenticated_hostile_bodies_never_get_a_5xx_and_a_refused_one_writes_nothing(make_bot, caplog):
     """1,500 generated bodies, each correctly authenticated: vendor shapes with fields dropped,
     retyped or replaced by junk, deep nesting, huge numbers. Every answer is 200, 202 or 400; a 400
     changes nothing in Redis; no traceback is logged. (No worker: nothing here should need one.)"""
     import random
 
-    stack = make_stack(run_worker=False, alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN,
+    bot = make_bot(run_worker=False, alert_routes=ROUTES, alertmanager_webhook_token=AM_TOKEN,
                        cloud_monitoring_token=CM_TOKEN, pagerduty_webhook_secret=PD_SECRET)
     rng = random.Random(20261203)
     junk = [None, True, 0, -1, 10**30, 1.5e308, "", "x" * 300, [], [1, "a"], {}, {"a": {"b": None}}, "\u202e", "\x00"]
@@ -322,9 +321,9 @@ def test_authenticated_hostile_bodies_never_get_a_5xx_and_a_refused_one_writes_n
             return [mutate(value[0], depth + 1)] + value[1:]
         return rng.choice(junk)
 
-    state = redis_sync.Redis.from_url(stack.settings.redis_url)
+    state = redis_sync.Redis.from_url(bot.settings.redis_url)
     counts: dict[int, int] = {}
-    with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+    with bot.http() as http:
         for _ in range(1_500):
             source = rng.choice(list(PAYLOADS))
             if rng.random() < 0.05:
@@ -350,8 +349,8 @@ def test_authenticated_hostile_bodies_never_get_a_5xx_and_a_refused_one_writes_n
     assert counts.get(400, 0) > 500 and counts.get(202, 0) > 50, counts
 
 
-def test_without_routes_every_source_is_off_and_says_which_variable_turns_it_on(make_stack):
-    stack = make_stack(run_worker=False, alertmanager_webhook_token=AM_TOKEN)
-    with httpx.Client(base_url=stack.web_url, timeout=30) as http:
+def test_without_routes_every_source_is_off_and_says_which_variable_turns_it_on(make_bot):
+    bot = make_bot(run_worker=False, alertmanager_webhook_token=AM_TOKEN)
+    with bot.http() as http:
         off = send_am(http, alertmanager())
     assert off.status_code == 404 and "set ALERT_ROUTES" in off.json()["error"]
