@@ -1,4 +1,5 @@
-"""/healthz, /readyz and Prometheus /metrics on web and worker; JSON logs without secrets."""
+"""/healthz, /readyz and Prometheus /metrics on web (in process: tests/in_process_bot.py) and worker;
+JSON logs without secrets."""
 
 from __future__ import annotations
 
@@ -6,8 +7,6 @@ import json
 import logging
 
 import httpx
-import pytest
-from waiting import wait_until
 
 from bot.local_stack import free_port
 from bot.logging_setup import configure_logging, request_id
@@ -25,34 +24,38 @@ def sample(text: str, name: str, **labels: str) -> float:
     return 0.0
 
 
-@pytest.fixture
-def stack_settings():
-    return {"worker_metrics_port": free_port()}
+def test_health_readiness_and_metrics_count_what_happened(make_bot):
+    bot = make_bot(worker_metrics_port=free_port())
+    web_app = bot.http()
+    assert web_app.get("/healthz").text == "ok"
+    assert web_app.get("/readyz").json() == {"ready": True}
+    bot.tpu_sandbox.inject_failures(1, http_status=503, path_contains="queuedResources")
 
-
-def test_health_readiness_and_metrics_count_what_happened(stack):
-    assert httpx.get(f"{stack.web_url}/healthz").text == "ok"
-    assert httpx.get(f"{stack.web_url}/readyz").json() == {"ready": True}
-    stack.tpu_sandbox.inject_failures(1, http_status=503, path_contains="queuedResources")
-
-    slack = stack.signed_requests()
+    slack = bot.signed_requests()
     slack.slash("up", user="UALICE", channel=CHANNEL)
     slack.slash("status", user="UALICE", channel=CHANNEL)
     slack.slash("launch", user="UALICE", channel=CHANNEL)
 
-    web = httpx.get(f"{stack.web_url}/metrics")
+    web = web_app.get("/metrics")
     assert web.headers["content-type"].startswith("text/plain")
     assert sample(web.text, "tpubot_ack_seconds_count", kind="command") == 3
     assert sample(web.text, "tpubot_slack_requests_total", kind="command", status="200") == 3
     assert sample(web.text, "tpubot_actions_total", action="provision", outcome="ok") == 1
     assert sample(web.text, "tpubot_actions_total", action="status", outcome="ok") == 1
 
-    worker_url = f"http://127.0.0.1:{stack.settings.worker_metrics_port}/metrics"
-    wait_until(lambda: sample(httpx.get(worker_url).text, "tpubot_jobs_total",
-                              function="provision_lease", outcome="ok") >= 1)
+    worker_url = f"http://127.0.0.1:{bot.settings.worker_metrics_port}/metrics"
+
+    def worker_metrics() -> str:
+        try:
+            return httpx.get(worker_url).text
+        except httpx.ConnectError:  # the worker starts at the bot's first wait
+            return ""
+
+    bot.until(lambda: sample(worker_metrics(), "tpubot_jobs_total", function="provision_lease", outcome="ok") >= 1)
     worker = httpx.get(worker_url).text
     assert sample(worker, "tpubot_gcp_errors_total", kind="unavailable") >= 1
     slack.close()
+    web_app.close()
 
 
 def test_json_logs_carry_the_request_id_and_never_a_secret(capsys):
