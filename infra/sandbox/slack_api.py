@@ -26,6 +26,7 @@ from urllib.parse import parse_qs, urlparse
 
 from infra.sandbox.http_server import ServerThread, handler_class, read_body, reply
 from infra.sandbox import slack_rules
+from infra.sandbox.socket_mode import SocketModeSandbox
 
 BOT_USER_ID = "UTPUBOT"
 BOT_ID = "BTPUBOT"
@@ -98,6 +99,7 @@ class SlackApiSandbox:
         self._listeners: list[Callable[[str, dict], None]] = []
         self._http = ServerThread((host, port), handler_class(self._serve_http, ("GET", "POST"), timeout=None),
                                   "slack-sandbox")
+        self.socket_mode: SocketModeSandbox | None = None  # started by the first apps.connections.open
 
     # --- lifecycle -------------------------------------------------------------------------
     def start(self) -> str:
@@ -106,6 +108,8 @@ class SlackApiSandbox:
 
     def stop(self) -> None:
         self._http.stop()
+        if self.socket_mode is not None:
+            self.socket_mode.stop()
 
     @property
     def root(self) -> str:
@@ -292,7 +296,10 @@ class SlackApiSandbox:
 
     def _dispatch(self, method: str, body: dict) -> dict:
         if method == "apps.connections.open":
-            return {"ok": True, "url": f"ws://{self.root.removeprefix('http://')}/link/?ticket=sandbox"}
+            with self._lock:
+                if self.socket_mode is None:
+                    self.socket_mode = SocketModeSandbox().start()
+            return {"ok": True, "url": self.socket_mode.url}
         if method == "auth.test":
             return {"ok": True, "url": "https://sandbox.slack.local/", "team": "sandbox", "user": "tpubot",
                     "team_id": TEAM_ID, "user_id": BOT_USER_ID, "bot_id": BOT_ID, "is_enterprise_install": False}
