@@ -9,10 +9,13 @@ requests to the real bolt app, the worker's real jobs, Redis, the TPU emulator.
 from __future__ import annotations
 
 import asyncio
+import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+from urllib.parse import parse_qsl, urlparse
 
 import pytest
 import redis as redis_sync
@@ -21,11 +24,13 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from waiting import wait_until
 
+from bot.local_stack import free_port
 from handlers import cards
 from handlers.mention_job import thread_lines
 from infra.sandbox.slack_api import BOT_USER_ID, SlackApiSandbox
 from infra.sandbox.slack_requests import SlackRequests
 from infra.state import keys
+from infra.state.redis_server import RestartableRedis
 
 CHANNEL = "C0CONF"
 PRIVATE = "G0CONF"
@@ -351,3 +356,49 @@ def test_socket_mode_with_a_refused_token_exits_with_one_line_naming_the_fix(san
     name = "SLACK_BOT_TOKEN" if which == "wrong-bot-token" else "SLACK_APP_TOKEN"
     assert name in lines[0] and ("xapp-" in lines[0] or "xoxb-" in lines[0])
     assert app_token not in lines[0] and bot_token not in lines[0]  # no secret in the message
+
+
+# --- item 4: Socket Mode stopped by a deploy -------------------------------------------------
+
+
+@pytest.mark.e2e
+def test_socket_mode_stopped_by_sigterm_delivers_the_answer_it_owes_and_exits_0(sandbox, tmp_path):
+    """A deploy's SIGTERM while a `/tpu up` acked with "the answer follows" still waits on a stalled
+    Redis (a primary paused: handlers/late_answers.py): the process closes its connection (no new
+    envelope), finishes the claim once Redis answers, posts the answer, and exits 0. Killed at once,
+    the claim was cut and the answer never came."""
+    redis = RestartableRedis(free_port(), str(tmp_path / "redis")).start()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "LOG_"))}
+    env.update(SLACK_API_URL=sandbox.base_url, SLACK_APP_TOKEN=sandbox.app_token, SLACK_BOT_TOKEN=sandbox.token,
+               REDIS_URL=redis.url)
+    log = tmp_path / "socket.log"
+    process = subprocess.Popen([str(TPUBOT), "socket"], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    requests = SlackRequests("(Socket Mode)", "", response_url_factory=sandbox.response_url)
+    try:
+        wait_until(lambda: sandbox.socket_mode is not None and sandbox.socket_mode.connections == 1, timeout=60,
+                   what=lambda: f"the Socket Mode connection; its log: {log.read_text()}")
+        socket = sandbox.socket_mode
+        help_ = socket.send("slash_commands", dict(parse_qsl(requests.slash_body("help", user=ALICE, channel=CHANNEL))),
+                            accepts_response_payload=True)
+        assert socket.wait(lambda: help_ in socket.acks, 30), log.read_text()
+        assert "/tpu up" in json.dumps(socket.acks[help_]["payload"])  # an answer rides on its ack
+        up = dict(parse_qsl(requests.slash_body("up", user=ALICE, channel=CHANNEL)))
+        redis.freeze()
+        try:
+            command = socket.send("slash_commands", up, accepts_response_payload=True)
+            assert socket.wait(lambda: command in socket.acks, 30), log.read_text()
+            assert "follow" in json.dumps(socket.acks[command].get("payload", {})), socket.acks[command]
+            process.send_signal(signal.SIGTERM)
+            assert socket.wait(lambda: socket.connections == 0, 30), log.read_text()
+            assert process.poll() is None, log.read_text()  # its claim still waits on Redis
+        finally:
+            redis.thaw()
+        assert process.wait(timeout=30) == 0, log.read_text()
+        answers = [r for r in sandbox.responses if r["path"] == urlparse(up["response_url"]).path]
+        assert len(answers) == 1 and "Requested a" in answers[0]["text"], answers
+    finally:
+        requests.close()
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=30)
+        redis.stop()

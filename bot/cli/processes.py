@@ -204,61 +204,22 @@ def worker(
 def socket_mode() -> None:
     settings = load_process_settings()
     _require(settings, "slack_app_token", "slack_bot_token")
-    app_token = settings.slack_app_token.get_secret_value()
-    if not app_token.startswith("xapp-"):
-        typer.echo(f"SLACK_APP_TOKEN starts with {app_token.split('-', 1)[0]!r}, but Socket Mode needs an app-level "
-                   f"token: {APP_TOKEN_FIX}", err=True)
+    from bot.socket_mode import SocketModeRefused, app_token_problem, run_socket_mode  # after the checks, as in serve
+
+    problem = app_token_problem(settings.slack_app_token.get_secret_value())
+    if problem:
+        typer.echo(problem, err=True)
         raise typer.Exit(code=2)
-    # After the checks, as in serve.
-    from slack_bolt.adapter.socket_mode.async_handler import AsyncSocketModeHandler
-
-    from bot.wiring import build_services, slack_client_from, slack_http_session
-    from handlers.slack_app import build_bolt_app
-
     start_logging(settings)
     endpoint = _redis_url(settings)
     wait_for_redis_at_start(settings, endpoint.url, "socket start-up")
-
-    async def run() -> None:
-        async with slack_http_session() as session:
-            client = slack_client_from(settings, session=session)
-            refused = await socket_tokens_refused(client, app_token)
-            if refused:
-                typer.echo(refused, err=True)
-                raise typer.Exit(code=2)
-            svc, _redis, _pool = await build_services(settings, redis_url=endpoint.url,
-                                                           slack_client=client)
-            # bolt's client stays sessionless: bolt deep-copies it for lazy listeners (bot/web.py).
-            bolt = build_bolt_app(svc, client=slack_client_from(settings),
-                                  signing_secret=settings.slack_signing_secret.get_secret_value())
-            await AsyncSocketModeHandler(bolt, settings.slack_app_token.get_secret_value()).start_async()
-
     try:
-        asyncio.run(run())
+        asyncio.run(run_socket_mode(settings, redis_url=endpoint.url))
+    except SocketModeRefused as refused:
+        typer.echo(str(refused), err=True)
+        raise typer.Exit(code=2) from None
     finally:
         endpoint.stop()
-
-
-APP_TOKEN_FIX = ("generate one (xapp-…) with the connections:write scope under Basic Information → App-Level "
-                 "Tokens and set SLACK_APP_TOKEN to it.")
-BOT_TOKEN_FIX = "set SLACK_BOT_TOKEN to the Bot User OAuth Token (xoxb-…) from OAuth & Permissions."
-
-
-async def socket_tokens_refused(client, app_token: str) -> str:
-    """One line naming the token Slack refuses and the fix; '' when both are accepted.
-
-    slack_sdk's Socket Mode client retries `apps.connections.open` forever whatever the error,
-    so a wrong token would otherwise mean a traceback every few seconds and no exit."""
-    from slack_sdk.errors import SlackApiError
-
-    for name, call, fix in (("SLACK_APP_TOKEN", lambda: client.apps_connections_open(app_token=app_token), APP_TOKEN_FIX),
-                            ("SLACK_BOT_TOKEN", client.auth_test, BOT_TOKEN_FIX)):
-        try:
-            await call()
-        except SlackApiError as error:
-            reason = error.response.get("error") if isinstance(error.response.data, dict) else error.response.status_code
-            return f"Slack refused {name} ({reason}): {fix}"
-    return ""
 
 
 def shell(
