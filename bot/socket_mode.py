@@ -22,7 +22,7 @@ from slack_sdk.socket_mode.request import SocketModeRequest
 
 from bot.settings import Settings
 from bot.wiring import WEB_REDIS_TIMEOUT_SECONDS, build_services, slack_client_from, slack_http_session
-from handlers.late_answers import DRAIN_SECONDS
+from handlers.late_answers import DRAIN_SECONDS, finish_acked_work
 from handlers.slack_app import build_bolt_app
 
 log = logging.getLogger(__name__)
@@ -121,10 +121,4 @@ async def _stop(handler: _StoppableHandler, *, started_since: set[asyncio.Task])
     if handler.handling:
         await asyncio.wait(set(handler.handling), timeout=DRAIN_SECONDS)
     await handler.close_async()  # no reconnect from here
-    # What the handled envelopes started after their acks: lazy listeners, late answers.
-    left = asyncio.all_tasks() - started_since - {asyncio.current_task()}
-    if left:
-        log.info("waiting for %d tasks the answered envelopes left running", len(left))
-        _, running = await asyncio.wait(left, timeout=DRAIN_SECONDS)
-        for task in running:
-            log.warning("still running when Socket Mode stopped: %s", task.get_coro())
+    await finish_acked_work(started_since)

@@ -23,7 +23,7 @@ from bot.request_gate import BodyTooLarge, Refusal, encoding_refusal, read_cappe
 from bot.settings import Settings
 from bot.wiring import WEB_REDIS_TIMEOUT_SECONDS, build_services, slack_client_from, slack_http_session
 from handlers.payload_guard import interaction_body, malformed_command, malformed_event, malformed_reason, response_urls
-from handlers.late_answers import REQUEST_STARTED, drain_late_answers
+from handlers.late_answers import REQUEST_STARTED, finish_acked_work
 from handlers.slack_app import SingleFlightAuthorize, build_bolt_app
 
 log = logging.getLogger(__name__)
@@ -83,10 +83,11 @@ def create_web_app(settings: Settings, *, redis_url: str, own_process: bool = Fa
                      parsed_forms=ParsedFormDispatch(bolt, settings.slack_signing_secret.get_secret_value()))
         if own_process:
             settle_heap()
+        started_before = asyncio.all_tasks()
         try:
             yield
         finally:
-            await drain_late_answers()  # acked work finishes and is answered before its pool closes
+            await finish_acked_work(started_before)  # it finishes and is answered before its pool closes
             await pool.aclose()
             await redis.aclose()
             await session.close()

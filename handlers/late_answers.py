@@ -46,22 +46,22 @@ def state_store_notice(error: RedisError) -> str:
 # What a person told "the result follows" hears when the work then fails.
 LATE_FAILURE = (":x: This failed after I said the result would follow; it may or may not have taken effect. "
                 "Check `/tpu status` before trying again.")
-# Every delivery task's name starts with this, so a stopping web process can find and finish them.
-LATE_ANSWER_TASK = "tpubot-late-answer"
 # A stopping process waits this long for acked work (Redis's own timeout is 10 s, plus the post).
 DRAIN_SECONDS = 15.0
 
 
-async def drain_late_answers(timeout: float = DRAIN_SECONDS) -> int:
-    """Wait for the work already acked with "the result follows" to finish and be delivered, before
-    a stopping web process closes its Redis pool under it. The number still running at `timeout`."""
-    late = [task for task in asyncio.all_tasks() if task.get_name().startswith(LATE_ANSWER_TASK)]
-    if not late:
+async def finish_acked_work(started_before: set[asyncio.Task], timeout: float = DRAIN_SECONDS) -> int:
+    """Wait for what acked requests left running to finish: late answers and bolt's lazy listeners
+    (a click's reply, the Home tab's publish), every task started since `started_before` was taken
+    at start-up. A stopping process calls it before it closes its Redis pool under that work.
+    The number still running at `timeout`."""
+    left = asyncio.all_tasks() - started_before - {asyncio.current_task()}
+    if not left:
         return 0
-    log.info("waiting for %d acked answers to finish before stopping", len(late))
-    _, running = await asyncio.wait(late, timeout=timeout)
+    log.info("waiting for %d pieces of acked work to finish before stopping", len(left))
+    _, running = await asyncio.wait(left, timeout=timeout)
     for task in running:
-        log.warning("an acked answer was still running at shutdown: %s", task.get_name())
+        log.warning("acked work was still running at shutdown: %s", task.get_coro())
     return len(running)
 
 
@@ -88,8 +88,7 @@ class LateAnswers(Generic[T]):
         done, _ = await asyncio.wait({task}, timeout=max(self.floor_seconds, self.budget_seconds - spent))
         if done:
             return task.result()
-        delivery = asyncio.create_task(self._deliver_when_done(task, deliver, failed),
-                                       name=f"{LATE_ANSWER_TASK}-{id(task)}")
+        delivery = asyncio.create_task(self._deliver_when_done(task, deliver, failed))
         self._deliveries.add(delivery)
         delivery.add_done_callback(self._deliveries.discard)
         return None
