@@ -40,6 +40,10 @@ class SocketModeSandbox:
 
     def stop(self) -> None:
         self._server.shutdown()
+        with self._changed:
+            still_open = list(self._open)
+        for connection in still_open:  # as Slack does when it ends a session: the app reconnects
+            connection.close()
         self._thread.join(timeout=10)
 
     @property
