@@ -103,8 +103,12 @@ class InProcessBot:
             reply = requests.mention(text, user=user, channel=channel, **kwargs)
         finally:
             requests.close()
-        self.until(lambda: self._run(self._idle()), timeout=IDLE_TIMEOUT, what="no job due or running")
+        self.settle()
         return reply
+
+    def settle(self) -> None:
+        """Run the worker until no job is due or running (deferred ones, a lease's timers, wait their time)."""
+        self.until(lambda: self._run(self._idle()), timeout=IDLE_TIMEOUT, what="no job due or running")
 
     def until(self, predicate: Callable[[], T], timeout: float = 60.0, interval: float = 0.05,
               what: str = "condition") -> T:

@@ -56,6 +56,7 @@ def test_bench_uploads_the_chart_to_the_card_thread_and_feeds_cost(bot):
     # Same lease, second click: the deterministic job id queues nothing new, and says so.
     again = slack.slash("bench", user="UALICE", channel=CHANNEL).json()["text"]
     assert "already running or ran" in again
+    bot.settle()  # a second job, had one been queued, would have run and uploaded by now
     assert len(bot.slack.calls_to("files.completeUploadExternal")) == 1
     slack.close()
 
