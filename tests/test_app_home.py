@@ -56,6 +56,10 @@ def leases(bot) -> list[Lease]:
 
 def test_app_home_lists_the_workspace_leases_and_the_scoreboard(bot, slack):
     assert slack.slash("up", user=ALICE, channel=OPS).status == 200
+    # ACTIVE before BOB asks, as when people type: the zone search ranks a zone with a request
+    # accepted but not yet ACTIVE after the untried ones, so BOB's accepted request in us-west4-a
+    # would send ALICE's search to a zone the price table does not have (no "Cost so far").
+    bot.until(lambda: {lease.channel for lease in leases(bot) if lease.active_at} == {OPS})
     assert slack.slash("up us-west4-a 2h", user=BOB, channel=ML).status == 200
     bot.until(lambda: {lease.channel for lease in leases(bot) if lease.active_at} == {OPS, ML})
 
