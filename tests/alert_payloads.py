@@ -321,9 +321,10 @@ def keyspace_digest(state: redis_sync.Redis) -> str:
 
 
 @contextmanager
-def clients(stack) -> Iterator[tuple[object, httpx.Client, redis_sync.Redis]]:
-    """(the stack, an HTTP client to its web app, a client to its Redis), closed after."""
-    with httpx.Client(base_url=stack.web_url, timeout=30) as http, \
+def clients(stack, http: httpx.Client | None = None) -> Iterator[tuple[object, httpx.Client, redis_sync.Redis]]:
+    """(the stack, an HTTP client to its web app, a client to its Redis), closed after. An in-process
+    bot passes its own `http()`, which reaches the web app without a socket."""
+    with http or httpx.Client(base_url=stack.web_url, timeout=30) as http, \
             redis_sync.Redis.from_url(stack.settings.redis_url) as state:
         yield stack, http, state
 
@@ -335,22 +336,17 @@ def web_only_stack(make_stack):
         yield parts
 
 
-@contextmanager
-def bot_clients(bot) -> Iterator[tuple[object, httpx.Client, redis_sync.Redis]]:
-    """(the in-process bot, an HTTP client to its web app, a client to its Redis), closed after."""
-    with bot.http() as http, redis_sync.Redis.from_url(bot.settings.redis_url) as state:
-        yield bot, http, state
-
-
 @pytest.fixture
 def alert_bot(make_bot):
     """An in-process bot (tests/in_process_bot.py) with every alert source on."""
-    with bot_clients(make_bot(**SENDERS)) as parts:
+    bot = make_bot(**SENDERS)
+    with clients(bot, bot.http()) as parts:
         yield parts
 
 
 @pytest.fixture
 def web_only_bot(make_bot):
     """The in-process web app alone: no worker, so any write to Redis is the request's."""
-    with bot_clients(make_bot(run_worker=False, **SENDERS)) as parts:
+    bot = make_bot(run_worker=False, **SENDERS)
+    with clients(bot, bot.http()) as parts:
         yield parts

@@ -334,10 +334,16 @@ def test_no_slack_call_happens_before_any_ack(make_stack):
 # --- item 3: Socket Mode with a token Slack refuses -----------------------------------------
 
 
-def run_socket(sandbox: SlackApiSandbox, redis_url: str, app_token: str, bot_token: str) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_"))}
+def socket_env(sandbox: SlackApiSandbox, redis_url: str, app_token: str, bot_token: str) -> dict[str, str]:
+    """`tpubot socket`'s environment: the sandbox Slack, these tokens and Redis, nothing of ours."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "LOG_"))}
     env.update(SLACK_API_URL=sandbox.base_url, SLACK_APP_TOKEN=app_token, SLACK_BOT_TOKEN=bot_token,
                REDIS_URL=redis_url)
+    return env
+
+
+def run_socket(sandbox: SlackApiSandbox, redis_url: str, app_token: str, bot_token: str) -> subprocess.CompletedProcess:
+    env = socket_env(sandbox, redis_url, app_token, bot_token)
     return subprocess.run([str(TPUBOT), "socket"], env=env, capture_output=True, text=True, timeout=60)
 
 
@@ -368,11 +374,9 @@ def test_socket_mode_stopped_by_sigterm_delivers_the_answer_it_owes_and_exits_0(
     envelope), finishes the claim once Redis answers, posts the answer, and exits 0. Killed at once,
     the claim was cut and the answer never came."""
     redis = RestartableRedis(free_port(), str(tmp_path / "redis")).start()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK_", "GCP_", "TPU_", "LOG_"))}
-    env.update(SLACK_API_URL=sandbox.base_url, SLACK_APP_TOKEN=sandbox.app_token, SLACK_BOT_TOKEN=sandbox.token,
-               REDIS_URL=redis.url)
     log = tmp_path / "socket.log"
-    process = subprocess.Popen([str(TPUBOT), "socket"], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT)
+    process = subprocess.Popen([str(TPUBOT), "socket"], env=socket_env(sandbox, redis.url, sandbox.app_token, sandbox.token),
+                               stdout=log.open("wb"), stderr=subprocess.STDOUT)
     requests = SlackRequests("(Socket Mode)", "", response_url_factory=sandbox.response_url)
     try:
         wait_until(lambda: sandbox.socket_mode is not None and sandbox.socket_mode.connections == 1, timeout=60,
